@@ -1,0 +1,67 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+)
+
+// config is what serve runs with. Each field comes from its flag, else from
+// its environment variable, else the default.
+type config struct {
+	Addr        string
+	Data        string
+	HFEndpoint  string
+	HFToken     string
+	LlamaServer string
+	ModelsDir   string
+}
+
+// setting ties a flag to its environment variable, so both are documented
+// together and read in one place.
+type setting struct {
+	flag, env, def, help string
+	dst                  *string
+}
+
+func (c *config) settings() []setting {
+	return []setting{
+		{"addr", "MODELSERVE_ADDR", "127.0.0.1:8080", "address to listen on, host:port", &c.Addr},
+		{"data", "MODELSERVE_DATA", "./data", "data directory: the SQLite database and the mirror of model files; created if missing", &c.Data},
+		{"hf-endpoint", "HF_ENDPOINT", "https://huggingface.co", "Hugging Face Hub endpoint (a Hub-compatible server works too)", &c.HFEndpoint},
+		{"hf-token", "HF_TOKEN", "", "Hugging Face token for gated and private repositories (also read from HUGGING_FACE_HUB_TOKEN, then $HF_HOME/token)", &c.HFToken},
+		{"llama-server", "MODELSERVE_LLAMA_SERVER", "", "path to llama.cpp's llama-server; empty looks for it on PATH", &c.LlamaServer},
+		{"models-dir", "MODELSERVE_MODELS_DIR", "", "folder of local model repositories, each served as local/<folder>; empty turns the local registry off", &c.ModelsDir},
+	}
+}
+
+// parseServe reads serve's flags. A flag given on the command line wins over
+// the environment, which wins over the default.
+func parseServe(args []string, getenv func(string) string, stderr io.Writer) (config, error) {
+	var c config
+	fs := flag.NewFlagSet("modelserve serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	for _, s := range c.settings() {
+		fs.StringVar(s.dst, s.flag, s.def, fmt.Sprintf("%s (env %s)", s.help, s.env))
+	}
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "Usage: modelserve serve [flags]\n\nRuns the server: the console, the JSON API under /api/v1/, and the jobs.\n\nFlags:\n")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	if fs.NArg() > 0 {
+		return c, fmt.Errorf("serve takes no arguments, only flags: %s", strings.Join(fs.Args(), " "))
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	for _, s := range c.settings() {
+		if v := getenv(s.env); !set[s.flag] && v != "" {
+			*s.dst = v
+		}
+	}
+	c.HFEndpoint = strings.TrimRight(c.HFEndpoint, "/")
+	return c, nil
+}

@@ -1,0 +1,66 @@
+// Command modelserve takes a language model from a registry repository to a
+// serving replica, as one job an operator can watch from a browser console or
+// drive from scripts.
+//
+// It reads its settings from flags, then from the environment, opens its
+// SQLite state in the data directory, and serves until SIGINT or SIGTERM, when
+// it waits for its work to stop and closes the database.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	err := run(ctx, os.Args[1:], os.Getenv, os.Stdin, os.Stdout, os.Stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "modelserve:", err)
+		os.Exit(1)
+	}
+}
+
+// run is main without the process: tests call it with their own arguments,
+// environment and context.
+func run(ctx context.Context, args []string, getenv func(string) string, stdin io.Reader, stdout, stderr io.Writer) error {
+	cmd := "serve"
+	if len(args) > 0 && args[0] != "" && args[0][0] != '-' {
+		cmd, args = args[0], args[1:]
+	}
+	switch cmd {
+	case "serve":
+		cfg, err := parseServe(args, getenv, stderr)
+		if err != nil {
+			return err
+		}
+		log := slog.New(slog.NewTextHandler(stderr, nil))
+		return serve(ctx, cfg, log, nil)
+	case "help":
+		fmt.Fprint(stdout, usage)
+		return nil
+	default:
+		fmt.Fprint(stderr, usage)
+		return fmt.Errorf("%q is not a command; the commands are serve and help", cmd)
+	}
+}
+
+const usage = `modelserve takes a language model from a registry repository to a serving replica.
+
+Usage:
+  modelserve [serve] [flags]   run the server (the default)
+  modelserve help              this text
+
+Run "modelserve serve --help" for the server's flags.
+`

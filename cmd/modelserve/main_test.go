@@ -1,0 +1,128 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+func TestConfigPrecedence(t *testing.T) {
+	env := map[string]string{
+		"MODELSERVE_ADDR": "127.0.0.1:9000",
+		"HF_ENDPOINT":     "http://127.0.0.1:7000/",
+		"HF_TOKEN":        "hf_env",
+	}
+	getenv := func(k string) string { return env[k] }
+	tests := []struct {
+		name string
+		args []string
+		want config
+	}{
+		{"environment over defaults", nil, config{Addr: "127.0.0.1:9000", Data: "./data",
+			HFEndpoint: "http://127.0.0.1:7000", HFToken: "hf_env"}},
+		{"flags over environment", []string{"--addr", "127.0.0.1:1", "--hf-token", "hf_flag", "--data", "/srv/ms",
+			"--llama-server", "/opt/llama-server", "--models-dir", "/models"},
+			config{Addr: "127.0.0.1:1", Data: "/srv/ms", HFEndpoint: "http://127.0.0.1:7000", HFToken: "hf_flag",
+				LlamaServer: "/opt/llama-server", ModelsDir: "/models"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := parseServe(tt.args, getenv, io.Discard)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got != tt.want {
+				t.Errorf("got %+v\nwant %+v", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestHelpNamesEveryFlagAndVariable(t *testing.T) {
+	var out bytes.Buffer
+	err := run(context.Background(), []string{"--help"}, func(string) string { return "" }, nil, &out, &out)
+	if err == nil {
+		t.Fatal("--help returned no error; main relies on flag.ErrHelp to exit quietly")
+	}
+	for _, s := range (&config{}).settings() {
+		if !strings.Contains(out.String(), "-"+s.flag) || !strings.Contains(out.String(), s.env) {
+			t.Errorf("--help does not explain --%s and %s:\n%s", s.flag, s.env, out.String())
+		}
+	}
+}
+
+func TestUnknownCommand(t *testing.T) {
+	err := run(context.Background(), []string{"frobnicate"}, os.Getenv, nil, io.Discard, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), `"frobnicate" is not a command`) {
+		t.Fatalf("got %v", err)
+	}
+}
+
+// TestServeAndShutDown starts the server on a free port with a fresh data
+// directory, checks /healthz, then cancels as SIGTERM would and expects serve
+// to return once everything has stopped.
+func TestServeAndShutDown(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "state")
+	ctx, cancel := context.WithCancel(context.Background())
+	addrc := make(chan string, 1)
+	done := make(chan error, 1)
+	var logs bytes.Buffer
+	log := slog.New(slog.NewTextHandler(&syncWriter{w: &logs}, nil))
+	go func() {
+		done <- serve(ctx, config{Addr: "127.0.0.1:0", Data: dir}, log, func(a string) { addrc <- a })
+	}()
+	var addr string
+	select {
+	case addr = <-addrc:
+	case err := <-done:
+		t.Fatalf("serve stopped before listening: %v", err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("serve did not start listening")
+	}
+
+	resp, err := http.Get("http://" + addr + "/healthz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || !strings.Contains(string(body), `"ok"`) {
+		t.Fatalf("/healthz: %s %s", resp.Status, body)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "modelserve.db")); err != nil {
+		t.Errorf("the database was not created in the data directory: %v", err)
+	}
+
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("serve returned %v on shutdown", err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("serve did not return after its context ended")
+	}
+	if _, err := http.Get("http://" + addr + "/healthz"); err == nil {
+		t.Error("the server still answers after shutdown")
+	}
+}
+
+// syncWriter lets the server's goroutines log into one buffer.
+type syncWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (s *syncWriter) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.Write(p)
+}

@@ -1,0 +1,150 @@
+// Package store opens modelserve's SQLite database and brings its schema up
+// to date.
+//
+// Everything modelserve must not forget across a restart — the catalog, the
+// jobs and their steps, users and API tokens — lives in one SQLite file in the
+// data directory. Opening it the same way everywhere, with the same pragmas,
+// and applying the numbered migrations exactly once, is what this package is
+// for; the packages that own the tables write their own SQL.
+package store
+
+import (
+	"context"
+	"database/sql"
+	"embed"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net/url"
+	"path"
+	"sort"
+	"strconv"
+	"strings"
+
+	_ "github.com/mattn/go-sqlite3" // registers the "sqlite3" driver
+)
+
+//go:embed migrations/*.sql
+var migrations embed.FS
+
+// Open opens (creating if need be) the database at file and applies every
+// migration it has not had yet. A database that a newer modelserve has
+// migrated further than this one knows is refused rather than misread.
+func Open(ctx context.Context, file string) (*sql.DB, error) {
+	q := url.Values{}
+	// WAL lets the console read while a job writes; without it every
+	// reader waits for each progress update to commit.
+	q.Set("_journal_mode", "WAL")
+	// SQLite leaves foreign keys off unless asked, per connection; steps
+	// must not outlive their job.
+	q.Set("_foreign_keys", "on")
+	// Several goroutines write (jobs, the fleet, sign-ins). Waiting up to
+	// five seconds for the write lock beats failing with SQLITE_BUSY.
+	q.Set("_busy_timeout", "5000")
+	// Transactions take the write lock at BEGIN, so two writers never
+	// deadlock upgrading read locks (which busy_timeout cannot resolve).
+	q.Set("_txlock", "immediate")
+	db, err := sql.Open("sqlite3", "file:"+file+"?"+q.Encode())
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w", file, err)
+	}
+	if err := db.PingContext(ctx); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("open %s: %w", file, err)
+	}
+	if err := migrate(ctx, db, migrations); err != nil {
+		db.Close()
+		return nil, err
+	}
+	return db, nil
+}
+
+// migration is one numbered file of migrations/.
+type migration struct {
+	version int
+	name    string
+	sql     string
+}
+
+func loadMigrations(fsys fs.FS) ([]migration, error) {
+	names, err := fs.Glob(fsys, "migrations/*.sql")
+	if err != nil {
+		return nil, err
+	}
+	var out []migration
+	for _, n := range names {
+		base := path.Base(n)
+		num, _, ok := strings.Cut(base, "_")
+		v, err := strconv.Atoi(num)
+		if !ok || err != nil || v <= 0 {
+			return nil, fmt.Errorf("migration %s is not named NNNN_what.sql", base)
+		}
+		b, err := fs.ReadFile(fsys, n)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, migration{version: v, name: base, sql: string(b)})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].version < out[j].version })
+	for i := 1; i < len(out); i++ {
+		if out[i].version == out[i-1].version {
+			return nil, fmt.Errorf("migrations %s and %s share a number", out[i-1].name, out[i].name)
+		}
+	}
+	return out, nil
+}
+
+// ErrNewerSchema is a database migrated by a newer modelserve than this one.
+var ErrNewerSchema = errors.New("the database was written by a newer modelserve")
+
+func migrate(ctx context.Context, db *sql.DB, fsys fs.FS) error {
+	ms, err := loadMigrations(fsys)
+	if err != nil {
+		return err
+	}
+	if _, err := db.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (
+		version INTEGER PRIMARY KEY,
+		name TEXT NOT NULL,
+		applied_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ','now'))
+	)`); err != nil {
+		return fmt.Errorf("create schema_migrations: %w", err)
+	}
+	var have int
+	if err := db.QueryRowContext(ctx, `SELECT COALESCE(MAX(version), 0) FROM schema_migrations`).Scan(&have); err != nil {
+		return fmt.Errorf("read schema version: %w", err)
+	}
+	known := 0
+	if len(ms) > 0 {
+		known = ms[len(ms)-1].version
+	}
+	if have > known {
+		return fmt.Errorf("%w (schema version %d; this one knows up to %d): run the newer modelserve, or restore a backup of the data directory",
+			ErrNewerSchema, have, known)
+	}
+	for _, m := range ms {
+		if m.version <= have {
+			continue
+		}
+		if err := apply(ctx, db, m); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// apply runs one migration and records it in the same transaction, so a
+// migration that fails halfway leaves neither its changes nor its record.
+func apply(ctx context.Context, db *sql.DB, m migration) error {
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	if _, err := tx.ExecContext(ctx, m.sql); err != nil {
+		return fmt.Errorf("migration %s: %w", m.name, err)
+	}
+	if _, err := tx.ExecContext(ctx, `INSERT INTO schema_migrations (version, name) VALUES (?, ?)`, m.version, m.name); err != nil {
+		return fmt.Errorf("record migration %s: %w", m.name, err)
+	}
+	return tx.Commit()
+}
