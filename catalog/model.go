@@ -1,0 +1,298 @@
+// Package catalog is the list of models modelserve serves: for each, the
+// names it answers to, how it runs (its profiles: engine, arguments,
+// hardware), how far it scales, what it can do and where its weights came
+// from.
+//
+// A catalog entry used to be written by hand, and its mistakes — an alias
+// another model already had, a class or guard format nobody recognised, an
+// environment variable that changed more than tuning — surfaced only when a
+// replica failed to start or a request reached the wrong model. Here an
+// entry is checked whole before it is written, refused with a sentence that
+// says what to change, and written in one transaction, so the catalog never
+// holds half of one.
+package catalog
+
+import (
+	"errors"
+	"fmt"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Model is one entry of the catalog. The API serves it as it is.
+type Model struct {
+	// Name is what requests ask for; Aliases are other names that reach it.
+	Name        string   `json:"name"`
+	Aliases     []string `json:"aliases,omitempty"`
+	Description string   `json:"description,omitempty"`
+	// Source is where nodes fetch the weights from: the mirror's URL, or a
+	// repository an engine fetches by itself.
+	Source string `json:"source,omitempty"`
+	// RoutingProfile is the kind of traffic it serves ("chat"); a judge
+	// has none.
+	RoutingProfile string `json:"routing_profile,omitempty"`
+	// ContextLength is the most tokens one request may use; MaxOutput the
+	// longest answer allowed.
+	ContextLength int `json:"context_length"`
+	MaxOutput     int `json:"max_output,omitempty"`
+	// Profiles are the ways it can run, the highest priority preferred.
+	Profiles     []Profile    `json:"profiles"`
+	Scaling      Scaling      `json:"scaling"`
+	Capabilities Capabilities `json:"capabilities"`
+	// Origin is the registry repository and revision the weights are
+	// from; nil for a model added without one.
+	Origin *Origin `json:"origin,omitempty"`
+	// Role is empty for a model that serves clients, RoleGuard for a judge
+	// of the guardrails, which then has a Guard saying how it answers.
+	Role  string      `json:"role,omitempty"`
+	Guard *GuardModel `json:"guard,omitempty"`
+	// Class is what it may take from others, and they from it, when there
+	// is not room for both; empty means ClassStandard.
+	Class string `json:"class,omitempty"`
+	// AddedBy and AddedAt are who put it in the catalog and when; the
+	// store sets them.
+	AddedBy string    `json:"added_by,omitempty"`
+	AddedAt time.Time `json:"added_at,omitzero"`
+}
+
+// Profile is one way a model runs: an engine, its arguments, and the
+// hardware it needs.
+type Profile struct {
+	Name   string   `json:"name"`
+	Engine string   `json:"engine"`
+	Args   []string `json:"args,omitempty"`
+	// GPUClass and GPUsPerNode are the cards on each node; empty runs on
+	// the CPU. Nodes is how many nodes one replica spans (0 or 1: one).
+	GPUClass    string `json:"gpu_class,omitempty"`
+	GPUsPerNode int    `json:"gpus_per_node,omitempty"`
+	Nodes       int    `json:"nodes,omitempty"`
+	// TP and PP are tensor and pipeline parallelism, for engines that
+	// split a model across cards and nodes.
+	TP int `json:"tp,omitempty"`
+	PP int `json:"pp,omitempty"`
+	// MinMemoryGB is what a replica reserves on a node; CPUCores what it
+	// computes on (0: the engine's default).
+	MinMemoryGB int `json:"min_memory_gb,omitempty"`
+	CPUCores    int `json:"cpu_cores,omitempty"`
+	// Env is set in the engine's environment: tuning variables only (see
+	// Validate).
+	Env map[string]string `json:"env,omitempty"`
+	// Priority orders the profiles, highest first; Weight shares traffic
+	// between replicas of different profiles.
+	Priority int `json:"priority,omitempty"`
+	Weight   int `json:"weight,omitempty"`
+	// StartupTimeout is how long a replica may take to become healthy;
+	// zero is the fleet's default.
+	StartupTimeout time.Duration `json:"startup_timeout,omitempty"`
+}
+
+// Scaling is how many replicas run: Min always (0 loads it on demand, when
+// first asked for), up to Max.
+type Scaling struct {
+	Min int `json:"min"`
+	Max int `json:"max"`
+}
+
+// Capabilities are what clients may ask of the model beyond text.
+type Capabilities struct {
+	Vision     bool `json:"vision,omitempty"`
+	Tools      bool `json:"tools,omitempty"`
+	Embeddings bool `json:"embeddings,omitempty"`
+}
+
+// Origin is where the weights came from, so an update can tell whether the
+// repository has moved on.
+type Origin struct {
+	Repo string `json:"repo"`
+	// Revision is the commit the files were fetched at.
+	Revision string       `json:"revision"`
+	Files    []OriginFile `json:"files,omitempty"`
+}
+
+// OriginFile is one file of the repository the model runs from.
+type OriginFile struct {
+	Path   string `json:"path"`
+	Bytes  int64  `json:"bytes,omitempty"`
+	SHA256 string `json:"sha256,omitempty"`
+}
+
+// GuardModel is how a judge answers.
+type GuardModel struct {
+	Format string `json:"format"`
+}
+
+// The classes a model can be in.
+const (
+	ClassCritical      = "critical"
+	ClassStandard      = "standard"
+	ClassOpportunistic = "opportunistic"
+)
+
+// RoleGuard is the role of a judge model for the guardrails.
+const RoleGuard = "guard"
+
+// The formats a judge answers in.
+const (
+	GuardLlamaGuard3 = "llamaguard3"
+	GuardQwen3Guard  = "qwen3guard"
+	GuardShieldGemma = "shieldgemma"
+	GuardJSON        = "json"
+)
+
+// GuardFormats returns the formats a judge may answer in.
+func GuardFormats() []string {
+	return []string{GuardLlamaGuard3, GuardQwen3Guard, GuardShieldGemma, GuardJSON}
+}
+
+// KnownGuardFormat reports whether f is one of GuardFormats.
+func KnownGuardFormat(f string) bool { return slices.Contains(GuardFormats(), f) }
+
+// ClassOrDefault is the model's class, ClassStandard when none was given.
+func (m Model) ClassOrDefault() string {
+	if m.Class == "" {
+		return ClassStandard
+	}
+	return m.Class
+}
+
+var (
+	// ErrNotFound is a model the catalog does not have.
+	ErrNotFound = errors.New("no such model in the catalog")
+	// ErrExists is a name the catalog already has, refused by AddNew.
+	ErrExists = errors.New("the model is already in the catalog")
+	// ErrInvalid is an entry refused for what it says; its message is a
+	// sentence to show the operator as it is.
+	ErrInvalid = errors.New("the catalog entry is not valid")
+)
+
+// sentence is an error whose message is meant for the operator, and which
+// errors.Is matches against its kind (one of the Err values above).
+type sentence struct {
+	msg  string
+	kind error
+}
+
+func (e *sentence) Error() string { return e.msg }
+func (e *sentence) Unwrap() error { return e.kind }
+
+func invalid(format string, args ...any) error {
+	return &sentence{msg: fmt.Sprintf(format, args...), kind: ErrInvalid}
+}
+
+// maxNameLen keeps names short enough for a URL path, a log line and a
+// console column.
+const maxNameLen = 64
+
+// validName is what a name or alias may be: safe in a URL path and a
+// file name, with one spelling per model (no upper case).
+var validName = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]*$`)
+
+const nameRule = "use lowercase letters, digits, '.', '_' and '-', starting with a letter or digit, at most 64 characters"
+
+func nameOK(s string) bool { return len(s) <= maxNameLen && validName.MatchString(s) }
+
+// envPrefixes and envExact are the engine environment variables a profile
+// may set: those that tune how an engine uses its cards, threads and
+// interconnect. Anything else (PATH, LD_PRELOAD, HF_TOKEN...) would change
+// what runs or what it can reach, not how fast it runs.
+var (
+	envPrefixes = []string{"NCCL_", "CUDA_", "GGML_", "LLAMA_ARG_"}
+	envExact    = []string{"OMP_NUM_THREADS"}
+)
+
+func envKeyOK(k string) bool {
+	if slices.Contains(envExact, k) {
+		return true
+	}
+	for _, p := range envPrefixes {
+		if strings.HasPrefix(k, p) && len(k) > len(p) {
+			return true
+		}
+	}
+	return false
+}
+
+// Validate checks what can be checked of the model on its own; the store
+// checks, as it adds it, that its names are not another model's. Each
+// refusal is a sentence naming what is wrong and what to do, and matches
+// ErrInvalid.
+func (m Model) Validate() error {
+	if m.Name == "" {
+		return invalid("the model has no name: give it one (%s)", nameRule)
+	}
+	if !nameOK(m.Name) {
+		return invalid("the model name %q is not allowed: %s", m.Name, nameRule)
+	}
+	seen := map[string]bool{}
+	for _, a := range m.Aliases {
+		if !nameOK(a) {
+			return invalid("the alias %q of %s is not allowed: %s", a, m.Name, nameRule)
+		}
+		if a == m.Name {
+			return invalid("%s lists its own name %q as an alias: drop it, the name already reaches it", m.Name, a)
+		}
+		if seen[a] {
+			return invalid("%s lists the alias %q twice: list it once", m.Name, a)
+		}
+		seen[a] = true
+	}
+	switch m.Class {
+	case "", ClassCritical, ClassStandard, ClassOpportunistic:
+	default:
+		return invalid("the class of %s is critical, standard or opportunistic (empty means standard), not %q", m.Name, m.Class)
+	}
+	format := ""
+	if m.Guard != nil {
+		format = m.Guard.Format
+	}
+	switch m.Role {
+	case "":
+		if format != "" {
+			return invalid("%s has the guard format %q but not the role guard: set its role to guard, or drop the format", m.Name, format)
+		}
+	case RoleGuard:
+		if format == "" {
+			return invalid("%s has the role guard but no guard format: give it one of %s", m.Name, strings.Join(GuardFormats(), ", "))
+		}
+		if !KnownGuardFormat(format) {
+			return invalid("the guard format of %s is one of %s, not %q", m.Name, strings.Join(GuardFormats(), ", "), format)
+		}
+	default:
+		return invalid("the role of %s is empty (it serves clients) or guard (it judges for the guardrails), not %q", m.Name, m.Role)
+	}
+	if m.ContextLength <= 0 {
+		return invalid("the context length of %s is %d: give it the most tokens one request may use, more than 0", m.Name, m.ContextLength)
+	}
+	if m.Scaling.Min < 0 {
+		return invalid("%s is to keep %d replicas: keep 0 (loaded when first asked for) or more", m.Name, m.Scaling.Min)
+	}
+	if m.Scaling.Max < m.Scaling.Min {
+		return invalid("%s may scale to %d replicas, fewer than the %d it keeps: raise its maximum to at least its minimum", m.Name, m.Scaling.Max, m.Scaling.Min)
+	}
+	if len(m.Profiles) == 0 {
+		return invalid("%s has no profile: give it at least one, saying which engine runs it and on what hardware", m.Name)
+	}
+	names := map[string]bool{}
+	for i, p := range m.Profiles {
+		if p.Name == "" {
+			return invalid("profile %d of %s has no name: name each profile (cpu, gpu-1xa100, ...)", i+1, m.Name)
+		}
+		if names[p.Name] {
+			return invalid("%s has two profiles named %q: give each its own name", m.Name, p.Name)
+		}
+		names[p.Name] = true
+		keys := make([]string, 0, len(p.Env))
+		for k := range p.Env {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys) // the same refusal every time for the same entry
+		for _, k := range keys {
+			if !envKeyOK(k) {
+				return invalid("the engine's environment takes only tuning variables (NCCL_*, CUDA_*, GGML_*, LLAMA_ARG_*, OMP_NUM_THREADS), not %q (profile %s of %s)", k, p.Name, m.Name)
+			}
+		}
+	}
+	return nil
+}
