@@ -47,12 +47,14 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 		}
 		log := slog.New(slog.NewTextHandler(stderr, nil))
 		return serve(ctx, cfg, log, nil)
+	case "token":
+		return tokenCmd(ctx, args, getenv, stdout, stderr)
 	case "help":
 		fmt.Fprint(stdout, usage)
 		return nil
 	default:
 		fmt.Fprint(stderr, usage)
-		return fmt.Errorf("%q is not a command; the commands are serve and help", cmd)
+		return fmt.Errorf("%q is not a command; the commands are serve, token and help", cmd)
 	}
 }
 
@@ -60,6 +62,7 @@ const usage = `modelserve takes a language model from a registry repository to a
 
 Usage:
   modelserve [serve] [flags]   run the server (the default)
+  modelserve token create NAME  print a new API token (once); also token list, token revoke NAME
   modelserve help              this text
 
 Run "modelserve serve --help" for the server's flags.

@@ -126,3 +126,31 @@ func (s *syncWriter) Write(p []byte) (int, error) {
 	defer s.mu.Unlock()
 	return s.w.Write(p)
 }
+
+func TestTokenCommands(t *testing.T) {
+	dir := t.TempDir()
+	ctx := context.Background()
+	env := func(string) string { return "" }
+	var out, errb bytes.Buffer
+	if err := run(ctx, []string{"token", "create", "--data", dir, "deploy"}, env, nil, &out, &errb); err != nil {
+		t.Fatal(err)
+	}
+	tok := strings.TrimSpace(out.String())
+	if !strings.HasPrefix(tok, "ms_") || len(tok) < 40 {
+		t.Fatalf("token create printed %q", tok)
+	}
+	out.Reset()
+	if err := run(ctx, []string{"token", "list", "--data", dir}, env, nil, &out, &errb); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "deploy") || strings.Contains(out.String(), tok) {
+		t.Errorf("token list: %q (want the name, never the token)", out.String())
+	}
+	if err := run(ctx, []string{"token", "revoke", "--data", dir, "deploy"}, env, nil, &out, &errb); err != nil {
+		t.Fatal(err)
+	}
+	err := run(ctx, []string{"token", "revoke", "--data", dir, "deploy"}, env, nil, &out, &errb)
+	if err == nil || !strings.Contains(err.Error(), `no token is called "deploy"`) {
+		t.Errorf("revoking twice: %v", err)
+	}
+}
