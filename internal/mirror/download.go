@@ -1,0 +1,520 @@
+package mirror
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"hash"
+	"io"
+	"net/http"
+	"os"
+	"path"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// bufSize is what one read from the network may fill before the bytes go to
+// the file and the hash. Large, so that a fast link costs few system calls.
+const bufSize = 1 << 20
+
+// hashDepth is how many buffers are between the network and the hash.
+const hashDepth = 4
+
+// writebackEvery is how often the bytes written so far are sent on to the
+// disk rather than left for the final fsync.
+const writebackEvery = 64 << 20
+
+var bufPool = sync.Pool{New: func() any { b := make([]byte, bufSize); return &b }}
+
+// retryable marks a failure another try may get past: a cut connection, a
+// stall, a 5xx or a 429. Anything else ends the fetch.
+type retryable struct {
+	err        error
+	retryAfter time.Duration // what a 429 or 503 asked for
+}
+
+func (r *retryable) Error() string { return r.err.Error() }
+func (r *retryable) Unwrap() error { return r.err }
+
+func retry(err error) error { return &retryable{err: err} }
+
+// fetchFile makes one file present and returns its sha256. It holds one of
+// the mirror's download slots while it runs.
+func (m *Mirror) fetchFile(ctx context.Context, fl *flight) (string, error) {
+	select {
+	case m.slots <- struct{}{}:
+		defer func() { <-m.slots }()
+	case <-ctx.Done():
+		return "", ctx.Err()
+	}
+	fl.fetching.Store(true)
+	name := path.Base(fl.file.Path)
+	if err := os.MkdirAll(filepath.Dir(fl.local), 0o755); err != nil {
+		return "", fmt.Errorf("cannot make a folder for %s on the mirror: %w", name, err)
+	}
+	if sum, ok, err := adopt(ctx, fl); err != nil || ok {
+		return sum, err
+	}
+
+	d := &download{m: m, fl: fl, name: name, part: partialPath(fl.local), h: sha256.New()}
+	for try := 1; ; try++ {
+		err := d.try(ctx)
+		if err == nil {
+			return d.finish()
+		}
+		if ctx.Err() != nil {
+			// The partial file stays: the next Fetch continues it.
+			return "", ctx.Err()
+		}
+		var r *retryable
+		if !errors.As(err, &r) {
+			return "", err
+		}
+		if try > m.opts.MaxRetries {
+			return "", fmt.Errorf("%s could not be fetched in %s: %w", name, plural(try, "try", "tries"), r.err)
+		}
+		wait := m.opts.Backoff
+		for i := 1; i < try && wait < time.Minute; i++ {
+			wait *= 2
+		}
+		wait = max(min(wait, time.Minute), min(r.retryAfter, 5*time.Minute))
+		m.log.Info("mirror retrying a fetch", "model", fl.file.Model, "path", fl.file.Path,
+			"try", try, "wait", wait, "err", r.err)
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return "", ctx.Err()
+		}
+	}
+}
+
+// adopt takes a whole file already in place that has no verified sha256
+// beside it (put there by hand, or left by a crash between the rename and
+// the sidecar) by hashing it once: reading the disk is cheaper than the
+// registry. A file that does not match is left for the fetch to replace.
+func adopt(ctx context.Context, fl *flight) (string, bool, error) {
+	f := fl.file
+	st, err := os.Stat(fl.local)
+	if err != nil || !st.Mode().IsRegular() || st.Size() != f.Size {
+		return "", false, nil
+	}
+	if sum, err := readSidecar(fl.local); err == nil {
+		return sum, f.SHA256 == "" || strings.EqualFold(sum, f.SHA256), nil
+	}
+	file, err := os.Open(fl.local)
+	if err != nil {
+		return "", false, nil
+	}
+	defer file.Close()
+	h := sha256.New()
+	if err := hashInto(ctx, h, file, st.Size()); err != nil {
+		return "", false, fmt.Errorf("cannot read %s on the mirror: %w", path.Base(f.Path), err)
+	}
+	sum := hex.EncodeToString(h.Sum(nil))
+	if f.SHA256 != "" && !strings.EqualFold(sum, f.SHA256) {
+		return "", false, nil
+	}
+	if err := writeSidecar(fl.local, sum); err != nil {
+		return "", false, err
+	}
+	fl.bytes.Store(f.Size)
+	return sum, true, nil
+}
+
+// download is one file's fetch across its tries. The hash always covers
+// exactly the first hashed bytes of the partial file, so a try that follows
+// a cut continues both the file and the hash without reading anything again.
+type download struct {
+	m      *Mirror
+	fl     *flight
+	name   string // the file's last path element, as sentences name it
+	part   string
+	h      hash.Hash
+	hashed int64
+}
+
+// try makes one request for the bytes the partial file lacks and writes
+// them. nil means the partial file is whole (not yet verified).
+func (d *download) try(ctx context.Context) error {
+	f := d.fl.file
+	file, err := os.OpenFile(d.part, os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return fmt.Errorf("cannot write %s on the mirror: %w", d.name, err)
+	}
+	defer file.Close()
+	have, err := d.resume(ctx, file)
+	if err != nil {
+		return err
+	}
+	if have == f.Size && have > 0 {
+		return nil
+	}
+
+	// The watchdog cancels the try when no byte arrives for StallTimeout,
+	// whether waiting for the answer or for the body.
+	stall := d.m.opts.StallTimeout
+	tctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	watchdog := time.AfterFunc(stall, func() { cancel(errStalled) })
+	defer watchdog.Stop()
+
+	req, err := http.NewRequestWithContext(tctx, http.MethodGet, f.URL, nil)
+	if err != nil {
+		return fmt.Errorf("cannot fetch %s from %q: %w", d.name, f.URL, err)
+	}
+	if have > 0 {
+		req.Header.Set("Range", "bytes="+strconv.FormatInt(have, 10)+"-")
+	}
+	if d.m.opts.Authorize != nil {
+		d.m.opts.Authorize(req)
+	}
+	resp, err := d.m.http.Do(req)
+	if err != nil {
+		return d.broke(tctx, err)
+	}
+	defer resp.Body.Close()
+
+	switch code := resp.StatusCode; {
+	case code == http.StatusPartialContent:
+		start, total, ok := contentRange(resp.Header.Get("Content-Range"))
+		if !ok || start != have {
+			// Not the bytes asked for: start over rather than guess.
+			if err := d.restart(file); err != nil {
+				return err
+			}
+			return retry(fmt.Errorf("the registry answered the request for %s from byte %d with the range %q",
+				d.name, have, resp.Header.Get("Content-Range")))
+		}
+		// Content-Range's total is the file's size; Content-Length is
+		// only this answer's.
+		if total >= 0 && total != f.Size {
+			d.discard()
+			return sizeMismatch(d.name, total, f.Size)
+		}
+	case code == http.StatusOK:
+		// A server that ignores Range sends the whole file: appending it
+		// to the partial one would make a file twice too long.
+		if have > 0 {
+			if err := d.restart(file); err != nil {
+				return err
+			}
+			have = 0
+		}
+		if resp.ContentLength >= 0 && resp.ContentLength != f.Size {
+			d.discard()
+			return sizeMismatch(d.name, resp.ContentLength, f.Size)
+		}
+	case code == http.StatusRequestedRangeNotSatisfiable:
+		// The registry's file is shorter than the partial one; the next
+		// try asks for all of it and the size check says what is wrong.
+		if err := d.restart(file); err != nil {
+			return err
+		}
+		return retry(fmt.Errorf("the registry has fewer than %d bytes of %s", have, d.name))
+	case code == http.StatusTooManyRequests || code >= 500:
+		return &retryable{
+			err:        fmt.Errorf("the registry answered the request for %s with %s", d.name, status(code)),
+			retryAfter: retryAfter(resp.Header.Get("Retry-After")),
+		}
+	default:
+		msg := fmt.Sprintf("the registry refused %s with %s", d.name, status(code))
+		if why := resp.Header.Get("X-Error-Message"); why != "" {
+			msg += ": " + why
+		}
+		return errors.New(msg)
+	}
+	if _, err := file.Seek(have, io.SeekStart); err != nil {
+		return fmt.Errorf("cannot write %s on the mirror: %w", d.name, err)
+	}
+	return d.copy(tctx, file, resp.Body, have, watchdog)
+}
+
+// copy writes the body to the file as it arrives and hashes it beside: one
+// goroutine hashes a buffer while this one reads and writes the next, so on
+// a machine with a core to spare the sha256 costs no time. The hashing
+// goroutine ends before copy returns, and then the hash covers exactly the
+// bytes written.
+func (d *download) copy(tctx context.Context, file *os.File, body io.Reader, have int64, watchdog *time.Timer) (err error) {
+	size := d.fl.file.Size
+	free := make(chan *[]byte, hashDepth)
+	full := make(chan []byte, hashDepth)
+	for range hashDepth {
+		free <- bufPool.Get().(*[]byte)
+	}
+	tooLong := false
+	hashed := make(chan struct{})
+	go func() {
+		defer close(hashed)
+		for b := range full {
+			d.h.Write(b)
+			free <- &b
+		}
+	}()
+	defer func() {
+		close(full)
+		<-hashed
+		for range hashDepth {
+			b := <-free
+			*b = (*b)[:cap(*b)]
+			bufPool.Put(b)
+		}
+		d.hashed = have
+		if tooLong {
+			d.discard() // after the hashing has stopped: it resets the hash
+		}
+	}()
+
+	kicked := have // bytes already handed to the disk's writeback
+	for {
+		bp := <-free
+		buf := (*bp)[:cap(*bp)]
+		n, rerr := body.Read(buf)
+		if n == 0 {
+			free <- bp
+		} else {
+			watchdog.Reset(d.m.opts.StallTimeout)
+			if have+int64(n) > size {
+				free <- bp
+				tooLong = true
+				return fmt.Errorf("%s arrived longer than the %d bytes the registry published; it was deleted", d.name, size)
+			}
+			if _, err := file.Write(buf[:n]); err != nil {
+				free <- bp
+				return fmt.Errorf("cannot write %s on the mirror: %w", d.name, err)
+			}
+			full <- buf[:n]
+			have += int64(n)
+			d.fl.bytes.Store(have)
+			// Start writing to disk early, so that the fsync before the
+			// rename does not wait for the whole file at once.
+			if have-kicked >= writebackEvery {
+				startWriteback(file, kicked, have-kicked)
+				kicked = have
+			}
+		}
+		if rerr == io.EOF {
+			break
+		}
+		if rerr != nil {
+			return d.broke(tctx, rerr)
+		}
+	}
+	if have < size {
+		return retry(fmt.Errorf("the download of %s ended at byte %d of %d", d.name, have, size))
+	}
+	return nil
+}
+
+// resume sizes up the partial file: one longer than the file can be is
+// emptied, and bytes the hash has not seen (a partial file from before this
+// flight) are read through it once. It returns the bytes kept.
+func (d *download) resume(ctx context.Context, file *os.File) (int64, error) {
+	st, err := file.Stat()
+	if err != nil {
+		return 0, fmt.Errorf("cannot read %s on the mirror: %w", d.name, err)
+	}
+	have := st.Size()
+	if have > d.fl.file.Size {
+		return 0, d.restart(file)
+	}
+	if have != d.hashed {
+		d.h.Reset()
+		d.hashed = 0
+		if err := hashInto(ctx, d.h, file, have); err != nil {
+			return 0, fmt.Errorf("cannot read the partial %s on the mirror: %w", d.name, err)
+		}
+		d.hashed = have
+	}
+	d.fl.bytes.Store(have)
+	return have, nil
+}
+
+// restart empties the partial file and the hash.
+func (d *download) restart(file *os.File) error {
+	d.h.Reset()
+	d.hashed = 0
+	d.fl.bytes.Store(0)
+	if err := file.Truncate(0); err != nil {
+		return fmt.Errorf("cannot write %s on the mirror: %w", d.name, err)
+	}
+	return nil
+}
+
+// discard deletes the partial file of a download that cannot succeed, so
+// that nothing half-right is left to be continued.
+func (d *download) discard() {
+	d.h.Reset()
+	d.hashed = 0
+	d.fl.bytes.Store(0)
+	os.Remove(d.part)
+}
+
+// broke explains a failed request or read.
+func (d *download) broke(tctx context.Context, err error) error {
+	if errors.Is(context.Cause(tctx), errStalled) {
+		return retry(fmt.Errorf("no byte of %s arrived for %s", d.name, d.m.opts.StallTimeout))
+	}
+	if tctx.Err() != nil {
+		return err // the caller's cancellation: fetchFile stops
+	}
+	return retry(fmt.Errorf("the download of %s broke off: %w", d.name, err))
+}
+
+// finish checks the whole partial file and puts it in place: synced first,
+// so that the name never points at bytes still only in memory; then the
+// sidecar, so that the sha256 is known without reading gigabytes again.
+func (d *download) finish() (string, error) {
+	f, local := d.fl.file, d.fl.local
+	sum := hex.EncodeToString(d.h.Sum(nil))
+	if f.SHA256 != "" && !strings.EqualFold(sum, f.SHA256) {
+		os.Remove(d.part)
+		return "", mismatch(f.Path, sum, f.SHA256)
+	}
+	if err := syncFile(d.part); err != nil {
+		return "", fmt.Errorf("cannot write %s on the mirror: %w", d.name, err)
+	}
+	// An old sidecar would vouch for the new file if a crash came before
+	// the new one is written; without one, the file is hashed again.
+	if err := os.Remove(sidecarPath(local)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return "", fmt.Errorf("cannot replace %s on the mirror: %w", d.name, err)
+	}
+	if err := os.Rename(d.part, local); err != nil {
+		return "", fmt.Errorf("cannot put %s in place on the mirror: %w", d.name, err)
+	}
+	if err := writeSidecar(local, sum); err != nil {
+		return "", err
+	}
+	return sum, nil
+}
+
+// hashInto feeds the first n bytes of file to h, stopping when ctx is done:
+// a 40 GB partial file takes a while to read.
+func hashInto(ctx context.Context, h hash.Hash, file *os.File, n int64) error {
+	bp := bufPool.Get().(*[]byte)
+	defer bufPool.Put(bp)
+	buf := *bp
+	for off := int64(0); off < n; {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		k, err := file.ReadAt(buf[:min(int64(len(buf)), n-off)], off)
+		h.Write(buf[:k])
+		off += int64(k)
+		if err != nil && !(errors.Is(err, io.EOF) && off == n) {
+			return err
+		}
+	}
+	return nil
+}
+
+// The sidecar is a line as sha256sum writes it, so `sha256sum -c` reads it.
+func writeSidecar(local, sum string) error {
+	side := sidecarPath(local)
+	tmp := side + tmpSuffix
+	line := sum + "  " + filepath.Base(local) + "\n"
+	if err := os.WriteFile(tmp, []byte(line), 0o644); err != nil {
+		return fmt.Errorf("cannot record the sha256 of %s on the mirror: %w", filepath.Base(local), err)
+	}
+	if err := syncFile(tmp); err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("cannot record the sha256 of %s on the mirror: %w", filepath.Base(local), err)
+	}
+	if err := os.Rename(tmp, side); err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("cannot record the sha256 of %s on the mirror: %w", filepath.Base(local), err)
+	}
+	// Renames are only durable once the folder is; a filesystem that
+	// cannot sync a folder loses nothing worse than a rehash.
+	if dir, err := os.Open(filepath.Dir(local)); err == nil {
+		dir.Sync()
+		dir.Close()
+	}
+	return nil
+}
+
+// readSidecar returns the verified sha256 recorded beside a file.
+func readSidecar(local string) (string, error) {
+	b, err := os.ReadFile(sidecarPath(local))
+	if err != nil {
+		return "", err
+	}
+	sum, _, _ := strings.Cut(string(b), " ")
+	if len(sum) != 64 || !sha256Pattern.MatchString(sum) {
+		return "", fmt.Errorf("the sha256 recorded for %s is unreadable", filepath.Base(local))
+	}
+	return strings.ToLower(sum), nil
+}
+
+func syncFile(name string) error {
+	f, err := os.OpenFile(name, os.O_RDWR, 0)
+	if err != nil {
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// contentRange reads "bytes a-b/total"; total is -1 for "*".
+func contentRange(h string) (start, total int64, ok bool) {
+	spec, found := strings.CutPrefix(h, "bytes ")
+	if !found {
+		return 0, 0, false
+	}
+	rng, tot, found := strings.Cut(spec, "/")
+	if !found {
+		return 0, 0, false
+	}
+	a, _, found := strings.Cut(rng, "-")
+	if !found {
+		return 0, 0, false
+	}
+	start, err := strconv.ParseInt(strings.TrimSpace(a), 10, 64)
+	if err != nil || start < 0 {
+		return 0, 0, false
+	}
+	if tot == "*" {
+		return start, -1, true
+	}
+	total, err = strconv.ParseInt(strings.TrimSpace(tot), 10, 64)
+	if err != nil || total < 0 {
+		return 0, 0, false
+	}
+	return start, total, true
+}
+
+// retryAfter reads Retry-After as seconds or as a date; 0 when absent.
+func retryAfter(h string) time.Duration {
+	if h == "" {
+		return 0
+	}
+	if s, err := strconv.Atoi(h); err == nil && s > 0 {
+		return time.Duration(s) * time.Second
+	}
+	if t, err := http.ParseTime(h); err == nil {
+		return max(time.Until(t), 0)
+	}
+	return 0
+}
+
+func sizeMismatch(name string, got, want int64) error {
+	return fmt.Errorf("%s is %d bytes at the registry, and the registry published %d; it was not kept", name, got, want)
+}
+
+func status(code int) string { return strconv.Itoa(code) + " " + http.StatusText(code) }
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+	return strconv.Itoa(n) + " " + many
+}

@@ -1,0 +1,340 @@
+package mirror
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"path"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"time"
+)
+
+// flight is one file being fetched. Every Fetch that wants the file waits
+// on the same flight, so a file is fetched once however many jobs ask; the
+// flight is cancelled only when the last of them stops waiting.
+type flight struct {
+	file  File
+	local string
+	prev  *flight // a cancelled flight for the same file, still stopping
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	done   chan struct{} // closed when run returns; err and sum are set
+
+	fetching atomic.Bool
+	bytes    atomic.Int64 // bytes of the file on disk so far
+
+	// Guarded by Mirror.mu.
+	waiters int
+	subs    []chan *flight // told when the flight ends
+	err     error
+	sum     string
+}
+
+func (fl *flight) progress() FileProgress {
+	p := FileProgress{Path: fl.file.Path, State: Queued, BytesDone: fl.bytes.Load(), BytesTotal: fl.file.Size}
+	if fl.fetching.Load() {
+		p.State = Fetching
+	}
+	return p
+}
+
+// Fetch makes every file present and returns their local paths in order.
+// progress, when not nil, is called at most every ProgressEvery while files
+// arrive, and once at the end, always from the calling goroutine. A file
+// already present from the same commit with the published sha256 costs no
+// request. The first failure ends the Fetch; the other files' partial bytes
+// stay for the next one.
+func (m *Mirror) Fetch(ctx context.Context, files []File, progress func(Progress)) ([]string, error) {
+	// Every name is checked before anything touches the disk.
+	locals := make([]string, len(files))
+	for i, f := range files {
+		local, err := m.LocalPath(f.Model, f.Revision, f.Path)
+		if err != nil {
+			return nil, err
+		}
+		if err := checkSource(f); err != nil {
+			return nil, err
+		}
+		locals[i] = local
+	}
+	if err := m.checkSpace(files, locals); err != nil {
+		return nil, err
+	}
+
+	// Join the flights in progress, start the missing ones.
+	slots := make([]*flight, len(files))
+	final := make([]FileProgress, len(files))
+	ended := make(chan *flight, len(files))
+	pending := 0
+	m.mu.Lock()
+	for i, f := range files {
+		final[i] = FileProgress{Path: f.Path, State: Present, BytesDone: f.Size, BytesTotal: f.Size}
+		// A file named twice waits on one flight, counted once.
+		if j := slices.Index(locals[:i], locals[i]); j >= 0 {
+			if slots[i] = slots[j]; slots[i] != nil {
+				pending++
+			}
+			continue
+		}
+		if fl := m.flights[locals[i]]; fl != nil && fl.ctx.Err() == nil {
+			fl.waiters++
+			fl.subs = append(fl.subs, ended)
+			slots[i] = fl
+			pending++
+			continue
+		}
+		if _, ok := m.presentLocked(locals[i], f); ok {
+			continue
+		}
+		fl := m.startLocked(f, locals[i])
+		fl.subs = append(fl.subs, ended)
+		slots[i] = fl
+		pending++
+	}
+	m.mu.Unlock()
+
+	report := func() {
+		if progress == nil {
+			return
+		}
+		p := Progress{Files: make([]FileProgress, len(files))}
+		for i := range files {
+			p.Files[i] = final[i]
+			if slots[i] != nil {
+				p.Files[i] = slots[i].progress()
+			}
+			p.BytesDone += p.Files[i].BytesDone
+			p.BytesTotal += p.Files[i].BytesTotal
+		}
+		progress(p)
+	}
+	var tick <-chan time.Time
+	if progress != nil {
+		t := time.NewTicker(m.opts.ProgressEvery)
+		defer t.Stop()
+		tick = t.C
+	}
+
+	var err error
+	for pending > 0 && err == nil {
+		select {
+		case <-ctx.Done():
+			err = ctx.Err()
+		case <-tick:
+			report()
+		case fl := <-ended:
+			// One flight may stand in several slots (a file named twice).
+			for i := range slots {
+				if slots[i] != fl {
+					continue
+				}
+				slots[i], pending = nil, pending-1
+				m.mu.Lock()
+				ferr, sum := fl.err, fl.sum
+				m.mu.Unlock()
+				// A joiner may expect another sha256 than the flight's
+				// starter did; each checks its own.
+				if ferr == nil && files[i].SHA256 != "" && !strings.EqualFold(sum, files[i].SHA256) {
+					ferr = mismatch(files[i].Path, sum, files[i].SHA256)
+				}
+				if ferr != nil {
+					final[i] = FileProgress{Path: files[i].Path, State: Failed,
+						BytesDone: fl.bytes.Load(), BytesTotal: files[i].Size, Err: ferr.Error()}
+					err = ferr
+				}
+			}
+		}
+	}
+	if err != nil {
+		m.leave(slots, ended)
+		// What this Fetch leaves unfinished stays as far as it came.
+		for i, fl := range slots {
+			if fl != nil {
+				final[i] = FileProgress{Path: files[i].Path, State: Partial,
+					BytesDone: fl.bytes.Load(), BytesTotal: files[i].Size}
+				slots[i] = nil
+			}
+		}
+	}
+	report()
+	if err != nil {
+		return nil, err
+	}
+	return locals, nil
+}
+
+// checkSource refuses a file the mirror could not fetch or check.
+func checkSource(f File) error {
+	if f.Size < 0 {
+		return fmt.Errorf("the registry published a size of %d bytes for %s; it is not fetched", f.Size, f.Path)
+	}
+	if f.SHA256 != "" && !sha256Pattern.MatchString(f.SHA256) {
+		return fmt.Errorf("the registry published %q as the sha256 of %s, which is not a sha256; it is not fetched", f.SHA256, f.Path)
+	}
+	u, err := url.Parse(f.URL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https" && u.Scheme != "file") {
+		return fmt.Errorf("%s cannot be fetched from %q; the mirror fetches http, https and file URLs", f.Path, f.URL)
+	}
+	return nil
+}
+
+// startLocked starts a flight for a file; m.mu is held.
+func (m *Mirror) startLocked(f File, local string) *flight {
+	ctx, cancel := context.WithCancel(context.Background())
+	fl := &flight{file: f, local: local, ctx: ctx, cancel: cancel, done: make(chan struct{}), waiters: 1}
+	// A flight nobody waits for any more is cancelled but may still be
+	// closing the partial file; the new one starts after it.
+	if old := m.flights[local]; old != nil {
+		fl.prev = old
+	}
+	if st, err := os.Stat(partialPath(local)); err == nil && st.Size() <= f.Size {
+		fl.bytes.Store(st.Size())
+	}
+	m.flights[local] = fl
+	delete(m.failed, local)
+	go m.run(fl)
+	return fl
+}
+
+// run fetches the flight's file and tells its waiters. Its lifetime is the
+// flight's: it returns once the file is present, has failed, or every
+// waiter has left.
+func (m *Mirror) run(fl *flight) {
+	if fl.prev != nil {
+		<-fl.prev.done
+	}
+	sum, err := m.fetchFile(fl.ctx, fl)
+	if err != nil && fl.ctx.Err() == nil {
+		m.log.Warn("mirror fetch failed", "model", fl.file.Model, "revision", fl.file.Revision,
+			"path", fl.file.Path, "err", err)
+	}
+	m.mu.Lock()
+	if m.flights[fl.local] == fl {
+		delete(m.flights, fl.local)
+	}
+	if err != nil && fl.ctx.Err() == nil {
+		m.failed[fl.local] = failure{file: fl.file, err: err.Error(), at: time.Now()}
+	}
+	fl.err, fl.sum = err, sum
+	for _, c := range fl.subs {
+		c <- fl // buffered for every file of its Fetch: never blocks
+	}
+	fl.subs = nil
+	m.mu.Unlock()
+	fl.cancel()
+	close(fl.done)
+}
+
+// leave stops waiting for the flights still in slots, cancels those nobody
+// else waits for, and waits until they have stopped, so that nothing of
+// this Fetch runs after it returns.
+func (m *Mirror) leave(slots []*flight, ended chan *flight) {
+	var stopping []*flight
+	seen := map[*flight]bool{}
+	m.mu.Lock()
+	for _, fl := range slots {
+		if fl == nil || seen[fl] {
+			continue
+		}
+		seen[fl] = true
+		fl.subs = removeSub(fl.subs, ended)
+		fl.waiters--
+		if fl.waiters == 0 {
+			fl.cancel()
+			stopping = append(stopping, fl)
+		}
+	}
+	m.mu.Unlock()
+	for _, fl := range stopping {
+		<-fl.done
+	}
+}
+
+func removeSub(subs []chan *flight, c chan *flight) []chan *flight {
+	out := subs[:0]
+	for _, s := range subs {
+		if s != c {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// presentLocked says whether the file is on disk, whole, with a verified
+// sha256 that is the one published; m.mu is held so that no flight can
+// rename a file into place between the look and the answer.
+func (m *Mirror) presentLocked(local string, f File) (string, bool) {
+	st, err := os.Stat(local)
+	if err != nil || !st.Mode().IsRegular() || st.Size() != f.Size {
+		return "", false
+	}
+	sum, err := readSidecar(local)
+	if err != nil || (f.SHA256 != "" && !strings.EqualFold(sum, f.SHA256)) {
+		return "", false
+	}
+	return sum, true
+}
+
+// checkSpace refuses a Fetch whose bytes still to come, plus 5% for the
+// filesystem's own needs and for whatever else writes there meanwhile, do
+// not fit. Failing now beats failing at 95% of a 40 GB file.
+func (m *Mirror) checkSpace(files []File, locals []string) error {
+	var need int64
+	seen := map[string]bool{}
+	var models []string
+	for i, f := range files {
+		if seen[locals[i]] {
+			continue
+		}
+		seen[locals[i]] = true
+		m.mu.Lock()
+		_, ok := m.presentLocked(locals[i], f)
+		m.mu.Unlock()
+		if ok {
+			continue
+		}
+		left := f.Size
+		if st, err := os.Stat(partialPath(locals[i])); err == nil && st.Size() <= f.Size {
+			left -= st.Size()
+		}
+		need += left
+		if !slices.Contains(models, f.Model) {
+			models = append(models, f.Model)
+		}
+	}
+	if need == 0 {
+		return nil
+	}
+	need += need / 20
+	free, err := m.opts.FreeSpace(m.dir)
+	if err != nil {
+		return fmt.Errorf("cannot tell whether %s has room for %s: %w", m.dir, strings.Join(models, ", "), err)
+	}
+	if free < uint64(need) {
+		return fmt.Errorf("needs %.1f GB free to fetch %s, and %s has %.1f GB",
+			gb(need), strings.Join(models, ", "), m.dir, gb(int64(min(free, 1<<62))))
+	}
+	return nil
+}
+
+// mismatch is the sentence for a file that is not what the registry
+// published.
+func mismatch(p, got, want string) error {
+	return fmt.Errorf("%s arrived with sha256 %s, and the registry published %s",
+		path.Base(p), short(got), short(strings.ToLower(want)))
+}
+
+func short(sum string) string {
+	if len(sum) > 12 {
+		return sum[:12]
+	}
+	return sum
+}
+
+// errStalled cancels a try on which no byte arrived for StallTimeout.
+var errStalled = errors.New("stalled")

@@ -1,0 +1,296 @@
+// Package mirror keeps model files in the data directory, fetched from a
+// registry, checked against the sha256 the registry published, and serves
+// them over HTTP to the nodes that run replicas.
+//
+// Model files are tens of gigabytes, and fetching them by hand fails in dull
+// ways that cost hours: a connection cut at 80% and a download started over,
+// a CDN that ignores a Range request and appends the whole file to the half
+// already there, a corrupted copy noticed only when a replica will not load
+// it on every node, two jobs fetching the same shard side by side, a disk
+// that fills up at 95%. The mirror fetches each file once, hashing as the
+// bytes arrive, continues a partial file where it stopped, retries what is
+// worth retrying, refuses to start what will not fit, and only ever shows a
+// file to the nodes once it is whole and verified.
+package mirror
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"path"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"time"
+
+	"modelserve/internal/hf"
+)
+
+// Options configure a Mirror. Only Dir is required.
+type Options struct {
+	// Dir holds the files: <Dir>/<model>/<revision>/<path>. Usually <data>/mirror.
+	Dir string
+	// HTTP fetches files; nil gives a client with connect and TLS timeouts
+	// that also fetches file:// URLs (the local-folder registry's).
+	HTTP *http.Client
+	// Authorize adds the registry's token to a request bound for the
+	// registry's own host (hf.Client.AuthorizeRequest); nil sends none.
+	// It is called on the first request only: a redirect to another host
+	// never carries the Authorization header.
+	Authorize func(*http.Request)
+	// StallTimeout is how long no byte may arrive before the try counts
+	// as failed and the next one resumes; default 60s.
+	StallTimeout time.Duration
+	// MaxRetries is how many times one file is tried again after a
+	// transient failure; default 5. Negative means none.
+	MaxRetries int
+	// Backoff is the first wait before a retry, doubled for each further
+	// one (at most a minute); default 1s.
+	Backoff time.Duration
+	// FreeSpace reports the bytes free for an unprivileged user in dir;
+	// default statfs(2).
+	FreeSpace func(dir string) (uint64, error)
+	// ProgressEvery is the least time between two progress reports of a
+	// Fetch; default 250ms.
+	ProgressEvery time.Duration
+	// Parallel is how many files are fetched at once across all callers;
+	// default 4. More than a few only splits the same bandwidth.
+	Parallel int
+	// Log receives retries and failures; nil uses slog.Default().
+	Log *slog.Logger
+}
+
+// Mirror is the set of files under one directory. Its methods are safe for
+// concurrent use; two Mirrors must not share a directory at the same time.
+type Mirror struct {
+	dir   string
+	opts  Options
+	http  *http.Client
+	log   *slog.Logger
+	slots chan struct{} // one token per file being fetched
+
+	mu      sync.Mutex
+	flights map[string]*flight // local path → the fetch in progress
+	failed  map[string]failure // local path → why the last fetch failed
+}
+
+// failure is what List shows for a file whose last fetch failed, until it
+// is fetched again or removed.
+type failure struct {
+	file File
+	err  string
+	at   time.Time
+}
+
+// File is one file to have on the mirror.
+type File struct {
+	// Model is the catalog name: [a-z0-9][a-z0-9._-]*.
+	Model string
+	// Revision is the commit, short (7 hex digits or more).
+	Revision string
+	// Path is the file's path in the repository, "/" between folders.
+	Path string
+	// URL is where to fetch it: http(s), or file for a local folder.
+	URL  string
+	Size int64
+	// SHA256 is the hex sha256 the registry published; "" checks the size only.
+	SHA256 string
+}
+
+// State is where a file stands.
+type State string
+
+const (
+	Queued   State = "queued"   // waiting for a free download slot
+	Fetching State = "fetching" // bytes arriving
+	Present  State = "present"  // whole and verified, served to nodes
+	Failed   State = "failed"   // the last fetch failed; Err says why
+	// Partial is a file part-fetched and not being fetched now (stopped by
+	// a restart or a cancelled job); the next Fetch continues it.
+	Partial State = "partial"
+)
+
+// FileProgress is how far one file of a Fetch has come.
+type FileProgress struct {
+	Path       string
+	State      State
+	BytesDone  int64
+	BytesTotal int64
+	Err        string
+}
+
+// Progress is how far a Fetch has come, per file and in all.
+type Progress struct {
+	Files      []FileProgress
+	BytesDone  int64
+	BytesTotal int64
+}
+
+// Entry is one file List knows of: on disk, partial, being fetched, or
+// failed.
+type Entry struct {
+	Model, Revision, Path string
+	// Size is the bytes on disk (the partial file's, for one not present).
+	Size int64
+	// SHA256 is the verified sha256 of a present file; "" when the file
+	// was put there by hand and never checked.
+	SHA256     string
+	State      State
+	BytesDone  int64
+	BytesTotal int64 // 0 when unknown (a partial file left by a restart)
+	Err        string
+	Modified   time.Time
+}
+
+// ErrNotFound is wrapped by errors about files the mirror does not have.
+var ErrNotFound = errors.New("it is not on the mirror")
+
+// New returns the mirror in o.Dir, creating the directory.
+func New(o Options) (*Mirror, error) {
+	if o.Dir == "" {
+		return nil, errors.New("the mirror needs a directory to keep files in (Options.Dir)")
+	}
+	dir, err := filepath.Abs(o.Dir)
+	if err != nil {
+		return nil, fmt.Errorf("cannot resolve the mirror directory %s: %w", o.Dir, err)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("cannot create the mirror directory %s: %w", dir, err)
+	}
+	if o.StallTimeout <= 0 {
+		o.StallTimeout = 60 * time.Second
+	}
+	if o.MaxRetries == 0 {
+		o.MaxRetries = 5
+	}
+	if o.Backoff <= 0 {
+		o.Backoff = time.Second
+	}
+	if o.FreeSpace == nil {
+		o.FreeSpace = freeSpace
+	}
+	if o.ProgressEvery <= 0 {
+		o.ProgressEvery = 250 * time.Millisecond
+	}
+	if o.Parallel <= 0 {
+		o.Parallel = 4
+	}
+	log := o.Log
+	if log == nil {
+		log = slog.Default()
+	}
+	base := o.HTTP
+	if base == nil {
+		base = defaultClient()
+	}
+	return &Mirror{
+		dir:     dir,
+		opts:    o,
+		http:    withoutAuthOnRedirect(base),
+		log:     log,
+		slots:   make(chan struct{}, o.Parallel),
+		flights: map[string]*flight{},
+		failed:  map[string]failure{},
+	}, nil
+}
+
+// defaultClient has timeouts for connecting and nothing for the whole
+// request: a 40 GB download takes as long as it takes, and a stall is
+// caught by StallTimeout instead.
+func defaultClient() *http.Client {
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	// A transparently gunzipped body would not match the published size,
+	// and offsets into it would not be offsets into the file.
+	tr.DisableCompression = true
+	tr.ResponseHeaderTimeout = 0
+	tr.RegisterProtocol("file", http.NewFileTransport(http.Dir("/")))
+	return &http.Client{Transport: tr}
+}
+
+// withoutAuthOnRedirect copies c so that a redirect to any other host:port
+// drops the Authorization header. Go keeps it when the host name is the same
+// or a subdomain, whatever the port: huggingface.co redirects to
+// cdn-lfs.huggingface.co, which must not see the token.
+func withoutAuthOnRedirect(c *http.Client) *http.Client {
+	cc := *c
+	theirs := c.CheckRedirect
+	cc.CheckRedirect = func(req *http.Request, via []*http.Request) error {
+		if req.URL.Host != via[0].URL.Host || req.URL.Scheme != via[0].URL.Scheme {
+			req.Header.Del("Authorization")
+		}
+		if theirs != nil {
+			return theirs(req, via)
+		}
+		if len(via) >= 10 {
+			return errors.New("stopped after 10 redirects")
+		}
+		return nil
+	}
+	return &cc
+}
+
+// LocalPath is where a file is (or would be) kept, after checking every
+// name that goes into it.
+func (m *Mirror) LocalPath(model, revision, p string) (string, error) {
+	if err := checkNames(model, revision, p); err != nil {
+		return "", err
+	}
+	return filepath.Join(m.dir, model, revision, filepath.FromSlash(p)), nil
+}
+
+var (
+	modelPattern    = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]*$`)
+	revisionPattern = regexp.MustCompile(`^[0-9a-f]{7,64}$`)
+	sha256Pattern   = regexp.MustCompile(`^[0-9a-fA-F]{64}$`)
+)
+
+// checkNames refuses anything that could not safely become a folder or file
+// name under the mirror's directory. Names come from a registry and from
+// requests; none reaches the filesystem before passing here.
+func checkNames(model, revision, p string) error {
+	if !modelPattern.MatchString(model) || len(model) > 128 {
+		return fmt.Errorf("%q is not a model name; it is lower-case letters, digits, '.', '_' and '-', starting with a letter or digit", model)
+	}
+	if !revisionPattern.MatchString(revision) {
+		return fmt.Errorf("%q is not a revision the mirror keeps files under; it is a commit, 7 to 64 lower-case hex digits", revision)
+	}
+	if err := hf.CheckPath(p); err != nil {
+		return err
+	}
+	if reserved(path.Base(p)) {
+		return fmt.Errorf("the registry named a file %q, a name the mirror keeps for its own bookkeeping; it is not fetched", p)
+	}
+	return nil
+}
+
+// The mirror's own files sit beside the files they are about: <name>.partial
+// while bytes arrive, and a hidden .<name>.sha256 once verified. The sidecar
+// is hidden so that it cannot collide with a checksum file a repository
+// publishes (model.gguf.sha256).
+const (
+	partialSuffix = ".partial"
+	sidecarSuffix = ".sha256"
+	tmpSuffix     = ".tmp"
+)
+
+func partialPath(local string) string { return local + partialSuffix }
+
+func sidecarPath(local string) string {
+	return filepath.Join(filepath.Dir(local), "."+filepath.Base(local)+sidecarSuffix)
+}
+
+// reserved says whether a file name is one of the mirror's own.
+func reserved(name string) bool {
+	if strings.HasSuffix(name, partialSuffix) {
+		return true
+	}
+	return strings.HasPrefix(name, ".") &&
+		(strings.HasSuffix(name, sidecarSuffix) || strings.HasSuffix(name, sidecarSuffix+tmpSuffix))
+}
+
+// gb is bytes in the unit people read model sizes in; the rest of
+// modelserve reports GB as 2^30 bytes, so this does too.
+func gb(b int64) float64 { return float64(b) / (1 << 30) }
