@@ -21,6 +21,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 
 	parser "github.com/gpustack/gguf-parser-go"
 )
@@ -172,8 +173,18 @@ func readLocal(path string, o options, popts []parser.GGUFReadOption) (*parser.G
 	if _, err := os.Stat(path); err != nil {
 		return nil, err
 	}
+	parseMu.Lock()
+	defer parseMu.Unlock()
 	return parser.ParseGGUFFile(path, append(popts, parser.UseMMap())...)
 }
+
+// parseMu lets one header be parsed at a time in this process. With
+// gguf-parser-go v0.28.1, forty concurrent reads through the planner came
+// back corrupt three times ("seek delta overflow", EOF) and the race
+// detector pointed into the library's pooled buffers. The planner and the
+// check step both read headers, so the lock is here rather than in either.
+// A header is small: waiting for one costs little.
+var parseMu sync.Mutex
 
 func readRemote(ctx context.Context, u *url.URL, o options, popts []parser.GGUFReadOption) (*parser.GGUFFile, error) {
 	final, sameHost, err := follow(ctx, o.client, u, o.bearer)
@@ -192,6 +203,8 @@ func readRemote(ctx context.Context, u *url.URL, o options, popts []parser.GGUFR
 		// end in ".gguf", from matching.
 		s += "#only"
 	}
+	parseMu.Lock()
+	defer parseMu.Unlock()
 	return parser.ParseGGUFFileRemote(ctx, s, popts...)
 }
 

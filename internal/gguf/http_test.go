@@ -2,6 +2,7 @@ package gguf
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -217,4 +218,38 @@ func BenchmarkReadHeaderHTTP(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(srv.served.Load())/float64(b.N), "served-bytes/op")
+}
+
+// TestReadHTTPConcurrently reads headers of different shapes at once, as the
+// planner and a job's check step do: each must come back as written.
+func TestReadHTTPConcurrently(t *testing.T) {
+	dir := t.TempDir()
+	const files = 12
+	for i := 0; i < files; i++ {
+		s := ggufgen.Spec{BlockCount: uint32(2 + i%4), ContextLength: uint32(1024 * (i + 1))}
+		if err := ggufgen.WriteFile(filepath.Join(dir, fmt.Sprintf("m%d.gguf", i)), s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	srv := newFileServer(t, dir, nil)
+	var wg sync.WaitGroup
+	errs := make(chan error, files)
+	for i := 0; i < files; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			h, err := Read(context.Background(), fmt.Sprintf("%s/m%d.gguf", srv.URL, i), OnlyThisFile())
+			switch {
+			case err != nil:
+				errs <- fmt.Errorf("m%d: %w", i, err)
+			case h.BlockCount != 2+i%4 || h.ContextLength != 1024*(i+1):
+				errs <- fmt.Errorf("m%d read as %d blocks, %d context; written with %d, %d", i, h.BlockCount, h.ContextLength, 2+i%4, 1024*(i+1))
+			}
+		}(i)
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
 }

@@ -1,0 +1,772 @@
+// Package plan answers an operator's first question about a model — will it
+// fit, and which file should I take — before a single gigabyte is fetched.
+//
+// A repository of GGUF files offers a dozen quantisations of one model, and
+// which of them suits the hardware depended on arithmetic somebody did by
+// hand: the file's size, the KV cache of the context the model will be
+// asked to hold, what the engine adds, each card's memory. Getting it wrong
+// was found out late — a 70B whose weights loaded onto a 24 GB card and then
+// failed to make its context, an 8B asked for 131072 tokens on one card —
+// after the download. This package reads each file's header from the
+// registry with a few Range requests (cached by the file's sha256, so a
+// repository of twenty 4 GB files costs twenty headers), and works out for
+// every file and every shape of the pool (the CPU of a node, N cards of a
+// class, several nodes for vLLM) the memory it needs, how many nodes could
+// host it now, how fast it would answer and the longest context that fits;
+// then it recommends the file to serve and says why in a sentence.
+package plan
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"slices"
+	"strings"
+	"sync"
+
+	"modelserve/internal/hf"
+)
+
+// Formats and engines an option names.
+const (
+	FormatGGUF        = "gguf"
+	FormatSafetensors = "safetensors"
+	EngineLlamaCpp    = "llamacpp"
+	EngineVLLM        = "vllm"
+	// Original is the artifact name of a repository's original
+	// (safetensors) weights.
+	Original = "original"
+)
+
+// Where an option can run: now (a node has the memory free), on the
+// hardware the pool has (but it is in use), or nowhere in this pool.
+const (
+	FitsNow      = "now"
+	FitsHardware = "hardware"
+	FitsNowhere  = "nowhere"
+)
+
+// DefaultContext is the pool of tokens planned for when a request names
+// none: llama.cpp's --ctx-size the serve request defaults to, four slots of
+// 4096.
+const DefaultContext = 16384
+
+// defaultSlotTokens is what one slot holds when a request gives a context
+// but no parallel count: the serve request's default context length.
+const defaultSlotTokens = 4096
+
+// An embedding model's pool when its caller did not size it: passages of up
+// to 1024 tokens, 32 at a time, as the serve request sizes one.
+const (
+	embedSlotTokens = 1024
+	embedSlots      = 32
+)
+
+// Request is what a plan is made for.
+type Request struct {
+	// Context is the pool of tokens the engine holds (llama.cpp's
+	// --ctx-size, vLLM's --max-model-len); DefaultContext when zero.
+	Context int `json:"context"`
+	// Format is "gguf", "safetensors" or empty for both.
+	Format string `json:"format,omitempty"`
+	// Parallel is how many requests share the pool; Context/4096 (at
+	// least one) when zero.
+	Parallel int `json:"parallel"`
+}
+
+// Option is one way to run one artifact: a file set on the CPU of a node, or
+// on cards of a class.
+type Option struct {
+	// Artifact is the GGUF set's name, or "original" for the safetensors
+	// weights.
+	Artifact string `json:"artifact"`
+	Quant    string `json:"quant,omitempty"`
+	Format   string `json:"format"`
+	Engine   string `json:"engine"`
+	// CPU runs it on a node's CPU; otherwise GPUsPerNode cards of Class
+	// on each of Nodes nodes.
+	CPU         bool   `json:"cpu,omitempty"`
+	Class       string `json:"class,omitempty"`
+	GPUsPerNode int    `json:"gpus_per_node,omitempty"`
+	Nodes       int    `json:"nodes,omitempty"`
+	// NeedGB is the memory it needs on each card, or of a node's RAM on
+	// the CPU, for Context tokens: (weights + KV cache + engine) / cards.
+	NeedGB     float64 `json:"need_gb"`
+	WeightsGB  float64 `json:"weights_gb"`
+	KVGB       float64 `json:"kv_gb"`
+	OverheadGB float64 `json:"overhead_gb"`
+	Context    int     `json:"context"`
+	// Hosts is how many nodes have its share free now; Capable how many
+	// have the hardware for it, in use or not.
+	Hosts   int    `json:"hosts"`
+	Capable int    `json:"capable"`
+	Fit     string `json:"fit"`
+	// Why says what stops it, for an option that does not fit now.
+	Why string `json:"why,omitempty"`
+	// TokensPerSecond is an estimate for one reply: the memory bandwidth
+	// over the bytes each token reads. It is a ceiling; engines reach
+	// half to four fifths of it. Zero for an embedding model.
+	TokensPerSecond float64 `json:"tokens_per_second"`
+	// LongestContext is the trained context cut to what fits beside the
+	// weights on this shape's hardware, a multiple of 1024; 0 when the
+	// weights do not fit or the shape is unknown.
+	LongestContext int `json:"longest_context"`
+	// ExpertParallel spreads a mixture of experts' experts whole over
+	// vLLM's cards rather than slicing each.
+	ExpertParallel bool `json:"expert_parallel,omitempty"`
+	// Estimated marks memory worked out without the file's header.
+	Estimated bool `json:"estimated,omitempty"`
+}
+
+// GPUs is how many cards the option takes in all.
+func (o Option) GPUs() int {
+	if o.CPU || o.Class == "" {
+		return 0
+	}
+	return max(o.GPUsPerNode, 1) * max(o.Nodes, 1)
+}
+
+// Label names the shape: "CPU", "2×A100-80GB", "2 nodes × 8×H100-80GB".
+func (o Option) Label() string {
+	switch {
+	case o.CPU:
+		return "CPU"
+	case o.Class == "":
+		return "unplanned"
+	case max(o.Nodes, 1) > 1:
+		return fmt.Sprintf("%d nodes × %d×%s", o.Nodes, max(o.GPUsPerNode, 1), o.Class)
+	}
+	return fmt.Sprintf("%d×%s", max(o.GPUsPerNode, 1), o.Class)
+}
+
+// WithContext is the option's memory for another context, given the KV
+// cache each token takes.
+func (o Option) WithContext(kvBytesPerToken int64, tokens int) Option {
+	if kvBytesPerToken > 0 && tokens > 0 {
+		o.KVGB = round2(gib(kvBytesPerToken * int64(tokens)))
+		o.Context = tokens
+	}
+	o.NeedGB = round2((o.WeightsGB + o.KVGB + o.OverheadGB) / float64(max(o.GPUs(), 1)))
+	return o
+}
+
+// round2 keeps figures in GB to two decimals: what a page shows and a
+// sentence says, without float noise in the JSON.
+func round2(gb float64) float64 { return math.Round(gb*100) / 100 }
+
+// MemoryText says what the option needs and of what: "40.5 GB on each of 2
+// A100-80GB cards (weights 69.9 GB + KV cache 10.0 GB for 32768 tokens +
+// engine 1.1 GB)".
+func (o Option) MemoryText() string {
+	basis := fmt.Sprintf("weights %.1f GB + KV cache %.1f GB for %d tokens + engine %.1f GB",
+		o.WeightsGB, o.KVGB, o.Context, o.OverheadGB)
+	if o.Estimated {
+		basis = fmt.Sprintf("weights %.1f GB plus half again plus two; the header gave no shape", o.WeightsGB)
+	}
+	return fmt.Sprintf("%.1f GB %s (%s)", o.NeedGB, o.onWhat(), basis)
+}
+
+// onWhat is where the memory is needed, for sentences.
+func (o Option) onWhat() string {
+	switch n := o.GPUs(); {
+	case o.CPU:
+		return "of a node's RAM"
+	case n == 0:
+		return "on the hardware asked for"
+	case n == 1:
+		return "on " + article(o.Class) + " " + o.Class
+	case max(o.Nodes, 1) > 1:
+		return fmt.Sprintf("on each of %d %s cards, %d on each of %d nodes", n, o.Class, o.GPUsPerNode, o.Nodes)
+	default:
+		return fmt.Sprintf("on each of %d %s cards", n, o.Class)
+	}
+}
+
+// where is the shape for a reason sentence: "on an L4", "on 2 A100-80GB
+// cards", "on the CPU".
+func (o Option) where() string {
+	switch n := o.GPUs(); {
+	case o.CPU:
+		return "on the CPU"
+	case n == 1:
+		return "on " + article(o.Class) + " " + o.Class
+	case max(o.Nodes, 1) > 1:
+		return fmt.Sprintf("on %d nodes of %d %s cards", o.Nodes, o.GPUsPerNode, o.Class)
+	default:
+		return fmt.Sprintf("on %d %s cards", n, o.Class)
+	}
+}
+
+// article is "an" before a card name read out with a vowel sound (an L4,
+// an A100, an H100, an RTX-4090) and "a" otherwise (a T4, a V100); a card
+// outside the table gets "one", as its name may be a word.
+func article(class string) string {
+	if _, known := LookupClass(class); !known {
+		return "one"
+	}
+	if class != "" && strings.ContainsRune("AEFHILMNORSX", rune(class[0])) {
+		return "an"
+	}
+	return "a"
+}
+
+// SetPlan is what the planner read of one artifact.
+type SetPlan struct {
+	hf.FileSet
+	Format string `json:"format"`
+	// Architecture and the rest are from the header of the set's first
+	// shard; empty when it could not be read.
+	Architecture   string `json:"architecture,omitempty"`
+	TrainedContext int    `json:"trained_context,omitempty"`
+	// Planned is false for a set with shards missing, and for the split
+	// copy of a file the repository also has joined.
+	Planned bool `json:"planned"`
+	// Note says why the set is not planned, or planned on an estimate.
+	Note string `json:"note,omitempty"`
+}
+
+// Plan is what a repository's files need and where each can run.
+type Plan struct {
+	Repo     string `json:"repo"`
+	Commit   string `json:"commit"`
+	Context  int    `json:"context"`
+	Parallel int    `json:"parallel"`
+	// The model's shape, from the first header read.
+	Architecture    string    `json:"architecture,omitempty"`
+	TrainedContext  int       `json:"trained_context,omitempty"`
+	Embedding       bool      `json:"embedding,omitempty"`
+	Experts         int       `json:"experts,omitempty"`
+	ExpertsUsed     int       `json:"experts_used,omitempty"`
+	KVBytesPerToken int64     `json:"kv_bytes_per_token"`
+	Sets            []SetPlan `json:"sets"`
+	// Options are every way every artifact can run, best first: what fits
+	// now before what fits the hardware before what fits nowhere, then
+	// the faster.
+	Options []Option `json:"options"`
+	// Choice is the file to serve by default, and Reason says why in a
+	// sentence (or why there is none).
+	Choice *Option  `json:"recommended,omitempty"`
+	Reason string   `json:"reason"`
+	Notes  []string `json:"notes,omitempty"`
+}
+
+// Recommended is the file to serve when the operator names none: the best
+// quality that fits the pool with the asked context, on its best option.
+func (p Plan) Recommended() (Option, bool) {
+	if p.Choice == nil {
+		return Option{}, false
+	}
+	return *p.Choice, true
+}
+
+// For is the plan's options for one artifact, best first.
+func (p Plan) For(artifact string) []Option {
+	var out []Option
+	for _, o := range p.Options {
+		if o.Artifact == artifact {
+			out = append(out, o)
+		}
+	}
+	return out
+}
+
+// Config is what a Planner needs.
+type Config struct {
+	// Pool is the hardware now; required (Pool.Nodes).
+	Pool func() []Node
+	// Headers reads a GGUF header from a URL or path; required.
+	Headers HeaderReader
+	// DownloadURL is where a file of a repository at a commit is read;
+	// required (hf.Registry's DownloadURL).
+	DownloadURL func(id, commit, path string) string
+	// Concurrency bounds the headers read at once: 1 when zero.
+	// gguf-parser-go v0.28.1 corrupts headers it reads over HTTP at the
+	// same time (a data race in its pooled buffers; 3 of 40 concurrent
+	// reads failed here), so raise it only with a reader that is safe.
+	Concurrency int
+	Log         *slog.Logger
+}
+
+// Planner makes plans. Safe for concurrent use.
+type Planner struct {
+	cfg   Config
+	cache *headerCache
+}
+
+// New checks the configuration and builds a Planner.
+func New(cfg Config) (*Planner, error) {
+	switch {
+	case cfg.Pool == nil:
+		return nil, errors.New("the planner needs the pool of nodes: set Config.Pool")
+	case cfg.Headers == nil:
+		return nil, errors.New("the planner needs a header reader: set Config.Headers")
+	case cfg.DownloadURL == nil:
+		return nil, errors.New("the planner needs the registry's download URLs: set Config.DownloadURL")
+	}
+	if cfg.Concurrency <= 0 {
+		cfg.Concurrency = 1
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.Default()
+	}
+	return &Planner{cfg: cfg, cache: newHeaderCache()}, nil
+}
+
+// Plan works out where each of a repository's artifacts can run on the pool
+// as it is now, reading each GGUF set's header (not its weights).
+func (p *Planner) Plan(ctx context.Context, repo hf.Repo, req Request) (Plan, error) {
+	switch req.Format {
+	case "", FormatGGUF, FormatSafetensors:
+	default:
+		return Plan{}, fmt.Errorf("the format is gguf or safetensors, not %q", req.Format)
+	}
+	if req.Context < 0 || req.Parallel < 0 {
+		return Plan{}, errors.New("the context and the parallel count cannot be negative")
+	}
+	pl := Plan{Repo: repo.ID, Commit: repo.Commit, Sets: []SetPlan{}, Options: []Option{}}
+	ggufSets, original := artifacts(repo)
+	if len(ggufSets) == 0 && original == nil {
+		return Plan{}, fmt.Errorf("%s has neither GGUF files nor safetensors weights: nothing here for llama.cpp or vLLM to run", repo.ID)
+	}
+	if req.Format == FormatSafetensors && original == nil {
+		return Plan{}, fmt.Errorf("%s has no safetensors weights at its top: plan its GGUF files instead", repo.ID)
+	}
+	if req.Format == FormatGGUF && len(ggufSets) == 0 {
+		return Plan{}, fmt.Errorf("%s has no GGUF files; llama.cpp needs one: plan its safetensors weights with vLLM instead", repo.ID)
+	}
+
+	// The headers first: whether it is an embedding model decides the
+	// context planned for. For the original weights one header is enough:
+	// it gives the shape their KV cache is worked out from.
+	shapes := make([]*shape, len(ggufSets))
+	errs := make([]error, len(ggufSets))
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, p.cfg.Concurrency)
+	reading := 0
+	for i, set := range ggufSets {
+		if len(set.Missing) > 0 || splitCopy(ggufSets, i) || (req.Format == FormatSafetensors && reading > 0) {
+			continue
+		}
+		reading++
+		wg.Go(func() {
+			select {
+			case sem <- struct{}{}:
+			case <-ctx.Done():
+				errs[i] = ctx.Err()
+				return
+			}
+			defer func() { <-sem }()
+			first := set.Files[0]
+			shapes[i], errs[i] = p.cache.get(ctx, first.SHA256, p.cfg.DownloadURL(repo.ID, repo.Commit, first.Path), p.cfg.Headers)
+		})
+	}
+	wg.Wait()
+	if err := ctx.Err(); err != nil {
+		return Plan{}, err
+	}
+	// The model's shape from the first header that gives one: every
+	// quantisation of a model has the same.
+	var model *shape
+	for _, s := range shapes {
+		if s != nil && s.shaped {
+			model = s
+			break
+		}
+	}
+	if model != nil {
+		pl.Architecture, pl.TrainedContext, pl.Embedding = model.arch, model.trained, model.embedding
+		pl.Experts, pl.ExpertsUsed, pl.KVBytesPerToken = model.experts, model.expertsUsed, model.kvPerToken
+	}
+	pl.Context, pl.Parallel = req.Context, req.Parallel
+	if pl.Context == 0 {
+		pl.Context = DefaultContext
+		if pl.Embedding {
+			pl.Context = embedSlotTokens * embedSlots
+			pl.Parallel = cmp.Or(pl.Parallel, embedSlots)
+		}
+	}
+	if pl.Parallel == 0 {
+		pl.Parallel = max(1, pl.Context/defaultSlotTokens)
+	}
+	if pl.TrainedContext > 0 && pl.Context/pl.Parallel > pl.TrainedContext {
+		pl.Notes = append(pl.Notes, fmt.Sprintf("each of %d slots of a %d-token pool holds more than the %d tokens the model was trained for",
+			pl.Parallel, pl.Context, pl.TrainedContext))
+	}
+
+	nodes := p.cfg.Pool()
+	if len(nodes) == 0 {
+		pl.Notes = append(pl.Notes, "the pool has no nodes: nothing fits anywhere until one is declared or read")
+	}
+	if req.Format != FormatSafetensors {
+		for i, set := range ggufSets {
+			sp := SetPlan{FileSet: set, Format: FormatGGUF}
+			switch {
+			case len(set.Missing) > 0:
+				sp.Note = fmt.Sprintf("not planned: shard(s) %s of %d are missing from the repository", joinInts(set.Missing), set.Shards)
+			case splitCopy(ggufSets, i):
+				// A joined and a split copy of one file share a name; the
+				// joined one, sorted first, is planned and served.
+				sp.Note = "not planned: a split copy of the file above, which is planned in its place"
+			case errs[i] != nil:
+				sp.Note = "planned on an estimate: its header could not be read: " + errs[i].Error()
+				p.cfg.Log.Warn("reading a GGUF header to plan", "repo", repo.ID, "file", set.Files[0].Path, "err", errs[i])
+			}
+			if s := shapes[i]; s != nil {
+				sp.Architecture, sp.TrainedContext = s.arch, s.trained
+			}
+			sp.Planned = !strings.HasPrefix(sp.Note, "not planned")
+			pl.Sets = append(pl.Sets, sp)
+			if !sp.Planned {
+				continue
+			}
+			pl.Options = append(pl.Options, ggufOptions(set, shapes[i], pl, nodes)...)
+		}
+	}
+	if original != nil && req.Format != FormatGGUF {
+		sp := SetPlan{FileSet: *original, Format: FormatSafetensors, Architecture: pl.Architecture,
+			TrainedContext: pl.TrainedContext, Planned: true}
+		if model == nil {
+			sp.Note = "the KV cache is not counted: there is no GGUF header to read the model's shape from"
+		}
+		pl.Sets = append(pl.Sets, sp)
+		pl.Options = append(pl.Options, vllmOptions(*original, model, pl, nodes)...)
+	}
+	slices.SortStableFunc(pl.Options, better)
+	pl.Choice, pl.Reason = recommend(pl)
+	return pl, nil
+}
+
+// artifacts are the repository's complete and incomplete GGUF sets and its
+// original weights (nil when it has none).
+func artifacts(repo hf.Repo) (ggufSets []hf.FileSet, original *hf.FileSet) {
+	var top []hf.File
+	for _, f := range repo.Files {
+		if !strings.Contains(f.Path, "/") && strings.HasSuffix(strings.ToLower(f.Path), ".safetensors") {
+			top = append(top, f)
+		}
+	}
+	for _, s := range hf.Group(repo.Files) {
+		if strings.HasSuffix(strings.ToLower(s.Files[0].Path), ".gguf") {
+			ggufSets = append(ggufSets, s)
+		}
+	}
+	// Sharded "model-00001-of-00004" or a single "model.safetensors"; a
+	// second, consolidated copy under another name is not what vLLM reads.
+	sets := hf.Group(top)
+	for _, s := range sets {
+		if len(s.Missing) == 0 && (original == nil || strings.HasPrefix(s.Name, "model")) {
+			original = &s
+		}
+	}
+	return ggufSets, original
+}
+
+// splitCopy says sets[i] is the split copy of a file the repository also
+// has joined: the two share a name, and Group sorts the joined one first.
+func splitCopy(sets []hf.FileSet, i int) bool {
+	return i > 0 && sets[i-1].Name == sets[i].Name
+}
+
+// better orders options best first.
+func better(a, b Option) int {
+	return cmp.Or(
+		cmp.Compare(fitRank(a.Fit), fitRank(b.Fit)),
+		cmp.Compare(b.TokensPerSecond, a.TokensPerSecond),
+		cmp.Compare(a.GPUs(), b.GPUs()),
+		cmp.Compare(hf.QuantRank(b.Quant), hf.QuantRank(a.Quant)),
+		strings.Compare(a.Artifact, b.Artifact),
+	)
+}
+
+func fitRank(f string) int {
+	switch f {
+	case FitsNow:
+		return 0
+	case FitsHardware:
+		return 1
+	}
+	return 2
+}
+
+// ggufOptions are the ways llama.cpp can run a set: on each node's CPU, and
+// on 1, 2, 4 or 8 cards of each class in the pool, on one node (llama.cpp
+// does not span nodes). Per class the shapes are listed from one card up to
+// the first that holds it, so the refused smaller ones say why.
+func ggufOptions(set hf.FileSet, s *shape, pl Plan, nodes []Node) []Option {
+	base := Option{Artifact: set.Name, Quant: set.Quant, Format: FormatGGUF, Engine: EngineLlamaCpp, Context: pl.Context}
+	base.WeightsGB = round2(gib(set.Bytes))
+	if s != nil {
+		// gguf-parser-go's model of llama.cpp on the CPU: weights, KV
+		// cache, compute buffers and the engine's own. On cards the same
+		// is split over them; the check step sizes each card exactly.
+		total := s.memory(set.Bytes, pl.Context, pl.Parallel)
+		base.KVGB = round2(gib(s.kvPerToken * int64(pl.Context)))
+		base.OverheadGB = round2(max(0, gib(total)-gib(set.Bytes)-gib(s.kvPerToken*int64(pl.Context))))
+		base.Estimated = !s.shaped
+	} else {
+		// No header: weights plus half again plus two, the rough figure
+		// from before shapes were read.
+		base.OverheadGB, base.Estimated = round2(base.WeightsGB*0.5+2), true
+	}
+	active := float64(set.Bytes)
+	if s != nil {
+		active *= s.activeShare()
+	}
+	var out []Option
+	cpu := base
+	cpu.CPU = true
+	cpu = cpu.WithContext(0, 0)
+	out = append(out, placeCPU(cpu, active, s, set.Bytes, pl, nodes))
+	for _, class := range poolClasses(nodes) {
+		for _, n := range []int{1, 2, 4, 8} {
+			if n > maxCards(nodes, class) {
+				break
+			}
+			o := base
+			o.Class, o.GPUsPerNode, o.Nodes = class, n, 1
+			o = o.WithContext(0, 0)
+			o = placeGPU(o, active, s, set.Bytes, pl, nodes, 1)
+			out = append(out, o)
+			if o.Fit != FitsNowhere || cardMemory(nodes, class) >= o.NeedGB {
+				break
+			}
+		}
+	}
+	if pl.Embedding {
+		for i := range out {
+			out[i].TokensPerSecond = 0
+		}
+	}
+	return out
+}
+
+// vLLM's share of each card: it takes 90% of the card's memory
+// (--gpu-memory-utilization's default) and spends some on the CUDA context,
+// activations and CUDA graphs before the KV cache.
+const (
+	vllmUtilisation   = 0.9
+	vllmCardOverheadG = 2.0
+)
+
+// vllmOptions are the ways vLLM can run the original weights: 1, 2, 4 or 8
+// cards of a class on one node, and, when a node's cards do not hold it,
+// as many such nodes as it takes (pipeline parallel between them).
+func vllmOptions(set hf.FileSet, s *shape, pl Plan, nodes []Node) []Option {
+	base := Option{Artifact: Original, Format: FormatSafetensors, Engine: EngineVLLM, Context: pl.Context}
+	base.WeightsGB = round2(gib(set.Bytes))
+	if s != nil {
+		base.KVGB = round2(gib(s.kvPerToken * int64(pl.Context)))
+	}
+	active := float64(set.Bytes)
+	if s != nil {
+		active *= s.activeShare()
+	}
+	var out []Option
+	for _, class := range poolClasses(nodes) {
+		perNode := maxCards(nodes, class)
+		hostsOfClass := 0
+		for _, n := range nodes {
+			if total, _ := n.cards(class, 0); total > 0 {
+				hostsOfClass++
+			}
+		}
+		var shapes [][2]int
+		for _, g := range []int{1, 2, 4, 8} {
+			if g <= perNode || g == 1 {
+				shapes = append(shapes, [2]int{g, 1})
+			}
+		}
+		top := shapes[len(shapes)-1][0]
+		for k := 2; k <= max(hostsOfClass, 1); k *= 2 {
+			shapes = append(shapes, [2]int{top, k})
+		}
+		for _, sh := range shapes {
+			o := base
+			o.Class, o.GPUsPerNode, o.Nodes = class, sh[0], sh[1]
+			o.OverheadGB = vllmCardOverheadG * float64(o.GPUs())
+			o = o.WithContext(0, 0)
+			o.ExpertParallel = pl.Experts > 1 && o.GPUs() > 1
+			o = placeGPU(o, active, s, set.Bytes, pl, nodes, vllmUtilisation)
+			if pl.Embedding {
+				o.TokensPerSecond = 0
+			}
+			out = append(out, o)
+			if o.Fit != FitsNowhere || cardMemory(nodes, class)*vllmUtilisation >= o.NeedGB {
+				break
+			}
+		}
+	}
+	return out
+}
+
+// placeCPU counts the nodes whose RAM holds the option, now and at all.
+func placeCPU(o Option, active float64, s *shape, weights int64, pl Plan, nodes []Node) Option {
+	var bestNow, bestAny, mostRAM float64
+	for _, n := range nodes {
+		mostRAM = max(mostRAM, n.RAMGB)
+		if n.CPUCores == 0 {
+			continue
+		}
+		if n.RAMGB >= o.NeedGB {
+			o.Capable++
+			bestAny = max(bestAny, n.CPUBandwidthGBs)
+		}
+		if n.FreeRAMGB >= o.NeedGB {
+			o.Hosts++
+			bestNow = max(bestNow, n.CPUBandwidthGBs)
+		}
+	}
+	bw := cmp.Or(bestNow, bestAny, DefaultCPUBandwidthGBs)
+	o.TokensPerSecond = tokensPerSecond(bw, active)
+	o.Fit, o.Why = fit(o, fmt.Sprintf("no node has %.1f GB of RAM free", o.NeedGB),
+		fmt.Sprintf("no node has %.1f GB of RAM (the most is %.1f GB)", o.NeedGB, mostRAM))
+	o.LongestContext = longest(s, weights, mostRAM, pl.TrainedContext)
+	return o
+}
+
+// placeGPU counts the nodes with GPUsPerNode cards of the class that hold
+// the option's share, now and at all. usable is the share of a card the
+// engine takes.
+func placeGPU(o Option, active float64, s *shape, weights int64, pl Plan, nodes []Node, usable float64) Option {
+	mem := cardMemory(nodes, o.Class)
+	bw := 0.0
+	for _, n := range nodes {
+		g, ok := n.class(o.Class)
+		if !ok || g.MemoryGB*usable < o.NeedGB {
+			continue
+		}
+		total, free := n.cards(o.Class, o.NeedGB/usable)
+		if total >= o.GPUsPerNode {
+			o.Capable++
+			bw = max(bw, g.BandwidthGBs)
+		}
+		if free >= o.GPUsPerNode {
+			o.Hosts++
+		}
+	}
+	if bw == 0 {
+		bw = UnknownCardBandwidthGBs
+		if c, ok := LookupClass(o.Class); ok {
+			bw = c.BandwidthGBs
+		}
+	}
+	// llama.cpp splits the layers over its cards, which take turns: one
+	// card's bandwidth. vLLM slices every layer over a node's cards, which
+	// read their slices at once; the nodes of a pipeline take turns.
+	rate := bw
+	if o.Engine == EngineVLLM {
+		rate *= float64(max(o.GPUsPerNode, 1))
+	}
+	o.TokensPerSecond = tokensPerSecond(rate, active)
+	busy := fmt.Sprintf("no node has %d %s card(s) with %.1f GB free each", o.GPUsPerNode, o.Class, o.NeedGB)
+	nowhere := fmt.Sprintf("needs %.1f GB a card with a %d-token pool; %s %s has %.0f GB",
+		o.NeedGB, o.Context, article(o.Class), o.Class, mem*usable)
+	switch {
+	case mem*usable < o.NeedGB:
+	case max(o.Nodes, 1) > 1:
+		nowhere = fmt.Sprintf("the pool has fewer than %d nodes with %d %s cards", o.Nodes, o.GPUsPerNode, o.Class)
+	default:
+		nowhere = fmt.Sprintf("no node has %d %s cards", o.GPUsPerNode, o.Class)
+	}
+	o.Fit, o.Why = fit(o, busy, nowhere)
+	cards := float64(max(o.GPUs(), 1))
+	if o.Engine == EngineVLLM {
+		// vLLM's KV cache is what its share of the cards leaves beside
+		// the weights and its own reserve.
+		if s != nil && s.kvPerToken > 0 {
+			room := (mem*usable-vllmCardOverheadG)*cards - o.WeightsGB
+			o.LongestContext = cutContext(int(room*(1<<30)/float64(s.kvPerToken)), pl.TrainedContext)
+		}
+		return o
+	}
+	o.LongestContext = longest(s, weights, mem*cards, pl.TrainedContext)
+	return o
+}
+
+// fit says where the option runs; a shape over several nodes needs that
+// many hosts at once.
+func fit(o Option, busy, nowhere string) (string, string) {
+	switch need := max(o.Nodes, 1); {
+	case o.Hosts >= need:
+		return FitsNow, ""
+	case o.Capable >= need:
+		return FitsHardware, busy
+	}
+	return FitsNowhere, nowhere
+}
+
+// longest is the trained context cut to what memoryGB holds beside the
+// weights, a multiple of 1024.
+func longest(s *shape, weights int64, memoryGB float64, trained int) int {
+	if s == nil || memoryGB <= 0 {
+		return 0
+	}
+	return cutContext(s.longest(int64(memoryGB*(1<<30)), weights), trained)
+}
+
+func cutContext(tokens, trained int) int {
+	if tokens <= 0 {
+		return 0
+	}
+	if trained > 0 && tokens >= trained {
+		// A model trained for fewer than 1024 tokens (some embedding
+		// models: 512) keeps its own figure.
+		return trained
+	}
+	return tokens / 1024 * 1024
+}
+
+// tokensPerSecond is bandwidth (GB/s, as datasheets count: 10⁹ bytes) over
+// the bytes each token reads.
+func tokensPerSecond(bandwidthGBs, activeBytes float64) float64 {
+	if activeBytes <= 0 {
+		return 0
+	}
+	return math.Round(bandwidthGBs*1e9/activeBytes*10) / 10
+}
+
+// poolClasses are the classes of card the pool's nodes have, in the order
+// the nodes list them.
+func poolClasses(nodes []Node) []string {
+	var out []string
+	for _, n := range nodes {
+		for _, g := range n.GPUs {
+			if g.Count > 0 && !slices.Contains(out, g.Class) {
+				out = append(out, g.Class)
+			}
+		}
+	}
+	return out
+}
+
+// maxCards is the most cards of a class any one node has.
+func maxCards(nodes []Node, class string) int {
+	most := 0
+	for _, n := range nodes {
+		total, _ := n.cards(class, 0)
+		most = max(most, total)
+	}
+	return most
+}
+
+// cardMemory is the largest memory a card of the class has in the pool.
+func cardMemory(nodes []Node, class string) float64 {
+	most := 0.0
+	for _, n := range nodes {
+		if g, ok := n.class(class); ok {
+			most = max(most, g.MemoryGB)
+		}
+	}
+	return most
+}
+
+func joinInts(v []int) string {
+	s := make([]string, len(v))
+	for i, n := range v {
+		s[i] = fmt.Sprint(n)
+	}
+	return strings.Join(s, ", ")
+}

@@ -1,0 +1,406 @@
+package plan
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"os/exec"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// DefaultCPUBandwidthGBs is what a node's CPU is taken to read from memory
+// per second when nodes.json does not say: two channels of DDR4-2666 peak
+// at 42.7 GB/s, and a CPU multiplying a vector by weights streamed from
+// memory gets about half of that. Servers with more channels read more; say
+// so per node with cpu_bandwidth_gbs rather than have the planner promise
+// every machine a server's speed.
+const DefaultCPUBandwidthGBs = 20
+
+// Node is one machine of the pool as the planner sees it.
+type Node struct {
+	Name string `json:"name"`
+	// Local is this machine, measured; the others were declared in a
+	// nodes file and are taken to be idle.
+	Local    bool    `json:"local,omitempty"`
+	CPUCores int     `json:"cpu_cores"`
+	RAMGB    float64 `json:"ram_gb"`
+	// FreeRAMGB is what a new replica can have now: the kernel's
+	// MemAvailable here, the whole of ram_gb for a declared node unless it
+	// says otherwise.
+	FreeRAMGB       float64 `json:"free_ram_gb"`
+	CPUBandwidthGBs float64 `json:"cpu_bandwidth_gbs"`
+	GPUs            []GPU   `json:"gpus"`
+	// Note says what could not be read about the node.
+	Note string `json:"note,omitempty"`
+}
+
+// GPU is a node's cards of one class.
+type GPU struct {
+	Class string `json:"class"`
+	Count int    `json:"count"`
+	// MemoryGB is each card's; BandwidthGBs each card's peak read rate.
+	MemoryGB     float64 `json:"memory_gb"`
+	BandwidthGBs float64 `json:"bandwidth_gbs"`
+	// BandwidthEstimated marks a card the class table lacks, whose
+	// bandwidth is UnknownCardBandwidthGBs rather than its datasheet's.
+	BandwidthEstimated bool `json:"bandwidth_estimated,omitempty"`
+	// FreeGB is each card's free memory now, Count of them.
+	FreeGB []float64 `json:"free_gb"`
+}
+
+// cards is how many of the node's cards of a class there are, and how
+// many of them have at least needGB free.
+func (n Node) cards(class string, needGB float64) (total, free int) {
+	for _, g := range n.GPUs {
+		if g.Class != class {
+			continue
+		}
+		total += g.Count
+		for _, f := range g.FreeGB {
+			if f >= needGB {
+				free++
+			}
+		}
+	}
+	return total, free
+}
+
+// class is the node's description of a class it has: memory and bandwidth
+// as measured or declared, which may differ from the table's.
+func (n Node) class(name string) (GPU, bool) {
+	for _, g := range n.GPUs {
+		if g.Class == name {
+			return g, true
+		}
+	}
+	return GPU{}, false
+}
+
+// Pool is the hardware a plan is made for: this machine, measured when
+// asked, and the nodes declared in a nodes file.
+type Pool struct {
+	local    func() (Node, error)
+	declared []Node
+
+	mu     sync.Mutex
+	cached *Node
+	at     time.Time
+}
+
+// localMaxAge is how long a reading of this machine is reused: nvidia-smi
+// takes a tenth of a second or more, and a console polling the nodes should
+// not run it on every poll.
+const localMaxAge = 5 * time.Second
+
+// NewPool is a pool of the local node (read by local; nil plans for the
+// declared nodes alone) and the declared ones. A declared node with the
+// local node's name is left out: the measured figures are the better ones.
+func NewPool(local func() (Node, error), declared []Node) *Pool {
+	return &Pool{local: local, declared: slices.Clone(declared)}
+}
+
+// Nodes is the pool now: the local node first, with its free memory as
+// measured a moment ago, then the declared ones.
+func (p *Pool) Nodes() []Node {
+	var out []Node
+	if p.local != nil {
+		out = append(out, p.localNode())
+	}
+	for _, n := range p.declared {
+		if len(out) > 0 && out[0].Local && out[0].Name == n.Name {
+			continue
+		}
+		n.GPUs = slices.Clone(n.GPUs)
+		out = append(out, n)
+	}
+	return out
+}
+
+func (p *Pool) localNode() Node {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cached != nil && time.Since(p.at) < localMaxAge {
+		return *p.cached
+	}
+	n, err := p.local()
+	if err != nil {
+		// Planned for as a node with nothing, and said why, rather than
+		// failing the plan for the declared nodes too.
+		host, _ := os.Hostname()
+		n = Node{Name: host, Local: true, Note: "could not read this machine: " + err.Error()}
+	}
+	p.cached, p.at = &n, time.Now()
+	return n
+}
+
+// LocalNode reads this machine: its CPU cores, its memory from
+// /proc/meminfo, and its cards from nvidia-smi when that is installed.
+// A failing nvidia-smi leaves the node without cards and says so in Note.
+func LocalNode() (Node, error) {
+	f, err := os.Open("/proc/meminfo")
+	if err != nil {
+		return Node{}, fmt.Errorf("reading this machine's memory: %w", err)
+	}
+	defer f.Close()
+	total, avail, err := ParseMeminfo(f)
+	if err != nil {
+		return Node{}, err
+	}
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "local"
+	}
+	n := Node{
+		Name: host, Local: true, CPUCores: runtime.NumCPU(),
+		RAMGB: gib(total), FreeRAMGB: gib(avail), CPUBandwidthGBs: DefaultCPUBandwidthGBs,
+		GPUs: []GPU{},
+	}
+	smi, err := exec.LookPath("nvidia-smi")
+	if err != nil {
+		return n, nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, smi, "--query-gpu=name,memory.total,memory.used",
+		"--format=csv,noheader,nounits").Output()
+	if err == nil {
+		n.GPUs, err = ParseNvidiaSMI(out)
+	}
+	if err != nil {
+		n.Note = "nvidia-smi is installed but its cards could not be read, so none are counted: " + err.Error()
+	}
+	return n, nil
+}
+
+// ParseMeminfo reads /proc/meminfo's text: the machine's memory and how
+// much of it a new process can have (MemAvailable; on kernels before 3.14,
+// which lack it, free plus buffers plus page cache), in bytes.
+func ParseMeminfo(r io.Reader) (total, available int64, err error) {
+	vals := map[string]int64{}
+	sc := bufio.NewScanner(r)
+	for sc.Scan() {
+		key, rest, ok := strings.Cut(sc.Text(), ":")
+		if !ok {
+			continue
+		}
+		fields := strings.Fields(rest)
+		if len(fields) == 0 {
+			continue
+		}
+		v, err := strconv.ParseInt(fields[0], 10, 64)
+		if err != nil {
+			return 0, 0, fmt.Errorf("/proc/meminfo's %s line is not a number of kB: %q", key, strings.TrimSpace(rest))
+		}
+		if len(fields) > 1 && fields[1] == "kB" {
+			v *= 1024
+		}
+		vals[key] = v
+	}
+	if err := sc.Err(); err != nil {
+		return 0, 0, fmt.Errorf("reading /proc/meminfo: %w", err)
+	}
+	total, ok := vals["MemTotal"]
+	if !ok || total <= 0 {
+		return 0, 0, errors.New("/proc/meminfo has no MemTotal line: this machine's memory cannot be read")
+	}
+	available, ok = vals["MemAvailable"]
+	if !ok {
+		available = vals["MemFree"] + vals["Buffers"] + vals["Cached"]
+	}
+	return total, min(available, total), nil
+}
+
+// ParseNvidiaSMI reads the output of
+// `nvidia-smi --query-gpu=name,memory.total,memory.used --format=csv,noheader,nounits`
+// (one card a line, memory in MiB) into the node's cards, grouped by class
+// in the order they first appear.
+func ParseNvidiaSMI(out []byte) ([]GPU, error) {
+	gpus := []GPU{}
+	for i, line := range strings.Split(string(bytes.TrimSpace(out)), "\n") {
+		line = strings.TrimSpace(line)
+		if line == "" {
+			continue
+		}
+		// The name comes first and never holds a comma; the two figures
+		// are the last fields.
+		parts := strings.Split(line, ",")
+		if len(parts) < 3 {
+			return nil, fmt.Errorf("line %d of nvidia-smi's output is not name, memory.total, memory.used: %q", i+1, line)
+		}
+		name := strings.TrimSpace(strings.Join(parts[:len(parts)-2], ","))
+		totalMiB, err := strconv.ParseFloat(strings.TrimSpace(parts[len(parts)-2]), 64)
+		if err != nil || totalMiB <= 0 {
+			return nil, fmt.Errorf("line %d of nvidia-smi's output gives no memory size for %s: %q", i+1, name, line)
+		}
+		// "[N/A]" for the memory used (some virtual GPUs): counted as
+		// all free, as nothing says otherwise.
+		usedMiB, err := strconv.ParseFloat(strings.TrimSpace(parts[len(parts)-1]), 64)
+		if err != nil {
+			usedMiB = 0
+		}
+		memGB := totalMiB / 1024
+		c := classForCard(name, memGB)
+		free := max(0, (totalMiB-usedMiB)/1024)
+		j := slices.IndexFunc(gpus, func(g GPU) bool { return g.Class == c.Name })
+		if j < 0 {
+			gpus = append(gpus, GPU{Class: c.Name, MemoryGB: memGB, BandwidthGBs: c.BandwidthGBs,
+				BandwidthEstimated: c.Estimated, FreeGB: []float64{}})
+			j = len(gpus) - 1
+		}
+		g := &gpus[j]
+		g.Count++
+		g.MemoryGB = min(g.MemoryGB, memGB)
+		g.FreeGB = append(g.FreeGB, free)
+	}
+	return gpus, nil
+}
+
+// nodeFile is one node as a nodes file declares it.
+type nodeFile struct {
+	Name            string    `json:"name"`
+	CPUCores        int       `json:"cpu_cores"`
+	RAMGB           float64   `json:"ram_gb"`
+	FreeRAMGB       *float64  `json:"free_ram_gb"`
+	CPUBandwidthGBs float64   `json:"cpu_bandwidth_gbs"`
+	GPUs            []gpuFile `json:"gpus"`
+}
+
+type gpuFile struct {
+	Class        string  `json:"class"`
+	Count        int     `json:"count"`
+	MemoryGB     float64 `json:"memory_gb"`
+	BandwidthGBs float64 `json:"bandwidth_gbs"`
+}
+
+// LoadNodes reads a nodes file: a JSON list of
+// {name, cpu_cores, ram_gb, cpu_bandwidth_gbs?, free_ram_gb?, gpus: [{class, count, memory_gb?, bandwidth_gbs?}]},
+// the fleet to plan for beyond this machine. Card classes are the table's
+// (LookupClass); a card it lacks needs its memory_gb.
+func LoadNodes(path string) ([]Node, error) {
+	b, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("the nodes file %s does not exist: give --nodes a JSON list of nodes, or leave it out to plan for this machine alone", path)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading the nodes file %s: %w", path, err)
+	}
+	return ParseNodes(path, b)
+}
+
+// ParseNodes is LoadNodes for text already read; name is what sentences
+// call it.
+func ParseNodes(name string, b []byte) ([]Node, error) {
+	var raw []json.RawMessage
+	if err := json.Unmarshal(b, &raw); err != nil {
+		return nil, fmt.Errorf("the nodes file %s is not a JSON list of nodes%s: %v", name, where(b, err), err)
+	}
+	if len(raw) == 0 {
+		return nil, fmt.Errorf("the nodes file %s lists no nodes: declare at least one, or leave --nodes out", name)
+	}
+	seen := map[string]bool{}
+	out := make([]Node, 0, len(raw))
+	for i, r := range raw {
+		var nf nodeFile
+		dec := json.NewDecoder(bytes.NewReader(r))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&nf); err != nil {
+			return nil, fmt.Errorf("node %d of the nodes file %s is not a node: %v; a node has name, cpu_cores, ram_gb, "+
+				"cpu_bandwidth_gbs, free_ram_gb and gpus [{class, count, memory_gb, bandwidth_gbs}]", i+1, name, err)
+		}
+		n, err := nf.node()
+		if err != nil {
+			return nil, fmt.Errorf("node %d of the nodes file %s: %w", i+1, name, err)
+		}
+		if seen[n.Name] {
+			return nil, fmt.Errorf("the nodes file %s names %q twice: give each node its own name", name, n.Name)
+		}
+		seen[n.Name] = true
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+func (nf nodeFile) node() (Node, error) {
+	name := strings.TrimSpace(nf.Name)
+	switch {
+	case name == "":
+		return Node{}, errors.New("it has no name")
+	case nf.CPUCores <= 0:
+		return Node{}, fmt.Errorf("%s has no cpu_cores: give how many cores it computes on", name)
+	case nf.RAMGB <= 0:
+		return Node{}, fmt.Errorf("%s has no ram_gb: give its memory in GB", name)
+	case nf.CPUBandwidthGBs < 0:
+		return Node{}, fmt.Errorf("%s has a negative cpu_bandwidth_gbs", name)
+	}
+	n := Node{Name: name, CPUCores: nf.CPUCores, RAMGB: nf.RAMGB, FreeRAMGB: nf.RAMGB,
+		CPUBandwidthGBs: nf.CPUBandwidthGBs, GPUs: []GPU{}}
+	if nf.FreeRAMGB != nil {
+		if *nf.FreeRAMGB < 0 || *nf.FreeRAMGB > nf.RAMGB {
+			return Node{}, fmt.Errorf("%s has free_ram_gb %.0f, which is not between 0 and its ram_gb %.0f", name, *nf.FreeRAMGB, nf.RAMGB)
+		}
+		n.FreeRAMGB = *nf.FreeRAMGB
+	}
+	if n.CPUBandwidthGBs == 0 {
+		n.CPUBandwidthGBs = DefaultCPUBandwidthGBs
+	}
+	for _, g := range nf.GPUs {
+		if g.Count <= 0 {
+			return Node{}, fmt.Errorf("%s declares %d cards of %q: give a count of 1 or more", name, g.Count, g.Class)
+		}
+		c, known := LookupClass(g.Class)
+		switch {
+		case known:
+			if g.MemoryGB > 0 {
+				c.MemoryGB = g.MemoryGB
+			}
+			if g.BandwidthGBs > 0 {
+				c.BandwidthGBs = g.BandwidthGBs
+			}
+		case strings.TrimSpace(g.Class) == "":
+			return Node{}, fmt.Errorf("%s declares cards with no class: give one of %s", name, strings.Join(Classes(), ", "))
+		case g.MemoryGB <= 0:
+			return Node{}, fmt.Errorf("%s declares cards of class %q, which the planner does not know: use one of %s, "+
+				"or give its memory_gb (and bandwidth_gbs)", name, g.Class, strings.Join(Classes(), ", "))
+		default:
+			c = Class{Name: strings.TrimSpace(g.Class), MemoryGB: g.MemoryGB, BandwidthGBs: g.BandwidthGBs}
+			if c.BandwidthGBs <= 0 {
+				c.BandwidthGBs, c.Estimated = UnknownCardBandwidthGBs, true
+			}
+		}
+		free := make([]float64, g.Count)
+		for i := range free {
+			free[i] = c.MemoryGB
+		}
+		if i := slices.IndexFunc(n.GPUs, func(x GPU) bool { return x.Class == c.Name }); i >= 0 {
+			n.GPUs[i].Count += g.Count
+			n.GPUs[i].FreeGB = append(n.GPUs[i].FreeGB, free...)
+			continue
+		}
+		n.GPUs = append(n.GPUs, GPU{Class: c.Name, Count: g.Count, MemoryGB: c.MemoryGB,
+			BandwidthGBs: c.BandwidthGBs, BandwidthEstimated: c.Estimated, FreeGB: free})
+	}
+	return n, nil
+}
+
+// where is " (line N)" for a JSON syntax error, so a hand-edited file's
+// mistake is found without counting bytes.
+func where(b []byte, err error) string {
+	var syn *json.SyntaxError
+	if !errors.As(err, &syn) {
+		return ""
+	}
+	return fmt.Sprintf(" (line %d)", 1+bytes.Count(b[:min(int(syn.Offset), len(b))], []byte("\n")))
+}
+
+func gib(b int64) float64 { return float64(b) / (1 << 30) }

@@ -1,0 +1,219 @@
+package plan
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+func TestParseMeminfo(t *testing.T) {
+	cases := []struct {
+		name        string
+		text        string
+		total, free int64
+		err         string
+	}{
+		{name: "a current kernel", text: "MemTotal:       24683620 kB\nMemFree:        22036816 kB\nMemAvailable:   24141404 kB\nBuffers:           33500 kB\nCached:          2251732 kB\n",
+			total: 24683620 << 10, free: 24141404 << 10},
+		{name: "a kernel before MemAvailable", text: "MemTotal: 1000 kB\nMemFree: 100 kB\nBuffers: 20 kB\nCached: 300 kB\nSwapTotal: 0 kB\n",
+			total: 1000 << 10, free: 420 << 10},
+		{name: "huge pages and lines without units", text: "MemTotal: 2048 kB\nMemAvailable: 1024 kB\nHugePages_Total:       0\n",
+			total: 2048 << 10, free: 1024 << 10},
+		{name: "no MemTotal", text: "MemFree: 100 kB\n", err: "/proc/meminfo has no MemTotal line: this machine's memory cannot be read"},
+		{name: "not a number", text: "MemTotal: lots kB\n", err: `/proc/meminfo's MemTotal line is not a number of kB: "lots kB"`},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			total, free, err := ParseMeminfo(strings.NewReader(tc.text))
+			if tc.err != "" {
+				if err == nil || err.Error() != tc.err {
+					t.Fatalf("error %v; want %q", err, tc.err)
+				}
+				return
+			}
+			if err != nil || total != tc.total || free != tc.free {
+				t.Errorf("ParseMeminfo = %d, %d, %v; want %d, %d", total, free, err, tc.total, tc.free)
+			}
+		})
+	}
+}
+
+func TestParseNvidiaSMI(t *testing.T) {
+	cases := []struct {
+		name string
+		out  string
+		want []GPU
+		err  string
+	}{
+		{
+			name: "two L4s, one busy",
+			out:  "NVIDIA L4, 23034, 20000\nNVIDIA L4, 23034, 0\n",
+			want: []GPU{{Class: "L4", Count: 2, MemoryGB: 23034.0 / 1024, BandwidthGBs: 300,
+				FreeGB: []float64{3034.0 / 1024, 23034.0 / 1024}}},
+		},
+		{
+			name: "A100s of both sizes are told apart by their memory",
+			out:  "NVIDIA A100-SXM4-80GB, 81920, 1024\nNVIDIA A100-PCIE-40GB, 40960, 0\n",
+			want: []GPU{
+				{Class: "A100-80GB", Count: 1, MemoryGB: 80, BandwidthGBs: 2039, FreeGB: []float64{79}},
+				{Class: "A100-40GB", Count: 1, MemoryGB: 40, BandwidthGBs: 1555, FreeGB: []float64{40}},
+			},
+		},
+		{
+			name: "an L40S is not an L4, and an H100 SXM is not a PCIe card",
+			out:  "NVIDIA L40S, 46068, 0\nNVIDIA H100 80GB HBM3, 81559, 0\nTesla T4, 15360, [N/A]\n",
+			want: []GPU{
+				{Class: "L40S", Count: 1, MemoryGB: 46068.0 / 1024, BandwidthGBs: 864, FreeGB: []float64{46068.0 / 1024}},
+				{Class: "H100-80GB", Count: 1, MemoryGB: 81559.0 / 1024, BandwidthGBs: 3350, FreeGB: []float64{81559.0 / 1024}},
+				{Class: "T4", Count: 1, MemoryGB: 15, BandwidthGBs: 320, FreeGB: []float64{15}},
+			},
+		},
+		{
+			name: "a card the table lacks keeps its measured memory and an estimated bandwidth",
+			out:  "Quadro RTX 8000, 49152, 2048\n",
+			want: []GPU{{Class: "Quadro-RTX-8000", Count: 1, MemoryGB: 48, BandwidthGBs: UnknownCardBandwidthGBs,
+				BandwidthEstimated: true, FreeGB: []float64{46}}},
+		},
+		{name: "no cards", out: "\n", want: []GPU{}},
+		{name: "a line cut short", out: "NVIDIA L4, 23034\n",
+			err: `line 1 of nvidia-smi's output is not name, memory.total, memory.used: "NVIDIA L4, 23034"`},
+		{name: "no memory size", out: "NVIDIA L4, [N/A], 0\n",
+			err: `line 1 of nvidia-smi's output gives no memory size for NVIDIA L4: "NVIDIA L4, [N/A], 0"`},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := ParseNvidiaSMI([]byte(tc.out))
+			if tc.err != "" {
+				if err == nil || err.Error() != tc.err {
+					t.Fatalf("error %v; want %q", err, tc.err)
+				}
+				return
+			}
+			if err != nil || !reflect.DeepEqual(got, tc.want) {
+				t.Errorf("ParseNvidiaSMI = %+v, %v\nwant %+v", got, err, tc.want)
+			}
+		})
+	}
+}
+
+func TestLoadNodes(t *testing.T) {
+	dir := t.TempDir()
+	cases := []struct {
+		name string
+		text string
+		err  string
+		want []Node
+	}{
+		{
+			name: "a fleet, with a card of its own",
+			text: `[{"name": "gpu1", "cpu_cores": 32, "ram_gb": 256, "cpu_bandwidth_gbs": 150,
+				"gpus": [{"class": "h100-80gb", "count": 4}, {"class": "H100-80GB", "count": 4}]},
+				{"name": "lab", "cpu_cores": 8, "ram_gb": 64, "free_ram_gb": 40, "gpus": [{"class": "Arc-A770", "count": 1, "memory_gb": 16}]}]`,
+			want: []Node{
+				{Name: "gpu1", CPUCores: 32, RAMGB: 256, FreeRAMGB: 256, CPUBandwidthGBs: 150, GPUs: []GPU{{Class: "H100-80GB", Count: 8,
+					MemoryGB: 80, BandwidthGBs: 3350, FreeGB: []float64{80, 80, 80, 80, 80, 80, 80, 80}}}},
+				{Name: "lab", CPUCores: 8, RAMGB: 64, FreeRAMGB: 40, CPUBandwidthGBs: DefaultCPUBandwidthGBs, GPUs: []GPU{{Class: "Arc-A770",
+					Count: 1, MemoryGB: 16, BandwidthGBs: UnknownCardBandwidthGBs, BandwidthEstimated: true, FreeGB: []float64{16}}}},
+			},
+		},
+		{name: "not JSON", text: "[\n{\"name\": \"a\",\n cpu_cores: 4}]",
+			err: "the nodes file %s is not a JSON list of nodes (line 3): invalid character 'c' looking for beginning of object key string"},
+		{name: "an object, not a list", text: `{"name": "a"}`,
+			err: "the nodes file %s is not a JSON list of nodes: json: cannot unmarshal object into Go value of type []json.RawMessage"},
+		{name: "an empty list", text: `[]`, err: "the nodes file %s lists no nodes: declare at least one, or leave --nodes out"},
+		{name: "an unknown field", text: `[{"name": "a", "cpu_cores": 4, "ram_gb": 8, "vram_gb": 24}]`,
+			err: `node 1 of the nodes file %s is not a node: json: unknown field "vram_gb"; a node has name, cpu_cores, ram_gb, cpu_bandwidth_gbs, free_ram_gb and gpus [{class, count, memory_gb, bandwidth_gbs}]`},
+		{name: "no name", text: `[{"cpu_cores": 4, "ram_gb": 8}]`, err: "node 1 of the nodes file %s: it has no name"},
+		{name: "no cores", text: `[{"name": "a", "ram_gb": 8}]`, err: "node 1 of the nodes file %s: a has no cpu_cores: give how many cores it computes on"},
+		{name: "no memory", text: `[{"name": "a", "cpu_cores": 4}]`, err: "node 1 of the nodes file %s: a has no ram_gb: give its memory in GB"},
+		{name: "more free than it has", text: `[{"name": "a", "cpu_cores": 4, "ram_gb": 8, "free_ram_gb": 9}]`,
+			err: "node 1 of the nodes file %s: a has free_ram_gb 9, which is not between 0 and its ram_gb 8"},
+		{name: "the same name twice", text: `[{"name": "a", "cpu_cores": 4, "ram_gb": 8}, {"name": "a", "cpu_cores": 4, "ram_gb": 8}]`,
+			err: `the nodes file %s names "a" twice: give each node its own name`},
+		{name: "no cards", text: `[{"name": "a", "cpu_cores": 4, "ram_gb": 8, "gpus": [{"class": "L4", "count": 0}]}]`,
+			err: `node 1 of the nodes file %s: a declares 0 cards of "L4": give a count of 1 or more`},
+		{name: "an unknown card without its memory", text: `[{"name": "a", "cpu_cores": 4, "ram_gb": 8, "gpus": [{"class": "B300", "count": 8}]}]`,
+			err: `node 1 of the nodes file %s: a declares cards of class "B300", which the planner does not know: use one of ` +
+				strings.Join(Classes(), ", ") + `, or give its memory_gb (and bandwidth_gbs)`},
+	}
+	for i, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			path := filepath.Join(dir, "nodes"+string(rune('a'+i))+".json")
+			if err := os.WriteFile(path, []byte(tc.text), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			got, err := LoadNodes(path)
+			if tc.err != "" {
+				want := strings.Replace(tc.err, "%s", path, 1)
+				if err == nil || err.Error() != want {
+					t.Fatalf("error:\n%v\nwant:\n%s", err, want)
+				}
+				return
+			}
+			if err != nil || !reflect.DeepEqual(got, tc.want) {
+				t.Errorf("LoadNodes = %+v, %v\nwant %+v", got, err, tc.want)
+			}
+		})
+	}
+	missing := filepath.Join(dir, "absent.json")
+	if _, err := LoadNodes(missing); err == nil || err.Error() != "the nodes file "+missing+
+		" does not exist: give --nodes a JSON list of nodes, or leave it out to plan for this machine alone" {
+		t.Errorf("a missing file: %v", err)
+	}
+}
+
+func TestPoolNodes(t *testing.T) {
+	declared := mustNodes(t, `[{"name": "here", "cpu_cores": 2, "ram_gb": 4}, {"name": "there", "cpu_cores": 8, "ram_gb": 64}]`)
+	reads := 0
+	measured := Node{Name: "here", Local: true, CPUCores: 16, RAMGB: 32, FreeRAMGB: 20, GPUs: []GPU{}}
+	p := NewPool(func() (Node, error) { reads++; return measured, nil }, declared)
+	got := p.Nodes()
+	if len(got) != 2 || !reflect.DeepEqual(got[0], measured) || got[1].Name != "there" {
+		t.Fatalf("Nodes = %+v; want the measured local node, then the other declared one", got)
+	}
+	p.Nodes()
+	if reads != 1 {
+		t.Errorf("the local node was read %d times in a moment; want once", reads)
+	}
+
+	failing := NewPool(func() (Node, error) { return Node{}, errors.New("no /proc") }, nil)
+	if n := failing.Nodes(); len(n) != 1 || !n[0].Local || n[0].Note != "could not read this machine: no /proc" {
+		t.Errorf("a local node that cannot be read: %+v; want it listed with a note", n)
+	}
+	if n := NewPool(nil, declared).Nodes(); len(n) != 2 || n[0].Local {
+		t.Errorf("a pool of declared nodes only: %+v", n)
+	}
+}
+
+func TestLocalNode(t *testing.T) {
+	if _, err := os.Stat("/proc/meminfo"); err != nil {
+		t.Skip("no /proc/meminfo here")
+	}
+	n, err := LocalNode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !n.Local || n.CPUCores < 1 || n.RAMGB <= 0 || n.FreeRAMGB <= 0 || n.FreeRAMGB > n.RAMGB || n.CPUBandwidthGBs != DefaultCPUBandwidthGBs {
+		t.Errorf("LocalNode = %+v; want this machine's cores and memory", n)
+	}
+}
+
+func TestClassTable(t *testing.T) {
+	for _, c := range classes {
+		if c.MemoryGB <= 0 || c.BandwidthGBs <= 0 {
+			t.Errorf("%s has no memory or bandwidth", c.Name)
+		}
+		if got, ok := LookupClass(strings.ToLower(strings.ReplaceAll(c.Name, "-", " "))); !ok || got.Name != c.Name {
+			t.Errorf("LookupClass(%q) = %q, %v", c.Name, got.Name, ok)
+		}
+	}
+	cases := map[string]string{"A100": "an", "H200": "an", "L4": "an", "RTX-4090": "an", "MI300X": "an", "T4": "a", "V100-32GB": "a"}
+	for class, want := range cases {
+		if c, ok := LookupClass(class); ok && article(c.Name) != want {
+			t.Errorf("article(%s) = %q; want %q", c.Name, article(c.Name), want)
+		}
+	}
+}
