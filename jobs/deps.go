@@ -1,0 +1,99 @@
+package jobs
+
+import (
+	"context"
+	"database/sql"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"modelserve/catalog"
+	"modelserve/internal/hf"
+	"modelserve/internal/mirror"
+	"modelserve/internal/plan"
+)
+
+// Registry reads a repository at a revision (hf.Client, hf.Local).
+type Registry interface {
+	Repo(ctx context.Context, id, revision string) (hf.Repo, error)
+	// DownloadURL is where the mirror fetches a file of the repository at a
+	// commit.
+	DownloadURL(id, commit, path string) string
+}
+
+// downloadChecker is a registry that can tell, before anything is fetched,
+// whether its token may download a repository's files. The Hub can refuse
+// a gated repository's files while it lists them to anyone; a local folder
+// never refuses, and need not implement it.
+type downloadChecker interface {
+	CanDownload(ctx context.Context, repo hf.Repo, path string) error
+}
+
+// Mirror fetches files into the mirror, resuming what is partly there and
+// checking each against its published sha256 (mirror.Mirror).
+type Mirror interface {
+	Fetch(ctx context.Context, files []mirror.File, progress func(mirror.Progress)) ([]string, error)
+}
+
+// Catalog adds a model (catalog.Store). Add replaces a model of the same
+// name; AddNew refuses one with catalog.ErrExists.
+type Catalog interface {
+	Add(ctx context.Context, m catalog.Model, by string) error
+	AddNew(ctx context.Context, m catalog.Model, by string) error
+}
+
+// Planner says which file of a repository suits the cluster's hardware and
+// where each file can run (plan.Planner). It is optional: without one, a job
+// takes Q4_K_M and runs it on this node's CPU.
+type Planner interface {
+	Plan(ctx context.Context, repo hf.Repo, req plan.Request) (plan.Plan, error)
+}
+
+// Metrics is told of jobs and steps as they end; internal/metrics
+// implements it.
+type Metrics interface {
+	// JobStarted counts a new job (a retry is a new job; a job resumed
+	// after a restart is not).
+	JobStarted()
+	// JobEnded counts a job that reached done, failed or cancelled.
+	JobEnded(state string)
+	// StepDone records how long a step took to get done.
+	StepDone(step string, d time.Duration)
+}
+
+// Deps are what a Server needs. DB, Registry, Mirror and Catalog are
+// required; New refuses a Server without one.
+type Deps struct {
+	// DB holds the jobs and their steps (migrations/0003_jobs.sql).
+	DB       *sql.DB
+	Registry Registry
+	Mirror   Mirror
+	Catalog  Catalog
+	// Fleet starts the replicas a catalog entry asks for. Without one, a
+	// job ends once the model is in the catalog.
+	Fleet Fleet
+	// Planner chooses a file and where it runs; without one, Q4_K_M on
+	// this node's CPU.
+	Planner Planner
+	// EngineVersion is the llama.cpp build the nodes run ("b6000"), which
+	// decides which architectures load.
+	EngineVersion string
+	// NodeMemory is the bytes of RAM of the node a CPU model runs on, when
+	// no planner says; the context of a model whose request names none is
+	// cut to what fits in it.
+	NodeMemory func() int64
+	// HTTP asks a replica to answer in the smoke test.
+	HTTP *http.Client
+	Log  *slog.Logger
+	// Poll is how often placement looks at the fleet; 200ms unless set.
+	Poll time.Duration
+	// ReadyTimeout bounds the wait for a replica: the node fetching the
+	// weights from the mirror and the engine loading them. 30 minutes
+	// unless set.
+	ReadyTimeout time.Duration
+	// UnplacedGrace is how long a model may go unplaced before the job
+	// stops waiting for it; a minute unless set.
+	UnplacedGrace time.Duration
+	// Metrics, when set, is told of jobs and steps.
+	Metrics Metrics
+}

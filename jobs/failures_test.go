@@ -1,0 +1,172 @@
+package jobs
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strings"
+	"testing"
+
+	"modelserve/internal/ggufgen"
+	"modelserve/internal/hubtest"
+)
+
+// TestStartRefuses: each request that cannot be served is refused at once
+// with a sentence saying why, and no job is stored.
+func TestStartRefuses(t *testing.T) {
+	e := newEnv(t)
+	cases := []struct {
+		name string
+		req  Request
+		want string
+	}{
+		{"no repository", Request{}, `"" is not a repository; it looks like owner/name, or local/<folder>`},
+		{"not owner/name", Request{Repo: "just-a-name"}, `"just-a-name" is not a repository`},
+		{"climbs out", Request{Repo: "../etc"}, `"../etc" is not a repository`},
+		{"negative replicas", Request{Repo: "acme/m", Replicas: -1}, "replicas cannot be negative"},
+		{"unknown format", Request{Repo: "acme/m", Format: "onnx"}, `the format is gguf or safetensors, not "onnx"`},
+		{"projector with original weights", Request{Repo: "acme/m", Format: "safetensors", Projector: "mmproj.gguf", GPUClass: "L4"},
+			"a projector is for a GGUF model; vLLM reads a vision model's own files"},
+		{"original weights on the CPU", Request{Repo: "acme/m", Format: "safetensors", CPU: true},
+			"original weights run on vLLM, on GPUs; a GGUF file runs on the CPU"},
+		{"unknown guard format", Request{Repo: "acme/m", GuardFormat: "yesno", Replicas: 1},
+			`the guard format is one of llamaguard3, qwen3guard, shieldgemma, json, not "yesno"`},
+		{"unknown class", Request{Repo: "acme/m", Class: "vip"},
+			`the class is critical, standard or opportunistic, not "vip"`},
+		{"judge on demand", Request{Repo: "acme/m", GuardFormat: "json"},
+			"a judge model must always run: give it 1 or more replicas, not 0 (on demand)"},
+		{"context longer than the pool", Request{Repo: "acme/m", CtxPool: 4096, ContextLength: 8192},
+			"a request of 8192 tokens cannot fit a pool of 4096: give ctx_pool at least context_length"},
+		{"context longer than the default pool", Request{Repo: "acme/m", ContextLength: 32768},
+			"a request of 32768 tokens cannot fit a pool of 16384"},
+		{"bad catalog name", Request{Repo: "acme/m", Name: "My Model"}, `the model name "My Model" is not allowed`},
+		{"environment beyond tuning", Request{Repo: "acme/m", Env: map[string]string{"LD_PRELOAD": "x"}},
+			`the engine's environment takes only tuning variables`},
+		{"unknown engine", Request{Repo: "acme/m", Engine: "ollama"}, `the engine is llamacpp or vllm, not "ollama"`},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := e.srv.Start(context.Background(), tc.req)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("Start refused with %v; want %q", err, tc.want)
+			}
+			var inv *InvalidError
+			if !errors.Is(err, ErrInvalid) || !errors.As(err, &inv) || inv.HTTPStatus() != http.StatusBadRequest {
+				t.Errorf("the refusal %v is not an ErrInvalid answered 400", err)
+			}
+			if strings.HasSuffix(err.Error(), ".") {
+				t.Errorf("the refusal ends with a period: %q", err)
+			}
+		})
+	}
+	_, total, err := e.srv.List(context.Background(), ListOptions{})
+	if err != nil || total != 0 {
+		t.Errorf("refused requests left %d jobs (%v)", total, err)
+	}
+}
+
+// TestStepFailures: each way a step fails ends the job failed, with its
+// sentence on the step that failed, and nothing in the catalog.
+func TestStepFailures(t *testing.T) {
+	cases := []struct {
+		name  string
+		setup func(e *testEnv)
+		req   Request
+		step  string
+		want  string
+	}{
+		{name: "no such repository", req: Request{Repo: "acme/Nothing-GGUF"}, step: StepRegistry,
+			want: "acme/Nothing-GGUF does not exist on"},
+		{name: "no such revision", req: Request{Repo: "acme/Tiny-GGUF", Revision: "v9"}, step: StepRegistry,
+			setup: func(e *testEnv) {
+				e.addModel("acme/Tiny-GGUF", hubtest.RepoOptions{}, map[string]ggufgen.Spec{"tiny-Q4_K_M.gguf": {}})
+			},
+			want: `acme/Tiny-GGUF has no revision "v9"`},
+		{name: "gated without a token", req: Request{Repo: "acme/Gated-GGUF"}, step: StepRegistry,
+			setup: func(e *testEnv) {
+				e.addModel("acme/Gated-GGUF", hubtest.RepoOptions{Gated: "manual"}, map[string]ggufgen.Spec{"gated-Q4_K_M.gguf": {}})
+			},
+			want: "acme/Gated-GGUF is gated: set HF_TOKEN"},
+		{name: "no file of the quantisation", req: Request{Repo: "acme/Tiny-GGUF", Quant: "Q9_K"}, step: StepPlan,
+			setup: func(e *testEnv) {
+				e.addModel("acme/Tiny-GGUF", hubtest.RepoOptions{}, map[string]ggufgen.Spec{"tiny-Q4_K_M.gguf": {}, "tiny-Q8_0.gguf": {}})
+			},
+			want: `acme/Tiny-GGUF has no file matching "Q9_K"; it has: tiny-Q4_K_M, tiny-Q8_0`},
+		{name: "no such projector", req: Request{Repo: "acme/Tiny-GGUF", Projector: "mmproj-big.gguf"}, step: StepPlan,
+			setup: func(e *testEnv) {
+				e.addModel("acme/Tiny-GGUF", hubtest.RepoOptions{}, map[string]ggufgen.Spec{
+					"tiny-Q4_K_M.gguf": {}, "mmproj-small.gguf": {Projector: true}})
+			},
+			want: `acme/Tiny-GGUF has no vision projector "mmproj-big.gguf"; it has: mmproj-small.gguf`},
+		{name: "a shard missing", req: Request{Repo: "acme/Split-GGUF"}, step: StepPlan,
+			setup: func(e *testEnv) {
+				e.hub.AddRepo("acme/Split-GGUF", hubtest.RepoOptions{})
+				e.hub.AddFile("acme/Split-GGUF", "split-Q4_K_M-00001-of-00003.gguf", []byte("one"))
+				e.hub.AddFile("acme/Split-GGUF", "split-Q4_K_M-00003-of-00003.gguf", []byte("three"))
+			},
+			want: "split-Q4_K_M is split into 3 shards and acme/Split-GGUF lacks shard 2"},
+		{name: "checksum mismatch", req: Request{Repo: "acme/Tiny-GGUF"}, step: StepMirror,
+			setup: func(e *testEnv) {
+				e.addModel("acme/Tiny-GGUF", hubtest.RepoOptions{}, map[string]ggufgen.Spec{"tiny-Q4_K_M.gguf": {}})
+				e.hub.FlipByte("acme/Tiny-GGUF", "tiny-Q4_K_M.gguf", 1000)
+			},
+			want: "tiny-Q4_K_M.gguf arrived with sha256 "},
+		{name: "unsupported architecture", req: Request{Repo: "acme/Foo-GGUF"}, step: StepCheck,
+			setup: func(e *testEnv) {
+				e.addModel("acme/Foo-GGUF", hubtest.RepoOptions{}, map[string]ggufgen.Spec{"foo-Q4_K_M.gguf": {Architecture: "foo"}})
+			},
+			want: "llama.cpp b6000 on the nodes cannot run this: its architecture foo is not one it knows"},
+		{name: "not a GGUF file", req: Request{Repo: "acme/Junk-GGUF"}, step: StepCheck,
+			setup: func(e *testEnv) {
+				e.hub.AddRepo("acme/Junk-GGUF", hubtest.RepoOptions{})
+				e.hub.AddFile("acme/Junk-GGUF", "junk-Q4_K_M.gguf", []byte("this is not a model"))
+			},
+			want: "junk-Q4_K_M.gguf on the mirror has no GGUF header that can be read"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t)
+			if tc.setup != nil {
+				tc.setup(e)
+			}
+			j := MustEnd(t, e.srv, MustStart(t, e.srv, tc.req).ID)
+			if j.State != Failed {
+				t.Fatalf("job ended %s; want failed on %s", j.State, tc.step)
+			}
+			st := MustStep(t, j, tc.step)
+			if st.State != Failed || !strings.Contains(st.Detail, tc.want) {
+				t.Errorf("step %s is %s: %q; want failed saying %q", tc.step, st.State, st.Detail, tc.want)
+			}
+			if j.Error != st.Detail {
+				t.Errorf("the job's error %q is not its step's %q", j.Error, st.Detail)
+			}
+			for _, other := range j.Steps {
+				if other.Name != tc.step && other.State != Done {
+					t.Errorf("step %s is %s beside the failed %s", other.Name, other.State, tc.step)
+				}
+			}
+			if names := e.catalogNames(); len(names) != 0 {
+				t.Errorf("a failed job left %v in the catalog", names)
+			}
+			// The failure is saved, not only published.
+			stored, _, err := load(context.Background(), e.db, j.ID)
+			if err != nil || stored.State != Failed || stored.Error != j.Error {
+				t.Errorf("stored %+v (%v)", stored, err)
+			}
+		})
+	}
+}
+
+// TestGatedWithToken serves a gated repository with a token granted it.
+func TestGatedWithToken(t *testing.T) {
+	e := newEnv(t, withToken("hf_granted"), withNodeMemory(64<<30))
+	e.hub.AddToken("hf_granted", "acme/Gated-GGUF")
+	e.addModel("acme/Gated-GGUF", hubtest.RepoOptions{Gated: "manual"}, map[string]ggufgen.Spec{"gated-Q4_K_M.gguf": {}})
+	j := MustEnd(t, e.srv, MustStart(t, e.srv, Request{Repo: "acme/Gated-GGUF", Replicas: 1}).ID)
+	if j.State != Done {
+		t.Fatalf("job ended %s: %s", j.State, j.Error)
+	}
+	if e.hub.CDNSawAuthorization() {
+		t.Error("the token followed the redirect to the CDN")
+	}
+}

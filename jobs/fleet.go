@@ -1,0 +1,198 @@
+package jobs
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+)
+
+// Fleet is what a job watches once its model is in the catalog: the
+// replicas that run, and how each model fares.
+type Fleet interface {
+	Replicas() []Replica
+	ModelHealth() []ModelHealth
+	// EngineKey is the key a replica's engine wants from its clients
+	// (llama-server's --api-key); "" for none.
+	EngineKey(replicaID string) string
+}
+
+// ReplicaReady is the state of a replica that answers requests.
+const ReplicaReady = "ready"
+
+// Replica is one running copy of a model.
+type Replica struct {
+	ID    string
+	Model string
+	Node  string
+	// Endpoint is the engine's base URL, "http://host:port".
+	Endpoint string
+	// State is ReplicaReady once it answers; anything else says what it is
+	// doing ("starting", "loading").
+	State string
+}
+
+// ModelHealth is how the fleet fares with one model.
+type ModelHealth struct {
+	Model string
+	// Parked is a model whose replicas kept failing and are no longer
+	// restarted; Failures how many times, Reason the last failure.
+	Parked   bool
+	Failures int
+	Reason   string
+	// Unplaceable is a model no node can host now; Placement says why,
+	// node by node.
+	Unplaceable bool
+	Placement   string
+}
+
+// errBusy is a model the cluster has the hardware for, all of it in use now.
+var errBusy = errors.New("the hardware it fits is in use")
+
+// waitReady waits for a replica of the model to serve, saying what it is
+// doing, and gives up early when it cannot be placed or keeps failing.
+func (s *Server) waitReady(ctx context.Context, l *live, name string, hardware bool) (Replica, error) {
+	s.step(l, StepPlacement, Running, "waiting for the fleet to place it")
+	started := time.Now()
+	deadline := started.Add(s.deps.ReadyTimeout)
+	tick := time.NewTicker(s.deps.Poll)
+	defer tick.Stop()
+	for {
+		for _, h := range s.deps.Fleet.ModelHealth() {
+			if h.Model != name {
+				continue
+			}
+			if h.Parked {
+				return Replica{}, sentencef("it failed to start %d times and is parked: %s", h.Failures, h.Reason)
+			}
+			// The grace runs from when this step began, not from the job:
+			// the download before it can take hours, and the fleet may not
+			// have looked at the new entry yet.
+			if h.Unplaceable && time.Since(started) > s.deps.UnplacedGrace {
+				if hardware {
+					return Replica{}, &sentence{msg: fmt.Sprintf("%s: it is in the catalog and starts when there is room, "+
+						"with nothing more to do; what holds it now:\n%s", errBusy, h.Placement), kind: errBusy}
+				}
+				return Replica{}, sentencef("no node can host it:\n%s", h.Placement)
+			}
+		}
+		for _, r := range s.deps.Fleet.Replicas() {
+			if r.Model != name {
+				continue
+			}
+			if r.State == ReplicaReady {
+				s.step(l, StepPlacement, Done, fmt.Sprintf("%s ready on %s at %s", r.ID, r.Node, r.Endpoint))
+				return r, nil
+			}
+			s.step(l, StepPlacement, Running, fmt.Sprintf("%s on %s is %s", r.ID, r.Node, r.State))
+		}
+		if time.Now().After(deadline) {
+			return Replica{}, sentencef("no replica was ready after %s: the fleet's log for %s says why", s.deps.ReadyTimeout, name)
+		}
+		select {
+		case <-ctx.Done():
+			return Replica{}, ctx.Err()
+		case <-tick.C:
+		}
+	}
+}
+
+// smoke sends one short request straight to the replica, with its engine
+// key, and says what came back and how fast.
+func (s *Server) smoke(ctx context.Context, r Replica, name string, embeddings bool) (string, float64, error) {
+	if embeddings {
+		return s.smokeEmbeddings(ctx, r, name)
+	}
+	body, _ := json.Marshal(map[string]any{
+		"model":      name,
+		"max_tokens": 32,
+		"messages":   []map[string]string{{"role": "user", "content": "Say hello in one short sentence."}},
+	})
+	start := time.Now()
+	b, err := s.ask(ctx, r, "/v1/chat/completions", body)
+	if err != nil {
+		return "", 0, err
+	}
+	secs := time.Since(start).Seconds()
+	var out struct {
+		Choices []struct {
+			Message struct {
+				Content string `json:"content"`
+			} `json:"message"`
+		} `json:"choices"`
+		Usage struct {
+			CompletionTokens int `json:"completion_tokens"`
+		} `json:"usage"`
+		Timings struct {
+			PredictedPerSecond float64 `json:"predicted_per_second"`
+		} `json:"timings"`
+	}
+	if err := json.Unmarshal(b, &out); err != nil || len(out.Choices) == 0 {
+		return "", 0, sentencef("the replica's answer was not a completion: %s", clip(b))
+	}
+	// llama-server times the generation itself; the wall clock, which also
+	// counts the prompt and the network, is the figure for other engines.
+	tps := out.Timings.PredictedPerSecond
+	if tps <= 0 && secs > 0 {
+		tps = float64(out.Usage.CompletionTokens) / secs
+	}
+	return strings.TrimSpace(out.Choices[0].Message.Content), tps, nil
+}
+
+// smokeEmbeddings asks an embedding model for one vector and says its
+// length: an embedding model does not chat.
+func (s *Server) smokeEmbeddings(ctx context.Context, r Replica, name string) (string, float64, error) {
+	body, _ := json.Marshal(map[string]any{"model": name, "input": "hello"})
+	b, err := s.ask(ctx, r, "/v1/embeddings", body)
+	if err != nil {
+		return "", 0, err
+	}
+	var out struct {
+		Data []struct {
+			Embedding []float64 `json:"embedding"`
+		} `json:"data"`
+	}
+	if err := json.Unmarshal(b, &out); err != nil || len(out.Data) == 0 || len(out.Data[0].Embedding) == 0 {
+		return "", 0, sentencef("the replica answered no vector: %s", clip(b))
+	}
+	return fmt.Sprintf("a vector of %d dimensions", len(out.Data[0].Embedding)), 0, nil
+}
+
+// ask posts body to the replica's route and returns the answer of a 200.
+func (s *Server) ask(ctx context.Context, r Replica, route string, body []byte) ([]byte, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimRight(r.Endpoint, "/")+route, bytes.NewReader(body))
+	if err != nil {
+		return nil, sentencef("the replica's endpoint %q is not a URL: the fleet reported it wrongly", r.Endpoint)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if k := s.deps.Fleet.EngineKey(r.ID); k != "" {
+		req.Header.Set("Authorization", "Bearer "+k)
+	}
+	resp, err := s.deps.HTTP.Do(req)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, sentencef("%s at %s did not answer: %v", r.ID, r.Endpoint, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
+	if resp.StatusCode != http.StatusOK {
+		return nil, sentencef("the replica answered %s: %s", resp.Status, clip(b))
+	}
+	return b, nil
+}
+
+// clip is an engine's answer short enough for a sentence.
+func clip(b []byte) string {
+	s := strings.TrimSpace(string(b))
+	if len(s) > 300 {
+		s = s[:300] + "…"
+	}
+	return s
+}

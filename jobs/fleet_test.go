@@ -1,0 +1,154 @@
+package jobs
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+
+	"modelserve/internal/ggufgen"
+	"modelserve/internal/hubtest"
+)
+
+// fakeFleet is a fleet whose one replica becomes ready after a few looks,
+// served by a real HTTP engine.
+type fakeFleet struct {
+	mu       sync.Mutex
+	looks    int
+	readyAt  int // the look at which the replica is ready; 0: never
+	endpoint string
+	health   ModelHealth
+	panics   bool
+}
+
+func (f *fakeFleet) Replicas() []Replica {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.looks++
+	state := "starting"
+	if f.readyAt > 0 && f.looks >= f.readyAt {
+		state = ReplicaReady
+	}
+	return []Replica{{ID: "r1", Model: "tiny", Node: "node-a", Endpoint: f.endpoint, State: state}}
+}
+
+func (f *fakeFleet) ModelHealth() []ModelHealth {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.panics {
+		panic("the fleet's table is corrupt")
+	}
+	return []ModelHealth{f.health}
+}
+
+func (f *fakeFleet) EngineKey(id string) string { return "key-" + id }
+
+// engine answers as llama-server does, to clients with the key only.
+func engine(t *testing.T, status int) *httptest.Server {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Authorization") != "Bearer key-r1" {
+			w.WriteHeader(http.StatusUnauthorized)
+			w.Write([]byte(`{"error":{"code":401,"message":"Invalid API Key","type":"authentication_error"}}`))
+			return
+		}
+		if status != http.StatusOK {
+			w.WriteHeader(status)
+			w.Write([]byte(`{"error":{"code":503,"message":"Loading model","type":"unavailable_error"}}`))
+			return
+		}
+		var req struct {
+			Model string `json:"model"`
+		}
+		json.NewDecoder(r.Body).Decode(&req)
+		if req.Model != "tiny" {
+			t.Errorf("the smoke test asked for model %q", req.Model)
+		}
+		switch r.URL.Path {
+		case "/v1/chat/completions":
+			w.Write([]byte(`{"object":"chat.completion","choices":[{"index":0,"finish_reason":"stop",
+				"message":{"role":"assistant","content":" Hello there. "}}],
+				"usage":{"prompt_tokens":9,"completion_tokens":4,"total_tokens":13},
+				"timings":{"predicted_n":4,"predicted_per_second":42.5}}`))
+		case "/v1/embeddings":
+			w.Write([]byte(`{"object":"list","data":[{"object":"embedding","index":0,"embedding":[0.1,0.2,0.3]}]}`))
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+// TestPlacementAndSmoke runs the last two steps against a fleet and a real
+// HTTP engine.
+func TestPlacementAndSmoke(t *testing.T) {
+	pooling := uint32(1)
+	cases := []struct {
+		name      string
+		spec      ggufgen.Spec
+		fleet     *fakeFleet
+		status    int
+		state     string // the job's end
+		step      string // the step that decides it
+		stepState string
+		want      string
+		wantReply string
+		wantTPS   float64
+	}{
+		{name: "ready and answering", fleet: &fakeFleet{readyAt: 3, health: ModelHealth{Model: "tiny"}}, status: 200,
+			state: Done, step: StepSmoke, stepState: Done, want: `answered at 42.5 tokens/s: "Hello there."`,
+			wantReply: "Hello there.", wantTPS: 42.5},
+		{name: "embedding model", spec: ggufgen.Spec{Pooling: &pooling},
+			fleet: &fakeFleet{readyAt: 1, health: ModelHealth{Model: "tiny"}}, status: 200,
+			state: Done, step: StepSmoke, stepState: Done, want: "answered with a vector of 3 dimensions",
+			wantReply: "a vector of 3 dimensions"},
+		{name: "parked", fleet: &fakeFleet{health: ModelHealth{Model: "tiny", Parked: true, Failures: 3,
+			Reason: "error loading model: tensor 'blk.0' is corrupted"}},
+			state: Failed, step: StepPlacement, stepState: Failed,
+			want: "it failed to start 3 times and is parked: error loading model: tensor 'blk.0' is corrupted"},
+		{name: "hardware busy", fleet: &fakeFleet{health: ModelHealth{Model: "tiny", Unplaceable: true,
+			Placement: "node-a: 2 GB free of the 8 GB it needs"}},
+			state: Done, step: StepPlacement, stepState: Skipped,
+			want: "the hardware it fits is in use: it is in the catalog and starts when there is room"},
+		{name: "engine refuses", fleet: &fakeFleet{readyAt: 1, health: ModelHealth{Model: "tiny"}}, status: 503,
+			state: Failed, step: StepSmoke, stepState: Failed, want: "the replica answered 503 Service Unavailable"},
+		{name: "fleet panics", fleet: &fakeFleet{panics: true},
+			state: Failed, step: StepPlacement, stepState: Failed,
+			want: "the job stopped on an internal error; the server's log has the details"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			f := tc.fleet
+			f.endpoint = engine(t, tc.status).URL
+			e := newEnv(t, withNodeMemory(64<<30), withFleet(f))
+			e.addModel(tinyRepo, hubtest.RepoOptions{}, map[string]ggufgen.Spec{tinyFile: tc.spec})
+			j := MustEnd(t, e.srv, MustStart(t, e.srv, Request{Repo: tinyRepo, Replicas: 1}).ID)
+			if j.State != tc.state {
+				t.Fatalf("job ended %s (%s); want %s", j.State, j.Error, tc.state)
+			}
+			st := MustStep(t, j, tc.step)
+			if st.State != tc.stepState || !strings.Contains(st.Detail, tc.want) {
+				t.Errorf("step %s is %s: %q; want %s saying %q", tc.step, st.State, st.Detail, tc.stepState, tc.want)
+			}
+			if j.Reply != tc.wantReply || j.TokensPerSecond != tc.wantTPS {
+				t.Errorf("reply %q at %v tokens/s; want %q at %v", j.Reply, j.TokensPerSecond, tc.wantReply, tc.wantTPS)
+			}
+			if tc.wantReply != "" {
+				if d := MustStep(t, j, StepPlacement).Detail; d != "r1 ready on node-a at "+f.endpoint {
+					t.Errorf("placement says %q", d)
+				}
+			}
+			stored, err := e.srv.Get(context.Background(), j.ID)
+			if err != nil || stored.State != tc.state {
+				t.Errorf("stored as %s (%v)", stored.State, err)
+			}
+			// Whatever the fleet did, the model is in the catalog.
+			if _, err := e.catalog.Get(context.Background(), "tiny"); err != nil {
+				t.Errorf("the model is not in the catalog: %v", err)
+			}
+		})
+	}
+}

@@ -1,0 +1,104 @@
+package jobs
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"slices"
+	"time"
+)
+
+// The states of a job. A job is Running until it ends Done, Failed or
+// Cancelled; a step is Running, Done, Failed or Skipped.
+const (
+	Running   = "running"
+	Done      = "done"
+	Failed    = "failed"
+	Cancelled = "cancelled"
+	Skipped   = "skipped"
+)
+
+// KindServe is the kind of a job that serves a model.
+const KindServe = "serve"
+
+// The steps of a job, in the order it goes through them.
+const (
+	StepRegistry  = "registry"
+	StepPlan      = "plan"
+	StepMirror    = "mirror"
+	StepCheck     = "check"
+	StepCatalog   = "catalog"
+	StepPlacement = "placement"
+	StepSmoke     = "smoke test"
+)
+
+// Step is one stage of a job, and what it is doing or did.
+type Step struct {
+	Name   string    `json:"name"`
+	State  string    `json:"state"`
+	Detail string    `json:"detail,omitempty"`
+	At     time.Time `json:"at"`
+	// BytesDone and BytesTotal are the mirror step's progress.
+	BytesDone  int64 `json:"bytes_done,omitempty"`
+	BytesTotal int64 `json:"bytes_total,omitempty"`
+}
+
+// Job is one model being served, and where it stands. Jobs are small: every
+// event carries a whole one.
+type Job struct {
+	ID      string  `json:"id"`
+	Kind    string  `json:"kind"`
+	Request Request `json:"request"`
+	State   string  `json:"state"`
+	// Error is the sentence the job failed with.
+	Error string `json:"error,omitempty"`
+	// Model is the catalog name, once the plan has chosen it.
+	Model string `json:"model,omitempty"`
+	// Commit is the commit the registry resolved the revision to.
+	Commit   string    `json:"commit,omitempty"`
+	Steps    []Step    `json:"steps"`
+	Started  time.Time `json:"started"`
+	Finished time.Time `json:"finished,omitzero"`
+	// Reply is what the model said to the smoke test, and TokensPerSecond
+	// how fast it said it.
+	Reply           string  `json:"reply,omitempty"`
+	TokensPerSecond float64 `json:"tokens_per_second,omitempty"`
+	// RetryOf is the job this one retries.
+	RetryOf string `json:"retry_of,omitempty"`
+}
+
+// Ended is whether the job has stopped for good.
+func (j Job) Ended() bool { return j.State != Running }
+
+// Step returns the job's step of that name, if it reached it.
+func (j Job) Step(name string) (Step, bool) {
+	i := slices.IndexFunc(j.Steps, func(s Step) bool { return s.Name == name })
+	if i < 0 {
+		return Step{}, false
+	}
+	return j.Steps[i], true
+}
+
+func (j Job) clone() Job {
+	j.Steps = slices.Clone(j.Steps)
+	j.Request.Aliases = slices.Clone(j.Request.Aliases)
+	if j.Request.Env != nil {
+		env := make(map[string]string, len(j.Request.Env))
+		for k, v := range j.Request.Env {
+			env[k] = v
+		}
+		j.Request.Env = env
+	}
+	return j
+}
+
+// newID makes a job id that sorts by when it started and cannot be guessed
+// from another: "serve-<unix seconds>-<8 random bytes in hex>".
+func newID(now time.Time) string {
+	var b [8]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		// crypto/rand does not fail on the systems Go supports.
+		panic(err)
+	}
+	return fmt.Sprintf("%s-%d-%s", KindServe, now.Unix(), hex.EncodeToString(b[:]))
+}

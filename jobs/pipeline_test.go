@@ -1,0 +1,252 @@
+package jobs
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	"modelserve/catalog"
+	"modelserve/internal/gguf"
+	"modelserve/internal/ggufgen"
+	"modelserve/internal/hubtest"
+)
+
+// TestServe serves a model from the Hub through every step, watching its
+// events, and finds it in the catalog as a user would: its source on the
+// mirror, its context, the engine's sizing flags and where it came from.
+func TestServe(t *testing.T) {
+	pooling := uint32(1)
+	cases := []struct {
+		name string
+		spec ggufgen.Spec
+		req  Request
+		// memory is the node's RAM; 0 leaves it unknown.
+		memory int64
+		// wantCtx and wantParallel are the context and slots; 0 checks
+		// them against the memory instead.
+		wantCtx, wantParallel int
+		wantEmbedding         bool
+	}{
+		{name: "trained context fits the node", spec: ggufgen.Spec{ContextLength: 8192},
+			memory: 64 << 30, wantCtx: 8192, wantParallel: 4},
+		{name: "context as asked", spec: ggufgen.Spec{ContextLength: 8192},
+			req: Request{CtxPool: 4096, ContextLength: 2048}, memory: 64 << 30, wantCtx: 2048, wantParallel: 2},
+		{name: "memory unknown takes the default", spec: ggufgen.Spec{ContextLength: 32768},
+			wantCtx: 4096, wantParallel: 4},
+		{name: "embedding model gets many small slots", spec: ggufgen.Spec{ContextLength: 8192, Pooling: &pooling},
+			memory: 64 << 30, wantCtx: 1024, wantParallel: 32, wantEmbedding: true},
+		{name: "context cut to the node's memory", spec: ggufgen.Spec{ContextLength: 1 << 20},
+			memory: 1 << 30},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			var opts []envOption
+			if tc.memory > 0 {
+				opts = append(opts, withNodeMemory(tc.memory))
+			}
+			e := newEnv(t, opts...)
+			const repo, file = "acme/Tiny-GGUF", "tiny-Q4_K_M.gguf"
+			content := ggufgen.Bytes(tc.spec)
+			e.hub.AddRepo(repo, hubtest.RepoOptions{})
+			e.hub.AddFile(repo, "README.md", []byte("# tiny"))
+			e.hub.AddFile(repo, "tiny-Q8_0.gguf", ggufgen.Bytes(tc.spec))
+			commit := e.hub.AddFile(repo, file, content)
+
+			events, stop := e.srv.Subscribe("")
+			defer stop()
+			req := tc.req
+			req.Repo, req.Replicas = repo, 1
+			j := MustStart(t, e.srv, req)
+			if j.State != Running || j.Kind != KindServe || !strings.HasPrefix(j.ID, "serve-") {
+				t.Fatalf("Start returned %+v; want a running serve job", j)
+			}
+			end := MustEnd(t, e.srv, j.ID)
+			if end.State != Done {
+				t.Fatalf("job ended %s: %s; steps %+v", end.State, end.Error, end.Steps)
+			}
+
+			// Every step, in order, as a watcher saw them.
+			var seen []string
+			for len(events) > 0 {
+				ev := <-events
+				for _, st := range ev.Job.Steps {
+					if !slices.Contains(seen, st.Name) {
+						seen = append(seen, st.Name)
+					}
+				}
+			}
+			want := []string{StepRegistry, StepPlan, StepMirror, StepCheck, StepCatalog, StepPlacement, StepSmoke}
+			if !slices.Equal(seen, want) {
+				t.Errorf("steps seen %v, want %v", seen, want)
+			}
+			for _, st := range end.Steps {
+				wantState := Done
+				if st.Name == StepPlacement || st.Name == StepSmoke {
+					wantState = Skipped
+				}
+				if st.State != wantState {
+					t.Errorf("step %s ended %s (%s), want %s", st.Name, st.State, st.Detail, wantState)
+				}
+			}
+			if d := MustStep(t, end, StepRegistry).Detail; d != repo+" at "+commit[:7]+": 3 files" {
+				t.Errorf("registry says %q", d)
+			}
+			if d := MustStep(t, end, StepPlan).Detail; !strings.HasPrefix(d, "Q4_K_M, ") || !strings.HasSuffix(d, "revision "+commit[:7]+"; runs on cpu") {
+				t.Errorf("plan says %q", d)
+			}
+			if d := MustStep(t, end, StepMirror).Detail; !strings.HasSuffix(d, "on the mirror, checksums match the registry") {
+				t.Errorf("mirror says %q", d)
+			}
+			if d := MustStep(t, end, StepPlacement).Detail; d != "no fleet is configured: the model is in the catalog, and nothing starts it here" {
+				t.Errorf("placement says %q", d)
+			}
+			if end.Commit != commit || end.Model != "tiny" || end.Finished.IsZero() {
+				t.Errorf("job commit %q model %q finished %v", end.Commit, end.Model, end.Finished)
+			}
+
+			m, err := e.catalog.Get(context.Background(), "tiny")
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := os.ReadFile(m.Source)
+			if err != nil {
+				t.Fatalf("the catalog's source %q: %v", m.Source, err)
+			}
+			if !strings.HasPrefix(m.Source, e.mirrorDir) || filepath.Base(m.Source) != file || string(got) != string(content) {
+				t.Errorf("source %s is not the file on the mirror", m.Source)
+			}
+			sum := sha256.Sum256(content)
+			wantOrigin := catalog.Origin{Repo: repo, Revision: commit,
+				Files: []catalog.OriginFile{{Path: file, Bytes: int64(len(content)), SHA256: hex.EncodeToString(sum[:])}}}
+			if m.Origin == nil || m.Origin.Repo != wantOrigin.Repo || m.Origin.Revision != wantOrigin.Revision ||
+				!slices.Equal(m.Origin.Files, wantOrigin.Files) {
+				t.Errorf("origin %+v, want %+v", m.Origin, wantOrigin)
+			}
+			if m.Scaling != (catalog.Scaling{Min: 1, Max: 1}) || len(m.Profiles) != 1 || m.Profiles[0].Name != "cpu" {
+				t.Fatalf("scaling %+v profiles %+v", m.Scaling, m.Profiles)
+			}
+			args := m.Profiles[0].Args
+			pool, _ := strconv.Atoi(argValue(args, "--ctx-size"))
+			parallel, _ := strconv.Atoi(argValue(args, "--parallel"))
+			if pool != m.ContextLength*parallel {
+				t.Errorf("--ctx-size %d is not %d slots of %d", pool, parallel, m.ContextLength)
+			}
+			if m.MaxOutput != catalog.MaxOutput(m.ContextLength) {
+				t.Errorf("max output %d for a context of %d", m.MaxOutput, m.ContextLength)
+			}
+			if got := slices.Contains(args, "--embedding"); got != tc.wantEmbedding || m.Capabilities.Embeddings != tc.wantEmbedding {
+				t.Errorf("args %v, embeddings %v; want embedding %v", args, m.Capabilities.Embeddings, tc.wantEmbedding)
+			}
+			if m.Profiles[0].MinMemoryGB <= 0 {
+				t.Errorf("the profile reserves %d GB", m.Profiles[0].MinMemoryGB)
+			}
+			if tc.wantCtx > 0 {
+				if m.ContextLength != tc.wantCtx || parallel != tc.wantParallel {
+					t.Errorf("context %d in %d slots, want %d in %d (args %v)", m.ContextLength, parallel, tc.wantCtx, tc.wantParallel, args)
+				}
+				return
+			}
+			// Cut to the memory: shorter than trained, in steps of 1024,
+			// and the whole pool fits the node.
+			h, err := gguf.Read(context.Background(), m.Source)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if m.ContextLength >= h.ContextLength || m.ContextLength%1024 != 0 || m.ContextLength == 0 {
+				t.Errorf("context %d for a model trained for %d in %d bytes", m.ContextLength, h.ContextLength, tc.memory)
+			}
+			if need := h.MemoryBytes(int64(len(content)), pool, parallel, 0); need > tc.memory {
+				t.Errorf("a pool of %d in %d slots needs %d bytes, more than the node's %d", pool, parallel, need, tc.memory)
+			}
+			if d := MustStep(t, end, StepCheck).Detail; !strings.Contains(d, "cut to what fits in 1.0 GB") {
+				t.Errorf("check says %q; want it to say the context was cut", d)
+			}
+		})
+	}
+}
+
+// TestServeOnDemand adds a model with no replicas: the job ends at the
+// catalog, which says it loads when first asked for.
+func TestServeOnDemand(t *testing.T) {
+	e := newEnv(t, withNodeMemory(64<<30))
+	e.addModel("acme/Tiny-GGUF", hubtest.RepoOptions{}, map[string]ggufgen.Spec{"tiny-Q4_K_M.gguf": {}})
+	j := MustEnd(t, e.srv, MustStart(t, e.srv, Request{Repo: "acme/Tiny-GGUF", Name: "small", Aliases: []string{"wee"}}).ID)
+	if j.State != Done {
+		t.Fatalf("job ended %s: %s", j.State, j.Error)
+	}
+	if d := MustStep(t, j, StepCatalog).Detail; d != "small added on demand: it loads when first asked for" {
+		t.Errorf("catalog says %q", d)
+	}
+	if _, ok := j.Step(StepPlacement); ok {
+		t.Errorf("placement ran for an on-demand model: %+v", j.Steps)
+	}
+	m, err := e.catalog.Get(context.Background(), "small")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Scaling != (catalog.Scaling{Min: 0, Max: 1}) || !slices.Equal(m.Aliases, []string{"wee"}) {
+		t.Errorf("scaling %+v aliases %v", m.Scaling, m.Aliases)
+	}
+}
+
+// TestServeIfAbsent leaves a model someone added meanwhile as it is.
+func TestServeIfAbsent(t *testing.T) {
+	e := newEnv(t, withNodeMemory(64<<30))
+	e.addModel("acme/Tiny-GGUF", hubtest.RepoOptions{}, map[string]ggufgen.Spec{"tiny-Q4_K_M.gguf": {}})
+	theirs := catalog.Model{Name: "tiny", Description: "the operator's", ContextLength: 2048,
+		Profiles: []catalog.Profile{{Name: "cpu", Engine: EngineLlamaCpp}}, Scaling: catalog.Scaling{Max: 1}}
+	if err := e.catalog.Add(context.Background(), theirs, "operator"); err != nil {
+		t.Fatal(err)
+	}
+	j := MustEnd(t, e.srv, MustStart(t, e.srv, Request{Repo: "acme/Tiny-GGUF", Replicas: 1, IfAbsent: true}).ID)
+	if j.State != Done || MustStep(t, j, StepCatalog).State != Skipped {
+		t.Fatalf("job %s, catalog step %+v", j.State, MustStep(t, j, StepCatalog))
+	}
+	m, _ := e.catalog.Get(context.Background(), "tiny")
+	if m.Description != "the operator's" {
+		t.Errorf("the operator's entry was replaced: %+v", m)
+	}
+}
+
+// TestServeSplitAndProjector serves a split model with a vision projector:
+// the joined copy wins over the split one when both exist, the source is
+// the shards' directory, and the projector goes into the origin.
+func TestServeSplitAndProjector(t *testing.T) {
+	e := newEnv(t, withNodeMemory(64<<30))
+	const repo = "acme/Vision-GGUF"
+	e.hub.AddRepo(repo, hubtest.RepoOptions{})
+	dir := t.TempDir()
+	shards, err := ggufgen.WriteSplit(dir, "vision-Q8_0", ggufgen.Spec{}, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range shards {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.hub.AddFile(repo, "Q8_0/"+filepath.Base(p), b)
+	}
+	e.hub.AddFile(repo, "mmproj-vision-f16.gguf", ggufgen.Bytes(ggufgen.Spec{Projector: true}))
+
+	j := MustEnd(t, e.srv, MustStart(t, e.srv, Request{Repo: repo, Quant: "Q8_0", Projector: "mmproj-vision-f16.gguf", Replicas: 1}).ID)
+	if j.State != Done {
+		t.Fatalf("job ended %s: %s", j.State, j.Error)
+	}
+	if d := MustStep(t, j, StepPlan).Detail; !strings.Contains(d, " in 3 files,") {
+		t.Errorf("plan says %q; want the two shards and the projector", d)
+	}
+	m, _ := e.catalog.Get(context.Background(), "vision")
+	if st, err := os.Stat(m.Source); err != nil || !st.IsDir() || filepath.Base(m.Source) != "Q8_0" {
+		t.Errorf("source %q is not the shards' directory (%v)", m.Source, err)
+	}
+	if m.Origin == nil || len(m.Origin.Files) != 3 || !m.Capabilities.Vision {
+		t.Errorf("origin %+v vision %v", m.Origin, m.Capabilities.Vision)
+	}
+}

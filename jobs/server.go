@@ -1,0 +1,531 @@
+// Package jobs takes a model from a registry repository to a replica that
+// answers requests, as one job of seven steps: registry, plan, mirror,
+// check, catalog, placement and smoke test.
+//
+// Serving a model by hand was many steps, each failing in its own way: find
+// the file that suits the hardware, download it, check it arrived intact,
+// work out how much memory it needs at a given context, write the catalog
+// entry, start the engine with the right flags, and find out whether it
+// loads. A job runs them in one place, saves each step to SQLite as it goes
+// and publishes it to whoever watches, explains a failure in a sentence the
+// operator can act on, and carries on from its step when the process starts
+// again — a half-fetched file from where it stopped.
+package jobs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"runtime/debug"
+	"slices"
+	"sync"
+	"time"
+)
+
+// Server starts, lists, resumes and cancels jobs. Its methods are safe for
+// concurrent use.
+type Server struct {
+	deps   Deps
+	events hub
+
+	mu      sync.Mutex
+	live    map[string]*live // jobs running in this process
+	closed  bool
+	resumed bool
+	wg      sync.WaitGroup
+}
+
+// live is a job running in this process.
+type live struct {
+	mu  sync.Mutex
+	job Job
+	seq int64
+	// lastProgress is when the mirror's progress was last saved and
+	// published: at most a few times a second, however often it comes.
+	lastProgress time.Time
+	// began is when each step started running, for Metrics.
+	began map[string]time.Time
+
+	cancel context.CancelCauseFunc
+	done   chan struct{}
+}
+
+// Causes a job's context ends with: the operator cancelled it, or the
+// process is stopping and the job is to carry on when it starts again.
+var (
+	errCancelled = errors.New("cancelled")
+	errShutdown  = errors.New("shutting down")
+)
+
+// progressEvery is the least time between two saved progress updates of a
+// job: the console sees a download move, and the database is not written
+// for every chunk.
+const progressEvery = 250 * time.Millisecond
+
+// New checks the dependencies and builds a Server. Call Resume once to carry
+// on the jobs a previous process left running, and Close on the way out.
+func New(d Deps) (*Server, error) {
+	switch {
+	case d.DB == nil:
+		return nil, errors.New("jobs: Deps.DB is required: the jobs and their steps are kept in it")
+	case d.Registry == nil:
+		return nil, errors.New("jobs: Deps.Registry is required: a job reads the repository from it")
+	case d.Mirror == nil:
+		return nil, errors.New("jobs: Deps.Mirror is required: a job fetches the files into it")
+	case d.Catalog == nil:
+		return nil, errors.New("jobs: Deps.Catalog is required: a job adds the model to it")
+	}
+	if d.Poll <= 0 {
+		d.Poll = 200 * time.Millisecond
+	}
+	if d.ReadyTimeout <= 0 {
+		d.ReadyTimeout = 30 * time.Minute
+	}
+	if d.UnplacedGrace <= 0 {
+		d.UnplacedGrace = time.Minute
+	}
+	if d.HTTP == nil {
+		// A smoke test is one short reply; a replica that takes minutes to
+		// give it is not ready.
+		d.HTTP = &http.Client{Timeout: 2 * time.Minute}
+	}
+	if d.Log == nil {
+		d.Log = slog.Default()
+	}
+	return &Server{deps: d, live: map[string]*live{}}, nil
+}
+
+// Start checks the request and begins a job, returning it at once; the job
+// runs on its own. A refused request (errors.Is ErrInvalid) starts nothing
+// and stores nothing.
+func (s *Server) Start(ctx context.Context, req Request) (Job, error) {
+	return s.start(ctx, req, "")
+}
+
+func (s *Server) start(ctx context.Context, req Request, retryOf string) (Job, error) {
+	req, err := normalize(req)
+	if err != nil {
+		return Job{}, err
+	}
+	s.mu.Lock()
+	closed := s.closed
+	s.mu.Unlock()
+	if closed {
+		return Job{}, &sentence{msg: "modelserve is shutting down: start the job again once it is back", kind: ErrClosed}
+	}
+	now := time.Now().UTC()
+	l := &live{job: Job{ID: newID(now), Kind: KindServe, Request: req, State: Running,
+		Steps: []Step{}, Started: now, RetryOf: retryOf}, seq: 1}
+	// Saved before it runs, so that no step can be reported of a job the
+	// database does not have.
+	if err := save(ctx, s.deps.DB, l.job, l.seq, -1); err != nil {
+		return Job{}, err
+	}
+	if s.deps.Metrics != nil {
+		s.deps.Metrics.JobStarted()
+	}
+	j := l.job.clone()
+	// Published before it runs, so that watchers of every job see it begin
+	// before any of its steps.
+	s.events.publish(Event{Seq: l.seq, Job: j.clone()})
+	// Should the server have closed since, the job is saved as running,
+	// and the next start carries it on.
+	s.launch(l)
+	return j, nil
+}
+
+// launch runs the job in a goroutine of its own, with a context of its own
+// that Cancel and Close end. It returns false when the server has closed.
+func (s *Server) launch(l *live) bool {
+	ctx, cancel := context.WithCancelCause(context.Background())
+	l.cancel, l.done = cancel, make(chan struct{})
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		cancel(errShutdown)
+		return false
+	}
+	s.live[l.job.ID] = l
+	s.wg.Add(1)
+	s.mu.Unlock()
+	go func() {
+		defer s.wg.Done()
+		defer close(l.done)
+		defer s.forget(l)
+		defer cancel(nil)
+		defer s.recoverPanic(l)
+		s.finish(ctx, l, s.run(ctx, l))
+	}()
+	return true
+}
+
+func (s *Server) forget(l *live) {
+	s.mu.Lock()
+	if s.live[l.job.ID] == l {
+		delete(s.live, l.job.ID)
+	}
+	s.mu.Unlock()
+}
+
+// recoverPanic keeps a panic in a step from taking the process down or
+// leaving the job running forever: it is logged with its stack, and the job
+// fails with a generic sentence.
+func (s *Server) recoverPanic(l *live) {
+	r := recover()
+	if r == nil {
+		return
+	}
+	s.deps.Log.Error("a job stopped on a panic", "job", l.job.ID, "panic", r, "stack", string(debug.Stack()))
+	s.end(l, Failed, "", "the job stopped on an internal error; the server's log has the details")
+}
+
+// finish ends the job as run's result says.
+func (s *Server) finish(ctx context.Context, l *live, err error) {
+	if err == nil {
+		s.end(l, Done, "", "")
+		return
+	}
+	if ctx.Err() != nil {
+		if context.Cause(ctx) == errShutdown {
+			// Left running in the database: the next start carries on.
+			s.deps.Log.Info("job stopped with the server; it carries on at the next start", "job", l.job.ID)
+		}
+		// Cancelled: Cancel has recorded it already.
+		return
+	}
+	step := ""
+	var se *stepError
+	if errors.As(err, &se) {
+		step, err = se.step, se.err
+	}
+	msg := err.Error()
+	if !shown(err) {
+		s.deps.Log.Error("a job step failed", "job", l.job.ID, "step", step, "err", err)
+		msg = fmt.Sprintf("the %s step failed on an unexpected error; the server's log has the details (job %s)", step, l.job.ID)
+	} else {
+		s.deps.Log.Warn("serving a model failed", "job", l.job.ID, "repo", l.job.Request.Repo, "step", step, "err", msg)
+	}
+	s.end(l, Failed, step, msg)
+}
+
+// end gives a running job its final state. With failed steps, the step named
+// (or the one running, when step is "") is marked failed with msg.
+func (s *Server) end(l *live, state, step, msg string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.job.State != Running {
+		return false
+	}
+	now := time.Now().UTC()
+	changed := -1
+	if state != Done {
+		i := slices.IndexFunc(l.job.Steps, func(st Step) bool {
+			return st.Name == step || (step == "" && st.State == Running)
+		})
+		if i < 0 && step != "" {
+			l.job.Steps = append(l.job.Steps, Step{Name: step})
+			i = len(l.job.Steps) - 1
+		}
+		if i >= 0 {
+			st := &l.job.Steps[i]
+			st.State, st.At = Failed, now
+			if state == Cancelled {
+				st.Detail = "cancelled"
+			} else {
+				st.Detail = msg
+			}
+			changed = i
+		}
+	}
+	l.job.State, l.job.Error, l.job.Finished = state, msg, now
+	s.publishLocked(l, changed)
+	if s.deps.Metrics != nil {
+		s.deps.Metrics.JobEnded(state)
+	}
+	if state == Done {
+		s.deps.Log.Info("model served", "job", l.job.ID, "repo", l.job.Request.Repo, "model", l.job.Model)
+	}
+	return true
+}
+
+// publishLocked saves the job (and the step changed, if any) and tells its
+// watchers; l.mu is held, so one job's changes are saved and sent in order.
+// A job whose save fails runs on: its watchers still see it, and the next
+// change saves it whole.
+func (s *Server) publishLocked(l *live, step int) {
+	l.seq++
+	snap := l.job.clone()
+	// Not the job's context: a job cancelled or failing must still be
+	// recorded.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := save(ctx, s.deps.DB, snap, l.seq, step); err != nil {
+		s.deps.Log.Error("saving a job", "job", snap.ID, "err", err)
+	}
+	s.events.publish(Event{Seq: l.seq, Job: snap})
+}
+
+// step starts a step or changes what it says. A step of a resumed job that
+// was done before the restart is not announced as running again.
+func (s *Server) step(l *live, name, state, detail string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.job.State != Running {
+		return
+	}
+	now := time.Now().UTC()
+	i := slices.IndexFunc(l.job.Steps, func(st Step) bool { return st.Name == name })
+	if i < 0 {
+		l.job.Steps = append(l.job.Steps, Step{Name: name})
+		i = len(l.job.Steps) - 1
+	}
+	st := &l.job.Steps[i]
+	if st.State == Done && state == Running {
+		return
+	}
+	if st.State == state && st.Detail == detail {
+		return
+	}
+	if state == Running && st.State != Running {
+		if l.began == nil {
+			l.began = map[string]time.Time{}
+		}
+		l.began[name] = now
+	}
+	if state == Done && st.State != Done && s.deps.Metrics != nil {
+		if t, ok := l.began[name]; ok {
+			s.deps.Metrics.StepDone(name, now.Sub(t))
+		}
+	}
+	st.State, st.Detail, st.At = state, detail, now
+	s.publishLocked(l, i)
+}
+
+// progress says how far the mirror has come, at most every progressEvery
+// (and always once it has all the bytes).
+func (s *Server) progress(l *live, done, total int64) {
+	if total <= 0 {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	i := slices.IndexFunc(l.job.Steps, func(st Step) bool { return st.Name == StepMirror })
+	if l.job.State != Running || i < 0 || l.job.Steps[i].State != Running {
+		return
+	}
+	now := time.Now()
+	if now.Sub(l.lastProgress) < progressEvery && done < total {
+		return
+	}
+	l.lastProgress = now
+	st := &l.job.Steps[i]
+	st.BytesDone, st.BytesTotal, st.At = done, total, now.UTC()
+	st.Detail = fmt.Sprintf("fetching: %s (%d%%)", sizeOf(done, total), done*100/total)
+	s.publishLocked(l, i)
+}
+
+// set changes the job's own fields (model, commit, reply) and publishes it.
+func (s *Server) set(l *live, edit func(j *Job)) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.job.State != Running {
+		return
+	}
+	edit(&l.job)
+	s.publishLocked(l, -1)
+}
+
+// snapshot is the job as it stands, and its change number.
+func (l *live) snapshot() (Job, int64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.job.clone(), l.seq
+}
+
+func (s *Server) liveJob(id string) *live {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.live[id]
+}
+
+// Get returns a job as it stands, or an error matching ErrNotFound.
+func (s *Server) Get(ctx context.Context, id string) (Job, error) {
+	if l := s.liveJob(id); l != nil {
+		j, _ := l.snapshot()
+		return j, nil
+	}
+	j, _, err := load(ctx, s.deps.DB, id)
+	return j, err
+}
+
+// List pages through the jobs, newest first, and says how many there are in
+// all.
+func (s *Server) List(ctx context.Context, o ListOptions) ([]Job, int, error) {
+	list, total, err := listJobs(ctx, s.deps.DB, o)
+	if err != nil {
+		return nil, 0, err
+	}
+	// A running job's progress is saved a few times a second; what is in
+	// memory is newer still.
+	for i := range list {
+		if l := s.liveJob(list[i].ID); l != nil {
+			list[i], _ = l.snapshot()
+		}
+	}
+	return list, total, nil
+}
+
+// Cancel stops a running job: its fetch is aborted, nothing more is written
+// to the catalog, and it ends cancelled. It returns once the job has
+// stopped. A job that has ended is refused (errors.Is ErrConflict).
+func (s *Server) Cancel(ctx context.Context, id string) (Job, error) {
+	l := s.liveJob(id)
+	if l == nil {
+		j, err := s.Get(ctx, id)
+		if err != nil {
+			return Job{}, err
+		}
+		if j.State == Running {
+			// Running in the database but not here: left by a process
+			// that stopped, and not resumed (yet, or ever).
+			return s.cancelStored(ctx, j)
+		}
+		return j, &sentence{msg: fmt.Sprintf("job %s has already ended (%s): there is nothing to cancel", id, j.State), kind: ErrConflict}
+	}
+	if !s.end(l, Cancelled, "", "cancelled before it finished") {
+		j, _ := l.snapshot()
+		return j, &sentence{msg: fmt.Sprintf("job %s has already ended (%s): there is nothing to cancel", id, j.State), kind: ErrConflict}
+	}
+	l.cancel(errCancelled)
+	select {
+	case <-l.done:
+	case <-ctx.Done():
+	}
+	j, _ := l.snapshot()
+	s.deps.Log.Info("job cancelled", "job", id)
+	return j, nil
+}
+
+// cancelStored cancels a job no goroutine of this process runs.
+func (s *Server) cancelStored(ctx context.Context, j Job) (Job, error) {
+	j.State, j.Error, j.Finished = Cancelled, "cancelled before it finished", time.Now().UTC()
+	i := slices.IndexFunc(j.Steps, func(st Step) bool { return st.State == Running })
+	if i >= 0 {
+		j.Steps[i].State, j.Steps[i].Detail, j.Steps[i].At = Failed, "cancelled", j.Finished
+	}
+	_, seq, err := load(ctx, s.deps.DB, j.ID)
+	if err != nil {
+		return Job{}, err
+	}
+	if err := save(ctx, s.deps.DB, j, seq+1, i); err != nil {
+		return Job{}, err
+	}
+	s.events.publish(Event{Seq: seq + 1, Job: j.clone()})
+	if s.deps.Metrics != nil {
+		s.deps.Metrics.JobEnded(Cancelled)
+	}
+	return j, nil
+}
+
+// Retry runs a failed or cancelled job again, as a new job with the same
+// request; what the mirror already holds of it is not fetched again.
+func (s *Server) Retry(ctx context.Context, id string) (Job, error) {
+	j, err := s.Get(ctx, id)
+	if err != nil {
+		return Job{}, err
+	}
+	if j.State != Failed && j.State != Cancelled {
+		return Job{}, &sentence{msg: fmt.Sprintf("job %s is %s: only a failed or cancelled job is retried", id, j.State), kind: ErrConflict}
+	}
+	return s.start(ctx, j.Request, j.ID)
+}
+
+// Resume carries on the jobs the database has as running: those a previous
+// process was running when it stopped. Each goes on from the step it was in,
+// reading the repository at the commit it had pinned. Call it once, at start.
+func (s *Server) Resume(ctx context.Context) error {
+	s.mu.Lock()
+	if s.resumed {
+		s.mu.Unlock()
+		return errors.New("jobs: Resume was called twice; the jobs it found are running already")
+	}
+	s.resumed = true
+	s.mu.Unlock()
+	ids, err := runningIDs(ctx, s.deps.DB)
+	if err != nil {
+		return err
+	}
+	for _, id := range ids {
+		if s.liveJob(id) != nil {
+			continue
+		}
+		j, seq, err := load(ctx, s.deps.DB, id)
+		if err != nil {
+			return err
+		}
+		s.deps.Log.Info("resuming a job", "job", id, "repo", j.Request.Repo, "commit", j.Commit)
+		if !s.launch(&live{job: j, seq: seq}) {
+			return nil
+		}
+	}
+	return nil
+}
+
+// Close stops every job without marking it cancelled — each stays running
+// in the database, and the next process's Resume carries it on — waits for
+// their goroutines, and closes every watcher's channel.
+func (s *Server) Close() {
+	s.mu.Lock()
+	s.closed = true
+	running := make([]*live, 0, len(s.live))
+	for _, l := range s.live {
+		running = append(running, l)
+	}
+	s.mu.Unlock()
+	for _, l := range running {
+		l.cancel(errShutdown)
+	}
+	s.wg.Wait()
+	s.events.close()
+}
+
+// Subscribe watches one job's changes, or every job's with jobID "". A job's
+// watcher first gets the job as it stands, then each change in order. The
+// channel is closed when the watcher falls subscriberBuffer events behind
+// (it subscribes again for a fresh snapshot) and when the server closes;
+// call the func to stop watching. Events are shared: do not change them.
+func (s *Server) Subscribe(jobID string) (<-chan Event, func()) {
+	if jobID == "" {
+		sub := s.events.add("", nil)
+		return sub.ch, func() { s.events.remove(sub) }
+	}
+	// Under s.mu: a job resumed meanwhile becomes live only after this,
+	// so its first change cannot slip in ahead of the snapshot.
+	s.mu.Lock()
+	l := s.live[jobID]
+	if l == nil {
+		defer s.mu.Unlock()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		j, seq, err := load(ctx, s.deps.DB, jobID)
+		if err != nil {
+			if !errors.Is(err, ErrNotFound) {
+				s.deps.Log.Error("reading a job to watch", "job", jobID, "err", err)
+			}
+			ch := make(chan Event)
+			close(ch)
+			return ch, func() {}
+		}
+		sub := s.events.add(jobID, &Event{Seq: seq, Job: j})
+		return sub.ch, func() { s.events.remove(sub) }
+	}
+	s.mu.Unlock()
+	// Under the job's lock: no change is published between the snapshot
+	// and the watcher joining.
+	l.mu.Lock()
+	sub := s.events.add(jobID, &Event{Seq: l.seq, Job: l.job.clone()})
+	l.mu.Unlock()
+	return sub.ch, func() { s.events.remove(sub) }
+}
