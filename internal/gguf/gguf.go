@@ -134,6 +134,9 @@ func Read(ctx context.Context, source string, opts ...Option) (Header, error) {
 	)
 	if u, ok := remote(source); ok {
 		f, err = readRemote(ctx, u, o, popts)
+	} else if u, err2 := url.Parse(source); err2 == nil && u.Scheme == "file" {
+		// The local-folder registry's download URLs.
+		f, err = readLocal(u.Path, o, popts)
 	} else {
 		f, err = readLocal(source, o, popts)
 	}

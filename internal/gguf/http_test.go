@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -251,5 +252,21 @@ func TestReadHTTPConcurrently(t *testing.T) {
 	close(errs)
 	for err := range errs {
 		t.Error(err)
+	}
+}
+
+func TestReadFileURL(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "a model.gguf")
+	if err := ggufgen.WriteFile(path, ggufgen.Spec{BlockCount: 3}); err != nil {
+		t.Fatal(err)
+	}
+	u := (&url.URL{Scheme: "file", Path: path}).String()
+	h, err := Read(context.Background(), u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h.BlockCount != 3 {
+		t.Errorf("read %d blocks from %s, want 3", h.BlockCount, u)
 	}
 }
