@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"modelserve/catalog"
+	"modelserve/internal/gguf"
 	"modelserve/internal/hf"
 	"modelserve/internal/mirror"
 	"modelserve/internal/plan"
@@ -78,6 +79,9 @@ type Deps struct {
 	// EngineVersion is the llama.cpp build the nodes run ("b6000"), which
 	// decides which architectures load.
 	EngineVersion string
+	// Architectures are those the engine build runs: the embedded list
+	// (gguf.KnownArchitectures) when nil, plus any the operator adds.
+	Architectures gguf.Known
 	// NodeMemory is the bytes of RAM of the node a CPU model runs on, when
 	// no planner says; the context of a model whose request names none is
 	// cut to what fits in it.

@@ -273,7 +273,11 @@ func (p *pipeline) check(ctx context.Context) error {
 		return sentencef("%s on the mirror has no GGUF header that can be read, though it is the file the registry published: "+
 			"the repository's file is damaged or not a GGUF model; pick another file", filepath.Base(p.paths[0]))
 	}
-	if err := gguf.Supported(h.Architecture, p.s.deps.EngineVersion); err != nil {
+	known := p.s.deps.Architectures
+	if known == nil {
+		known = gguf.KnownArchitectures()
+	}
+	if err := known.Supported(h.Architecture, p.s.deps.EngineVersion); err != nil {
 		return said(err)
 	}
 	// Asked for the CPU, and slow there: said, not refused (the request
