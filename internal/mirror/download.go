@@ -291,6 +291,9 @@ func (d *download) copy(tctx context.Context, file *os.File, body io.Reader, hav
 			}
 			full <- buf[:n]
 			have += int64(n)
+			if d.m.opts.Metrics != nil {
+				d.m.opts.Metrics.MirrorFetched(int64(n))
+			}
 			d.fl.bytes.Store(have)
 			// Start writing to disk early, so that the fsync before the
 			// rename does not wait for the whole file at once.

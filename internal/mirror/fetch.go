@@ -210,6 +210,9 @@ func (m *Mirror) run(fl *flight) {
 	}
 	sum, err := m.fetchFile(fl.ctx, fl)
 	if err != nil && fl.ctx.Err() == nil {
+		if m.opts.Metrics != nil {
+			m.opts.Metrics.MirrorFailed()
+		}
 		m.log.Warn("mirror fetch failed", "model", fl.file.Model, "revision", fl.file.Revision,
 			"path", fl.file.Path, "err", err)
 	}

@@ -29,6 +29,12 @@ import (
 	"modelserve/internal/hf"
 )
 
+// Metrics counts what the mirror fetches.
+type Metrics interface {
+	MirrorFetched(n int64)
+	MirrorFailed()
+}
+
 // Options configure a Mirror. Only Dir is required.
 type Options struct {
 	// Dir holds the files: <Dir>/<model>/<revision>/<path>. Usually <data>/mirror.
@@ -59,6 +65,9 @@ type Options struct {
 	// Parallel is how many files are fetched at once across all callers;
 	// default 4. More than a few only splits the same bandwidth.
 	Parallel int
+	// Metrics, when set, is told of bytes arriving and of files given up
+	// on (internal/metrics implements it).
+	Metrics Metrics
 	// Log receives retries and failures; nil uses slog.Default().
 	Log *slog.Logger
 }
