@@ -49,6 +49,9 @@ type ModelHealth struct {
 	// node by node.
 	Unplaceable bool
 	Placement   string
+	// NoHardware is a model no node could host even empty: waiting for
+	// room would wait forever. The zero value keeps to the plan's word.
+	NoHardware bool
 }
 
 // errBusy is a model the cluster has the hardware for, all of it in use now.
@@ -68,7 +71,10 @@ func (s *Server) waitReady(ctx context.Context, l *live, name string, hardware b
 				continue
 			}
 			if h.Parked {
-				return Replica{}, sentencef("it failed to start %d times and is parked: %s", h.Failures, h.Reason)
+				return Replica{}, sentencef("it failed to start %s and is parked: %s", plural(h.Failures, "once", fmt.Sprintf("%d times", h.Failures)), h.Reason)
+			}
+			if h.Unplaceable && h.NoHardware {
+				return Replica{}, sentencef("no node can host it:\n%s", h.Placement)
 			}
 			// The grace runs from when this step began, not from the job:
 			// the download before it can take hours, and the fleet may not

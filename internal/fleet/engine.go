@@ -1,0 +1,288 @@
+package fleet
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"modelserve/catalog"
+)
+
+// engineLlamaCpp is the catalog's name for llama.cpp; a profile naming no
+// engine means it too.
+const engineLlamaCpp = "llamacpp"
+
+// enginePath is the llama-server to start: the configured path, else the
+// one on PATH. Its error is the sentence an operator acts on.
+func (f *Fleet) enginePath() (string, error) {
+	if f.opts.Engine != "" {
+		st, err := os.Stat(f.opts.Engine)
+		if err != nil || st.IsDir() || st.Mode()&0o111 == 0 {
+			return "", fmt.Errorf("%w: there is no executable llama-server at %s on this node: install llama.cpp there, "+
+				"or point --llama-server (MODELSERVE_LLAMA_SERVER) at its llama-server binary", ErrEngineMissing, f.opts.Engine)
+		}
+		return f.opts.Engine, nil
+	}
+	p, err := exec.LookPath("llama-server")
+	if err != nil {
+		return "", fmt.Errorf("%w: llama-server is not installed on this node: install llama.cpp (its llama-server binary) "+
+			"or point --llama-server (MODELSERVE_LLAMA_SERVER) at it", ErrEngineMissing)
+	}
+	return p, nil
+}
+
+// sentenceOf is the operator's sentence of an ErrEngineMissing error,
+// without the sentinel's own words in front.
+func sentenceOf(err error) string {
+	s := err.Error()
+	if p := ErrEngineMissing.Error() + ": "; strings.HasPrefix(s, p) {
+		return s[len(p):]
+	}
+	return s
+}
+
+// weightsFiles are the files a model's engine opens: its weights (the file
+// itself, or the first shard of a directory) and its vision projector, if
+// it has one, on this machine's mirror.
+func weightsFiles(m catalog.Model) (weights, projector string, err error) {
+	st, err := os.Stat(m.Source)
+	if err != nil {
+		return "", "", fmt.Errorf("the weights of %s are not at %s on this node: serve it again to fetch them into the mirror", m.Name, m.Source)
+	}
+	weights = m.Source
+	if st.IsDir() {
+		entries, err := os.ReadDir(m.Source)
+		if err != nil {
+			return "", "", fmt.Errorf("the weights folder of %s cannot be read: %w", m.Name, err)
+		}
+		var names []string
+		for _, e := range entries {
+			lower := strings.ToLower(e.Name())
+			if !e.IsDir() && strings.HasSuffix(lower, ".gguf") && !strings.Contains(lower, "mmproj") {
+				names = append(names, e.Name())
+			}
+		}
+		if len(names) == 0 {
+			return "", "", fmt.Errorf("the weights folder of %s (%s) holds no GGUF file: serve it again to fetch them into the mirror", m.Name, m.Source)
+		}
+		// Split files are numbered from 00001, and the engine opens the
+		// first to find the rest.
+		slices.Sort(names)
+		weights = filepath.Join(m.Source, names[0])
+	}
+	proj := projectorOf(m)
+	if proj == "" {
+		return weights, "", nil
+	}
+	// The mirror keeps a repository's files under one folder, in the
+	// repository's own paths: the weights' local path with its repository
+	// path taken off is that folder.
+	var candidates []string
+	local := filepath.ToSlash(weights)
+	for _, f := range m.Origin.Files {
+		if f.Path != proj && strings.HasSuffix(local, "/"+f.Path) {
+			root := strings.TrimSuffix(local, f.Path)
+			candidates = append(candidates, filepath.FromSlash(root+proj))
+		}
+	}
+	candidates = append(candidates, filepath.Join(filepath.Dir(weights), filepath.Base(proj)))
+	for _, c := range candidates {
+		if _, err := os.Stat(c); err == nil {
+			return weights, c, nil
+		}
+	}
+	return "", "", fmt.Errorf("the vision projector %s of %s is not beside its weights on this node: serve it again to fetch it into the mirror", proj, m.Name)
+}
+
+// projectorOf is the repository path of the model's vision projector: the
+// file of its origin with "mmproj" in its name.
+func projectorOf(m catalog.Model) string {
+	if m.Origin == nil {
+		return ""
+	}
+	for _, f := range m.Origin.Files {
+		if strings.Contains(strings.ToLower(filepath.Base(f.Path)), "mmproj") {
+			return f.Path
+		}
+	}
+	return ""
+}
+
+// weightsBytes is the size of what the engine loads: the origin's files
+// when the catalog lists them, else the weights on disk.
+func weightsBytes(m catalog.Model, weights string) int64 {
+	var n int64
+	if m.Origin != nil {
+		for _, f := range m.Origin.Files {
+			n += f.Bytes
+		}
+	}
+	if n > 0 {
+		return n
+	}
+	if st, err := os.Stat(m.Source); err == nil && st.IsDir() {
+		entries, _ := os.ReadDir(m.Source)
+		for _, e := range entries {
+			if info, err := e.Info(); err == nil && !e.IsDir() {
+				n += info.Size()
+			}
+		}
+		return n
+	}
+	if st, err := os.Stat(weights); err == nil {
+		return st.Size()
+	}
+	return 0
+}
+
+// The startup deadline: loading reads every byte of the weights, so it
+// grows with them; a fixed deadline either killed large models mid-load or
+// let a stuck small one hold its memory for an hour.
+const (
+	startupBase   = 5 * time.Minute
+	startupPerGB  = 20 * time.Second
+	startupCapped = time.Hour
+)
+
+// startupTimeout is how long a replica of p, loading size bytes, may take
+// to become ready.
+func startupTimeout(p catalog.Profile, size int64) time.Duration {
+	if p.StartupTimeout > 0 {
+		return p.StartupTimeout
+	}
+	gb := (size + 1<<30 - 1) >> 30
+	return min(startupCapped, startupBase+time.Duration(gb)*startupPerGB)
+}
+
+// ownedFlags are the flags the fleet sets itself, with the value each
+// takes: the address, the key and the model are the replica's, whatever a
+// profile says.
+var ownedFlags = []string{"-m", "--model", "-mm", "--mmproj", "--host", "--port", "--api-key", "-a", "--alias"}
+
+var threadFlags = []string{"-t", "--threads"}
+
+// without is args with the flags named (and their values) taken out.
+func without(args []string, flags []string) []string {
+	var out []string
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		name, _, hasValue := strings.Cut(a, "=")
+		if slices.Contains(flags, name) {
+			if !hasValue {
+				i++ // the value follows
+			}
+			continue
+		}
+		out = append(out, a)
+	}
+	return out
+}
+
+func hasFlag(args []string, flags []string) bool {
+	for _, a := range args {
+		name, _, _ := strings.Cut(a, "=")
+		if slices.Contains(flags, name) {
+			return true
+		}
+	}
+	return false
+}
+
+// engineArgs are llama-server's arguments for a replica: the profile's own,
+// then what the fleet decides. threads is 0 when a --threads in the
+// profile's arguments is to stand.
+func engineArgs(m catalog.Model, p catalog.Profile, weights, projector, key string, threads int) []string {
+	args := without(p.Args, ownedFlags)
+	if threads > 0 {
+		args = without(args, threadFlags)
+	}
+	args = append(args, "-m", weights)
+	if projector != "" {
+		args = append(args, "--mmproj", projector)
+	}
+	args = append(args, "--alias", m.Name, "--api-key", key)
+	if threads > 0 {
+		args = append(args, "--threads", strconv.Itoa(threads))
+	}
+	return args
+}
+
+// redacted is args as a log line may show them: without the key.
+func redacted(args []string) string {
+	out := slices.Clone(args)
+	for i := range out {
+		if i > 0 && out[i-1] == "--api-key" {
+			out[i] = "…"
+		}
+	}
+	return strings.Join(out, " ")
+}
+
+// newKey is a replica's engine key: only modelserve, which hands it to its
+// router and jobs, can reach the engine's port.
+func newKey() string {
+	b := make([]byte, 24)
+	_, _ = rand.Read(b) // crypto/rand.Read never fails on Linux
+	return hex.EncodeToString(b)
+}
+
+// failureReason is why an engine ended, in the words of its log: llama.cpp
+// writes pages of loading detail, and the line that says what went wrong is
+// near the end, among its closing lines.
+func failureReason(exit error, lines []string) string {
+	what := "the engine exited"
+	var ee *exec.ExitError
+	if errors.As(exit, &ee) {
+		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			what = "the engine was killed by " + ws.Signal().String()
+		} else {
+			what = fmt.Sprintf("the engine exited with status %d", ee.ExitCode())
+		}
+	}
+	if why := meaningful(lines); why != "" {
+		return what + ": " + why
+	}
+	return what + " without saying why"
+}
+
+// meaningful picks what an engine's last lines say went wrong: llama.cpp's
+// load error first, else the last lines saying error or failed, else the
+// last line.
+func meaningful(lines []string) string {
+	for i := len(lines) - 1; i >= 0; i-- {
+		if j := strings.Index(lines[i], "error loading model"); j >= 0 {
+			return strings.TrimSpace(lines[i][j:])
+		}
+	}
+	var picked []string
+	for i := len(lines) - 1; i >= 0 && len(picked) < 2; i-- {
+		l := strings.TrimSpace(lines[i])
+		lower := strings.ToLower(l)
+		if l == "" || strings.HasPrefix(l, "modelserve:") || slices.Contains(picked, l) {
+			continue
+		}
+		if strings.Contains(lower, "error") || strings.Contains(lower, "failed") || strings.Contains(lower, "exception") ||
+			strings.Contains(lower, "out of memory") || strings.Contains(lower, "abort") {
+			picked = append(picked, l)
+		}
+	}
+	if len(picked) > 0 {
+		slices.Reverse(picked)
+		return strings.Join(picked, "; ")
+	}
+	for i := len(lines) - 1; i >= 0; i-- {
+		if l := strings.TrimSpace(lines[i]); l != "" && !strings.HasPrefix(l, "modelserve:") {
+			return l
+		}
+	}
+	return ""
+}

@@ -1,0 +1,146 @@
+package fleet
+
+import (
+	"context"
+	"errors"
+	"io"
+	"os"
+	"time"
+
+	"modelserve/internal/plan"
+)
+
+// Node is a machine replicas run on. The local node is this machine; a
+// remote node would start engines through an agent, behind the same three
+// methods.
+type Node interface {
+	Name() string
+	// Capacity is what the node has, with its memory as measured now.
+	Capacity() Capacity
+	// Start runs an engine and returns once it is started, not loaded; ctx
+	// bounds the starting only, not the process's life (Process.Stop ends
+	// that).
+	Start(ctx context.Context, spec Spec) (Process, error)
+}
+
+// Capacity is a node's hardware.
+type Capacity struct {
+	CPUCores int
+	// RAMBytes is the node's memory; AvailableBytes what the kernel says a
+	// new process could have now (MemAvailable).
+	RAMBytes       int64
+	AvailableBytes int64
+	GPUs           []Card
+}
+
+// Card is one GPU of a node.
+type Card struct {
+	// Index is the card's number for CUDA_VISIBLE_DEVICES.
+	Index       int
+	Class       string
+	MemoryBytes int64
+}
+
+// Spec is an engine to start. The node adds the address it listens on.
+type Spec struct {
+	Engine string
+	Args   []string
+	// Env is added to the node's environment (KEY=value).
+	Env []string
+	// Output receives the engine's stdout and stderr.
+	Output io.Writer
+}
+
+// Process is a started engine.
+type Process interface {
+	PID() int
+	// Endpoint is its base URL, "http://host:port".
+	Endpoint() string
+	// Done is closed once the process has exited and been reaped; Err is
+	// then how it exited.
+	Done() <-chan struct{}
+	Err() error
+	// Stop asks the engine to stop, kills it after grace, and returns once
+	// it has exited. It is safe to call more than once, and after an exit.
+	Stop(grace time.Duration)
+	// RSS is the resident memory of the engine and its children, in bytes;
+	// 0 when it cannot be read.
+	RSS() int64
+}
+
+// ErrEngineMissing is an engine executable that is not there: no restart
+// can fix it, so the model is parked at once.
+var ErrEngineMissing = errors.New("the engine is not installed")
+
+// LocalConfig describes the local node. Zero fields are read from the
+// machine; set ones replace what was read, so tests can run real engines on
+// a node that pretends to have less memory.
+type LocalConfig struct {
+	Name     string
+	CPUCores int
+	// RAMBytes, when set, is the node's memory, all of it taken to be
+	// available (a stand-in node is not measured).
+	RAMBytes int64
+	// GPUs, when not nil, replace the cards read from nvidia-smi.
+	GPUs []Card
+}
+
+// LocalNode runs engines as child processes of this one, on loopback.
+type LocalNode struct {
+	name     string
+	cores    int
+	ram      int64
+	measured bool // read MemAvailable on each look, rather than RAMBytes
+	gpus     []Card
+}
+
+// Local is this machine as a node: its cores, memory and cards as
+// internal/plan reads them, with what cfg sets in their place.
+func Local(cfg LocalConfig) (*LocalNode, error) {
+	n := &LocalNode{name: cfg.Name, cores: cfg.CPUCores, ram: cfg.RAMBytes, gpus: cfg.GPUs}
+	if n.name != "" && n.cores > 0 && n.ram > 0 && n.gpus != nil {
+		return n, nil
+	}
+	pn, err := plan.LocalNode()
+	if err != nil {
+		return nil, err
+	}
+	if n.name == "" {
+		n.name = pn.Name
+	}
+	if n.cores <= 0 {
+		n.cores = pn.CPUCores
+	}
+	if n.ram <= 0 {
+		n.ram, n.measured = int64(pn.RAMGB*(1<<30)), true
+	}
+	if n.gpus == nil {
+		// plan groups the cards by class in nvidia-smi's order, which keeps
+		// their indices right on a node of one class, the usual case.
+		i := 0
+		for _, g := range pn.GPUs {
+			for range g.Count {
+				n.gpus = append(n.gpus, Card{Index: i, Class: g.Class, MemoryBytes: int64(g.MemoryGB * (1 << 30))})
+				i++
+			}
+		}
+	}
+	return n, nil
+}
+
+// Name is the node's name: the host name unless configured.
+func (n *LocalNode) Name() string { return n.name }
+
+// Capacity reads the machine's available memory now, for a measured node.
+func (n *LocalNode) Capacity() Capacity {
+	c := Capacity{CPUCores: n.cores, RAMBytes: n.ram, AvailableBytes: n.ram, GPUs: n.gpus}
+	if n.measured {
+		if f, err := os.Open("/proc/meminfo"); err == nil {
+			if total, avail, err := plan.ParseMeminfo(f); err == nil {
+				c.RAMBytes, c.AvailableBytes = total, avail
+			}
+			f.Close()
+		}
+	}
+	return c
+}

@@ -1,0 +1,554 @@
+package fleet
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"modelserve/catalog"
+)
+
+// modelState is what the fleet remembers of a model between passes.
+type modelState struct {
+	class string
+	want  int
+	// addedAt tells a model added again (a retry, an edit) from the one
+	// the state is about: adding it again gives it a fresh start.
+	addedAt      time.Time
+	failedStarts int // in a row
+	parked       bool
+	reason       string
+	// engineMissing is a model parked because there was no engine to
+	// start: it is started again once there is one.
+	engineMissing bool
+	unplaceable   bool
+	placement     string
+	hardware      bool
+}
+
+// classRank orders the models for placement: the critical first, since
+// they may take room from others, the opportunistic last.
+func classRank(m catalog.Model) int {
+	switch m.ClassOrDefault() {
+	case catalog.ClassCritical:
+		return 0
+	case catalog.ClassOpportunistic:
+		return 2
+	}
+	return 1
+}
+
+// fingerprint is what of a model its engine is started from: a replica
+// started from another fingerprint is replaced. Scaling, names and
+// descriptions change nothing in a running engine.
+func fingerprint(m catalog.Model) string {
+	b, _ := json.Marshal(struct {
+		Source   string
+		Profiles []catalog.Profile
+		Origin   *catalog.Origin
+	}{m.Source, m.Profiles, m.Origin})
+	return string(b)
+}
+
+// reconcile compares the catalog with the replicas and starts or stops
+// replicas until they agree.
+func (f *Fleet) reconcile(ctx context.Context) {
+	if ctx.Err() != nil {
+		return
+	}
+	models, err := f.opts.Catalog.List(ctx)
+	if err != nil {
+		// A catalog that cannot be read is no reason to stop what runs.
+		if ctx.Err() == nil {
+			f.log.Error("reading the catalog to reconcile the fleet", "err", err)
+		}
+		return
+	}
+	caps := f.capacities()
+	_, engineErr := f.enginePath()
+
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	byName := make(map[string]catalog.Model, len(models))
+	for _, m := range models {
+		byName[m.Name] = m
+	}
+	// 1. Replicas of models gone from the catalog, or started from an
+	// entry since changed: stopped.
+	for id, r := range f.replicas {
+		m, ok := byName[r.model]
+		switch {
+		case !ok && r.released:
+			delete(f.replicas, id)
+		case !ok:
+			f.stopLocked(r, "its model was removed from the catalog")
+		case fingerprint(m) != r.fingerprint:
+			if r.released {
+				delete(f.replicas, id)
+			} else {
+				f.stopLocked(r, "its model's catalog entry changed: a replica of the new entry replaces it")
+			}
+		}
+	}
+	for name := range f.models {
+		if _, ok := byName[name]; !ok {
+			delete(f.models, name)
+		}
+	}
+
+	// 2. Each model to as many replicas as it wants.
+	slices.SortFunc(models, func(a, b catalog.Model) int {
+		return cmp.Or(cmp.Compare(classRank(a), classRank(b)), strings.Compare(a.Name, b.Name))
+	})
+	for _, m := range models {
+		st := f.stateLocked(m, engineErr == nil)
+		st.want = m.Scaling.Min
+		var active []*replica
+		for _, r := range f.replicas {
+			if r.model == m.Name && !r.released && !r.stopping {
+				active = append(active, r)
+			}
+		}
+		if len(active) > st.want {
+			// The ones not yet serving go first, then the newest.
+			slices.SortFunc(active, func(a, b *replica) int {
+				return cmp.Or(cmp.Compare(boolRank(a.state == Ready), boolRank(b.state == Ready)), compareIDs(b.id, a.id))
+			})
+			for _, r := range active[:len(active)-st.want] {
+				f.stopLocked(r, fmt.Sprintf("%s is to keep %d %s", m.Name, st.want, plural(st.want, "replica", "replicas")))
+			}
+			active = active[len(active)-st.want:]
+		}
+		if st.parked {
+			continue
+		}
+		st.unplaceable, st.placement = false, ""
+		st.hardware = f.hardwareLocked(m, caps)
+		if len(active) >= st.want {
+			continue
+		}
+		if engineErr != nil {
+			// Restarting cannot install an engine: parked now, and started
+			// once there is one.
+			st.failedStarts = max(st.failedStarts, 1)
+			st.parked, st.reason, st.engineMissing = true, sentenceOf(engineErr), true
+			continue
+		}
+		weights, projector, err := weightsFiles(m)
+		if err != nil {
+			st.failedStarts = max(st.failedStarts, 1)
+			st.parked, st.reason = true, err.Error()
+			continue
+		}
+		for len(active) < st.want {
+			r, text, ok := f.placeLocked(ctx, m, caps, weights, projector)
+			if !ok {
+				st.placement = text
+				// Waiting for replicas to stop and give back their room
+				// is not being unplaceable.
+				st.unplaceable = !strings.HasPrefix(text, makingRoom)
+				break
+			}
+			active = append(active, r)
+		}
+	}
+}
+
+func boolRank(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// compareIDs orders "name-2" before "name-10".
+func compareIDs(a, b string) int {
+	na, _ := strconv.Atoi(a[strings.LastIndexByte(a, '-')+1:])
+	nb, _ := strconv.Atoi(b[strings.LastIndexByte(b, '-')+1:])
+	return cmp.Or(cmp.Compare(na, nb), strings.Compare(a, b))
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
+}
+
+// stateLocked is the model's state, fresh for a model new to the fleet or
+// added again since, and for one parked for want of an engine when there
+// is one now.
+func (f *Fleet) stateLocked(m catalog.Model, haveEngine bool) *modelState {
+	st := f.models[m.Name]
+	if st == nil || !st.addedAt.Equal(m.AddedAt) || (st.parked && st.engineMissing && haveEngine) {
+		for id, r := range f.replicas {
+			if r.model == m.Name && r.released {
+				delete(f.replicas, id) // the failed replicas of before
+			}
+		}
+		st = &modelState{addedAt: m.AddedAt}
+		f.models[m.Name] = st
+	}
+	st.class = m.ClassOrDefault()
+	return st
+}
+
+// stopLocked asks r's engine to stop, saying why.
+func (f *Fleet) stopLocked(r *replica, why string) {
+	if r.released {
+		return
+	}
+	if !r.stopping {
+		r.stopping, r.state, r.detail = true, Stopping, why
+	}
+	r.cancel()
+}
+
+func (f *Fleet) stopAll(why string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, r := range f.replicas {
+		f.stopLocked(r, why)
+	}
+}
+
+// account is a node's room as the fleet counts it.
+type account struct {
+	cap      Capacity
+	promised int64 // to its replicas, stopping ones included
+	// free is what a new replica can be promised: the node's memory less
+	// what is promised, and no more than the kernel has available less
+	// what replicas still loading will take. MemAvailable alone lags: a
+	// replica that has just started has taken almost nothing yet.
+	free       int64
+	stopping   int64 // promised to replicas that are stopping
+	holders    []*replica
+	cardHolder map[int]string
+}
+
+func (f *Fleet) accountLocked(n Node, c Capacity) account {
+	a := account{cap: c, cardHolder: map[int]string{}}
+	var outstanding int64
+	for _, r := range f.replicas {
+		if r.released || r.node != n {
+			continue
+		}
+		a.holders = append(a.holders, r)
+		a.promised += r.memBytes
+		outstanding += max(0, r.memBytes-r.rss)
+		if r.stopping {
+			a.stopping += r.memBytes
+		}
+		for _, i := range r.cards {
+			a.cardHolder[i] = r.id
+		}
+	}
+	slices.SortFunc(a.holders, func(x, y *replica) int { return cmp.Or(strings.Compare(x.model, y.model), compareIDs(x.id, y.id)) })
+	a.free = max(0, min(c.RAMBytes-a.promised, c.AvailableBytes-outstanding))
+	return a
+}
+
+// cardsFor are the node's cards of p's class with the memory p needs on
+// each, and which of them are not promised.
+func cardsFor(p catalog.Profile, a account) (fit, free []int) {
+	perCard := int64(0)
+	if p.MinMemoryGB > 0 {
+		perCard = (int64(p.MinMemoryGB) << 30) / int64(max(p.GPUsPerNode, 1))
+	}
+	for _, c := range a.cap.GPUs {
+		if c.Class != p.GPUClass || c.MemoryBytes < perCard {
+			continue
+		}
+		fit = append(fit, c.Index)
+		if a.cardHolder[c.Index] == "" {
+			free = append(free, c.Index)
+		}
+	}
+	return fit, free
+}
+
+// profiles are the model's profiles the fleet can start, highest priority
+// first.
+func profiles(m catalog.Model) []catalog.Profile {
+	var out []catalog.Profile
+	for _, p := range m.Profiles {
+		if p.Engine == "" || p.Engine == engineLlamaCpp {
+			out = append(out, p)
+		}
+	}
+	slices.SortStableFunc(out, func(a, b catalog.Profile) int { return cmp.Compare(b.Priority, a.Priority) })
+	return out
+}
+
+// exists is whether node's hardware could host a replica of p, were it
+// idle.
+func exists(p catalog.Profile, a account) bool {
+	if p.GPUClass != "" {
+		fit, _ := cardsFor(p, a)
+		return len(fit) >= max(p.GPUsPerNode, 1)
+	}
+	return a.cap.RAMBytes >= int64(p.MinMemoryGB)<<30
+}
+
+func (f *Fleet) hardwareLocked(m catalog.Model, caps []Capacity) bool {
+	for _, p := range profiles(m) {
+		for i, n := range f.nodes {
+			if exists(p, f.accountLocked(n, caps[i])) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// makingRoom begins the placement text of a model waiting for replicas to
+// stop: it is not unplaceable.
+const makingRoom = "making room"
+
+// placeLocked starts a replica of m where it fits, or says, node by node,
+// what holds it. A critical model that fits nowhere stops opportunistic
+// replicas to make room, and is placed when they have stopped.
+func (f *Fleet) placeLocked(ctx context.Context, m catalog.Model, caps []Capacity, weights, projector string) (*replica, string, bool) {
+	profs := profiles(m)
+	if len(profs) == 0 {
+		var engines []string
+		for _, p := range m.Profiles {
+			engines = append(engines, p.Name+" runs "+p.Engine)
+		}
+		return nil, fmt.Sprintf("no node can host it: the fleet starts llama.cpp's llama-server only, and its profiles want other engines (%s)",
+			strings.Join(engines, ", ")), false
+	}
+	type choice struct {
+		p     catalog.Profile
+		node  int
+		cards []int
+		free  int64
+	}
+	var lines []string
+	for _, p := range profs {
+		var best *choice
+		for i, n := range f.nodes {
+			a := f.accountLocked(n, caps[i])
+			need := int64(p.MinMemoryGB) << 30
+			if p.GPUClass != "" {
+				fit, free := cardsFor(p, a)
+				want := max(p.GPUsPerNode, 1)
+				if len(free) >= want {
+					if best == nil || len(free) > int(best.free) {
+						best = &choice{p: p, node: i, cards: free[:want], free: int64(len(free))}
+					}
+					continue
+				}
+				lines = append(lines, cardLine(n.Name(), p, a, len(fit), len(free)))
+				continue
+			}
+			if a.free >= need {
+				if best == nil || a.free > best.free {
+					best = &choice{p: p, node: i, free: a.free}
+				}
+				continue
+			}
+			lines = append(lines, memLine(n.Name(), need, a))
+		}
+		if best != nil {
+			return f.startLocked(ctx, m, best.p, f.nodes[best.node], best.cards, caps, weights, projector), "", true
+		}
+	}
+	if text, ok := f.makeRoomLocked(m, profs, caps); ok {
+		return nil, text, false
+	}
+	if !f.hardwareLocked(m, caps) {
+		return nil, "no node could ever host it, busy or idle:\n" + strings.Join(lines, "\n"), false
+	}
+	return nil, strings.Join(lines, "\n"), false
+}
+
+// memLine says why a node has no room for need bytes.
+func memLine(node string, need int64, a account) string {
+	if a.cap.RAMBytes < need {
+		return fmt.Sprintf("node %s: needs %s, it has %s in all", node, gb(need), gb(a.cap.RAMBytes))
+	}
+	s := fmt.Sprintf("node %s: needs %s, %s free", node, gb(need), gb(a.free))
+	for _, r := range a.holders {
+		s += fmt.Sprintf("; replica %s of %s uses %s", r.id, r.model, gb(r.memBytes))
+		if r.stopping {
+			s += " (stopping)"
+		}
+	}
+	if len(a.holders) == 0 && a.cap.AvailableBytes < need {
+		s += "; other programs on the node use the rest"
+	}
+	return s
+}
+
+// cardLine says why a node has no cards for p.
+func cardLine(node string, p catalog.Profile, a account, fit, free int) string {
+	want := max(p.GPUsPerNode, 1)
+	if fit < want {
+		return fmt.Sprintf("node %s: needs %d %s %s with %s each, it has %d", node, want, p.GPUClass,
+			plural(want, "card", "cards"), gb((int64(p.MinMemoryGB)<<30)/int64(want)), fit)
+	}
+	s := fmt.Sprintf("node %s: needs %d %s %s, %d free", node, want, p.GPUClass, plural(want, "card", "cards"), free)
+	for _, r := range a.holders {
+		if len(r.cards) > 0 {
+			s += fmt.Sprintf("; replica %s of %s uses %d", r.id, r.model, len(r.cards))
+		}
+	}
+	return s
+}
+
+// gb is bytes in GB for a sentence: "9 GB", "5.5 GB".
+func gb(b int64) string {
+	v := float64(b) / (1 << 30)
+	s := strconv.FormatFloat(v, 'f', 1, 64)
+	return strings.TrimSuffix(s, ".0") + " GB"
+}
+
+// makeRoomLocked finds room for m that replicas stopping will give back,
+// and for a critical model stops opportunistic replicas for it. It returns
+// what it waits for.
+func (f *Fleet) makeRoomLocked(m catalog.Model, profs []catalog.Profile, caps []Capacity) (string, bool) {
+	critical := m.ClassOrDefault() == catalog.ClassCritical
+	for _, p := range profs {
+		for i, n := range f.nodes {
+			a := f.accountLocked(n, caps[i])
+			if !exists(p, a) {
+				continue
+			}
+			var have, need int64
+			var stopping, victims []*replica
+			var evictable int64
+			if p.GPUClass != "" {
+				fit, free := cardsFor(p, a)
+				have, need = int64(len(free)), int64(max(p.GPUsPerNode, 1))
+				for _, r := range a.holders {
+					held := int64(0)
+					for _, c := range r.cards {
+						if slices.Contains(fit, c) {
+							held++
+						}
+					}
+					if held == 0 {
+						continue
+					}
+					if r.stopping && (r.evictedFor == "" || r.evictedFor == m.Name) {
+						have += held
+						stopping = append(stopping, r)
+					} else if !r.stopping && critical && opportunistic(f, r) {
+						evictable += held
+						victims = append(victims, r)
+					}
+				}
+			} else {
+				have, need = a.free, int64(p.MinMemoryGB)<<30
+				for _, r := range a.holders {
+					if r.stopping && (r.evictedFor == "" || r.evictedFor == m.Name) {
+						have += r.memBytes
+						stopping = append(stopping, r)
+					} else if !r.stopping && critical && opportunistic(f, r) {
+						victims = append(victims, r)
+					}
+				}
+				// The largest first: as few stopped as will do.
+				slices.SortFunc(victims, func(x, y *replica) int { return cmp.Compare(y.memBytes, x.memBytes) })
+				for _, r := range victims {
+					evictable += r.memBytes
+				}
+			}
+			if have >= need && len(stopping) > 0 {
+				return fmt.Sprintf("%s on node %s: waiting for %s to stop", makingRoom, n.Name(), ids(stopping)), true
+			}
+			if !critical || have+evictable < need {
+				continue
+			}
+			var stopped []*replica
+			for _, r := range victims {
+				if have >= need {
+					break
+				}
+				f.stopLocked(r, fmt.Sprintf("stopped to make room for %s, a critical model", m.Name))
+				r.evictedFor = m.Name
+				stopped = append(stopped, r)
+				if p.GPUClass != "" {
+					have += int64(len(r.cards))
+				} else {
+					have += r.memBytes
+				}
+			}
+			f.log.Info("stopping opportunistic replicas for a critical model", "model", m.Name, "node", n.Name(), "replicas", ids(stopped))
+			return fmt.Sprintf("%s on node %s: stopping %s (opportunistic)", makingRoom, n.Name(), ids(stopped)), true
+		}
+	}
+	return "", false
+}
+
+func opportunistic(f *Fleet, r *replica) bool {
+	st := f.models[r.model]
+	return st != nil && st.class == catalog.ClassOpportunistic
+}
+
+func ids(rs []*replica) string {
+	s := make([]string, len(rs))
+	for i, r := range rs {
+		s[i] = r.id
+	}
+	return strings.Join(s, ", ")
+}
+
+// startLocked creates a replica of m with profile p on node and starts its
+// supervisor.
+func (f *Fleet) startLocked(ctx context.Context, m catalog.Model, p catalog.Profile, node Node, cards []int,
+	caps []Capacity, weights, projector string) *replica {
+	f.seq[m.Name]++
+	id := m.Name + "-" + strconv.Itoa(f.seq[m.Name])
+	need := int64(p.MinMemoryGB) << 30
+
+	threads := f.opts.Threads
+	if threads <= 0 {
+		threads = p.CPUCores
+	}
+	if threads <= 0 && !hasFlag(p.Args, threadFlags) {
+		// Half the smallest node it fits on, as the job does when it sizes
+		// a profile: the same replica gets the same threads wherever it
+		// lands.
+		var cores []int
+		for i, n := range f.nodes {
+			if exists(p, f.accountLocked(n, caps[i])) {
+				cores = append(cores, caps[i].CPUCores)
+			}
+		}
+		threads = catalog.SuggestCores(cores)
+	}
+	var env []string
+	for k, v := range p.Env {
+		env = append(env, k+"="+v)
+	}
+	slices.Sort(env)
+	if p.GPUClass != "" {
+		idx := make([]string, len(cards))
+		for i, c := range cards {
+			idx[i] = strconv.Itoa(c)
+		}
+		env = append(env, "CUDA_VISIBLE_DEVICES="+strings.Join(idx, ","))
+	}
+	key := newKey()
+	rctx, cancel := context.WithCancel(ctx)
+	r := &replica{
+		id: id, model: m.Name, profile: p.Name, fingerprint: fingerprint(m), node: node,
+		memBytes: need, cards: cards, key: key, threads: threads,
+		args:    engineArgs(m, p, weights, projector, key, threads),
+		env:     env,
+		startup: startupTimeout(p, weightsBytes(m, weights)),
+		log:     newLogTail(), cancel: cancel, state: Starting,
+	}
+	f.replicas[id] = r
+	f.log.Info("placing a replica", "replica", id, "node", node.Name(), "profile", p.Name, "memory_bytes", need)
+	f.wg.Add(1)
+	go f.supervise(rctx, r)
+	return r
+}

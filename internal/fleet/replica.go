@@ -1,0 +1,286 @@
+package fleet
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"time"
+)
+
+// replica is one copy of a model, from its placement until its engine has
+// exited for good.
+type replica struct {
+	// Set at placement, then read-only.
+	id, model, profile string
+	fingerprint        string
+	node               Node
+	memBytes           int64 // promised on the node
+	cards              []int // promised on the node
+	key                string
+	threads            int
+	args, env          []string
+	startup            time.Duration
+	log                *logTail
+	// cancel asks the supervisor to stop the engine.
+	cancel context.CancelFunc
+
+	// Guarded by Fleet.mu.
+	state    State
+	detail   string
+	failures int
+	lastErr  string
+	started  time.Time
+	readyAt  time.Time
+	pid      int
+	endpoint string
+	rss      int64
+	stopping bool
+	// evictedFor is the critical model r is stopping to make room for:
+	// the room it gives back is that model's.
+	evictedFor string
+	// released is a replica whose engine has exited for good: its memory
+	// and cards are no longer promised.
+	released bool
+}
+
+func (r *replica) view() Replica {
+	return Replica{
+		ID: r.id, Model: r.model, Profile: r.profile, Node: r.node.Name(), Endpoint: r.endpoint,
+		State: r.state, Detail: r.detail, Failures: r.failures, LastError: r.lastErr,
+		Started: r.started, ReadyAt: r.readyAt, PID: r.pid, Threads: r.threads,
+		RSSBytes: r.rss, EstimateBytes: r.memBytes, Log: r.log.Lines(),
+	}
+}
+
+// outcome is how one run of an engine ended.
+type outcome int
+
+const (
+	stopped      outcome = iota // asked to stop
+	failedStart                 // ended, or was killed at its deadline, before it was ready
+	crashedEarly                // ended soon after it was ready: as good as a failed start
+	crashedLate                 // ended after serving a while: restarted, not held against it
+	noEngine                    // no engine installed: parked until there is one
+	badEngine                   // an engine that cannot be run: no restart can help
+)
+
+// stableAfter is how long a replica serves before its model's failed
+// starts are forgiven: an engine that loads and dies at its first request
+// is failing to start as surely as one that never loads.
+const stableAfter = time.Minute
+
+// Health is polled fast while an engine loads, so a replica is seen ready
+// within a poll of its engine being ready, and then slower for an engine
+// that takes minutes.
+const (
+	fastPoll    = 50 * time.Millisecond
+	fastFor     = 10 * time.Second
+	slowPoll    = 500 * time.Millisecond
+	rssInterval = 5 * time.Second
+)
+
+// supervise runs r's engine until r is stopped, restarting it after a
+// failure with backoff, until its model is parked.
+func (f *Fleet) supervise(ctx context.Context, r *replica) {
+	defer f.wg.Done()
+	for {
+		out, why := f.attempt(ctx, r)
+		if out == stopped || ctx.Err() != nil {
+			f.end(r, Stopped, "")
+			return
+		}
+		wait, park := f.failed(r, out, why)
+		if park {
+			f.end(r, Failed, why)
+			return
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			f.end(r, Stopped, "")
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// attempt starts r's engine once and follows it until it ends or r is
+// stopped.
+func (f *Fleet) attempt(ctx context.Context, r *replica) (outcome, string) {
+	engine, err := f.enginePath()
+	if err != nil {
+		return noEngine, sentenceOf(err)
+	}
+	tail := newLogTail() // this run's lines alone, for the reason it ends
+	r.log.Note("modelserve: starting " + engine + " " + redacted(r.args))
+	proc, err := r.node.Start(ctx, Spec{Engine: engine, Args: r.args, Env: r.env, Output: io.MultiWriter(r.log, tail)})
+	if errors.Is(err, ErrEngineMissing) {
+		return badEngine, fmt.Sprintf("llama-server at %s could not be run (%v): install llama.cpp's llama-server there, "+
+			"or point --llama-server (MODELSERVE_LLAMA_SERVER) at it", engine, errors.Unwrap(err))
+	}
+	if err != nil {
+		return failedStart, "the engine could not be started: " + err.Error()
+	}
+	f.mu.Lock()
+	r.pid, r.endpoint, r.started, r.readyAt, r.rss = proc.PID(), proc.Endpoint(), time.Now(), time.Time{}, 0
+	if !r.stopping {
+		r.state, r.detail = Starting, ""
+	}
+	f.mu.Unlock()
+
+	deadline := time.NewTimer(r.startup)
+	defer deadline.Stop()
+	poll := time.NewTimer(fastPoll)
+	defer poll.Stop()
+	for ready := false; !ready; {
+		select {
+		case <-ctx.Done():
+			proc.Stop(f.opts.StopGrace)
+			return stopped, ""
+		case <-proc.Done():
+			return failedStart, failureReason(proc.Err(), tail.Lines())
+		case <-deadline.C:
+			proc.Stop(f.opts.StopGrace)
+			why := fmt.Sprintf("not ready within %s, its startup deadline", r.startup)
+			if last := meaningful(tail.Lines()); last != "" {
+				why += "; its last words: " + last
+			}
+			return failedStart, why
+		case <-poll.C:
+		}
+		switch f.probe(ctx, proc.Endpoint()) {
+		case http.StatusOK:
+			ready = true
+		case http.StatusServiceUnavailable:
+			f.setState(r, Loading)
+		}
+		if time.Since(r.started) < fastFor {
+			poll.Reset(fastPoll)
+		} else {
+			poll.Reset(slowPoll)
+		}
+	}
+
+	readyAt := time.Now()
+	rss := proc.RSS()
+	f.mu.Lock()
+	r.readyAt, r.rss = readyAt, rss
+	if !r.stopping {
+		r.state = Ready
+	}
+	f.mu.Unlock()
+	f.log.Info("replica ready", "replica", r.id, "node", r.node.Name(), "endpoint", r.endpoint,
+		"took", readyAt.Sub(r.started).Round(time.Millisecond), "rss_bytes", rss, "estimate_bytes", r.memBytes)
+
+	stable := time.NewTimer(stableAfter)
+	defer stable.Stop()
+	measure := time.NewTicker(rssInterval)
+	defer measure.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			proc.Stop(f.opts.StopGrace)
+			return stopped, ""
+		case <-proc.Done():
+			why := failureReason(proc.Err(), tail.Lines()) +
+				fmt.Sprintf(" (after %s ready)", time.Since(readyAt).Round(time.Second))
+			if time.Since(readyAt) < stableAfter {
+				return crashedEarly, why
+			}
+			return crashedLate, why
+		case <-stable.C:
+			f.mu.Lock()
+			if st := f.models[r.model]; st != nil && !st.parked {
+				st.failedStarts = 0
+			}
+			f.mu.Unlock()
+		case <-measure.C:
+			// The figure that placement counts as used, and the estimate's
+			// measure, as the engine grows its caches.
+			rss := proc.RSS()
+			f.mu.Lock()
+			r.rss = rss
+			f.mu.Unlock()
+		}
+	}
+}
+
+// probe is the status /health answers with; 0 for no answer.
+func (f *Fleet) probe(ctx context.Context, endpoint string) int {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, endpoint+"/health", nil)
+	if err != nil {
+		return 0
+	}
+	resp, err := f.health.Do(req)
+	if err != nil {
+		return 0
+	}
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4096))
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+func (f *Fleet) setState(r *replica, s State) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !r.stopping {
+		r.state = s
+	}
+}
+
+// failed counts a failure of r's engine and says how long to wait before
+// starting it again, or that its model is parked.
+func (f *Fleet) failed(r *replica, out outcome, why string) (wait time.Duration, park bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	r.failures++
+	r.lastErr = why
+	r.pid, r.endpoint, r.rss, r.readyAt = 0, "", 0, time.Time{}
+	f.log.Warn("replica failed", "replica", r.id, "node", r.node.Name(), "reason", why)
+	st := f.models[r.model]
+	if st == nil {
+		// Its model left the catalog: the reconciling stops it.
+		return f.opts.Backoff, false
+	}
+	switch out {
+	case noEngine, badEngine:
+		st.failedStarts++
+		st.parked, st.reason, st.engineMissing = true, why, out == noEngine
+	case failedStart, crashedEarly:
+		st.failedStarts++
+		if st.failedStarts >= f.opts.MaxFailures {
+			st.parked, st.reason = true, why
+		}
+	}
+	if st.parked {
+		f.log.Error("model parked", "model", r.model, "failures", st.failedStarts, "reason", st.reason)
+		r.log.Note(fmt.Sprintf("modelserve: %s; %s is parked after %d failed %s in a row", why, r.model,
+			st.failedStarts, plural(st.failedStarts, "start", "starts")))
+		return 0, true
+	}
+	wait = f.opts.Backoff << min(max(st.failedStarts-1, 0), 6)
+	wait = min(wait, max(time.Minute, f.opts.Backoff))
+	r.state, r.detail = Starting, fmt.Sprintf("restarting in %s after: %s", wait, why)
+	r.log.Note(fmt.Sprintf("modelserve: %s; restarting in %s", why, wait))
+	return wait, false
+}
+
+// end records that r's engine has exited for good, gives back what it was
+// promised, and pokes the reconciling, which may now place another there.
+func (f *Fleet) end(r *replica, s State, why string) {
+	f.mu.Lock()
+	r.released = true
+	r.state, r.pid, r.endpoint, r.rss = s, 0, "", 0
+	if why != "" {
+		r.detail = why
+	}
+	if s == Stopped && f.replicas[r.id] == r {
+		delete(f.replicas, r.id)
+	}
+	f.mu.Unlock()
+	r.cancel()
+	f.Poke()
+}

@@ -1,0 +1,217 @@
+package fleet
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"modelserve/catalog"
+	"modelserve/internal/ggufgen"
+)
+
+// fakeNode is a node with made-up hardware whose engines never answer:
+// placement without processes, for hardware this machine lacks (cards).
+type fakeNode struct {
+	name string
+	cap  Capacity
+	mu   sync.Mutex
+	env  [][]string
+}
+
+func (n *fakeNode) Name() string       { return n.name }
+func (n *fakeNode) Capacity() Capacity { return n.cap }
+func (n *fakeNode) Start(_ context.Context, spec Spec) (Process, error) {
+	n.mu.Lock()
+	n.env = append(n.env, spec.Env)
+	n.mu.Unlock()
+	return &fakeProcess{done: make(chan struct{})}, nil
+}
+
+type fakeProcess struct {
+	once sync.Once
+	done chan struct{}
+}
+
+func (p *fakeProcess) PID() int              { return 0 }
+func (p *fakeProcess) Endpoint() string      { return "http://127.0.0.1:1" } // nothing answers
+func (p *fakeProcess) Done() <-chan struct{} { return p.done }
+func (p *fakeProcess) Err() error            { return nil }
+func (p *fakeProcess) RSS() int64            { return 0 }
+func (p *fakeProcess) Stop(time.Duration)    { p.once.Do(func() { close(p.done) }) }
+
+func gpuEntry(t *testing.T, name, class string, cards, memGB int) catalog.Model {
+	m := entry(name, MustWriteModel(t, name+".gguf", ggufgen.Spec{}), memGB)
+	m.Profiles[0].Name, m.Profiles[0].GPUClass, m.Profiles[0].GPUsPerNode = "gpu", class, cards
+	return m
+}
+
+func TestCardsArePromisedWhole(t *testing.T) {
+	node := &fakeNode{name: "gpu1", cap: Capacity{CPUCores: 16, RAMBytes: 64 << 30, AvailableBytes: 64 << 30, GPUs: []Card{
+		{Index: 0, Class: "A100", MemoryBytes: 80 << 30}, {Index: 1, Class: "A100", MemoryBytes: 80 << 30},
+	}}}
+	cat := MustCatalog(t)
+	f, err := New(Options{Catalog: cat, Nodes: []Node{node}, Engine: "/bin/true", Log: testLog(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tf := &testFleet{Fleet: f}
+	tf.start()
+	t.Cleanup(func() { tf.stop(t) })
+	nc := tf.notifying(cat)
+
+	MustAdd(t, nc, gpuEntry(t, "big", "A100", 2, 100))
+	waitFor(t, 5*time.Second, "big placed", func() (bool, string) { return len(tf.replicasOf("big")) == 1, jsonOf(tf.Replicas()) })
+	MustAdd(t, nc, gpuEntry(t, "more", "A100", 1, 0))
+	MustAdd(t, nc, gpuEntry(t, "other", "H100", 1, 0))
+	var more, other ModelHealth
+	waitFor(t, 5*time.Second, "more and other unplaceable", func() (bool, string) {
+		more, _ = tf.health("more")
+		other, _ = tf.health("other")
+		return more.Unplaceable && other.Unplaceable, jsonOf([]ModelHealth{more, other})
+	})
+	if want := "node gpu1: needs 1 A100 card, 0 free; replica big-1 of big uses 2"; more.Placement != want || !more.HardwareExists {
+		t.Errorf("more's placement %q, want %q", more.Placement, want)
+	}
+	if !strings.Contains(other.Placement, "no node could ever host it") || other.HardwareExists {
+		t.Errorf("other's placement %q: want no node could ever host it", other.Placement)
+	}
+	node.mu.Lock()
+	env := node.env[0]
+	node.mu.Unlock()
+	if !slices.Contains(env, "CUDA_VISIBLE_DEVICES=0,1") {
+		t.Errorf("big's engine environment %q lacks its cards", env)
+	}
+	r := tf.replicasOf("big")[0]
+	if r.Threads != 8 {
+		t.Errorf("threads %d, want half the 16 cores of the smallest node it fits", r.Threads)
+	}
+	ns := tf.Nodes()
+	if len(ns) != 1 || len(ns[0].GPUs) != 2 || ns[0].GPUs[0].Replica != "big-1" || ns[0].GPUs[1].Replica != "big-1" {
+		t.Errorf("nodes %s: want both cards held by big-1", jsonOf(ns))
+	}
+}
+
+func TestNodeCPUsAreThoseWithTheMemory(t *testing.T) {
+	small := &fakeNode{name: "s", cap: Capacity{CPUCores: 4, RAMBytes: 16 << 30}}
+	large := &fakeNode{name: "l", cap: Capacity{CPUCores: 32, RAMBytes: 256 << 30}}
+	f, err := New(Options{Catalog: MustCatalog(t), Nodes: []Node{small, large}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for memGB, want := range map[int][]int{8: {4, 32}, 100: {32}, 1000: nil} {
+		if got := f.NodeCPUs(memGB); !slices.Equal(got, want) {
+			t.Errorf("NodeCPUs(%d) = %v, want %v", memGB, got, want)
+		}
+	}
+}
+
+func TestFailureReasonPicksTheEnginesWords(t *testing.T) {
+	exit1 := exec.Command("sh", "-c", "exit 1").Run()
+	for _, tc := range []struct {
+		name  string
+		lines []string
+		want  string
+	}{
+		{"unknown architecture", []string{
+			"main: loading model",
+			"llama_model_load: error loading model: unknown model architecture: 'foo'",
+			"llama_model_load_from_file_impl: failed to load model",
+			"common_init_from_params: failed to load model 'foo.gguf'",
+			"srv    operator(): operator(): cleaning up before exit...",
+			"main: exiting due to model loading error",
+		}, "the engine exited with status 1: error loading model: unknown model architecture: 'foo'"},
+		{"bad flag", []string{"error: invalid argument: --bogus"}, "the engine exited with status 1: error: invalid argument: --bogus"},
+		{"no error line", []string{"build: 0", "something odd", ""}, "the engine exited with status 1: something odd"},
+		{"nothing", nil, "the engine exited with status 1 without saying why"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := failureReason(exit1, tc.lines); got != tc.want {
+				t.Errorf("got %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestEngineArgsKeepWhatTheFleetOwns(t *testing.T) {
+	m := catalog.Model{Name: "m"}
+	p := catalog.Profile{Args: []string{"--ctx-size", "4096", "--port", "9", "--host=0.0.0.0", "-t", "8", "--api-key", "x", "--embedding"}}
+	got := strings.Join(engineArgs(m, p, "/w.gguf", "", "KEY", 2), " ")
+	want := "--ctx-size 4096 --embedding -m /w.gguf --alias m --api-key KEY --threads 2"
+	if got != want {
+		t.Errorf("args %q, want %q", got, want)
+	}
+	// No threads decided: the profile's own --threads stands.
+	got = strings.Join(engineArgs(m, catalog.Profile{Args: []string{"-t", "8"}}, "/w.gguf", "/p.gguf", "KEY", 0), " ")
+	if want := "-t 8 -m /w.gguf --mmproj /p.gguf --alias m --api-key KEY"; got != want {
+		t.Errorf("args %q, want %q", got, want)
+	}
+	if r := redacted([]string{"--api-key", "KEY", "-m", "x"}); strings.Contains(r, "KEY") {
+		t.Errorf("redacted %q shows the key", r)
+	}
+}
+
+func TestStartupTimeoutGrowsWithTheWeights(t *testing.T) {
+	for _, tc := range []struct {
+		p    catalog.Profile
+		size int64
+		want time.Duration
+	}{
+		{catalog.Profile{}, 0, 5 * time.Minute},
+		{catalog.Profile{}, 9 << 30, 8 * time.Minute},
+		{catalog.Profile{}, 400 << 30, time.Hour},
+		{catalog.Profile{StartupTimeout: 90 * time.Second}, 400 << 30, 90 * time.Second},
+	} {
+		if got := startupTimeout(tc.p, tc.size); got != tc.want {
+			t.Errorf("startupTimeout(%v, %d) = %s, want %s", tc.p.StartupTimeout, tc.size, got, tc.want)
+		}
+	}
+}
+
+func TestWeightsOfASplitModelAreItsFirstShard(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "m", "rev", "Q4_K_M")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []string{"m-00002-of-00002.gguf", "m-00001-of-00002.gguf", "mmproj-m.gguf", "README.md"} {
+		if err := os.WriteFile(filepath.Join(dir, n), []byte("x"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w, p, err := weightsFiles(catalog.Model{Name: "m", Source: dir})
+	if err != nil || w != filepath.Join(dir, "m-00001-of-00002.gguf") || p != "" {
+		t.Errorf("weightsFiles = %q, %q, %v; want the first shard", w, p, err)
+	}
+	_, _, err = weightsFiles(catalog.Model{Name: "m", Source: filepath.Join(dir, "nope.gguf")})
+	if err == nil || !strings.Contains(err.Error(), "serve it again") {
+		t.Errorf("missing weights: %v", err)
+	}
+}
+
+func TestLogTailKeepsTheLastLines(t *testing.T) {
+	l := newLogTail()
+	for i := range logLines + 50 {
+		fmt.Fprintf(l, "line %d\n", i)
+	}
+	fmt.Fprint(l, "unfinished")
+	got := l.Lines()
+	if len(got) != logLines+1 || got[0] != "line 50" || got[logLines-1] != fmt.Sprintf("line %d", logLines+49) || got[logLines] != "unfinished" {
+		t.Errorf("kept %d lines: first %q, last %q", len(got), got[0], got[len(got)-1])
+	}
+}
+
+func TestNewRefusesWithoutACatalog(t *testing.T) {
+	if _, err := New(Options{}); err == nil || !strings.Contains(err.Error(), "Options.Catalog") {
+		t.Errorf("New without a catalog: %v", err)
+	}
+	a := &fakeNode{name: "x"}
+	if _, err := New(Options{Catalog: MustCatalog(t), Nodes: []Node{a, a}}); err == nil {
+		t.Errorf("New with two nodes of one name: no error")
+	}
+}
