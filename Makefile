@@ -9,8 +9,9 @@ BIN     := bin/modelserve
 ADDR    ?= 127.0.0.1:8080
 DATA    ?= ./data
 LLAMATEST := internal/llamatest
+TEMPL   := github.com/a-h/templ/cmd/templ@v0.3.1100
 
-.PHONY: build run test vet unit deps bench generate clean
+.PHONY: build run test vet unit deps bench generate templ-check clean
 
 build:
 	$(GO) build -o $(BIN) ./cmd/modelserve
@@ -19,7 +20,7 @@ run: build
 	mkdir -p $(DATA)
 	./$(BIN) serve --addr $(ADDR) --data $(DATA)
 
-test: deps vet unit
+test: deps templ-check vet unit
 
 vet:
 	$(GO) vet ./...
@@ -42,8 +43,16 @@ $(LLAMATEST)/node_modules/.installed: $(LLAMATEST)/package.json $(LLAMATEST)/pac
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem -count=1 ./...
 
+# generate writes views/*_templ.go from the templ components; the output
+# is committed, so building needs no templ.
 generate:
-	@echo "nothing to generate yet"
+	$(GO) run $(TEMPL) generate -path views
+
+# templ-check fails when the committed views/*_templ.go are not what the
+# .templ files generate: a component edited without make generate.
+templ-check:
+	@tmp=$$(mktemp -d) && cp -r views $$tmp/ && $(GO) run $(TEMPL) generate -path $$tmp/views >/dev/null && \
+	diff -r -q views $$tmp/views >/dev/null || { echo "views/*_templ.go are stale: run make generate"; rm -rf $$tmp; exit 1; }; rm -rf $$tmp
 
 clean:
 	rm -rf bin

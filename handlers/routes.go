@@ -14,31 +14,143 @@ import (
 	"log/slog"
 	"net/http"
 	"time"
+
+	"github.com/gorilla/sessions"
+
+	"modelserve/catalog"
+	"modelserve/internal/auth"
+	"modelserve/internal/mirror"
+	"modelserve/jobs"
 )
+
+// Jobs is what the handlers need of the job server.
+type Jobs interface {
+	Start(ctx context.Context, req jobs.Request) (jobs.Job, error)
+	Get(ctx context.Context, id string) (jobs.Job, error)
+	List(ctx context.Context, opts jobs.ListOptions) ([]jobs.Job, int, error)
+	Cancel(ctx context.Context, id string) (jobs.Job, error)
+	Retry(ctx context.Context, id string) (jobs.Job, error)
+	Subscribe(id string) (<-chan jobs.Event, func())
+}
+
+// Catalog is what the handlers need of the catalog.
+type Catalog interface {
+	List(ctx context.Context) ([]catalog.Model, error)
+	Get(ctx context.Context, name string) (catalog.Model, error)
+	Remove(ctx context.Context, name string) error
+}
+
+// Mirror is what the handlers need of the mirror.
+type Mirror interface {
+	List(ctx context.Context) ([]mirror.Entry, error)
+	Handler() http.Handler
+}
 
 // Deps are what the handlers need. New refuses a missing one by name.
 type Deps struct {
-	DB  *sql.DB
-	Log *slog.Logger
+	DB      *sql.DB
+	Jobs    Jobs
+	Catalog Catalog
+	Mirror  Mirror
+	// Metrics serves /metrics; nil serves nothing there.
+	Metrics http.Handler
+	Log     *slog.Logger
+	// Registry reads a repository for the serve page and
+	// GET /api/v1/repos/ (hf.Registries).
+	Registry Registry
+	// Planner says where a repository's files fit (plan.Planner); nil
+	// shows the files without the plan's figures.
+	Planner Planner
+	// Pool is the hardware planned for (plan.Pool), shown on the fleet
+	// page and at GET /api/v1/nodes; nil shows no nodes.
+	Pool Pool
+	// Secure marks the session cookie Secure on plain HTTP too: for a
+	// console behind a proxy that ends TLS. Over TLS it is always Secure.
+	Secure bool
 }
 
 // Server holds the handlers' dependencies.
 type Server struct {
-	deps Deps
+	deps   Deps
+	tokens *auth.Tokens
+	events *events
+	// The console's: its users, their sessions, the sign-in throttle and
+	// the repositories read a moment ago.
+	users    *auth.Users
+	sessions *sessions.CookieStore
+	throttle *throttle
+	lookups  lookups
 }
 
 // New builds the route table.
 func New(d Deps) (http.Handler, error) {
-	if d.DB == nil {
-		return nil, errors.New("handlers: Deps.DB is required")
+	for name, missing := range map[string]bool{
+		"DB": d.DB == nil, "Jobs": d.Jobs == nil, "Catalog": d.Catalog == nil, "Mirror": d.Mirror == nil,
+		"Registry": d.Registry == nil,
+	} {
+		if missing {
+			return nil, errors.New("handlers: Deps." + name + " is required")
+		}
 	}
 	if d.Log == nil {
 		d.Log = slog.Default()
 	}
-	s := &Server{deps: d}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	hashKey, blockKey, err := auth.SessionKeys(ctx, d.DB)
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{deps: d, tokens: auth.NewTokens(d.DB), events: newEvents(),
+		users: auth.NewUsers(d.DB), sessions: newSessionStore(hashKey, blockKey), throttle: newThrottle()}
+	return s.routes(), nil
+}
+
+func (s *Server) routes() http.Handler {
 	mux := http.NewServeMux()
+
+	// Open to anyone: supervisors and scrapers carry no credentials.
 	mux.HandleFunc("GET /healthz", s.healthz)
-	return mux, nil
+	if s.deps.Metrics != nil {
+		mux.Handle("GET /metrics", s.deps.Metrics)
+	}
+
+	// The JSON API, for scripts: a bearer token on every request.
+	api := http.NewServeMux()
+	api.HandleFunc("POST /api/v1/serve", s.apiServe)
+	api.HandleFunc("GET /api/v1/jobs", s.apiJobList)
+	api.HandleFunc("GET /api/v1/jobs/{id}", s.apiJobShow)
+	api.HandleFunc("GET /api/v1/jobs/{id}/events", s.apiJobEvents)
+	api.HandleFunc("POST /api/v1/jobs/{id}/cancel", s.apiJobCancel)
+	api.HandleFunc("POST /api/v1/jobs/{id}/retry", s.apiJobRetry)
+	api.HandleFunc("GET /api/v1/catalog", s.apiCatalogList)
+	api.HandleFunc("GET /api/v1/catalog/{name}", s.apiCatalogShow)
+	api.HandleFunc("DELETE /api/v1/catalog/{name}", s.apiCatalogRemove)
+	api.HandleFunc("GET /api/v1/mirror", s.apiMirrorList)
+	api.HandleFunc("GET /api/v1/repos/{owner}/{name}", s.apiRepo)
+	api.HandleFunc("GET /api/v1/nodes", s.apiNodes)
+	api.HandleFunc("/api/v1/", s.apiNotFound)
+	mux.Handle("/api/v1/", s.requireToken(api))
+
+	// The mirror's files, for nodes fetching weights (Range, conditional).
+	mux.Handle("GET /mirror/", s.deps.Mirror.Handler())
+
+	// The console, for people: pages behind a session (console_routes.go).
+	s.consoleRoutes(mux)
+	return mux
+}
+
+func (s *Server) apiNotFound(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusNotFound, errorBody{Error: "no API route " + r.Method + " " + r.URL.Path + "; the README lists them"})
+}
+
+func (s *Server) apiMirrorList(w http.ResponseWriter, r *http.Request) {
+	entries, err := s.deps.Mirror.List(r.Context())
+	if err != nil {
+		s.apiError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"files": entries})
 }
 
 // healthz answers 200 while the database answers, so a supervisor restarts a

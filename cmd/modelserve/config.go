@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io"
 	"strings"
+
+	"modelserve/internal/hf"
 )
 
 // config is what serve runs with. Each field comes from its flag, else from
@@ -16,6 +18,11 @@ type config struct {
 	HFToken     string
 	LlamaServer string
 	ModelsDir   string
+	// Nodes is a JSON file of nodes to plan for beside this machine.
+	Nodes string
+	// Architectures are extra GGUF architectures the engine build runs,
+	// comma-separated, for a build newer than the embedded list.
+	Architectures string
 }
 
 // setting ties a flag to its environment variable, so both are documented
@@ -33,6 +40,8 @@ func (c *config) settings() []setting {
 		{"hf-token", "HF_TOKEN", "", "Hugging Face token for gated and private repositories (also read from HUGGING_FACE_HUB_TOKEN, then $HF_HOME/token)", &c.HFToken},
 		{"llama-server", "MODELSERVE_LLAMA_SERVER", "", "path to llama.cpp's llama-server; empty looks for it on PATH", &c.LlamaServer},
 		{"models-dir", "MODELSERVE_MODELS_DIR", "", "folder of local model repositories, each served as local/<folder>; empty turns the local registry off", &c.ModelsDir},
+		{"nodes", "MODELSERVE_NODES", "", "JSON file of further nodes to plan for: [{name, cpu_cores, ram_gb, gpus: [{class, count}]}]", &c.Nodes},
+		{"architectures", "MODELSERVE_ARCHITECTURES", "", "extra GGUF architectures the engine build runs, comma-separated (the embedded list is llama.cpp's of 2026)", &c.Architectures},
 	}
 }
 
@@ -63,5 +72,8 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (co
 		}
 	}
 	c.HFEndpoint = strings.TrimRight(c.HFEndpoint, "/")
+	// The token may also come from HUGGING_FACE_HUB_TOKEN or the token
+	// file huggingface_hub writes, as every Hub tool reads it.
+	c.HFToken = hf.ResolveToken(c.HFToken, getenv)
 	return c, nil
 }

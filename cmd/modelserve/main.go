@@ -49,12 +49,14 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 		return serve(ctx, cfg, log, nil)
 	case "token":
 		return tokenCmd(ctx, args, getenv, stdout, stderr)
+	case "user":
+		return userCmd(ctx, args, getenv, stdin, stdout, stderr)
 	case "help":
 		fmt.Fprint(stdout, usage)
 		return nil
 	default:
 		fmt.Fprint(stderr, usage)
-		return fmt.Errorf("%q is not a command; the commands are serve, token and help", cmd)
+		return fmt.Errorf("%q is not a command; the commands are serve, token, user and help", cmd)
 	}
 }
 
@@ -63,6 +65,7 @@ const usage = `modelserve takes a language model from a registry repository to a
 Usage:
   modelserve [serve] [flags]   run the server (the default)
   modelserve token create NAME  print a new API token (once); also token list, token revoke NAME
+  modelserve user add NAME     add a console user, password from stdin or generated; also user list
   modelserve help              this text
 
 Run "modelserve serve --help" for the server's flags.

@@ -8,12 +8,23 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"regexp"
+	"strings"
 	"sync"
 	"time"
 
+	"modelserve/catalog"
 	"modelserve/handlers"
+	"modelserve/internal/auth"
+	"modelserve/internal/gguf"
+	"modelserve/internal/hf"
+	"modelserve/internal/metrics"
+	"modelserve/internal/mirror"
+	"modelserve/internal/plan"
 	"modelserve/internal/store"
+	"modelserve/jobs"
 )
 
 // serve runs the server until ctx ends. ready, when not nil, is told the
@@ -28,7 +39,100 @@ func serve(ctx context.Context, cfg config, log *slog.Logger, ready func(addr st
 	}
 	defer db.Close()
 
-	h, err := handlers.New(handlers.Deps{DB: db, Log: log})
+	if pw, created, err := auth.EnsureAdmin(ctx, db); err != nil {
+		return err
+	} else if created {
+		log.Info("created the first console user; its password is shown only this once", "user", "admin", "password", pw)
+	}
+
+	// The registries: the Hub, and a folder of local repositories.
+	hub, err := hf.NewClient(hf.Options{Endpoint: cfg.HFEndpoint, Token: cfg.HFToken})
+	if err != nil {
+		return err
+	}
+	regs := hf.Registries{Hub: hub}
+	if cfg.ModelsDir != "" {
+		regs.Local = hf.NewLocal(cfg.ModelsDir, filepath.Join(cfg.Data, "local-registry-hashes.json"))
+	}
+
+	store := catalog.NewStore(db)
+	met := metrics.New(func(ctx context.Context) (int, error) {
+		ms, err := store.List(ctx)
+		return len(ms), err
+	})
+	// The fleet runs what the catalog asks for. Everything that changes
+	// the catalog goes through cat, which tells the fleet at once.
+	engine, version := findEngine(ctx, cfg.LlamaServer, log)
+	fl, cat, jobsFleet, err := newFleet(engine, store, log)
+	if err != nil {
+		return err
+	}
+	mir, err := mirror.New(mirror.Options{Dir: filepath.Join(cfg.Data, "mirror"), Authorize: regs.AuthorizeRequest, Metrics: met, Log: log})
+	if err != nil {
+		return err
+	}
+
+	// The hardware: this machine, and the nodes the operator declared.
+	var declared []plan.Node
+	if cfg.Nodes != "" {
+		if declared, err = plan.LoadNodes(cfg.Nodes); err != nil {
+			return err
+		}
+	}
+	pool := plan.NewPool(plan.LocalNode, declared)
+	planner, err := plan.New(plan.Config{Pool: pool.Nodes, Headers: plan.ReadHeaders(cfg.HFToken), DownloadURL: regs.DownloadURL, Log: log})
+	if err != nil {
+		return err
+	}
+
+	known := gguf.KnownArchitectures()
+	for _, a := range strings.Split(cfg.Architectures, ",") {
+		if a = strings.TrimSpace(a); a != "" {
+			known.Add(a)
+		}
+	}
+	js, err := jobs.New(jobs.Deps{
+		DB: db, Registry: regs, Mirror: mir, Catalog: cat, Planner: planner, Fleet: jobsFleet,
+		EngineVersion: version, Architectures: known,
+		NodeMemory: func() int64 {
+			n, err := plan.LocalNode()
+			if err != nil {
+				return 0
+			}
+			return int64(n.RAMGB * (1 << 30))
+		},
+		Log: log, Metrics: met,
+	})
+	if err != nil {
+		return err
+	}
+	defer js.Close()
+
+	// The fleet's loop lives until serve returns; its replicas stop with
+	// it, and the next start begins them afresh.
+	var wg sync.WaitGroup
+	fctx, stopFleet := context.WithCancel(context.Background())
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		if err := fl.Run(fctx); err != nil {
+			log.Error("the fleet stopped", "err", err)
+		}
+	}()
+	defer func() {
+		// Jobs first (they watch the fleet), then the replicas.
+		js.Close()
+		stopFleet()
+		wg.Wait()
+	}()
+	if err := js.Resume(ctx); err != nil {
+		return err
+	}
+
+	h, err := handlers.New(handlers.Deps{
+		DB: db, Jobs: js, Catalog: cat, Mirror: mir, Metrics: met.Handler(), Log: log,
+		Registry: regs, Planner: planner, Pool: pool,
+	})
 	if err != nil {
 		return err
 	}
@@ -42,16 +146,15 @@ func serve(ctx context.Context, cfg config, log *slog.Logger, ready func(addr st
 		// No WriteTimeout: event streams and mirror downloads are long.
 		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
-	log.Info("modelserve listening", "addr", ln.Addr().String(), "data", cfg.Data)
+	log.Info("modelserve listening", "addr", ln.Addr().String(), "data", cfg.Data, "engine", engine, "engine_version", version)
 	if ready != nil {
 		ready(ln.Addr().String())
 	}
 
-	var wg sync.WaitGroup
 	errc := make(chan error, 1)
-	wg.Add(1)
+	served := make(chan struct{})
 	go func() {
-		defer wg.Done()
+		defer close(served)
 		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
 			errc <- err
 		}
@@ -62,10 +165,40 @@ func serve(ctx context.Context, cfg config, log *slog.Logger, ready func(addr st
 	case <-ctx.Done():
 		log.Info("shutting down")
 		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		err = srv.Shutdown(sctx)
+		// Event streams never end by themselves: Shutdown waits for idle
+		// connections only, so close what is left when the grace is over.
+		if err = srv.Shutdown(sctx); errors.Is(err, context.DeadlineExceeded) {
+			err = srv.Close()
+		}
 		cancel()
 	}
-	wg.Wait()
+	<-served
 	log.Info("stopped")
 	return err
+}
+
+var engineVersion = regexp.MustCompile(`version: (\S+)`)
+
+// findEngine is the llama-server modelserve starts and the build it reports,
+// which decides what the check step accepts. A missing engine is not fatal
+// here: the catalog and the mirror work without one, and placement says
+// what to install.
+func findEngine(ctx context.Context, path string, log *slog.Logger) (string, string) {
+	if path == "" {
+		p, err := exec.LookPath("llama-server")
+		if err != nil {
+			log.Warn("llama-server is not on PATH: models are mirrored and catalogued, but no replica starts; set --llama-server")
+			return "", "unknown"
+		}
+		path = p
+	}
+	ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	// llama-server prints its version to stderr.
+	out, err := exec.CommandContext(ctx, path, "--version").CombinedOutput()
+	if m := engineVersion.FindSubmatch(out); err == nil && m != nil {
+		return path, string(m[1])
+	}
+	log.Warn("could not read the engine's version", "engine", path, "err", err, "output", strings.TrimSpace(string(out)))
+	return path, "unknown"
 }

@@ -1,0 +1,339 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"modelserve/catalog"
+	"modelserve/internal/auth"
+	"modelserve/internal/ggufgen"
+	"modelserve/internal/hubtest"
+	"modelserve/internal/store"
+	"modelserve/jobs"
+)
+
+// apiServer is modelserve as serve runs it, against a hubtest registry, with
+// an API token for the test.
+type apiServer struct {
+	t     *testing.T
+	base  string
+	token string
+	stop  func()
+}
+
+func startAPI(t *testing.T, cfg config) *apiServer {
+	t.Helper()
+	// A token made the way `modelserve token create` makes one, before the
+	// server opens the same database.
+	db, err := store.Open(context.Background(), filepath.Join(cfg.Data, "modelserve.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, err := auth.NewTokens(db).Create(context.Background(), "test-"+time.Now().Format("150405.000000"))
+	db.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	addrc := make(chan string, 1)
+	done := make(chan error, 1)
+	var logs bytes.Buffer
+	log := slog.New(slog.NewTextHandler(&syncWriter{w: &logs}, nil))
+	go func() { done <- serve(ctx, cfg, log, func(a string) { addrc <- a }) }()
+	s := &apiServer{t: t, token: tok}
+	select {
+	case a := <-addrc:
+		s.base = "http://" + a
+	case err := <-done:
+		t.Fatalf("serve stopped before listening: %v\n%s", err, logs.String())
+	case <-time.After(30 * time.Second):
+		t.Fatal("serve did not start listening")
+	}
+	stopped := false
+	s.stop = func() {
+		if stopped {
+			return
+		}
+		stopped = true
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("serve returned %v", err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Error("serve did not stop")
+		}
+	}
+	t.Cleanup(func() {
+		s.stop()
+		if t.Failed() {
+			t.Logf("server log:\n%s", logs.String())
+		}
+	})
+	return s
+}
+
+func (s *apiServer) do(method, path string, body any, out any) int {
+	s.t.Helper()
+	var r io.Reader
+	if body != nil {
+		b, _ := json.Marshal(body)
+		r = bytes.NewReader(b)
+	}
+	req, _ := http.NewRequest(method, s.base+path, r)
+	req.Header.Set("Authorization", "Bearer "+s.token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if out != nil && len(b) > 0 {
+		if err := json.Unmarshal(b, out); err != nil {
+			s.t.Fatalf("%s %s: %s: %v", method, path, b, err)
+		}
+	}
+	return resp.StatusCode
+}
+
+// watch reads the job's event stream until the job ends, and returns every
+// job state it saw in order.
+func (s *apiServer) watch(id string, limit time.Duration) []jobs.Job {
+	s.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "GET", s.base+"/api/v1/jobs/"+id+"/events", nil)
+	req.Header.Set("Authorization", "Bearer "+s.token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
+		s.t.Fatalf("events: %s %s", resp.Status, resp.Header.Get("Content-Type"))
+	}
+	var seen []jobs.Job
+	var data strings.Builder
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if d, ok := strings.CutPrefix(line, "data: "); ok {
+			data.WriteString(d)
+			continue
+		}
+		if line != "" || data.Len() == 0 {
+			continue
+		}
+		var j jobs.Job
+		if err := json.Unmarshal([]byte(data.String()), &j); err != nil {
+			s.t.Fatalf("event data is not a job: %s", data.String())
+		}
+		data.Reset()
+		seen = append(seen, j)
+		if j.Ended() {
+			return seen
+		}
+	}
+	s.t.Fatalf("the event stream ended before the job did (%v); saw %d events", sc.Err(), len(seen))
+	return nil
+}
+
+func tinyRepo(t *testing.T, hub *hubtest.Server, id, file string, spec ggufgen.Spec) {
+	t.Helper()
+	hub.AddRepo(id, hubtest.RepoOptions{})
+	hub.AddFile(id, file, ggufgen.Bytes(spec))
+}
+
+func TestServeThroughTheAPI(t *testing.T) {
+	hub := hubtest.New(t)
+	tinyRepo(t, hub, "acme/Tiny-Llama-GGUF", "Tiny-Llama-Q4_K_M.gguf", ggufgen.Spec{ContextLength: 8192})
+	s := startAPI(t, config{Addr: "127.0.0.1:0", Data: t.TempDir(), HFEndpoint: hub.URL()})
+
+	var job jobs.Job
+	if code := s.do("POST", "/api/v1/serve", map[string]any{"repo": "acme/Tiny-Llama-GGUF", "replicas": 0, "context_length": 2048, "ctx_pool": 4096}, &job); code != http.StatusAccepted {
+		t.Fatalf("serve: %d %+v", code, job)
+	}
+	seen := s.watch(job.ID, 2*time.Minute)
+	last := seen[len(seen)-1]
+	if last.State != jobs.Done {
+		t.Fatalf("job ended %s: %s\n%+v", last.State, last.Error, last.Steps)
+	}
+	if len(seen) < 3 {
+		t.Errorf("saw %d events; want the snapshot and the changes after it", len(seen))
+	}
+	mirrorStep, ok := last.Step(jobs.StepMirror)
+	if !ok || !strings.Contains(mirrorStep.Detail, "checksums match the registry") {
+		t.Errorf("mirror step: %+v", mirrorStep)
+	}
+
+	var m catalog.Model
+	if code := s.do("GET", "/api/v1/catalog/"+last.Model, nil, &m); code != 200 {
+		t.Fatalf("catalog/%s: %d", last.Model, code)
+	}
+	if m.Name != "tiny-llama" || m.ContextLength != 2048 || m.Origin == nil || m.Origin.Repo != "acme/Tiny-Llama-GGUF" ||
+		m.Origin.Revision != hub.Commit("acme/Tiny-Llama-GGUF", "main") {
+		t.Errorf("catalog entry: %+v origin %+v", m, m.Origin)
+	}
+	if !strings.HasSuffix(m.Source, "Tiny-Llama-Q4_K_M.gguf") {
+		t.Errorf("source %q is not the mirrored file", m.Source)
+	}
+	args := strings.Join(m.Profiles[0].Args, " ")
+	if !strings.Contains(args, "--ctx-size 4096") || !strings.Contains(args, "--parallel 2") {
+		t.Errorf("engine args %q, want a 4096 pool in 2 slots", args)
+	}
+
+	var list struct {
+		Jobs  []jobs.Job `json:"jobs"`
+		Total int        `json:"total"`
+	}
+	if s.do("GET", "/api/v1/jobs", nil, &list); list.Total != 1 || len(list.Jobs) != 1 || list.Jobs[0].ID != job.ID {
+		t.Errorf("jobs list: %+v", list)
+	}
+	var files struct {
+		Files []struct {
+			Path, State string
+		} `json:"files"`
+	}
+	if s.do("GET", "/api/v1/mirror", nil, &files); len(files.Files) != 1 || files.Files[0].State != "present" {
+		t.Errorf("mirror list: %+v", files)
+	}
+
+	resp, err := http.Get(s.base + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	text, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	size := len(ggufgen.Bytes(ggufgen.Spec{ContextLength: 8192}))
+	for _, want := range []string{
+		"modelserve_jobs_started_total 1",
+		`modelserve_jobs_ended_total{state="done"} 1`,
+		"modelserve_catalog_models 1",
+		fmt.Sprintf("modelserve_mirror_fetched_bytes_total %d", size),
+		`modelserve_step_duration_seconds_count{step="mirror"} 1`,
+	} {
+		if !strings.Contains(string(text), want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
+}
+
+func TestAPIRefusals(t *testing.T) {
+	hub := hubtest.New(t)
+	s := startAPI(t, config{Addr: "127.0.0.1:0", Data: t.TempDir(), HFEndpoint: hub.URL()})
+	tests := []struct {
+		name       string
+		method     string
+		path       string
+		token      string
+		body       any
+		wantStatus int
+		wantError  string
+	}{
+		{"no token", "GET", "/api/v1/jobs", "-", nil, 401, "the API needs a token"},
+		{"a forged token", "GET", "/api/v1/catalog", "ms_forged", nil, 401, "not one modelserve issued"},
+		{"not a repository", "POST", "/api/v1/serve", "", map[string]any{"repo": "no-slash"}, 400, "is not a repository"},
+		{"a misspelt field", "POST", "/api/v1/serve", "", map[string]any{"repo": "a/b", "replica": 1}, 400, "unknown field"},
+		{"negative replicas", "POST", "/api/v1/serve", "", map[string]any{"repo": "a/b", "replicas": -1}, 400, "cannot be negative"},
+		{"no such job", "GET", "/api/v1/jobs/serve-1-00", "", nil, 404, ""},
+		{"no such model", "DELETE", "/api/v1/catalog/nothing", "", nil, 404, "nothing"},
+		{"no such route", "GET", "/api/v1/frobnicate", "", nil, 404, "no API route"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var b io.Reader
+			if tt.body != nil {
+				j, _ := json.Marshal(tt.body)
+				b = bytes.NewReader(j)
+			}
+			req, _ := http.NewRequest(tt.method, s.base+tt.path, b)
+			switch tt.token {
+			case "":
+				req.Header.Set("Authorization", "Bearer "+s.token)
+			case "-":
+			default:
+				req.Header.Set("Authorization", "Bearer "+tt.token)
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			var e struct{ Error string }
+			json.NewDecoder(resp.Body).Decode(&e)
+			if resp.StatusCode != tt.wantStatus || e.Error == "" || !strings.Contains(e.Error, tt.wantError) {
+				t.Errorf("%s %s: %d %q, want %d with %q", tt.method, tt.path, resp.StatusCode, e.Error, tt.wantStatus, tt.wantError)
+			}
+		})
+	}
+	var list struct{ Total int }
+	if s.do("GET", "/api/v1/jobs", nil, &list); list.Total != 0 {
+		t.Errorf("refused requests left %d jobs behind", list.Total)
+	}
+	// Open to anyone.
+	for _, p := range []string{"/healthz", "/metrics"} {
+		resp, err := http.Get(s.base + p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			t.Errorf("%s: %s without credentials", p, resp.Status)
+		}
+	}
+}
+
+// TestRestartMidFetch stops the server while a file trickles in and starts
+// a new one on the same data directory: the job finishes, and the registry
+// serves the file about once, not twice. (The planner reads each start's
+// header too, a MiB at most: the file is large enough for that not to
+// matter.)
+func TestRestartMidFetch(t *testing.T) {
+	hub := hubtest.New(t)
+	const id, file = "acme/Slow-GGUF", "Slow-Q4_K_M.gguf"
+	body := ggufgen.Bytes(ggufgen.Spec{PadTo: 32 << 20})
+	hub.AddRepo(id, hubtest.RepoOptions{})
+	hub.AddFile(id, file, body)
+	hub.Trickle(id, file, int64(len(body))/4) // about four seconds
+	cfg := config{Addr: "127.0.0.1:0", Data: t.TempDir(), HFEndpoint: hub.URL()}
+
+	first := startAPI(t, cfg)
+	var job jobs.Job
+	first.do("POST", "/api/v1/serve", map[string]any{"repo": id, "replicas": 0}, &job)
+	deadline := time.Now().Add(time.Minute)
+	for {
+		var j jobs.Job
+		first.do("GET", "/api/v1/jobs/"+job.ID, nil, &j)
+		if st, ok := j.Step(jobs.StepMirror); ok && st.BytesDone > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the fetch never began")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	first.stop()
+	hub.ClearFaults(id, file)
+
+	second := startAPI(t, cfg)
+	seen := second.watch(job.ID, 2*time.Minute)
+	if last := seen[len(seen)-1]; last.State != jobs.Done {
+		t.Fatalf("after a restart the job ended %s: %s", last.State, last.Error)
+	}
+	if served := hub.BytesServed(id, file); served > int64(len(body))*5/4 {
+		t.Errorf("the registry served %d bytes of a %d-byte file: the fetch started over rather than resuming", served, len(body))
+	}
+}

@@ -1,0 +1,53 @@
+package main
+
+import (
+	"log/slog"
+
+	"modelserve/catalog"
+	"modelserve/internal/fleet"
+	"modelserve/jobs"
+)
+
+// jobsFleet is the fleet as a job watches it (jobs.Fleet). jobs declares
+// what it needs in its own types, and internal/fleet cannot import jobs
+// (dependencies point from jobs to internal/*), so the two meet here.
+type jobsFleet struct{ f *fleet.Fleet }
+
+var _ jobs.Fleet = jobsFleet{}
+
+func (a jobsFleet) Replicas() []jobs.Replica {
+	rs := a.f.Replicas()
+	out := make([]jobs.Replica, 0, len(rs))
+	for _, r := range rs {
+		out = append(out, jobs.Replica{ID: r.ID, Model: r.Model, Node: r.Node, Endpoint: r.Endpoint, State: string(r.State)})
+	}
+	return out
+}
+
+func (a jobsFleet) ModelHealth() []jobs.ModelHealth {
+	hs := a.f.ModelHealth()
+	out := make([]jobs.ModelHealth, 0, len(hs))
+	for _, h := range hs {
+		out = append(out, jobs.ModelHealth{Model: h.Model, Parked: h.Parked, Failures: h.Failures, Reason: h.Reason,
+			Unplaceable: h.Unplaceable, Placement: h.Placement, NoHardware: !h.HardwareExists})
+	}
+	return out
+}
+
+func (a jobsFleet) EngineKey(id string) string { return a.f.EngineKey(id) }
+
+// NodeCPUs lets the job size a CPU profile's threads by the nodes it fits
+// on (the job asks for it by an interface of its own).
+func (a jobsFleet) NodeCPUs(memGB int) []int { return a.f.NodeCPUs(memGB) }
+
+// newFleet is the fleet over the catalog in store, starting engine, and
+// the catalog to hand to whatever changes it (jobs, handlers): it pokes the
+// fleet after each change, so a model added starts at once.
+// The caller runs the fleet (Run) and waits for it on shutdown.
+func newFleet(engine string, store *catalog.Store, log *slog.Logger) (*fleet.Fleet, *fleet.NotifyingCatalog, jobs.Fleet, error) {
+	f, err := fleet.New(fleet.Options{Catalog: store, Engine: engine, Log: log.With("part", "fleet")})
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	return f, fleet.NewNotifyingCatalog(store, f), jobsFleet{f}, nil
+}

@@ -1,0 +1,118 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"modelserve/internal/auth"
+	"modelserve/internal/store"
+)
+
+// userCmd runs `modelserve user add|list`: the people who sign in to the
+// console. A password comes from the first line of standard input, so that
+// it never appears in a process list or a shell history; with none given,
+// one is generated and printed once.
+func userCmd(ctx context.Context, args []string, getenv func(string) string, stdin io.Reader, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		return errors.New("user needs a command: add NAME, or list")
+	}
+	sub, args := args[0], args[1:]
+	fs := flag.NewFlagSet("modelserve user "+sub, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	data := fs.String("data", or(getenv("MODELSERVE_DATA"), "./data"), "data directory (env MODELSERVE_DATA)")
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "Usage: modelserve user add [--data DIR] NAME | user list [--data DIR]\n\n"+
+			"Console users. add reads the password from the first line of standard input;\n"+
+			"with none, it generates one and prints it once. Only a bcrypt hash is kept.\n\nFlags:\n")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	switch sub {
+	case "add", "list":
+	default:
+		return fmt.Errorf("%q is not a user command; use add or list", sub)
+	}
+	if sub == "add" && fs.NArg() != 1 {
+		return errors.New("user add takes one name: modelserve user add NAME")
+	}
+	if err := os.MkdirAll(*data, 0o755); err != nil {
+		return fmt.Errorf("cannot create the data directory %s: %w", *data, err)
+	}
+	db, err := store.Open(ctx, filepath.Join(*data, "modelserve.db"))
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	users := auth.NewUsers(db)
+
+	if sub == "list" {
+		list, err := users.List(ctx)
+		if err != nil {
+			return err
+		}
+		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "NAME\tCREATED")
+		for _, u := range list {
+			fmt.Fprintf(tw, "%s\t%s\n", u.Name, u.Created.Local().Format(time.DateTime))
+		}
+		return tw.Flush()
+	}
+
+	name := fs.Arg(0)
+	if isTerminal(stdin) {
+		fmt.Fprintf(stderr, "password for %s (empty to generate one): ", name)
+	}
+	password, err := firstLine(stdin)
+	if err != nil {
+		return fmt.Errorf("read the password from standard input: %w", err)
+	}
+	generated := password == ""
+	if generated {
+		password = auth.GeneratePassword()
+	}
+	if err := users.Add(ctx, name, password); err != nil {
+		return err
+	}
+	if generated {
+		fmt.Fprintln(stdout, password)
+		fmt.Fprintf(stderr, "user %q added; the password above is shown only this once\n", name)
+		return nil
+	}
+	fmt.Fprintf(stderr, "user %q added\n", name)
+	return nil
+}
+
+// firstLine is the first line of r without its line ending; "" when r is
+// empty or nil.
+func firstLine(r io.Reader) (string, error) {
+	if r == nil {
+		return "", nil
+	}
+	line, err := bufio.NewReader(r).ReadString('\n')
+	if err != nil && !errors.Is(err, io.EOF) {
+		return "", err
+	}
+	return strings.TrimRight(line, "\r\n"), nil
+}
+
+// isTerminal is whether r is a terminal, where a person types the password
+// and should be asked for it.
+func isTerminal(r io.Reader) bool {
+	f, ok := r.(*os.File)
+	if !ok {
+		return false
+	}
+	info, err := f.Stat()
+	return err == nil && info.Mode()&os.ModeCharDevice != 0
+}

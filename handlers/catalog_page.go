@@ -1,0 +1,114 @@
+package handlers
+
+import (
+	"fmt"
+	"net/http"
+	"net/url"
+	"strings"
+
+	"modelserve/catalog"
+	"modelserve/views"
+)
+
+// catalogPage lists the catalog's models.
+func (s *Server) catalogPage(w http.ResponseWriter, r *http.Request, v visit) {
+	s.renderCatalog(w, r, v, r.URL.Query().Get("removed"))
+}
+
+func (s *Server) renderCatalog(w http.ResponseWriter, r *http.Request, v visit, removed string) {
+	models, err := s.deps.Catalog.List(r.Context())
+	if err != nil {
+		s.pageError(w, r, v, err)
+		return
+	}
+	p := views.CatalogPage{Layout: s.layout(v, "catalog", "Catalog")}
+	gone := removed != "" && len(removed) <= 64 && strings.Trim(removed, "abcdefghijklmnopqrstuvwxyz0123456789._-") == ""
+	for _, m := range models {
+		p.Models = append(p.Models, catalogView(m))
+		gone = gone && m.Name != removed
+	}
+	// Said only of a name the catalog could hold and does not: a link
+	// cannot make the page claim a model it has was removed.
+	if gone {
+		p.Notice = removed + " was removed from the catalog."
+	}
+	s.render(w, r, http.StatusOK, views.CatalogPageView(p))
+}
+
+func catalogView(m catalog.Model) views.CatalogModel {
+	vm := views.CatalogModel{
+		Name: m.Name, Aliases: strings.Join(m.Aliases, ", "), Description: m.Description, Source: m.Source,
+		Context: fmt.Sprintf("%d tokens", m.ContextLength), Class: m.ClassOrDefault(), Role: m.Role,
+		// Replicas running are the fleet's to say, and there is no fleet
+		// yet.
+		Running:   "— (no fleet yet)",
+		RemoveURL: "/catalog/" + url.PathEscape(m.Name) + "/remove",
+	}
+	if m.Origin != nil {
+		vm.Repo, vm.Commit = m.Origin.Repo, shortCommit(m.Origin.Revision)
+	}
+	switch {
+	case m.Scaling.Min == 0:
+		vm.Wanted = fmt.Sprintf("on demand, up to %d", max(m.Scaling.Max, 1))
+	case m.Scaling.Max > m.Scaling.Min:
+		vm.Wanted = fmt.Sprintf("%d to %d", m.Scaling.Min, m.Scaling.Max)
+	default:
+		vm.Wanted = fmt.Sprint(m.Scaling.Min)
+	}
+	for _, p := range m.Profiles {
+		hw := "CPU"
+		if p.GPUClass != "" {
+			hw = fmt.Sprintf("%d×%s", max(p.GPUsPerNode, 1), p.GPUClass)
+			if p.Nodes > 1 {
+				hw = fmt.Sprintf("%d nodes × %s", p.Nodes, hw)
+			}
+		}
+		if p.MinMemoryGB > 0 {
+			hw += fmt.Sprintf(", %d GB", p.MinMemoryGB)
+		}
+		vm.Profiles = append(vm.Profiles, views.CatalogProfile{Name: p.Name, Engine: p.Engine, Hardware: hw, Args: strings.Join(p.Args, " ")})
+	}
+	caps := []string{"chat"}
+	switch {
+	case m.Role == catalog.RoleGuard:
+		caps = []string{"judge"}
+		if m.Guard != nil {
+			caps[0] += " (" + m.Guard.Format + ")"
+		}
+	case m.Capabilities.Embeddings:
+		caps = []string{"embeddings"}
+	}
+	if m.Capabilities.Vision {
+		caps = append(caps, "vision")
+	}
+	if m.Capabilities.Tools {
+		caps = append(caps, "tools")
+	}
+	vm.Capabilities = caps
+	return vm
+}
+
+// catalogRemove removes a model once confirmed: with JavaScript, hx-confirm
+// has asked and the form says confirm=yes; without, this asks on a page of
+// its own first.
+func (s *Server) catalogRemove(w http.ResponseWriter, r *http.Request, v visit) {
+	name := r.PathValue("name")
+	if r.PostFormValue("confirm") != "yes" {
+		if _, err := s.deps.Catalog.Get(r.Context(), name); err != nil {
+			s.pageError(w, r, v, err)
+			return
+		}
+		s.render(w, r, http.StatusOK, views.ConfirmPage(views.Confirm{
+			Layout: s.layout(v, "catalog", "Remove "+name), Heading: "Remove " + name + "?",
+			Text:   "Its replicas stop and requests for it are refused. The files stay on the mirror, and a job can add it again.",
+			Action: "/catalog/" + url.PathEscape(name) + "/remove", Button: "Remove " + name, Cancel: "/catalog",
+		}))
+		return
+	}
+	if err := s.deps.Catalog.Remove(r.Context(), name); err != nil {
+		s.pageError(w, r, v, err)
+		return
+	}
+	s.deps.Log.Info("model removed from the catalog", "model", name, "user", v.user)
+	http.Redirect(w, r, "/catalog?removed="+url.QueryEscape(name), http.StatusSeeOther)
+}

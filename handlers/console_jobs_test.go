@@ -1,0 +1,245 @@
+package handlers_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/PuerkitoBio/goquery"
+
+	"modelserve/jobs"
+)
+
+var sevenSteps = []string{"registry", "plan", "mirror", "check", "catalog", "placement", "smoke test"}
+
+// stepStates are the steps of a job page (or event) and their state words.
+func stepStates(t *testing.T, doc *goquery.Selection) map[string]string {
+	t.Helper()
+	states := map[string]string{}
+	var names []string
+	doc.Find(`[data-testid="step"]`).Each(func(_ int, s *goquery.Selection) {
+		name := s.AttrOr("data-step", "")
+		names = append(names, name)
+		// The state is a word beside its icon, never a colour alone.
+		word := strings.TrimSpace(strings.TrimLeft(s.Find(`[data-testid="state"]`).First().Text(), "✓✗▶↷■◐○↓ "))
+		states[name] = word
+	})
+	if !slices.Equal(names, sevenSteps) {
+		t.Fatalf("steps %q, want the seven in order", names)
+	}
+	return states
+}
+
+func TestJobPageDone(t *testing.T) {
+	e := newConsoleEnv(t)
+	started := time.Now().Add(-time.Hour)
+	mustInsertJob(t, e.db, doneJob("serve-1-done", started))
+	doc := mustStatus(t, e.signedIn().get("/jobs/serve-1-done"), http.StatusOK)
+
+	for name, word := range stepStates(t, doc.Selection) {
+		if word != "done" {
+			t.Errorf("step %s is %q, want done", name, word)
+		}
+	}
+	if got := doc.Find(`[data-testid="reply"]`).Text(); got != "Hello there!" {
+		t.Errorf("reply %q", got)
+	}
+	if got := doc.Find(`[data-testid="tps"]`).Text(); got != "812.4" {
+		t.Errorf("tokens per second %q", got)
+	}
+	if doc.Find("[sse-connect]").Length() != 0 {
+		t.Error("a job that has ended still opens an event stream")
+	}
+	if doc.Find(`[data-testid="cancel"], [data-testid="retry"]`).Length() != 0 {
+		t.Error("a done job offers Cancel or Retry")
+	}
+	// The timeline: every step, the mirror's the largest share (58 of 70 s).
+	segs := texts(doc.Find(`[data-testid="segment"]`))
+	if len(segs) != 7 || segs[2] != "mirror 58 s (83%)" {
+		t.Errorf("timeline %q", segs)
+	}
+	if got := doc.Find(`[data-testid="job-took"]`).Text(); got != "1 min 10 s" {
+		t.Errorf("took %q", got)
+	}
+}
+
+func TestJobPageFailed(t *testing.T) {
+	e := newConsoleEnv(t)
+	j := doneJob("serve-1-failed", time.Now().Add(-time.Minute))
+	j.State, j.Error, j.Reply, j.TokensPerSecond = jobs.Failed, "llama-server is not installed on this node: install llama.cpp", "", 0
+	j.Steps = j.Steps[:4]
+	j.Steps[3].State, j.Steps[3].Detail = jobs.Failed, j.Error
+	mustInsertJob(t, e.db, j)
+	doc := mustStatus(t, e.signedIn().get("/jobs/serve-1-failed"), http.StatusOK)
+
+	want := map[string]string{"registry": "done", "plan": "done", "mirror": "done", "check": "failed",
+		"catalog": "not run", "placement": "not run", "smoke test": "not run"}
+	if got := stepStates(t, doc.Selection); !mapsEqual(got, want) {
+		t.Errorf("states %v, want %v", got, want)
+	}
+	if got := doc.Find(`[data-testid="outcome"]`).Text(); !strings.Contains(got, "Failed at the check step:") ||
+		!strings.Contains(got, j.Error) {
+		t.Errorf("outcome %q", strings.Join(strings.Fields(got), " "))
+	}
+	form := doc.Find(`form[action="/jobs/serve-1-failed/retry"]`)
+	if form.Length() != 1 || form.Find(`input[name="csrf"]`).AttrOr("value", "") == "" {
+		t.Error("a failed job has no Retry form with its CSRF token")
+	}
+}
+
+func mapsEqual(a, b map[string]string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if b[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+func TestJobPageNotFound(t *testing.T) {
+	e := newConsoleEnv(t)
+	doc := mustStatus(t, e.signedIn().get("/jobs/serve-0-nothing"), http.StatusNotFound)
+	if got := doc.Find(`[role="alert"]`).Text(); !strings.Contains(got, `there is no job "serve-0-nothing"`) {
+		t.Fatalf("a missing job says %q", got)
+	}
+}
+
+// startJob starts a real job that runs until its download, where the fake
+// mirror holds it.
+func startJob(t *testing.T, e *consoleEnv, b *browser) string {
+	t.Helper()
+	e.reg.add(ggufRepo("test/tiny-GGUF"))
+	resp := b.post("/serve", url.Values{"repo": {"test/tiny-GGUF"}, "replicas": {"1"}})
+	resp.Body.Close()
+	loc := resp.Header.Get("Location")
+	if resp.StatusCode != http.StatusSeeOther || !strings.HasPrefix(loc, "/jobs/serve-") {
+		t.Fatalf("serve: %s to %q", resp.Status, loc)
+	}
+	return strings.TrimPrefix(loc, "/jobs/")
+}
+
+func TestJobPageRunningAndCancel(t *testing.T) {
+	e := newConsoleEnv(t)
+	b := e.signedIn()
+	id := startJob(t, e, b)
+	doc := mustStatus(t, b.get("/jobs/"+id), http.StatusOK)
+	live := doc.Find(`[sse-connect="/jobs/` + id + `/stream"]`)
+	if live.Length() != 1 || live.AttrOr("hx-ext", "") != "sse" || live.AttrOr("sse-close", "") != "end" {
+		t.Fatal("a running job's page does not follow its stream (hx-ext=sse, sse-connect, sse-close=end)")
+	}
+	if live.Find(`[sse-swap="job,end"] [data-testid="job"]`).Length() != 1 {
+		t.Fatal("the stream's events do not swap the job's live part")
+	}
+	if doc.Find(`[data-testid="cancel"]`).Length() != 1 {
+		t.Fatal("a running job offers no Cancel")
+	}
+	resp := b.post("/jobs/"+id+"/cancel", nil)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusSeeOther {
+		t.Fatalf("cancel: %s", resp.Status)
+	}
+	j, err := e.jobs.Get(context.Background(), id)
+	if err != nil || j.State != jobs.Cancelled {
+		t.Fatalf("after Cancel the job is %q (%v)", j.State, err)
+	}
+	doc = mustStatus(t, b.get("/jobs/"+id), http.StatusOK)
+	if doc.Find(`[data-testid="retry"]`).Length() != 1 {
+		t.Fatal("a cancelled job offers no Retry")
+	}
+	resp = b.post("/jobs/"+id+"/retry", nil)
+	resp.Body.Close()
+	if loc := resp.Header.Get("Location"); resp.StatusCode != http.StatusSeeOther || loc == "/jobs/"+id || !strings.HasPrefix(loc, "/jobs/serve-") {
+		t.Fatalf("retry: %s to %q; want the new job", resp.Status, loc)
+	}
+	// Cancelling what has ended says so.
+	doc = mustStatus(t, b.post("/jobs/"+id+"/cancel", nil), http.StatusConflict)
+	if got := doc.Find(`[role="alert"]`).Text(); !strings.Contains(got, "has already ended") {
+		t.Fatalf("cancelling an ended job says %q", got)
+	}
+}
+
+func TestJobsPagePaginates(t *testing.T) {
+	e := newConsoleEnv(t)
+	start := time.Now().Add(-24 * time.Hour)
+	for i := range 60 {
+		mustInsertJob(t, e.db, doneJob(fmt.Sprintf("serve-%d-%04d", start.Unix()+int64(i), i), start.Add(time.Duration(i)*time.Minute)))
+	}
+	b := e.signedIn()
+	doc := mustStatus(t, b.get("/jobs"), http.StatusOK)
+	rows := doc.Find(`[data-testid="job-row"]`)
+	if rows.Length() != 25 {
+		t.Fatalf("page 1 holds %d jobs, want 25", rows.Length())
+	}
+	if first := rows.First().AttrOr("data-job", ""); !strings.HasSuffix(first, "-0059") {
+		t.Errorf("page 1 starts with %s, want the newest", first)
+	}
+	if got := texts(rows.First().Find("td")); !strings.HasPrefix(got[0], "tiny-llama") || got[1] != "✓ done" ||
+		got[2] != "smoke test" || got[4] != "1 min 10 s" {
+		t.Errorf("a row reads %q", got)
+	}
+	if href := rows.First().Find(`[data-testid="job-link"]`).AttrOr("href", ""); !strings.HasPrefix(href, "/jobs/serve-") {
+		t.Errorf("a row links to %q", href)
+	}
+	if doc.Find(`[data-testid="next"]`).AttrOr("href", "") != "/jobs?page=2" || doc.Find(`[data-testid="prev"]`).Length() != 0 {
+		t.Error("page 1 has no link to page 2, or one to a page before it")
+	}
+	if doc.Find(`[sse-connect="/jobs/stream?page=1"]`).Length() != 1 {
+		t.Error("the list is not live")
+	}
+	doc = mustStatus(t, b.get("/jobs?page=3"), http.StatusOK)
+	if n := doc.Find(`[data-testid="job-row"]`).Length(); n != 10 {
+		t.Errorf("page 3 holds %d jobs, want 10", n)
+	}
+	if doc.Find(`[data-testid="next"]`).Length() != 0 || doc.Find(`[data-testid="prev"]`).AttrOr("href", "") != "/jobs?page=2" {
+		t.Error("the last page links on, or not back")
+	}
+	doc = mustStatus(t, b.get("/jobs?page=zero"), http.StatusBadRequest)
+	if got := doc.Find(`[role="alert"]`).Text(); got != `the page is a whole number from 1, not "zero"` {
+		t.Errorf("a bad page says %q", got)
+	}
+}
+
+func TestJobsStreamRedraws(t *testing.T) {
+	e := newConsoleEnv(t)
+	b := e.signedIn()
+	resp := b.get("/jobs/stream?page=1")
+	defer resp.Body.Close()
+	if ct := resp.Header.Get("Content-Type"); ct != "text/event-stream" {
+		t.Fatalf("content type %q", ct)
+	}
+	events := readEvents(t, resp.Body)
+	first := nextEvent(t, events)
+	if first.name != "jobs" || !strings.Contains(first.data, `data-testid="empty"`) {
+		t.Fatalf("first event %q: %.200s", first.name, first.data)
+	}
+	id := startJob(t, e, e.signedIn())
+	for {
+		ev := nextEvent(t, events)
+		doc, _ := goquery.NewDocumentFromReader(strings.NewReader(ev.data))
+		if doc.Find(`[data-testid="job-row"][data-job="`+id+`"]`).Length() == 1 {
+			break
+		}
+	}
+}
+
+func nextEvent(t *testing.T, events <-chan sseEvent) sseEvent {
+	t.Helper()
+	select {
+	case ev, ok := <-events:
+		if !ok {
+			t.Fatal("the stream ended")
+		}
+		return ev
+	case <-time.After(10 * time.Second):
+		t.Fatal("no event in 10 s")
+	}
+	return sseEvent{}
+}

@@ -1,0 +1,110 @@
+package handlers
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"net/http"
+
+	"github.com/a-h/templ"
+
+	"modelserve/internal/hf"
+	"modelserve/internal/mirror"
+	"modelserve/static"
+	"modelserve/views"
+)
+
+// assets are the cache-busted URLs every page links.
+var assets = views.Assets{
+	Pico: static.Path("vendor/pico-2.1.1.min.css"),
+	CSS:  static.Path("app.css"),
+	HTMX: static.Path("vendor/htmx-2.0.11.min.js"),
+	SSE:  static.Path("vendor/htmx-ext-sse-2.2.4.min.js"),
+}
+
+// genericError is what a page says of an error that is not the operator's
+// to act on; the log has the cause.
+const genericError = "modelserve could not do that; the server's log says why"
+
+func (s *Server) layout(v visit, page, title string) views.Layout {
+	return views.Layout{Title: title, Page: page, User: v.user, CSRF: v.csrf, Assets: assets}
+}
+
+// render writes c with status once it has rendered whole, so that a failure
+// half way is an error page and not half a page.
+func (s *Server) render(w http.ResponseWriter, r *http.Request, status int, c templ.Component) {
+	var buf bytes.Buffer
+	if err := c.Render(r.Context(), &buf); err != nil {
+		if r.Context().Err() == nil {
+			s.deps.Log.Error("rendering a console page", "path", r.URL.Path, "err", err)
+		}
+		http.Error(w, genericError, http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.WriteHeader(status)
+	w.Write(buf.Bytes())
+}
+
+// renderString renders c to a string, for an event's data.
+func renderString(ctx context.Context, c templ.Component) ([]byte, error) {
+	var buf bytes.Buffer
+	if err := c.Render(ctx, &buf); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}
+
+// message answers with one sentence: a page, or for an htmx fragment the
+// sentence alone, to be shown where the fragment would have been.
+func (s *Server) message(w http.ResponseWriter, r *http.Request, v visit, status int, heading, text string) {
+	if isFragment(r) {
+		s.render(w, r, status, views.Alert(text))
+		return
+	}
+	s.render(w, r, status, views.MessagePage(views.Message{
+		Layout: s.layout(v, "", heading), Heading: heading, Text: text, Back: "/jobs", BackText: "Back to the jobs",
+	}))
+}
+
+// pageError shows err: as it is when it is a sentence for the operator,
+// else logged once with its cause and shown as a generic sentence.
+func (s *Server) pageError(w http.ResponseWriter, r *http.Request, v visit, err error) {
+	if r.Context().Err() != nil {
+		return // the browser went away; nobody reads the answer
+	}
+	if status, ok := consoleStatus(err); ok {
+		s.message(w, r, v, status, "Not done", err.Error())
+		return
+	}
+	s.deps.Log.Error("console request failed", "method", r.Method, "path", r.URL.Path, "err", err)
+	s.message(w, r, v, http.StatusInternalServerError, "Something went wrong", genericError)
+}
+
+// consoleStatus is the status of an error whose sentence is meant for the
+// operator, and false for any other: those the API shows (operatorStatus),
+// and the registry's refusals, which hf writes as sentences naming the
+// repository and what to do.
+func consoleStatus(err error) (int, bool) {
+	if status, ok := operatorStatus(err); ok {
+		return status, true
+	}
+	return registryStatus(err)
+}
+
+// registryStatus is the status for a registry's refusal.
+func registryStatus(err error) (int, bool) {
+	switch {
+	case errors.Is(err, hf.ErrNotFound), errors.Is(err, hf.ErrRevisionNotFound):
+		return http.StatusNotFound, true
+	case errors.Is(err, hf.ErrGated), errors.Is(err, hf.ErrDisabled):
+		return http.StatusForbidden, true
+	case errors.Is(err, hf.ErrUnauthorized):
+		return http.StatusBadGateway, true
+	case errors.Is(err, hf.ErrUnavailable):
+		return http.StatusServiceUnavailable, true
+	case errors.Is(err, mirror.ErrNotFound):
+		return http.StatusNotFound, true
+	}
+	return 0, false
+}

@@ -1,0 +1,47 @@
+package handlers
+
+import (
+	"net/http"
+
+	"modelserve/static"
+)
+
+// consoleRoutes are the console's pages, each behind the session: signedIn
+// sends anyone not signed in to the sign-in page and checks the CSRF token
+// of every request that changes something; anyone does the same for the
+// sign-in page itself. The stylesheets and scripts are open, as the
+// sign-in page needs them.
+func (s *Server) consoleRoutes(mux *http.ServeMux) {
+	mux.Handle("GET /static/", static.Handler())
+
+	mux.Handle("GET /login", s.anyone(s.loginPage))
+	mux.Handle("POST /login", s.anyone(s.loginSubmit))
+	mux.Handle("POST /logout", s.signedIn(s.logout))
+
+	mux.Handle("GET /{$}", s.signedIn(s.home))
+	mux.Handle("GET /serve", s.signedIn(s.servePage))
+	mux.Handle("GET /serve/report", s.signedIn(s.serveReportFragment))
+	mux.Handle("GET /serve/memory", s.signedIn(s.serveMemory))
+	mux.Handle("POST /serve", s.signedIn(s.serveSubmit))
+
+	mux.Handle("GET /jobs", s.signedIn(s.jobsPage))
+	mux.Handle("GET /jobs/stream", s.signedIn(s.jobsStream))
+	mux.Handle("GET /jobs/{id}", s.signedIn(s.jobPage))
+	mux.Handle("GET /jobs/{id}/stream", s.signedIn(s.jobStream))
+	mux.Handle("POST /jobs/{id}/cancel", s.signedIn(s.jobCancel))
+	mux.Handle("POST /jobs/{id}/retry", s.signedIn(s.jobRetry))
+
+	mux.Handle("GET /catalog", s.signedIn(s.catalogPage))
+	mux.Handle("POST /catalog/{name}/remove", s.signedIn(s.catalogRemove))
+
+	// The page is /mirror; the files nodes fetch are below /mirror/.
+	mux.Handle("GET /mirror", s.signedIn(s.mirrorPage))
+	mux.Handle("POST /mirror", s.signedIn(s.mirrorRemove))
+
+	mux.Handle("GET /fleet", s.signedIn(s.fleetPage))
+}
+
+// home is the jobs: what is happening, and the way to start more.
+func (s *Server) home(w http.ResponseWriter, r *http.Request, v visit) {
+	http.Redirect(w, r, "/jobs", http.StatusSeeOther)
+}

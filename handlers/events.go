@@ -1,0 +1,136 @@
+package handlers
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strconv"
+	"sync"
+	"sync/atomic"
+
+	"github.com/r3labs/sse/v2"
+
+	"modelserve/jobs"
+)
+
+// events streams a job's changes over server-sent events through
+// r3labs/sse. Each connection gets a stream of its own, so the snapshot that
+// opens it goes to that connection alone and a stalled browser holds up only
+// itself. The library's replay is off: a reconnecting client (Last-Event-ID
+// or not) gets the job as it stands, which is never stale, rather than a log
+// of changes to apply.
+type events struct {
+	sse  *sse.Server
+	next atomic.Uint64
+
+	mu    sync.Mutex
+	ready map[string]chan struct{} // stream → closed once its subscriber is registered
+}
+
+func newEvents() *events {
+	e := &events{ready: map[string]chan struct{}{}}
+	e.sse = sse.NewWithCallback(e.subscribed, nil)
+	e.sse.AutoReplay = false
+	e.sse.AutoStream = false
+	// Rendered HTML has newlines; each line must go out as its own data
+	// field or the browser's EventSource drops the rest.
+	e.sse.SplitData = true
+	return e
+}
+
+func (e *events) subscribed(stream string, _ *sse.Subscriber) {
+	e.mu.Lock()
+	if c, ok := e.ready[stream]; ok {
+		close(c)
+		delete(e.ready, stream)
+	}
+	e.mu.Unlock()
+}
+
+// serve streams what changes arrive on ch, each rendered by render into an
+// event's data, until the client goes away or ch closes (the job server
+// dropped a subscriber that fell behind). Ending the stream makes the
+// browser reconnect and start again from a fresh snapshot, which is how a
+// client that fell behind catches up.
+func (e *events) serve(w http.ResponseWriter, r *http.Request, ch <-chan jobs.Event, render func(jobs.Event) ([]byte, string, error)) {
+	id := "c" + strconv.FormatUint(e.next.Add(1), 10)
+	ready := make(chan struct{})
+	e.mu.Lock()
+	e.ready[id] = ready
+	e.mu.Unlock()
+	e.sse.CreateStream(id)
+	defer func() {
+		e.mu.Lock()
+		delete(e.ready, id)
+		e.mu.Unlock()
+		// Only after the library has let go of the subscriber: removing
+		// the stream first leaves its goroutine waiting forever.
+		e.sse.RemoveStream(id)
+	}()
+
+	// The stream ends when this context does. The library watches the
+	// request's context to let go of its subscriber, so ending it is the
+	// one way to close a stream without leaving that goroutine behind.
+	ctx, end := context.WithCancel(r.Context())
+	defer end()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		defer end()
+		select {
+		case <-ready:
+		case <-ctx.Done():
+			return
+		}
+		for {
+			select {
+			case ev, ok := <-ch:
+				if !ok {
+					return
+				}
+				data, name, err := render(ev)
+				if err != nil {
+					return
+				}
+				// Never block on a stalled client: end its stream instead,
+				// and it reconnects to a fresh snapshot.
+				if !e.sse.TryPublish(id, &sse.Event{ID: []byte(strconv.FormatInt(ev.Seq, 10)), Event: []byte(name), Data: data}) {
+					return
+				}
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+
+	r2 := r.Clone(ctx)
+	q := r2.URL.Query()
+	q.Set("stream", id)
+	r2.URL.RawQuery = q.Encode()
+	// The library reads Last-Event-ID only to replay its own log, which is
+	// off; the snapshot already brings the client up to date.
+	r2.Header.Del("Last-Event-ID")
+	w.Header().Set("X-Accel-Buffering", "no")
+	e.sse.ServeHTTP(w, r2)
+	<-done
+}
+
+// apiJobEvents streams a job as JSON: the job as it stands first, then each
+// change, each event's id the job's change number.
+func (s *Server) apiJobEvents(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	if _, err := s.deps.Jobs.Get(r.Context(), id); err != nil {
+		s.apiError(w, r, err)
+		return
+	}
+	ch, cancel := s.deps.Jobs.Subscribe(id)
+	defer cancel()
+	s.events.serve(w, r, ch, func(ev jobs.Event) ([]byte, string, error) {
+		b, err := json.Marshal(ev.Job)
+		if err != nil {
+			return nil, "", fmt.Errorf("encode job %s: %w", ev.Job.ID, err)
+		}
+		return b, "job", nil
+	})
+}

@@ -1,0 +1,316 @@
+package handlers
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net/http"
+	"net/url"
+	"slices"
+	"sync"
+	"time"
+
+	"modelserve/jobs"
+	"modelserve/views"
+)
+
+// stepOrder are the seven steps, as the job page lists them whether the job
+// has reached them or not.
+var stepOrder = []string{jobs.StepRegistry, jobs.StepPlan, jobs.StepMirror, jobs.StepCheck,
+	jobs.StepCatalog, jobs.StepPlacement, jobs.StepSmoke}
+
+// jobPage shows a job. While it runs, its live part follows the job's
+// event stream; once it has ended there is nothing to follow.
+func (s *Server) jobPage(w http.ResponseWriter, r *http.Request, v visit) {
+	j, err := s.deps.Jobs.Get(r.Context(), r.PathValue("id"))
+	if err != nil {
+		s.pageError(w, r, v, err)
+		return
+	}
+	stream := ""
+	if !j.Ended() {
+		stream = "/jobs/" + url.PathEscape(j.ID) + "/stream"
+	}
+	title := "Job " + j.ID
+	if j.Model != "" {
+		title = j.Model + " · job"
+	}
+	s.render(w, r, http.StatusOK, views.JobPageView(views.JobPage{
+		Layout: s.layout(v, "jobs", title), Job: jobView(j, time.Now(), v.csrf, nil), Stream: stream,
+	}))
+}
+
+// jobStream sends the job's live part, rendered by the same component as
+// the page, first as it stands and then at each change. The event of a job
+// that has ended is named "end": the page's SSE extension closes the stream
+// on it instead of reconnecting, and the server ends the stream once that
+// event has gone out.
+func (s *Server) jobStream(w http.ResponseWriter, r *http.Request, v visit) {
+	id := r.PathValue("id")
+	if _, err := s.deps.Jobs.Get(r.Context(), id); err != nil {
+		s.pageError(w, r, v, err)
+		return
+	}
+	ch, cancel := s.deps.Jobs.Subscribe(id)
+	defer cancel()
+	ew := newEndWatcher(w)
+	meter := &rateMeter{}
+	s.events.serve(ew, r, untilEnded(r.Context(), ch, ew.sent()), func(ev jobs.Event) ([]byte, string, error) {
+		data, err := renderString(r.Context(), views.JobLive(jobView(ev.Job, time.Now(), v.csrf, meter)))
+		if ev.Job.Ended() {
+			return data, "end", err
+		}
+		return data, "job", err
+	})
+}
+
+// untilEnded passes on a job's events until the one that says it ended,
+// then closes once that event has been written to the browser (sent), so
+// that the stream ends with the job rather than stay open for nothing.
+func untilEnded(ctx context.Context, in <-chan jobs.Event, sent <-chan struct{}) <-chan jobs.Event {
+	out := make(chan jobs.Event)
+	go func() {
+		defer close(out)
+		for {
+			select {
+			case ev, ok := <-in:
+				if !ok {
+					return
+				}
+				select {
+				case out <- ev:
+				case <-ctx.Done():
+					return
+				}
+				if ev.Job.Ended() {
+					// Closing out ends the stream; before the last event is
+					// out, it could be lost on the way.
+					select {
+					case <-sent:
+					case <-ctx.Done():
+					case <-time.After(10 * time.Second):
+					}
+					return
+				}
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	return out
+}
+
+// endWatcher is the stream's ResponseWriter, which notices when the "end"
+// event has been written and flushed.
+type endWatcher struct {
+	http.ResponseWriter
+	saw  bool
+	once sync.Once
+	done chan struct{}
+}
+
+func newEndWatcher(w http.ResponseWriter) *endWatcher {
+	return &endWatcher{ResponseWriter: w, done: make(chan struct{})}
+}
+
+// sent is closed once the end event has reached the connection.
+func (e *endWatcher) sent() <-chan struct{} { return e.done }
+
+func (e *endWatcher) Write(b []byte) (int, error) {
+	// The library writes each field of an event with a write of its own.
+	if bytes.Equal(b, []byte("event: end\n")) {
+		e.saw = true
+	}
+	return e.ResponseWriter.Write(b)
+}
+
+func (e *endWatcher) Flush() {
+	if f, ok := e.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+	if e.saw {
+		e.once.Do(func() { close(e.done) })
+	}
+}
+
+func (e *endWatcher) Unwrap() http.ResponseWriter { return e.ResponseWriter }
+
+// jobCancel stops a running job and shows it.
+func (s *Server) jobCancel(w http.ResponseWriter, r *http.Request, v visit) {
+	j, err := s.deps.Jobs.Cancel(r.Context(), r.PathValue("id"))
+	if err != nil {
+		s.pageError(w, r, v, err)
+		return
+	}
+	s.deps.Log.Info("job cancelled from the console", "job", j.ID, "user", v.user)
+	http.Redirect(w, r, "/jobs/"+url.PathEscape(j.ID), http.StatusSeeOther)
+}
+
+// jobRetry starts a failed job again, as a new job, and shows that one.
+func (s *Server) jobRetry(w http.ResponseWriter, r *http.Request, v visit) {
+	j, err := s.deps.Jobs.Retry(r.Context(), r.PathValue("id"))
+	if err != nil {
+		s.pageError(w, r, v, err)
+		return
+	}
+	s.deps.Log.Info("job retried from the console", "job", j.ID, "retry_of", j.RetryOf, "user", v.user)
+	http.Redirect(w, r, "/jobs/"+url.PathEscape(j.ID), http.StatusSeeOther)
+}
+
+// jobView is a job as its page shows it at now. meter, when not nil,
+// follows the mirror's bytes from one call to the next for a rate.
+func jobView(j jobs.Job, now time.Time, csrf string, meter *rateMeter) views.Job {
+	end := now
+	if j.Ended() && !j.Finished.IsZero() {
+		end = j.Finished
+	}
+	vm := views.Job{
+		ID: j.ID, Model: j.Model, Repo: j.Request.Repo, Revision: j.Request.Revision, Commit: shortCommit(j.Commit),
+		State: views.StateOf(j.State), Started: timeText(j.Started, now), StartedISO: j.Started.UTC().Format(time.RFC3339),
+		Took: durationText(end.Sub(j.Started)), Reply: j.Reply, RetryOf: j.RetryOf, CSRF: csrf,
+		CanCancel: j.State == jobs.Running, CanRetry: j.State == jobs.Failed || j.State == jobs.Cancelled,
+	}
+	if j.TokensPerSecond > 0 {
+		vm.TokensPerSecond = formatFloat(j.TokensPerSecond)
+	}
+	if j.State == jobs.Failed {
+		vm.Error = j.Error
+	}
+
+	// Steps run one after another: each began when the one before it last
+	// changed (its end), the first when the job started.
+	took := map[string]time.Duration{}
+	var total time.Duration
+	prev := j.Started
+	for _, st := range j.Steps {
+		stop := st.At
+		if st.State == jobs.Running {
+			stop = end
+		}
+		d := max(stop.Sub(prev), 0)
+		took[st.Name] = d
+		total += d
+		if st.At.After(prev) {
+			prev = st.At
+		}
+		if st.State == jobs.Failed && vm.FailedStep == "" {
+			vm.FailedStep = st.Name
+		}
+	}
+
+	names := slices.Clone(stepOrder)
+	for _, st := range j.Steps {
+		if !slices.Contains(names, st.Name) {
+			names = append(names, st.Name)
+		}
+	}
+	for _, name := range names {
+		st, ok := j.Step(name)
+		if !ok {
+			word := "waiting"
+			if j.Ended() {
+				word = "not run"
+			}
+			vm.Steps = append(vm.Steps, views.Step{Name: name, State: views.StateOf(word)})
+			continue
+		}
+		step := views.Step{Name: name, State: views.StateOf(st.State), Detail: st.Detail, Took: durationText(took[name])}
+		if name == jobs.StepMirror && st.State == jobs.Running && st.BytesTotal > 0 {
+			step.Progress = progressView(st, meter)
+		}
+		vm.Steps = append(vm.Steps, step)
+	}
+
+	for _, st := range j.Steps {
+		d := took[st.Name]
+		share := 0.0
+		if total > 0 {
+			share = float64(d) * 100 / float64(total)
+		}
+		vm.Timeline = append(vm.Timeline, views.Segment{
+			Name: st.Name, Key: views.StateOf(st.Name).Key, State: views.StateOf(st.State),
+			Took: durationText(d), Share: share, ShareText: percentText(share),
+		})
+	}
+	return vm
+}
+
+// progressView is the mirror's download: how far, how fast, how long left.
+func progressView(st jobs.Step, meter *rateMeter) *views.Progress {
+	p := &views.Progress{
+		Done: st.BytesDone, Total: st.BytesTotal,
+		// The percentage cut down, as the step's own sentence has it.
+		Text: fmt.Sprintf("%s (%d%%)", sizeOfText(st.BytesDone, st.BytesTotal), st.BytesDone*100/st.BytesTotal),
+		Rate: "—", Left: "—",
+	}
+	if meter == nil {
+		return p
+	}
+	meter.add(st.At, st.BytesDone)
+	if rate, ok := meter.rate(); ok {
+		p.Rate = rateText(rate)
+		if meter.steady() && rate > 0 {
+			p.Left = durationText(time.Duration(float64(st.BytesTotal-st.BytesDone) / rate * float64(time.Second)))
+		}
+	}
+	return p
+}
+
+// rateMeter works out a download's rate from the progress a job reports:
+// bytes done at a time, a few times a second. It says nothing until it has
+// two readings, and the time left only once the rate has settled over a
+// few; the rate is the average over the last few seconds, which a stall
+// brings down as it should.
+type rateMeter struct {
+	samples []sample
+}
+
+type sample struct {
+	at   time.Time
+	done int64
+}
+
+// meterWindow is how many readings the rate is averaged over: about five
+// seconds of the job's progress reports.
+const meterWindow = 20
+
+func (m *rateMeter) add(at time.Time, done int64) {
+	if n := len(m.samples); n > 0 {
+		last := m.samples[n-1]
+		if done < last.done {
+			m.samples = nil // a new download, or one started over
+		} else if !at.After(last.at) {
+			return // the same reading again
+		}
+	}
+	m.samples = append(m.samples, sample{at, done})
+	if len(m.samples) > meterWindow {
+		m.samples = m.samples[len(m.samples)-meterWindow:]
+	}
+}
+
+func (m *rateMeter) rate() (float64, bool) {
+	if len(m.samples) < 2 {
+		return 0, false
+	}
+	first, last := m.samples[0], m.samples[len(m.samples)-1]
+	secs := last.at.Sub(first.at).Seconds()
+	if secs <= 0 {
+		return 0, false
+	}
+	return float64(last.done-first.done) / secs, true
+}
+
+// steady is whether the rate is worth a time left: three readings over a
+// second at least.
+func (m *rateMeter) steady() bool {
+	n := len(m.samples)
+	return n >= 3 && m.samples[n-1].at.Sub(m.samples[0].at) >= time.Second
+}
+
+func shortCommit(c string) string {
+	if len(c) > 7 {
+		return c[:7]
+	}
+	return c
+}

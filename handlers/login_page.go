@@ -1,0 +1,82 @@
+package handlers
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"net/http"
+
+	"modelserve/internal/auth"
+	"modelserve/views"
+)
+
+// loginPage shows the sign-in form; someone signed in already goes on.
+func (s *Server) loginPage(w http.ResponseWriter, r *http.Request, v visit) {
+	next := localPath(r.URL.Query().Get("next"))
+	if v.user != "" {
+		http.Redirect(w, r, next, http.StatusSeeOther)
+		return
+	}
+	s.renderLogin(w, r, v, http.StatusOK, "", next, "")
+}
+
+func (s *Server) renderLogin(w http.ResponseWriter, r *http.Request, v visit, status int, name, next, msg string) {
+	if next == "/" {
+		next = ""
+	}
+	s.render(w, r, status, views.LoginPage(views.Login{
+		Layout: s.layout(visit{csrf: v.csrf}, "login", "Sign in"), Name: name, Next: next, Error: msg,
+	}))
+}
+
+// loginSubmit checks the name and password, refusing while the name or the
+// address has failed too often, and goes on to where the user was going.
+func (s *Server) loginSubmit(w http.ResponseWriter, r *http.Request, v visit) {
+	name, password := r.PostFormValue("name"), r.PostFormValue("password")
+	next := localPath(r.PostFormValue("next"))
+	keys := signInKeys(name, r.RemoteAddr)
+	if wait := s.throttle.wait(keys); wait > 0 {
+		s.deps.Log.Warn("sign-in refused: too many failures", "user", name, "remote", r.RemoteAddr)
+		w.Header().Set("Retry-After", fmt.Sprint(int(math.Ceil(wait.Seconds()))))
+		s.renderLogin(w, r, v, http.StatusTooManyRequests, name, next, tooMany(wait.Minutes()))
+		return
+	}
+	user, err := s.users.Authenticate(r.Context(), name, password)
+	if errors.Is(err, auth.ErrBadPassword) {
+		s.throttle.fail(keys)
+		s.deps.Log.Warn("sign-in failed", "user", name, "remote", r.RemoteAddr)
+		s.renderLogin(w, r, v, http.StatusUnauthorized, name, next, err.Error()+": check both and try again")
+		return
+	}
+	if err != nil {
+		s.pageError(w, r, v, err)
+		return
+	}
+	s.throttle.reset(keys[:1])
+	if err := s.signIn(w, r, user); err != nil {
+		s.pageError(w, r, v, err)
+		return
+	}
+	s.deps.Log.Info("signed in", "user", user, "remote", r.RemoteAddr)
+	http.Redirect(w, r, next, http.StatusSeeOther)
+}
+
+// tooMany says how long to wait, in whole minutes rounded up.
+func tooMany(minutes float64) string {
+	n := int(math.Ceil(minutes))
+	unit := "minutes"
+	if n == 1 {
+		unit = "minute"
+	}
+	return fmt.Sprintf("too many attempts; wait %d %s and try again", n, unit)
+}
+
+// logout ends the session and shows the sign-in page.
+func (s *Server) logout(w http.ResponseWriter, r *http.Request, v visit) {
+	if err := s.signOut(w, r); err != nil {
+		s.pageError(w, r, v, err)
+		return
+	}
+	s.deps.Log.Info("signed out", "user", v.user)
+	http.Redirect(w, r, "/login", http.StatusSeeOther)
+}

@@ -1,0 +1,80 @@
+package views
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	"github.com/a-h/templ"
+)
+
+// csrfHeaders is the hx-headers value that makes htmx send the session's
+// token with every request it makes.
+func csrfHeaders(token string) string {
+	b, _ := json.Marshal(map[string]string{"X-CSRF-Token": token})
+	return string(b)
+}
+
+// jsonVals is an hx-vals value.
+func jsonVals(kv ...string) string {
+	m := map[string]string{}
+	for i := 0; i+1 < len(kv); i += 2 {
+		m[kv[i]] = kv[i+1]
+	}
+	b, _ := json.Marshal(m)
+	return string(b)
+}
+
+// stateIcon is the icon beside a state's word; the word says it, the icon
+// lets the eye find it.
+func stateIcon(key string) string {
+	switch key {
+	case "done", "fits-now":
+		return "✓"
+	case "failed", "does-not-fit":
+		return "✗"
+	case "running":
+		return "▶"
+	case "skipped":
+		return "↷"
+	case "cancelled":
+		return "■"
+	case "fits-when-free", "partial", "queued":
+		return "◐"
+	case "fetching":
+		return "↓"
+	case "present":
+		return "✓"
+	}
+	return "○"
+}
+
+// StateOf is a state for a word.
+func StateOf(word string) State {
+	return State{Word: word, Key: strings.ReplaceAll(word, " ", "-")}
+}
+
+// width is a bar part's width; share is a percentage worked out by the
+// handler, so the CSS is made of a number alone.
+func width(share float64) templ.SafeCSS {
+	return templ.SafeCSS(fmt.Sprintf("width:%.2f%%", clamp(share)))
+}
+
+func left(share float64) templ.SafeCSS {
+	return templ.SafeCSS(fmt.Sprintf("left:%.2f%%", clamp(share)))
+}
+
+func clamp(v float64) float64 {
+	return min(max(v, 0), 100)
+}
+
+func itoa(n int) string { return fmt.Sprint(n) }
+
+func i64(n int64) string { return fmt.Sprint(n) }
+
+func boolText(b bool) string {
+	if b {
+		return "true"
+	}
+	return "false"
+}

@@ -1,0 +1,271 @@
+// Package views renders the operator console: templ components, each a pure
+// function of a typed view model defined here.
+//
+// Handlers turn jobs, catalog entries, mirror files and plans into these
+// models — words, figures already formatted, URLs — so that a component
+// only lays them out, and one component renders the same piece for a full
+// page, an htmx fragment and a server-sent event alike. Nothing here reads
+// a database or knows how a job runs.
+package views
+
+// Layout is what every page shares: the top bar and the assets.
+type Layout struct {
+	Title string
+	// Page names the page in the top bar ("serve", "jobs", ...), marked
+	// as the current one.
+	Page string
+	// User is who is signed in; empty on the sign-in page, which then
+	// shows no navigation.
+	User string
+	// CSRF is the session's token: every form carries it, and htmx sends
+	// it as a header.
+	CSRF   string
+	Assets Assets
+}
+
+// Assets are the cache-busted URLs of the stylesheets and scripts.
+type Assets struct {
+	Pico, CSS, HTMX, SSE string
+}
+
+// Login is the sign-in page.
+type Login struct {
+	Layout Layout
+	Name   string
+	// Next is the local path to go to after signing in.
+	Next  string
+	Error string
+}
+
+// Message is a page that says one thing: an error, or that something is
+// not there.
+type Message struct {
+	Layout  Layout
+	Heading string
+	Text    string
+	// Back is a link to go on from here, with its words.
+	Back, BackText string
+}
+
+// State is a state shown as an icon and a word, never by colour alone.
+type State struct {
+	// Word is what is shown: "running", "done", "failed", "skipped",
+	// "cancelled", "waiting", "not run".
+	Word string
+	// Key is Word as a CSS class suffix ("not-run").
+	Key string
+}
+
+// Step is one of a job's seven steps.
+type Step struct {
+	Name   string
+	State  State
+	Detail string
+	// Took is how long it ran ("1.2 s", "3 min 20 s"), "" before it starts.
+	Took string
+	// Progress is the mirror's download, while it has one.
+	Progress *Progress
+}
+
+// Progress is a download under way.
+type Progress struct {
+	Done, Total int64 // bytes, for <progress>
+	// Text is "3.1 of 4.9 GB (63%)".
+	Text string
+	// Rate is "45.2 MB/s" and Left "2 min 10 s", "—" until known.
+	Rate, Left string
+}
+
+// Segment is one step's share of a job's time on the timeline.
+type Segment struct {
+	Name  string
+	Key   string // Name as a CSS class suffix ("smoke-test")
+	State State
+	Took  string
+	// Share is the percentage of the job's time so far, for the width,
+	// and ShareText the same in words ("87%").
+	Share     float64
+	ShareText string
+}
+
+// Job is the job page's live part: everything that changes as the job
+// runs. The full page and every server-sent event render it.
+type Job struct {
+	ID         string
+	Model      string
+	Repo       string
+	Revision   string
+	Commit     string
+	State      State
+	Started    string
+	StartedISO string
+	Took       string
+	Steps      []Step
+	Timeline   []Segment
+	// Reply and TokensPerSecond are the smoke test's answer, once done.
+	Reply           string
+	TokensPerSecond string
+	// Error is the sentence the job failed with, and FailedStep where.
+	Error      string
+	FailedStep string
+	CanCancel  bool
+	CanRetry   bool
+	RetryOf    string
+	// CSRF is the token the Cancel and Retry forms carry: they are part of
+	// what an event swaps.
+	CSRF string
+}
+
+// JobPage is the job page.
+type JobPage struct {
+	Layout Layout
+	Job    Job
+	// Stream is the URL of the job's event stream; empty once the job has
+	// ended, when nothing is left to watch.
+	Stream string
+}
+
+// JobRow is one job in the list.
+type JobRow struct {
+	ID, URL, Model, Repo string
+	State                State
+	Step                 string
+	Started, StartedISO  string
+	Took                 string
+}
+
+// Jobs is the list of jobs: the live part of the jobs page.
+type Jobs struct {
+	Rows  []JobRow
+	Page  int
+	Pages int
+	Total int
+	// Prev and Next are the neighbouring pages' URLs, empty at the ends.
+	Prev, Next string
+}
+
+// JobsPage is the jobs page.
+type JobsPage struct {
+	Layout Layout
+	Jobs   Jobs
+	Stream string
+}
+
+// CatalogModel is one model of the catalog.
+type CatalogModel struct {
+	Name        string
+	Aliases     string
+	Description string
+	Source      string
+	// Repo and Commit are where the weights came from; empty for a model
+	// added without an origin.
+	Repo, Commit string
+	Context      string
+	Class        string
+	Role         string
+	Profiles     []CatalogProfile
+	// Wanted is the scaling ("1 to 2", "on demand"), Running the replicas
+	// up now.
+	Wanted       string
+	Running      string
+	Capabilities []string
+	RemoveURL    string
+}
+
+// CatalogProfile is one way a model runs.
+type CatalogProfile struct {
+	Name, Engine, Hardware, Args string
+}
+
+// CatalogPage is the catalog page.
+type CatalogPage struct {
+	Layout Layout
+	Models []CatalogModel
+	Notice string
+}
+
+// Confirm asks whether to do something that cannot be undone, for a
+// browser without JavaScript (with it, hx-confirm asks).
+type Confirm struct {
+	Layout   Layout
+	Heading  string
+	Text     string
+	Action   string
+	Button   string
+	Cancel   string
+	Hidden   []Field
+	Destroys bool
+}
+
+// Field is a hidden form field.
+type Field struct{ Name, Value string }
+
+// MirrorFile is one file on the mirror.
+type MirrorFile struct {
+	Model, Revision, Path string
+	Size                  string
+	SHA256, SHA256Short   string
+	State                 State
+	Progress              *Progress
+	Err                   string
+	// Removable is false while the file is being fetched.
+	Removable bool
+}
+
+// MirrorPage is the mirror page.
+type MirrorPage struct {
+	Layout Layout
+	Files  []MirrorFile
+	Total  string
+	Notice string
+}
+
+// Bar is a horizontal bar of parts against a whole: memory used by
+// weights, KV cache and engine against a node's RAM or a card's memory.
+type Bar struct {
+	// Label says what the bar is of ("1×L4", "node-1 RAM").
+	Label string
+	Parts []BarPart
+	// Capacity is where the whole ends, as a percentage of the bar's
+	// width (100 unless the parts overflow it).
+	Capacity float64
+	// Text says in words what the bar shows; it is the bar for anyone who
+	// does not see it.
+	Text string
+	// Over is whether the parts do not fit the whole.
+	Over bool
+}
+
+// BarPart is one part of a bar.
+type BarPart struct {
+	Name  string // "weights", "KV cache", "engine", "used", "free"
+	Key   string // CSS class suffix
+	Share float64
+	Text  string // "4.1 GB"
+}
+
+// Node is one machine of the pool.
+type Node struct {
+	Name    string
+	Local   bool
+	CPU     string
+	RAM     string
+	FreeRAM string
+	Memory  Bar
+	GPUs    []NodeGPU
+	Note    string
+}
+
+// NodeGPU is a node's cards of one class.
+type NodeGPU struct {
+	Class, Count, Memory, Free, Bandwidth string
+	Bars                                  []Bar
+}
+
+// FleetPage is the fleet page.
+type FleetPage struct {
+	Layout Layout
+	Nodes  []Node
+	// NoPool says why no nodes are shown, when none are.
+	NoPool string
+}
