@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"modelserve/catalog"
+	"modelserve/internal/fleet"
 	"modelserve/views"
 )
 
@@ -23,8 +24,18 @@ func (s *Server) renderCatalog(w http.ResponseWriter, r *http.Request, v visit, 
 	}
 	p := views.CatalogPage{Layout: s.layout(v, "catalog", "Catalog")}
 	gone := removed != "" && len(removed) <= 64 && strings.Trim(removed, "abcdefghijklmnopqrstuvwxyz0123456789._-") == ""
+	snap, hasFleet := s.snapshot()
+	health := map[string]fleet.ModelHealth{}
+	for _, h := range snap.models {
+		health[h.Model] = h
+	}
 	for _, m := range models {
-		p.Models = append(p.Models, catalogView(m))
+		vm := catalogView(m)
+		if hasFleet {
+			h, looked := health[m.Name]
+			vm.Running = runningText(h, looked)
+		}
+		p.Models = append(p.Models, vm)
 		gone = gone && m.Name != removed
 	}
 	// Said only of a name the catalog could hold and does not: a link
@@ -39,9 +50,9 @@ func catalogView(m catalog.Model) views.CatalogModel {
 	vm := views.CatalogModel{
 		Name: m.Name, Aliases: strings.Join(m.Aliases, ", "), Description: m.Description, Source: m.Source,
 		Context: fmt.Sprintf("%d tokens", m.ContextLength), Class: m.ClassOrDefault(), Role: m.Role,
-		// Replicas running are the fleet's to say, and there is no fleet
-		// yet.
-		Running:   "— (no fleet yet)",
+		// Replicas running are the fleet's to say: this is what is said
+		// without one.
+		Running:   "running — (no fleet yet)",
 		RemoveURL: "/catalog/" + url.PathEscape(m.Name) + "/remove",
 	}
 	if m.Origin != nil {
@@ -86,6 +97,23 @@ func catalogView(m catalog.Model) views.CatalogModel {
 	}
 	vm.Capabilities = caps
 	return vm
+}
+
+// runningText is how the fleet fares with a model, in a few words: "1 of 1
+// ready", "parked: <reason>", "0 of 1 ready, waiting for room". A model
+// added a moment ago has no health until the fleet has looked at it.
+func runningText(h fleet.ModelHealth, looked bool) string {
+	if !looked {
+		return "not looked at by the fleet yet"
+	}
+	st, replicas := modelStatus(h)
+	switch st.Word {
+	case "parked":
+		return "parked: " + h.Reason
+	case "ready", "on demand":
+		return replicas
+	}
+	return replicas + ", " + st.Word
 }
 
 // catalogRemove removes a model once confirmed: with JavaScript, hx-confirm

@@ -231,12 +231,3 @@ func (s *Server) apiRepo(w http.ResponseWriter, r *http.Request) {
 	}
 	writeJSON(w, http.StatusOK, out)
 }
-
-// apiNodes is the pool the planner plans for: GET /api/v1/nodes.
-func (s *Server) apiNodes(w http.ResponseWriter, r *http.Request) {
-	nodes := []plan.Node{}
-	if s.deps.Pool != nil {
-		nodes = append(nodes, s.deps.Pool.Nodes()...)
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"nodes": nodes})
-}

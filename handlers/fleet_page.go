@@ -3,26 +3,83 @@ package handlers
 import (
 	"fmt"
 	"net/http"
+	"strings"
+	"time"
 
+	"modelserve/internal/fleet"
 	"modelserve/internal/plan"
 	"modelserve/views"
 )
 
-// fleetPage shows the pool's nodes and what each has free. Replicas come
-// with the fleet, which does not exist yet: the page keeps their place.
+// fleetPage shows the nodes and what each has free, the replicas the fleet
+// runs on them and how each model fares. Without a fleet it shows the
+// pool's nodes and keeps the replicas' place.
 func (s *Server) fleetPage(w http.ResponseWriter, r *http.Request, v visit) {
-	p := views.FleetPage{Layout: s.layout(v, "fleet", "Fleet")}
-	if s.deps.Pool == nil {
+	now := time.Now()
+	p := views.FleetPage{Layout: s.layout(v, "fleet", "Fleet"), AsOf: timeText(now, now)}
+	var pool []plan.Node
+	if s.deps.Pool != nil {
+		pool = s.deps.Pool.Nodes()
+	}
+	snap, hasFleet := s.snapshot()
+	p.HasFleet = hasFleet
+	var fleetNodes []fleet.NodeStatus
+	if hasFleet {
+		fleetNodes = s.deps.Fleet.Nodes()
+	}
+	p.Nodes = nodeViews(pool, fleetNodes, snap.replicas)
+	switch {
+	case len(p.Nodes) > 0:
+	case s.deps.Pool == nil && !hasFleet:
 		p.NoPool = "No pool of nodes is configured, so there is nothing to show."
-	} else {
-		for _, n := range s.deps.Pool.Nodes() {
-			p.Nodes = append(p.Nodes, nodeView(n))
+	default:
+		p.NoPool = "The pool has no nodes: declare them in a nodes file, or let modelserve read this machine."
+	}
+	for _, rep := range snap.replicas {
+		p.Replicas = append(p.Replicas, replicaView(rep, now))
+	}
+	for _, h := range snap.models {
+		st, replicas := modelStatus(h)
+		m := views.FleetModel{Name: h.Model, Class: h.Class, Replicas: replicas, Status: st}
+		if h.Parked {
+			m.Reason = h.Reason
+		} else if h.Placement != "" {
+			m.Placement = strings.Split(h.Placement, "\n")
 		}
-		if len(p.Nodes) == 0 {
-			p.NoPool = "The pool has no nodes: declare them in a nodes file, or let modelserve read this machine."
-		}
+		p.Models = append(p.Models, m)
 	}
 	s.render(w, r, http.StatusOK, views.FleetPageView(p))
+}
+
+// nodeViews are the pool's nodes, each with the fleet's figures when the
+// fleet runs it, then the fleet's nodes the pool does not list.
+func nodeViews(pool []plan.Node, fleetNodes []fleet.NodeStatus, reps []fleet.Replica) []views.Node {
+	byName := map[string]fleet.NodeStatus{}
+	for _, n := range fleetNodes {
+		byName[n.Name] = n
+	}
+	byID := map[string]fleet.Replica{}
+	for _, r := range reps {
+		byID[r.ID] = r
+	}
+	var out []views.Node
+	for _, n := range pool {
+		vm := nodeView(n)
+		if fn, ok := byName[n.Name]; ok {
+			withFleet(&vm, fn, byID)
+			delete(byName, n.Name)
+		}
+		out = append(out, vm)
+	}
+	for _, fn := range fleetNodes {
+		if _, left := byName[fn.Name]; !left {
+			continue
+		}
+		vm := views.Node{Name: fn.Name, CPU: fmt.Sprintf("%d %s", fn.CPUCores, plural(fn.CPUCores, "core", "cores"))}
+		withFleet(&vm, fn, byID)
+		out = append(out, vm)
+	}
+	return out
 }
 
 func nodeView(n plan.Node) views.Node {
@@ -44,6 +101,121 @@ func nodeView(n plan.Node) views.Node {
 	}
 	return vm
 }
+
+// withFleet puts the fleet's figures on a node: its memory as the fleet
+// counts it (what is free for another replica, once what is promised to
+// those loading is counted), split by replica, and who holds each card.
+func withFleet(vm *views.Node, n fleet.NodeStatus, reps map[string]fleet.Replica) {
+	vm.RAM, vm.FreeRAM = gbText(bytesGB(n.RAMBytes)), gbText(bytesGB(n.FreeBytes))
+	vm.Memory = replicaBar(n, reps)
+	vm.Cards = nil
+	for _, c := range n.GPUs {
+		vm.Cards = append(vm.Cards, views.NodeCard{Name: fmt.Sprintf("#%d %s, %s", c.Index, c.Class, gbText(bytesGB(c.MemoryBytes))), Holder: c.Replica})
+	}
+}
+
+// replicaBar is a node's RAM split by replica (what each uses once
+// measured, what it was placed by before), then what else is used, then
+// what is free for another replica.
+func replicaBar(n fleet.NodeStatus, reps map[string]fleet.Replica) views.Bar {
+	if n.RAMBytes <= 0 {
+		return views.Bar{Label: "RAM", Text: "not known"}
+	}
+	total := float64(n.RAMBytes)
+	b := views.Bar{Label: "RAM", Capacity: 100}
+	var used int64
+	var words []string
+	for i, id := range n.Replicas {
+		r, ok := reps[id]
+		if !ok {
+			continue // it ended between the two looks
+		}
+		mem, how := replicaMemory(r)
+		used += mem
+		b.Parts = append(b.Parts, views.BarPart{
+			Name: id, Key: fmt.Sprintf("replica-%d", i%4+1), Share: float64(mem) * 100 / total, Text: sizeText(mem) + " " + how,
+		})
+		words = append(words, fmt.Sprintf("%s %s %s", id, sizeText(mem), how))
+	}
+	free := min(max(n.FreeBytes, 0), n.RAMBytes)
+	if other := n.RAMBytes - used - free; other > 0 {
+		b.Parts = append(b.Parts, views.BarPart{Name: "other", Key: "used", Share: float64(other) * 100 / total, Text: sizeText(other)})
+		words = append(words, sizeText(other)+" other programs and room held for replicas loading")
+	}
+	b.Parts = append(b.Parts, views.BarPart{Name: "free", Key: "free", Share: float64(free) * 100 / total, Text: gbText(bytesGB(free))})
+	if len(n.Replicas) == 0 {
+		words = append([]string{"no replicas"}, words...)
+	}
+	b.Text = fmt.Sprintf("%s; %s free of %s", strings.Join(words, ", "), gbText(bytesGB(free)), gbText(bytesGB(n.RAMBytes)))
+	if used > n.RAMBytes {
+		b.Over, b.Capacity = true, total*100/float64(used)
+		for i := range b.Parts {
+			b.Parts[i].Share = b.Parts[i].Share * b.Capacity / 100
+		}
+	}
+	return b
+}
+
+// replicaMemory is what a replica uses: its resident memory once
+// measured, else the estimate it was placed by.
+func replicaMemory(r fleet.Replica) (int64, string) {
+	if r.RSSBytes > 0 {
+		return r.RSSBytes, "measured"
+	}
+	return r.EstimateBytes, "estimated"
+}
+
+func replicaView(r fleet.Replica, now time.Time) views.FleetReplica {
+	vm := views.FleetReplica{
+		ID: r.ID, Model: r.Model, Profile: r.Profile, Node: r.Node, Endpoint: r.Endpoint,
+		State: views.StateOf(string(r.State)), Detail: r.Detail, Failures: r.Failures, LastError: r.LastError, Log: r.Log,
+	}
+	if !r.Started.IsZero() {
+		vm.Started, vm.StartedISO = timeText(r.Started, now), r.Started.UTC().Format(time.RFC3339)
+		if !r.ReadyAt.IsZero() {
+			vm.ReadyIn = durationText(r.ReadyAt.Sub(r.Started))
+		}
+	}
+	switch {
+	case r.RSSBytes > 0:
+		vm.Memory = fmt.Sprintf("%s resident; estimated %s", sizeText(r.RSSBytes), sizeText(r.EstimateBytes))
+	case r.EstimateBytes > 0:
+		vm.Memory = fmt.Sprintf("estimated %s; measured once ready", sizeText(r.EstimateBytes))
+	default:
+		vm.Memory = "not known"
+	}
+	if r.PID > 0 {
+		vm.Process = fmt.Sprintf("pid %d", r.PID)
+		if r.Threads > 0 {
+			vm.Process += fmt.Sprintf(", %d %s", r.Threads, plural(r.Threads, "thread", "threads"))
+		}
+	}
+	return vm
+}
+
+// modelStatus is how the fleet fares with a model, as a state and its
+// replicas in words ("1 of 1 ready").
+func modelStatus(h fleet.ModelHealth) (views.State, string) {
+	replicas := fmt.Sprintf("%d of %d ready", h.Ready, h.Want)
+	switch {
+	case h.Parked:
+		return views.StateOf("parked"), replicas
+	case h.Unplaceable && !h.HardwareExists:
+		return views.StateOf("no node fits"), replicas
+	case h.Unplaceable, h.Placement != "":
+		// A placement text on a model that is not unplaceable is room
+		// being made: replicas stopping to give it back.
+		return views.StateOf("waiting for room"), replicas
+	case h.Want == 0:
+		return views.StateOf("on demand"), fmt.Sprintf("%d ready, none wanted now", h.Ready)
+	case h.Ready >= h.Want:
+		return views.StateOf("ready"), replicas
+	}
+	return views.StateOf("starting"), replicas
+}
+
+// bytesGB is bytes in GB, for gbText.
+func bytesGB(b int64) float64 { return float64(b) / (1 << 30) }
 
 // usageBar is memory in use against free.
 func usageBar(label string, totalGB, freeGB float64) views.Bar {

@@ -6,7 +6,10 @@ import (
 	"io/fs"
 	"net/http"
 	"net/url"
+	"path/filepath"
+	"strings"
 
+	"modelserve/internal/fleet"
 	"modelserve/internal/mirror"
 	"modelserve/views"
 )
@@ -84,8 +87,7 @@ func (s *Server) mirrorRemove(w http.ResponseWriter, r *http.Request, v visit) {
 		}))
 		return
 	}
-	// No fleet yet, so no replica is known to use a file.
-	if err := rm.Remove(r.Context(), model, rev, path, nil); err != nil {
+	if err := rm.Remove(r.Context(), model, rev, path, s.servedFrom(r.Context(), model, rev)); err != nil {
 		var pe *fs.PathError
 		if errors.As(err, &pe) || r.Context().Err() != nil {
 			s.pageError(w, r, v, err)
@@ -98,4 +100,30 @@ func (s *Server) mirrorRemove(w http.ResponseWriter, r *http.Request, v visit) {
 	}
 	s.deps.Log.Info("file removed from the mirror", "model", model, "revision", rev, "path", path, "user", v.user)
 	http.Redirect(w, r, "/mirror?removed="+url.QueryEscape(path), http.StatusSeeOther)
+}
+
+// servedFrom says whether a replica that is not stopped runs from the
+// mirror's folder of model at rev: its weights, their shards and its
+// projector all live there, and an engine reads them while it runs. nil
+// without a fleet, which runs nothing.
+func (s *Server) servedFrom(ctx context.Context, model, rev string) func(string) bool {
+	if s.deps.Fleet == nil {
+		return nil
+	}
+	folder := "/" + model + "/" + rev
+	return func(string) bool {
+		for _, rep := range s.deps.Fleet.Replicas() {
+			if rep.State == fleet.Stopped {
+				continue
+			}
+			m, err := s.deps.Catalog.Get(ctx, rep.Model)
+			if err != nil {
+				continue
+			}
+			if src := filepath.ToSlash(m.Source); strings.HasSuffix(src, folder) || strings.Contains(src, folder+"/") {
+				return true
+			}
+		}
+		return false
+	}
 }

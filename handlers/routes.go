@@ -19,6 +19,7 @@ import (
 
 	"modelserve/catalog"
 	"modelserve/internal/auth"
+	"modelserve/internal/fleet"
 	"modelserve/internal/mirror"
 	"modelserve/jobs"
 )
@@ -46,6 +47,15 @@ type Mirror interface {
 	Handler() http.Handler
 }
 
+// Fleet is what the handlers show of the fleet (fleet.Fleet): the
+// replicas, how each model of the catalog fares, and the nodes with what
+// is promised on each.
+type Fleet interface {
+	Replicas() []fleet.Replica
+	ModelHealth() []fleet.ModelHealth
+	Nodes() []fleet.NodeStatus
+}
+
 // Deps are what the handlers need. New refuses a missing one by name.
 type Deps struct {
 	DB      *sql.DB
@@ -64,6 +74,10 @@ type Deps struct {
 	// Pool is the hardware planned for (plan.Pool), shown on the fleet
 	// page and at GET /api/v1/nodes; nil shows no nodes.
 	Pool Pool
+	// Fleet runs the catalog's replicas, shown on the fleet and catalog
+	// pages and at GET /api/v1/replicas and /nodes; nil shows where they
+	// would be.
+	Fleet Fleet
 	// Secure marks the session cookie Secure on plain HTTP too: for a
 	// console behind a proxy that ends TLS. Over TLS it is always Secure.
 	Secure bool
@@ -129,11 +143,14 @@ func (s *Server) routes() http.Handler {
 	api.HandleFunc("GET /api/v1/mirror", s.apiMirrorList)
 	api.HandleFunc("GET /api/v1/repos/{owner}/{name}", s.apiRepo)
 	api.HandleFunc("GET /api/v1/nodes", s.apiNodes)
+	api.HandleFunc("GET /api/v1/replicas", s.apiReplicas)
 	api.HandleFunc("/api/v1/", s.apiNotFound)
 	mux.Handle("/api/v1/", s.requireToken(api))
 
 	// The mirror's files, for nodes fetching weights (Range, conditional).
-	mux.Handle("GET /mirror/", s.deps.Mirror.Handler())
+	// Behind a token like the API: the files may be a gated repository's,
+	// which the registry gives only to accounts with access.
+	mux.Handle("GET /mirror/", s.requireToken(s.deps.Mirror.Handler()))
 
 	// The console, for people: pages behind a session (console_routes.go).
 	s.consoleRoutes(mux)

@@ -29,17 +29,17 @@ func jsonVals(kv ...string) string {
 // lets the eye find it.
 func stateIcon(key string) string {
 	switch key {
-	case "done", "fits-now":
+	case "done", "fits-now", "ready":
 		return "✓"
-	case "failed", "does-not-fit":
+	case "failed", "does-not-fit", "parked", "no-node-fits":
 		return "✗"
 	case "running":
 		return "▶"
 	case "skipped":
 		return "↷"
-	case "cancelled":
+	case "cancelled", "stopping", "stopped":
 		return "■"
-	case "fits-when-free", "partial", "queued":
+	case "fits-when-free", "partial", "queued", "starting", "loading", "waiting-for-room":
 		return "◐"
 	case "fetching":
 		return "↓"
@@ -69,6 +69,16 @@ func clamp(v float64) float64 {
 }
 
 func itoa(n int) string { return fmt.Sprint(n) }
+
+func pluralWord(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
+}
+
+// joinLines is a log's lines as one text, for a <pre>.
+func joinLines(lines []string) string { return strings.Join(lines, "\n") }
 
 func i64(n int64) string { return fmt.Sprint(n) }
 

@@ -635,7 +635,7 @@ func BarView(b Bar) templ.Component {
 					if templ_7745c5c3_Err != nil {
 						return templ_7745c5c3_Err
 					}
-					templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 44, "\"")
+					templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 44, "\" data-testid=\"bar-part\"")
 					if templ_7745c5c3_Err != nil {
 						return templ_7745c5c3_Err
 					}

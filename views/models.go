@@ -164,8 +164,8 @@ type CatalogModel struct {
 	Class        string
 	Role         string
 	Profiles     []CatalogProfile
-	// Wanted is the scaling ("1 to 2", "on demand"), Running the replicas
-	// up now.
+	// Wanted is the scaling ("1 to 2", "on demand"), Running how the
+	// fleet fares with it ("1 of 1 ready", "parked: <reason>").
 	Wanted       string
 	Running      string
 	Capabilities []string
@@ -244,16 +244,27 @@ type BarPart struct {
 	Text  string // "4.1 GB"
 }
 
-// Node is one machine of the pool.
+// Node is one machine of the pool, or of the fleet.
 type Node struct {
 	Name    string
 	Local   bool
 	CPU     string
 	RAM     string
 	FreeRAM string
-	Memory  Bar
-	GPUs    []NodeGPU
-	Note    string
+	// Memory is the RAM in use against free; on a node the fleet runs,
+	// one part per replica, then what else is used, then free.
+	Memory Bar
+	GPUs   []NodeGPU
+	// Cards are the fleet's view of the node's GPUs, one by one, with the
+	// replica holding each.
+	Cards []NodeCard
+	Note  string
+}
+
+// NodeCard is one GPU of a node the fleet runs, and who holds it.
+type NodeCard struct {
+	// Name is "#0 L4, 24 GB"; Holder the replica holding it, "" for free.
+	Name, Holder string
 }
 
 // NodeGPU is a node's cards of one class.
@@ -268,4 +279,50 @@ type FleetPage struct {
 	Nodes  []Node
 	// NoPool says why no nodes are shown, when none are.
 	NoPool string
+	// HasFleet is false when nothing runs replicas: the page keeps their
+	// place.
+	HasFleet bool
+	Replicas []FleetReplica
+	Models   []FleetModel
+	// AsOf is when the figures were read ("12:00:03 UTC").
+	AsOf string
+}
+
+// FleetReplica is one running copy of a model.
+type FleetReplica struct {
+	ID, Model, Profile, Node string
+	// Endpoint is the engine's base URL, "" while it has none.
+	Endpoint string
+	State    State
+	// Detail says more about the state: why it is stopping, when it
+	// restarts.
+	Detail string
+	// Started is when its engine started ("12:00:03 UTC"), "" before;
+	// ReadyIn how long it took to load ("3.2 s"), "" until ready.
+	Started, StartedISO, ReadyIn string
+	// Memory is what it uses, measured or estimated, in words.
+	Memory string
+	// Process is "pid 1234, 4 threads", "" without an engine process.
+	Process string
+	// Failures is how often its engine ended unasked; LastError the last
+	// such ending, in the engine's words.
+	Failures  int
+	LastError string
+	// Log is the engine's last lines, written as text: what an engine
+	// writes is not to be trusted as markup.
+	Log []string
+}
+
+// FleetModel is how the fleet fares with one model of the catalog.
+type FleetModel struct {
+	Name, Class string
+	// Replicas is "1 of 1 ready".
+	Replicas string
+	// Status is "ready", "starting", "parked", "waiting for room", "no
+	// room anywhere" or "on demand".
+	Status State
+	// Reason is why a parked model is parked; Placement, line by line,
+	// what holds a model waiting for room.
+	Reason    string
+	Placement []string
 }

@@ -5,12 +5,14 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -18,6 +20,7 @@ import (
 	"modelserve/internal/auth"
 	"modelserve/internal/ggufgen"
 	"modelserve/internal/hubtest"
+	"modelserve/internal/llamatest"
 	"modelserve/internal/store"
 	"modelserve/jobs"
 )
@@ -335,5 +338,93 @@ func TestRestartMidFetch(t *testing.T) {
 	}
 	if served := hub.BytesServed(id, file); served > int64(len(body))*5/4 {
 		t.Errorf("the registry served %d bytes of a %d-byte file: the fetch started over rather than resuming", served, len(body))
+	}
+}
+
+// TestServeToAReplicaThroughTheAPI is the whole product as a script sees
+// it: serve a model with one replica, watch the job to its smoke test,
+// find the replica ready, and see that stopping modelserve leaves no engine
+// behind.
+func TestServeToAReplicaThroughTheAPI(t *testing.T) {
+	engine := llamatest.Path(t)
+	hub := hubtest.New(t)
+	tinyRepo(t, hub, "acme/Chatty-GGUF", "Chatty-Q4_K_M.gguf", ggufgen.Spec{})
+	s := startAPI(t, config{Addr: "127.0.0.1:0", Data: t.TempDir(), HFEndpoint: hub.URL(), LlamaServer: engine})
+
+	var job jobs.Job
+	if code := s.do("POST", "/api/v1/serve", map[string]any{"repo": "acme/Chatty-GGUF", "replicas": 1, "context_length": 1024, "ctx_pool": 2048}, &job); code != http.StatusAccepted {
+		t.Fatalf("serve: %d", code)
+	}
+	seen := s.watch(job.ID, 3*time.Minute)
+	last := seen[len(seen)-1]
+	if last.State != jobs.Done {
+		t.Fatalf("job ended %s: %s\n%+v", last.State, last.Error, last.Steps)
+	}
+	smoke, _ := last.Step(jobs.StepSmoke)
+	if smoke.State != jobs.Done || last.Reply == "" || last.TokensPerSecond <= 0 {
+		t.Errorf("smoke test %+v, reply %q at %.1f tokens/s: want a real answer", smoke, last.Reply, last.TokensPerSecond)
+	}
+
+	var reps struct {
+		Replicas []struct {
+			ID, Model, State, Endpoint string
+			PID                        int `json:"pid"`
+		} `json:"replicas"`
+	}
+	if code := s.do("GET", "/api/v1/replicas", nil, &reps); code != 200 || len(reps.Replicas) != 1 {
+		t.Fatalf("replicas: %d %+v", code, reps)
+	}
+	r := reps.Replicas[0]
+	if r.Model != "chatty" || r.State != "ready" || r.PID == 0 || !strings.HasPrefix(r.Endpoint, "http://127.0.0.1:") {
+		t.Errorf("replica %+v, want chatty ready on loopback with a pid", r)
+	}
+
+	s.stop()
+	if err := syscall.Kill(r.PID, 0); !errors.Is(err, syscall.ESRCH) {
+		t.Errorf("engine %d is still there after modelserve stopped (kill 0: %v)", r.PID, err)
+		syscall.Kill(-r.PID, syscall.SIGKILL)
+	}
+}
+
+// TestMirrorFilesForNodes fetches a mirrored file as a node would: with the
+// token, in two ranges (as curl -C - resumes), and not at all without it.
+func TestMirrorFilesForNodes(t *testing.T) {
+	hub := hubtest.New(t)
+	body := ggufgen.Bytes(ggufgen.Spec{})
+	tinyRepo(t, hub, "acme/Tiny-GGUF", "Tiny-Q4_K_M.gguf", ggufgen.Spec{})
+	s := startAPI(t, config{Addr: "127.0.0.1:0", Data: t.TempDir(), HFEndpoint: hub.URL()})
+	var job jobs.Job
+	s.do("POST", "/api/v1/serve", map[string]any{"repo": "acme/Tiny-GGUF", "replicas": 0}, &job)
+	if last := s.watch(job.ID, time.Minute); last[len(last)-1].State != jobs.Done {
+		t.Fatalf("job: %+v", last[len(last)-1])
+	}
+	u := s.base + "/mirror/tiny/" + hub.Commit("acme/Tiny-GGUF", "main")[:7] + "/Tiny-Q4_K_M.gguf"
+
+	resp, err := http.Get(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized {
+		t.Errorf("a mirrored file without a token: %s", resp.Status)
+	}
+	var got []byte
+	for _, rng := range []string{"bytes=0-999", "bytes=1000-"} {
+		req, _ := http.NewRequest("GET", u, nil)
+		req.Header.Set("Authorization", "Bearer "+s.token)
+		req.Header.Set("Range", rng)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusPartialContent {
+			t.Fatalf("%s: %s", rng, resp.Status)
+		}
+		got = append(got, b...)
+	}
+	if !bytes.Equal(got, body) {
+		t.Errorf("the two ranges give %d bytes that are not the file (%d bytes)", len(got), len(body))
 	}
 }

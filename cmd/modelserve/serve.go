@@ -131,7 +131,7 @@ func serve(ctx context.Context, cfg config, log *slog.Logger, ready func(addr st
 
 	h, err := handlers.New(handlers.Deps{
 		DB: db, Jobs: js, Catalog: cat, Mirror: mir, Metrics: met.Handler(), Log: log,
-		Registry: regs, Planner: planner, Pool: pool,
+		Registry: regs, Planner: planner, Pool: pool, Fleet: fl,
 	})
 	if err != nil {
 		return err
@@ -146,6 +146,9 @@ func serve(ctx context.Context, cfg config, log *slog.Logger, ready func(addr st
 		// No WriteTimeout: event streams and mirror downloads are long.
 		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
+	// Closing the jobs ends every event stream, which would otherwise hold
+	// Shutdown for its whole grace: a stream is never idle.
+	srv.RegisterOnShutdown(js.Close)
 	log.Info("modelserve listening", "addr", ln.Addr().String(), "data", cfg.Data, "engine", engine, "engine_version", version)
 	if ready != nil {
 		ready(ln.Addr().String())
