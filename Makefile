@@ -11,7 +11,7 @@ DATA    ?= ./data
 LLAMATEST := internal/llamatest
 TEMPL   := github.com/a-h/templ/cmd/templ@v0.3.1100
 
-.PHONY: build run test vet unit deps bench generate templ-check clean
+.PHONY: build run test vet unit e2e deps bench generate templ-check clean
 
 build:
 	$(GO) build -o $(BIN) ./cmd/modelserve
@@ -20,13 +20,19 @@ run: build
 	mkdir -p $(DATA)
 	./$(BIN) serve --addr $(ADDR) --data $(DATA)
 
-test: deps templ-check vet unit
+test: deps templ-check vet unit e2e
 
 vet:
 	$(GO) vet ./...
 
 unit:
 	$(GO) test -race -count=1 ./...
+
+# e2e drives the console in Debian's Chromium against the real binary.
+# prepare.sh installs Chromium when it is missing and the playwright driver
+# (npm playwright-core, pinned) outside the tree, and prints where.
+e2e: deps
+	eval "$$(./e2e/prepare.sh)" && $(GO) test -tags e2e -count=1 -timeout 15m ./e2e/
 
 # deps installs what the tests run against. Each step is skipped when its
 # result is already there, so a second run costs nothing.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -95,7 +96,8 @@ func (e *events) serve(w http.ResponseWriter, r *http.Request, ch <-chan jobs.Ev
 				}
 				// Never block on a stalled client: end its stream instead,
 				// and it reconnects to a fresh snapshot.
-				if !e.sse.TryPublish(id, &sse.Event{ID: []byte(strconv.FormatInt(ev.Seq, 10)), Event: []byte(name), Data: data}) {
+				if !e.sse.TryPublish(id, &sse.Event{ID: []byte(strconv.FormatInt(ev.Seq, 10)), Event: []byte(name),
+					Data: []byte(lineEnds.Replace(string(data))), Retry: reconnectAfter}) {
 					return
 				}
 			case <-ctx.Done():
@@ -115,6 +117,16 @@ func (e *events) serve(w http.ResponseWriter, r *http.Request, ch <-chan jobs.Ev
 	e.sse.ServeHTTP(w, r2)
 	<-done
 }
+
+// lineEnds makes every line end a "\n". An event stream also ends a line at
+// a lone "\r", which the library does not split on: a model's reply with one
+// in it cut the rest of the event off.
+var lineEnds = strings.NewReplacer("\r\n", "\n", "\r", "\n")
+
+// reconnectAfter is the retry field sent with each event, in milliseconds:
+// a browser whose connection dropped asks again after half a second rather
+// than its default three.
+var reconnectAfter = []byte("500")
 
 // apiJobEvents streams a job as JSON: the job as it stands first, then each
 // change, each event's id the job's change number.

@@ -125,6 +125,8 @@ func (s *Server) routes() http.Handler {
 
 	// Open to anyone: supervisors and scrapers carry no credentials.
 	mux.HandleFunc("GET /healthz", s.healthz)
+	// Browsers ask for it on every page; nothing rather than a 404 each time.
+	mux.HandleFunc("GET /favicon.ico", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) })
 	if s.deps.Metrics != nil {
 		mux.Handle("GET /metrics", s.deps.Metrics)
 	}

@@ -410,8 +410,14 @@ func (p *Planner) Plan(ctx context.Context, repo hf.Repo, req Request) (Plan, er
 				// A joined and a split copy of one file share a name; the
 				// joined one, sorted first, is planned and served.
 				sp.Note = "not planned: a split copy of the file above, which is planned in its place"
+			case errs[i] != nil && repo.Gated != "":
+				// The usual case, and the registry's sentence for it is
+				// shown where the repository is: no need to repeat it per file.
+				sp.Note = "planned on an estimate: the repository is gated, and its header could not be read with this token"
+				p.cfg.Log.Warn("reading a GGUF header to plan", "repo", repo.ID, "file", set.Files[0].Path, "err", errs[i])
 			case errs[i] != nil:
-				sp.Note = "planned on an estimate: its header could not be read: " + errs[i].Error()
+				// The cause is the reader's, not a sentence for the page.
+				sp.Note = "planned on an estimate: its header could not be read (the server's log says why)"
 				p.cfg.Log.Warn("reading a GGUF header to plan", "repo", repo.ID, "file", set.Files[0].Path, "err", errs[i])
 			}
 			if s := shapes[i]; s != nil {

@@ -337,7 +337,7 @@ func TestUnreadableHeaderIsPlannedOnAnEstimate(t *testing.T) {
 	}
 	o := option(t, pl, "Mistral-7B-Instruct-v0.3-Q4_K_M", "CPU")
 	want := round2(round2(gib(size)) + round2(round2(gib(size))*0.5+2))
-	if !o.Estimated || o.NeedGB != want || !strings.HasPrefix(pl.Sets[0].Note, "planned on an estimate: its header could not be read: ") {
+	if !o.Estimated || o.NeedGB != want || pl.Sets[0].Note != "planned on an estimate: the repository is gated, and its header could not be read with this token" {
 		t.Errorf("estimated %v, need %.2f GB, note %q; want an estimate of %.2f GB and a note", o.Estimated, o.NeedGB, pl.Sets[0].Note, want)
 	}
 	if !strings.Contains(o.MemoryText(), "the header gave no shape") {
