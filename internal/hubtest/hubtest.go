@@ -20,6 +20,7 @@ import (
 	"crypto/hmac"
 	"crypto/sha1"
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"fmt"
 	"net/http"
@@ -508,11 +509,17 @@ func hashGenerated(size int64, gen func(int64, []byte)) string {
 // AddFileFunc; different seeds give different files.
 func Pattern(seed uint64) func(off int64, p []byte) {
 	return func(off int64, p []byte) {
-		for i := range p {
-			// A multiplicative hash of the position: cheap, and no short
-			// period that could hide an off-by-a-block error in a resume.
-			v := (uint64(off+int64(i)) + seed*0x9E3779B97F4A7C15) * 0xBF58476D1CE4E5B9
-			p[i] = byte(v>>56) ^ byte(v>>29)
+		for i := 0; i < len(p); {
+			// A multiplicative hash of the position of each 8-byte word:
+			// cheap (a word at a time, so a fast benchmark baseline), and no
+			// short period that could hide an off-by-a-block error in a
+			// resume.
+			pos := uint64(off) + uint64(i)
+			v := (pos>>3 + seed*0x9E3779B97F4A7C15) * 0xBF58476D1CE4E5B9
+			v ^= v >> 31
+			var w [8]byte
+			binary.LittleEndian.PutUint64(w[:], v)
+			i += copy(p[i:], w[pos&7:])
 		}
 	}
 }
