@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -23,17 +22,13 @@ import (
 	"modelserve/internal/metrics"
 	"modelserve/internal/mirror"
 	"modelserve/internal/plan"
-	"modelserve/internal/store"
 	"modelserve/jobs"
 )
 
 // serve runs the server until ctx ends. ready, when not nil, is told the
 // address it listens on (tests listen on port 0).
 func serve(ctx context.Context, cfg config, log *slog.Logger, ready func(addr string)) error {
-	if err := os.MkdirAll(cfg.Data, 0o755); err != nil {
-		return fmt.Errorf("cannot create the data directory %s: %w", cfg.Data, err)
-	}
-	db, err := store.Open(ctx, filepath.Join(cfg.Data, "modelserve.db"))
+	db, err := openData(ctx, cfg.Data)
 	if err != nil {
 		return err
 	}

@@ -2,15 +2,12 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
-	"path/filepath"
 	"text/tabwriter"
 	"time"
 
 	"modelserve/internal/auth"
-	"modelserve/internal/store"
 )
 
 // tokenCmd runs `modelserve token create|list|revoke`, against the database
@@ -21,19 +18,14 @@ func tokenCmd(ctx context.Context, args []string, getenv func(string) string, st
 		return fmt.Errorf("token needs a command: create NAME, list, or revoke NAME")
 	}
 	sub, args := args[0], args[1:]
-	fs := flag.NewFlagSet("modelserve token "+sub, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	data := fs.String("data", or(getenv("MODELSERVE_DATA"), "./data"), "data directory (env MODELSERVE_DATA)")
-	fs.Usage = func() {
-		fmt.Fprintf(stderr, "Usage: modelserve token create|list|revoke [--data DIR] [NAME]\n\n"+
+	fs, data, err := dataFlags("modelserve token "+sub, args, getenv, stderr,
+		"Usage: modelserve token create|list|revoke [--data DIR] [NAME]\n\n"+
 			"API tokens for scripts: send one as Authorization: Bearer <token>.\n"+
-			"create prints a new token once; only its hash is kept.\n\nFlags:\n")
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
+			"create prints a new token once; only its hash is kept.\n")
+	if err != nil {
 		return err
 	}
-	db, err := store.Open(ctx, filepath.Join(*data, "modelserve.db"))
+	db, err := openData(ctx, data)
 	if err != nil {
 		return err
 	}
@@ -87,11 +79,4 @@ func tokenCmd(ctx context.Context, args []string, getenv func(string) string, st
 	default:
 		return fmt.Errorf("%q is not a token command; use create, list or revoke", sub)
 	}
-}
-
-func or(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
 }

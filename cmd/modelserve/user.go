@@ -4,17 +4,14 @@ import (
 	"bufio"
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"modelserve/internal/auth"
-	"modelserve/internal/store"
 )
 
 // userCmd runs `modelserve user add|list`: the people who sign in to the
@@ -26,16 +23,11 @@ func userCmd(ctx context.Context, args []string, getenv func(string) string, std
 		return errors.New("user needs a command: add NAME, or list")
 	}
 	sub, args := args[0], args[1:]
-	fs := flag.NewFlagSet("modelserve user "+sub, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	data := fs.String("data", or(getenv("MODELSERVE_DATA"), "./data"), "data directory (env MODELSERVE_DATA)")
-	fs.Usage = func() {
-		fmt.Fprintf(stderr, "Usage: modelserve user add [--data DIR] NAME | user list [--data DIR]\n\n"+
+	fs, data, err := dataFlags("modelserve user "+sub, args, getenv, stderr,
+		"Usage: modelserve user add [--data DIR] NAME | user list [--data DIR]\n\n"+
 			"Console users. add reads the password from the first line of standard input;\n"+
-			"with none, it generates one and prints it once. Only a bcrypt hash is kept.\n\nFlags:\n")
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
+			"with none, it generates one and prints it once. Only a bcrypt hash is kept.\n")
+	if err != nil {
 		return err
 	}
 	switch sub {
@@ -46,10 +38,7 @@ func userCmd(ctx context.Context, args []string, getenv func(string) string, std
 	if sub == "add" && fs.NArg() != 1 {
 		return errors.New("user add takes one name: modelserve user add NAME")
 	}
-	if err := os.MkdirAll(*data, 0o755); err != nil {
-		return fmt.Errorf("cannot create the data directory %s: %w", *data, err)
-	}
-	db, err := store.Open(ctx, filepath.Join(*data, "modelserve.db"))
+	db, err := openData(ctx, data)
 	if err != nil {
 		return err
 	}
