@@ -101,7 +101,6 @@ func serve(ctx context.Context, cfg config, log *slog.Logger, ready func(addr st
 	if err != nil {
 		return err
 	}
-	defer js.Close()
 
 	// The fleet's loop lives until serve returns; its replicas stop with
 	// it, and the next start begins them afresh.
@@ -115,7 +114,8 @@ func serve(ctx context.Context, cfg config, log *slog.Logger, ready func(addr st
 		}
 	}()
 	defer func() {
-		// Jobs first (they watch the fleet), then the replicas.
+		// Jobs first (they watch the fleet), then the replicas. The
+		// database closes after both (deferred first, so run last).
 		js.Close()
 		stopFleet()
 		wg.Wait()
