@@ -55,6 +55,11 @@ type Options struct {
 	// StopGrace is how long a stopping engine has between SIGTERM and
 	// SIGKILL: 5 s unless set.
 	StopGrace time.Duration
+	// HealthEvery is how often a ready replica's /health is asked whether
+	// it still answers: 10 s unless set. An engine that misses
+	// healthMisses checks in a row is stopped and started again: a hung
+	// engine never exits by itself, and would stay "ready" for ever.
+	HealthEvery time.Duration
 	// Threads, when set, is every replica's --threads, whatever its
 	// profile says: tests on a small machine, where llama.cpp spins on
 	// more threads than there are idle cores.
@@ -196,6 +201,9 @@ func New(opts Options) (*Fleet, error) {
 	}
 	if opts.MaxFailures <= 0 {
 		opts.MaxFailures = 3
+	}
+	if opts.HealthEvery <= 0 {
+		opts.HealthEvery = 10 * time.Second
 	}
 	if opts.StopGrace <= 0 {
 		opts.StopGrace = 5 * time.Second

@@ -3,10 +3,12 @@ package fleet
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -242,6 +244,34 @@ func TestCrashedReplicaComesBack(t *testing.T) {
 	}
 	if h, _ := fl.health("crashy"); h.Parked {
 		t.Errorf("one crash parked the model: %+v", h)
+	}
+}
+
+// TestHungReplicaIsRestarted: an engine that stops answering without
+// exiting (here: stopped with SIGSTOP, as a deadlock would leave it) is not
+// left "ready"; the fleet stops it and starts another.
+func TestHungReplicaIsRestarted(t *testing.T) {
+	cat := MustCatalog(t)
+	fl := MustRun(t, cat, Options{HealthEvery: 200 * time.Millisecond, StopGrace: 500 * time.Millisecond})
+	MustAdd(t, fl.notifying(cat), entry("hangs", MustWriteModel(t, "hangs.gguf", ggufgen.Spec{}), 1))
+	first := fl.waitReady(t, "hangs", readyWithin)
+	if err := syscall.Kill(-first.PID, syscall.SIGSTOP); err != nil {
+		t.Fatalf("stop the engine's process group: %v", err)
+	}
+	var again Replica
+	waitFor(t, readyWithin, "hangs ready again in a new engine", func() (bool, string) {
+		rs := fl.replicasOf("hangs")
+		if len(rs) == 1 && rs[0].State == Ready && rs[0].PID != first.PID {
+			again = rs[0]
+			return true, ""
+		}
+		return false, "replicas " + jsonOf(rs)
+	})
+	if again.Failures != 1 || !strings.Contains(again.LastError, "stopped answering /health") {
+		t.Errorf("after the hang: failures %d, last error %q; want 1, saying it stopped answering", again.Failures, again.LastError)
+	}
+	if err := syscall.Kill(first.PID, 0); !errors.Is(err, syscall.ESRCH) {
+		t.Errorf("the hung engine %d is still there: %v", first.PID, err)
 	}
 }
 

@@ -79,6 +79,10 @@ const (
 	fastFor     = 10 * time.Second
 	slowPoll    = 500 * time.Millisecond
 	rssInterval = 5 * time.Second
+	// healthMisses is how many health checks in a row a ready engine may
+	// miss (no answer, or not 200) before it is restarted. One miss is a
+	// busy moment; three at Options.HealthEvery apart is not.
+	healthMisses = 3
 )
 
 // supervise runs r's engine until r is stopped, restarting it after a
@@ -179,6 +183,9 @@ func (f *Fleet) attempt(ctx context.Context, r *replica) (outcome, string) {
 	defer stable.Stop()
 	measure := time.NewTicker(rssInterval)
 	defer measure.Stop()
+	check := time.NewTicker(f.opts.HealthEvery)
+	defer check.Stop()
+	missed := 0
 	for {
 		select {
 		case <-ctx.Done():
@@ -197,6 +204,21 @@ func (f *Fleet) attempt(ctx context.Context, r *replica) (outcome, string) {
 				st.failedStarts = 0
 			}
 			f.mu.Unlock()
+		case <-check.C:
+			if f.probe(ctx, proc.Endpoint()) == http.StatusOK {
+				missed = 0
+				continue
+			}
+			if missed++; missed < healthMisses {
+				continue
+			}
+			proc.Stop(f.opts.StopGrace)
+			why := fmt.Sprintf("it stopped answering /health (%d checks %s apart) after %s ready, and was stopped to start again",
+				healthMisses, f.opts.HealthEvery, time.Since(readyAt).Round(time.Second))
+			if time.Since(readyAt) < stableAfter {
+				return crashedEarly, why
+			}
+			return crashedLate, why
 		case <-measure.C:
 			// The figure that placement counts as used, and the estimate's
 			// measure, as the engine grows its caches.
