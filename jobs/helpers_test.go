@@ -132,7 +132,9 @@ func MustStart(t testing.TB, s *Server, req Request) Job {
 func MustEnd(t testing.TB, s *Server, id string) Job {
 	t.Helper()
 	ch, stop := s.Subscribe(id)
-	defer stop()
+	// A closure, so that a subscription made again below is the one
+	// stopped.
+	defer func() { stop() }()
 	timeout := time.After(20 * time.Second)
 	for {
 		select {

@@ -88,7 +88,6 @@ type options struct {
 	bearer     string
 	bufferSize int
 	single     bool
-	client     *http.Client
 }
 
 // Option changes how Read reads.
@@ -110,18 +109,13 @@ func WithBufferSize(n int) Option { return func(o *options) { o.bufferSize = n }
 // switch for this, so Read hides the shard name from it.
 func OnlyThisFile() Option { return func(o *options) { o.single = true } }
 
-// WithHTTPClient is the client Read follows redirects with before handing
-// the final URL to gguf-parser-go (which uses its own client for the Range
-// reads). The default is http.DefaultClient's transport.
-func WithHTTPClient(c *http.Client) Option { return func(o *options) { o.client = c } }
-
 const defaultBufferSize = 1 << 20
 
 // Read reads the header of the GGUF file at source: a local path, or an
 // http(s) URL that answers HEAD and Range requests. Given a shard of a split
 // model it reads the whole set (see OnlyThisFile).
 func Read(ctx context.Context, source string, opts ...Option) (Header, error) {
-	o := options{bufferSize: defaultBufferSize, client: http.DefaultClient}
+	o := options{bufferSize: defaultBufferSize}
 	for _, opt := range opts {
 		opt(&o)
 	}
@@ -190,7 +184,7 @@ func readLocal(path string, o options, popts []parser.GGUFReadOption) (*parser.G
 var parseMu sync.Mutex
 
 func readRemote(ctx context.Context, u *url.URL, o options, popts []parser.GGUFReadOption) (*parser.GGUFFile, error) {
-	final, sameHost, err := follow(ctx, o.client, u, o.bearer)
+	final, sameHost, err := follow(ctx, http.DefaultClient, u, o.bearer)
 	if err != nil {
 		return nil, err
 	}
