@@ -536,6 +536,35 @@ func TestGeneratedFile(t *testing.T) {
 	}
 }
 
+// TestPatternAnyCut reads the generator at every offset and length that cut
+// its 8-byte words differently: each piece must be that part of the whole,
+// as a resume from any byte would ask for it.
+func TestPatternAnyCut(t *testing.T) {
+	gen := hubtest.Pattern(9)
+	whole := make([]byte, 256)
+	gen(0, whole)
+	for off := range 40 {
+		for n := range 90 {
+			got := make([]byte, n)
+			gen(int64(off), got)
+			if !bytes.Equal(got, whole[off:off+n]) {
+				t.Fatalf("%d bytes from %d: %x, want %x", n, off, got, whole[off:off+n])
+			}
+		}
+	}
+	// Neighbouring words differ, and so do seeds: no period hides a wrong offset.
+	for i := 8; i < len(whole); i += 8 {
+		if bytes.Equal(whole[i:i+8], whole[i-8:i]) {
+			t.Fatalf("the words at %d and %d are the same", i-8, i)
+		}
+	}
+	other := make([]byte, len(whole))
+	hubtest.Pattern(10)(0, other)
+	if bytes.Equal(other[:8], whole[:8]) {
+		t.Error("two seeds gave the same first word")
+	}
+}
+
 // TestConcurrentUse downloads while faults change, for the race detector.
 func TestConcurrentUse(t *testing.T) {
 	s := hubtest.New(t)
