@@ -51,7 +51,7 @@ type subject struct {
 }
 
 // refused turns a Hub answer that is not a success (and not worth retrying)
-// into the sentence for its case in INTERFACES.md's table. authed says
+// into the sentence for its case: each of the Hub's refusals has its own. authed says
 // whether the request carried the token.
 func (c *Client) refused(resp *http.Response, s subject, authed bool) error {
 	code := resp.Header.Get("X-Error-Code")

@@ -136,7 +136,7 @@ func TestRepoIsPinnedToACommit(t *testing.T) {
 	}
 }
 
-// TestRefusals covers every row of INTERFACES.md's table of Hub errors: the
+// TestRefusals covers every way the Hub refuses a request: the
 // sentence is what the operator reads, the sentinel what the job branches on.
 func TestRefusals(t *testing.T) {
 	s := hubtest.New(t)

@@ -7,7 +7,7 @@
 // must not follow a redirect to another host, a gated repository whose files
 // are refused while its listing is not, a download cut half way, a CDN that
 // answers a Range request with the whole file. This server behaves as the
-// Hub does in each of those cases (see INTERFACES.md, section 1), and lets a
+// Hub does in each of those cases, and lets a
 // test switch faults on and off per file while downloads run, so the client
 // and the mirror are tested against the answers they will really get.
 //
