@@ -175,19 +175,7 @@ func (h Header) PoolThatFits(weights int64, cardGB float64, gpus int) int {
 	if kv := h.KVBytesPerToken(); kv > 0 {
 		hi = min(hi, int(card*int64(gpus)/kv/poolStep)+1)
 	}
-	if fits(hi) {
-		return hi * poolStep
-	}
-	lo := 1 // fits(lo), !fits(hi)
-	for hi-lo > 1 {
-		mid := lo + (hi-lo)/2
-		if fits(mid) {
-			lo = mid
-		} else {
-			hi = mid
-		}
-	}
-	return lo * poolStep
+	return mostThatFits(1, hi, fits) * poolStep
 }
 
 // LongestContextThatFits is the longest context, up to the one the model was
@@ -199,9 +187,17 @@ func (h Header) LongestContextThatFits(memoryBytes, weights int64) int {
 		return 0
 	}
 	fits := func(k int) bool { return h.MemoryBytes(weights, k*1024, 1, 0) <= memoryBytes }
-	lo, hi := 0, h.ContextLength/1024 // in units of 1024 tokens; fits(lo) taken as true
+	// In units of 1024 tokens; none at all is taken to fit.
+	return mostThatFits(0, h.ContextLength/1024, fits) * 1024
+}
+
+// mostThatFits is the largest k from lo to hi for which fits(k), found by
+// bisection: fits(lo) is taken as true, and once fits is false it stays
+// false for every larger k. Each fits is a whole estimate, so it is asked
+// about log2(hi-lo) times.
+func mostThatFits(lo, hi int, fits func(int) bool) int {
 	if fits(hi) {
-		return hi * 1024
+		return hi
 	}
 	for hi-lo > 1 {
 		mid := lo + (hi-lo)/2
@@ -211,7 +207,7 @@ func (h Header) LongestContextThatFits(memoryBytes, weights int64) int {
 			hi = mid
 		}
 	}
-	return lo * 1024
+	return lo
 }
 
 // Pool is llama-server's context: CtxPool tokens (--ctx-size) shared by
