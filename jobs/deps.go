@@ -76,9 +76,10 @@ type Deps struct {
 	// Planner chooses a file and where it runs; without one, Q4_K_M on
 	// this node's CPU.
 	Planner Planner
-	// EngineVersion is the llama.cpp build the nodes run ("b6000"), which
-	// decides which architectures load.
-	EngineVersion string
+	// EngineBuild is the llama.cpp build number the nodes run (11669 for
+	// b11669), which decides the architectures the check step accepts; 0
+	// when unknown.
+	EngineBuild int
 	// Architectures are those the engine build runs: the embedded list
 	// (gguf.KnownArchitectures) when nil, plus any the operator adds.
 	Architectures gguf.Known

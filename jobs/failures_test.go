@@ -3,6 +3,7 @@ package jobs
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -168,5 +169,38 @@ func TestGatedWithToken(t *testing.T) {
 	}
 	if e.hub.CDNSawAuthorization() {
 		t.Error("the token followed the redirect to the CDN")
+	}
+}
+
+// TestArchitectureNewerThanTheEngine: the check step knows which llama.cpp
+// build first runs an architecture, and refuses a model the nodes' build is
+// too old for, naming both builds; a build new enough serves it.
+func TestArchitectureNewerThanTheEngine(t *testing.T) {
+	for _, tc := range []struct {
+		build int
+		want  string // the check step's failure; "" for a job that is done
+	}{
+		{4500, "qwen3 needs llama.cpp b5092 or newer; the nodes run b4500"},
+		{5092, ""},
+		{0, ""}, // a build that could not be read: the list alone decides
+	} {
+		t.Run(fmt.Sprintf("b%d", tc.build), func(t *testing.T) {
+			e := newEnv(t, withEngineBuild(tc.build), withNodeMemory(64<<30))
+			e.addModel("acme/Qwen3-GGUF", hubtest.RepoOptions{}, map[string]ggufgen.Spec{"qwen3-Q4_K_M.gguf": {Architecture: "qwen3"}})
+			j := MustEnd(t, e.srv, MustStart(t, e.srv, Request{Repo: "acme/Qwen3-GGUF"}).ID)
+			if tc.want == "" {
+				if j.State != Done {
+					t.Fatalf("job ended %s: %s", j.State, j.Error)
+				}
+				return
+			}
+			check, _ := j.Step(StepCheck)
+			if j.State != Failed || check.State != Failed || !strings.HasPrefix(j.Error, tc.want) {
+				t.Fatalf("job ended %s at check %s: %q; want it refused: %q", j.State, check.State, j.Error, tc.want)
+			}
+			if ms, _ := e.catalog.List(context.Background()); len(ms) != 0 {
+				t.Errorf("a refused model is in the catalog: %+v", ms)
+			}
+		})
 	}
 }

@@ -43,6 +43,8 @@ func withToken(token string) envOption {
 
 func withFleet(f Fleet) envOption { return func(e *testEnv) { e.deps.Fleet = f } }
 
+func withEngineBuild(n int) envOption { return func(e *testEnv) { e.deps.EngineBuild = n } }
+
 func withNodeMemory(b int64) envOption {
 	return func(e *testEnv) { e.deps.NodeMemory = func() int64 { return b } }
 }
@@ -86,7 +88,7 @@ func newEnv(t testing.TB, opts ...envOption) *testEnv {
 	e.db = MustOpenDB(t, t.TempDir())
 	e.catalog = catalog.NewStore(e.db)
 	e.client = MustClient(t, e.hub, "")
-	e.deps = Deps{DB: e.db, Catalog: e.catalog, EngineVersion: "b6000", Log: quietLog(),
+	e.deps = Deps{DB: e.db, Catalog: e.catalog, EngineBuild: 6000, Log: quietLog(),
 		Poll: 10 * time.Millisecond, UnplacedGrace: 50 * time.Millisecond, ReadyTimeout: 5 * time.Second}
 	for _, o := range opts {
 		o(e)

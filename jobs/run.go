@@ -277,7 +277,7 @@ func (p *pipeline) check(ctx context.Context) error {
 	if known == nil {
 		known = gguf.KnownArchitectures()
 	}
-	if err := known.Supported(h.Architecture, p.s.deps.EngineVersion); err != nil {
+	if err := known.Supported(h.Architecture, p.s.deps.EngineBuild); err != nil {
 		return said(err)
 	}
 	// Asked for the CPU, and slow there: said, not refused (the request

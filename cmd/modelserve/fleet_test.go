@@ -67,7 +67,7 @@ func TestServeJobReachesAnAnsweringReplica(t *testing.T) {
 	})
 
 	srv, err := jobs.New(jobs.Deps{DB: db, Registry: client, Mirror: mir, Catalog: nc, Fleet: jobsFleet{f},
-		EngineVersion: "b6000", Log: quiet, Poll: 20 * time.Millisecond, ReadyTimeout: time.Minute})
+		EngineBuild: 6000, Log: quiet, Poll: 20 * time.Millisecond, ReadyTimeout: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,9 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"sync"
 	"time"
@@ -17,6 +15,7 @@ import (
 	"modelserve/catalog"
 	"modelserve/handlers"
 	"modelserve/internal/auth"
+	"modelserve/internal/engine"
 	"modelserve/internal/gguf"
 	"modelserve/internal/hf"
 	"modelserve/internal/metrics"
@@ -57,8 +56,8 @@ func serve(ctx context.Context, cfg config, log *slog.Logger, ready func(addr st
 	})
 	// The fleet runs what the catalog asks for. Everything that changes
 	// the catalog goes through cat, which tells the fleet at once.
-	engine, version := findEngine(ctx, cfg.LlamaServer, log)
-	fl, cat, jobsFleet, err := newFleet(engine, store, log)
+	enginePath, version := findEngine(ctx, cfg.LlamaServer, log)
+	fl, cat, jobsFleet, err := newFleet(enginePath, store, db, log)
 	if err != nil {
 		return err
 	}
@@ -88,7 +87,7 @@ func serve(ctx context.Context, cfg config, log *slog.Logger, ready func(addr st
 	}
 	js, err := jobs.New(jobs.Deps{
 		DB: db, Registry: regs, Mirror: mir, Catalog: cat, Planner: planner, Fleet: jobsFleet,
-		EngineVersion: version, Architectures: known,
+		EngineBuild: version.Build, Architectures: known,
 		NodeMemory: func() int64 {
 			n, err := plan.LocalNode()
 			if err != nil {
@@ -144,7 +143,7 @@ func serve(ctx context.Context, cfg config, log *slog.Logger, ready func(addr st
 	// Closing the jobs ends every event stream, which would otherwise hold
 	// Shutdown for its whole grace: a stream is never idle.
 	srv.RegisterOnShutdown(js.Close)
-	log.Info("modelserve listening", "addr", ln.Addr().String(), "data", cfg.Data, "engine", engine, "engine_version", version)
+	log.Info("modelserve listening", "addr", ln.Addr().String(), "data", cfg.Data, "engine", enginePath, "engine_build", version.String())
 	if ready != nil {
 		ready(ln.Addr().String())
 	}
@@ -175,28 +174,23 @@ func serve(ctx context.Context, cfg config, log *slog.Logger, ready func(addr st
 	return err
 }
 
-var engineVersion = regexp.MustCompile(`version: (\S+)`)
-
-// findEngine is the llama-server modelserve starts and the build it reports,
-// which decides what the check step accepts. A missing engine is not fatal
-// here: the catalog and the mirror work without one, and placement says
-// what to install.
-func findEngine(ctx context.Context, path string, log *slog.Logger) (string, string) {
-	if path == "" {
-		p, err := exec.LookPath("llama-server")
-		if err != nil {
-			log.Warn("llama-server is not on PATH: models are mirrored and catalogued, but no replica starts; set --llama-server")
-			return "", "unknown"
-		}
-		path = p
+// findEngine is the llama-server modelserve starts and the build it
+// reports, which decides what the check step accepts. A missing engine is
+// not fatal here: the catalog and the mirror work without one, and
+// placement says what to install.
+func findEngine(ctx context.Context, configured string, log *slog.Logger) (string, engine.Version) {
+	path, source, err := engine.Find(configured)
+	if err != nil {
+		log.Warn("no llama-server: models are mirrored and catalogued, but no replica starts", "why", err)
+		return "", engine.Version{}
 	}
-	ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
-	defer cancel()
-	// llama-server prints its version to stderr.
-	out, err := exec.CommandContext(ctx, path, "--version").CombinedOutput()
-	if m := engineVersion.FindSubmatch(out); err == nil && m != nil {
-		return path, string(m[1])
+	v, err := engine.ReadVersion(ctx, path)
+	if err != nil {
+		log.Warn("could not read the engine's version; the check step accepts any architecture it knows", "engine", path, "err", err)
+		return path, engine.Version{}
 	}
-	log.Warn("could not read the engine's version", "engine", path, "err", err, "output", strings.TrimSpace(string(out)))
-	return path, "unknown"
+	if source == engine.Cached {
+		log.Info("using the installed llama-server: none is configured and none is on PATH", "engine", path, "build", v.String(), "version", v.Text)
+	}
+	return path, v
 }

@@ -1,0 +1,65 @@
+package engine
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+func TestParseVersion(t *testing.T) {
+	tests := []struct {
+		name      string
+		out       string
+		ok        bool
+		build     int
+		text, str string
+	}{
+		{"debian", "version: 0.7.0 (build 11669, commit Debian)\nbuilt with GNU 16.2.0 for Linux x86_64\n", true, 11669, "0.7.0 (build 11669, commit Debian)", "b11669"},
+		{"upstream", "load_backend: loaded CPU backend\nversion: 6000 (3f4c2a1)\nbuilt with cc for x86_64\n", true, 6000, "6000 (3f4c2a1)", "b6000"},
+		{"no build", "version: 0 (llamatest)\n", true, 0, "0 (llamatest)", "0 (llamatest)"},
+		{"absurd build", "version: 99999999 (x)\n", true, 0, "99999999 (x)", "99999999 (x)"},
+		{"no version line", "error: invalid argument: --version\n", false, 0, "", "unknown"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			v, ok := ParseVersion(tc.out)
+			if ok != tc.ok || v.Build != tc.build || v.Text != tc.text || v.String() != tc.str {
+				t.Errorf("ParseVersion = %+v %v (%q), want build %d text %q ok %v (%q)", v, ok, v.String(), tc.build, tc.text, tc.ok, tc.str)
+			}
+		})
+	}
+}
+
+func TestFindPrefersTheOperatorsEngine(t *testing.T) {
+	cache := t.TempDir()
+	t.Setenv("MODELSERVE_CACHE", cache)
+	bin := t.TempDir()
+	t.Setenv("PATH", bin)
+
+	if _, _, err := Find(""); err != ErrNotFound {
+		t.Fatalf("with nothing anywhere Find said %v, want ErrNotFound", err)
+	}
+	installed := filepath.Join(cache, "llama.cpp", "llama-server")
+	mustExecutable(t, installed)
+	if p, src, err := Find(""); err != nil || p != installed || src != Cached {
+		t.Errorf("Find = %q %q %v, want the installed copy", p, src, err)
+	}
+	onPath := filepath.Join(bin, "llama-server")
+	mustExecutable(t, onPath)
+	if p, src, err := Find(""); err != nil || p != onPath || src != OnPath {
+		t.Errorf("Find = %q %q %v, want the one on PATH", p, src, err)
+	}
+	if p, src, err := Find("/opt/mine/llama-server"); err != nil || p != "/opt/mine/llama-server" || src != Configured {
+		t.Errorf("Find = %q %q %v, want the configured one, even missing", p, src, err)
+	}
+}
+
+func mustExecutable(t *testing.T, path string) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,151 @@
+#!/usr/bin/env bash
+# install-llama-server.sh puts llama.cpp's own llama-server on this machine
+# without installing anything into the system: Debian unstable's build
+# (package llama.cpp-tools), with the C library and C++ runtime it was built
+# against, unpacked into a cache folder and started through that C library's
+# own loader. A stable Debian's older glibc cannot run sid's binaries
+# directly, and a system-wide install of sid's libc would replace the
+# machine's own.
+#
+# It takes whatever build sid serves today (sid moves, and old builds vanish
+# from the mirror) and records which one it got in BUILD beside the engine.
+# A second run finds the engine ready and returns at once, with no download.
+#
+# Progress goes to stderr; stdout is one line, the absolute path of the
+# engine to pass as --llama-server:
+#   <cache>/llama.cpp/llama-server
+# where <cache> is $MODELSERVE_CACHE, else $XDG_CACHE_HOME/modelserve, else
+# ~/.cache/modelserve (modelserve looks there itself when no llama-server is
+# configured and none is on PATH).
+#
+# Environment: MODELSERVE_DEBIAN_MIRROR overrides the Debian mirror, which is
+# otherwise read from this machine's own apt sources.
+set -euo pipefail
+
+cache=${MODELSERVE_CACHE:-${XDG_CACHE_HOME:-${HOME:-/root}/.cache}/modelserve}
+dir=$cache/llama.cpp
+engine=$dir/llama-server
+packages=(llama.cpp-tools libllama0 libggml0 libc6 libstdc++6 libgcc-s1 libgomp1 libssl3t64 libzstd1 zlib1g)
+
+say() { printf 'install-llama-server: %s\n' "$*" >&2; }
+
+ready() { [[ -x $engine ]] && "$engine" --version 2>&1 | grep -q '^version: '; }
+
+if ready; then
+	say "$(head -n 1 "$dir/BUILD" 2>/dev/null || echo "llama-server ready") at $engine"
+	printf '%s\n' "$engine"
+	exit 0
+fi
+
+for tool in apt-get dpkg-deb dpkg; do
+	if ! command -v "$tool" >/dev/null; then
+		say "$tool is missing: this installer takes llama.cpp from Debian's packages and needs a Debian-based machine; elsewhere install llama-server yourself and pass --llama-server"
+		exit 1
+	fi
+done
+
+case $(dpkg --print-architecture) in
+amd64) triplet=x86_64-linux-gnu loader=ld-linux-x86-64.so.2 ;;
+arm64) triplet=aarch64-linux-gnu loader=ld-linux-aarch64.so.1 ;;
+*)
+	say "no llama-server build is set up for $(dpkg --print-architecture) machines: install llama-server yourself and pass --llama-server"
+	exit 1
+	;;
+esac
+
+# The mirror this machine already uses for Debian (the first that is not
+# the security archive): from deb822 .sources files, else sources.list.
+mirror=${MODELSERVE_DEBIAN_MIRROR:-}
+if [[ -z $mirror ]]; then
+	mirror=$(cat /etc/apt/sources.list.d/*.sources 2>/dev/null |
+		awk '/^URIs:/ { for (i = 2; i <= NF; i++) if ($i !~ /security/) { print $i; exit } }')
+fi
+if [[ -z $mirror ]]; then
+	mirror=$(cat /etc/apt/sources.list 2>/dev/null |
+		awk '$1 == "deb" { for (i = 2; i <= NF; i++) if ($i ~ /^[a-z]+:\/\//) { if ($i !~ /security/) { print $i; exit } break } }')
+fi
+if [[ -z $mirror ]]; then
+	say "found no Debian mirror in /etc/apt: set MODELSERVE_DEBIAN_MIRROR to one"
+	exit 1
+fi
+keyring=/usr/share/keyrings/debian-archive-keyring.gpg
+if [[ ! -f $keyring ]]; then
+	say "$keyring is missing: install the package debian-archive-keyring"
+	exit 1
+fi
+
+mkdir -p "$cache"
+work=$(mktemp -d "$cache/.llama.cpp.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+
+# A private apt: its own sources list, package lists, cache and status, so
+# the machine's apt state is neither read nor changed.
+apt=$work/apt
+mkdir -p "$apt/lists/partial" "$apt/archives/partial" "$apt/none"
+touch "$apt/status"
+printf 'deb [signed-by=%s] %s sid main\n' "$keyring" "$mirror" >"$apt/sources.list"
+cat >"$apt/apt.conf" <<CONF
+Dir::Etc::SourceList "$apt/sources.list";
+Dir::Etc::SourceParts "$apt/none";
+Dir::Etc::Preferences "$apt/none/preferences";
+Dir::Etc::PreferencesParts "$apt/none";
+Dir::State::Lists "$apt/lists";
+Dir::State::status "$apt/status";
+Dir::Cache "$apt";
+Dir::Cache::archives "$apt/archives";
+APT::Sandbox::User "root";
+CONF
+export APT_CONFIG=$apt/apt.conf
+
+say "reading Debian sid's package lists"
+apt-get update -qq >&2
+say "downloading ${packages[*]}"
+(cd "$apt/archives" && apt-get download -qq "${packages[@]}" >&2)
+
+root=$work/root
+for deb in "$apt/archives"/*.deb; do
+	dpkg-deb -x "$deb" "$root"
+done
+lib=$root/usr/lib/$triplet
+if [[ ! -x $root/usr/bin/llama-server || ! -e $lib/$loader ]]; then
+	say "the packages did not hold usr/bin/llama-server and $loader"
+	exit 1
+fi
+
+# ggml loads its CPU backend at run time, choosing the best variant for this
+# CPU among the libggml-cpu-*.so it finds in a folder compiled in as
+# /usr/lib/$triplet/ggml/backends0 (the system's, not ours) and in the
+# folder of the running executable. Started through the loader, the running
+# executable is the loader itself, in $lib: links there make the extracted
+# backends the ones it finds.
+for backend in "$lib"/ggml/backends0/libggml-cpu-*.so; do
+	ln -s "ggml/backends0/$(basename "$backend")" "$lib/"
+done
+
+cat >"$work/llama-server" <<WRAPPER
+#!/bin/sh
+# llama.cpp's llama-server from Debian sid, run through the C library it was
+# built against (see install-llama-server.sh in modelserve's source).
+here=\$(dirname "\$(readlink -f "\$0")")
+lib=\$here/root/usr/lib/$triplet
+exec "\$lib/$loader" --library-path "\$lib/llama:\$lib:\$here/root/lib/$triplet" "\$here/root/usr/bin/llama-server" "\$@"
+WRAPPER
+chmod +x "$work/llama-server"
+
+version=$("$work/llama-server" --version 2>&1 | grep -m 1 '^version: ' || true)
+if [[ -z $version ]]; then
+	say "the unpacked llama-server does not start:"
+	"$work/llama-server" --version >&2 || true
+	exit 1
+fi
+package=$(dpkg-deb -f "$apt/archives"/llama.cpp-tools_*.deb Version)
+printf 'llama-server %s, Debian sid llama.cpp-tools %s\n' "${version#version: }" "$package" >"$work/BUILD"
+rm -rf "$apt"
+
+# Swap the finished folder in whole: a run cut short leaves the old engine
+# or none, never half of one.
+rm -rf "$dir"
+mv "$work" "$dir"
+trap - EXIT
+say "$(cat "$dir/BUILD") at $engine"
+printf '%s\n' "$engine"
