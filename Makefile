@@ -1,14 +1,15 @@
 # modelserve — `make run` starts it, `make test` checks it.
 #
-# `make test` prepares what it needs on a fresh machine of this kind: Node.js
-# for real llama.cpp (the npm package node-llama-cpp, pinned in
-# internal/llamatest), then vets and runs every Go test with the race detector.
+# `make test` prepares what it needs on a fresh machine of this kind: llama.cpp's
+# llama-server (Debian sid's build, unpacked into a cache folder outside the
+# tree by internal/engine/install-llama-server.sh), then vets and runs every
+# Go test with the race detector, and the browser tests.
 
 GO      ?= go
 BIN     := bin/modelserve
 ADDR    ?= 127.0.0.1:8080
 DATA    ?= ./data
-LLAMATEST := internal/llamatest
+INSTALL_ENGINE := internal/engine/install-llama-server.sh
 TEMPL   := github.com/a-h/templ/cmd/templ@v0.3.1100
 
 .PHONY: build run test vet unit e2e deps bench generate templ-check clean
@@ -16,7 +17,11 @@ TEMPL   := github.com/a-h/templ/cmd/templ@v0.3.1100
 build:
 	$(GO) build -o $(BIN) ./cmd/modelserve
 
+# run uses the operator's llama-server when MODELSERVE_LLAMA_SERVER names one
+# or one is on PATH, else installs the tests' build (once) and modelserve
+# finds it there by itself.
 run: build
+	@[ -n "$$MODELSERVE_LLAMA_SERVER" ] || command -v llama-server >/dev/null || ./$(INSTALL_ENGINE) >/dev/null
 	mkdir -p $(DATA)
 	./$(BIN) serve --addr $(ADDR) --data $(DATA)
 
@@ -25,8 +30,10 @@ test: deps templ-check vet unit e2e
 vet:
 	$(GO) vet ./...
 
-unit:
-	$(GO) test -race -count=1 ./...
+# Under make test a test that needs the engine fails when it is missing;
+# a bare go test skips it and says why.
+unit: deps
+	MODELSERVE_REQUIRE_ENGINE=1 $(GO) test -race -count=1 ./...
 
 # e2e drives the console in Debian's Chromium against the real binary.
 # prepare.sh installs Chromium when it is missing and the playwright driver
@@ -34,15 +41,11 @@ unit:
 e2e: deps
 	eval "$$(./e2e/prepare.sh)" && $(GO) test -tags e2e -count=1 -timeout 15m ./e2e/
 
-# deps installs what the tests run against. Each step is skipped when its
-# result is already there, so a second run costs nothing.
-deps: $(LLAMATEST)/node_modules/.installed
-
-$(LLAMATEST)/node_modules/.installed: $(LLAMATEST)/package.json $(LLAMATEST)/package-lock.json
-	@command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 || \
-		{ echo "installing Node.js for the llama.cpp tests"; apt-get update && apt-get install -y nodejs npm; }
-	npm ci --prefix $(LLAMATEST) --no-audit --no-fund
-	touch $@
+# deps installs what the tests run against: llama-server. The script
+# returns at once when the engine is already there, so a second run costs
+# nothing.
+deps:
+	@./$(INSTALL_ENGINE) >/dev/null
 
 # bench prints each benchmark beside the baseline it is measured against in
 # the same run; see the ratios, not the absolute times.

@@ -182,19 +182,12 @@ func (f *front) restore() {
 	f.down = false
 }
 
-// engine is the test engine's path. llamatest.Path skips a test when its
-// npm packages are missing; here that would hide every scenario, so it is a
-// failure that says what to run.
+// engine is llama-server's path. Without it every scenario would be
+// skipped, so its absence is a failure here, whatever the environment.
 func engine(t *testing.T) string {
 	t.Helper()
-	if _, err := exec.LookPath("node"); err != nil {
-		t.Fatal("node is not on PATH: the test engine runs on it (make deps installs it)")
-	}
-	p := llamatest.Path(t) // to find the folder; it skips only when packages are missing
-	if _, err := os.Stat(filepath.Join(filepath.Dir(p), "node_modules", "node-llama-cpp", "package.json")); err != nil {
-		t.Fatal("the test engine's npm packages are missing: make deps (npm ci --prefix internal/llamatest)")
-	}
-	return p
+	t.Setenv("MODELSERVE_REQUIRE_ENGINE", "1")
+	return llamatest.Path(t)
 }
 
 // server is `modelserve serve` running as a process.

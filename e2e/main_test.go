@@ -11,8 +11,8 @@
 // form posts what its fields say. Here Debian's Chromium, driven by
 // playwright-go, does all of it against `modelserve serve` started as a
 // process, with an in-process Hub (internal/hubtest) serving tiny real
-// models (internal/ggufgen) and the test engine (internal/llamatest) as
-// llama-server.
+// models (internal/ggufgen) and llama.cpp's real llama-server (installed by
+// make test; see internal/llamatest).
 //
 // The tests build with the tag e2e, so `go test ./...` leaves them out; run
 // them with `make e2e` (see README.md).

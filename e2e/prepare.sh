@@ -41,12 +41,17 @@ if [[ ! -x /usr/bin/chromium ]]; then
 	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >&2
 fi
 
-# 2. Node, which runs the driver.
-node=$(command -v node || true)
-if [[ -z $node ]]; then
-	say "node is not installed; the Playwright driver runs on it (apt-get install -y nodejs npm)"
-	exit 1
+# 2. Node, which runs the driver, and npm, which fetches it.
+if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
+	say "installing Debian's nodejs and npm for the Playwright driver"
+	if [[ $(id -u) -ne 0 ]]; then
+		say "run as root (or install them yourself: apt-get install -y nodejs npm)"
+		exit 1
+	fi
+	DEBIAN_FRONTEND=noninteractive apt-get update -qq >&2
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs npm >&2
 fi
+node=$(command -v node)
 node=$(readlink -f "$node")
 
 # 3. The driver folder: package/ is playwright-core, node is the system's.

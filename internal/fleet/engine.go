@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"modelserve/catalog"
+	"modelserve/internal/engine"
 )
 
 // engineLlamaCpp is the catalog's name for llama.cpp; a profile naming no
@@ -22,22 +23,21 @@ import (
 const engineLlamaCpp = "llamacpp"
 
 // enginePath is the llama-server to start: the configured path, else the
-// one on PATH. Its error is the sentence an operator acts on.
+// one on PATH, else the installed copy (engine.Find), looked for at each
+// start so that installing it later needs no restart. Its error is the
+// sentence an operator acts on.
 func (f *Fleet) enginePath() (string, error) {
-	if f.opts.Engine != "" {
-		st, err := os.Stat(f.opts.Engine)
-		if err != nil || st.IsDir() || st.Mode()&0o111 == 0 {
-			return "", fmt.Errorf("%w: there is no executable llama-server at %s on this node: install llama.cpp there, "+
-				"or point --llama-server (MODELSERVE_LLAMA_SERVER) at its llama-server binary", ErrEngineMissing, f.opts.Engine)
-		}
-		return f.opts.Engine, nil
-	}
-	p, err := exec.LookPath("llama-server")
+	path, _, err := engine.Find(f.opts.Engine)
 	if err != nil {
 		return "", fmt.Errorf("%w: llama-server is not installed on this node: install llama.cpp (its llama-server binary) "+
 			"or point --llama-server (MODELSERVE_LLAMA_SERVER) at it", ErrEngineMissing)
 	}
-	return p, nil
+	st, err := os.Stat(path)
+	if err != nil || st.IsDir() || st.Mode()&0o111 == 0 {
+		return "", fmt.Errorf("%w: there is no executable llama-server at %s on this node: install llama.cpp there, "+
+			"or point --llama-server (MODELSERVE_LLAMA_SERVER) at its llama-server binary", ErrEngineMissing, path)
+	}
+	return path, nil
 }
 
 // sentenceOf is the operator's sentence of an ErrEngineMissing error,
@@ -170,6 +170,10 @@ var ownedFlags = []string{"-m", "--model", "-mm", "--mmproj", "--host", "--port"
 
 var threadFlags = []string{"-t", "--threads"}
 
+// ownedSwitches are the fleet's flags that take no value: the engine's own
+// load figures (/metrics, /slots), which the fleet reads for each replica.
+var ownedSwitches = []string{"--metrics", "--slots", "--no-slots"}
+
 // without is args with the flags named (and their values) taken out.
 func without(args []string, flags []string) []string {
 	var out []string
@@ -202,6 +206,7 @@ func hasFlag(args []string, flags []string) bool {
 // profile's arguments is to stand.
 func engineArgs(m catalog.Model, p catalog.Profile, weights, projector, key string, threads int) []string {
 	args := without(p.Args, ownedFlags)
+	args = slices.DeleteFunc(args, func(a string) bool { return slices.Contains(ownedSwitches, a) })
 	if threads > 0 {
 		args = without(args, threadFlags)
 	}
@@ -209,7 +214,7 @@ func engineArgs(m catalog.Model, p catalog.Profile, weights, projector, key stri
 	if projector != "" {
 		args = append(args, "--mmproj", projector)
 	}
-	args = append(args, "--alias", m.Name, "--api-key", key)
+	args = append(args, "--alias", m.Name, "--api-key", key, "--metrics", "--slots")
 	if threads > 0 {
 		args = append(args, "--threads", strconv.Itoa(threads))
 	}
@@ -243,7 +248,7 @@ func failureReason(exit error, lines []string) string {
 	var ee *exec.ExitError
 	if errors.As(exit, &ee) {
 		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-			what = "the engine was killed by " + ws.Signal().String()
+			what = fmt.Sprintf("the engine was killed by signal %d (%s)", int(ws.Signal()), ws.Signal())
 		} else {
 			what = fmt.Sprintf("the engine exited with status %d", ee.ExitCode())
 		}

@@ -14,6 +14,8 @@ import (
 
 	"modelserve/catalog"
 	"modelserve/internal/ggufgen"
+	"modelserve/internal/llamatest"
+	"modelserve/internal/store"
 )
 
 // readyWithin bounds a tiny model's load on a busy two-core machine.
@@ -67,7 +69,7 @@ func TestReplicaServesChatWithItsKey(t *testing.T) {
 	if logHas(r.Log, key) {
 		t.Errorf("the replica's log shows its engine key")
 	}
-	if !logHas(r.Log, "main: model loaded") {
+	if !logHas(r.Log, "model loaded") {
 		t.Errorf("the replica's log lacks the engine's own lines: %q", r.Log)
 	}
 	h, _ := fl.health("tiny")
@@ -191,10 +193,16 @@ func TestUnknownArchitectureIsParkedWithTheEnginesWords(t *testing.T) {
 }
 
 func TestStartupDeadlineKillsAnEngineThatNeverLoads(t *testing.T) {
-	t.Setenv("LLAMATEST_NEVER_READY", "1")
 	cat := MustCatalog(t)
 	fl := MustRun(t, cat, Options{MaxFailures: 1})
-	m := entry("slow", MustWriteModel(t, "slow.gguf", ggufgen.Spec{}), 1)
+	// Weights that never arrive, as on a hung network filesystem: a named
+	// pipe nobody writes to. llama-server listens, answers 503 while it
+	// waits to read them, and never loads.
+	fifo := filepath.Join(t.TempDir(), "slow.gguf")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	m := entry("slow", fifo, 1)
 	m.Profiles[0].StartupTimeout = 3 * time.Second
 	MustAdd(t, fl.notifying(cat), m)
 
@@ -217,7 +225,6 @@ func TestStartupDeadlineKillsAnEngineThatNeverLoads(t *testing.T) {
 }
 
 func TestCrashedReplicaComesBack(t *testing.T) {
-	t.Setenv("LLAMATEST_CRASH_AFTER", "1")
 	cat := MustCatalog(t)
 	fl := MustRun(t, cat, Options{})
 	MustAdd(t, fl.notifying(cat), entry("crashy", MustWriteModel(t, "crashy.gguf", ggufgen.Spec{}), 1))
@@ -226,6 +233,10 @@ func TestCrashedReplicaComesBack(t *testing.T) {
 	key := fl.EngineKey(first.ID)
 	if status, body := chat(t, first.Endpoint, key, "crashy"); status != http.StatusOK {
 		t.Fatalf("first chat: %d %s", status, body)
+	}
+	// The engine dies as the kernel's OOM killer would end it.
+	if err := syscall.Kill(first.PID, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
 	}
 	var again Replica
 	waitFor(t, readyWithin, "crashy ready again", func() (bool, string) {
@@ -236,7 +247,7 @@ func TestCrashedReplicaComesBack(t *testing.T) {
 		}
 		return false, "replicas " + jsonOf(rs)
 	})
-	if again.ID != first.ID || again.Failures != 1 || !strings.Contains(again.LastError, "exited with status 1") {
+	if again.ID != first.ID || again.Failures != 1 || !strings.Contains(again.LastError, "killed by signal 9") {
 		t.Errorf("after the crash: %s failures %d, last error %q; want %s with 1 failure", again.ID, again.Failures, again.LastError, first.ID)
 	}
 	if status, body := chat(t, again.Endpoint, fl.EngineKey(again.ID), "crashy"); status != http.StatusOK {
@@ -383,7 +394,8 @@ func TestCriticalModelEvictsOpportunistic(t *testing.T) {
 
 func TestMissingEngineSaysHowToInstallIt(t *testing.T) {
 	path, bin := os.Getenv("PATH"), mustSymlinkEngine(t)
-	t.Setenv("PATH", t.TempDir()) // no llama-server on it
+	t.Setenv("PATH", t.TempDir())             // no llama-server on it
+	t.Setenv("MODELSERVE_CACHE", t.TempDir()) // and none installed
 	cat := MustCatalog(t)
 	node := MustLocalNode(t, LocalConfig{})
 	f, err := New(Options{Catalog: cat, Nodes: []Node{node}, Log: testLog(t), Threads: 1, Interval: 100 * time.Millisecond})
@@ -476,9 +488,8 @@ func TestShutdownLeavesNoEngineAndRestartStartsAfresh(t *testing.T) {
 // the catalog and its first answer, with an engine that takes a second to
 // load: the engine's own time is its to spend, the rest is the fleet's.
 func TestAddedToAnswering(t *testing.T) {
-	t.Setenv("LLAMATEST_LOAD_DELAY_MS", "1000")
 	cat := MustCatalog(t)
-	fl := MustRun(t, cat, Options{})
+	fl := MustRun(t, cat, Options{Engine: llamatest.SlowPath(t, time.Second)})
 	m := entry("quick", MustWriteModel(t, "quick.gguf", ggufgen.Spec{}), 1)
 
 	added := time.Now()
@@ -500,9 +511,71 @@ func TestAddedToAnswering(t *testing.T) {
 	toSpawn := r.Started.Sub(added)
 	engine := r.ReadyAt.Sub(r.Started)
 	total := answered.Sub(added)
-	t.Logf("added → engine started %s; engine start → ready seen %s (1 s of it the load delay); ready → answered %s; total %s",
+	t.Logf("added → engine started %s; engine start → ready seen %s (1 s of it the engine's delayed start); ready → answered %s; total %s",
 		toSpawn.Round(time.Millisecond), engine.Round(time.Millisecond), answered.Sub(r.ReadyAt).Round(time.Millisecond), total.Round(time.Millisecond))
 	if toSpawn > 300*time.Millisecond {
 		t.Errorf("the fleet took %s to start the engine after the model was added", toSpawn)
+	}
+}
+
+// TestEnginesOwnFiguresAreReadAndKept: a ready replica shows what its
+// engine says of its work (/slots, /metrics), and each start is kept with
+// its estimate beside the memory measured, across a new fleet on the same
+// database.
+func TestEnginesOwnFiguresAreReadAndKept(t *testing.T) {
+	dbPath := filepath.Join(t.TempDir(), "modelserve.db")
+	db, err := store.Open(context.Background(), dbPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	cat := catalog.NewStore(db)
+	fl := MustRun(t, cat, Options{History: NewHistory(db), LoadEvery: 50 * time.Millisecond})
+	path := MustWriteModel(t, "tiny.gguf", ggufgen.Spec{})
+	m := entry("tiny", path, 1)
+	m.Profiles[0].Args = catalog.LlamaArgs(catalog.Sizing{CtxPool: 2048, ContextLength: 1024})
+	MustAdd(t, fl.notifying(cat), m)
+	r := fl.waitReady(t, "tiny", readyWithin)
+	if r.Load == nil || r.Load.Slots != 2 || r.Load.Context != 1024 || r.Load.SlotsBusy != 0 {
+		t.Fatalf("the ready replica's load is %s, want 2 idle slots of 1024 tokens", jsonOf(r.Load))
+	}
+	if status, body := chat(t, r.Endpoint, fl.EngineKey(r.ID), "tiny"); status != http.StatusOK {
+		t.Fatalf("chat: %d %s", status, body)
+	}
+	waitFor(t, 10*time.Second, "the chat counted in the engine's figures", func() (bool, string) {
+		rs := fl.replicasOf("tiny")
+		if len(rs) != 1 || rs[0].Load == nil {
+			return false, jsonOf(rs)
+		}
+		l := rs[0].Load
+		return l.PromptTokens > 0 && l.PredictedTokens > 0, jsonOf(l)
+	})
+
+	starts, err := fl.Starts(context.Background(), 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(starts) != 1 {
+		t.Fatalf("%d starts kept, want 1: %s", len(starts), jsonOf(starts))
+	}
+	s := starts[0]
+	if s.Replica != r.ID || s.Model != "tiny" || s.File != path || s.Context != 2048 || s.Slots != 2 ||
+		s.EstimateBytes != 1<<30 || s.RSSBytes <= 0 || s.RSSBytes > 1<<30 || s.ReadyAt.Before(s.Started) {
+		t.Errorf("start kept as %s; want %s of tiny at %s, 2048 tokens in 2 slots, 1 GiB estimated, a measured size", jsonOf(s), r.ID, path)
+	}
+	t.Logf("tiny model: estimated %d bytes, measured %d", s.EstimateBytes, s.RSSBytes)
+
+	// Kept in SQLite: another fleet opening the database file has it.
+	db2, err := store.Open(context.Background(), dbPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db2.Close() })
+	again, err := New(Options{Catalog: catalog.NewStore(db2), History: NewHistory(db2)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if kept, err := again.Starts(context.Background(), 10); err != nil || len(kept) != 1 || kept[0].Replica != r.ID {
+		t.Errorf("after a restart the history holds %s (%v)", jsonOf(kept), err)
 	}
 }

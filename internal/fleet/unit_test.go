@@ -14,6 +14,7 @@ import (
 
 	"modelserve/catalog"
 	"modelserve/internal/ggufgen"
+	"modelserve/internal/llamatest"
 )
 
 // fakeNode is a node with made-up hardware whose engines never answer:
@@ -141,15 +142,15 @@ func TestFailureReasonPicksTheEnginesWords(t *testing.T) {
 
 func TestEngineArgsKeepWhatTheFleetOwns(t *testing.T) {
 	m := catalog.Model{Name: "m"}
-	p := catalog.Profile{Args: []string{"--ctx-size", "4096", "--port", "9", "--host=0.0.0.0", "-t", "8", "--api-key", "x", "--embedding"}}
+	p := catalog.Profile{Args: []string{"--ctx-size", "4096", "--port", "9", "--no-slots", "--host=0.0.0.0", "-t", "8", "--api-key", "x", "--embedding"}}
 	got := strings.Join(engineArgs(m, p, "/w.gguf", "", "KEY", 2), " ")
-	want := "--ctx-size 4096 --embedding -m /w.gguf --alias m --api-key KEY --threads 2"
+	want := "--ctx-size 4096 --embedding -m /w.gguf --alias m --api-key KEY --metrics --slots --threads 2"
 	if got != want {
 		t.Errorf("args %q, want %q", got, want)
 	}
 	// No threads decided: the profile's own --threads stands.
 	got = strings.Join(engineArgs(m, catalog.Profile{Args: []string{"-t", "8"}}, "/w.gguf", "/p.gguf", "KEY", 0), " ")
-	if want := "-t 8 -m /w.gguf --mmproj /p.gguf --alias m --api-key KEY"; got != want {
+	if want := "-t 8 -m /w.gguf --mmproj /p.gguf --alias m --api-key KEY --metrics --slots"; got != want {
 		t.Errorf("args %q, want %q", got, want)
 	}
 	if r := redacted([]string{"--api-key", "KEY", "-m", "x"}); strings.Contains(r, "KEY") {
@@ -213,5 +214,41 @@ func TestNewRefusesWithoutACatalog(t *testing.T) {
 	a := &fakeNode{name: "x"}
 	if _, err := New(Options{Catalog: MustCatalog(t), Nodes: []Node{a, a}}); err == nil {
 		t.Errorf("New with two nodes of one name: no error")
+	}
+}
+
+// TestEveryFlagIsOneTheEngineKnows runs the installed llama-server's --help
+// and fails on any flag modelserve would pass that the build does not list:
+// llama-server refuses an unknown flag and exits, so a renamed flag would
+// park every model.
+func TestEveryFlagIsOneTheEngineKnows(t *testing.T) {
+	out, err := exec.Command(llamatest.Path(t), "--help").CombinedOutput()
+	if err != nil {
+		t.Fatalf("llama-server --help: %v\n%s", err, out)
+	}
+	listed := map[string]bool{}
+	for _, field := range strings.FieldsFunc(string(out), func(r rune) bool { return r == ' ' || r == ',' || r == '\n' || r == '\t' }) {
+		if strings.HasPrefix(field, "-") {
+			listed[field] = true
+		}
+	}
+	if !listed["--ctx-size"] {
+		t.Fatalf("--help lists no --ctx-size: not a llama-server help text?\n%s", out)
+	}
+	var passed []string
+	for _, s := range []catalog.Sizing{
+		{},
+		{CtxPool: 32768, ContextLength: 8192},
+		{Embeddings: true},
+		{Judge: true},
+	} {
+		p := catalog.Profile{Args: catalog.LlamaArgs(s)}
+		passed = append(passed, engineArgs(catalog.Model{Name: "m"}, p, "/w.gguf", "/p.gguf", "KEY", 2)...)
+	}
+	passed = append(passed, "--host", "--port") // the local node's own (see process_linux.go)
+	for _, a := range passed {
+		if name, _, _ := strings.Cut(a, "="); strings.HasPrefix(name, "-") && !listed[name] {
+			t.Errorf("modelserve passes %s, which this llama-server's --help does not list", name)
+		}
 	}
 }

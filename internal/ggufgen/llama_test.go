@@ -2,65 +2,45 @@ package ggufgen
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
-	"errors"
-	"os"
-	"os/exec"
+	"io"
+	"math"
+	"net/http"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"modelserve/internal/llamatest"
 )
 
-// probeResult is what internal/llamatest/probe.mjs prints.
-type probeResult struct {
-	TrainContextSize    int     `json:"trainContextSize"`
-	EmbeddingVectorSize int     `json:"embeddingVectorSize"`
-	EngineMs            int     `json:"engineMs"`
-	LoadMs              int     `json:"loadMs"`
-	PromptTokens        int     `json:"promptTokens"`
-	Tokens              int     `json:"tokens"`
-	Text                string  `json:"text"`
-	TokensPerSecond     float64 `json:"tokensPerSecond"`
-	VectorLength        int     `json:"vectorLength"`
-	Finite              bool    `json:"finite"`
+// readyTimeout bounds a tiny model's load, which takes tens of milliseconds
+// when the machine is idle and more when other tests share its two cores.
+const readyTimeout = time.Minute
+
+// post sends body as JSON to url and decodes the 200 answer into out.
+func post(t *testing.T, url, body string, out any) {
+	t.Helper()
+	resp, err := http.Post(url, "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatalf("POST %s: %v", url, err)
+	}
+	defer resp.Body.Close()
+	data, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("POST %s: %s %s", url, resp.Status, data)
+	}
+	if err := json.Unmarshal(data, out); err != nil {
+		t.Fatalf("POST %s answered %s: %v", url, data, err)
+	}
 }
 
-// probe runs probe.mjs on model in real llama.cpp. It skips the test when
-// node or node-llama-cpp is missing, and returns llama.cpp's error text when
-// the model does not load.
-func probe(t *testing.T, model string, args ...string) (probeResult, string, error) {
+// serve starts llama-server on path and waits until it has loaded.
+func serve(t *testing.T, path string, args ...string) string {
 	t.Helper()
-	dir, err := filepath.Abs(filepath.Join("..", "llamatest"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.Stat(filepath.Join(dir, "node_modules", "node-llama-cpp", "package.json")); err != nil {
-		t.Skip("node-llama-cpp is not installed in internal/llamatest: `make test` installs it (npm ci --prefix internal/llamatest)")
-	}
-	node, err := exec.LookPath("node")
-	if err != nil {
-		t.Skip("node is not on PATH: install Node.js 20 or later to run llama.cpp in tests")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, node, append([]string{filepath.Join(dir, "probe.mjs"), model, "--threads", "1"}, args...)...)
-	cmd.Dir = dir
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		var exit *exec.ExitError
-		if errors.As(err, &exit) && exit.ExitCode() == 1 {
-			return probeResult{}, stderr.String(), err
-		}
-		t.Fatalf("probe.mjs failed: %v\n%s", err, stderr.String())
-	}
-	var res probeResult
-	if err := json.Unmarshal(stdout.Bytes(), &res); err != nil {
-		t.Fatalf("probe.mjs printed %q: %v", stdout.String(), err)
-	}
-	return res, stderr.String(), nil
+	url, _ := llamatest.Start(t, append([]string{"--model", path, "--ctx-size", "1024", "--parallel", "1"}, args...)...)
+	llamatest.WaitReady(t, url, readyTimeout)
+	return url
 }
 
 func TestLlamaCppGenerates(t *testing.T) {
@@ -90,25 +70,54 @@ func TestLlamaCppGenerates(t *testing.T) {
 			} else if err := WriteFile(path, tc.spec); err != nil {
 				t.Fatal(err)
 			}
-			res, stderr, err := probe(t, path, "--tokens", "16", "--prompt", "the world")
+			url := serve(t, path)
+
+			// What llama.cpp read of the header.
+			var models struct {
+				Data []struct {
+					Meta struct {
+						TrainContext int `json:"n_ctx_train"`
+						Embedding    int `json:"n_embd"`
+					} `json:"meta"`
+				} `json:"data"`
+			}
+			resp, err := http.Get(url + "/v1/models")
 			if err != nil {
-				t.Fatalf("llama.cpp did not load it: %v\n%s", err, stderr)
+				t.Fatal(err)
+			}
+			err = json.NewDecoder(resp.Body).Decode(&models)
+			resp.Body.Close()
+			if err != nil || len(models.Data) != 1 {
+				t.Fatalf("/v1/models: %v, %d models", err, len(models.Data))
 			}
 			s := tc.spec.withDefaults()
-			if res.TrainContextSize != int(s.ContextLength) || res.EmbeddingVectorSize != int(s.EmbeddingLength) {
+			if m := models.Data[0].Meta; m.TrainContext != int(s.ContextLength) || m.Embedding != int(s.EmbeddingLength) {
 				t.Errorf("llama.cpp read a context of %d and %d wide, want %d and %d",
-					res.TrainContextSize, res.EmbeddingVectorSize, s.ContextLength, s.EmbeddingLength)
+					m.TrainContext, m.Embedding, s.ContextLength, s.EmbeddingLength)
 			}
+
 			// "the world" is <s> ▁the ▁world: llama.cpp's tokenizer reaches
 			// the words through their prefixes rather than falling back to
 			// bytes.
-			if res.PromptTokens != 3 {
-				t.Errorf("the prompt took %d tokens, want 3", res.PromptTokens)
+			var tok struct{ Tokens []int }
+			post(t, url+"/tokenize", `{"content": "the world", "add_special": true}`, &tok)
+			if len(tok.Tokens) != 3 {
+				t.Errorf("the prompt took %d tokens (%v), want 3", len(tok.Tokens), tok.Tokens)
 			}
-			if res.Tokens < 1 {
-				t.Errorf("generated %d tokens, want at least one", res.Tokens)
+
+			var chat struct {
+				Usage struct {
+					Completion int `json:"completion_tokens"`
+				}
+				Timings struct {
+					PerSecond float64 `json:"predicted_per_second"`
+				}
 			}
-			t.Logf("engine %d ms, load %d ms, %d tokens at %.0f/s: %q", res.EngineMs, res.LoadMs, res.Tokens, res.TokensPerSecond, res.Text)
+			post(t, url+"/v1/chat/completions", `{"messages": [{"role": "user", "content": "the world"}], "max_tokens": 16}`, &chat)
+			if chat.Usage.Completion < 1 {
+				t.Errorf("generated %d tokens, want at least one", chat.Usage.Completion)
+			}
+			t.Logf("%d tokens at %.0f/s", chat.Usage.Completion, chat.Timings.PerSecond)
 		})
 	}
 }
@@ -122,7 +131,7 @@ func TestLlamaCppRefuses(t *testing.T) {
 		// llama.cpp's own words, as llama-server logs them.
 		{"unknown architecture", Spec{Architecture: "foo"}, "unknown model architecture: 'foo'"},
 		// A projector is loaded beside a model, never as one.
-		{"projector as a model", Spec{Projector: true}, "Failed to load model"},
+		{"projector as a model", Spec{Projector: true}, "failed to load model"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -131,12 +140,25 @@ func TestLlamaCppRefuses(t *testing.T) {
 			if err := WriteFile(path, tc.spec); err != nil {
 				t.Fatal(err)
 			}
-			_, stderr, err := probe(t, path)
-			if err == nil {
-				t.Fatal("llama.cpp loaded it")
+			cmd := llamatest.Command(t, append([]string{"--model", path, "--port", "0"}, llamatest.Threads...)...)
+			var out bytes.Buffer
+			cmd.Stdout, cmd.Stderr = &out, &out
+			done := make(chan error, 1)
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
 			}
-			if !strings.Contains(stderr, tc.want) {
-				t.Errorf("llama.cpp said %q, want it to say %q", stderr, tc.want)
+			t.Cleanup(func() { llamatest.Stop(cmd) })
+			go func() { done <- cmd.Wait() }()
+			select {
+			case err := <-done:
+				if err == nil {
+					t.Fatalf("llama-server exited 0 on a model it cannot load:\n%s", out.String())
+				}
+			case <-time.After(readyTimeout):
+				t.Fatalf("llama-server loaded it and kept serving:\n%s", out.String())
+			}
+			if !strings.Contains(out.String(), tc.want) {
+				t.Errorf("llama-server said\n%s\nwant it to say %q", out.String(), tc.want)
 			}
 		})
 	}
@@ -147,11 +169,20 @@ func TestLlamaCppEmbeds(t *testing.T) {
 	if err := WriteFile(path, Spec{Pooling: new(uint32(1)), EmbeddingLength: 96, HeadCount: 6, HeadCountKV: 3}); err != nil {
 		t.Fatal(err)
 	}
-	res, stderr, err := probe(t, path, "--embedding", "--prompt", "hello world")
-	if err != nil {
-		t.Fatalf("llama.cpp did not load it: %v\n%s", err, stderr)
+	url := serve(t, path, "--embedding")
+	var res struct {
+		Data []struct{ Embedding []float64 }
 	}
-	if res.VectorLength != 96 || !res.Finite {
-		t.Errorf("a vector of %d (finite %v), want 96 finite numbers", res.VectorLength, res.Finite)
+	post(t, url+"/v1/embeddings", `{"input": "hello world"}`, &res)
+	if len(res.Data) != 1 {
+		t.Fatalf("%d embeddings, want 1", len(res.Data))
+	}
+	v := res.Data[0].Embedding
+	finite := len(v) > 0
+	for _, x := range v {
+		finite = finite && !math.IsNaN(x) && !math.IsInf(x, 0)
+	}
+	if len(v) != 96 || !finite {
+		t.Errorf("a vector of %d (finite %v), want 96 finite numbers", len(v), finite)
 	}
 }

@@ -1,14 +1,15 @@
-// Package llamatest runs a test engine in place of llama.cpp's llama-server.
+// Package llamatest gives tests llama.cpp's real llama-server.
 //
 // modelserve starts llama-server as replicas: it passes its flags, waits for
-// /health, and sends chat and embedding requests. Nothing here can download
-// llama-server, and a fake that only pretended to load models would let a
-// wrong flag, a refused model or a misread answer pass every test. The
-// executable in this directory, llama-server, keeps llama-server's command
-// line and HTTP contract strictly and has real llama.cpp inside (through the
-// npm package node-llama-cpp), so the tiny models internal/ggufgen writes
-// really load, generate and embed. Tests pass Path(t) as --llama-server, or
-// use Start to run one engine on a free loopback port.
+// /health, and sends chat and embedding requests. A fake that only pretended
+// would let a wrong flag, a refused model or a misread answer pass every
+// test, so the tests run the real engine: the build that
+// internal/engine/install-llama-server.sh unpacks into the cache folder
+// (`make test` runs it first). Tests pass Path(t) as --llama-server, or use
+// Start to run one engine on a free loopback port.
+//
+// Under `make test` (MODELSERVE_REQUIRE_ENGINE=1) a missing engine fails the
+// test; a bare `go test` skips it and says how to install one.
 package llamatest
 
 import (
@@ -20,47 +21,52 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"modelserve/internal/engine"
 )
 
-// skipReason is why a test cannot run the engine on this machine.
-const skipReason = "node-llama-cpp is not installed: make test installs it (npm ci --prefix internal/llamatest)"
+// Threads keep an engine to one thread. With more threads than idle cores
+// llama.cpp spins, and on a busy two-core machine two threads made the tiny
+// model tens of times slower than one.
+var Threads = []string{"--threads", "1"}
 
-// dir is this package's directory, found from this source file so that the
-// tests of any package, whatever their working directory, find the engine.
-func dir() (string, error) {
-	_, file, _, ok := runtime.Caller(0)
-	if !ok {
-		return "", fmt.Errorf("llamatest cannot tell where its source file is")
-	}
-	return filepath.Dir(file), nil
-}
-
-// Path is the absolute path of the llama-server test engine. It skips the
-// test when node or the engine's npm packages are missing, since then no
-// engine can run.
+// Path is the absolute path of the installed llama-server. When it is
+// missing the test fails under `make test` and is skipped otherwise.
 func Path(t testing.TB) string {
 	t.Helper()
-	d, err := dir()
+	p, err := engine.Installed()
+	if err == nil {
+		_, err = os.Stat(p)
+	}
 	if err != nil {
+		const how = "llama-server is not installed: run internal/engine/install-llama-server.sh (make test does)"
+		if os.Getenv("MODELSERVE_REQUIRE_ENGINE") != "" {
+			t.Fatalf("%s: %v", how, err)
+		}
+		t.Skipf("%s: %v", how, err)
+	}
+	return p
+}
+
+// SlowPath is an engine that waits delay before it becomes llama-server: a
+// slow load, or with a long delay one that never loads. It is a shell script
+// that sleeps, then execs the real engine, so the process modelserve started
+// is the one that serves. Only the wait is made up: a model large enough to
+// load slowly for real would cost the tests its size on disk.
+func SlowPath(t testing.TB, delay time.Duration) string {
+	t.Helper()
+	real := Path(t)
+	p := filepath.Join(t.TempDir(), "llama-server")
+	script := fmt.Sprintf("#!/bin/sh\nsleep %.3f\nexec %q \"$@\"\n", delay.Seconds(), real)
+	if err := os.WriteFile(p, []byte(script), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := exec.LookPath("node"); err != nil {
-		t.Skip(skipReason + " (node is not on PATH)")
-	}
-	if _, err := os.Stat(filepath.Join(d, "node_modules", "node-llama-cpp", "package.json")); err != nil {
-		t.Skip(skipReason)
-	}
-	exe := filepath.Join(d, "llama-server")
-	if _, err := os.Stat(exe); err != nil {
-		t.Fatalf("the test engine is missing: %v", err)
-	}
-	return exe
+	return p
 }
 
 // FreePort is a loopback port nothing listens on at the moment of asking.
@@ -92,48 +98,39 @@ func Stop(cmd *exec.Cmd) {
 	if cmd.Process == nil {
 		return
 	}
-	// The group, not only the process: the engine is node, which may have
-	// children of its own.
-	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 	if cmd.ProcessState == nil {
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 		_ = cmd.Wait()
 	}
 }
 
-// Start runs the engine with args plus --host 127.0.0.1 --port N on a free
-// port and returns its base URL ("http://127.0.0.1:N") and command. It does
-// not wait for the model to load (see WaitReady). At cleanup the engine's
-// process group is killed; if the test failed, the engine's stderr is logged.
+// Start runs the engine with args plus one thread, --host 127.0.0.1 and
+// --port N on a free port, and returns its base URL ("http://127.0.0.1:N")
+// and command. It does not wait for the model to load (see WaitReady). At
+// cleanup the engine's process group is killed; if the test failed, the
+// engine's output is logged.
 func Start(t testing.TB, args ...string) (baseURL string, cmd *exec.Cmd) {
 	t.Helper()
-	baseURL, cmd, _ = start(t, nil, args...)
-	return baseURL, cmd
-}
-
-// start is Start with extra environment (KEY=value) for the engine, that
-// also hands back the engine's output, for the tests here that read it.
-func start(t testing.TB, env []string, args ...string) (baseURL string, cmd *exec.Cmd, output *syncBuffer) {
-	t.Helper()
 	port := FreePort(t)
-	cmd = Command(t, append(args, "--host", "127.0.0.1", "--port", strconv.Itoa(port))...)
-	cmd.Env = append(cmd.Environ(), env...)
-	stderr := &syncBuffer{}
-	cmd.Stdout = stderr
-	cmd.Stderr = stderr
+	args = append(append(args, Threads...), "--host", "127.0.0.1", "--port", strconv.Itoa(port))
+	cmd = Command(t, args...)
+	out := &syncBuffer{}
+	cmd.Stdout = out
+	cmd.Stderr = out
 	if err := cmd.Start(); err != nil {
-		t.Fatalf("starting the test engine: %v", err)
+		t.Fatalf("starting llama-server: %v", err)
 	}
 	t.Cleanup(func() {
 		Stop(cmd)
 		if t.Failed() {
-			t.Logf("test engine output:\n%s", stderr.String())
+			t.Logf("llama-server output:\n%s", out.String())
 		}
 	})
-	return "http://127.0.0.1:" + strconv.Itoa(port), cmd, stderr
+	return "http://127.0.0.1:" + strconv.Itoa(port), cmd
 }
 
 // WaitReady polls baseURL/health until it answers 200 or timeout passes,
-// and fails the test then. A tiny model is ready in a second or two.
+// and fails the test then. A tiny model is ready in well under a second.
 func WaitReady(t testing.TB, baseURL string, timeout time.Duration) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
@@ -153,8 +150,8 @@ func WaitReady(t testing.TB, baseURL string, timeout time.Duration) {
 		}
 		select {
 		case <-ctx.Done():
-			t.Fatalf("the test engine at %s was not ready within %s: last answer %s", baseURL, timeout, last)
-		case <-time.After(50 * time.Millisecond):
+			t.Fatalf("llama-server at %s was not ready within %s: last answer %s", baseURL, timeout, last)
+		case <-time.After(20 * time.Millisecond):
 		}
 	}
 }
