@@ -33,6 +33,7 @@ type fakeFleet struct {
 	replicas []fleet.Replica
 	models   []fleet.ModelHealth
 	nodes    []fleet.NodeStatus
+	starts   []fleet.Start
 	keys     map[string]string
 }
 
@@ -42,6 +43,9 @@ func (f *fakeFleet) Replicas() []fleet.Replica        { return slices.Clone(f.re
 func (f *fakeFleet) ModelHealth() []fleet.ModelHealth { return slices.Clone(f.models) }
 func (f *fakeFleet) Nodes() []fleet.NodeStatus        { return slices.Clone(f.nodes) }
 func (f *fakeFleet) EngineKey(id string) string       { return f.keys[id] }
+func (f *fakeFleet) Starts(_ context.Context, limit int) ([]fleet.Start, error) {
+	return slices.Clone(f.starts[:min(limit, len(f.starts))]), nil
+}
 
 const (
 	engineKey = "5ecre7k3y0f7he3ng1ne5ecre7k3y0f7he3ng1ne"
@@ -62,6 +66,7 @@ func busyFleet() *fakeFleet {
 			{ID: "tiny-1", Model: "tiny", Profile: "cpu", Node: "cpu-1", Endpoint: "http://127.0.0.1:4242", State: fleet.Ready,
 				Started: started, ReadyAt: started.Add(3 * time.Second), PID: 4242, Threads: 4,
 				RSSBytes: 3 * gib / 2, EstimateBytes: 2 * gib,
+				Load: &fleet.Load{Slots: 4, SlotsBusy: 1, Context: 4096, Deferred: 2, PromptTokens: 300, CachedTokens: 100, PredictedTokens: 50},
 				Log: []string{
 					"main: starting llama-server --api-key " + engineKey,
 					"<script>alert(1)</script>",
@@ -78,6 +83,12 @@ func busyFleet() *fakeFleet {
 		},
 		nodes: []fleet.NodeStatus{{Name: "cpu-1", CPUCores: 8, RAMBytes: 32 * gib, AvailableBytes: 24 * gib,
 			FreeBytes: 20 * gib, PromisedBytes: 6 * gib, Replicas: []string{"small-1", "tiny-1"}}},
+		starts: []fleet.Start{
+			{Replica: "tiny-1", Model: "tiny", File: "/data/mirror/acme/tiny/abc/tiny-Q4_K_M.gguf", Context: 16384, Slots: 4,
+				EstimateBytes: 2 * gib, RSSBytes: 3 * gib / 2, Started: started, ReadyAt: started.Add(3 * time.Second)},
+			{Replica: "tiny-0", Model: "tiny", File: "/data/mirror/acme/tiny/abc/tiny-Q4_K_M.gguf", Context: 4096, Slots: 1,
+				EstimateBytes: gib, RSSBytes: 5 * gib / 4, Started: started, ReadyAt: started.Add(time.Second)},
+		},
 		keys: map[string]string{"tiny-1": engineKey, "small-1": "an0th3rk3y"},
 	}
 }
@@ -124,6 +135,7 @@ func TestFleetPageShowsTheFleet(t *testing.T) {
 			`[data-testid="endpoint"]`:       "http://127.0.0.1:4242",
 			`[data-testid="failures"]`:       "0",
 			`[data-testid="replica-memory"]`: "1.5 GB resident; estimated 2.0 GB",
+			`[data-testid="replica-load"]`:   "1 of 4 slots busy, 2 waiting; 4096 tokens a slot; 400 prompt tokens read (25% from its cache), 50 generated",
 		} {
 			if got := strings.Join(texts(tiny.Find(what)), " "); got != want {
 				t.Errorf("tiny-1's %s reads %q, want %q", what, got, want)
@@ -171,6 +183,21 @@ func TestFleetPageShowsTheFleet(t *testing.T) {
 		}
 		if got := doc.Find(`[data-testid="model-health"][data-model="tiny"] [data-testid="model-replicas"]`).Text(); got != "1 of 1 ready" {
 			t.Errorf("tiny's replicas %q", got)
+		}
+	})
+
+	t.Run("memory estimated and measured", func(t *testing.T) {
+		var rows [][]string
+		doc.Find(`[data-testid="start"]`).Each(func(_ int, s *goquery.Selection) {
+			rows = append(rows, []string{s.AttrOr("data-replica", ""), s.Find("td").Eq(2).Text(),
+				s.Find(`[data-testid="start-estimate"]`).Text(), s.Find(`[data-testid="start-measured"]`).Text(), s.Find(`[data-testid="start-error"]`).Text()})
+		})
+		want := [][]string{
+			{"tiny-1", "16384 tokens in 4 slots", "2.0 GB", "1.5 GB", "measured 25% under"},
+			{"tiny-0", "4096 tokens in 1 slot", "1.0 GB", "1.2 GB", "measured 25% over"},
+		}
+		if !slices.EqualFunc(rows, want, slices.Equal) {
+			t.Errorf("the starts read %q, want %q", rows, want)
 		}
 	})
 

@@ -1,6 +1,7 @@
 package handlers
 
 import (
+	"context"
 	"net/http"
 
 	"modelserve/internal/fleet"
@@ -11,14 +12,34 @@ import (
 // with its state, endpoint, failures, memory (resident beside the estimate
 // it was placed by) and the last lines of its engine's log, and how each
 // model of the catalog fares (parked and why, waiting for room and what
-// holds it). Without a fleet both lists are empty: nothing runs replicas.
+// holds it), and the recent engine starts with their estimated and measured
+// memory. Without a fleet the lists are empty: nothing runs replicas.
 func (s *Server) apiReplicas(w http.ResponseWriter, r *http.Request) {
 	snap, ok := s.snapshot()
 	if !ok {
 		snap = fleetSnapshot{replicas: []fleet.Replica{}, models: []fleet.ModelHealth{}}
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"replicas": snap.replicas, "models": snap.models})
+	starts := s.recentStarts(r.Context())
+	writeJSON(w, http.StatusOK, map[string]any{"replicas": snap.replicas, "models": snap.models, "starts": starts})
 }
+
+// recentStarts is the fleet's newest engine starts, never nil. Failing to
+// read them costs the page a section, not the page: it is logged.
+func (s *Server) recentStarts(ctx context.Context) []fleet.Start {
+	starts := []fleet.Start{}
+	if s.deps.Fleet == nil {
+		return starts
+	}
+	got, err := s.deps.Fleet.Starts(ctx, recentStarts)
+	if err != nil {
+		s.deps.Log.Error("reading the engine starts", "err", err)
+		return starts
+	}
+	return append(starts, got...)
+}
+
+// recentStarts is how many engine starts the fleet page and the API show.
+const recentStarts = 50
 
 // apiNodes is the pool the planner plans for, and beside it the fleet's
 // nodes with what is promised to replicas on each and what is free for

@@ -3,6 +3,7 @@ package handlers
 import (
 	"fmt"
 	"net/http"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -47,6 +48,9 @@ func (s *Server) fleetPage(w http.ResponseWriter, r *http.Request, v visit) {
 			m.Placement = strings.Split(h.Placement, "\n")
 		}
 		p.Models = append(p.Models, m)
+	}
+	for _, st := range s.recentStarts(r.Context()) {
+		p.Starts = append(p.Starts, startView(st, now))
 	}
 	s.render(w, r, http.StatusOK, views.FleetPageView(p))
 }
@@ -184,6 +188,9 @@ func replicaView(r fleet.Replica, now time.Time) views.FleetReplica {
 	default:
 		vm.Memory = "not known"
 	}
+	if l := r.Load; l != nil {
+		vm.Load = loadText(*l)
+	}
 	if r.PID > 0 {
 		vm.Process = fmt.Sprintf("pid %d", r.PID)
 		if r.Threads > 0 {
@@ -232,4 +239,43 @@ func usageBar(label string, totalGB, freeGB float64) views.Bar {
 		},
 		Text: fmt.Sprintf("%s in use, %s free of %s", gbText(used), gbText(freeGB), gbText(totalGB)),
 	}
+}
+
+// loadText is what an engine says of its work, in words.
+func loadText(l fleet.Load) string {
+	waiting := "none waiting"
+	if l.Deferred > 0 {
+		waiting = fmt.Sprintf("%d waiting", l.Deferred)
+	}
+	text := fmt.Sprintf("%d of %d %s busy, %s", l.SlotsBusy, l.Slots, plural(l.Slots, "slot", "slots"), waiting)
+	if l.Context > 0 {
+		text += fmt.Sprintf("; %d tokens a slot", l.Context)
+	}
+	if l.KVCacheUsage != nil {
+		text += fmt.Sprintf("; KV cache %.0f%% full", *l.KVCacheUsage*100)
+	}
+	if seen := l.PromptTokens + l.CachedTokens; seen > 0 || l.PredictedTokens > 0 {
+		text += fmt.Sprintf("; %d prompt tokens read (%.0f%% from its cache), %d generated",
+			seen, float64(l.CachedTokens)*100/float64(max(seen, 1)), l.PredictedTokens)
+	}
+	return text
+}
+
+// startView is one engine start with its memory, estimated and measured.
+func startView(st fleet.Start, now time.Time) views.FleetStart {
+	vm := views.FleetStart{
+		Replica: st.Replica, File: filepath.Base(st.File),
+		Ready: timeText(st.ReadyAt, now), ReadyISO: st.ReadyAt.UTC().Format(time.RFC3339),
+		Context:  fmt.Sprintf("%d tokens in %d %s", st.Context, st.Slots, plural(st.Slots, "slot", "slots")),
+		Estimate: sizeText(st.EstimateBytes), Measured: sizeText(st.RSSBytes),
+	}
+	switch {
+	case st.RSSBytes <= 0 || st.EstimateBytes <= 0:
+		vm.Error = "not known"
+	case st.RSSBytes > st.EstimateBytes:
+		vm.Error = fmt.Sprintf("measured %.0f%% over", float64(st.RSSBytes-st.EstimateBytes)*100/float64(st.EstimateBytes))
+	default:
+		vm.Error = fmt.Sprintf("measured %.0f%% under", float64(st.EstimateBytes-st.RSSBytes)*100/float64(st.EstimateBytes))
+	}
+	return vm
 }

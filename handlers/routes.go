@@ -54,6 +54,9 @@ type Fleet interface {
 	Replicas() []fleet.Replica
 	ModelHealth() []fleet.ModelHealth
 	Nodes() []fleet.NodeStatus
+	// Starts are the newest engine starts, with their estimated and
+	// measured memory.
+	Starts(ctx context.Context, limit int) ([]fleet.Start, error)
 }
 
 // Deps are what the handlers need. New refuses a missing one by name.

@@ -284,6 +284,8 @@ type FleetPage struct {
 	HasFleet bool
 	Replicas []FleetReplica
 	Models   []FleetModel
+	// Starts are the recent engine starts, newest first.
+	Starts []FleetStart
 	// AsOf is when the figures were read ("12:00:03 UTC").
 	AsOf string
 }
@@ -302,6 +304,9 @@ type FleetReplica struct {
 	Started, StartedISO, ReadyIn string
 	// Memory is what it uses, measured or estimated, in words.
 	Memory string
+	// Load is what its engine says of its work ("1 of 4 slots busy, none
+	// waiting; …"), "" until it is ready.
+	Load string
 	// Process is "pid 1234, 4 threads", "" without an engine process.
 	Process string
 	// Failures is how often its engine ended unasked; LastError the last
@@ -311,6 +316,19 @@ type FleetReplica struct {
 	// Log is the engine's last lines, written as text: what an engine
 	// writes is not to be trusted as markup.
 	Log []string
+}
+
+// FleetStart is one engine start that became ready, with the memory it was
+// placed by beside the memory it was measured to hold.
+type FleetStart struct {
+	Replica, File string
+	// Ready is when it became ready ("12:00:03 UTC").
+	Ready, ReadyISO string
+	// Context is "16384 tokens in 4 slots".
+	Context string
+	// Estimate and Measured are sizes ("1.2 GB"); Error is how far the
+	// estimate was from the measure ("measured 12% under").
+	Estimate, Measured, Error string
 }
 
 // FleetModel is how the fleet fares with one model of the catalog.

@@ -369,7 +369,17 @@ func TestServeToAReplicaThroughTheAPI(t *testing.T) {
 		Replicas []struct {
 			ID, Model, State, Endpoint string
 			PID                        int `json:"pid"`
+			Load                       *struct {
+				Slots int `json:"slots"`
+			} `json:"load"`
 		} `json:"replicas"`
+		Starts []struct {
+			Replica, Model string
+			Context        int   `json:"context"`
+			Slots          int   `json:"slots"`
+			Estimate       int64 `json:"estimate_bytes"`
+			RSS            int64 `json:"rss_bytes"`
+		} `json:"starts"`
 	}
 	if code := s.do("GET", "/api/v1/replicas", nil, &reps); code != 200 || len(reps.Replicas) != 1 {
 		t.Fatalf("replicas: %d %+v", code, reps)
@@ -377,6 +387,15 @@ func TestServeToAReplicaThroughTheAPI(t *testing.T) {
 	r := reps.Replicas[0]
 	if r.Model != "chatty" || r.State != "ready" || r.PID == 0 || !strings.HasPrefix(r.Endpoint, "http://127.0.0.1:") {
 		t.Errorf("replica %+v, want chatty ready on loopback with a pid", r)
+	}
+	if r.Load == nil || r.Load.Slots != 2 {
+		t.Errorf("replica's load %+v, want the engine's 2 slots", r.Load)
+	}
+	if len(reps.Starts) != 1 || reps.Starts[0].Replica != r.ID || reps.Starts[0].Context != 2048 || reps.Starts[0].Slots != 2 ||
+		reps.Starts[0].Estimate <= 0 || reps.Starts[0].RSS <= 0 {
+		t.Errorf("starts %+v, want %s's start with its estimate and measured memory", reps.Starts, r.ID)
+	} else {
+		t.Logf("chatty: estimated %d bytes, measured %d", reps.Starts[0].Estimate, reps.Starts[0].RSS)
 	}
 
 	s.stop()

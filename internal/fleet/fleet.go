@@ -37,8 +37,9 @@ type Catalog interface {
 // Options configure a Fleet. Catalog is required.
 type Options struct {
 	Catalog Catalog
-	// Engine is llama-server's path; empty looks for it on PATH each time a
-	// replica starts, so installing it later needs no restart.
+	// Engine is llama-server's path; empty looks for it on PATH, then for
+	// the installed copy (engine.Find), each time a replica starts, so
+	// installing it later needs no restart.
 	Engine string
 	// Nodes run the replicas; none means this machine (Local).
 	Nodes []Node
@@ -60,6 +61,12 @@ type Options struct {
 	// healthMisses checks in a row is stopped and started again: a hung
 	// engine never exits by itself, and would stay "ready" for ever.
 	HealthEvery time.Duration
+	// LoadEvery is how often a ready replica's engine is asked for its
+	// /slots and /metrics (Replica.Load): 2 s unless set.
+	LoadEvery time.Duration
+	// History keeps each engine start's estimated and measured memory;
+	// nil keeps none.
+	History *History
 	// Threads, when set, is every replica's --threads, whatever its
 	// profile says: tests on a small machine, where llama.cpp spins on
 	// more threads than there are idle cores.
@@ -112,6 +119,8 @@ type Replica struct {
 	// the estimates are.
 	RSSBytes      int64 `json:"rss_bytes,omitempty"`
 	EstimateBytes int64 `json:"estimate_bytes"`
+	// Load is what the engine last said of its work, once ready.
+	Load *Load `json:"load,omitempty"`
 	// Log is the engine's last lines (up to 200).
 	Log []string `json:"log,omitempty"`
 }
@@ -207,6 +216,9 @@ func New(opts Options) (*Fleet, error) {
 	}
 	if opts.StopGrace <= 0 {
 		opts.StopGrace = 5 * time.Second
+	}
+	if opts.LoadEvery <= 0 {
+		opts.LoadEvery = 2 * time.Second
 	}
 	nodes := opts.Nodes
 	if len(nodes) == 0 {
@@ -354,6 +366,12 @@ func (f *Fleet) ModelHealth() []ModelHealth {
 	}
 	slices.SortFunc(out, func(a, b ModelHealth) int { return strings.Compare(a.Model, b.Model) })
 	return out
+}
+
+// Starts are the newest limit engine starts that became ready, with their
+// estimated and measured memory, newest first; none without a History.
+func (f *Fleet) Starts(ctx context.Context, limit int) ([]Start, error) {
+	return f.opts.History.Recent(ctx, limit)
 }
 
 // EngineKey is the key replica id's engine wants (--api-key); "" for a

@@ -540,7 +540,7 @@ func (f *Fleet) startLocked(ctx context.Context, m catalog.Model, p catalog.Prof
 	rctx, cancel := context.WithCancel(ctx)
 	r := &replica{
 		id: id, model: m.Name, profile: p.Name, fingerprint: fingerprint(m), node: node,
-		memBytes: need, cards: cards, key: key, threads: threads,
+		memBytes: need, cards: cards, key: key, weights: weights, threads: threads,
 		args:    engineArgs(m, p, weights, projector, key, threads),
 		env:     env,
 		startup: startupTimeout(p, weightsBytes(m, weights)),

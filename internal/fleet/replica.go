@@ -19,6 +19,7 @@ type replica struct {
 	memBytes           int64 // promised on the node
 	cards              []int // promised on the node
 	key                string
+	weights            string // the file the engine loads
 	threads            int
 	args, env          []string
 	startup            time.Duration
@@ -36,6 +37,7 @@ type replica struct {
 	pid      int
 	endpoint string
 	rss      int64
+	load     *Load
 	stopping bool
 	// evictedFor is the critical model r is stopping to make room for:
 	// the room it gives back is that model's.
@@ -50,7 +52,7 @@ func (r *replica) view() Replica {
 		ID: r.id, Model: r.model, Profile: r.profile, Node: r.node.Name(), Endpoint: r.endpoint,
 		State: r.state, Detail: r.detail, Failures: r.failures, LastError: r.lastErr,
 		Started: r.started, ReadyAt: r.readyAt, PID: r.pid, Threads: r.threads,
-		RSSBytes: r.rss, EstimateBytes: r.memBytes, Log: r.log.Lines(),
+		RSSBytes: r.rss, EstimateBytes: r.memBytes, Load: r.load, Log: r.log.Lines(),
 	}
 }
 
@@ -129,7 +131,7 @@ func (f *Fleet) attempt(ctx context.Context, r *replica) (outcome, string) {
 		return failedStart, "the engine could not be started: " + err.Error()
 	}
 	f.mu.Lock()
-	r.pid, r.endpoint, r.started, r.readyAt, r.rss = proc.PID(), proc.Endpoint(), time.Now(), time.Time{}, 0
+	r.pid, r.endpoint, r.started, r.readyAt, r.rss, r.load = proc.PID(), proc.Endpoint(), time.Now(), time.Time{}, 0, nil
 	if !r.stopping {
 		r.state, r.detail = Starting, ""
 	}
@@ -170,14 +172,32 @@ func (f *Fleet) attempt(ctx context.Context, r *replica) (outcome, string) {
 
 	readyAt := time.Now()
 	rss := proc.RSS()
+	load, err := f.readLoad(ctx, proc.Endpoint(), r.key)
+	if err != nil {
+		f.log.Warn("the engine's load cannot be read", "replica", r.id, "err", err)
+	}
 	f.mu.Lock()
 	r.readyAt, r.rss = readyAt, rss
+	if err == nil {
+		r.load = &load
+	}
 	if !r.stopping {
 		r.state = Ready
 	}
 	f.mu.Unlock()
 	f.log.Info("replica ready", "replica", r.id, "node", r.node.Name(), "endpoint", r.endpoint,
 		"took", readyAt.Sub(r.started).Round(time.Millisecond), "rss_bytes", rss, "estimate_bytes", r.memBytes)
+	slots := load.Slots
+	if slots == 0 {
+		slots = argValue(r.args, "--parallel", "-np")
+	}
+	row, err := f.opts.History.record(ctx, Start{
+		Replica: r.id, Model: r.model, File: r.weights, Context: argValue(r.args, "--ctx-size", "-c"), Slots: slots,
+		EstimateBytes: r.memBytes, RSSBytes: rss, Started: r.started, ReadyAt: readyAt,
+	})
+	if err != nil {
+		f.log.Warn("the replica's start is not kept in the history", "replica", r.id, "err", err)
+	}
 
 	stable := time.NewTimer(stableAfter)
 	defer stable.Stop()
@@ -185,6 +205,8 @@ func (f *Fleet) attempt(ctx context.Context, r *replica) (outcome, string) {
 	defer measure.Stop()
 	check := time.NewTicker(f.opts.HealthEvery)
 	defer check.Stop()
+	loadTick := time.NewTicker(f.opts.LoadEvery)
+	defer loadTick.Stop()
 	missed := 0
 	for {
 		select {
@@ -226,6 +248,17 @@ func (f *Fleet) attempt(ctx context.Context, r *replica) (outcome, string) {
 			f.mu.Lock()
 			r.rss = rss
 			f.mu.Unlock()
+			if err := f.opts.History.measured(ctx, row, rss); err != nil && ctx.Err() == nil {
+				f.log.Warn("the replica's measured memory is not kept in the history", "replica", r.id, "err", err)
+			}
+		case <-loadTick.C:
+			// A busy engine may be slow to answer; the figures stay as
+			// they were until it does.
+			if l, err := f.readLoad(ctx, proc.Endpoint(), r.key); err == nil {
+				f.mu.Lock()
+				r.load = &l
+				f.mu.Unlock()
+			}
 		}
 	}
 }
@@ -260,7 +293,7 @@ func (f *Fleet) failed(r *replica, out outcome, why string) (wait time.Duration,
 	defer f.mu.Unlock()
 	r.failures++
 	r.lastErr = why
-	r.pid, r.endpoint, r.rss, r.readyAt = 0, "", 0, time.Time{}
+	r.pid, r.endpoint, r.rss, r.readyAt, r.load = 0, "", 0, time.Time{}, nil
 	f.log.Warn("replica failed", "replica", r.id, "node", r.node.Name(), "reason", why)
 	st := f.models[r.model]
 	if st == nil {
@@ -295,7 +328,7 @@ func (f *Fleet) failed(r *replica, out outcome, why string) (wait time.Duration,
 func (f *Fleet) end(r *replica, s State, why string) {
 	f.mu.Lock()
 	r.released = true
-	r.state, r.pid, r.endpoint, r.rss = s, 0, "", 0
+	r.state, r.pid, r.endpoint, r.rss, r.load = s, 0, "", 0, nil
 	if why != "" {
 		r.detail = why
 	}
