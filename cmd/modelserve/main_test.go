@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -12,6 +13,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"modelserve/internal/llamatest"
 )
 
 func TestConfigPrecedence(t *testing.T) {
@@ -152,5 +155,30 @@ func TestTokenCommands(t *testing.T) {
 	err := run(ctx, []string{"token", "revoke", "--data", dir, "deploy"}, env, nil, &out, &errb)
 	if err == nil || !strings.Contains(err.Error(), `no token is called "deploy"`) {
 		t.Errorf("revoking twice: %v", err)
+	}
+}
+
+// TestServeFindsTheInstalledEngine: with no --llama-server and none on
+// PATH, serve uses the copy install-llama-server.sh put in the cache and
+// says so once, with its build, as `make run` on a fresh machine relies on.
+func TestServeFindsTheInstalledEngine(t *testing.T) {
+	installed := llamatest.Path(t)
+	t.Setenv("PATH", t.TempDir())
+	var logs bytes.Buffer
+	log := slog.New(slog.NewTextHandler(&syncWriter{w: &logs}, nil))
+	path, v := findEngine(context.Background(), "", log)
+	if path != installed || v.Build <= 0 {
+		t.Fatalf("findEngine = %q %+v, want %s with its build", path, v, installed)
+	}
+	line := logs.String()
+	if strings.Count(line, "\n") != 1 || !strings.Contains(line, "using the installed llama-server") ||
+		!strings.Contains(line, fmt.Sprintf("build=b%d", v.Build)) {
+		t.Errorf("serve logged %q; want one line naming the installed engine and its build", line)
+	}
+
+	// The operator's own engine wins, and is not announced as installed.
+	logs.Reset()
+	if path, _ := findEngine(context.Background(), installed, log); path != installed || strings.Contains(logs.String(), "installed") {
+		t.Errorf("with --llama-server: %q, log %q", path, logs.String())
 	}
 }

@@ -122,20 +122,24 @@ for backend in "$lib"/ggml/backends0/libggml-cpu-*.so; do
 	ln -s "ggml/backends0/$(basename "$backend")" "$lib/"
 done
 
+# The wrapper names the folder it will live in, rather than finding itself
+# at run time: it must work through a symlink and with any PATH, even an
+# empty one, so it runs no command but the engine.
 cat >"$work/llama-server" <<WRAPPER
 #!/bin/sh
 # llama.cpp's llama-server from Debian sid, run through the C library it was
 # built against (see install-llama-server.sh in modelserve's source).
-here=\$(dirname "\$(readlink -f "\$0")")
-lib=\$here/root/usr/lib/$triplet
-exec "\$lib/$loader" --library-path "\$lib/llama:\$lib:\$here/root/lib/$triplet" "\$here/root/usr/bin/llama-server" "\$@"
+lib='$dir/root/usr/lib/$triplet'
+exec "\$lib/$loader" --library-path "\$lib/llama:\$lib:$dir/root/lib/$triplet" '$dir/root/usr/bin/llama-server' "\$@"
 WRAPPER
 chmod +x "$work/llama-server"
 
-version=$("$work/llama-server" --version 2>&1 | grep -m 1 '^version: ' || true)
+# The same command from where the files are now, before they move.
+version=$("$lib/$loader" --library-path "$lib/llama:$lib:$root/lib/$triplet" "$root/usr/bin/llama-server" --version 2>&1 |
+	grep -m 1 '^version: ' || true)
 if [[ -z $version ]]; then
 	say "the unpacked llama-server does not start:"
-	"$work/llama-server" --version >&2 || true
+	"$lib/$loader" --library-path "$lib/llama:$lib:$root/lib/$triplet" "$root/usr/bin/llama-server" --version >&2 || true
 	exit 1
 fi
 package=$(dpkg-deb -f "$apt/archives"/llama.cpp-tools_*.deb Version)
@@ -147,5 +151,9 @@ rm -rf "$apt"
 rm -rf "$dir"
 mv "$work" "$dir"
 trap - EXIT
+if ! ready; then
+	say "llama-server does not start from $dir"
+	exit 1
+fi
 say "$(cat "$dir/BUILD") at $engine"
 printf '%s\n' "$engine"
