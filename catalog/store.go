@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"modelserve/internal/operr"
 	"time"
 )
 
@@ -51,10 +52,7 @@ func (s *Store) add(ctx context.Context, m Model, by string, replace bool) error
 		return fmt.Errorf("add %s to the catalog: %w", m.Name, err)
 	}
 	if exists && !replace {
-		return &sentence{
-			msg:  fmt.Sprintf("%s is already in the catalog: pick another name, or remove it first", m.Name),
-			kind: ErrExists,
-		}
+		return operr.Wrap(operr.Conflict, ErrExists, "%s is already in the catalog: pick another name, or remove it first", m.Name)
 	}
 
 	// Delete and insert rather than update: the cascade takes the old
@@ -254,8 +252,5 @@ func (s *Store) Remove(ctx context.Context, name string) error {
 }
 
 func notFound(name string) error {
-	return &sentence{
-		msg:  fmt.Sprintf("the catalog has no model named %q: GET /api/v1/catalog lists the models it has", name),
-		kind: ErrNotFound,
-	}
+	return operr.Wrap(operr.NotFound, ErrNotFound, "the catalog has no model named %s: GET /api/v1/catalog lists the models it has", operr.Quote(name))
 }

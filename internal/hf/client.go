@@ -39,8 +39,8 @@ type Options struct {
 	// Token is sent as a bearer token, to the endpoint's own host only.
 	Token string
 	// HTTP is copied, not changed; its CheckRedirect still runs after the
-	// client's own. Default: a client with no overall timeout (downloads
-	// through HTTPClient are long; API calls are bounded by their context).
+	// client's own. Default: a client with no overall timeout (what Open
+	// reads may take hours; API calls are bounded by their context).
 	HTTP *http.Client
 	// MaxRetries is how many times an answer of 429 or 5xx, or a failed
 	// connection, is tried again: 0 means 4, negative means never.
@@ -121,13 +121,9 @@ func NewClient(opts Options) (*Client, error) {
 	return c, nil
 }
 
-// HTTPClient is the client to download with: it follows the Hub's redirect
-// to the CDN and drops the token on the way. Pair it with AuthorizeRequest.
-func (c *Client) HTTPClient() *http.Client { return c.http }
-
-// AuthorizeRequest adds the token to req when req goes to the endpoint
-// itself (same scheme, host and port), and leaves any other request alone.
-func (c *Client) AuthorizeRequest(req *http.Request) {
+// authorize adds the token to req when req goes to the endpoint itself
+// (same scheme, host and port), and leaves any other request alone.
+func (c *Client) authorize(req *http.Request) {
 	if c.token != "" && c.sameOrigin(req.URL) {
 		req.Header.Set("Authorization", "Bearer "+c.token)
 	}
@@ -367,7 +363,7 @@ func (c *Client) CanDownload(ctx context.Context, repo Repo, path string) error 
 		path = repo.Files[0].Path
 	}
 	s := subject{id: repo.ID, revision: rev, path: path}
-	resp, err := c.send(ctx, http.MethodHead, c.DownloadURL(repo.ID, rev, path), s, c.noFollow)
+	resp, err := c.send(ctx, http.MethodHead, c.DownloadURL(repo.ID, rev, path), nil, s, c.noFollow)
 	if err != nil {
 		return err
 	}
@@ -380,7 +376,7 @@ func (c *Client) CanDownload(ctx context.Context, repo Repo, path string) error 
 
 // getJSON reads a JSON answer into v.
 func (c *Client) getJSON(ctx context.Context, u string, s subject, v any) (*http.Response, error) {
-	resp, err := c.send(ctx, http.MethodGet, u, s, c.http)
+	resp, err := c.send(ctx, http.MethodGet, u, nil, s, c.http)
 	if err != nil {
 		return nil, err
 	}
@@ -398,17 +394,21 @@ func authorized(resp *http.Response) bool {
 	return resp.Request != nil && resp.Request.Header.Get("Authorization") != ""
 }
 
-// send makes a request, trying again with exponential backoff while the
-// answer is 429 or 5xx or the connection fails, at most maxRetries times.
-// Any other answer is returned for the caller to read.
-func (c *Client) send(ctx context.Context, method, u string, s subject, hc *http.Client) (*http.Response, error) {
+// send makes a request with the given headers, trying again with
+// exponential backoff while the answer is 429 or 5xx or the connection
+// fails, at most maxRetries times. Any other answer is returned for the
+// caller to read.
+func (c *Client) send(ctx context.Context, method, u string, header http.Header, s subject, hc *http.Client) (*http.Response, error) {
 	for attempt := 0; ; attempt++ {
 		req, err := http.NewRequestWithContext(ctx, method, u, nil)
 		if err != nil {
 			return nil, fmt.Errorf("reading %s: %w", s.id, err)
 		}
+		for k, v := range header {
+			req.Header[k] = v
+		}
 		req.Header.Set("User-Agent", "modelserve")
-		c.AuthorizeRequest(req)
+		c.authorize(req)
 		resp, err := hc.Do(req)
 		var failure error
 		wait := c.backoff
@@ -433,6 +433,11 @@ func (c *Client) send(ctx context.Context, method, u string, s subject, hc *http
 			}
 			failure = refusal(ErrUnavailable, "%s kept answering %s for %s through %d tries (%s): try again later",
 				c.host(), resp.Status, s.id, attempt+1, why)
+			if attempt == 0 {
+				// A client told not to retry asked once.
+				failure = refusal(ErrUnavailable, "%s answered %s for %s (%s): try again later",
+					c.host(), resp.Status, s.id, why)
+			}
 		default:
 			return resp, nil
 		}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"modelserve/internal/operr"
 	"net/http"
 	"strings"
 )
@@ -27,20 +28,30 @@ var (
 	// ErrUnavailable: the registry kept answering 429 or 5xx through every
 	// retry.
 	ErrUnavailable = errors.New("registry unavailable")
+	// ErrRangeNotSatisfiable: a read was asked to start past the end of the
+	// registry's file, which is shorter than the caller thought.
+	ErrRangeNotSatisfiable = errors.New("range not satisfiable")
 )
 
-// hubError is a sentence for the operator wrapping the sentinel that
-// classifies it.
-type hubError struct {
-	sentence string
-	kind     error
+// kinds classify the sentinels for the operator's error each refusal is.
+var kinds = map[error]operr.Kind{
+	ErrGated:               operr.Forbidden,
+	ErrDisabled:            operr.Forbidden,
+	ErrNotFound:            operr.NotFound,
+	ErrRevisionNotFound:    operr.NotFound,
+	ErrUnauthorized:        operr.Upstream,
+	ErrUnavailable:         operr.Unavailable,
+	ErrRangeNotSatisfiable: operr.Refused,
 }
 
-func (e *hubError) Error() string { return e.sentence }
-func (e *hubError) Unwrap() error { return e.kind }
-
+// refusal is the operator's sentence for one of the Hub's refusals,
+// wrapping the sentinel that tells it from the others.
 func refusal(kind error, format string, args ...any) error {
-	return &hubError{sentence: fmt.Sprintf(format, args...), kind: kind}
+	k, ok := kinds[kind]
+	if !ok {
+		k = operr.Refused
+	}
+	return operr.Wrap(k, kind, format, args...)
 }
 
 // what a request was about, to name it in the sentence.

@@ -6,7 +6,10 @@
 // the registry published for each file so that what arrives can be checked.
 // This package answers those questions for both kinds of registry, groups
 // split GGUF shards into sets, reads quantisation names from file names, and
-// refuses any name from a registry that is not safe to use as a path.
+// refuses any name from a registry that is not safe to use as a path. It is
+// also the one way to read a registry's file (Open, for the mirror and the
+// header reader), so that the token goes to the registry and never follows
+// a redirect anywhere else.
 package hf
 
 import "context"

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"modelserve/internal/operr"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -60,23 +61,11 @@ func NewLocal(root, cacheFile string) *Local {
 	return &Local{root: filepath.Clean(root), cacheFile: cacheFile, cache: map[string]localHash{}}
 }
 
-// localRefusal is a sentence for the operator that also says, for
-// errors.Is, which of the registry's cases it is (ErrNotFound,
-// ErrRevisionNotFound), so that callers treat a missing folder as they treat
-// a missing Hub repository.
-type localRefusal struct {
-	sentence string
-	kind     error
-}
-
-func (e *localRefusal) Error() string { return e.sentence }
-func (e *localRefusal) Unwrap() error { return e.kind }
-
 // localFolder returns the folder a local repository id names.
 func (l *Local) localFolder(id string) (string, error) {
 	owner, folder, _ := strings.Cut(id, "/")
 	if owner != localOwner || CheckRepoID(id) != nil {
-		return "", fmt.Errorf("%q is not a local repository; it looks like local/<folder>, naming a folder in %s", id, l.root)
+		return "", operr.New(operr.Invalid, "%s is not a local repository; it looks like local/<folder>, naming a folder of the models directory", operr.Quote(id))
 	}
 	return folder, nil
 }
@@ -88,7 +77,7 @@ func (l *Local) List(ctx context.Context) ([]string, error) {
 	entries, err := os.ReadDir(l.root)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
-			return nil, fmt.Errorf("the models directory %s does not exist; create it, or point --models-dir at the folder that holds the models", l.root)
+			return nil, operr.Wrap(operr.Unavailable, err, "the models directory does not exist; create it, or point --models-dir at the folder that holds the models")
 		}
 		return nil, fmt.Errorf("reading the models directory %s: %w", l.root, err)
 	}
@@ -124,8 +113,9 @@ func (l *Local) Repo(ctx context.Context, id, revision string) (Repo, error) {
 		return Repo{}, err
 	}
 	noRevision := func() error {
-		return &localRefusal{kind: ErrRevisionNotFound,
-			sentence: fmt.Sprintf("%s has no revision %q; a local folder has only its current contents", id, revision)}
+		// The registry's own cases, for errors.Is: callers treat a
+		// missing folder as they treat a missing Hub repository.
+		return refusal(ErrRevisionNotFound, "%s has no revision %s; a local folder has only its current contents", id, operr.Quote(revision))
 	}
 	// Anything that cannot be a digest is refused before hashing anything.
 	if revision != "" && revision != "main" && !localCommitPattern.MatchString(revision) {
@@ -187,9 +177,7 @@ func (l *Local) folderPath(folder string) (string, error) {
 	dir, err := filepath.EvalSymlinks(filepath.Join(l.root, folder))
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
-			return "", &localRefusal{kind: ErrNotFound, sentence: fmt.Sprintf(
-				"there is no folder %q in the models directory %s; put the model's files in %s, or check the name",
-				folder, l.root, filepath.Join(l.root, folder))}
+			return "", refusal(ErrNotFound, "there is no folder %s in the models directory; put the model's files in a folder of that name there, or check the name", operr.Quote(folder))
 		}
 		return "", fmt.Errorf("opening the model folder %s: %w", filepath.Join(l.root, folder), err)
 	}
@@ -198,8 +186,7 @@ func (l *Local) folderPath(folder string) (string, error) {
 		return "", fmt.Errorf("opening the model folder %s: %w", filepath.Join(l.root, folder), err)
 	}
 	if !info.IsDir() {
-		return "", fmt.Errorf("%s is a file, not a folder; a local model is a folder of files in the models directory %s",
-			filepath.Join(l.root, folder), l.root)
+		return "", operr.New(operr.Invalid, "local/%s is a file, not a folder; a local model is a folder of files in the models directory", folder)
 	}
 	return dir, nil
 }
@@ -248,16 +235,16 @@ func (l *Local) walk(ctx context.Context, id, folder, dir string) ([]localFile, 
 		if d.Type()&fs.ModeSymlink != 0 {
 			target, err := filepath.EvalSymlinks(p)
 			if err != nil {
-				return fmt.Errorf("%s: %s is a link to nothing (%w); remove it or copy the file in", id, rel, err)
+				return operr.Wrap(operr.Refused, err, "%s: %s is a link to nothing; remove it or copy the file in", id, rel)
 			}
 			if !insideFolder(dir, target) {
-				return fmt.Errorf("%s: %s is a link to %s, outside the model's folder; copy the file in instead of linking it", id, rel, target)
+				return operr.New(operr.Refused, "%s: %s is a link to a file outside the model's folder; copy the file in instead of linking it", id, rel)
 			}
 			if info, err = os.Stat(target); err != nil {
 				return err
 			}
 			if info.IsDir() {
-				return fmt.Errorf("%s: %s is a link to a folder, which is not followed; put the folder itself there", id, rel)
+				return operr.New(operr.Refused, "%s: %s is a link to a folder, which is not followed; put the folder itself there", id, rel)
 			}
 		} else {
 			if d.IsDir() {
@@ -271,7 +258,7 @@ func (l *Local) walk(ctx context.Context, id, folder, dir string) ([]localFile, 
 			return nil
 		}
 		if err := CheckPath(rel); err != nil {
-			return fmt.Errorf("%s: %w; rename the file", id, err)
+			return operr.Wrap(operr.Refused, err, "%s: %s; rename the file", id, err)
 		}
 		found = append(found, localFile{rel: rel, key: folder + "/" + rel, abs: p, size: info.Size(), modTime: info.ModTime().UnixNano()})
 		return nil
@@ -334,10 +321,9 @@ func listingDigest(files []File) string {
 	return hex.EncodeToString(h.Sum(nil))
 }
 
-// DownloadURL is a file:// URL to the file on this machine's disk. The
-// mirror fetches it through Go's http.NewFileTransport, which serves it
-// through http.FileServer, Range requests included, so a copy resumes as
-// it does from the Hub. The commit is not part of the URL: a folder has only
+// DownloadURL is a file:// URL to the file on this machine's disk, which
+// Registries.Open reads from any offset, so a copy resumes as it does from
+// the Hub. The commit is not part of the URL: a folder has only
 // its current contents, and the mirror's sha256 check catches a file that
 // changed since Repo listed it. An id that is not a local repository gives
 // "".

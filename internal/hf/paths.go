@@ -1,7 +1,7 @@
 package hf
 
 import (
-	"fmt"
+	"modelserve/internal/operr"
 	"regexp"
 	"strings"
 	"unicode"
@@ -13,11 +13,11 @@ var repoIDPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][
 // later used as folder names, so ".." and the like never pass.
 func CheckRepoID(id string) error {
 	if !repoIDPattern.MatchString(id) || len(id) > 200 {
-		return fmt.Errorf("%q is not a repository; it looks like owner/name", id)
+		return operr.New(operr.Invalid, "%s is not a repository; it looks like owner/name", operr.Quote(id))
 	}
 	for _, part := range strings.Split(id, "/") {
 		if part == "." || part == ".." || strings.Contains(part, "..") {
-			return fmt.Errorf("%q is not a repository; it looks like owner/name", id)
+			return operr.New(operr.Invalid, "%s is not a repository; it looks like owner/name", operr.Quote(id))
 		}
 	}
 	return nil
@@ -28,7 +28,7 @@ func CheckRepoID(id string) error {
 // "..", backslashes, NULs and control characters, empty segments.
 func CheckPath(p string) error {
 	bad := func(why string) error {
-		return fmt.Errorf("the registry named a file %q, which %s; it is not fetched", p, why)
+		return operr.New(operr.Refused, "the registry named a file %s, which %s; it is not fetched", operr.Quote(p), why)
 	}
 	switch {
 	case p == "":

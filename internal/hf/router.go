@@ -2,8 +2,7 @@ package hf
 
 import (
 	"context"
-	"fmt"
-	"net/http"
+	"modelserve/internal/operr"
 	"strings"
 )
 
@@ -21,12 +20,12 @@ type Registries struct {
 func (r Registries) pick(id string) (Registry, error) {
 	if strings.HasPrefix(id, LocalOwner+"/") {
 		if r.Local == nil {
-			return nil, fmt.Errorf("%s is a local repository, and no local folder is configured: start modelserve with --models-dir", id)
+			return nil, operr.New(operr.NotFound, "%s is a local repository, and no local folder is configured: start modelserve with --models-dir", id)
 		}
 		return r.Local, nil
 	}
 	if r.Hub == nil {
-		return nil, fmt.Errorf("%s is on the Hub, and no Hub is configured", id)
+		return nil, operr.New(operr.Unavailable, "%s is on the Hub, and no Hub is configured", id)
 	}
 	return r.Hub, nil
 }
@@ -57,14 +56,7 @@ func (r Registries) CanDownload(ctx context.Context, repo Repo, path string) err
 		return nil
 	}
 	if r.Hub == nil {
-		return fmt.Errorf("%s is on the Hub, and no Hub is configured", repo.ID)
+		return operr.New(operr.Unavailable, "%s is on the Hub, and no Hub is configured", repo.ID)
 	}
 	return r.Hub.CanDownload(ctx, repo, path)
-}
-
-// AuthorizeRequest adds the Hub token to a request bound for the Hub itself.
-func (r Registries) AuthorizeRequest(req *http.Request) {
-	if r.Hub != nil {
-		r.Hub.AuthorizeRequest(req)
-	}
 }

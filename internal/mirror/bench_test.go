@@ -92,8 +92,8 @@ func (t *timed) add(f func()) {
 }
 
 func benchFetch(b *testing.B, dir string) {
-	_, f := benchHub(b)
-	m := newMirror(b, func(o *Options) { o.Dir = filepath.Join(dir, "mirror") })
+	srv, f := benchHub(b)
+	m := newMirror(b, srv, func(o *Options) { o.Dir = filepath.Join(dir, "mirror") })
 	dst := filepath.Join(dir, "plain.gguf")
 	var fetch, plain, verified timed
 	b.ResetTimer()

@@ -8,7 +8,8 @@ import (
 	"fmt"
 	"hash"
 	"io"
-	"net/http"
+	"modelserve/internal/operr"
+	"net/url"
 	"os"
 	"path"
 	"path/filepath"
@@ -16,6 +17,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"modelserve/internal/hf"
 )
 
 // bufSize is what one read from the network may fill before the bytes go to
@@ -32,10 +35,10 @@ const writebackEvery = 64 << 20
 var bufPool = sync.Pool{New: func() any { b := make([]byte, bufSize); return &b }}
 
 // retryable marks a failure another try may get past: a cut connection, a
-// stall, a 5xx or a 429. Anything else ends the fetch.
+// stall, a registry still busy (429, 5xx) or unreachable after the retries
+// Open makes itself. Anything else ends the fetch.
 type retryable struct {
-	err        error
-	retryAfter time.Duration // what a 429 or 503 asked for
+	err error
 }
 
 func (r *retryable) Error() string { return r.err.Error() }
@@ -76,13 +79,17 @@ func (m *Mirror) fetchFile(ctx context.Context, fl *flight) (string, error) {
 			return "", err
 		}
 		if try > m.opts.MaxRetries {
-			return "", fmt.Errorf("%s could not be fetched in %s: %w", name, plural(try, "try", "tries"), r.err)
+			kind := operr.Unavailable
+			if oe, ok := operr.As(r.err); ok {
+				kind = oe.Kind
+			}
+			return "", operr.Wrap(kind, r.err, "%s could not be fetched in %s: %s", name, plural(try, "try", "tries"), r.err)
 		}
 		wait := m.opts.Backoff
 		for i := 1; i < try && wait < time.Minute; i++ {
 			wait *= 2
 		}
-		wait = max(min(wait, time.Minute), min(r.retryAfter, 5*time.Minute))
+		wait = min(wait, time.Minute)
 		m.log.Info("mirror retrying a fetch", "model", fl.file.Model, "path", fl.file.Path,
 			"try", try, "wait", wait, "err", r.err)
 		t := time.NewTimer(wait)
@@ -165,75 +172,57 @@ func (d *download) try(ctx context.Context) error {
 	watchdog := time.AfterFunc(stall, func() { cancel(errStalled) })
 	defer watchdog.Stop()
 
-	req, err := http.NewRequestWithContext(tctx, http.MethodGet, f.URL, nil)
+	body, err := d.m.opts.Registry.Open(tctx, f.URL, have, 0)
 	if err != nil {
-		return fmt.Errorf("cannot fetch %s from %q: %w", d.name, f.URL, err)
+		return d.refused(tctx, file, err)
 	}
-	if have > 0 {
-		req.Header.Set("Range", "bytes="+strconv.FormatInt(have, 10)+"-")
+	defer body.Close()
+	switch {
+	case body.Offset == have:
+	case body.Offset == 0:
+		// The registry ignored the Range and sends the whole file:
+		// appending it to the partial one would make a file twice too long.
+		if err := d.restart(file); err != nil {
+			return err
+		}
+		have = 0
+	default:
+		// Not the bytes asked for: start over rather than guess.
+		if err := d.restart(file); err != nil {
+			return err
+		}
+		return retry(fmt.Errorf("the registry answered the request for %s from byte %d with bytes from %d",
+			d.name, have, body.Offset))
 	}
-	if d.m.opts.Authorize != nil {
-		d.m.opts.Authorize(req)
+	if body.Size >= 0 && body.Size != f.Size {
+		d.discard()
+		return sizeMismatch(d.name, body.Size, f.Size)
 	}
-	resp, err := d.m.http.Do(req)
-	if err != nil {
-		return d.broke(tctx, err)
+	if _, err := file.Seek(have, io.SeekStart); err != nil {
+		return fmt.Errorf("cannot write %s on the mirror: %w", d.name, err)
 	}
-	defer resp.Body.Close()
+	return d.copy(tctx, file, body, have, watchdog)
+}
 
-	switch code := resp.StatusCode; {
-	case code == http.StatusPartialContent:
-		start, total, ok := contentRange(resp.Header.Get("Content-Range"))
-		if !ok || start != have {
-			// Not the bytes asked for: start over rather than guess.
-			if err := d.restart(file); err != nil {
-				return err
-			}
-			return retry(fmt.Errorf("the registry answered the request for %s from byte %d with the range %q",
-				d.name, have, resp.Header.Get("Content-Range")))
-		}
-		// Content-Range's total is the file's size; Content-Length is
-		// only this answer's.
-		if total >= 0 && total != f.Size {
-			d.discard()
-			return sizeMismatch(d.name, total, f.Size)
-		}
-	case code == http.StatusOK:
-		// A server that ignores Range sends the whole file: appending it
-		// to the partial one would make a file twice too long.
-		if have > 0 {
-			if err := d.restart(file); err != nil {
-				return err
-			}
-			have = 0
-		}
-		if resp.ContentLength >= 0 && resp.ContentLength != f.Size {
-			d.discard()
-			return sizeMismatch(d.name, resp.ContentLength, f.Size)
-		}
-	case code == http.StatusRequestedRangeNotSatisfiable:
+// refused sorts out why the registry gave no bytes: what another try may
+// get past, and what the operator must hear about (the registry's own
+// sentence: a gated repository, a missing file).
+func (d *download) refused(tctx context.Context, file *os.File, err error) error {
+	var unreachable *url.Error
+	switch {
+	case context.Cause(tctx) != nil:
+		return d.broke(tctx, err)
+	case errors.Is(err, hf.ErrRangeNotSatisfiable):
 		// The registry's file is shorter than the partial one; the next
 		// try asks for all of it and the size check says what is wrong.
 		if err := d.restart(file); err != nil {
 			return err
 		}
-		return retry(fmt.Errorf("the registry has fewer than %d bytes of %s", have, d.name))
-	case code == http.StatusTooManyRequests || code >= 500:
-		return &retryable{
-			err:        fmt.Errorf("the registry answered the request for %s with %s", d.name, status(code)),
-			retryAfter: retryAfter(resp.Header.Get("Retry-After")),
-		}
-	default:
-		msg := fmt.Sprintf("the registry refused %s with %s", d.name, status(code))
-		if why := resp.Header.Get("X-Error-Message"); why != "" {
-			msg += ": " + why
-		}
-		return errors.New(msg)
+		return retry(err)
+	case errors.Is(err, hf.ErrUnavailable), errors.As(err, &unreachable):
+		return retry(err)
 	}
-	if _, err := file.Seek(have, io.SeekStart); err != nil {
-		return fmt.Errorf("cannot write %s on the mirror: %w", d.name, err)
-	}
-	return d.copy(tctx, file, resp.Body, have, watchdog)
+	return err
 }
 
 // copy writes the body to the file as it arrives and hashes it beside: one
@@ -283,7 +272,7 @@ func (d *download) copy(tctx context.Context, file *os.File, body io.Reader, hav
 			if have+int64(n) > size {
 				free <- bp
 				tooLong = true
-				return fmt.Errorf("%s arrived longer than the %d bytes the registry published; it was deleted", d.name, size)
+				return operr.New(operr.Refused, "%s arrived longer than the %d bytes the registry published; it was deleted", d.name, size)
 			}
 			if _, err := file.Write(buf[:n]); err != nil {
 				free <- bp
@@ -467,53 +456,9 @@ func syncFile(name string) error {
 	return f.Close()
 }
 
-// contentRange reads "bytes a-b/total"; total is -1 for "*".
-func contentRange(h string) (start, total int64, ok bool) {
-	spec, found := strings.CutPrefix(h, "bytes ")
-	if !found {
-		return 0, 0, false
-	}
-	rng, tot, found := strings.Cut(spec, "/")
-	if !found {
-		return 0, 0, false
-	}
-	a, _, found := strings.Cut(rng, "-")
-	if !found {
-		return 0, 0, false
-	}
-	start, err := strconv.ParseInt(strings.TrimSpace(a), 10, 64)
-	if err != nil || start < 0 {
-		return 0, 0, false
-	}
-	if tot == "*" {
-		return start, -1, true
-	}
-	total, err = strconv.ParseInt(strings.TrimSpace(tot), 10, 64)
-	if err != nil || total < 0 {
-		return 0, 0, false
-	}
-	return start, total, true
-}
-
-// retryAfter reads Retry-After as seconds or as a date; 0 when absent.
-func retryAfter(h string) time.Duration {
-	if h == "" {
-		return 0
-	}
-	if s, err := strconv.Atoi(h); err == nil && s > 0 {
-		return time.Duration(s) * time.Second
-	}
-	if t, err := http.ParseTime(h); err == nil {
-		return max(time.Until(t), 0)
-	}
-	return 0
-}
-
 func sizeMismatch(name string, got, want int64) error {
-	return fmt.Errorf("%s is %d bytes at the registry, and the registry published %d; it was not kept", name, got, want)
+	return operr.New(operr.Refused, "%s is %d bytes at the registry, and the registry published %d; it was not kept", name, got, want)
 }
-
-func status(code int) string { return strconv.Itoa(code) + " " + http.StatusText(code) }
 
 func plural(n int, one, many string) string {
 	if n == 1 {

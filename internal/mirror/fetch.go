@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"modelserve/internal/operr"
 	"net/url"
 	"os"
 	"path"
@@ -62,16 +63,18 @@ func (m *Mirror) Fetch(ctx context.Context, files []File, progress func(Progress
 		}
 		locals[i] = local
 	}
-	if err := m.checkSpace(files, locals); err != nil {
-		return nil, err
-	}
-
-	// Join the flights in progress, start the missing ones.
+	// Join the flights in progress, start the missing ones: checked for
+	// room and started under one lock, so two Fetches at once cannot both
+	// count the same free bytes as theirs.
 	slots := make([]*flight, len(files))
 	final := make([]FileProgress, len(files))
 	ended := make(chan *flight, len(files))
 	pending := 0
 	m.mu.Lock()
+	if err := m.checkSpaceLocked(files, locals); err != nil {
+		m.mu.Unlock()
+		return nil, err
+	}
 	for i, f := range files {
 		final[i] = FileProgress{Path: f.Path, State: Present, BytesDone: f.Size, BytesTotal: f.Size}
 		// A file named twice waits on one flight, counted once.
@@ -171,14 +174,14 @@ func (m *Mirror) Fetch(ctx context.Context, files []File, progress func(Progress
 // checkSource refuses a file the mirror could not fetch or check.
 func checkSource(f File) error {
 	if f.Size < 0 {
-		return fmt.Errorf("the registry published a size of %d bytes for %s; it is not fetched", f.Size, f.Path)
+		return operr.New(operr.Refused, "the registry published a size of %d bytes for %s; it is not fetched", f.Size, operr.Quote(f.Path))
 	}
 	if f.SHA256 != "" && !sha256Pattern.MatchString(f.SHA256) {
-		return fmt.Errorf("the registry published %q as the sha256 of %s, which is not a sha256; it is not fetched", f.SHA256, f.Path)
+		return operr.New(operr.Refused, "the registry published %s as the sha256 of %s, which is not a sha256; it is not fetched", operr.Quote(f.SHA256), operr.Quote(f.Path))
 	}
 	u, err := url.Parse(f.URL)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https" && u.Scheme != "file") {
-		return fmt.Errorf("%s cannot be fetched from %q; the mirror fetches http, https and file URLs", f.Path, f.URL)
+		return operr.New(operr.Refused, "%s cannot be fetched from %s; the mirror fetches http, https and file URLs", operr.Quote(f.Path), operr.Quote(f.URL))
 	}
 	return nil
 }
@@ -283,11 +286,14 @@ func (m *Mirror) presentLocked(local string, f File) (string, bool) {
 	return sum, true
 }
 
-// checkSpace refuses a Fetch whose bytes still to come, plus 5% for the
-// filesystem's own needs and for whatever else writes there meanwhile, do
-// not fit. Failing now beats failing at 95% of a 40 GB file.
-func (m *Mirror) checkSpace(files []File, locals []string) error {
-	var need int64
+// checkSpaceLocked refuses a Fetch whose bytes still to come, plus 5% for
+// the filesystem's own needs and for whatever else writes there
+// meanwhile, do not fit beside what the fetches already under way will
+// still write: each flight is a promise of its file's remaining bytes. Ten
+// jobs that each saw the disk free on its own filled it, and failed
+// half-way. Failing now beats failing at 95% of a 40 GB file.
+func (m *Mirror) checkSpaceLocked(files []File, locals []string) error {
+	var need, promised int64
 	seen := map[string]bool{}
 	var models []string
 	for i, f := range files {
@@ -295,10 +301,10 @@ func (m *Mirror) checkSpace(files []File, locals []string) error {
 			continue
 		}
 		seen[locals[i]] = true
-		m.mu.Lock()
-		_, ok := m.presentLocked(locals[i], f)
-		m.mu.Unlock()
-		if ok {
+		if fl := m.flights[locals[i]]; fl != nil && fl.ctx.Err() == nil {
+			continue // joined: counted among the promises
+		}
+		if _, ok := m.presentLocked(locals[i], f); ok {
 			continue
 		}
 		left := f.Size
@@ -313,14 +319,24 @@ func (m *Mirror) checkSpace(files []File, locals []string) error {
 	if need == 0 {
 		return nil
 	}
+	for _, fl := range m.flights {
+		if fl.ctx.Err() == nil {
+			promised += max(0, fl.file.Size-fl.bytes.Load())
+		}
+	}
 	need += need / 20
 	free, err := m.opts.FreeSpace(m.dir)
 	if err != nil {
-		return fmt.Errorf("cannot tell whether %s has room for %s: %w", m.dir, strings.Join(models, ", "), err)
+		return fmt.Errorf("cannot tell whether the mirror has room for %s: %w", strings.Join(models, ", "), err)
 	}
-	if free < uint64(need) {
-		return fmt.Errorf("needs %.1f GB free to fetch %s, and %s has %.1f GB",
-			gb(need), strings.Join(models, ", "), m.dir, gb(int64(min(free, 1<<62))))
+	room := int64(min(free, 1<<62)) - promised
+	if room < need {
+		held := ""
+		if promised > 0 {
+			held = fmt.Sprintf(" once the %s the fetches under way will still write are set aside", bytesText(promised))
+		}
+		return operr.New(operr.Unavailable, "the mirror's disk needs %s free to fetch %s, and has %s%s: free some space (the mirror page removes files), or give --data a larger disk",
+			bytesText(need), strings.Join(models, ", "), bytesText(max(room, 0)), held)
 	}
 	return nil
 }
@@ -328,7 +344,7 @@ func (m *Mirror) checkSpace(files []File, locals []string) error {
 // mismatch is the sentence for a file that is not what the registry
 // published.
 func mismatch(p, got, want string) error {
-	return fmt.Errorf("%s arrived with sha256 %s, and the registry published %s",
+	return operr.New(operr.Refused, "%s arrived with sha256 %s, and the registry published %s",
 		path.Base(p), short(got), short(strings.ToLower(want)))
 }
 
@@ -341,3 +357,17 @@ func short(sum string) string {
 
 // errStalled cancels a try on which no byte arrived for StallTimeout.
 var errStalled = errors.New("stalled")
+
+// bytesText is a size in the unit that fits it: "1.5 GB", "310.0 MB",
+// "12.0 KB"; "0.0 GB" said nothing of a small file.
+func bytesText(b int64) string {
+	switch {
+	case b >= 1<<30:
+		return fmt.Sprintf("%.1f GB", float64(b)/(1<<30))
+	case b >= 1<<20:
+		return fmt.Sprintf("%.1f MB", float64(b)/(1<<20))
+	case b >= 1<<10:
+		return fmt.Sprintf("%.1f KB", float64(b)/(1<<10))
+	}
+	return fmt.Sprintf("%d bytes", b)
+}

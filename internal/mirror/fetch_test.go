@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -23,7 +22,7 @@ func TestFetchResumesAfterCutConnection(t *testing.T) {
 	f := addFile(t, srv, "Q4_K_M/tiny-Q4_K_M.gguf", content)
 	cutAt := int64(len(content)) * 4 / 10
 	srv.CutNext(repoID, f.Path, cutAt, 1)
-	m := newMirror(t, nil)
+	m := newMirror(t, srv, nil)
 
 	paths := mustFetch(t, m, f)
 
@@ -58,7 +57,7 @@ func TestFetchRefusesACorruptedFile(t *testing.T) {
 	content := randomish(1<<20, 2)
 	f := addFile(t, srv, "tiny-Q8_0.gguf", content)
 	srv.FlipByte(repoID, f.Path, 123456)
-	m := newMirror(t, nil)
+	m := newMirror(t, srv, nil)
 
 	_, err := m.Fetch(context.Background(), []File{f}, nil)
 
@@ -92,7 +91,7 @@ func TestFetchResumesAfterRestart(t *testing.T) {
 	f := addFile(t, srv, "tiny-F16.gguf", content)
 	srv.Trickle(repoID, f.Path, 1<<20)
 	dir := t.TempDir()
-	first := newMirror(t, func(o *Options) { o.Dir = dir })
+	first := newMirror(t, srv, func(o *Options) { o.Dir = dir })
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -113,7 +112,7 @@ func TestFetchResumesAfterRestart(t *testing.T) {
 	}
 
 	srv.ClearFaults(repoID, f.Path)
-	second := newMirror(t, func(o *Options) { o.Dir = dir })
+	second := newMirror(t, srv, func(o *Options) { o.Dir = dir })
 	paths := mustFetch(t, second, f)
 
 	mustHave(t, paths[0], content)
@@ -140,7 +139,7 @@ func TestConcurrentFetchesShareOneDownload(t *testing.T) {
 	for i := range set {
 		set[i].Revision = set[0].Revision
 	}
-	m := newMirror(t, nil)
+	m := newMirror(t, srv, nil)
 
 	var wg sync.WaitGroup
 	results := make([][]string, 20)
@@ -194,11 +193,11 @@ func TestSecondFetchCostsNoRegistryBytes(t *testing.T) {
 			srv := newHub(t)
 			content := randomish(1<<20, 4)
 			f := addFile(t, srv, "tiny.gguf", content)
-			m := newMirror(t, nil)
+			m := newMirror(t, srv, nil)
 			first := mustFetch(t, m, f)
 			srv.ResetCounters()
 			if tc.restart {
-				m = newMirror(t, func(o *Options) { o.Dir = m.dir })
+				m = newMirror(t, srv, func(o *Options) { o.Dir = m.dir })
 			}
 
 			var last Progress
@@ -261,13 +260,14 @@ func TestFetchRetriesWhatIsWorthRetrying(t *testing.T) {
 			name:       "503 more often than the retries allow",
 			fault:      func(srv *hubtest.Server, p string) { srv.FailNext(repoID, p, 503, 10) },
 			maxRetries: 2,
-			wantErr:    "tiny.gguf could not be fetched in 3 tries: the registry answered the request for tiny.gguf with 503 Service Unavailable",
-			requests:   3,
+			wantErr: "tiny.gguf could not be fetched in 3 tries: {hub} answered 503 Service Unavailable for " + repoID +
+				" (it is having trouble): try again later",
+			requests: 3,
 		},
 		{
 			name:     "403 is final",
 			fault:    func(srv *hubtest.Server, p string) { srv.FailNext(repoID, p, 403, 1) },
-			wantErr:  "the registry refused tiny.gguf with 403 Forbidden",
+			wantErr:  "{cdn}, where {hub} sent the download of " + repoID + " file tiny.gguf, answered 403 Forbidden",
 			requests: 1,
 		},
 	} {
@@ -276,7 +276,7 @@ func TestFetchRetriesWhatIsWorthRetrying(t *testing.T) {
 			content := randomish(size, 5)
 			f := addFile(t, srv, "tiny.gguf", content)
 			tc.fault(srv, f.Path)
-			m := newMirror(t, func(o *Options) {
+			m := newMirror(t, srv, func(o *Options) {
 				if tc.maxRetries != 0 {
 					o.MaxRetries = tc.maxRetries
 				}
@@ -288,8 +288,10 @@ func TestFetchRetriesWhatIsWorthRetrying(t *testing.T) {
 				t.Errorf("the registry answered %d requests for the file, want %d", n, tc.requests)
 			}
 			if tc.wantErr != "" {
-				if err == nil || err.Error() != tc.wantErr {
-					t.Fatalf("Fetch: %v\nwant: %s", err, tc.wantErr)
+				want := strings.NewReplacer("{hub}", strings.TrimPrefix(srv.URL(), "http://"),
+					"{cdn}", strings.TrimPrefix(srv.CDNURL(), "http://")).Replace(tc.wantErr)
+				if err == nil || err.Error() != want {
+					t.Fatalf("Fetch: %v\nwant: %s", err, want)
 				}
 				return
 			}
@@ -312,7 +314,7 @@ func TestFetchNoticesAStall(t *testing.T) {
 		srv := newHub(t)
 		f := addFile(t, srv, "tiny.gguf", content)
 		srv.Trickle(repoID, f.Path, 2000)
-		m := newMirror(t, func(o *Options) { o.StallTimeout, o.MaxRetries = stall, 2 })
+		m := newMirror(t, srv, func(o *Options) { o.StallTimeout, o.MaxRetries = stall, 2 })
 
 		_, err := m.Fetch(context.Background(), []File{f}, nil)
 
@@ -330,7 +332,7 @@ func TestFetchNoticesAStall(t *testing.T) {
 		srv := newHub(t)
 		f := addFile(t, srv, "tiny.gguf", content)
 		srv.Trickle(repoID, f.Path, 2000)
-		m := newMirror(t, func(o *Options) { o.StallTimeout, o.MaxRetries = stall, 20 })
+		m := newMirror(t, srv, func(o *Options) { o.StallTimeout, o.MaxRetries = stall, 20 })
 		cleared := make(chan struct{})
 		go func() {
 			defer close(cleared)
@@ -368,8 +370,9 @@ func TestFetchRefusesWhatWillNotFit(t *testing.T) {
 		free    uint64
 		want    string
 	}{
-		{name: "nothing fetched yet", free: 21 << 30 / 10, want: "needs 4.9 GB free to fetch tiny, and %s has 2.1 GB"},
-		{name: "a partial file counts", partial: 3 << 30, free: 15 << 30 / 10, want: "needs 1.8 GB free to fetch tiny, and %s has 1.5 GB"},
+		{name: "nothing fetched yet", free: 21 << 30 / 10, want: "the mirror's disk needs 4.9 GB free to fetch tiny, and has 2.1 GB: free some space (the mirror page removes files), or give --data a larger disk"},
+		{name: "a partial file counts", partial: 3 << 30, free: 15 << 30 / 10, want: "the mirror's disk needs 1.8 GB free to fetch tiny, and has 1.5 GB: free some space (the mirror page removes files), or give --data a larger disk"},
+		{name: "small figures in a unit that fits", partial: size - 1<<20, free: 300 << 10, want: "the mirror's disk needs 1.0 MB free to fetch tiny, and has 300.0 KB: free some space (the mirror page removes files), or give --data a larger disk"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			srv := newHub(t)
@@ -379,7 +382,7 @@ func TestFetchRefusesWhatWillNotFit(t *testing.T) {
 				Gen: hubtest.Pattern(7), SHA256: strings.Repeat("ab", 32)})
 			f := hubFile(srv, commit, "tiny.gguf", size, strings.Repeat("ab", 32))
 			var asked string
-			m := newMirror(t, func(o *Options) {
+			m := newMirror(t, srv, func(o *Options) {
 				o.FreeSpace = func(dir string) (uint64, error) { asked = dir; return tc.free, nil }
 			})
 			var before []string
@@ -400,8 +403,8 @@ func TestFetchRefusesWhatWillNotFit(t *testing.T) {
 
 			_, err := m.Fetch(context.Background(), []File{f}, nil)
 
-			if want := fmt.Sprintf(tc.want, m.dir); err == nil || err.Error() != want {
-				t.Fatalf("Fetch: %v\nwant: %s", err, want)
+			if err == nil || err.Error() != tc.want {
+				t.Fatalf("Fetch: %v\nwant: %s", err, tc.want)
 			}
 			if asked != m.dir {
 				t.Errorf("the free space of %q was asked for, want the mirror's %q", asked, m.dir)
@@ -440,7 +443,7 @@ func TestFetchRefusesBadNames(t *testing.T) {
 		{"not http", func(f *File) { f.URL = "ftp://example.com/x" }, "fetches http, https and file URLs"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			m := newMirror(t, nil)
+			m := newMirror(t, srv, nil)
 			bad := good
 			tc.edit(&bad)
 			// The bad file comes second: nothing of the good one may be
@@ -489,7 +492,7 @@ func TestFetchFromALocalFolder(t *testing.T) {
 				t.Fatalf("the local registry's URL is %q, want a file URL", u)
 			}
 			f := File{Model: model, Revision: "0123abc", Path: "weights/model.gguf", URL: u, Size: int64(len(content)), SHA256: tc.sum}
-			m := newMirror(t, nil) // HTTP nil: the default client reads file URLs
+			m := newMirror(t, nil, nil) // no registry: file URLs are read all the same
 			if tc.partial != nil {
 				part := filepath.Join(m.dir, model, f.Revision, "weights", "model.gguf.partial")
 				os.MkdirAll(filepath.Dir(part), 0o755)
@@ -541,7 +544,7 @@ func TestFetchContinuesWhatIsOnDisk(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			srv := newHub(t)
 			f := addFile(t, srv, "tiny.gguf", content)
-			m := newMirror(t, nil)
+			m := newMirror(t, srv, nil)
 			local, _ := m.LocalPath(f.Model, f.Revision, f.Path)
 			os.MkdirAll(filepath.Dir(local), 0o755)
 			if tc.partial != nil {
@@ -582,7 +585,7 @@ func TestProgressWhileFetching(t *testing.T) {
 	content := randomish(1<<20, 11)
 	f := addFile(t, srv, "tiny.gguf", content)
 	srv.Trickle(repoID, f.Path, 4<<20) // about 250ms
-	m := newMirror(t, func(o *Options) { o.ProgressEvery = 20 * time.Millisecond })
+	m := newMirror(t, srv, func(o *Options) { o.ProgressEvery = 20 * time.Millisecond })
 
 	var reports []Progress
 	var midway []Entry
@@ -628,7 +631,8 @@ func TestTokenNeverReachesTheCDN(t *testing.T) {
 		wantErr string
 	}{
 		{name: "with a granted token", token: "hf_granted"},
-		{name: "without a token", wantErr: "the registry refused tiny.gguf with 401 Unauthorized: Access to model acme/gated is restricted"},
+		{name: "without a token", wantErr: "acme/gated is gated: set HF_TOKEN (or --hf-token) to a token of an account " +
+			"that has been granted access to it"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			srv := hubtest.New(t)
@@ -638,13 +642,7 @@ func TestTokenNeverReachesTheCDN(t *testing.T) {
 			commit := srv.AddFile("acme/gated", "tiny.gguf", content)
 			f := hubFile(srv, commit, "tiny.gguf", int64(len(content)), sha(content))
 			f.URL = strings.Replace(f.URL, repoID, "acme/gated", 1)
-			m := newMirror(t, func(o *Options) {
-				o.Authorize = func(r *http.Request) {
-					if tc.token != "" {
-						r.Header.Set("Authorization", "Bearer "+tc.token)
-					}
-				}
-			})
+			m := newMirror(t, nil, func(o *Options) { o.Registry = mustClient(t, srv, tc.token) })
 
 			paths, err := m.Fetch(context.Background(), []File{f}, nil)
 
@@ -652,8 +650,8 @@ func TestTokenNeverReachesTheCDN(t *testing.T) {
 				t.Errorf("the CDN was sent the token")
 			}
 			if tc.wantErr != "" {
-				if err == nil || !strings.HasPrefix(err.Error(), tc.wantErr) {
-					t.Fatalf("Fetch: %v\nwant: %s...", err, tc.wantErr)
+				if err == nil || err.Error() != tc.wantErr || !errors.Is(err, hf.ErrGated) {
+					t.Fatalf("Fetch: %v\nwant: %s", err, tc.wantErr)
 				}
 				return
 			}
@@ -678,7 +676,7 @@ func TestFetchStopsWhenCancelled(t *testing.T) {
 	content := randomish(1<<20, 13)
 	f := addFile(t, srv, "tiny.gguf", content)
 	srv.Trickle(repoID, f.Path, 64<<10) // 16 s for the whole file
-	m := newMirror(t, nil)
+	m := newMirror(t, srv, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()
 
@@ -707,5 +705,46 @@ func TestFetchStopsWhenCancelled(t *testing.T) {
 		if fp.State != Partial || fp.BytesDone == 0 || fp.BytesDone != entries[0].BytesDone {
 			t.Errorf("the last report of a cancelled fetch: %+v, want the file partial as on disk", last)
 		}
+	}
+}
+
+// TestFetchesUnderWayHoldTheirRoom: two fetches that each fit the free disk
+// alone do not both start: the second counts what the first will still
+// write, and is refused before a byte, saying so; once the first is done,
+// its file no longer needs the room and the second fits what is left.
+func TestFetchesUnderWayHoldTheirRoom(t *testing.T) {
+	const size = 256 << 10
+	srv := newHub(t)
+	a := addFile(t, srv, "a.gguf", randomish(size, 21))
+	b := addFile(t, srv, "b.gguf", randomish(size, 22))
+	srv.Trickle(repoID, a.Path, 1<<20) // a quarter of a second
+	free := uint64(size * 3 / 2)       // one file, not two
+	m := newMirror(t, srv, func(o *Options) {
+		o.FreeSpace = func(string) (uint64, error) { return free, nil }
+	})
+
+	done := make(chan error, 1)
+	go func() { _, err := m.Fetch(context.Background(), []File{a}, nil); done <- err }()
+	for deadline := time.Now().Add(5 * time.Second); srv.BytesServed(repoID, a.Path) == 0; {
+		if time.Now().After(deadline) {
+			t.Fatal("the first fetch never started")
+		}
+		time.Sleep(time.Millisecond)
+	}
+
+	_, err := m.Fetch(context.Background(), []File{b}, nil)
+	if err == nil || !strings.Contains(err.Error(), "once the") || !strings.Contains(err.Error(), "the fetches under way will still write are set aside") {
+		t.Fatalf("the second fetch: %v; want it refused for the room the first holds", err)
+	}
+	if n := srv.Requests(repoID, b.Path); n != 0 {
+		t.Errorf("the refused fetch asked the registry %d times", n)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("the first fetch: %v", err)
+	}
+	// Done, a's bytes are on the disk: what is free now is what is left.
+	free = size * 3 / 2
+	if _, err := m.Fetch(context.Background(), []File{b}, nil); err != nil {
+		t.Errorf("with the first fetch done, the second: %v", err)
 	}
 }

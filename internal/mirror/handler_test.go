@@ -17,7 +17,7 @@ func TestHandlerServesPresentFiles(t *testing.T) {
 	srv := newHub(t)
 	content := randomish(256<<10, 20)
 	f := addFile(t, srv, "Q4/tiny.gguf", content)
-	m := newMirror(t, nil)
+	m := newMirror(t, srv, nil)
 	local := mustFetch(t, m, f)[0]
 	st, _ := os.Stat(local)
 	base := "/mirror/" + model + "/" + f.Revision + "/"
@@ -121,7 +121,7 @@ func TestRemove(t *testing.T) {
 			a := addFile(t, srv, "Q4/tiny-00001-of-00002.gguf", randomish(64<<10, 21))
 			b := addFile(t, srv, "Q4/tiny-00002-of-00002.gguf", randomish(64<<10, 22))
 			b.Revision = a.Revision
-			m := newMirror(t, nil)
+			m := newMirror(t, srv, nil)
 			local := mustFetch(t, m, a, b)[0]
 			p := tc.path
 			if p == "" {
@@ -153,7 +153,7 @@ func TestRemove(t *testing.T) {
 	t.Run("the last file takes its empty folders", func(t *testing.T) {
 		srv := newHub(t)
 		f := addFile(t, srv, "deep/er/tiny.gguf", []byte("gguf"))
-		m := newMirror(t, nil)
+		m := newMirror(t, srv, nil)
 		mustFetch(t, m, f)
 		if err := m.Remove(context.Background(), model, f.Revision, f.Path, nil); err != nil {
 			t.Fatal(err)
@@ -174,7 +174,7 @@ func TestList(t *testing.T) {
 	srv := newHub(t)
 	a := addFile(t, srv, "tiny-Q8_0.gguf", randomish(64<<10, 23))
 	b := addFile(t, srv, "tiny-Q4_K_M.gguf", randomish(64<<10, 24))
-	m := newMirror(t, nil)
+	m := newMirror(t, srv, nil)
 	mustFetch(t, m, a)
 	// b stopped part way, as after a restart.
 	lb, _ := m.LocalPath(b.Model, b.Revision, b.Path)

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"modelserve/internal/hf"
 	"modelserve/internal/hubtest"
 )
 
@@ -27,8 +28,9 @@ const (
 // or a fetch cancelled. A download that starts over costs far more.
 const slack = 128 << 10
 
-// newMirror is a mirror in a fresh directory with test-sized waits.
-func newMirror(t testing.TB, edit func(*Options)) *Mirror {
+// newMirror is a mirror in a fresh directory with test-sized waits, that
+// fetches from srv (nil: from local folders only).
+func newMirror(t testing.TB, srv *hubtest.Server, edit func(*Options)) *Mirror {
 	t.Helper()
 	o := Options{
 		Dir:           t.TempDir(),
@@ -36,6 +38,9 @@ func newMirror(t testing.TB, edit func(*Options)) *Mirror {
 		StallTimeout:  5 * time.Second,
 		ProgressEvery: 10 * time.Millisecond,
 		Log:           slog.New(slog.DiscardHandler),
+	}
+	if srv != nil {
+		o.Registry = mustClient(t, srv, "")
 	}
 	if edit != nil {
 		edit(&o)
@@ -45,6 +50,17 @@ func newMirror(t testing.TB, edit func(*Options)) *Mirror {
 		t.Fatalf("New: %v", err)
 	}
 	return m
+}
+
+// mustClient is a client of srv that never retries by itself, so that the
+// tries a test counts are the mirror's own.
+func mustClient(t testing.TB, srv *hubtest.Server, token string) *hf.Client {
+	t.Helper()
+	c, err := hf.NewClient(hf.Options{Endpoint: srv.URL(), Token: token, MaxRetries: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
 }
 
 // newHub is a Hub with one empty public repository.
@@ -136,7 +152,14 @@ func files(t testing.TB, dir string) []string {
 // served fails unless the registry served between lo and hi bytes of p.
 func served(t testing.TB, srv *hubtest.Server, p string, lo, hi int64) {
 	t.Helper()
-	if got := srv.BytesServed(repoID, p); got < lo || got > hi {
+	// The registry counts a write once it returns, which may be a moment
+	// after the client has the bytes and Fetch has returned: a count short
+	// of lo is given that moment to catch up.
+	got := srv.BytesServed(repoID, p)
+	for deadline := time.Now().Add(2 * time.Second); got < lo && time.Now().Before(deadline); got = srv.BytesServed(repoID, p) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if got < lo || got > hi {
 		t.Errorf("the registry served %d bytes of %s, want %d to %d", got, p, lo, hi)
 	}
 }

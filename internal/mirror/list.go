@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"modelserve/internal/operr"
 	"os"
 	"path"
 	"path/filepath"
@@ -126,12 +127,12 @@ func (m *Mirror) Remove(ctx context.Context, model, revision, p string, inUse fu
 		return err
 	}
 	if inUse != nil && inUse(local) {
-		return fmt.Errorf("%s of %s is used by a running replica; stop that replica before removing the file from the mirror", p, model)
+		return operr.New(operr.Conflict, "%s of %s is used by a running replica; stop that replica before removing the file from the mirror", p, model)
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if fl := m.flights[local]; fl != nil && fl.ctx.Err() == nil {
-		return fmt.Errorf("%s of %s is being fetched; cancel the job fetching it before removing it", p, model)
+		return operr.New(operr.Conflict, "%s of %s is being fetched; cancel the job fetching it before removing it", p, model)
 	}
 	_, hadFailure := m.failed[local]
 	delete(m.failed, local)
@@ -146,7 +147,7 @@ func (m *Mirror) Remove(ctx context.Context, model, revision, p string, inUse fu
 		}
 	}
 	if !removed && !hadFailure {
-		return fmt.Errorf("%s of %s at %s: %w", p, model, revision, ErrNotFound)
+		return operr.Wrap(operr.NotFound, ErrNotFound, "%s of %s at %s: %s", p, model, revision, ErrNotFound)
 	}
 	// Folders the file leaves empty go too, up to the mirror's own; the
 	// first that is not empty stops it.

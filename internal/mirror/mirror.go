@@ -14,10 +14,11 @@
 package mirror
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/http"
+	"modelserve/internal/operr"
 	"os"
 	"path"
 	"path/filepath"
@@ -35,18 +36,21 @@ type Metrics interface {
 	MirrorFailed()
 }
 
+// Registry opens the files the mirror fetches by the URL File.URL holds,
+// from an offset to the file's end (n is 0): hf.Registries, or an
+// hf.Client. It alone decides which requests carry the registry's token;
+// the mirror never sees it.
+type Registry interface {
+	Open(ctx context.Context, downloadURL string, offset, n int64) (*hf.Body, error)
+}
+
 // Options configure a Mirror. Only Dir is required.
 type Options struct {
 	// Dir holds the files: <Dir>/<model>/<revision>/<path>. Usually <data>/mirror.
 	Dir string
-	// HTTP fetches files; nil gives a client with connect and TLS timeouts
-	// that also fetches file:// URLs (the local-folder registry's).
-	HTTP *http.Client
-	// Authorize adds the registry's token to a request bound for the
-	// registry's own host (hf.Client.AuthorizeRequest); nil sends none.
-	// It is called on the first request only: a redirect to another host
-	// never carries the Authorization header.
-	Authorize func(*http.Request)
+	// Registry reads the files; nil reads file:// URLs (the local-folder
+	// registry's) only.
+	Registry Registry
 	// StallTimeout is how long no byte may arrive before the try counts
 	// as failed and the next one resumes; default 60s.
 	StallTimeout time.Duration
@@ -77,7 +81,6 @@ type Options struct {
 type Mirror struct {
 	dir   string
 	opts  Options
-	http  *http.Client
 	log   *slog.Logger
 	slots chan struct{} // one token per file being fetched
 
@@ -187,58 +190,21 @@ func New(o Options) (*Mirror, error) {
 	if o.Parallel <= 0 {
 		o.Parallel = 4
 	}
+	if o.Registry == nil {
+		o.Registry = hf.Registries{}
+	}
 	log := o.Log
 	if log == nil {
 		log = slog.Default()
 	}
-	base := o.HTTP
-	if base == nil {
-		base = defaultClient()
-	}
 	return &Mirror{
 		dir:     dir,
 		opts:    o,
-		http:    withoutAuthOnRedirect(base),
 		log:     log,
 		slots:   make(chan struct{}, o.Parallel),
 		flights: map[string]*flight{},
 		failed:  map[string]failure{},
 	}, nil
-}
-
-// defaultClient has timeouts for connecting and nothing for the whole
-// request: a 40 GB download takes as long as it takes, and a stall is
-// caught by StallTimeout instead.
-func defaultClient() *http.Client {
-	tr := http.DefaultTransport.(*http.Transport).Clone()
-	// A transparently gunzipped body would not match the published size,
-	// and offsets into it would not be offsets into the file.
-	tr.DisableCompression = true
-	tr.ResponseHeaderTimeout = 0
-	tr.RegisterProtocol("file", http.NewFileTransport(http.Dir("/")))
-	return &http.Client{Transport: tr}
-}
-
-// withoutAuthOnRedirect copies c so that a redirect to any other host:port
-// drops the Authorization header. Go keeps it when the host name is the same
-// or a subdomain, whatever the port: huggingface.co redirects to
-// cdn-lfs.huggingface.co, which must not see the token.
-func withoutAuthOnRedirect(c *http.Client) *http.Client {
-	cc := *c
-	theirs := c.CheckRedirect
-	cc.CheckRedirect = func(req *http.Request, via []*http.Request) error {
-		if req.URL.Host != via[0].URL.Host || req.URL.Scheme != via[0].URL.Scheme {
-			req.Header.Del("Authorization")
-		}
-		if theirs != nil {
-			return theirs(req, via)
-		}
-		if len(via) >= 10 {
-			return errors.New("stopped after 10 redirects")
-		}
-		return nil
-	}
-	return &cc
 }
 
 // LocalPath is where a file is (or would be) kept, after checking every
@@ -261,16 +227,16 @@ var (
 // requests; none reaches the filesystem before passing here.
 func checkNames(model, revision, p string) error {
 	if !modelPattern.MatchString(model) || len(model) > 128 {
-		return fmt.Errorf("%q is not a model name; it is lower-case letters, digits, '.', '_' and '-', starting with a letter or digit", model)
+		return operr.New(operr.Invalid, "%s is not a model name; it is lower-case letters, digits, '.', '_' and '-', starting with a letter or digit", operr.Quote(model))
 	}
 	if !revisionPattern.MatchString(revision) {
-		return fmt.Errorf("%q is not a revision the mirror keeps files under; it is a commit, 7 to 64 lower-case hex digits", revision)
+		return operr.New(operr.Invalid, "%s is not a revision the mirror keeps files under; it is a commit, 7 to 64 lower-case hex digits", operr.Quote(revision))
 	}
 	if err := hf.CheckPath(p); err != nil {
 		return err
 	}
 	if reserved(path.Base(p)) {
-		return fmt.Errorf("the registry named a file %q, a name the mirror keeps for its own bookkeeping; it is not fetched", p)
+		return operr.New(operr.Refused, "the registry named a file %s, a name the mirror keeps for its own bookkeeping; it is not fetched", operr.Quote(p))
 	}
 	return nil
 }

@@ -2,26 +2,35 @@ package plan
 
 import (
 	"context"
+	"io"
 	"sync"
 
 	"modelserve/internal/gguf"
+	"modelserve/internal/hf"
 )
 
 // HeaderReader reads the header of the GGUF file at url (a registry's
-// resolve URL, read with Range requests, or a local path).
+// download URL, as Config.DownloadURL gives it).
 type HeaderReader func(ctx context.Context, url string) (gguf.Header, error)
 
-// ReadHeaders is the HeaderReader for a registry: gguf.Read of the first
-// shard alone (the others hold tensors, not the model's shape), with the
-// registry's token, which gguf.Read keeps from the CDN a download is
-// redirected to. An empty token reads public repositories.
-func ReadHeaders(token string) HeaderReader {
+// Opener reads part of a registry's file by its download URL (hf.Registries,
+// hf.Client). It alone decides which requests carry the registry's token.
+type Opener interface {
+	Open(ctx context.Context, downloadURL string, offset, n int64) (*hf.Body, error)
+}
+
+// ReadHeaders is the HeaderReader for a registry: the header of the file
+// alone (of a split model, the first shard holds the model's shape; the
+// others hold tensors), read in a few ranges of it through the registry.
+func ReadHeaders(reg Opener) HeaderReader {
 	return func(ctx context.Context, url string) (gguf.Header, error) {
-		opts := []gguf.Option{gguf.OnlyThisFile()}
-		if token != "" {
-			opts = append(opts, gguf.WithBearer(token))
-		}
-		return gguf.Read(ctx, url, opts...)
+		return gguf.ReadRanges(ctx, func(ctx context.Context, off, n int64) (io.ReadCloser, int64, error) {
+			b, err := reg.Open(ctx, url, off, n)
+			if err != nil {
+				return nil, 0, err
+			}
+			return b, b.Size, nil
+		})
 	}
 }
 
@@ -45,26 +54,6 @@ func shapeOf(h gguf.Header) *shape {
 		experts: int(h.ExpertCount), expertsUsed: int(h.ExpertUsedCount),
 		kvPerToken: h.KVBytesPerToken(), header: h, shaped: h.Shaped(),
 	}
-}
-
-// memory is what llama.cpp takes for the weights, a pool of ctx tokens
-// shared by parallel slots, and its own buffers.
-func (s *shape) memory(weights int64, ctx, parallel int) int64 {
-	return s.header.MemoryBytes(weights, ctx, parallel, 0)
-}
-
-// longest is the longest context, up to the trained one and a multiple of
-// 1024, that memory holds beside the weights. A model trained for fewer
-// than 1024 tokens (embedding models of 512) keeps its own figure when it
-// fits, which gguf's multiple-of-1024 search cannot say.
-func (s *shape) longest(memory, weights int64) int {
-	if s.trained > 0 && s.trained < 1024 {
-		if s.shaped && s.memory(weights, s.trained, 1) <= memory {
-			return s.trained
-		}
-		return 0
-	}
-	return s.header.LongestContextThatFits(memory, weights)
 }
 
 // activeShare is the part of the weights each token reads. A dense model

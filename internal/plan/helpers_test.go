@@ -163,7 +163,7 @@ func newWorld(t testing.TB, nodes []Node) *world {
 
 func (w *world) newPlanner(t testing.TB, nodes []Node) *Planner {
 	t.Helper()
-	read := ReadHeaders("")
+	read := ReadHeaders(w.client)
 	p, err := New(Config{
 		Pool: func() []Node { return nodes },
 		Headers: func(ctx context.Context, url string) (gguf.Header, error) {
