@@ -5,15 +5,6 @@ import (
 	"strconv"
 )
 
-// DefaultCtxPool is llama.cpp's --ctx-size when a request names none. It is
-// shared by the slots, so a context asked for longer than it divides needs a
-// pool of its own.
-const DefaultCtxPool = 16384
-
-// DefaultContextLength is what one request may use when a request names
-// nothing: four slots of the default pool.
-const DefaultContextLength = 4096
-
 // Sizing is what llama.cpp's arguments are worked out from.
 type Sizing struct {
 	// CtxPool is the engine's whole context (--ctx-size), shared by its
@@ -26,8 +17,9 @@ type Sizing struct {
 	Judge bool
 }
 
-// LlamaArgs are llama-server's arguments for s. A zero pool or context takes
-// the default.
+// LlamaArgs are llama-server's arguments for s, as the check step sized it
+// (plan.Size). A zero pool leaves the context to the engine, which takes
+// the trained one: only for a profile nobody sized.
 //
 // The pool and the slots are sized together: llama.cpp divides --ctx-size
 // among --parallel slots, so there are as many slots as the pool holds
@@ -36,18 +28,19 @@ type Sizing struct {
 // were refused by the engine.
 func LlamaArgs(s Sizing) []string {
 	pool, ctx := s.CtxPool, s.ContextLength
-	if pool <= 0 {
-		pool = DefaultCtxPool
+	var args []string
+	if pool > 0 {
+		ctx = min(max(ctx, 1), pool)
+		args = []string{"--ctx-size", strconv.Itoa(pool), "--parallel", strconv.Itoa(max(1, pool/ctx))}
 	}
-	if ctx <= 0 {
-		ctx = DefaultContextLength
-	}
-	args := []string{"--ctx-size", strconv.Itoa(pool), "--parallel", strconv.Itoa(max(1, pool/ctx))}
 	if s.Embeddings {
 		// A passage is embedded in a single batch, so the batch must hold a
 		// whole slot: at the default of 512, a 516-token passage was refused.
-		n := strconv.Itoa(ctx)
-		args = append([]string{"--embedding"}, append(args, "--batch-size", n, "--ubatch-size", n)...)
+		args = append([]string{"--embedding"}, args...)
+		if ctx > 0 {
+			n := strconv.Itoa(ctx)
+			args = append(args, "--batch-size", n, "--ubatch-size", n)
+		}
 	}
 	if s.Judge {
 		// No prompt cache for a judge: each prompt it sees is a new text

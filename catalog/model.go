@@ -14,7 +14,7 @@ package catalog
 
 import (
 	"errors"
-	"fmt"
+	"modelserve/internal/operr"
 	"regexp"
 	"slices"
 	"strings"
@@ -72,10 +72,16 @@ type Profile struct {
 	// split a model across cards and nodes.
 	TP int `json:"tp,omitempty"`
 	PP int `json:"pp,omitempty"`
-	// MinMemoryGB is what a replica reserves on a node; CPUCores what it
-	// computes on (0: the engine's default).
-	MinMemoryGB int `json:"min_memory_gb,omitempty"`
-	CPUCores    int `json:"cpu_cores,omitempty"`
+	// MinMemoryBytes is what a replica reserves on a node (for a GPU
+	// profile, what all its cards hold together): exactly what the check
+	// step sized the engine's context for, so a replica the job placed in
+	// free memory is placed there again. MinMemoryGB is the same in whole
+	// GB, from an operator's own figure or an older catalog; Memory says
+	// which counts. CPUCores is what it computes on (0: the engine's
+	// default).
+	MinMemoryBytes int64 `json:"min_memory_bytes,omitempty"`
+	MinMemoryGB    int   `json:"min_memory_gb,omitempty"`
+	CPUCores       int   `json:"cpu_cores,omitempty"`
 	// Env is set in the engine's environment: tuning variables only (see
 	// Validate).
 	Env map[string]string `json:"env,omitempty"`
@@ -88,11 +94,23 @@ type Profile struct {
 	StartupTimeout time.Duration `json:"startup_timeout,omitempty"`
 }
 
+// Memory is what a replica of the profile reserves, in bytes:
+// MinMemoryBytes when set, else MinMemoryGB.
+func (p Profile) Memory() int64 {
+	if p.MinMemoryBytes > 0 {
+		return p.MinMemoryBytes
+	}
+	return int64(p.MinMemoryGB) << 30
+}
+
 // Scaling is how many replicas run: Min always (0 loads it on demand, when
 // first asked for), up to Max.
 type Scaling struct {
 	Min int `json:"min"`
 	Max int `json:"max"`
+	// IdleAfter is how long replicas started on demand (above Min) keep
+	// running with no request; zero is the fleet's default (15 minutes).
+	IdleAfter time.Duration `json:"idle_after,omitempty"`
 }
 
 // Capabilities are what clients may ask of the model beyond text.
@@ -149,12 +167,23 @@ func GuardFormats() []string {
 // KnownGuardFormat reports whether f is one of GuardFormats.
 func KnownGuardFormat(f string) bool { return slices.Contains(GuardFormats(), f) }
 
-// ClassOrDefault is the model's class, ClassStandard when none was given.
+// ClassOrDefault is the model's class, else its role's default.
 func (m Model) ClassOrDefault() string {
 	if m.Class == "" {
-		return ClassStandard
+		return DefaultClass(m.Role)
 	}
 	return m.Class
+}
+
+// DefaultClass is the class a model of role gets when none is given: a
+// judge is critical, since every guarded request waits for its verdict and
+// evicting it for a chat model would stall them all; anything else is
+// standard.
+func DefaultClass(role string) string {
+	if role == RoleGuard {
+		return ClassCritical
+	}
+	return ClassStandard
 }
 
 var (
@@ -167,18 +196,10 @@ var (
 	ErrInvalid = errors.New("the catalog entry is not valid")
 )
 
-// sentence is an error whose message is meant for the operator, and which
-// errors.Is matches against its kind (one of the Err values above).
-type sentence struct {
-	msg  string
-	kind error
-}
-
-func (e *sentence) Error() string { return e.msg }
-func (e *sentence) Unwrap() error { return e.kind }
-
+// invalid is an entry refused for what it says: the operator's sentence,
+// matching ErrInvalid.
 func invalid(format string, args ...any) error {
-	return &sentence{msg: fmt.Sprintf(format, args...), kind: ErrInvalid}
+	return operr.Wrap(operr.Invalid, ErrInvalid, format, args...)
 }
 
 // maxNameLen keeps names short enough for a URL path, a log line and a

@@ -358,3 +358,19 @@ func TestListIsSortedByName(t *testing.T) {
 		t.Errorf("List order = %v, want %v", names, want)
 	}
 }
+
+func TestDefaultClassByRole(t *testing.T) {
+	for _, tc := range []struct {
+		m    catalog.Model
+		want string
+	}{
+		{catalog.Model{}, catalog.ClassStandard},
+		{catalog.Model{Role: catalog.RoleGuard}, catalog.ClassCritical},
+		{catalog.Model{Role: catalog.RoleGuard, Class: catalog.ClassOpportunistic}, catalog.ClassOpportunistic},
+		{catalog.Model{Class: catalog.ClassCritical}, catalog.ClassCritical},
+	} {
+		if got := tc.m.ClassOrDefault(); got != tc.want {
+			t.Errorf("role %q class %q: %s, want %s", tc.m.Role, tc.m.Class, got, tc.want)
+		}
+	}
+}

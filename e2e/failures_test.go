@@ -12,8 +12,8 @@ import (
 )
 
 // TestGatedRepository: with no token, typing a gated repository's name
-// says, in place on the serve page, what to do about it; pressing Serve
-// anyway ends in the same sentence on the job page.
+// says, in place on the serve page, what to do about it, and Serve is
+// disabled with the reason beside it.
 func TestGatedRepository(t *testing.T) {
 	e := setup(t)
 	const (
@@ -43,13 +43,10 @@ func TestGatedRepository(t *testing.T) {
 	}
 	tb.screenshot("gated.png")
 
-	// Serve anyway: the job stops at the gate with the same advice.
-	tb.must(tb.loc("[data-testid=serve-submit]").Click(), "pressing Serve")
-	tb.must(tb.expect().Page(tb.page).ToHaveURL(regexp.MustCompile(`/jobs/[^/]+$`)), "on the job's page")
-	if state := tb.waitEnded(quick); state != "failed" {
-		t.Fatalf("the job of a gated repository without a token ended %s", state)
-	}
-	tb.must(tb.expect().Locator(tb.loc("[data-testid=outcome] [data-testid=error]")).ToContainText("HF_TOKEN"), "the job's sentence names HF_TOKEN")
+	// Serve cannot be pressed into a job that would only stop at the
+	// gate: it is disabled, and says why beside it.
+	tb.must(tb.expect().Locator(tb.loc("[data-testid=serve-submit]")).ToBeDisabled(), "Serve disabled")
+	tb.must(tb.expect().Locator(tb.loc("[data-testid=serve-blocked]")).ToContainText("a token with access"), "the reason beside Serve")
 }
 
 // TestChecksumMismatchThenRetry: a file that arrives damaged fails the

@@ -74,8 +74,8 @@ func catalogView(m catalog.Model) views.CatalogModel {
 				hw = fmt.Sprintf("%d nodes × %s", p.Nodes, hw)
 			}
 		}
-		if p.MinMemoryGB > 0 {
-			hw += fmt.Sprintf(", %d GB", p.MinMemoryGB)
+		if p.Memory() > 0 {
+			hw += ", " + sizeText(p.Memory())
 		}
 		vm.Profiles = append(vm.Profiles, views.CatalogProfile{Name: p.Name, Engine: p.Engine, Hardware: hw, Args: strings.Join(p.Args, " ")})
 	}

@@ -5,7 +5,6 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
-	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -25,6 +24,7 @@ import (
 	"modelserve/handlers"
 	"modelserve/internal/hf"
 	"modelserve/internal/mirror"
+	"modelserve/internal/operr"
 	"modelserve/internal/store"
 	"modelserve/jobs"
 )
@@ -268,7 +268,7 @@ func (f *fakeRegistry) Repo(ctx context.Context, id, revision string) (hf.Repo, 
 	}
 	r, ok := f.repos[id]
 	if !ok {
-		return hf.Repo{}, fmt.Errorf("%s is not a repository on the registry; check its name (%w)", id, hf.ErrNotFound)
+		return hf.Repo{}, operr.Wrap(operr.NotFound, hf.ErrNotFound, "%s is not a repository on the registry; check its name", id)
 	}
 	r.Revision = revision
 	return r, nil
@@ -305,7 +305,7 @@ func (f *fakeFetch) Fetch(ctx context.Context, files []mirror.File, progress fun
 	if f.err != nil {
 		return nil, f.err
 	}
-	return nil, fmt.Errorf("the mirror could not fetch it: the registry closed the connection")
+	return nil, operr.New(operr.Unavailable, "the mirror could not fetch it: the registry closed the connection")
 }
 
 // ggufRepo is a repository of one Q4_K_M file.

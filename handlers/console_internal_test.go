@@ -1,6 +1,11 @@
 package handlers
 
 import (
+	"bufio"
+	"context"
+	"modelserve/jobs"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -25,43 +30,6 @@ func TestLocalPath(t *testing.T) {
 		if got := localPath(tc.next); got != tc.want {
 			t.Errorf("localPath(%q) = %q, want %q", tc.next, got, tc.want)
 		}
-	}
-}
-
-func TestThrottleWindow(t *testing.T) {
-	now := time.Unix(1_000_000, 0)
-	th := newThrottle()
-	th.now = func() time.Time { return now }
-	keys := signInKeys("Ada", "192.0.2.1:5555")
-	for range maxFailures {
-		if th.wait(keys) != 0 {
-			t.Fatal("refused before the limit")
-		}
-		th.fail(keys)
-		now = now.Add(time.Minute)
-	}
-	// Five failures at minutes 0..4, now minute 5: the oldest frees the
-	// name at minute 15.
-	if got := th.wait(signInKeys("ADA", "198.51.100.7:1")); got != 10*time.Minute {
-		t.Fatalf("the name (in another case, from elsewhere) waits %s, want 10m", got)
-	}
-	if got := th.wait(signInKeys("bob", "192.0.2.1:6666")); got != 10*time.Minute {
-		t.Fatalf("the address (another port, another name) waits %s, want 10m", got)
-	}
-	now = now.Add(10 * time.Minute)
-	if got := th.wait(keys); got != 0 {
-		t.Fatalf("still refused %s once the oldest failure left the window", got)
-	}
-	th.fail(keys) // five again, minutes 1..4 and 15: the name and the address wait
-	if th.wait(keys) == 0 {
-		t.Fatal("a fifth failure within the window was let through")
-	}
-	th.reset(keys[:1])
-	if th.wait(keys[:1]) != 0 {
-		t.Fatal("the name is refused after a sign-in reset it")
-	}
-	if th.wait(keys[1:]) == 0 {
-		t.Fatal("a sign-in reset the address too: one account would unlock guessing the others")
 	}
 }
 
@@ -122,17 +90,58 @@ func TestRequestFromForm(t *testing.T) {
 }
 
 func TestMemoryBar(t *testing.T) {
-	o := plan.Option{Class: "L4", GPUsPerNode: 1, WeightsGB: 8, KVGB: 2, OverheadGB: 1, Context: 16384}
-	if b := memoryBar(o, 11.05); b.Over || !strings.HasSuffix(b.Text, "= 11 GB of 11.1 GB of the card: fits, 0.1 GB left") {
+	const gib = int64(1) << 30
+	sizing := func(kv, room int64, fit string) plan.Option {
+		return plan.Option{Class: "L4", GPUsPerNode: 1, Engine: plan.EngineLlamaCpp, Sizing: plan.Sizing{
+			CtxPool: 16384, WeightsBytes: 8 * gib, KVBytes: kv, ComputeBytes: gib / 2, ProjectorBytes: gib / 2,
+			NeedBytes: 9*gib + kv, RoomBytes: room, Fit: fit,
+		}}
+	}
+	if b := memoryBar(sizing(2*gib, 11*gib+gib/10, plan.FitsNow)); b.Over || !strings.HasSuffix(b.Text, "= 11.0 GB of 11.1 GB free of the card: fits, 102.4 MB left") {
 		t.Fatalf("nearly full: %q", b.Text)
 	}
-	b := memoryBar(o, 24)
-	if b.Over || b.Text != "weights 8 GB + KV cache 2 GB for 16384 tokens + engine 1 GB = 11 GB of 24 GB of the card: fits, 13 GB left" {
+	b := memoryBar(sizing(2*gib, 24*gib, plan.FitsNow))
+	if b.Over || b.Text != "weights 8.0 GB + KV cache 2.0 GB for 16384 tokens + engine 1.0 GB = 11.0 GB of 24.0 GB free of the card: fits, 13.0 GB left" {
 		t.Fatalf("%+v", b)
 	}
-	o.KVGB = 20
-	b = memoryBar(o, 24)
-	if !b.Over || b.Capacity >= 100 || b.Text != "weights 8 GB + KV cache 20 GB for 16384 tokens + engine 1 GB = 29 GB, more than the 24 GB of the card: 5 GB too much" {
+	b = memoryBar(sizing(20*gib, 24*gib, plan.FitsNowhere))
+	if !b.Over || b.Capacity >= 100 || b.Text != "weights 8.0 GB + KV cache 20.0 GB for 16384 tokens + engine 1.0 GB = 29.0 GB, more than the 24.0 GB of the card: 5.0 GB too much" {
 		t.Fatalf("%+v", b)
+	}
+	// Small figures keep their unit rather than rounding to "0 GB".
+	small := plan.Option{CPU: true, Engine: plan.EngineLlamaCpp, Sizing: plan.Sizing{CtxPool: 4096, WeightsBytes: 300 << 20,
+		KVBytes: 4 << 20, ComputeBytes: 150 << 20, NeedBytes: 454 << 20, RoomBytes: 8 * gib, Fit: plan.FitsNow}}
+	if b := memoryBar(small); !strings.HasPrefix(b.Text, "weights 300.0 MB + KV cache 4.0 MB for 4096 tokens + engine 150.0 MB = 454.0 MB of 8.0 GB free of a node's RAM") {
+		t.Fatalf("small: %q", b.Text)
+	}
+}
+
+// TestQuietStreamsGetAHeartbeat: a stream with nothing new to say still
+// writes a comment line every heartbeat, so that no proxy closes it as idle.
+func TestQuietStreamsGetAHeartbeat(t *testing.T) {
+	e := newEvents()
+	e.heartbeat = 20 * time.Millisecond
+	ch := make(chan jobs.Event)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		e.serve(w, r, ch, func(jobs.Event) ([]byte, string, error) { return []byte("{}"), "job", nil })
+	}))
+	defer srv.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL, nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	beats := 0
+	for beats < 2 && sc.Scan() {
+		if sc.Text() == ": still here" {
+			beats++
+		}
+	}
+	if beats < 2 {
+		t.Fatalf("saw %d heartbeats before the stream ended (%v)", beats, sc.Err())
 	}
 }

@@ -136,14 +136,20 @@ var twoNodes = `[
 	{"name": "cpu-1", "cpu_cores": 8, "ram_gb": 32}
 ]`
 
-func poolOf(t *testing.T, nodesJSON string) *plan.Pool {
+// poolOf is a pool of the nodes nodesJSON declares, as the fleet's Pool
+// hands them to the handlers.
+func poolOf(t *testing.T, nodesJSON string) staticPool {
 	t.Helper()
 	nodes, err := plan.ParseNodes("test", []byte(nodesJSON))
 	if err != nil {
 		t.Fatal(err)
 	}
-	return plan.NewPool(nil, nodes)
+	return staticPool(nodes)
 }
+
+type staticPool []plan.Node
+
+func (p staticPool) Nodes() []plan.Node { return p }
 
 func TestFleetPage(t *testing.T) {
 	e := newConsoleEnv(t, func(d *handlers.Deps) { d.Pool = poolOf(t, twoNodes) })

@@ -2,6 +2,7 @@ package handlers
 
 import (
 	"context"
+	"modelserve/internal/operr"
 	"net/http"
 	"strconv"
 	"strings"
@@ -30,7 +31,7 @@ type Planner interface {
 	RepoReport(ctx context.Context, repo hf.Repo, req plan.Request) (plan.Report, error)
 }
 
-// Pool is the hardware a plan is made for (plan.Pool).
+// Pool is the hardware a plan is made for: the fleet's nodes (fleet.Fleet.Pool).
 type Pool interface {
 	Nodes() []plan.Node
 }
@@ -84,16 +85,6 @@ func (c *lookups) put(key string, l *lookup) {
 	c.m[key] = l
 }
 
-// planRefusal is the planner's refusal of a repository ("has neither GGUF
-// files nor safetensors weights"): the planner writes each as a sentence,
-// and reading a file's header, the one thing that fails for other reasons,
-// becomes a note on the plan rather than an error.
-type planRefusal struct{ err error }
-
-func (e planRefusal) Error() string   { return e.err.Error() }
-func (e planRefusal) Unwrap() error   { return e.err }
-func (e planRefusal) HTTPStatus() int { return http.StatusUnprocessableEntity }
-
 // lookUp reads and plans a repository, or returns it from a moment ago.
 func (s *Server) lookUp(ctx context.Context, id, revision string) (*lookup, error) {
 	key := id + "@" + revision
@@ -106,10 +97,10 @@ func (s *Server) lookUp(ctx context.Context, id, revision string) (*lookup, erro
 	}
 	l := &lookup{repo: repo, at: time.Now()}
 	if dc, ok := s.deps.Registry.(downloadChecker); ok && (repo.Gated != "" || repo.Private) {
-		if err := dc.CanDownload(ctx, repo, firstWeights(repo)); err != nil {
-			switch _, said := registryStatus(err); {
+		if err := dc.CanDownload(ctx, repo, hf.FirstWeights(repo)); err != nil {
+			switch _, said := operatorStatus(err); {
 			case said:
-				l.gatedNote = err.Error()
+				l.gatedNote, _ = operr.Sentence(err)
 			case ctx.Err() != nil:
 				return nil, ctx.Err()
 			default:
@@ -126,7 +117,7 @@ func (s *Server) lookUp(ctx context.Context, id, revision string) (*lookup, erro
 			if ctx.Err() != nil {
 				return nil, ctx.Err()
 			}
-			return nil, planRefusal{err}
+			return nil, err
 		}
 		l.report, l.planned = rep, true
 	}
@@ -137,42 +128,27 @@ func (s *Server) lookUp(ctx context.Context, id, revision string) (*lookup, erro
 // unplannedReport is what a repository holds without a planner: its GGUF
 // sets and its original weights, with no options.
 func unplannedReport(repo hf.Repo) plan.Report {
+	holds := hf.Holds(repo)
 	r := plan.Report{
 		Repo: repo.ID, Revision: repo.Revision, Commit: repo.Commit, Gated: repo.Gated != "",
-		GatedMode: repo.Gated, Private: repo.Private, Sets: []plan.ReportSet{}, Projectors: hf.Projectors(repo.Files),
+		GatedMode: repo.Gated, Private: repo.Private, Sets: []plan.ReportSet{}, Projectors: holds.Projectors,
 	}
 	if r.Projectors == nil {
 		r.Projectors = []hf.File{}
 	}
-	for _, set := range hf.Group(repo.Files) {
-		first := strings.ToLower(set.Files[0].Path)
-		format := plan.FormatGGUF
-		if strings.HasSuffix(first, ".safetensors") {
-			// Original weights are the ones at the top; copies in folders
-			// are other variants.
-			if strings.Contains(first, "/") {
-				continue
-			}
-			format = plan.FormatSafetensors
-		}
+	add := func(set hf.FileSet, format string) {
 		r.Sets = append(r.Sets, plan.ReportSet{
 			SetPlan: plan.SetPlan{FileSet: set, Format: format, Planned: len(set.Missing) == 0},
 			Options: []plan.Option{},
 		})
 	}
+	for _, set := range holds.GGUF {
+		add(set, plan.FormatGGUF)
+	}
+	if holds.Original != nil {
+		add(*holds.Original, plan.FormatSafetensors)
+	}
 	return r
-}
-
-// firstWeights is the file whose download a gated repository is asked
-// about: its first GGUF weights, else its first file.
-func firstWeights(repo hf.Repo) string {
-	for _, set := range hf.Group(repo.Files) {
-		return set.Files[0].Path
-	}
-	if len(repo.Files) > 0 {
-		return repo.Files[0].Path
-	}
-	return ""
 }
 
 // apiRepo is the serve page's report as JSON: GET
@@ -196,10 +172,6 @@ func (s *Server) apiRepo(w http.ResponseWriter, r *http.Request) {
 	}
 	repo, err := s.deps.Registry.Repo(r.Context(), id, rev)
 	if err != nil {
-		if status, ok := registryStatus(err); ok {
-			writeJSON(w, status, errorBody{Error: err.Error()})
-			return
-		}
 		s.apiError(w, r, err)
 		return
 	}
@@ -210,12 +182,12 @@ func (s *Server) apiRepo(w http.ResponseWriter, r *http.Request) {
 		DownloadRefused string `json:"download_refused,omitempty"`
 	}{Report: unplannedReport(repo)}
 	if dc, ok := s.deps.Registry.(downloadChecker); ok && (repo.Gated != "" || repo.Private) {
-		if err := dc.CanDownload(r.Context(), repo, firstWeights(repo)); err != nil {
-			if _, said := registryStatus(err); !said {
+		if err := dc.CanDownload(r.Context(), repo, hf.FirstWeights(repo)); err != nil {
+			if _, said := operatorStatus(err); !said {
 				s.apiError(w, r, err)
 				return
 			}
-			out.DownloadRefused = err.Error()
+			out.DownloadRefused, _ = operr.Sentence(err)
 		}
 	}
 	if s.deps.Planner != nil {
@@ -224,7 +196,7 @@ func (s *Server) apiRepo(w http.ResponseWriter, r *http.Request) {
 			if r.Context().Err() != nil {
 				return
 			}
-			s.apiError(w, r, planRefusal{err})
+			s.apiError(w, r, err)
 			return
 		}
 		out.Report = rep

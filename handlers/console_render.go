@@ -3,13 +3,11 @@ package handlers
 import (
 	"bytes"
 	"context"
-	"errors"
+	"modelserve/internal/operr"
 	"net/http"
 
 	"github.com/a-h/templ"
 
-	"modelserve/internal/hf"
-	"modelserve/internal/mirror"
 	"modelserve/static"
 	"modelserve/views"
 )
@@ -73,38 +71,11 @@ func (s *Server) pageError(w http.ResponseWriter, r *http.Request, v visit, err 
 	if r.Context().Err() != nil {
 		return // the browser went away; nobody reads the answer
 	}
-	if status, ok := consoleStatus(err); ok {
-		s.message(w, r, v, status, "Not done", err.Error())
+	if status, ok := operatorStatus(err); ok {
+		msg, _ := operr.Sentence(err)
+		s.message(w, r, v, status, "Not done", msg)
 		return
 	}
 	s.deps.Log.Error("console request failed", "method", r.Method, "path", r.URL.Path, "err", err)
 	s.message(w, r, v, http.StatusInternalServerError, "Something went wrong", genericError)
-}
-
-// consoleStatus is the status of an error whose sentence is meant for the
-// operator, and false for any other: those the API shows (operatorStatus),
-// and the registry's refusals, which hf writes as sentences naming the
-// repository and what to do.
-func consoleStatus(err error) (int, bool) {
-	if status, ok := operatorStatus(err); ok {
-		return status, true
-	}
-	return registryStatus(err)
-}
-
-// registryStatus is the status for a registry's refusal.
-func registryStatus(err error) (int, bool) {
-	switch {
-	case errors.Is(err, hf.ErrNotFound), errors.Is(err, hf.ErrRevisionNotFound):
-		return http.StatusNotFound, true
-	case errors.Is(err, hf.ErrGated), errors.Is(err, hf.ErrDisabled):
-		return http.StatusForbidden, true
-	case errors.Is(err, hf.ErrUnauthorized):
-		return http.StatusBadGateway, true
-	case errors.Is(err, hf.ErrUnavailable):
-		return http.StatusServiceUnavailable, true
-	case errors.Is(err, mirror.ErrNotFound):
-		return http.StatusNotFound, true
-	}
-	return 0, false
 }

@@ -102,13 +102,8 @@ func plannedEnv(t *testing.T) (*consoleEnv, *hubtest.Server) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	nodes, err := plan.ParseNodes("test", []byte(`[{"name": "node-1", "cpu_cores": 16, "ram_gb": 64,
-		"gpus": [{"class": "T4", "count": 1}]}]`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	pool := plan.NewPool(nil, nodes)
-	planner, err := plan.New(plan.Config{Pool: pool.Nodes, Headers: plan.ReadHeaders(""), DownloadURL: client.DownloadURL,
+	pool := poolOf(t, `[{"name": "node-1", "cpu_cores": 16, "ram_gb": 64, "gpus": [{"class": "T4", "count": 1}]}]`)
+	planner, err := plan.New(plan.Config{Pool: pool.Nodes, Headers: plan.ReadHeaders(client), DownloadURL: client.DownloadURL,
 		Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
@@ -141,9 +136,11 @@ func TestServePageShowsThePlan(t *testing.T) {
 	if !containsAll(fits, "✓ 1×T4: fits now", "✓ CPU: fits now") {
 		t.Errorf("the recommended set's fits: %q", fits)
 	}
-	f16 := doc.Find(`[data-testid="set-row"][data-set="Llama-3.1-8B-Instruct-F16"]`)
-	if got := texts(f16.Find(`[data-testid="fit"]`)); !containsAll(got, "✗ 1×T4: does not fit") {
-		t.Errorf("F16 fits: %q; 15 GB of weights and the cache do not fit a 16 GB T4", got)
+	// F16's 15 GB of weights leave a 16 GB T4 room for a short context
+	// only: it fits with the default pool cut, and says so.
+	f16 := doc.Find(`[data-testid="set-row"][data-set="Llama-3.1-8B-Instruct-F16"] [data-testid="fit"]`).First()
+	if got, why := f16.Text(), f16.AttrOr("title", ""); !strings.Contains(got, "1×T4") || !strings.Contains(why, "a 16384-token pool (4 slots of 4096) cut to") {
+		t.Errorf("F16 on the T4: %q, why %q; want the default pool said to be cut to fit", got, why)
 	}
 	if got := texts(rec.Find("td")); got[1] != "Q8_0" || got[2] != "7.9 GB" || got[3] != "1" || !strings.HasPrefix(got[5], "≈ ") {
 		t.Errorf("the recommended row reads %q", got)
@@ -331,6 +328,47 @@ func TestServePageEscapesRegistryNames(t *testing.T) {
 			doc.Find("[onerror], [onload]").Each(func(_ int, s *goquery.Selection) {
 				t.Errorf("an element with an event handler: %s", goquery.NodeName(s))
 			})
+		})
+	}
+}
+
+// TestServeIsDisabledForWhatCannotBeServed: a file that fits no node of the
+// pool, or a gated repository the token may not download, leaves Serve
+// disabled with the reason in words; what fits is served.
+func TestServeIsDisabledForWhatCannotBeServed(t *testing.T) {
+	e, hub := plannedEnv(t)
+	hub.AddRepo("meta/Llama-3.1-70B-Instruct-GGUF", hubtest.RepoOptions{})
+	addModel(t, hub, "meta/Llama-3.1-70B-Instruct-GGUF", "Llama-3.1-70B-Instruct-Q8_0.gguf", withType(ggufgen.Llama70B(), ggufgen.Q8_0))
+	b := e.signedIn()
+	for _, tc := range []struct {
+		name, query string
+		// blocked is the start of the reason; "" expects Serve enabled.
+		blocked string
+	}{
+		{"a file that fits", "repo=" + url.QueryEscape(llamaRepo), ""},
+		{"a file that fits no node", "repo=meta/Llama-3.1-70B-Instruct-GGUF&file=Llama-3.1-70B-Instruct-Q8_0",
+			"This file fits no node of the pool: Llama-3.1-70B-Instruct-Q8_0 does not fit on a T4: needs "},
+		{"a repository nothing of which fits", "repo=meta/Llama-3.1-70B-Instruct-GGUF",
+			"Nothing here can be served: no file fits this pool"},
+		{"a gated repository without a token", "repo=meta/gated-GGUF", "Serving needs a token with access to this repository."},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			doc := mustStatus(t, b.get("/serve?"+tc.query), http.StatusOK)
+			button := doc.Find(`[data-testid="serve-submit"]`)
+			_, disabled := button.Attr("disabled")
+			reason := doc.Find(`[data-testid="serve-blocked"]`).Text()
+			if tc.blocked == "" {
+				if disabled || reason != "" {
+					t.Errorf("Serve is disabled (%q) for a file that fits", reason)
+				}
+				return
+			}
+			if !disabled || !strings.HasPrefix(reason, tc.blocked) {
+				t.Errorf("Serve disabled %v, reason %q; want it disabled saying %q", disabled, reason, tc.blocked)
+			}
+			if id, _ := button.Attr("aria-describedby"); id != "serve-blocked" {
+				t.Errorf("the disabled button is not described by its reason")
+			}
 		})
 	}
 }

@@ -3,6 +3,7 @@ package handlers
 import (
 	"context"
 	"fmt"
+	"modelserve/internal/operr"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -13,16 +14,6 @@ import (
 	"modelserve/internal/plan"
 	"modelserve/jobs"
 	"modelserve/views"
-)
-
-// The shape of the context pool the form fills in: slots of at least this
-// many tokens, at most maxFormSlots of them (llama.cpp's own default of
-// four replies at once); an embedding model many small slots.
-const (
-	formSlotTokens  = 4096
-	maxFormSlots    = 4
-	embedSlotTokens = 1024
-	embedSlots      = 32
 )
 
 // servePage is the serve form, with the repository's report when the query
@@ -59,8 +50,8 @@ func (s *Server) serveMemory(w http.ResponseWriter, r *http.Request, v visit) {
 		l, err := s.lookUp(r.Context(), f.Repo, or(f.Revision, "main"))
 		if err != nil {
 			mem = views.Memory{Note: s.lookupSentence(r, err)}
-		} else if set, ok := findSet(l.report, f.Chosen); ok {
-			mem = s.memoryView(l, set, atoi(f.CtxPool))
+		} else {
+			mem = s.memoryView(r.Context(), l, f.Chosen, atoi(f.CtxPool), atoi(f.Slots))
 		}
 	}
 	s.render(w, r, http.StatusOK, views.MemoryView(mem))
@@ -81,8 +72,8 @@ func (s *Server) serveSubmit(w http.ResponseWriter, r *http.Request, v visit) {
 			return
 		}
 	}
-	status, ok := consoleStatus(err)
-	msg := err.Error()
+	status, ok := operatorStatus(err)
+	msg, _ := operr.Sentence(err)
 	if !ok {
 		s.deps.Log.Error("starting a job from the console", "repo", f.Repo, "err", err)
 		status, msg = http.StatusInternalServerError, genericError
@@ -133,7 +124,7 @@ func requestFrom(f views.ServeForm) (jobs.Request, error) {
 		}
 		n, err := strconv.Atoi(v)
 		if err != nil || n < least {
-			return 0, badRequest(fmt.Sprintf("%s is a whole number from %d, not %q", field, least, v))
+			return 0, badRequest(fmt.Sprintf("%s is a whole number from %d, not %s", field, least, operr.Quote(v)))
 		}
 		return n, nil
 	}
@@ -165,7 +156,7 @@ func requestFrom(f views.ServeForm) (jobs.Request, error) {
 		}
 		k, val, ok := strings.Cut(line, "=")
 		if !ok || strings.TrimSpace(k) == "" {
-			return req, badRequest(fmt.Sprintf("line %d of the engine environment is not NAME=VALUE: %q", i+1, line))
+			return req, badRequest(fmt.Sprintf("line %d of the engine environment is not NAME=VALUE: %s", i+1, operr.Quote(line)))
 		}
 		if req.Env == nil {
 			req.Env = map[string]string{}
@@ -202,15 +193,17 @@ func parseWhere(s string) (cpu bool, class string, cards, nodes int, err error) 
 			return false, class, cards, nodes, nil
 		}
 	}
-	return false, "", 0, 0, badRequest(fmt.Sprintf("%q is not a place to run: choose one from the list", s))
+	return false, "", 0, 0, badRequest(fmt.Sprintf("%s is not a place to run: choose one from the list", operr.Quote(s)))
 }
 
-// slotsFor is how many requests share a pool when the form does not say.
+// slotsFor is how many requests share a pool when the form does not say:
+// the planner's defaults' slot size (plan.Size), many small slots for an
+// embedding model.
 func slotsFor(pool int, embeddings bool) int {
 	if embeddings {
-		return max(1, min(embedSlots, pool/embedSlotTokens))
+		return max(1, min(plan.EmbedSlots, pool/plan.EmbedSlotTokens))
 	}
-	return max(1, min(maxFormSlots, pool/formSlotTokens))
+	return max(1, min(plan.DefaultSlots, pool/plan.DefaultSlotTokens))
 }
 
 func atoi(s string) int {
@@ -221,8 +214,8 @@ func atoi(s string) int {
 // lookupSentence is what the page says of a failed lookup: the registry's
 // or the planner's sentence as it is, anything else logged.
 func (s *Server) lookupSentence(r *http.Request, err error) string {
-	if _, ok := consoleStatus(err); ok {
-		return err.Error()
+	if msg, ok := operr.Sentence(err); ok {
+		return msg
 	}
 	if r.Context().Err() == nil {
 		s.deps.Log.Error("reading a repository for the serve page", "err", err)
@@ -239,12 +232,12 @@ func (s *Server) serveReport(ctx context.Context, f *views.ServeForm, pick strin
 		return views.Report{}
 	}
 	if err := hf.CheckRepoID(f.Repo); err != nil {
-		return views.Report{Shown: true, Error: fmt.Sprintf("%q is not a repository; it looks like owner/name, or local/FOLDER for a folder of the models directory", f.Repo)}
+		return views.Report{Shown: true, Error: fmt.Sprintf("%s is not a repository; it looks like owner/name, or local/FOLDER for a folder of the models directory", operr.Quote(f.Repo))}
 	}
 	l, err := s.lookUp(ctx, f.Repo, or(f.Revision, "main"))
 	if err != nil {
-		if _, ok := consoleStatus(err); ok {
-			return views.Report{Shown: true, Error: err.Error()}
+		if msg, ok := operr.Sentence(err); ok {
+			return views.Report{Shown: true, Error: msg}
 		}
 		if ctx.Err() == nil {
 			s.deps.Log.Error("reading a repository for the serve page", "repo", f.Repo, "err", err)
@@ -281,7 +274,7 @@ func (s *Server) serveReport(ctx context.Context, f *views.ServeForm, pick strin
 			seen[w] = true
 			vm.Where = append(vm.Where, views.Choice{Value: w, Label: optionLabel(o), Selected: w == f.Where})
 		}
-		vm.Memory = s.memoryView(l, chosen, atoi(f.CtxPool))
+		vm.Memory = s.memoryView(ctx, l, chosen.Name, atoi(f.CtxPool), atoi(f.Slots))
 	} else {
 		vm.Memory = views.Memory{Note: "Choose a file to see the memory it needs."}
 	}
@@ -293,7 +286,31 @@ func (s *Server) serveReport(ctx context.Context, f *views.ServeForm, pick strin
 	} else {
 		vm.PerSlot = "Worked out from the model and the memory where it runs"
 	}
+	vm.Blocked = blocked(vm, chosen, haveChosen, l.planned)
 	return vm
+}
+
+// blocked is why the form cannot serve what it shows, "" when it can: a
+// gated repository the token may not download, or a file that fits no node
+// of the pool. The job would refuse the same, after the operator waited.
+func blocked(vm views.Report, chosen plan.ReportSet, haveChosen, planned bool) string {
+	switch {
+	case vm.GatedNote != "":
+		return "Serving needs a token with access to this repository."
+	case !haveChosen && planned && vm.Reason != "":
+		return "Nothing here can be served: " + vm.Reason + "."
+	case !haveChosen:
+		return "Choose a file to serve."
+	case !chosen.Planned:
+		return "This file cannot be served: " + or(chosen.Note, "it is not whole") + "."
+	case !planned || chosen.Format != plan.FormatGGUF:
+		return ""
+	}
+	best, ok := bestOption(chosen)
+	if ok && best.Fit == plan.FitsNowhere {
+		return "This file fits no node of the pool: " + chosen.Name + " " + best.Why + "."
+	}
+	return ""
 }
 
 // chooseSet settles which set the form's sizing is for: one just chosen
@@ -323,23 +340,20 @@ func chooseSet(f *views.ServeForm, rep plan.Report, pick string, planned bool) (
 }
 
 // fillSizing fills the sizing fields for set: where its best option runs,
-// and the longest context that fits there, in slots.
+// and the longest context that fits there, in as many slots as fit
+// (plan.Size's, as the job will size it if taken).
 func fillSizing(f *views.ServeForm, set plan.ReportSet, pl plan.Plan) {
 	best, ok := bestOption(set)
 	if !ok {
 		return
 	}
 	f.Where = where(best)
-	pool := best.LongestContext
-	if pool <= 0 {
+	f.Embeddings = f.Embeddings || pl.Embedding
+	if best.LongestContext <= 0 || best.LongestSlots <= 0 {
 		return
 	}
-	f.Embeddings = f.Embeddings || pl.Embedding
-	if f.Embeddings {
-		pool = min(pool, embedSlots*embedSlotTokens)
-	}
-	slots := slotsFor(pool, f.Embeddings)
-	f.CtxPool, f.Slots = strconv.Itoa(pool), strconv.Itoa(slots)
+	f.CtxPool = strconv.Itoa(best.LongestContext * best.LongestSlots)
+	f.Slots = strconv.Itoa(best.LongestSlots)
 }
 
 // bestOption is the set's first option that fits anywhere (options come
@@ -366,9 +380,9 @@ func findSet(rep plan.Report, name string) (plan.ReportSet, bool) {
 }
 
 // fitWord is an option's fit in words, for a badge that does not rely on
-// its colour.
-func fitWord(fit string) string {
-	switch fit {
+// its colour; its Why says when the default context was cut to fit.
+func fitWord(o plan.Option) string {
+	switch o.Fit {
 	case plan.FitsNow:
 		return "fits now"
 	case plan.FitsHardware:
@@ -392,7 +406,7 @@ func setView(set plan.ReportSet, chosen bool) views.Set {
 			continue
 		}
 		seen[o.Label()] = true
-		vm.Fits = append(vm.Fits, views.Fit{Label: o.Label(), State: views.StateOf(fitWord(o.Fit)), Why: o.Why})
+		vm.Fits = append(vm.Fits, views.Fit{Label: o.Label(), State: views.StateOf(fitWord(o)), Why: o.Why})
 	}
 	if best, ok := bestOption(set); ok && best.Fit != plan.FitsNowhere && best.TokensPerSecond > 0 {
 		vm.TokensPerSecond = fmt.Sprintf("≈ %.0f", best.TokensPerSecond)
@@ -405,73 +419,77 @@ func setView(set plan.ReportSet, chosen bool) views.Set {
 
 // optionLabel is an option as the "runs on" select lists it.
 func optionLabel(o plan.Option) string {
-	s := o.Label() + ": " + fitWord(o.Fit)
+	s := o.Label() + ": " + fitWord(o)
 	if o.TokensPerSecond > 0 {
 		s += fmt.Sprintf(", ≈ %.0f tokens/s", o.TokensPerSecond)
 	}
 	return s
 }
 
-// memoryView draws the set's memory on each of its options for a context
-// of tokens (the plan's own when 0): weights, KV cache and engine, each
-// card's share on cards, against the room there.
-func (s *Server) memoryView(l *lookup, set plan.ReportSet, tokens int) views.Memory {
+// memoryView draws the named set's memory on each of its options, as
+// plan.Size sizes it for the pool and slots typed (the defaults when none):
+// weights, KV cache and engine, each card's share on cards, against the
+// room there.
+func (s *Server) memoryView(ctx context.Context, l *lookup, name string, pool, slots int) views.Memory {
 	if !l.planned {
 		return views.Memory{Note: "No planner is configured: the memory a file needs is worked out when a job checks it."}
+	}
+	rep := l.report
+	if pool > 0 {
+		req := plan.Request{Context: pool}
+		if slots > 0 {
+			req.Parallel = slots
+		}
+		// The headers are the planner's, kept by sha256: sizing for
+		// another context reads nothing from the registry.
+		r, err := s.deps.Planner.RepoReport(ctx, l.repo, req)
+		if err != nil {
+			return views.Memory{Note: s.lookupSentenceCtx(ctx, err)}
+		}
+		rep = r
+	}
+	set, ok := findSet(rep, name)
+	if !ok {
+		return views.Memory{Note: "Choose a file to see the memory it needs."}
 	}
 	if len(set.Options) == 0 {
 		return views.Memory{Note: "This file was not planned: " + or(set.Note, "the plan has no option for it") + "."}
 	}
-	pl := l.report.Plan
-	if tokens <= 0 {
-		tokens = pl.Context
-	}
-	m := views.Memory{Context: strconv.Itoa(tokens)}
-	var nodes []plan.Node
-	if s.deps.Pool != nil {
-		nodes = s.deps.Pool.Nodes()
-	}
+	m := views.Memory{}
 	seen := map[string]bool{}
 	for _, o := range set.Options {
 		if seen[o.Label()] {
 			continue
 		}
 		seen[o.Label()] = true
-		m.Bars = append(m.Bars, memoryBar(o.WithContext(pl.KVBytesPerToken, tokens), roomGB(o, nodes)))
+		if o.Engine != plan.EngineLlamaCpp {
+			continue
+		}
+		m.Context = strconv.Itoa(o.Sizing.CtxPool)
+		m.Bars = append(m.Bars, memoryBar(o))
 	}
-	if pl.KVBytesPerToken == 0 {
+	if rep.Plan.KVBytesPerToken == 0 {
 		m.Note = "The model's shape could not be read, so the KV cache does not follow the context."
 	}
 	return m
 }
 
-// roomGB is the memory an option has: the largest node's RAM on the CPU,
-// one card's memory on cards; 0 when nothing says.
-func roomGB(o plan.Option, nodes []plan.Node) float64 {
-	var best float64
-	for _, n := range nodes {
-		if o.CPU {
-			best = max(best, n.RAMGB)
-			continue
-		}
-		for _, g := range n.GPUs {
-			if g.Class == o.Class {
-				best = max(best, g.MemoryGB)
-			}
-		}
+// lookupSentenceCtx is lookupSentence for a context without its request.
+func (s *Server) lookupSentenceCtx(ctx context.Context, err error) string {
+	if msg, ok := operr.Sentence(err); ok {
+		return msg
 	}
-	if best == 0 && !o.CPU {
-		if c, ok := plan.LookupClass(o.Class); ok {
-			best = c.MemoryGB
-		}
+	if ctx.Err() == nil {
+		s.deps.Log.Error("sizing a repository for the serve page", "err", err)
 	}
-	return best
+	return "the memory could not be worked out; the server's log says why"
 }
 
-func memoryBar(o plan.Option, room float64) views.Bar {
-	cards := float64(max(o.GPUs(), 1))
-	w, kv, eng := o.WeightsGB/cards, o.KVGB/cards, o.OverheadGB/cards
-	need := w + kv + eng
+// memoryBar is an option's sizing as a bar: weights, KV cache and engine
+// (with the projector), against the room a host of that shape has.
+func memoryBar(o plan.Option) views.Bar {
+	sz := o.Sizing
+	room := sz.RoomBytes
 	label := o.Label()
 	where := "of a node's RAM"
 	if o.GPUs() > 1 {
@@ -480,26 +498,32 @@ func memoryBar(o plan.Option, room float64) views.Bar {
 	} else if !o.CPU {
 		where = "of the card"
 	}
-	scale := max(room, need, 0.001)
+	if sz.Fit == plan.FitsNow {
+		where = "free " + where
+	}
+	need := sz.NeedBytes
+	engine := sz.ComputeBytes + sz.ProjectorBytes
+	scale := float64(max(room, need, 1))
 	b := views.Bar{
-		Label: label, Capacity: room * 100 / scale, Over: room > 0 && need > room,
+		Label: label, Capacity: float64(room) * 100 / scale, Over: room > 0 && need > room,
 		Parts: []views.BarPart{
-			{Name: "weights", Key: "weights", Share: w * 100 / scale, Text: gbText(w)},
-			{Name: "KV cache", Key: "kv", Share: kv * 100 / scale, Text: gbText(kv)},
-			{Name: "engine", Key: "engine", Share: eng * 100 / scale, Text: gbText(eng)},
+			{Name: "weights", Key: "weights", Share: float64(sz.WeightsBytes) * 100 / scale, Text: sizeText(sz.WeightsBytes)},
+			{Name: "KV cache", Key: "kv", Share: float64(sz.KVBytes) * 100 / scale, Text: sizeText(sz.KVBytes)},
+			{Name: "engine", Key: "engine", Share: float64(engine) * 100 / scale, Text: sizeText(engine)},
 		},
 	}
-	sum := fmt.Sprintf("weights %s + KV cache %s for %d tokens + engine %s = %s", gbText(w), gbText(kv), o.Context, gbText(eng), gbText(need))
+	sum := fmt.Sprintf("weights %s + KV cache %s for %d tokens + engine %s = %s",
+		sizeText(sz.WeightsBytes), sizeText(sz.KVBytes), sz.CtxPool, sizeText(engine), sizeText(need))
 	switch {
 	case room <= 0:
 		b.Text = sum + "; the room there is not known"
 	case b.Over:
-		b.Text = fmt.Sprintf("%s, more than the %s %s: %s too much", sum, gbText(room), where, gbText(need-room))
+		b.Text = fmt.Sprintf("%s, more than the %s %s: %s too much", sum, sizeText(room), where, sizeText(need-room))
 	default:
-		b.Text = fmt.Sprintf("%s of %s %s: fits, %s left", sum, gbText(room), where, gbText(room-need))
-		b.Parts = append(b.Parts, views.BarPart{Name: "free", Key: "free", Share: (room - need) * 100 / scale, Text: gbText(room - need)})
+		b.Text = fmt.Sprintf("%s of %s %s: fits, %s left", sum, sizeText(room), where, sizeText(room-need))
+		b.Parts = append(b.Parts, views.BarPart{Name: "free", Key: "free", Share: float64(room-need) * 100 / scale, Text: sizeText(room - need)})
 	}
-	if o.Estimated {
+	if sz.Estimated {
 		b.Text += " (estimated: the file's header was not read)"
 	}
 	return b

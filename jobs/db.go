@@ -231,3 +231,21 @@ func runningIDs(ctx context.Context, db *sql.DB) ([]string, error) {
 	}
 	return ids, rows.Err()
 }
+
+// startUnclean counts one more process running job id that has not (yet)
+// stopped it cleanly, and returns how many there were before this one.
+func startUnclean(ctx context.Context, db *sql.DB, id string) (int, error) {
+	var before int
+	err := db.QueryRowContext(ctx, `UPDATE jobs SET unclean_starts = unclean_starts + 1 WHERE id = ? RETURNING unclean_starts - 1`, id).Scan(&before)
+	if err != nil {
+		return 0, fmt.Errorf("count a start of job %s: %w", id, err)
+	}
+	return before, nil
+}
+
+// stoppedCleanly forgets the starts of job id: the process stopped it on
+// purpose, and the next start carries it on as if nothing happened.
+func stoppedCleanly(ctx context.Context, db *sql.DB, id string) error {
+	_, err := db.ExecContext(ctx, `UPDATE jobs SET unclean_starts = 0 WHERE id = ?`, id)
+	return err
+}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"log/slog"
-	"net/http"
 	"time"
 
 	"modelserve/catalog"
@@ -50,11 +49,17 @@ type Planner interface {
 	Plan(ctx context.Context, repo hf.Repo, req plan.Request) (plan.Plan, error)
 }
 
+// Gateway sends a request to a served model by its name, as clients'
+// requests go: routed to a ready replica, with its engine's key added.
+type Gateway interface {
+	Ask(ctx context.Context, route string, body []byte) ([]byte, error)
+}
+
 // Metrics is told of jobs and steps as they end; internal/metrics
 // implements it.
 type Metrics interface {
-	// JobStarted counts a new job (a retry is a new job; a job resumed
-	// after a restart is not).
+	// JobStarted counts a job this process begins running: a new one, a
+	// retry (a new job), and one resumed after a restart.
 	JobStarted()
 	// JobEnded counts a job that reached done, failed or cancelled.
 	JobEnded(state string)
@@ -83,13 +88,15 @@ type Deps struct {
 	// Architectures are those the engine build runs: the embedded list
 	// (gguf.KnownArchitectures) when nil, plus any the operator adds.
 	Architectures gguf.Known
-	// NodeMemory is the bytes of RAM of the node a CPU model runs on, when
-	// no planner says; the context of a model whose request names none is
-	// cut to what fits in it.
-	NodeMemory func() int64
-	// HTTP asks a replica to answer in the smoke test.
-	HTTP *http.Client
-	Log  *slog.Logger
+	// Pool is the fleet's nodes as the planner sees them, with what each
+	// has free: what the check step sizes a model against (plan.Size), as
+	// the plan step did. Nil when nothing says; then a model gets the
+	// default context, unshrunk.
+	Pool func() []plan.Node
+	// Gateway sends the smoke test to the model as a client's request
+	// goes (gateway.Gateway); required with a Fleet.
+	Gateway Gateway
+	Log     *slog.Logger
 	// Poll is how often placement looks at the fleet; 200ms unless set.
 	Poll time.Duration
 	// ReadyTimeout bounds the wait for a replica: the node fetching the

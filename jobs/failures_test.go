@@ -2,14 +2,16 @@ package jobs
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
-	"net/http"
 	"strings"
 	"testing"
 
 	"modelserve/internal/ggufgen"
 	"modelserve/internal/hubtest"
+	"modelserve/internal/operr"
+	"modelserve/internal/plan"
 )
 
 // TestStartRefuses: each request that cannot be served is refused at once
@@ -38,8 +40,14 @@ func TestStartRefuses(t *testing.T) {
 			"a judge model must always run: give it 1 or more replicas, not 0 (on demand)"},
 		{"context longer than the pool", Request{Repo: "acme/m", CtxPool: 4096, ContextLength: 8192},
 			"a request of 8192 tokens cannot fit a pool of 4096: give ctx_pool at least context_length"},
-		{"context longer than the default pool", Request{Repo: "acme/m", ContextLength: 32768},
-			"a request of 32768 tokens cannot fit a pool of 16384"},
+		{"replicas past the bound", Request{Repo: "acme/m", Replicas: 100000}, "replicas is at most 64, not 100000"},
+		{"a context past the bound", Request{Repo: "acme/m", ContextLength: 1 << 30}, "context_length is at most 16777216, not 1073741824"},
+		{"too many slots", Request{Repo: "acme/m", CtxPool: 1 << 20, ContextLength: 16}, "is 65536 slots; an engine serves at most 256 at once"},
+		{"cores past the bound", Request{Repo: "acme/m", CPUCores: 1 << 20}, "cpu_cores is at most 4096"},
+		{"memory past the bound", Request{Repo: "acme/m", MemoryGB: 1 << 30}, "memory_gb is at most 1048576"},
+		{"an unknown GPU class", Request{Repo: "acme/m", GPUClass: "Z9000"}, `the GPU class "Z9000" is not one the planner knows: use one of `},
+		{"the longest context and a pool", Request{Repo: "acme/m", Longest: true, CtxPool: 32768},
+			"the longest context that fits, or the context given: not both"},
 		{"bad catalog name", Request{Repo: "acme/m", Name: "My Model"}, `the model name "My Model" is not allowed`},
 		{"environment beyond tuning", Request{Repo: "acme/m", Env: map[string]string{"LD_PRELOAD": "x"}},
 			`the engine's environment takes only tuning variables`},
@@ -51,9 +59,8 @@ func TestStartRefuses(t *testing.T) {
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("Start refused with %v; want %q", err, tc.want)
 			}
-			var inv *InvalidError
-			if !errors.Is(err, ErrInvalid) || !errors.As(err, &inv) || inv.HTTPStatus() != http.StatusBadRequest {
-				t.Errorf("the refusal %v is not an ErrInvalid answered 400", err)
+			if oe, ok := operr.As(err); !errors.Is(err, ErrInvalid) || !ok || oe.Kind != operr.Invalid {
+				t.Errorf("the refusal %v is not an operator's ErrInvalid", err)
 			}
 			if strings.HasSuffix(err.Error(), ".") {
 				t.Errorf("the refusal ends with a period: %q", err)
@@ -117,12 +124,20 @@ func TestStepFailures(t *testing.T) {
 				e.addModel("acme/Foo-GGUF", hubtest.RepoOptions{}, map[string]ggufgen.Spec{"foo-Q4_K_M.gguf": {Architecture: "foo"}})
 			},
 			want: "llama.cpp b6000 on the nodes cannot run this: its architecture foo is not one it knows"},
+		{name: "original weights, which this fleet does not run", req: Request{Repo: "acme/Orig", Format: FormatSafetensors, GPUClass: "L4"},
+			step: StepPlan,
+			setup: func(e *testEnv) {
+				e.hub.AddRepo("acme/Orig", hubtest.RepoOptions{})
+				e.hub.AddFile("acme/Orig", "config.json", []byte(`{"architectures": ["LlamaForCausalLM"]}`))
+				e.hub.AddFile("acme/Orig", "model.safetensors", []byte("weights"))
+			},
+			want: "original weights run on vLLM, which this fleet does not start: choose a GGUF file of acme/Orig instead"},
 		{name: "not a GGUF file", req: Request{Repo: "acme/Junk-GGUF"}, step: StepCheck,
 			setup: func(e *testEnv) {
 				e.hub.AddRepo("acme/Junk-GGUF", hubtest.RepoOptions{})
 				e.hub.AddFile("acme/Junk-GGUF", "junk-Q4_K_M.gguf", []byte("this is not a model"))
 			},
-			want: "junk-Q4_K_M.gguf on the mirror has no GGUF header that can be read"},
+			want: `junk-Q4_K_M.gguf on the mirror cannot be served: it starts with "this", not GGUF: it is not a GGUF model`},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -202,5 +217,73 @@ func TestArchitectureNewerThanTheEngine(t *testing.T) {
 				t.Errorf("a refused model is in the catalog: %+v", ms)
 			}
 		})
+	}
+}
+
+// TestFitsNowhereIsRefusedBeforeTheDownload: a file no node of the pool
+// could ever hold is refused at the plan step, with the sentence the serve
+// page shows, and the registry has served its header and nothing more.
+func TestFitsNowhereIsRefusedBeforeTheDownload(t *testing.T) {
+	tiny := []plan.Node{{Name: "small", CPUCores: 2, RAMGB: 0.1, FreeRAMGB: 0.05}}
+	pool := func() []plan.Node { return tiny }
+	e := newEnv(t, func(e *testEnv) {
+		e.deps.Pool = pool
+		pl, err := plan.New(plan.Config{Pool: pool, Headers: plan.ReadHeaders(e.client), DownloadURL: e.client.DownloadURL})
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.deps.Planner = pl
+	})
+	const repo, file = "acme/Big-GGUF", "big-Q4_K_M.gguf"
+	e.addModel(repo, hubtest.RepoOptions{}, map[string]ggufgen.Spec{file: {PadTo: 64 << 20}})
+
+	j := MustEnd(t, e.srv, MustStart(t, e.srv, Request{Repo: repo, Replicas: 1}).ID)
+	st, _ := j.Step(StepPlan)
+	want := "big-Q4_K_M does not fit on the CPU: needs "
+	if j.State != Failed || st.State != Failed || !strings.HasPrefix(j.Error, want) ||
+		!strings.Contains(j.Error, "and the most any node has is 102 MB") {
+		t.Fatalf("job ended %s at plan %s: %q; want it refused there: %q…", j.State, st.State, j.Error, want)
+	}
+	if mir, _ := j.Step(StepMirror); mir.State != "" && mir.State != Skipped {
+		t.Errorf("the mirror step ran: %+v", mir)
+	}
+	if served := e.hub.BytesServed(repo, file); served > 8<<20 {
+		t.Errorf("the registry served %d bytes of a file refused at the plan step; want its header alone", served)
+	}
+	if ms, _ := e.catalog.List(context.Background()); len(ms) != 0 {
+		t.Errorf("a refused model is in the catalog: %+v", ms)
+	}
+}
+
+// TestRequestJSON: the API's request body as the server reads it.
+func TestRequestJSON(t *testing.T) {
+	for _, tc := range []struct {
+		body    string
+		longest bool
+		ctx     int
+		err     string
+	}{
+		{body: `{"repo": "a/b", "context_length": "max"}`, longest: true},
+		{body: `{"repo": "a/b", "context_length": 8192}`, ctx: 8192},
+		{body: `{"repo": "a/b"}`},
+		{body: `{"repo": "a/b", "context_length": "lots"}`, err: `context_length is a number of tokens, or "max" for the longest that fits, not "lots"`},
+		{body: `{"repo": "a/b", "contex_length": 8192}`, err: `unknown field "contex_length"`},
+	} {
+		var r Request
+		err := json.Unmarshal([]byte(tc.body), &r)
+		switch {
+		case tc.err != "":
+			if err == nil || !strings.Contains(err.Error(), tc.err) {
+				t.Errorf("%s: %v, want %q", tc.body, err, tc.err)
+			}
+		case err != nil || r.Longest != tc.longest || r.ContextLength != tc.ctx || r.Repo != "a/b":
+			t.Errorf("%s: %+v (%v)", tc.body, r, err)
+		}
+	}
+	// What the server keeps of a job reads back the same.
+	b, _ := json.Marshal(Request{Repo: "a/b", Longest: true})
+	var back Request
+	if err := json.Unmarshal(b, &back); err != nil || !back.Longest {
+		t.Errorf("%s read back as %+v (%v)", b, back, err)
 	}
 }

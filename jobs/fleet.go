@@ -1,13 +1,11 @@
 package jobs
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"net/http"
+	"modelserve/internal/operr"
 	"strings"
 	"time"
 )
@@ -17,9 +15,6 @@ import (
 type Fleet interface {
 	Replicas() []Replica
 	ModelHealth() []ModelHealth
-	// EngineKey is the key a replica's engine wants from its clients
-	// (llama-server's --api-key); "" for none.
-	EngineKey(replicaID string) string
 }
 
 // ReplicaReady is the state of a replica that answers requests.
@@ -81,8 +76,8 @@ func (s *Server) waitReady(ctx context.Context, l *live, name string, hardware b
 			// have looked at the new entry yet.
 			if h.Unplaceable && time.Since(started) > s.deps.UnplacedGrace {
 				if hardware {
-					return Replica{}, &sentence{msg: fmt.Sprintf("%s: it is in the catalog and starts when there is room, "+
-						"with nothing more to do; what holds it now:\n%s", errBusy, h.Placement), kind: errBusy}
+					return Replica{}, operr.Wrap(operr.Unavailable, errBusy, "%s: it is in the catalog and starts when there is room, "+
+						"with nothing more to do; what holds it now:\n%s", errBusy, h.Placement)
 				}
 				return Replica{}, sentencef("no node can host it:\n%s", h.Placement)
 			}
@@ -108,11 +103,18 @@ func (s *Server) waitReady(ctx context.Context, l *live, name string, hardware b
 	}
 }
 
-// smoke sends one short request straight to the replica, with its engine
-// key, and says what came back and how fast.
-func (s *Server) smoke(ctx context.Context, r Replica, name string, embeddings bool) (string, float64, error) {
+// smokeTimeout bounds the smoke test: one short reply, but a big model on
+// a CPU reads its prompt for minutes before the first token: five minutes,
+// as the seed learned, before it is called not answering.
+const smokeTimeout = 5 * time.Minute
+
+// smoke asks the model for one short reply through the gateway, as a client
+// would, and says what came back and how fast.
+func (s *Server) smoke(ctx context.Context, name string, embeddings bool) (string, float64, error) {
+	ctx, cancel := context.WithTimeout(ctx, smokeTimeout)
+	defer cancel()
 	if embeddings {
-		return s.smokeEmbeddings(ctx, r, name)
+		return s.smokeEmbeddings(ctx, name)
 	}
 	body, _ := json.Marshal(map[string]any{
 		"model":      name,
@@ -120,7 +122,7 @@ func (s *Server) smoke(ctx context.Context, r Replica, name string, embeddings b
 		"messages":   []map[string]string{{"role": "user", "content": "Say hello in one short sentence."}},
 	})
 	start := time.Now()
-	b, err := s.ask(ctx, r, "/v1/chat/completions", body)
+	b, err := s.deps.Gateway.Ask(ctx, "/v1/chat/completions", body)
 	if err != nil {
 		return "", 0, err
 	}
@@ -134,17 +136,15 @@ func (s *Server) smoke(ctx context.Context, r Replica, name string, embeddings b
 		Usage struct {
 			CompletionTokens int `json:"completion_tokens"`
 		} `json:"usage"`
-		Timings struct {
-			PredictedPerSecond float64 `json:"predicted_per_second"`
-		} `json:"timings"`
 	}
 	if err := json.Unmarshal(b, &out); err != nil || len(out.Choices) == 0 {
 		return "", 0, sentencef("the replica's answer was not a completion: %s", clip(b))
 	}
-	// llama-server times the generation itself; the wall clock, which also
-	// counts the prompt and the network, is the figure for other engines.
-	tps := out.Timings.PredictedPerSecond
-	if tps <= 0 && secs > 0 {
+	// The wall clock, as a client sees it: the prompt, the generation and
+	// the way there. The engine's own figure counts the generation alone
+	// and flattered a replica that took seconds to read the prompt.
+	tps := 0.0
+	if secs > 0 {
 		tps = float64(out.Usage.CompletionTokens) / secs
 	}
 	return strings.TrimSpace(out.Choices[0].Message.Content), tps, nil
@@ -152,9 +152,9 @@ func (s *Server) smoke(ctx context.Context, r Replica, name string, embeddings b
 
 // smokeEmbeddings asks an embedding model for one vector and says its
 // length: an embedding model does not chat.
-func (s *Server) smokeEmbeddings(ctx context.Context, r Replica, name string) (string, float64, error) {
+func (s *Server) smokeEmbeddings(ctx context.Context, name string) (string, float64, error) {
 	body, _ := json.Marshal(map[string]any{"model": name, "input": "hello"})
-	b, err := s.ask(ctx, r, "/v1/embeddings", body)
+	b, err := s.deps.Gateway.Ask(ctx, "/v1/embeddings", body)
 	if err != nil {
 		return "", 0, err
 	}
@@ -167,31 +167,6 @@ func (s *Server) smokeEmbeddings(ctx context.Context, r Replica, name string) (s
 		return "", 0, sentencef("the replica answered no vector: %s", clip(b))
 	}
 	return fmt.Sprintf("a vector of %d dimensions", len(out.Data[0].Embedding)), 0, nil
-}
-
-// ask posts body to the replica's route and returns the answer of a 200.
-func (s *Server) ask(ctx context.Context, r Replica, route string, body []byte) ([]byte, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimRight(r.Endpoint, "/")+route, bytes.NewReader(body))
-	if err != nil {
-		return nil, sentencef("the replica's endpoint %q is not a URL: the fleet reported it wrongly", r.Endpoint)
-	}
-	req.Header.Set("Content-Type", "application/json")
-	if k := s.deps.Fleet.EngineKey(r.ID); k != "" {
-		req.Header.Set("Authorization", "Bearer "+k)
-	}
-	resp, err := s.deps.HTTP.Do(req)
-	if err != nil {
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
-		}
-		return nil, sentencef("%s at %s did not answer: %v", r.ID, r.Endpoint, err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
-	if resp.StatusCode != http.StatusOK {
-		return nil, sentencef("the replica answered %s: %s", resp.Status, clip(b))
-	}
-	return b, nil
 }
 
 // clip is an engine's answer short enough for a sentence.

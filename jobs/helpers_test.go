@@ -13,10 +13,14 @@ import (
 	"time"
 
 	"modelserve/catalog"
+	"modelserve/internal/auth"
+	"modelserve/internal/fleet"
+	"modelserve/internal/gateway"
 	"modelserve/internal/ggufgen"
 	"modelserve/internal/hf"
 	"modelserve/internal/hubtest"
 	"modelserve/internal/mirror"
+	"modelserve/internal/plan"
 	"modelserve/internal/store"
 )
 
@@ -41,12 +45,60 @@ func withToken(token string) envOption {
 	return func(e *testEnv) { e.client = MustClient(e.t, e.hub, token) }
 }
 
-func withFleet(f Fleet) envOption { return func(e *testEnv) { e.deps.Fleet = f } }
+// withFleet gives the jobs f, and the real gateway over it for the smoke
+// test.
+func withFleet(f *fakeFleet) envOption {
+	return func(e *testEnv) {
+		e.deps.Fleet = f
+		gw, err := gateway.New(gateway.Options{Catalog: e.catalog, Fleet: gatewayFleet{f}, Tokens: noTokens{}, Log: quietLog()})
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		e.deps.Gateway = gw
+	}
+}
+
+// gatewayFleet is the fake fleet as the gateway sees fleets.
+type gatewayFleet struct{ f *fakeFleet }
+
+func (g gatewayFleet) Serving(model string) []fleet.Replica {
+	var out []fleet.Replica
+	for _, r := range g.f.Replicas() {
+		if r.Model == model && r.State == ReplicaReady {
+			out = append(out, fleet.Replica{ID: r.ID, Model: r.Model, Node: r.Node, Endpoint: r.Endpoint, State: fleet.Ready})
+		}
+	}
+	return out
+}
+
+func (g gatewayFleet) EngineKey(id string) string { return g.f.EngineKey(id) }
+
+func (g gatewayFleet) ModelHealth() []fleet.ModelHealth {
+	var out []fleet.ModelHealth
+	for _, h := range g.f.ModelHealth() {
+		out = append(out, fleet.ModelHealth{Model: h.Model, Parked: h.Parked, Reason: h.Reason, Unplaceable: h.Unplaceable, Placement: h.Placement})
+	}
+	return out
+}
+
+func (g gatewayFleet) Use(string, int) func() { return func() {} }
+
+// noTokens knows no token: the smoke test asks as modelserve itself.
+type noTokens struct{}
+
+func (noTokens) Check(context.Context, string) (auth.Token, error) {
+	return auth.Token{}, auth.ErrBadToken
+}
 
 func withEngineBuild(n int) envOption { return func(e *testEnv) { e.deps.EngineBuild = n } }
 
+// withNodeMemory gives the jobs a pool of one idle CPU node with b bytes
+// of RAM, all of it free.
 func withNodeMemory(b int64) envOption {
-	return func(e *testEnv) { e.deps.NodeMemory = func() int64 { return b } }
+	gb := float64(b) / (1 << 30)
+	return func(e *testEnv) {
+		e.deps.Pool = func() []plan.Node { return []plan.Node{{Name: "node", CPUCores: 8, RAMGB: gb, FreeRAMGB: gb}} }
+	}
 }
 
 // quietLog keeps the tests' output to their own failures.
@@ -73,7 +125,7 @@ func MustOpenDB(t testing.TB, dir string) *sql.DB {
 
 func MustMirror(t testing.TB, dir string, client *hf.Client) *mirror.Mirror {
 	t.Helper()
-	m, err := mirror.New(mirror.Options{Dir: dir, HTTP: client.HTTPClient(), Authorize: client.AuthorizeRequest,
+	m, err := mirror.New(mirror.Options{Dir: dir, Registry: client,
 		Backoff: 10 * time.Millisecond, ProgressEvery: 20 * time.Millisecond, Log: quietLog()})
 	if err != nil {
 		t.Fatal(err)

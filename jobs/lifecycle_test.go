@@ -7,10 +7,12 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"modelserve/internal/ggufgen"
+	"modelserve/internal/hf"
 	"modelserve/internal/hubtest"
 )
 
@@ -287,3 +289,107 @@ func TestStartAfterClose(t *testing.T) {
 		t.Errorf("Start after Close: %v", err)
 	}
 }
+
+// hangingRegistry never answers: a job stays in its registry step until
+// its process goes.
+type hangingRegistry struct{}
+
+func (hangingRegistry) Repo(ctx context.Context, _, _ string) (hf.Repo, error) {
+	<-ctx.Done()
+	return hf.Repo{}, ctx.Err()
+}
+func (hangingRegistry) DownloadURL(id, commit, path string) string { return "" }
+
+// TestAPoisonJobIsNotResumedForEver: a job that was running when two
+// processes in a row died (as a header that crashed the server once did at
+// every start) is failed by the third, saying so, instead of resumed; a
+// job stopped cleanly by a shutdown is resumed however often.
+func TestAPoisonJobIsNotResumedForEver(t *testing.T) {
+	e := newEnv(t)
+	deps := e.deps
+	deps.Registry = hangingRegistry{}
+	// Each process is a Server on the same database; one that "dies" is
+	// left as it is (its goroutines end with the test), so it never
+	// records a clean stop.
+	process := func() *Server {
+		s, err := New(deps)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(s.Close)
+		return s
+	}
+	first := process()
+	j := MustStart(t, first, Request{Repo: tinyRepo})
+	waitForStep(t, first, j.ID, StepRegistry)
+
+	met := &countingMetrics{}
+	deps.Metrics = met
+	second := process() // the first died; the job is resumed once
+	if err := second.Resume(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if met.started.Load() != 1 {
+		t.Errorf("the resumed job counted %d starts in the new process, want 1", met.started.Load())
+	}
+	waitForStep(t, second, j.ID, StepRegistry)
+	if got, _ := second.Get(context.Background(), j.ID); got.State != Running {
+		t.Fatalf("after one death the job is %s, want it resumed", got.State)
+	}
+
+	third := process() // the second died too
+	if err := third.Resume(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	got, err := third.Get(context.Background(), j.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "modelserve stopped twice while this job was in its registry step; it is not resumed again"
+	if got.State != Failed || !strings.HasPrefix(got.Error, want) {
+		t.Fatalf("after two deaths the job is %s: %q; want failed: %q…", got.State, got.Error, want)
+	}
+	if st, _ := got.Step(StepRegistry); st.State != Failed {
+		t.Errorf("the registry step is %s, want failed", st.State)
+	}
+
+	// A clean stop does not count: shut down and resumed three times over,
+	// another job carries on.
+	k := MustStart(t, third, Request{Repo: tinyRepo})
+	waitForStep(t, third, k.ID, StepRegistry)
+	prev := third
+	for range 3 {
+		prev.Close()
+		next := process()
+		if err := next.Resume(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		waitForStep(t, next, k.ID, StepRegistry)
+		prev = next
+	}
+	if got, _ := prev.Get(context.Background(), k.ID); got.State != Running {
+		t.Errorf("a job stopped cleanly three times is %s: %q", got.State, got.Error)
+	}
+}
+
+// waitForStep waits until job id of s is running step.
+func waitForStep(t *testing.T, s *Server, id, step string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		if j, err := s.Get(context.Background(), id); err == nil {
+			if st, ok := j.Step(step); ok && st.State == Running {
+				return
+			}
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("job %s never ran its %s step", id, step)
+}
+
+// countingMetrics counts what the jobs tell metrics.
+type countingMetrics struct{ started, ended atomic.Int64 }
+
+func (m *countingMetrics) JobStarted()                    { m.started.Add(1) }
+func (m *countingMetrics) JobEnded(string)                { m.ended.Add(1) }
+func (m *countingMetrics) StepDone(string, time.Duration) {}

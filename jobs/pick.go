@@ -18,12 +18,7 @@ const defaultQuant = "Q4_K_M"
 // quantisation. A set that lacks shards is refused naming them, and a name
 // that matches nothing is answered with what the repository has.
 func pick(repo hf.Repo, req Request) (hf.FileSet, error) {
-	var sets []hf.FileSet
-	for _, st := range hf.Group(repo.Files) {
-		if strings.HasSuffix(strings.ToLower(st.Files[0].Path), ".gguf") {
-			sets = append(sets, st)
-		}
-	}
+	sets := hf.Holds(repo).GGUF
 	if len(sets) == 0 {
 		return hf.FileSet{}, sentencef("%s has no GGUF files; the nodes run llama.cpp, which needs one: serve its original weights with the format safetensors, or pick a GGUF repository", repo.ID)
 	}
@@ -74,27 +69,11 @@ func pick(repo hf.Repo, req Request) (hf.FileSet, error) {
 // pickSafetensors chooses a repository's original weights and the files an
 // engine reads beside them: config.json, the tokenizer, the shard index.
 func pickSafetensors(repo hf.Repo, _ Request) (hf.FileSet, error) {
-	var sets []hf.FileSet
-	for _, st := range hf.Group(repo.Files) {
-		// At the top only: copies in folders are other variants (an
-		// "original/" checkpoint, an export).
-		if strings.HasSuffix(strings.ToLower(st.Files[0].Path), ".safetensors") && !strings.Contains(st.Name, "/") {
-			sets = append(sets, st)
-		}
-	}
-	if len(sets) == 0 {
+	original := hf.Holds(repo).Original
+	if original == nil {
 		return hf.FileSet{}, sentencef("%s has no safetensors weights at its top: serve one of its GGUF files instead, or pick another repository", repo.ID)
 	}
-	// Sharded "model-00001-of-00004" or a single "model.safetensors"; a
-	// repository with a second, consolidated copy keeps it under another
-	// name.
-	set := sets[0]
-	for _, st := range sets {
-		if strings.HasPrefix(st.Name, "model") {
-			set = st
-			break
-		}
-	}
+	set := *original
 	if len(set.Missing) > 0 {
 		return hf.FileSet{}, sentencef("%s is split into %d shards and %s lacks %s %s: it cannot be served whole",
 			set.Name, set.Shards, repo.ID, plural(len(set.Missing), "shard", "shards"), joinInts(set.Missing))
@@ -128,21 +107,6 @@ func projector(repo hf.Repo, name string) (hf.File, error) {
 	return hf.File{}, sentencef("%s has no vision projector %q; it has: %s", repo.ID, name, strings.Join(paths, ", "))
 }
 
-// firstWeights is a file to ask the registry about before anything is
-// fetched: the first weights in the listing, else the first file.
-func firstWeights(repo hf.Repo) string {
-	for _, f := range repo.Files {
-		lower := strings.ToLower(f.Path)
-		if strings.HasSuffix(lower, ".gguf") || strings.HasSuffix(lower, ".safetensors") {
-			return f.Path
-		}
-	}
-	if len(repo.Files) > 0 {
-		return repo.Files[0].Path
-	}
-	return ""
-}
-
 // label is where a layout runs, as the plan step says it.
 func label(o plan.Option) string {
 	if o.CPU {
@@ -151,7 +115,7 @@ func label(o plan.Option) string {
 	return o.Label()
 }
 
-// where is a layout for a sentence: "on the CPU", "on 2×L4".
+// where is a layout for a sentence: "of the node's RAM", "on 2×L4".
 func where(o plan.Option) string {
 	if o.CPU {
 		return "of the node's RAM"

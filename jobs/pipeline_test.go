@@ -15,6 +15,7 @@ import (
 	"modelserve/internal/gguf"
 	"modelserve/internal/ggufgen"
 	"modelserve/internal/hubtest"
+	"modelserve/internal/plan"
 )
 
 // TestServe serves a model from the Hub through every step, watching its
@@ -33,16 +34,20 @@ func TestServe(t *testing.T) {
 		wantCtx, wantParallel int
 		wantEmbedding         bool
 	}{
-		{name: "trained context fits the node", spec: ggufgen.Spec{ContextLength: 8192},
-			memory: 64 << 30, wantCtx: 8192, wantParallel: 4},
+		{name: "the default pool, never grown to the trained context", spec: ggufgen.Spec{ContextLength: 8192},
+			memory: 64 << 30, wantCtx: 4096, wantParallel: 4},
+		{name: "the longest context that fits, when asked", spec: ggufgen.Spec{ContextLength: 8192},
+			req: Request{Longest: true}, memory: 64 << 30, wantCtx: 8192, wantParallel: 4},
+		{name: "a model trained for less than a slot", spec: ggufgen.Spec{ContextLength: 2048},
+			memory: 64 << 30, wantCtx: 2048, wantParallel: 4},
 		{name: "context as asked", spec: ggufgen.Spec{ContextLength: 8192},
 			req: Request{CtxPool: 4096, ContextLength: 2048}, memory: 64 << 30, wantCtx: 2048, wantParallel: 2},
 		{name: "memory unknown takes the default", spec: ggufgen.Spec{ContextLength: 32768},
 			wantCtx: 4096, wantParallel: 4},
 		{name: "embedding model gets many small slots", spec: ggufgen.Spec{ContextLength: 8192, Pooling: &pooling},
 			memory: 64 << 30, wantCtx: 1024, wantParallel: 32, wantEmbedding: true},
-		{name: "context cut to the node's memory", spec: ggufgen.Spec{ContextLength: 1 << 20},
-			memory: 1 << 30},
+		{name: "the default cut to the node's free memory", spec: ggufgen.Spec{ContextLength: 1 << 20},
+			memory: 190 << 20},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -143,8 +148,14 @@ func TestServe(t *testing.T) {
 			if got := slices.Contains(args, "--embedding"); got != tc.wantEmbedding || m.Capabilities.Embeddings != tc.wantEmbedding {
 				t.Errorf("args %v, embeddings %v; want embedding %v", args, m.Capabilities.Embeddings, tc.wantEmbedding)
 			}
-			if m.Profiles[0].MinMemoryGB <= 0 {
-				t.Errorf("the profile reserves %d GB", m.Profiles[0].MinMemoryGB)
+			// The reservation is the sizing the engine starts with, to the
+			// byte: what the fleet will place it by.
+			h, err := gguf.Read(context.Background(), m.Source)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := h.MemoryBytes(int64(len(content)), pool, parallel, 0); m.Profiles[0].MinMemoryBytes != want {
+				t.Errorf("the profile reserves %d bytes; the engine's pool needs %d", m.Profiles[0].MinMemoryBytes, want)
 			}
 			if tc.wantCtx > 0 {
 				if m.ContextLength != tc.wantCtx || parallel != tc.wantParallel {
@@ -152,19 +163,15 @@ func TestServe(t *testing.T) {
 				}
 				return
 			}
-			// Cut to the memory: shorter than trained, in steps of 1024,
-			// and the whole pool fits the node.
-			h, err := gguf.Read(context.Background(), m.Source)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if m.ContextLength >= h.ContextLength || m.ContextLength%1024 != 0 || m.ContextLength == 0 {
+			// Cut to the memory: shorter than the default, in steps of
+			// 1024, and the whole pool fits the node.
+			if pool >= 16384 || m.ContextLength%1024 != 0 || m.ContextLength == 0 {
 				t.Errorf("context %d for a model trained for %d in %d bytes", m.ContextLength, h.ContextLength, tc.memory)
 			}
 			if need := h.MemoryBytes(int64(len(content)), pool, parallel, 0); need > tc.memory {
 				t.Errorf("a pool of %d in %d slots needs %d bytes, more than the node's %d", pool, parallel, need, tc.memory)
 			}
-			if d := MustStep(t, end, StepCheck).Detail; !strings.Contains(d, "cut to what fits in 1.0 GB") {
+			if d := MustStep(t, end, StepCheck).Detail; !strings.Contains(d, "cut to fit") {
 				t.Errorf("check says %q; want it to say the context was cut", d)
 			}
 		})
@@ -248,5 +255,43 @@ func TestServeSplitAndProjector(t *testing.T) {
 	}
 	if m.Origin == nil || len(m.Origin.Files) != 3 || !m.Capabilities.Vision {
 		t.Errorf("origin %+v vision %v", m.Origin, m.Capabilities.Vision)
+	}
+}
+
+// TestFallbacks: asked for fallbacks, the job keeps the plan's next best
+// shape as a second profile, lower in priority and sized for the same
+// context, and the plan step names both and the memory the first needs.
+func TestFallbacks(t *testing.T) {
+	nodes := []plan.Node{{Name: "gpu-1", CPUCores: 8, RAMGB: 64, FreeRAMGB: 60, CPUBandwidthGBs: 20,
+		GPUs: []plan.GPU{{Class: "L4", Count: 1, MemoryGB: 24, BandwidthGBs: 300, FreeGB: []float64{24}}}}}
+	pool := func() []plan.Node { return nodes }
+	e := newEnv(t, func(e *testEnv) {
+		e.deps.Pool = pool
+		pl, err := plan.New(plan.Config{Pool: pool, Headers: plan.ReadHeaders(e.client), DownloadURL: e.client.DownloadURL})
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.deps.Planner = pl
+	})
+	e.addModel(tinyRepo, hubtest.RepoOptions{}, map[string]ggufgen.Spec{tinyFile: {}})
+	j := MustEnd(t, e.srv, MustStart(t, e.srv, Request{Repo: tinyRepo, Fallbacks: true}).ID)
+	if j.State != Done {
+		t.Fatalf("job ended %s: %s", j.State, j.Error)
+	}
+	if d := MustStep(t, j, StepPlan).Detail; !strings.Contains(d, "runs on 1×L4, else cpu; needs ") {
+		t.Errorf("plan says %q; want both shapes and the memory needed", d)
+	}
+	m, err := e.catalog.Get(context.Background(), "tiny")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(m.Profiles) != 2 || m.Profiles[0].Name != "gpu-1xl4" || m.Profiles[1].Name != "cpu" ||
+		m.Profiles[0].Priority <= m.Profiles[1].Priority {
+		t.Fatalf("profiles %+v; want gpu-1xl4 before cpu", m.Profiles)
+	}
+	for _, p := range m.Profiles {
+		if p.Memory() <= 0 || argValue(p.Args, "--ctx-size") != argValue(m.Profiles[0].Args, "--ctx-size") {
+			t.Errorf("profile %s reserves %d bytes with args %v; want each sized for the same context", p.Name, p.Memory(), p.Args)
+		}
 	}
 }

@@ -1,12 +1,15 @@
 package jobs
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
-	"fmt"
+	"modelserve/internal/operr"
 	"strings"
 
 	"modelserve/catalog"
 	"modelserve/internal/hf"
+	"modelserve/internal/plan"
 )
 
 // Request is what to serve. Its JSON is the API's and the console's.
@@ -35,6 +38,10 @@ type Request struct {
 	GPUClass    string `json:"gpu_class,omitempty"`
 	GPUsPerNode int    `json:"gpus_per_node,omitempty"`
 	Nodes       int    `json:"nodes,omitempty"`
+	// Fallbacks adds the next best shapes the plan offers, lower in
+	// priority, so a model whose first choice is busy runs on another
+	// rather than waiting.
+	Fallbacks bool `json:"fallbacks,omitempty"`
 	// Engine is the engine the file runs on; empty, the format's own
 	// (llama.cpp for GGUF, vLLM for safetensors).
 	Engine string `json:"engine,omitempty"`
@@ -55,6 +62,9 @@ type Request struct {
 	// trained for and the memory where it runs.
 	CtxPool       int `json:"ctx_pool,omitempty"`
 	ContextLength int `json:"context_length,omitempty"`
+	// Longest asks for the longest context that fits where it runs
+	// rather than the default pool: "context_length": "max" in JSON.
+	Longest bool `json:"longest_context,omitempty"`
 	// Tools says the model makes tool calls; it is written into the catalog.
 	Tools bool `json:"tools,omitempty"`
 	// Embeddings serves it as an embedding model, which its GGUF header says
@@ -78,23 +88,53 @@ type Request struct {
 	By string `json:"-"`
 }
 
+// maxReplicas bounds the replicas one request may ask for: more than any
+// fleet here runs of one model, and a typo of 10000 starts nothing.
+const maxReplicas = 64
+
+// UnmarshalJSON reads a request, refusing fields it does not have (a
+// misspelt field silently ignored would serve the wrong thing), and takes
+// "context_length": "max" for the longest context that fits.
+func (r *Request) UnmarshalJSON(b []byte) error {
+	type plain Request
+	var in struct {
+		plain
+		ContextLength json.RawMessage `json:"context_length,omitempty"`
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&in); err != nil {
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) {
+			// The field as the request names it, not as this decoder's
+			// wrapper does.
+			te.Field = strings.TrimPrefix(te.Field, "plain.")
+		}
+		return err
+	}
+	*r = Request(in.plain)
+	r.ContextLength = 0
+	switch c := bytes.TrimSpace(in.ContextLength); {
+	case len(c) == 0, string(c) == "null":
+	case string(c) == `"max"`:
+		r.Longest = true
+	default:
+		if err := json.Unmarshal(c, &r.ContextLength); err != nil {
+			return invalid(`context_length is a number of tokens, or "max" for the longest that fits, not %.40s`, c)
+		}
+	}
+	return nil
+}
+
 // ErrInvalid is a request refused for what it says. Every refusal matches it
 // with errors.Is, and its message is a sentence to show as it is (the API
 // answers 400 with it).
 var ErrInvalid = errors.New("the request is not valid")
 
-// InvalidError is a refused request: Error is the sentence.
-type InvalidError struct {
-	Reason string
-}
-
-func (e *InvalidError) Error() string { return e.Reason }
-
-// Is lets errors.Is(err, ErrInvalid) match every refusal.
-func (e *InvalidError) Is(target error) bool { return target == ErrInvalid }
-
+// invalid is a refused request: the operator's sentence, matching
+// ErrInvalid.
 func invalid(format string, args ...any) error {
-	return &InvalidError{Reason: fmt.Sprintf(format, args...)}
+	return operr.Wrap(operr.Invalid, ErrInvalid, format, args...)
 }
 
 // Formats a model's files come in.
@@ -109,26 +149,13 @@ const (
 	EngineVLLM     = "vllm"
 )
 
-// The shape of an embedding model's pool when the caller did not size it:
-// passages of up to a thousand tokens, thirty-two at a time. Four slots had an
-// import of a hundred thousand chunks go at the pace of four, its card a
-// third busy.
-const (
-	embedSlotTokens = 1024
-	embedSlots      = 32
-)
-
-// maxSlots is the most slots a pool is given when the caller did not size
-// it: four replies at once, as llama.cpp's own default.
-const maxSlots = 4
-
 // normalize checks a request as it arrives and fills what it leaves to
 // defaults that do not depend on the model. Each refusal is a sentence; a
 // refused request starts nothing and stores nothing.
 func normalize(req Request) (Request, error) {
 	req.Repo = strings.Trim(strings.TrimSpace(req.Repo), "/")
 	if err := hf.CheckRepoID(req.Repo); err != nil {
-		return req, invalid("%q is not a repository; it looks like owner/name, or local/<folder> for a folder of the models directory", req.Repo)
+		return req, invalid("%s is not a repository; it looks like owner/name, or local/<folder> for a folder of the models directory", operr.Quote(req.Repo))
 	}
 	req.Revision = strings.TrimSpace(req.Revision)
 	if req.Revision == "" {
@@ -142,6 +169,33 @@ func normalize(req Request) (Request, error) {
 	}
 	if req.CtxPool < 0 || req.ContextLength < 0 {
 		return req, invalid("ctx_pool and context_length cannot be negative: leave them out to have them worked out")
+	}
+	// Every number is bounded before anything computes with it: far above
+	// any real use, far below what overflows or allocates the machine.
+	for _, b := range []struct {
+		name        string
+		value, most int
+	}{
+		{"replicas", req.Replicas, maxReplicas},
+		{"ctx_pool", req.CtxPool, plan.MaxContext},
+		{"context_length", req.ContextLength, plan.MaxContext},
+		{"gpus_per_node", req.GPUsPerNode, 64},
+		{"nodes", req.Nodes, 1024},
+		{"cpu_cores", req.CPUCores, 4096},
+		{"memory_gb", req.MemoryGB, 1 << 20},
+	} {
+		if b.value > b.most {
+			return req, invalid("%s is at most %d, not %d", b.name, b.most, b.value)
+		}
+	}
+	if req.CtxPool > 0 && req.ContextLength > 0 && req.CtxPool/req.ContextLength > plan.MaxSlots {
+		return req, invalid("a pool of %d tokens in slots of %d is %d slots; an engine serves at most %d at once: give a larger context_length",
+			req.CtxPool, req.ContextLength, req.CtxPool/req.ContextLength, plan.MaxSlots)
+	}
+	if req.GPUClass != "" {
+		if _, known := plan.LookupClass(req.GPUClass); !known {
+			return req, invalid("the GPU class %s is not one the planner knows: use one of %s", operr.Quote(req.GPUClass), strings.Join(plan.Classes(), ", "))
+		}
 	}
 	switch req.Format {
 	case "", FormatGGUF:
@@ -183,13 +237,16 @@ func normalize(req Request) (Request, error) {
 	if req.GuardFormat != "" && req.Replicas == 0 {
 		return req, invalid("a judge model must always run: give it 1 or more replicas, not 0 (on demand)")
 	}
-	if pool, ctx := req.pool(), req.context(); ctx > pool {
+	if req.Longest && req.sized() {
+		return req, invalid("the longest context that fits, or the context given: not both; drop ctx_pool, or give context_length a number")
+	}
+	if pool, ctx := req.CtxPool, req.ContextLength; pool > 0 && ctx > pool {
 		return req, invalid("a request of %d tokens cannot fit a pool of %d: give ctx_pool at least context_length", ctx, pool)
 	}
 	// The names, aliases and environment as the catalog will judge them,
 	// now rather than after a download of hours.
 	if err := catalogEntry(req, or(req.Name, hf.ModelName(req.Repo))).Validate(); err != nil {
-		return req, &InvalidError{Reason: err.Error()}
+		return req, operr.Wrap(operr.Invalid, ErrInvalid, "%s", err.Error())
 	}
 	return req, nil
 }
@@ -215,18 +272,19 @@ func catalogEntry(req Request, name string) catalog.Model {
 // is, which the check step then leaves alone.
 func (r Request) sized() bool { return r.CtxPool > 0 || r.ContextLength > 0 }
 
-// pool and context are the request's sizing with the catalog's defaults for
-// what it leaves out.
+// pool and context are the request's sizing as plan.Size takes what it
+// names, the default filled in for what it leaves out.
 func (r Request) pool() int {
-	if r.CtxPool > 0 {
-		return r.CtxPool
-	}
-	return catalog.DefaultCtxPool
+	ctx, slots := r.ask().Shape()
+	return ctx * slots
 }
 
 func (r Request) context() int {
-	if r.ContextLength > 0 {
-		return r.ContextLength
-	}
-	return catalog.DefaultContextLength
+	ctx, _ := r.ask().Shape()
+	return ctx
+}
+
+// ask is the sizing the request asks of plan.Size.
+func (r Request) ask() plan.Ask {
+	return plan.Ask{CtxPool: r.CtxPool, ContextLength: r.ContextLength, Longest: r.Longest, Embeddings: r.Embeddings}
 }

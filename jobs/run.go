@@ -4,8 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"modelserve/internal/operr"
 	"path/filepath"
-	"strconv"
 	"strings"
 
 	"modelserve/catalog"
@@ -34,13 +34,21 @@ type pipeline struct {
 	plan    plan.Plan
 	planned bool
 	layout  plan.Option
+	// fallbacks are the next best shapes, when the request asked for
+	// them: the catalog keeps them as profiles after the first, and the
+	// fleet places a replica on one when the first has no room.
+	fallbacks []plan.Option
+	// fallbackSizes are the fallbacks' sizings for the first's context,
+	// from the check step; a fallback that cannot hold it is dropped.
+	fallbackSizes []plan.Sizing
 	// hardware is whether the cluster has what the layout needs, busy or
 	// not: a model that waits for it is not failing.
 	hardware bool
 	name     string
 	paths    []string // on the mirror: the weights', then the projector's
 	source   string
-	memGB    int
+	// memBytes is what a replica reserves: the check step's sizing.
+	memBytes int64
 }
 
 // run takes the job through its steps. It returns nil when the job is done,
@@ -96,7 +104,7 @@ func (s *Server) run(ctx context.Context, l *live) error {
 	}
 	// 7. The smoke test: does it answer.
 	s.step(l, StepSmoke, Running, "asking "+rep.ID+" to say hello")
-	reply, tps, err := s.smoke(ctx, rep, p.name, p.req.Embeddings)
+	reply, tps, err := s.smoke(ctx, p.name, p.req.Embeddings)
 	if err != nil {
 		return failedAt(StepSmoke, err)
 	}
@@ -119,13 +127,13 @@ func (p *pipeline) registry(ctx context.Context) error {
 	p.s.step(p.l, StepRegistry, Running, fmt.Sprintf("reading %s at %s", p.req.Repo, rev))
 	repo, err := p.s.deps.Registry.Repo(ctx, p.req.Repo, rev)
 	if err != nil {
-		return said(err)
+		return err
 	}
 	// A gated repository lists its files to anyone and hands them only to
 	// accounts granted access: asked now, not after the plan.
 	if dc, ok := p.s.deps.Registry.(downloadChecker); ok && repo.Gated != "" {
-		if err := dc.CanDownload(ctx, repo, firstWeights(repo)); err != nil {
-			return said(err)
+		if err := dc.CanDownload(ctx, repo, hf.FirstWeights(repo)); err != nil {
+			return err
 		}
 	}
 	p.repo = repo
@@ -141,11 +149,16 @@ func (p *pipeline) choose(ctx context.Context) error {
 	p.s.step(p.l, StepPlan, Running, "choosing a file")
 	req := p.req
 	if p.s.deps.Planner != nil {
-		tokens := req.pool()
-		if req.Format == FormatSafetensors {
-			tokens = req.context()
+		// Unsized, the plan sizes each file as the check step will: the
+		// defaults, shrunk to what fits where it runs.
+		preq := plan.Request{Format: req.Format, Longest: req.Longest}
+		if req.sized() {
+			preq.Context, preq.Parallel = req.pool(), req.pool()/req.context()
 		}
-		pl, err := p.s.deps.Planner.Plan(ctx, p.repo, plan.Request{Context: tokens, Format: req.Format})
+		if req.Format == FormatSafetensors {
+			preq.Context, preq.Parallel = req.context(), 0
+		}
+		pl, err := p.s.deps.Planner.Plan(ctx, p.repo, preq)
 		switch {
 		case err == nil:
 			p.plan, p.planned = pl, true
@@ -180,13 +193,23 @@ func (p *pipeline) choose(ctx context.Context) error {
 		p.proj = &f
 	}
 	layout, err := plan.ChooseLayout(plan.LayoutRequest{CPU: req.CPU, GPUClass: req.GPUClass,
-		GPUsPerNode: req.GPUsPerNode, Nodes: req.Nodes, Format: req.Format}, p.plan, p.planned, p.set)
+		GPUsPerNode: req.GPUsPerNode, Nodes: req.Nodes, Format: req.Format, Fallbacks: req.Fallbacks}, p.plan, p.planned, p.set)
 	if err != nil {
-		return said(err)
+		return err
 	}
-	p.layout, p.hardware = layout[0], plan.HardwareExists(layout)
+	p.layout, p.fallbacks, p.hardware = layout[0], layout[1:], plan.HardwareExists(layout)
 	if !p.planned && p.layout.CPU {
 		p.hardware = true // this node's CPU
+	}
+	if req.Format == FormatSafetensors {
+		// Planned, so the operator sees where it would run; refused, as
+		// nothing here would start it.
+		return sentencef("original weights run on vLLM, which this fleet does not start: choose a GGUF file of %s instead", p.repo.ID)
+	}
+	if p.planned && p.layout.Fit == plan.FitsNowhere {
+		// Before a byte of the weights is fetched: no node of the pool
+		// could ever host it as asked.
+		return sentencef("%s %s", p.set.Name, or(p.layout.Sizing.Reason, p.layout.Why))
 	}
 	p.name = or(req.Name, hf.ModelName(p.repo.ID))
 	p.s.set(p.l, func(j *Job) { j.Model = p.name })
@@ -199,8 +222,16 @@ func (p *pipeline) choose(ctx context.Context) error {
 	if p.proj != nil {
 		total, n = total+p.proj.Size, n+1
 	}
-	p.s.step(p.l, StepPlan, Done, fmt.Sprintf("%s, %s in %d %s, revision %s; runs on %s",
-		what, size(total), n, plural(n, "file", "files"), p.repo.ShortCommit(), label(p.layout)))
+	needs := ""
+	if sz := p.layout.Sizing; p.planned && sz.NeedBytes > 0 {
+		needs = fmt.Sprintf("; needs %s %s", size(sz.NeedBytes), where(p.layout))
+	}
+	runs := label(p.layout)
+	for _, o := range p.fallbacks {
+		runs += ", else " + label(o)
+	}
+	p.s.step(p.l, StepPlan, Done, fmt.Sprintf("%s, %s in %d %s, revision %s; runs on %s%s",
+		what, size(total), n, plural(n, "file", "files"), p.repo.ShortCommit(), runs, needs))
 	return nil
 }
 
@@ -229,7 +260,7 @@ func (p *pipeline) fetch(ctx context.Context) error {
 		p.s.progress(p.l, pr.BytesDone, pr.BytesTotal)
 	})
 	if err != nil {
-		return said(err)
+		return err
 	}
 	if len(paths) != len(files) {
 		return fmt.Errorf("the mirror returned %d paths for %d files", len(paths), len(files))
@@ -269,6 +300,10 @@ func (p *pipeline) check(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
+		if msg, ok := operr.Sentence(err); ok {
+			// The file's own fault, said of the file.
+			return operr.Wrap(operr.Refused, err, "%s on the mirror cannot be served: %s", filepath.Base(p.paths[0]), msg)
+		}
 		p.s.deps.Log.Warn("reading a GGUF header", "job", p.l.job.ID, "path", p.paths[0], "err", err)
 		return sentencef("%s on the mirror has no GGUF header that can be read, though it is the file the registry published: "+
 			"the repository's file is damaged or not a GGUF model; pick another file", filepath.Base(p.paths[0]))
@@ -278,7 +313,7 @@ func (p *pipeline) check(ctx context.Context) error {
 		known = gguf.KnownArchitectures()
 	}
 	if err := known.Supported(h.Architecture, p.s.deps.EngineBuild); err != nil {
-		return said(err)
+		return err
 	}
 	// Asked for the CPU, and slow there: said, not refused (the request
 	// named it), so the job says why its replies take minutes.
@@ -289,134 +324,55 @@ func (p *pipeline) check(ctx context.Context) error {
 	if p.proj != nil {
 		mmproj = p.proj.Size
 	}
-	sized, err := p.size(h, mmproj)
-	if err != nil {
-		return err
+	if h.Embedding {
+		p.req.Embeddings = true
 	}
-	req := p.req
-	parallel := max(1, req.CtxPool/req.ContextLength)
-	kv := int64(req.CtxPool) * h.KVBytesPerToken()
-	memGB := int((h.MemoryBytes(p.set.Bytes, req.CtxPool, parallel, mmproj) + 1<<30 - 1) >> 30)
-	unit, div := unitOf(max(p.set.Bytes, kv))
-	basis := fmt.Sprintf("weights %.1f %s + KV cache %.1f %s for %d tokens + engine",
-		float64(p.set.Bytes)/div, unit, float64(kv)/div, unit, req.CtxPool)
-	if !h.Shaped() {
-		// MemoryBytes falls back to the rough figure from before shapes
-		// were read.
+	// The sizing the plan step showed, now from the header on the mirror:
+	// what the engine is started with and the replica is placed by.
+	req := &p.req
+	sz := plan.Size(plan.Model{Header: h, WeightsBytes: p.set.Bytes, ProjectorBytes: mmproj}, p.layout, req.ask(), p.s.pool())
+	if sz.Fit == plan.FitsNowhere {
+		return sentencef("%s %s", p.set.Name, sz.Reason)
+	}
+	req.CtxPool, req.ContextLength = sz.CtxPool, sz.ContextLength
+	p.memBytes = sz.NeedBytes
+	// Every profile serves the context the catalog promises: a fallback
+	// is sized for the first's, and left out when it cannot hold it.
+	var kept []plan.Option
+	for _, o := range p.fallbacks {
+		fz := plan.Size(plan.Model{Header: h, WeightsBytes: p.set.Bytes, ProjectorBytes: mmproj}, o,
+			plan.Ask{CtxPool: sz.CtxPool, ContextLength: sz.ContextLength, Embeddings: req.Embeddings}, p.s.pool())
+		if fz.Fit != plan.FitsNowhere {
+			kept = append(kept, o)
+			p.fallbackSizes = append(p.fallbackSizes, fz)
+		}
+	}
+	p.fallbacks = kept
+	basis := fmt.Sprintf("weights %s + KV cache %s for %d tokens + engine %s", size(sz.WeightsBytes), size(sz.KVBytes), sz.CtxPool, size(sz.ComputeBytes))
+	if sz.ProjectorBytes > 0 {
+		basis += " + projector " + size(sz.ProjectorBytes)
+	}
+	if sz.Estimated {
 		basis = "weights plus half again plus two; the header gave no shape"
 	}
 	if req.MemoryGB > 0 {
-		memGB, basis = req.MemoryGB, "as asked, in place of "+basis
+		p.memBytes, basis = int64(req.MemoryGB)<<30, "as asked, in place of "+basis
 	}
-	p.memGB = memGB
-	slots := fmt.Sprintf("%d %s of %d tokens", parallel, plural(parallel, "slot", "slots"), req.ContextLength)
-	if sized != "" {
-		slots += " (" + sized + ")"
+	slots := fmt.Sprintf("%d %s of %d tokens", sz.Slots, plural(sz.Slots, "slot", "slots"), sz.ContextLength)
+	if sz.Shrunk {
+		slots += ", cut to fit"
 	}
-	p.s.step(p.l, StepCheck, Done, fmt.Sprintf("%s, needs about %d GB (%s); %s",
-		or(h.Architecture, "architecture not read"), memGB, basis, slots))
+	p.s.step(p.l, StepCheck, Done, fmt.Sprintf("%s, needs %s %s (%s); %s",
+		or(h.Architecture, "architecture not read"), size(p.memBytes), where(p.layout), basis, slots))
 	return nil
 }
 
-// size works out the pool and the slots: as asked; for an embedding model
-// many small slots; otherwise what the model was trained for, cut to what
-// fits beside its weights where it runs. It says how it chose, when it
-// chose.
-func (p *pipeline) size(h gguf.Header, mmproj int64) (string, error) {
-	req := &p.req
-	if h.Embedding {
-		req.Embeddings = true
+// pool is the nodes a model is sized against; none when nothing says.
+func (s *Server) pool() []plan.Node {
+	if s.deps.Pool == nil {
+		return nil
 	}
-	why := ""
-	switch {
-	case req.sized():
-		req.CtxPool, req.ContextLength = req.pool(), req.context()
-	case req.Embeddings:
-		req.ContextLength, req.CtxPool = embedSlotTokens, embedSlotTokens*embedSlots
-		why = "an embedding model: many passages at once"
-	default:
-		var err error
-		if why, err = p.fitContext(h, mmproj); err != nil {
-			return "", err
-		}
-	}
-	if !p.layout.CPU {
-		// On cards, the weights and the pool's cache have to fit them: a
-		// 70B with a 65536-token pool on a 24 GB card loaded its weights
-		// and then failed to make its context, every time.
-		var cardGB float64
-		if c, ok := plan.LookupClass(p.layout.Class); ok {
-			cardGB = c.MemoryGB
-		}
-		fitted, shrunk, err := gguf.FitPoolToCard(h, gguf.Pool{CtxPool: req.CtxPool, ContextLength: req.ContextLength},
-			p.set.Bytes+mmproj, p.layout.Class, cardGB, max(p.layout.GPUsPerNode, 1))
-		if err != nil {
-			return "", said(err)
-		}
-		if shrunk != "" {
-			req.CtxPool, req.ContextLength, why = fitted.CtxPool, fitted.ContextLength, shrunk
-		}
-	}
-	return why, nil
-}
-
-// fitContext sizes the pool of a request that named none: the context the
-// model was trained for, cut to the longest whose cache fits beside the
-// weights where it runs, in as many slots of it as fit, up to four.
-func (p *pipeline) fitContext(h gguf.Header, mmproj int64) (string, error) {
-	req := &p.req
-	trained := h.ContextLength
-	if trained <= 0 || !h.Shaped() {
-		req.CtxPool, req.ContextLength = catalog.DefaultCtxPool, catalog.DefaultContextLength
-		return "its header gives no trained context: the defaults", nil
-	}
-	room := p.room()
-	if room <= 0 {
-		// Nothing says how much memory there is: the trained context up
-		// to the default, in four slots.
-		ctx := min(trained, catalog.DefaultContextLength)
-		req.ContextLength, req.CtxPool = ctx, ctx*maxSlots
-		return "", nil
-	}
-	weights := p.set.Bytes + mmproj
-	ctx := h.LongestContextThatFits(room, weights)
-	if ctx <= 0 {
-		if trained < 1024 {
-			// Too short a context for the search, which counts in
-			// thousands: the model's own, once.
-			req.ContextLength, req.CtxPool = trained, trained
-			return "", nil
-		}
-		return "", sentencef("its weights (%s) leave no room for a context of even 1024 tokens in %s %s: pick a smaller file, or run it where there is more memory",
-			size(weights), size(room), where(p.layout))
-	}
-	slots := 1
-	for n := maxSlots; n > 1; n-- {
-		if h.MemoryBytes(p.set.Bytes, ctx*n, n, mmproj) <= room {
-			slots = n
-			break
-		}
-	}
-	req.ContextLength, req.CtxPool = ctx, ctx*slots
-	if ctx < trained {
-		return fmt.Sprintf("trained for %d tokens, cut to what fits in %s", trained, size(room)), nil
-	}
-	return "", nil
-}
-
-// room is the memory the model has where it runs: a node's RAM on the CPU,
-// the cards' on a GPU; 0 when nothing says.
-func (p *pipeline) room() int64 {
-	if p.layout.CPU {
-		if p.s.deps.NodeMemory != nil {
-			return p.s.deps.NodeMemory()
-		}
-		return 0
-	}
-	if c, ok := plan.LookupClass(p.layout.Class); ok {
-		return int64(c.MemoryGB*(1<<30)) * int64(max(p.layout.GPUsPerNode, 1))
-	}
-	return 0
+	return s.deps.Pool()
 }
 
 // addToCatalog writes the model's entry. It returns whether the job goes on
@@ -434,7 +390,7 @@ func (p *pipeline) addToCatalog(ctx context.Context) (bool, error) {
 	m.Source = p.source
 	m.ContextLength, m.MaxOutput = req.context(), catalog.MaxOutput(req.context())
 	m.Capabilities.Embeddings = req.Embeddings
-	m.Profiles = []catalog.Profile{p.profile()}
+	m.Profiles = p.profiles()
 	files := p.set.Files
 	if p.proj != nil {
 		files = append(files[:len(files):len(files)], *p.proj)
@@ -464,36 +420,31 @@ func (p *pipeline) addToCatalog(ctx context.Context) (bool, error) {
 	return true, nil
 }
 
-// profile is how the model runs, for its catalog entry.
-func (p *pipeline) profile() catalog.Profile {
-	req, lay := p.req, p.layout
-	prof := catalog.Profile{Engine: EngineLlamaCpp, Env: req.Env, Priority: 100, Weight: 1}
-	sizing := catalog.Sizing{CtxPool: req.CtxPool, ContextLength: req.ContextLength,
-		Embeddings: req.Embeddings, Judge: req.GuardFormat != ""}
-	cards := max(lay.GPUsPerNode, 1)
-	switch {
-	case req.Format == FormatSafetensors:
-		prof.Engine = EngineVLLM
-		prof.Name = fmt.Sprintf("gpu-%dx%s", cards*max(lay.Nodes, 1), strings.ToLower(lay.Class))
-		prof.GPUClass, prof.GPUsPerNode, prof.TP = lay.Class, cards, cards
-		if lay.Nodes > 1 {
-			prof.PP, prof.Nodes = lay.Nodes, lay.Nodes
-		}
-		prof.Args = []string{"--max-model-len", strconv.Itoa(req.context())}
-		if lay.ExpertParallel {
-			// The experts whole on each card rather than each sliced
-			// across them: less traffic between the cards for every token.
-			prof.Args = append(prof.Args, "--enable-expert-parallel")
-		}
-	case lay.CPU:
-		prof.Name = "cpu"
-		prof.Args = catalog.LlamaArgs(sizing)
-		prof.MinMemoryGB, prof.CPUCores = p.memGB, p.cores()
-	default:
-		prof.Name = fmt.Sprintf("gpu-%dx%s", cards, strings.ToLower(lay.Class))
-		prof.GPUClass, prof.GPUsPerNode = lay.Class, cards
-		prof.Args = catalog.LlamaArgs(sizing)
+// profiles are how the model runs, for its catalog entry: the chosen
+// shape first, then the fallbacks, each lower in priority.
+func (p *pipeline) profiles() []catalog.Profile {
+	out := []catalog.Profile{p.profile(p.layout, p.memBytes, 100)}
+	for i, o := range p.fallbacks {
+		sz := p.fallbackSizes[i]
+		out = append(out, p.profile(o, sz.NeedBytes*int64(max(o.GPUsPerNode, 1)), 90-10*i))
 	}
+	return out
+}
+
+// profile is one shape the model runs on, reserving memBytes (all its
+// cards together on cards).
+func (p *pipeline) profile(lay plan.Option, memBytes int64, priority int) catalog.Profile {
+	req := p.req
+	prof := catalog.Profile{Engine: EngineLlamaCpp, Env: req.Env, Priority: priority, Weight: 1, MinMemoryBytes: memBytes}
+	prof.Args = catalog.LlamaArgs(catalog.Sizing{CtxPool: req.CtxPool, ContextLength: req.ContextLength,
+		Embeddings: req.Embeddings, Judge: req.GuardFormat != ""})
+	if lay.CPU {
+		prof.Name, prof.CPUCores = "cpu", p.cores()
+		return prof
+	}
+	cards := max(lay.GPUsPerNode, 1)
+	prof.Name = fmt.Sprintf("gpu-%dx%s", cards, strings.ToLower(lay.Class))
+	prof.GPUClass, prof.GPUsPerNode = lay.Class, cards
 	return prof
 }
 
@@ -504,7 +455,7 @@ func (p *pipeline) cores() int {
 		return p.req.CPUCores
 	}
 	if nc, ok := p.s.deps.Fleet.(interface{ NodeCPUs(memGB int) []int }); ok {
-		return catalog.SuggestCores(nc.NodeCPUs(p.memGB))
+		return catalog.SuggestCores(nc.NodeCPUs(int((p.memBytes + 1<<30 - 1) >> 30)))
 	}
 	return 0
 }

@@ -17,7 +17,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/http"
+	"modelserve/internal/operr"
 	"runtime/debug"
 	"slices"
 	"sync"
@@ -86,10 +86,8 @@ func New(d Deps) (*Server, error) {
 	if d.UnplacedGrace <= 0 {
 		d.UnplacedGrace = time.Minute
 	}
-	if d.HTTP == nil {
-		// A smoke test is one short reply; a replica that takes minutes to
-		// give it is not ready.
-		d.HTTP = &http.Client{Timeout: 2 * time.Minute}
+	if d.Fleet != nil && d.Gateway == nil {
+		return nil, errors.New("jobs with a fleet need the gateway, which the smoke test asks through: set Deps.Gateway")
 	}
 	if d.Log == nil {
 		d.Log = slog.Default()
@@ -113,7 +111,7 @@ func (s *Server) start(ctx context.Context, req Request, retryOf string) (Job, e
 	closed := s.closed
 	s.mu.Unlock()
 	if closed {
-		return Job{}, &sentence{msg: "modelserve is shutting down: start the job again once it is back", kind: ErrClosed}
+		return Job{}, operr.Wrap(operr.Unavailable, ErrClosed, "modelserve is shutting down: start the job again once it is back")
 	}
 	now := time.Now().UTC()
 	l := &live{job: Job{ID: newID(now), Kind: KindServe, Request: req, State: Running,
@@ -121,6 +119,11 @@ func (s *Server) start(ctx context.Context, req Request, retryOf string) (Job, e
 	// Saved before it runs, so that no step can be reported of a job the
 	// database does not have.
 	if err := save(ctx, s.deps.DB, l.job, l.seq, -1); err != nil {
+		return Job{}, err
+	}
+	// This process runs it now: should it die doing so, the next start
+	// knows (see Resume).
+	if _, err := startUnclean(ctx, s.deps.DB, l.job.ID); err != nil {
 		return Job{}, err
 	}
 	if s.deps.Metrics != nil {
@@ -189,8 +192,14 @@ func (s *Server) finish(ctx context.Context, l *live, err error) {
 	}
 	if ctx.Err() != nil {
 		if context.Cause(ctx) == errShutdown {
-			// Left running in the database: the next start carries on.
+			// Left running in the database: the next start carries on,
+			// and this stop, being clean, does not count against it.
 			s.deps.Log.Info("job stopped with the server; it carries on at the next start", "job", l.job.ID)
+			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			if err := stoppedCleanly(sctx, s.deps.DB, l.job.ID); err != nil {
+				s.deps.Log.Warn("could not record that a job stopped cleanly", "job", l.job.ID, "err", err)
+			}
+			cancel()
 		}
 		// Cancelled: Cancel has recorded it already.
 		return
@@ -200,8 +209,8 @@ func (s *Server) finish(ctx context.Context, l *live, err error) {
 	if errors.As(err, &se) {
 		step, err = se.step, se.err
 	}
-	msg := err.Error()
-	if !shown(err) {
+	msg, shown := operr.Sentence(err)
+	if !shown {
 		s.deps.Log.Error("a job step failed", "job", l.job.ID, "step", step, "err", err)
 		msg = fmt.Sprintf("the %s step failed on an unexpected error; the server's log has the details (job %s)", step, l.job.ID)
 	} else {
@@ -392,11 +401,11 @@ func (s *Server) Cancel(ctx context.Context, id string) (Job, error) {
 			// that stopped, and not resumed (yet, or ever).
 			return s.cancelStored(ctx, j)
 		}
-		return j, &sentence{msg: fmt.Sprintf("job %s has already ended (%s): there is nothing to cancel", id, j.State), kind: ErrConflict}
+		return j, operr.Wrap(operr.Conflict, ErrConflict, "job %s has already ended (%s): there is nothing to cancel", id, j.State)
 	}
 	if !s.end(l, Cancelled, "", "cancelled before it finished") {
 		j, _ := l.snapshot()
-		return j, &sentence{msg: fmt.Sprintf("job %s has already ended (%s): there is nothing to cancel", id, j.State), kind: ErrConflict}
+		return j, operr.Wrap(operr.Conflict, ErrConflict, "job %s has already ended (%s): there is nothing to cancel", id, j.State)
 	}
 	l.cancel(errCancelled)
 	select {
@@ -437,7 +446,7 @@ func (s *Server) Retry(ctx context.Context, id string) (Job, error) {
 		return Job{}, err
 	}
 	if j.State != Failed && j.State != Cancelled {
-		return Job{}, &sentence{msg: fmt.Sprintf("job %s is %s: only a failed or cancelled job is retried", id, j.State), kind: ErrConflict}
+		return Job{}, operr.Wrap(operr.Conflict, ErrConflict, "job %s is %s: only a failed or cancelled job is retried", id, j.State)
 	}
 	return s.start(ctx, j.Request, j.ID)
 }
@@ -465,12 +474,50 @@ func (s *Server) Resume(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
+		// A job that was running when a process died is resumed; one
+		// that was running when two processes in a row died is what
+		// killed them, most likely, and is failed rather than resumed a
+		// third time (a crafted header once crashed every start).
+		before, err := startUnclean(ctx, s.deps.DB, id)
+		if err != nil {
+			return err
+		}
+		l := &live{job: j, seq: seq}
+		if before >= maxUncleanStarts {
+			step := runningStep(j)
+			s.deps.Log.Error("a job stopped the server twice; it is failed, not resumed", "job", id, "step", step)
+			s.end(l, Failed, step, fmt.Sprintf("modelserve stopped twice while this job was in its %s step; it is not resumed again: retry it once the cause is fixed, or look at the server's log", step))
+			continue
+		}
 		s.deps.Log.Info("resuming a job", "job", id, "repo", j.Request.Repo, "commit", j.Commit)
-		if !s.launch(&live{job: j, seq: seq}) {
+		if s.deps.Metrics != nil {
+			// Counted as started in this process, which counts it ended:
+			// otherwise more jobs end than start, and a rate of failures
+			// over starts reads above 100% after a restart.
+			s.deps.Metrics.JobStarted()
+		}
+		if !s.launch(l) {
 			return nil
 		}
 	}
 	return nil
+}
+
+// maxUncleanStarts is how many processes in a row may die running a job
+// before the next one fails it instead of resuming it.
+const maxUncleanStarts = 2
+
+// runningStep is the step a job was in: its last running one.
+func runningStep(j Job) string {
+	for i := len(j.Steps) - 1; i >= 0; i-- {
+		if j.Steps[i].State == Running {
+			return j.Steps[i].Name
+		}
+	}
+	if len(j.Steps) > 0 {
+		return j.Steps[len(j.Steps)-1].Name
+	}
+	return StepRegistry
 }
 
 // Close stops every job without marking it cancelled — each stays running

@@ -61,6 +61,9 @@ type Report struct {
 	// PerSlot says what each request can use: "each of 4 slots holds
 	// 4096 tokens".
 	PerSlot string
+	// Blocked says why Serve is disabled ("This file fits no node of the
+	// pool: …"), "" when the form can serve what it shows.
+	Blocked string
 }
 
 // Set is one file set of the repository and where it can run.

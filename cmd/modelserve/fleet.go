@@ -6,6 +6,7 @@ import (
 
 	"modelserve/catalog"
 	"modelserve/internal/fleet"
+	"modelserve/internal/plan"
 	"modelserve/jobs"
 )
 
@@ -35,8 +36,6 @@ func (a jobsFleet) ModelHealth() []jobs.ModelHealth {
 	return out
 }
 
-func (a jobsFleet) EngineKey(id string) string { return a.f.EngineKey(id) }
-
 // NodeCPUs lets the job size a CPU profile's threads by the nodes it fits
 // on (the job asks for it by an interface of its own).
 func (a jobsFleet) NodeCPUs(memGB int) []int { return a.f.NodeCPUs(memGB) }
@@ -53,3 +52,8 @@ func newFleet(engine string, store *catalog.Store, db *sql.DB, log *slog.Logger)
 	}
 	return f, fleet.NewNotifyingCatalog(store, f), jobsFleet{f}, nil
 }
+
+// poolOf is the fleet's nodes as the handlers show the pool.
+type poolOf func() []plan.Node
+
+func (p poolOf) Nodes() []plan.Node { return p() }

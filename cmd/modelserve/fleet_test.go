@@ -10,12 +10,15 @@ import (
 	"time"
 
 	"modelserve/catalog"
+	"modelserve/internal/auth"
 	"modelserve/internal/fleet"
+	"modelserve/internal/gateway"
 	"modelserve/internal/ggufgen"
 	"modelserve/internal/hf"
 	"modelserve/internal/hubtest"
 	"modelserve/internal/llamatest"
 	"modelserve/internal/mirror"
+	"modelserve/internal/plan"
 	"modelserve/internal/store"
 	"modelserve/jobs"
 )
@@ -25,6 +28,61 @@ import (
 // the fleet starts the engine, and the job's smoke test gets its answer
 // with the engine's key.
 func TestServeJobReachesAnAnsweringReplica(t *testing.T) {
+	w := newServeWorld(t, fleet.LocalConfig{})
+	j := w.serve(t, jobs.Request{Repo: w.repo, Replicas: 1, CtxPool: 1024, ContextLength: 1024})
+	placement, _ := j.Step(jobs.StepPlacement)
+	smoke, _ := j.Step(jobs.StepSmoke)
+	if placement.State != jobs.Done || !strings.Contains(placement.Detail, "ready on") ||
+		smoke.State != jobs.Done || j.Reply == "" {
+		t.Errorf("placement %+v, smoke test %+v, reply %q: want a replica ready and an answer", placement, smoke, j.Reply)
+	}
+	rs := w.fleet.Replicas()
+	if len(rs) != 1 || rs[0].State != fleet.Ready || rs[0].Model != j.Model {
+		t.Errorf("the fleet's replicas %+v: want one ready replica of %s", rs, j.Model)
+	}
+}
+
+// TestDefaultsPlaceOnANodeWithLittleFreeMemory: served with the defaults on
+// a node with less free memory than the default pool needs, the pool is
+// cut to fit it (planned and placed on the same figures), and the job ends
+// with a replica that started and answered, not one that never places.
+func TestDefaultsPlaceOnANodeWithLittleFreeMemory(t *testing.T) {
+	const ram = 180 << 20 // the tiny model needs about 200 MB with a 16384-token pool
+	w := newServeWorld(t, fleet.LocalConfig{Name: "small", CPUCores: 2, RAMBytes: ram, GPUs: []fleet.Card{}})
+	j := w.serve(t, jobs.Request{Repo: w.repo, Replicas: 1})
+	if smoke, _ := j.Step(jobs.StepSmoke); smoke.State != jobs.Done || j.Reply == "" {
+		t.Fatalf("smoke test %+v: want an answer from a placed replica", smoke)
+	}
+	check, _ := j.Step(jobs.StepCheck)
+	if !strings.Contains(check.Detail, "cut to fit") {
+		t.Errorf("the check step says %q; want the default pool cut to fit", check.Detail)
+	}
+	m, err := w.catalog.Get(context.Background(), j.Model)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := m.Profiles[0]
+	if p.Memory() <= 0 || p.Memory() > ram {
+		t.Errorf("the catalog reserves %d bytes on a node of %d", p.Memory(), ram)
+	}
+	rs := w.fleet.Replicas()
+	if len(rs) != 1 || rs[0].State != fleet.Ready || rs[0].EstimateBytes != p.Memory() {
+		t.Errorf("replicas %+v: want one ready, placed by the catalog's %d bytes", rs, p.Memory())
+	}
+	t.Logf("tiny model on a 180 MB node: %s; reserves %d bytes, measured %d", check.Detail, p.Memory(), rs[0].RSSBytes)
+}
+
+// serveWorld is a Hub with a tiny model, a real fleet on a local node as
+// cfg describes it, a planner over the fleet's pool and the jobs, wired as
+// serve() wires them.
+type serveWorld struct {
+	repo    string
+	fleet   *fleet.Fleet
+	catalog *catalog.Store
+	jobs    *jobs.Server
+}
+
+func newServeWorld(t *testing.T, cfg fleet.LocalConfig) *serveWorld {
 	engine := llamatest.Path(t)
 	ctx := context.Background()
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -37,7 +95,7 @@ func TestServeJobReachesAnAnsweringReplica(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mir, err := mirror.New(mirror.Options{Dir: t.TempDir(), HTTP: client.HTTPClient(), Authorize: client.AuthorizeRequest, Log: quiet})
+	mir, err := mirror.New(mirror.Options{Dir: t.TempDir(), Registry: client, Log: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,8 +106,12 @@ func TestServeJobReachesAnAnsweringReplica(t *testing.T) {
 	t.Cleanup(func() { db.Close() })
 	cat := catalog.NewStore(db)
 
+	node, err := fleet.Local(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
 	// As newFleet builds it, with the test engine on one thread.
-	f, err := fleet.New(fleet.Options{Catalog: cat, Engine: engine, Threads: 1, Log: quiet})
+	f, err := fleet.New(fleet.Options{Catalog: cat, Engine: engine, Nodes: []fleet.Node{node}, Threads: 1, Log: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,14 +127,30 @@ func TestServeJobReachesAnAnsweringReplica(t *testing.T) {
 			t.Error("the fleet did not stop within 20s")
 		}
 	})
-
+	planner, err := plan.New(plan.Config{Pool: f.Pool, Headers: plan.ReadHeaders(client), DownloadURL: client.DownloadURL, Log: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gw, err := gateway.New(gateway.Options{Catalog: cat, Fleet: f, Tokens: auth.NewTokens(db), Log: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(gw.Close)
 	srv, err := jobs.New(jobs.Deps{DB: db, Registry: client, Mirror: mir, Catalog: nc, Fleet: jobsFleet{f},
+		Planner: planner, Pool: f.Pool, Gateway: gw,
 		EngineBuild: 6000, Log: quiet, Poll: 20 * time.Millisecond, ReadyTimeout: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(srv.Close)
-	j, err := srv.Start(ctx, jobs.Request{Repo: repo, Replicas: 1, CtxPool: 1024, ContextLength: 1024})
+	return &serveWorld{repo: repo, fleet: f, catalog: cat, jobs: srv}
+}
+
+// serve runs a job to its end and fails the test unless it is done.
+func (w *serveWorld) serve(t *testing.T, req jobs.Request) jobs.Job {
+	t.Helper()
+	ctx := context.Background()
+	j, err := w.jobs.Start(ctx, req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,21 +160,12 @@ func TestServeJobReachesAnAnsweringReplica(t *testing.T) {
 			t.Fatalf("the job did not end within 90s: %+v", j.Steps)
 		}
 		time.Sleep(50 * time.Millisecond)
-		if j, err = srv.Get(ctx, j.ID); err != nil {
+		if j, err = w.jobs.Get(ctx, j.ID); err != nil {
 			t.Fatal(err)
 		}
 	}
 	if j.State != jobs.Done {
 		t.Fatalf("the job ended %s: %s; steps %+v", j.State, j.Error, j.Steps)
 	}
-	placement, _ := j.Step(jobs.StepPlacement)
-	smoke, _ := j.Step(jobs.StepSmoke)
-	if placement.State != jobs.Done || !strings.Contains(placement.Detail, "ready on") ||
-		smoke.State != jobs.Done || j.Reply == "" {
-		t.Errorf("placement %+v, smoke test %+v, reply %q: want a replica ready and an answer", placement, smoke, j.Reply)
-	}
-	rs := f.Replicas()
-	if len(rs) != 1 || rs[0].State != fleet.Ready || rs[0].Model != j.Model {
-		t.Errorf("the fleet's replicas %+v: want one ready replica of %s", rs, j.Model)
-	}
+	return j
 }

@@ -100,14 +100,16 @@ func (f *Fleet) reconcile(ctx context.Context) {
 			delete(f.models, name)
 		}
 	}
+	f.forgetDemandsLocked(byName)
 
 	// 2. Each model to as many replicas as it wants.
 	slices.SortFunc(models, func(a, b catalog.Model) int {
 		return cmp.Or(cmp.Compare(classRank(a), classRank(b)), strings.Compare(a.Name, b.Name))
 	})
+	now := time.Now()
 	for _, m := range models {
 		st := f.stateLocked(m, engineErr == nil)
-		st.want = m.Scaling.Min
+		st.want = f.wantLocked(m, now) // Min, or more while in demand (demand.go)
 		var active []*replica
 		for _, r := range f.replicas {
 			if r.model == m.Name && !r.released && !r.stopping {
@@ -120,7 +122,7 @@ func (f *Fleet) reconcile(ctx context.Context) {
 				return cmp.Or(cmp.Compare(boolRank(a.state == Ready), boolRank(b.state == Ready)), compareIDs(b.id, a.id))
 			})
 			for _, r := range active[:len(active)-st.want] {
-				f.stopLocked(r, fmt.Sprintf("%s is to keep %d %s", m.Name, st.want, plural(st.want, "replica", "replicas")))
+				f.stopLocked(r, surplusReason(m, st.want))
 			}
 			active = active[len(active)-st.want:]
 		}
@@ -257,8 +259,8 @@ func (f *Fleet) accountLocked(n Node, c Capacity) account {
 // each, and which of them are not promised.
 func cardsFor(p catalog.Profile, a account) (fit, free []int) {
 	perCard := int64(0)
-	if p.MinMemoryGB > 0 {
-		perCard = (int64(p.MinMemoryGB) << 30) / int64(max(p.GPUsPerNode, 1))
+	if p.Memory() > 0 {
+		perCard = p.Memory() / int64(max(p.GPUsPerNode, 1))
 	}
 	for _, c := range a.cap.GPUs {
 		if c.Class != p.GPUClass || c.MemoryBytes < perCard {
@@ -292,7 +294,7 @@ func exists(p catalog.Profile, a account) bool {
 		fit, _ := cardsFor(p, a)
 		return len(fit) >= max(p.GPUsPerNode, 1)
 	}
-	return a.cap.RAMBytes >= int64(p.MinMemoryGB)<<30
+	return a.cap.RAMBytes >= p.Memory()
 }
 
 func (f *Fleet) hardwareLocked(m catalog.Model, caps []Capacity) bool {
@@ -334,7 +336,7 @@ func (f *Fleet) placeLocked(ctx context.Context, m catalog.Model, caps []Capacit
 		var best *choice
 		for i, n := range f.nodes {
 			a := f.accountLocked(n, caps[i])
-			need := int64(p.MinMemoryGB) << 30
+			need := p.Memory()
 			if p.GPUClass != "" {
 				fit, free := cardsFor(p, a)
 				want := max(p.GPUsPerNode, 1)
@@ -391,7 +393,7 @@ func cardLine(node string, p catalog.Profile, a account, fit, free int) string {
 	want := max(p.GPUsPerNode, 1)
 	if fit < want {
 		return fmt.Sprintf("node %s: needs %d %s %s with %s each, it has %d", node, want, p.GPUClass,
-			plural(want, "card", "cards"), gb((int64(p.MinMemoryGB)<<30)/int64(want)), fit)
+			plural(want, "card", "cards"), gb((p.Memory())/int64(want)), fit)
 	}
 	s := fmt.Sprintf("node %s: needs %d %s %s, %d free", node, want, p.GPUClass, plural(want, "card", "cards"), free)
 	for _, r := range a.holders {
@@ -445,7 +447,7 @@ func (f *Fleet) makeRoomLocked(m catalog.Model, profs []catalog.Profile, caps []
 					}
 				}
 			} else {
-				have, need = a.free, int64(p.MinMemoryGB)<<30
+				have, need = a.free, p.Memory()
 				for _, r := range a.holders {
 					if r.stopping && (r.evictedFor == "" || r.evictedFor == m.Name) {
 						have += r.memBytes
@@ -506,7 +508,7 @@ func (f *Fleet) startLocked(ctx context.Context, m catalog.Model, p catalog.Prof
 	caps []Capacity, weights, projector string) *replica {
 	f.seq[m.Name]++
 	id := m.Name + "-" + strconv.Itoa(f.seq[m.Name])
-	need := int64(p.MinMemoryGB) << 30
+	need := p.Memory()
 
 	threads := f.opts.Threads
 	if threads <= 0 {

@@ -17,13 +17,6 @@ const (
 	vramFootprint = 250 << 20
 )
 
-// poolStep is the grain of PoolThatFits' answers: llama.cpp pads its
-// context to 256 tokens, so finer answers mean nothing.
-const poolStep = 256
-
-// maxPool bounds PoolThatFits' search: 4M tokens, beyond any model's use.
-const maxPool = 1 << 22
-
 var errNoShape = errors.New("the header gives no shape")
 
 // KVBytesPerToken is the size of one token's keys and values in every layer,
@@ -101,6 +94,11 @@ func (h Header) estimateNow(ctxPool, parallel, gpus int) (bytes int64, err error
 		parser.WithParallelSize(int32(max(parallel, 1))),
 		parser.WithLLaMACppLogicalBatchSize(logical),
 		parser.WithLLaMACppPhysicalBatchSize(physical),
+		// llama-server's --flash-attn defaults to auto, which turns it on
+		// wherever the backend has it (the CPU's and CUDA's do). Without
+		// it the attention's scratch grows with the context: 8 GiB more
+		// for an 8B at 131072 tokens, which the engine never allocates.
+		parser.WithFlashAttention(),
 	}
 	if gpus <= 0 {
 		opts = append(opts, parser.WithLLaMACppOffloadLayers(0))
@@ -150,107 +148,15 @@ func (h Header) MemoryBytes(weights int64, ctxPool, parallel int, mmproj int64) 
 	return ram + h.unread(weights) + mmproj
 }
 
-// PoolThatFits is the largest context pool (--ctx-size, in tokens, a
-// multiple of 256 as llama.cpp pads it) whose model, fully offloaded and
-// split evenly over gpus cards of cardGB each, fits every card. It is 0 when
-// there is no limit to tell (no card size, or a header that gives no shape)
-// and -1 when the weights do not fit the cards even with 256 tokens beside
-// them.
-func (h Header) PoolThatFits(weights int64, cardGB float64, gpus int) int {
-	if cardGB <= 0 || !h.Shaped() {
-		return 0
-	}
+// CardBytes is the memory each of gpus cards takes with the model fully
+// offloaded and split evenly over them, for a pool of ctxPool tokens in
+// parallel slots. When the header gives no shape it is the rough figure
+// (weights, half again, and 2 GiB) split over the cards.
+func (h Header) CardBytes(weights int64, ctxPool, parallel, gpus int) int64 {
 	gpus = max(gpus, 1)
-	card := int64(cardGB * (1 << 30))
-	extra := h.unread(weights) / int64(gpus)
-	fits := func(steps int) bool {
-		b, err := h.estimate(steps*poolStep, 1, gpus)
-		return err == nil && b+extra <= card
+	b, err := h.estimate(ctxPool, parallel, gpus)
+	if err != nil {
+		return (weights + weights/2 + 2<<30) / int64(gpus)
 	}
-	if !fits(1) {
-		return -1
-	}
-	// The KV cache alone bounds the search: every card holds its share.
-	hi := maxPool / poolStep
-	if kv := h.KVBytesPerToken(); kv > 0 {
-		hi = min(hi, int(card*int64(gpus)/kv/poolStep)+1)
-	}
-	return mostThatFits(1, hi, fits) * poolStep
-}
-
-// LongestContextThatFits is the longest context, up to the one the model was
-// trained for, whose KV cache and buffers fit in memoryBytes beside the
-// weights on the CPU (MemoryBytes with one slot): a multiple of 1024. It is
-// 0 when not even 1024 tokens fit, or the header gives no shape.
-func (h Header) LongestContextThatFits(memoryBytes, weights int64) int {
-	if !h.Shaped() || h.ContextLength < 1024 {
-		return 0
-	}
-	fits := func(k int) bool { return h.MemoryBytes(weights, k*1024, 1, 0) <= memoryBytes }
-	// In units of 1024 tokens; none at all is taken to fit.
-	return mostThatFits(0, h.ContextLength/1024, fits) * 1024
-}
-
-// mostThatFits is the largest k from lo to hi for which fits(k), found by
-// bisection: fits(lo) is taken as true, and once fits is false it stays
-// false for every larger k. Each fits is a whole estimate, so it is asked
-// about log2(hi-lo) times.
-func mostThatFits(lo, hi int, fits func(int) bool) int {
-	if fits(hi) {
-		return hi
-	}
-	for hi-lo > 1 {
-		mid := lo + (hi-lo)/2
-		if fits(mid) {
-			lo = mid
-		} else {
-			hi = mid
-		}
-	}
-	return lo
-}
-
-// Pool is llama-server's context: CtxPool tokens (--ctx-size) shared by
-// slots of ContextLength tokens each (--parallel is CtxPool/ContextLength).
-type Pool struct {
-	CtxPool       int
-	ContextLength int
-}
-
-// Slots is how many requests the pool serves at once.
-func (p Pool) Slots() int { return max(1, p.CtxPool/max(p.ContextLength, 1)) }
-
-func gb(b int64) float64 { return float64(b) / (1 << 30) }
-
-// FitPoolToCard shrinks a pool that gpus cards of class (cardGB each) cannot
-// hold beside the weights to one they can, and says so in why; it refuses
-// weights that do not fit at all. The slots stay as many as asked while each
-// keeps 2048 tokens, then become fewer; each slot's context is a multiple of
-// 1024. A pool that fits, or a card of unknown size, comes back unchanged
-// with an empty why.
-func FitPoolToCard(h Header, p Pool, weights int64, class string, cardGB float64, gpus int) (fitted Pool, why string, err error) {
-	gpus = max(gpus, 1)
-	most := h.PoolThatFits(weights, cardGB, gpus)
-	switch {
-	case most == 0 || p.CtxPool <= most:
-		return p, "", nil
-	case most < 0:
-		return p, "", fmt.Errorf("its weights (%.1f GB) do not fit %d card(s) of %s with room to run: "+
-			"choose a smaller quantisation, or more cards", gb(weights), gpus, class)
-	}
-	slots := p.Slots()
-	for slots > 1 && most/slots < 2048 {
-		slots--
-	}
-	per := most / slots / 1024 * 1024
-	if per < 1024 {
-		return p, "", fmt.Errorf("its weights (%.1f GB) leave room on %s for a context of %d tokens only", gb(weights), class, most)
-	}
-	fitted = Pool{CtxPool: per * slots, ContextLength: per}
-	noun := "slots"
-	if slots == 1 {
-		noun = "slot"
-	}
-	return fitted, fmt.Sprintf("a %d-token pool does not fit %s beside %.1f GB of weights: %d %s of %d tokens instead",
-		p.CtxPool, class, gb(weights), slots, noun, per), nil
+	return b + h.unread(weights)/int64(gpus)
 }

@@ -1,8 +1,8 @@
 package plan
 
 import (
-	"errors"
 	"fmt"
+	"modelserve/internal/operr"
 
 	"modelserve/internal/hf"
 )
@@ -36,7 +36,7 @@ func ChooseLayout(req LayoutRequest, plan Plan, planned bool, set hf.FileSet) ([
 	if req.Format == FormatSafetensors {
 		artifact, format, engine = Original, FormatSafetensors, EngineVLLM
 		if req.CPU {
-			return nil, errors.New("original weights run on vLLM, on GPUs; a GGUF file runs on the CPU")
+			return nil, operr.New(operr.Invalid, "original weights run on vLLM, on GPUs; a GGUF file runs on the CPU")
 		}
 	}
 	opts := plan.For(artifact)
@@ -48,7 +48,7 @@ func ChooseLayout(req LayoutRequest, plan Plan, planned bool, set hf.FileSet) ([
 			o.Class, o.GPUsPerNode, o.Nodes = req.GPUClass, max(req.GPUsPerNode, 1), max(req.Nodes, 1)
 		}
 		if o.Nodes > 1 && engine == EngineLlamaCpp {
-			return nil, errors.New("llama.cpp does not span nodes; serve the original weights with vLLM for that")
+			return nil, operr.New(operr.Invalid, "llama.cpp does not span nodes; serve the original weights with vLLM for that")
 		}
 		// The plan's own reckoning of that shape, if it made one: what it
 		// needs and on how many hosts.
@@ -63,11 +63,14 @@ func ChooseLayout(req LayoutRequest, plan Plan, planned bool, set hf.FileSet) ([
 		out = append(out, o)
 	case len(opts) > 0 && opts[0].Fit != FitsNowhere:
 		out = append(out, opts[0])
+	case planned && len(opts) > 0:
+		// The best of the shapes that do not fit, in the words the serve
+		// page shows for it.
+		return nil, operr.New(operr.Refused, "%s %s; `GET /api/v1/repos/%s` shows what each file needs", set.Name, opts[0].Why, plan.Repo)
 	case planned:
-		return nil, fmt.Errorf("%s fits nowhere in this pool with a %d-token context: no card holds it, "+
-			"nor does any node's memory; `GET /api/v1/repos/%s` shows what each file needs", set.Name, plan.Context, plan.Repo)
+		return nil, operr.New(operr.Refused, "%s fits nowhere in this pool: the pool has no node to run it; `GET /api/v1/nodes` shows the pool", set.Name)
 	case engine == EngineVLLM:
-		return nil, errors.New("original weights run on vLLM, on GPUs: name the GPU class")
+		return nil, operr.New(operr.Invalid, "original weights run on vLLM, on GPUs: name the GPU class")
 	default:
 		out = append(out, Option{Artifact: artifact, Quant: set.Quant, Format: format, Engine: engine, CPU: true})
 	}

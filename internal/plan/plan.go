@@ -23,6 +23,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"modelserve/internal/operr"
 	"slices"
 	"strings"
 	"sync"
@@ -50,20 +51,8 @@ const (
 )
 
 // DefaultContext is the pool of tokens planned for when a request names
-// none: llama.cpp's --ctx-size the serve request defaults to, four slots of
-// 4096.
-const DefaultContext = 16384
-
-// defaultSlotTokens is what one slot holds when a request gives a context
-// but no parallel count: the serve request's default context length.
-const defaultSlotTokens = 4096
-
-// An embedding model's pool when its caller did not size it: passages of up
-// to 1024 tokens, 32 at a time, as the serve request sizes one.
-const (
-	embedSlotTokens = 1024
-	embedSlots      = 32
-)
+// none, before it is shrunk to fit (see Size).
+const DefaultContext = DefaultPool
 
 // Request is what a plan is made for.
 type Request struct {
@@ -75,6 +64,9 @@ type Request struct {
 	// Parallel is how many requests share the pool; Context/4096 (at
 	// least one) when zero.
 	Parallel int `json:"parallel"`
+	// Longest sizes the GGUF options to the longest context that fits,
+	// when Context is zero.
+	Longest bool `json:"longest,omitempty"`
 }
 
 // Option is one way to run one artifact: a file set on the CPU of a node, or
@@ -110,10 +102,16 @@ type Option struct {
 	// over the bytes each token reads. It is a ceiling; engines reach
 	// half to four fifths of it. Zero for an embedding model.
 	TokensPerSecond float64 `json:"tokens_per_second"`
-	// LongestContext is the trained context cut to what fits beside the
-	// weights on this shape's hardware, a multiple of 1024; 0 when the
-	// weights do not fit or the shape is unknown.
+	// LongestContext is the longest context one request may have on this
+	// shape's hardware, in LongestSlots slots (Size with Ask.Longest): what
+	// the serve form offers first. 0 when nothing fits or the shape is
+	// unknown.
 	LongestContext int `json:"longest_context"`
+	LongestSlots   int `json:"longest_slots,omitempty"`
+	// Sizing is the engine's context and the memory of each part for the
+	// plan's request on this hardware, for llama.cpp: what the job will
+	// start the engine with (Size).
+	Sizing Sizing `json:"sizing"`
 	// ExpertParallel spreads a mixture of experts' experts whole over
 	// vLLM's cards rather than slicing each.
 	ExpertParallel bool `json:"expert_parallel,omitempty"`
@@ -321,21 +319,25 @@ func (p *Planner) Plan(ctx context.Context, repo hf.Repo, req Request) (Plan, er
 	switch req.Format {
 	case "", FormatGGUF, FormatSafetensors:
 	default:
-		return Plan{}, fmt.Errorf("the format is gguf or safetensors, not %q", req.Format)
+		return Plan{}, operr.New(operr.Invalid, "the format is gguf or safetensors, not %s", operr.Quote(req.Format))
 	}
 	if req.Context < 0 || req.Parallel < 0 {
-		return Plan{}, errors.New("the context and the parallel count cannot be negative")
+		return Plan{}, operr.New(operr.Invalid, "the context and the parallel count cannot be negative")
 	}
 	pl := Plan{Repo: repo.ID, Commit: repo.Commit, Sets: []SetPlan{}, Options: []Option{}}
-	ggufSets, original := artifacts(repo)
+	holds := hf.Holds(repo)
+	ggufSets, original := holds.GGUF, holds.Original
+	if original != nil && len(original.Missing) > 0 {
+		original = nil // not whole: nothing vLLM could load
+	}
 	if len(ggufSets) == 0 && original == nil {
-		return Plan{}, fmt.Errorf("%s has neither GGUF files nor safetensors weights: nothing here for llama.cpp or vLLM to run", repo.ID)
+		return Plan{}, operr.New(operr.Refused, "%s has neither GGUF files nor safetensors weights: nothing here for llama.cpp or vLLM to run", repo.ID)
 	}
 	if req.Format == FormatSafetensors && original == nil {
-		return Plan{}, fmt.Errorf("%s has no safetensors weights at its top: plan its GGUF files instead", repo.ID)
+		return Plan{}, operr.New(operr.Refused, "%s has no safetensors weights at its top: plan its GGUF files instead", repo.ID)
 	}
 	if req.Format == FormatGGUF && len(ggufSets) == 0 {
-		return Plan{}, fmt.Errorf("%s has no GGUF files; llama.cpp needs one: plan its safetensors weights with vLLM instead", repo.ID)
+		return Plan{}, operr.New(operr.Refused, "%s has no GGUF files; llama.cpp needs one: plan its safetensors weights with vLLM instead", repo.ID)
 	}
 
 	// The headers first: whether it is an embedding model decides the
@@ -347,7 +349,7 @@ func (p *Planner) Plan(ctx context.Context, repo hf.Repo, req Request) (Plan, er
 	sem := make(chan struct{}, p.cfg.Concurrency)
 	reading := 0
 	for i, set := range ggufSets {
-		if len(set.Missing) > 0 || splitCopy(ggufSets, i) || (req.Format == FormatSafetensors && reading > 0) {
+		if len(set.Missing) > 0 || holds.SplitCopy(i) || (req.Format == FormatSafetensors && reading > 0) {
 			continue
 		}
 		reading++
@@ -384,18 +386,27 @@ func (p *Planner) Plan(ctx context.Context, repo hf.Repo, req Request) (Plan, er
 	if pl.Context == 0 {
 		pl.Context = DefaultContext
 		if pl.Embedding {
-			pl.Context = embedSlotTokens * embedSlots
-			pl.Parallel = cmp.Or(pl.Parallel, embedSlots)
+			pl.Context = EmbedSlotTokens * EmbedSlots
+			pl.Parallel = cmp.Or(pl.Parallel, EmbedSlots)
 		}
 	}
 	if pl.Parallel == 0 {
-		pl.Parallel = max(1, pl.Context/defaultSlotTokens)
+		pl.Parallel = max(1, pl.Context/DefaultSlotTokens)
 	}
 	if pl.TrainedContext > 0 && pl.Context/pl.Parallel > pl.TrainedContext {
 		pl.Notes = append(pl.Notes, fmt.Sprintf("each of %d slots of a %d-token pool holds more than the %d tokens the model was trained for",
 			pl.Parallel, pl.Context, pl.TrainedContext))
 	}
 
+	// The GGUF options are sized by Size: as asked, or the defaults that
+	// fit where each runs.
+	ask := Ask{Longest: req.Longest, Embeddings: pl.Embedding}
+	if req.Context > 0 {
+		ask.CtxPool = req.Context
+		if req.Parallel > 0 {
+			ask.ContextLength = max(1, req.Context/req.Parallel)
+		}
+	}
 	nodes := p.cfg.Pool()
 	if len(nodes) == 0 {
 		pl.Notes = append(pl.Notes, "the pool has no nodes: nothing fits anywhere until one is declared or read")
@@ -406,7 +417,7 @@ func (p *Planner) Plan(ctx context.Context, repo hf.Repo, req Request) (Plan, er
 			switch {
 			case len(set.Missing) > 0:
 				sp.Note = fmt.Sprintf("not planned: shard(s) %s of %d are missing from the repository", joinInts(set.Missing), set.Shards)
-			case splitCopy(ggufSets, i):
+			case holds.SplitCopy(i):
 				// A joined and a split copy of one file share a name; the
 				// joined one, sorted first, is planned and served.
 				sp.Note = "not planned: a split copy of the file above, which is planned in its place"
@@ -415,6 +426,11 @@ func (p *Planner) Plan(ctx context.Context, repo hf.Repo, req Request) (Plan, er
 				// shown where the repository is: no need to repeat it per file.
 				sp.Note = "planned on an estimate: the repository is gated, and its header could not be read with this token"
 				p.cfg.Log.Warn("reading a GGUF header to plan", "repo", repo.ID, "file", set.Files[0].Path, "err", errs[i])
+			case errs[i] != nil && isSentence(errs[i]):
+				// The file's own fault (a header made to harm, a damaged
+				// one): said as the reader refused it.
+				msg, _ := operr.Sentence(errs[i])
+				sp.Note = "planned on an estimate: its header was refused: " + msg
 			case errs[i] != nil:
 				// The cause is the reader's, not a sentence for the page.
 				sp.Note = "planned on an estimate: its header could not be read (the server's log says why)"
@@ -428,7 +444,7 @@ func (p *Planner) Plan(ctx context.Context, repo hf.Repo, req Request) (Plan, er
 			if !sp.Planned {
 				continue
 			}
-			pl.Options = append(pl.Options, ggufOptions(set, shapes[i], pl, nodes)...)
+			pl.Options = append(pl.Options, ggufOptions(set, shapes[i], pl, ask, nodes)...)
 		}
 	}
 	if original != nil && req.Format != FormatGGUF {
@@ -443,37 +459,6 @@ func (p *Planner) Plan(ctx context.Context, repo hf.Repo, req Request) (Plan, er
 	slices.SortStableFunc(pl.Options, better)
 	pl.Choice, pl.Reason = recommend(pl)
 	return pl, nil
-}
-
-// artifacts are the repository's complete and incomplete GGUF sets and its
-// original weights (nil when it has none).
-func artifacts(repo hf.Repo) (ggufSets []hf.FileSet, original *hf.FileSet) {
-	var top []hf.File
-	for _, f := range repo.Files {
-		if !strings.Contains(f.Path, "/") && strings.HasSuffix(strings.ToLower(f.Path), ".safetensors") {
-			top = append(top, f)
-		}
-	}
-	for _, s := range hf.Group(repo.Files) {
-		if strings.HasSuffix(strings.ToLower(s.Files[0].Path), ".gguf") {
-			ggufSets = append(ggufSets, s)
-		}
-	}
-	// Sharded "model-00001-of-00004" or a single "model.safetensors"; a
-	// second, consolidated copy under another name is not what vLLM reads.
-	sets := hf.Group(top)
-	for _, s := range sets {
-		if len(s.Missing) == 0 && (original == nil || strings.HasPrefix(s.Name, "model")) {
-			original = &s
-		}
-	}
-	return ggufSets, original
-}
-
-// splitCopy says sets[i] is the split copy of a file the repository also
-// has joined: the two share a name, and Group sorts the joined one first.
-func splitCopy(sets []hf.FileSet, i int) bool {
-	return i > 0 && sets[i-1].Name == sets[i].Name
 }
 
 // better orders options best first.
@@ -501,21 +486,11 @@ func fitRank(f string) int {
 // on 1, 2, 4 or 8 cards of each class in the pool, on one node (llama.cpp
 // does not span nodes). Per class the shapes are listed from one card up to
 // the first that holds it, so the refused smaller ones say why.
-func ggufOptions(set hf.FileSet, s *shape, pl Plan, nodes []Node) []Option {
-	base := Option{Artifact: set.Name, Quant: set.Quant, Format: FormatGGUF, Engine: EngineLlamaCpp, Context: pl.Context}
-	base.WeightsGB = round2(gib(set.Bytes))
+func ggufOptions(set hf.FileSet, s *shape, pl Plan, ask Ask, nodes []Node) []Option {
+	base := Option{Artifact: set.Name, Quant: set.Quant, Format: FormatGGUF, Engine: EngineLlamaCpp}
+	m := Model{WeightsBytes: set.Bytes}
 	if s != nil {
-		// gguf-parser-go's model of llama.cpp on the CPU: weights, KV
-		// cache, compute buffers and the engine's own. On cards the same
-		// is split over them; the check step sizes each card exactly.
-		total := s.memory(set.Bytes, pl.Context, pl.Parallel)
-		base.KVGB = round2(gib(s.kvPerToken * int64(pl.Context)))
-		base.OverheadGB = round2(max(0, gib(total)-gib(set.Bytes)-gib(s.kvPerToken*int64(pl.Context))))
-		base.Estimated = !s.shaped
-	} else {
-		// No header: weights plus half again plus two, the rough figure
-		// from before shapes were read.
-		base.OverheadGB, base.Estimated = round2(base.WeightsGB*0.5+2), true
+		m.Header = s.header
 	}
 	active := float64(set.Bytes)
 	if s != nil {
@@ -524,8 +499,8 @@ func ggufOptions(set hf.FileSet, s *shape, pl Plan, nodes []Node) []Option {
 	var out []Option
 	cpu := base
 	cpu.CPU = true
-	cpu = cpu.WithContext(0, 0)
-	out = append(out, placeCPU(cpu, active, s, set.Bytes, pl, nodes))
+	cpu = sized(cpu, m, ask, nodes)
+	out = append(out, placeCPU(cpu, active, nodes))
 	for _, class := range poolClasses(nodes) {
 		for _, n := range []int{1, 2, 4, 8} {
 			if n > maxCards(nodes, class) {
@@ -533,10 +508,10 @@ func ggufOptions(set hf.FileSet, s *shape, pl Plan, nodes []Node) []Option {
 			}
 			o := base
 			o.Class, o.GPUsPerNode, o.Nodes = class, n, 1
-			o = o.WithContext(0, 0)
+			o = sized(o, m, ask, nodes)
 			o = placeGPU(o, active, s, set.Bytes, pl, nodes, 1)
 			out = append(out, o)
-			if o.Fit != FitsNowhere || cardMemory(nodes, class) >= o.NeedGB {
+			if o.Fit != FitsNowhere {
 				break
 			}
 		}
@@ -547,6 +522,29 @@ func ggufOptions(set hf.FileSet, s *shape, pl Plan, nodes []Node) []Option {
 		}
 	}
 	return out
+}
+
+// sized is o with the sizing of m on its hardware as ask asks, and the
+// longest context that fits there, from Size: the figures the serve page
+// shows are those the job starts the engine with.
+func sized(o Option, m Model, ask Ask, nodes []Node) Option {
+	o.Sizing = Size(m, o, ask, nodes)
+	longest := Size(m, o, Ask{Longest: true, Embeddings: ask.Embeddings}, nodes)
+	if longest.Fit != FitsNowhere {
+		o.LongestContext, o.LongestSlots = longest.ContextLength, longest.Slots
+	}
+	sz := o.Sizing
+	o.Context = sz.CtxPool
+	o.NeedGB = round2(gib(sz.NeedBytes))
+	o.WeightsGB = round2(gib(sz.WeightsBytes * int64(max(o.GPUs(), 1))))
+	o.KVGB = round2(gib(sz.KVBytes * int64(max(o.GPUs(), 1))))
+	o.OverheadGB = round2(gib((sz.ComputeBytes + sz.ProjectorBytes) * int64(max(o.GPUs(), 1))))
+	o.Estimated = sz.Estimated
+	o.Fit = sz.Fit
+	if sz.Fit != FitsNow || sz.Shrunk {
+		o.Why = sz.Reason
+	}
+	return o
 }
 
 // vLLM's share of each card: it takes 90% of the card's memory
@@ -608,28 +606,27 @@ func vllmOptions(set hf.FileSet, s *shape, pl Plan, nodes []Node) []Option {
 	return out
 }
 
-// placeCPU counts the nodes whose RAM holds the option, now and at all.
-func placeCPU(o Option, active float64, s *shape, weights int64, pl Plan, nodes []Node) Option {
-	var bestNow, bestAny, mostRAM float64
+// placeCPU counts the nodes whose RAM holds the option, now and at all,
+// and how fast the fastest of them would answer. Where it fits is the
+// sizing's to say.
+func placeCPU(o Option, active float64, nodes []Node) Option {
+	var bestNow, bestAny float64
+	need := o.Sizing.NeedBytes
 	for _, n := range nodes {
-		mostRAM = max(mostRAM, n.RAMGB)
 		if n.CPUCores == 0 {
 			continue
 		}
-		if n.RAMGB >= o.NeedGB {
+		if gbBytes(n.RAMGB) >= need {
 			o.Capable++
 			bestAny = max(bestAny, n.CPUBandwidthGBs)
 		}
-		if n.FreeRAMGB >= o.NeedGB {
+		if gbBytes(n.FreeRAMGB) >= need {
 			o.Hosts++
 			bestNow = max(bestNow, n.CPUBandwidthGBs)
 		}
 	}
 	bw := cmp.Or(bestNow, bestAny, DefaultCPUBandwidthGBs)
 	o.TokensPerSecond = tokensPerSecond(bw, active)
-	o.Fit, o.Why = fit(o, fmt.Sprintf("no node has %.1f GB of RAM free", o.NeedGB),
-		fmt.Sprintf("no node has %.1f GB of RAM (the most is %.1f GB)", o.NeedGB, mostRAM))
-	o.LongestContext = longest(s, weights, mostRAM, pl.TrainedContext)
 	return o
 }
 
@@ -677,6 +674,10 @@ func placeGPU(o Option, active float64, s *shape, weights int64, pl Plan, nodes 
 	default:
 		nowhere = fmt.Sprintf("no node has %d %s cards", o.GPUsPerNode, o.Class)
 	}
+	if o.Engine == EngineLlamaCpp {
+		// Sized by Size, which said where it fits and why.
+		return o
+	}
 	o.Fit, o.Why = fit(o, busy, nowhere)
 	cards := float64(max(o.GPUs(), 1))
 	if o.Engine == EngineVLLM {
@@ -686,9 +687,7 @@ func placeGPU(o Option, active float64, s *shape, weights int64, pl Plan, nodes 
 			room := (mem*usable-vllmCardOverheadG)*cards - o.WeightsGB
 			o.LongestContext = cutContext(int(room*(1<<30)/float64(s.kvPerToken)), pl.TrainedContext)
 		}
-		return o
 	}
-	o.LongestContext = longest(s, weights, mem*cards, pl.TrainedContext)
 	return o
 }
 
@@ -702,15 +701,6 @@ func fit(o Option, busy, nowhere string) (string, string) {
 		return FitsHardware, busy
 	}
 	return FitsNowhere, nowhere
-}
-
-// longest is the trained context cut to what memoryGB holds beside the
-// weights, a multiple of 1024.
-func longest(s *shape, weights int64, memoryGB float64, trained int) int {
-	if s == nil || memoryGB <= 0 {
-		return 0
-	}
-	return cutContext(s.longest(int64(memoryGB*(1<<30)), weights), trained)
 }
 
 func cutContext(tokens, trained int) int {
@@ -775,4 +765,9 @@ func joinInts(v []int) string {
 		s[i] = fmt.Sprint(n)
 	}
 	return strings.Join(s, ", ")
+}
+
+func isSentence(err error) bool {
+	_, ok := operr.As(err)
+	return ok
 }

@@ -55,21 +55,21 @@ func TestPlanRecommends(t *testing.T) {
 		check  func(t *testing.T, pl Plan)
 	}{
 		{
-			name:  "70B Q8_0 takes two 80 GB cards at 32768 tokens",
+			name:  "70B Q8_0 takes two 80 GB cards at 65536 tokens",
 			nodes: fleetNodes,
 			files: []repoFile{
 				{"Llama-3.1-70B-Instruct-Q8_0.gguf", withType(ggufgen.Llama70B(), ggufgen.Q8_0)},
 				{"Llama-3.1-70B-Instruct-Q4_K_M.gguf", ggufgen.Llama70B()},
 			},
-			req:  Request{Context: 32768},
+			req:  Request{Context: 65536},
 			want: "Llama-3.1-70B-Instruct-Q8_0", label: "2×A100-80GB",
-			reason: "Q8_0 is the best quality in the repository, and it fits: %s GB with a 32768-token pool on 2 A100-80GB cards",
+			reason: "Q8_0 is the best quality in the repository, and it fits: %s GB with a 65536-token pool on 2 A100-80GB cards",
 			check: func(t *testing.T, pl Plan) {
 				one := option(t, pl, "Llama-3.1-70B-Instruct-Q8_0", "1×A100-80GB")
-				if one.Fit != FitsNowhere || !regexp.MustCompile(`^needs \d+\.\d GB a card with a 32768-token pool; an A100-80GB has 80 GB$`).MatchString(one.Why) {
+				if one.Fit != FitsNowhere || !regexp.MustCompile(`^does not fit on an A100-80GB: needs \d+\.\d GB on the card for a 65536-token pool \(16 slots of 4096\), and the most any node has is 80\.0 GB$`).MatchString(one.Why) {
 					t.Errorf("one card: fit %q, why %q; want it refused for its memory", one.Fit, one.Why)
 				}
-				// The weights and a 32768-token cache are more than a card;
+				// The weights and a 65536-token cache are more than a card;
 				// the Q4_K_M beside them is not.
 				if q4 := option(t, pl, "Llama-3.1-70B-Instruct-Q4_K_M", "1×A100-80GB"); q4.Fit != FitsNow {
 					t.Errorf("Q4_K_M on one card: %s (%s); want it to fit now", q4.Fit, q4.Why)
@@ -124,7 +124,7 @@ func TestPlanRecommends(t *testing.T) {
 			nodes: cpuNode,
 			files: []repoFile{{"tiny-embedder-F32.gguf", embedder()}},
 			want:  "tiny-embedder-F32", label: "CPU",
-			reason: "F32 is the only GGUF file in the repository, and it fits: %s GB with a 32768-token pool on the CPU",
+			reason: "F32 is the only GGUF file in the repository, and it fits: %s GB with a 16384-token pool on the CPU",
 			check: func(t *testing.T, pl Plan) {
 				rec, _ := pl.Recommended()
 				if !pl.Embedding || pl.Context != 32768 || pl.Parallel != 32 || rec.TokensPerSecond != 0 || rec.LongestContext != 512 {
@@ -384,11 +384,11 @@ func TestChooseLayout(t *testing.T) {
 	addSparse(t, w.hub, "acme/model", "Llama-3.1-70B-Instruct-Q8_0.gguf", withType(ggufgen.Llama70B(), ggufgen.Q8_0))
 	addSparse(t, w.hub, "acme/model", "Llama-3.1-8B-Instruct-Q4_K_M.gguf", ggufgen.Llama8B())
 	repo := w.repo(t, "acme/model")
-	pl, err := w.planner.Plan(context.Background(), repo, Request{Context: 32768})
+	pl, err := w.planner.Plan(context.Background(), repo, Request{Context: 65536})
 	if err != nil {
 		t.Fatal(err)
 	}
-	small, err := w.planner.Plan(context.Background(), repo, Request{Context: 32768})
+	small, err := w.planner.Plan(context.Background(), repo, Request{Context: 65536})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -431,8 +431,8 @@ func TestChooseLayout(t *testing.T) {
 			set: q8, err: "original weights run on vLLM, on GPUs: name the GPU class"},
 		{name: "unplanned GGUF runs on the CPU", req: LayoutRequest{}, set: q4, want: []string{"CPU"}},
 		{name: "a file that fits nowhere", req: LayoutRequest{}, plan: small, planned: true, set: q8,
-			err: "Llama-3.1-70B-Instruct-Q8_0 fits nowhere in this pool with a 32768-token context: no card holds it, " +
-				"nor does any node's memory; `GET /api/v1/repos/acme/model` shows what each file needs"},
+			err: "Llama-3.1-70B-Instruct-Q8_0 does not fit on an A100-80GB: needs 89.5 GB on the card for a 65536-token pool (16 slots of 4096), " +
+				"and the most any node has is 80.0 GB; `GET /api/v1/repos/acme/model` shows what each file needs"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -472,7 +472,11 @@ func TestRepoReport(t *testing.T) {
 	w.hub.AddToken("hf_ok", "acme/vision")
 	addSparse(t, w.hub, "acme/vision", "Qwen2.5-7B-Instruct-Q4_K_M.gguf", ggufgen.Qwen7B())
 	addSparse(t, w.hub, "acme/vision", "mmproj-F16.gguf", ggufgen.Spec{Projector: true})
-	p, err := New(Config{Pool: func() []Node { return mustNodes(t, l4Node) }, Headers: ReadHeaders("hf_ok"),
+	granted, err := hf.NewClient(hf.Options{Endpoint: w.hub.URL(), Token: "hf_ok", MaxRetries: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := New(Config{Pool: func() []Node { return mustNodes(t, l4Node) }, Headers: ReadHeaders(granted),
 		DownloadURL: w.client.DownloadURL})
 	if err != nil {
 		t.Fatal(err)

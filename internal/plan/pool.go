@@ -8,14 +8,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"os"
 	"os/exec"
 	"runtime"
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 )
 
@@ -85,63 +83,6 @@ func (n Node) class(name string) (GPU, bool) {
 		}
 	}
 	return GPU{}, false
-}
-
-// Pool is the hardware a plan is made for: this machine, measured when
-// asked, and the nodes declared in a nodes file.
-type Pool struct {
-	local    func() (Node, error)
-	declared []Node
-
-	mu     sync.Mutex
-	cached *Node
-	at     time.Time
-}
-
-// localMaxAge is how long a reading of this machine is reused: nvidia-smi
-// takes a tenth of a second or more, and a console polling the nodes should
-// not run it on every poll.
-const localMaxAge = 5 * time.Second
-
-// NewPool is a pool of the local node (read by local; nil plans for the
-// declared nodes alone) and the declared ones. A declared node with the
-// local node's name is left out: the measured figures are the better ones.
-func NewPool(local func() (Node, error), declared []Node) *Pool {
-	return &Pool{local: local, declared: slices.Clone(declared)}
-}
-
-// Nodes is the pool now: the local node first, with its free memory as
-// measured a moment ago, then the declared ones.
-func (p *Pool) Nodes() []Node {
-	var out []Node
-	if p.local != nil {
-		out = append(out, p.localNode())
-	}
-	for _, n := range p.declared {
-		if len(out) > 0 && out[0].Local && out[0].Name == n.Name {
-			continue
-		}
-		n.GPUs = slices.Clone(n.GPUs)
-		out = append(out, n)
-	}
-	return out
-}
-
-func (p *Pool) localNode() Node {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.cached != nil && time.Since(p.at) < localMaxAge {
-		return *p.cached
-	}
-	n, err := p.local()
-	if err != nil {
-		// Planned for as a node with nothing, and said why, rather than
-		// failing the plan for the declared nodes too.
-		host, _ := os.Hostname()
-		n = Node{Name: host, Local: true, Note: "could not read this machine: " + err.Error()}
-	}
-	p.cached, p.at = &n, time.Now()
-	return n
 }
 
 // LocalNode reads this machine: its CPU cores, its memory from
@@ -283,30 +224,17 @@ type gpuFile struct {
 	BandwidthGBs float64 `json:"bandwidth_gbs"`
 }
 
-// LoadNodes reads a nodes file: a JSON list of
-// {name, cpu_cores, ram_gb, cpu_bandwidth_gbs?, free_ram_gb?, gpus: [{class, count, memory_gb?, bandwidth_gbs?}]},
-// the fleet to plan for beyond this machine. Card classes are the table's
+// ParseNodes reads nodes declared as a JSON list of
+// {name, cpu_cores, ram_gb, cpu_bandwidth_gbs?, free_ram_gb?, gpus: [{class, count, memory_gb?, bandwidth_gbs?}]};
+// name is what sentences call the text. Card classes are the table's
 // (LookupClass); a card it lacks needs its memory_gb.
-func LoadNodes(path string) ([]Node, error) {
-	b, err := os.ReadFile(path)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, fmt.Errorf("the nodes file %s does not exist: give --nodes a JSON list of nodes, or leave it out to plan for this machine alone", path)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("reading the nodes file %s: %w", path, err)
-	}
-	return ParseNodes(path, b)
-}
-
-// ParseNodes is LoadNodes for text already read; name is what sentences
-// call it.
 func ParseNodes(name string, b []byte) ([]Node, error) {
 	var raw []json.RawMessage
 	if err := json.Unmarshal(b, &raw); err != nil {
 		return nil, fmt.Errorf("the nodes file %s is not a JSON list of nodes%s: %v", name, where(b, err), err)
 	}
 	if len(raw) == 0 {
-		return nil, fmt.Errorf("the nodes file %s lists no nodes: declare at least one, or leave --nodes out", name)
+		return nil, fmt.Errorf("the nodes file %s lists no nodes: declare at least one", name)
 	}
 	seen := map[string]bool{}
 	out := make([]Node, 0, len(raw))

@@ -1,9 +1,7 @@
 package plan
 
 import (
-	"errors"
 	"os"
-	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
@@ -99,8 +97,7 @@ func TestParseNvidiaSMI(t *testing.T) {
 	}
 }
 
-func TestLoadNodes(t *testing.T) {
-	dir := t.TempDir()
+func TestParseNodes(t *testing.T) {
 	cases := []struct {
 		name string
 		text string
@@ -123,7 +120,7 @@ func TestLoadNodes(t *testing.T) {
 			err: "the nodes file %s is not a JSON list of nodes (line 3): invalid character 'c' looking for beginning of object key string"},
 		{name: "an object, not a list", text: `{"name": "a"}`,
 			err: "the nodes file %s is not a JSON list of nodes: json: cannot unmarshal object into Go value of type []json.RawMessage"},
-		{name: "an empty list", text: `[]`, err: "the nodes file %s lists no nodes: declare at least one, or leave --nodes out"},
+		{name: "an empty list", text: `[]`, err: "the nodes file %s lists no nodes: declare at least one"},
 		{name: "an unknown field", text: `[{"name": "a", "cpu_cores": 4, "ram_gb": 8, "vram_gb": 24}]`,
 			err: `node 1 of the nodes file %s is not a node: json: unknown field "vram_gb"; a node has name, cpu_cores, ram_gb, cpu_bandwidth_gbs, free_ram_gb and gpus [{class, count, memory_gb, bandwidth_gbs}]`},
 		{name: "no name", text: `[{"cpu_cores": 4, "ram_gb": 8}]`, err: "node 1 of the nodes file %s: it has no name"},
@@ -139,13 +136,10 @@ func TestLoadNodes(t *testing.T) {
 			err: `node 1 of the nodes file %s: a declares cards of class "B300", which the planner does not know: use one of ` +
 				strings.Join(Classes(), ", ") + `, or give its memory_gb (and bandwidth_gbs)`},
 	}
-	for i, tc := range cases {
+	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			path := filepath.Join(dir, "nodes"+string(rune('a'+i))+".json")
-			if err := os.WriteFile(path, []byte(tc.text), 0o600); err != nil {
-				t.Fatal(err)
-			}
-			got, err := LoadNodes(path)
+			const path = "nodes.json"
+			got, err := ParseNodes(path, []byte(tc.text))
 			if tc.err != "" {
 				want := strings.Replace(tc.err, "%s", path, 1)
 				if err == nil || err.Error() != want {
@@ -154,37 +148,9 @@ func TestLoadNodes(t *testing.T) {
 				return
 			}
 			if err != nil || !reflect.DeepEqual(got, tc.want) {
-				t.Errorf("LoadNodes = %+v, %v\nwant %+v", got, err, tc.want)
+				t.Errorf("ParseNodes = %+v, %v\nwant %+v", got, err, tc.want)
 			}
 		})
-	}
-	missing := filepath.Join(dir, "absent.json")
-	if _, err := LoadNodes(missing); err == nil || err.Error() != "the nodes file "+missing+
-		" does not exist: give --nodes a JSON list of nodes, or leave it out to plan for this machine alone" {
-		t.Errorf("a missing file: %v", err)
-	}
-}
-
-func TestPoolNodes(t *testing.T) {
-	declared := mustNodes(t, `[{"name": "here", "cpu_cores": 2, "ram_gb": 4}, {"name": "there", "cpu_cores": 8, "ram_gb": 64}]`)
-	reads := 0
-	measured := Node{Name: "here", Local: true, CPUCores: 16, RAMGB: 32, FreeRAMGB: 20, GPUs: []GPU{}}
-	p := NewPool(func() (Node, error) { reads++; return measured, nil }, declared)
-	got := p.Nodes()
-	if len(got) != 2 || !reflect.DeepEqual(got[0], measured) || got[1].Name != "there" {
-		t.Fatalf("Nodes = %+v; want the measured local node, then the other declared one", got)
-	}
-	p.Nodes()
-	if reads != 1 {
-		t.Errorf("the local node was read %d times in a moment; want once", reads)
-	}
-
-	failing := NewPool(func() (Node, error) { return Node{}, errors.New("no /proc") }, nil)
-	if n := failing.Nodes(); len(n) != 1 || !n[0].Local || n[0].Note != "could not read this machine: no /proc" {
-		t.Errorf("a local node that cannot be read: %+v; want it listed with a note", n)
-	}
-	if n := NewPool(nil, declared).Nodes(); len(n) != 2 || n[0].Local {
-		t.Errorf("a pool of declared nodes only: %+v", n)
 	}
 }
 

@@ -13,9 +13,30 @@ import (
 type candidate struct {
 	set  SetPlan
 	best Option
+	// full names it by its set's name, where another set shares its
+	// quantisation.
+	full bool
 }
 
-func (c candidate) name() string { return cmp.Or(c.set.Quant, c.set.Name) }
+func (c candidate) name() string {
+	if c.full {
+		return c.set.Name
+	}
+	return cmp.Or(c.set.Quant, c.set.Name)
+}
+
+// named gives each candidate the name a sentence calls it by: its
+// quantisation, or its file set's name where two sets share one ("Q4_K_M
+// fits" did not say which of two Q4_K_M files).
+func named(all []candidate) {
+	count := map[string]int{}
+	for _, c := range all {
+		count[c.name()]++
+	}
+	for i, c := range all {
+		all[i].full = count[c.name()] > 1
+	}
+}
 
 func (c candidate) rank() int { return hf.QuantRank(c.set.Quant) }
 
@@ -46,10 +67,18 @@ func recommend(pl Plan) (*Option, string) {
 		return nil, "the repository has no complete GGUF file to recommend"
 	}
 	onlyF32 := !slices.ContainsFunc(all, func(c candidate) bool { return !isF32(c.set.Quant) })
-	for _, want := range []string{FitsNow, FitsHardware} {
+	named(all)
+	type pass struct {
+		fit    string
+		shrunk bool
+	}
+	// A file that holds the default pool before a better one that holds
+	// only a context cut to fit: an F16 at 1024 tokens is no one's choice
+	// over a Q8_0 at 16384.
+	for _, want := range []pass{{FitsNow, false}, {FitsNow, true}, {FitsHardware, false}, {FitsHardware, true}} {
 		var fits []candidate
 		for _, c := range all {
-			if c.best.Fit == want && (onlyF32 || !isF32(c.set.Quant)) {
+			if c.best.Fit == want.fit && c.best.Sizing.Shrunk == want.shrunk && (onlyF32 || !isF32(c.set.Quant)) {
 				fits = append(fits, c)
 			}
 		}
@@ -82,7 +111,9 @@ func recommend(pl Plan) (*Option, string) {
 // reason is the sentence that says why the chosen file is the one.
 func reason(pl Plan, all []candidate, chosen candidate) string {
 	o := chosen.best
-	fits := fmt.Sprintf("%.1f GB with a %d-token pool %s", o.NeedGB, pl.Context, o.where())
+	// The option's own pool: for llama.cpp the one Size settled on, which
+	// may be the default cut to fit.
+	fits := fmt.Sprintf("%.1f GB with a %d-token pool %s", o.NeedGB, cmp.Or(o.Context, pl.Context), o.where())
 	if o.Fit == FitsHardware {
 		fits += ", though that hardware is in use now"
 	}

@@ -1,0 +1,362 @@
+package plan
+
+import (
+	"fmt"
+	"slices"
+
+	"modelserve/internal/gguf"
+)
+
+// Sizing has one owner, here. The serve page's headline, form and memory
+// bars, GET /api/v1/repos/..., the job's plan and check steps and the
+// catalog's engine arguments all ask Size, so every figure an operator sees
+// is the one the engine is started with. When the job, the page and the
+// planner each worked it out, they disagreed: the page said 0.3 GB and the
+// check step "about 1 GB", the form filled 4096 tokens under a headline of
+// 16384, and a default sized against a node's total RAM left the replica
+// unplaceable in its free RAM.
+
+// The pool a request gets when it names none (the seed's): four slots of
+// 4096 tokens, cut to the trained context when that is shorter. An
+// embedding model gets many small slots instead: passages of up to 1024
+// tokens, 32 at a time (four slots had an import of a hundred thousand
+// chunks go at the pace of four, its card a third busy).
+const (
+	DefaultSlotTokens = 4096
+	DefaultSlots      = 4
+	DefaultPool       = DefaultSlotTokens * DefaultSlots
+	EmbedSlotTokens   = 1024
+	EmbedSlots        = 32
+)
+
+// The most a sizing is asked to hold: no model is trained for more than
+// MaxContext tokens, and no engine serves more than MaxSlots requests at
+// once. Bounded here too, whatever the callers checked, so that no
+// request's figures reach the estimate's arithmetic unbounded.
+const (
+	MaxContext = 1 << 24
+	MaxSlots   = 256
+)
+
+// Shrinking keeps slots of at least minSlotTokens while it can, then has
+// fewer of them; contexts come in steps of contextStep tokens.
+const (
+	minSlotTokens = 2048
+	contextStep   = 1024
+)
+
+// Ask is the sizing a request asks for. With neither CtxPool nor
+// ContextLength the defaults apply, shrunk (never grown) to what fits;
+// Longest asks for the longest context that fits instead. A pool or a
+// context that was asked for is kept as it is, fitting or not.
+type Ask struct {
+	CtxPool       int
+	ContextLength int
+	Longest       bool
+	Embeddings    bool
+}
+
+// Sized says the request named its pool or its context.
+func (a Ask) Sized() bool { return a.CtxPool > 0 || a.ContextLength > 0 }
+
+// Model is what sizing needs of a model: its header (read from the
+// registry or the mirror; one without a shape is sized on a rough figure),
+// and the bytes of its weights and of its vision projector.
+type Model struct {
+	Header         gguf.Header
+	WeightsBytes   int64
+	ProjectorBytes int64
+}
+
+// Sizing is how a model runs on one shape of hardware: the engine's
+// context, the memory of each part, whether it fits the pool and why.
+type Sizing struct {
+	// ContextLength is what one request may use; Slots how many run at
+	// once; CtxPool llama.cpp's --ctx-size, Slots × ContextLength.
+	ContextLength int `json:"context_length"`
+	Slots         int `json:"slots"`
+	CtxPool       int `json:"ctx_pool"`
+	// Memory of each part, on a node's RAM on the CPU or on each card:
+	// the weights, the KV cache for CtxPool tokens, the compute buffers
+	// and the engine's own (Compute), and a vision projector. NeedBytes
+	// is their sum: what the replica is placed by.
+	WeightsBytes   int64 `json:"weights_bytes"`
+	KVBytes        int64 `json:"kv_bytes"`
+	ComputeBytes   int64 `json:"compute_bytes"`
+	ProjectorBytes int64 `json:"projector_bytes,omitempty"`
+	NeedBytes      int64 `json:"need_bytes"`
+	// RoomBytes is the most memory a host of this shape has for it: free
+	// now when Fit is FitsNow, in all otherwise; 0 when the pool has none.
+	RoomBytes int64 `json:"room_bytes"`
+	// Fit is FitsNow, FitsHardware or FitsNowhere; Reason says why in a
+	// sentence, and how the context was chosen when it was.
+	Fit    string `json:"fit"`
+	Reason string `json:"reason"`
+	// Shrunk says the default context was cut to fit.
+	Shrunk bool `json:"shrunk,omitempty"`
+	// Estimated says the header gave no shape: the memory is the rough
+	// figure (weights, half again, and 2 GiB) and the KV cache unknown.
+	Estimated bool `json:"estimated,omitempty"`
+}
+
+// Size sizes m on o's shape of hardware (the CPU of a node, or o's cards of
+// its class on one node) as ask asks, against the pool's nodes.
+func Size(m Model, o Option, ask Ask, nodes []Node) Sizing {
+	sz := sizer{m: m, o: o, cards: max(o.GPUsPerNode, 1)}
+	trained := int(m.Header.ContextLength)
+	if trained < 0 {
+		trained = 0
+	}
+	now, all := sz.rooms(nodes)
+	sz.known = len(nodes) > 0 || all > 0
+
+	// What is asked, or the default, before any shrinking.
+	ctx, slots := DefaultSlotTokens, DefaultSlots
+	switch {
+	case ask.Sized():
+		ctx, slots = ask.Shape()
+	case ask.Embeddings || m.Header.Embedding:
+		ctx, slots = EmbedSlotTokens, EmbedSlots
+	case ask.Longest && trained > 0:
+		ctx, slots = trained, DefaultSlots
+	}
+	if !ask.Sized() && trained > 0 && ctx > trained {
+		ctx = trained
+	}
+	ctx, slots = min(max(ctx, 1), MaxContext), min(max(slots, 1), MaxSlots)
+
+	if ask.Sized() || !m.Header.Shaped() || !sz.known {
+		// As asked, or a header that cannot say how memory grows with
+		// the context, or no pool to say what room there is: nothing to
+		// shrink by.
+		return sz.finish(ctx, slots, now, all, "")
+	}
+	// Shrunk to the free room of a host that can have it now, else to
+	// the room of one that could when it is free.
+	for _, room := range []int64{now, all} {
+		if room <= 0 {
+			continue
+		}
+		c, s, ok := sz.shrink(ctx, slots, room, ask.Longest)
+		if !ok {
+			continue
+		}
+		why := ""
+		if c*s < ctx*slots {
+			why = fmt.Sprintf("%s cut to %d %s of %d tokens to fit %s", poolWords(ctx, slots), s, plural(s, "slot", "slots"), c, gbWords(room))
+			if ask.Longest {
+				why = fmt.Sprintf("the longest context that fits %s: %d %s of %d tokens", gbWords(room), s, plural(s, "slot", "slots"), c)
+			}
+		}
+		out := sz.finish(c, s, now, all, why)
+		out.Shrunk = c*s < ctx*slots
+		return out
+	}
+	// Not even the smallest context fits anywhere: the smallest is what
+	// the refusal names.
+	smallest := min(contextStep, max(trained, 1))
+	return sz.finish(smallest, 1, now, all, "")
+}
+
+// Shape is the context and slots of a request that named either: the pool
+// shared by slots of the context asked, the default of the other filled in
+// (a context longer than the default pool gets a pool of its own).
+func (a Ask) Shape() (ctx, slots int) {
+	pool, ctx := min(a.CtxPool, MaxContext*MaxSlots), min(a.ContextLength, MaxContext)
+	if pool <= 0 {
+		pool = max(DefaultPool, ctx)
+	}
+	if ctx <= 0 {
+		ctx = min(pool, DefaultSlotTokens)
+	}
+	return ctx, min(max(1, pool/ctx), MaxSlots)
+}
+
+type sizer struct {
+	m     Model
+	o     Option
+	cards int
+	// known is false when there was no pool to size against: nothing can
+	// be said of where it fits, and nothing is refused for it.
+	known bool
+}
+
+// need is the memory for a pool of ctx×slots tokens: of a node's RAM on the
+// CPU, of each card on cards.
+func (z sizer) need(ctx, slots int) int64 {
+	h, w, p := z.m.Header, z.m.WeightsBytes, z.m.ProjectorBytes
+	if z.o.CPU {
+		return h.MemoryBytes(w, ctx*slots, slots, p)
+	}
+	return h.CardBytes(w, ctx*slots, slots, z.cards) + p/int64(z.cards)
+}
+
+// shrink is the largest pool, with ctx tokens a slot at most and slots at
+// most, whose need fits room: the slots stay while each keeps 2048 tokens,
+// then become fewer; longest keeps the context and sheds slots first.
+func (z sizer) shrink(ctx, slots int, room int64, longest bool) (int, int, bool) {
+	fits := func(c, s int) bool { return z.need(c, s) <= room }
+	if fits(ctx, slots) {
+		return ctx, slots, true
+	}
+	for s := slots; s >= 1; s-- {
+		// The longest slot of s that fits, in steps of 1024 (the
+		// model's own context when it is shorter).
+		c := 0
+		if ctx <= contextStep {
+			if fits(ctx, s) {
+				c = ctx
+			}
+		} else {
+			c = mostThatFits(0, ctx/contextStep, func(k int) bool { return k == 0 || fits(k*contextStep, s) }) * contextStep
+		}
+		floor := minSlotTokens
+		if longest || s == 1 {
+			floor = min(contextStep, ctx)
+		}
+		if c >= floor || (s == 1 && c > 0) {
+			if longest && s > 1 && c < ctx {
+				continue // the whole context in fewer slots first
+			}
+			return c, s, true
+		}
+	}
+	return 0, 0, false
+}
+
+// rooms are the most memory a host of this shape has free now, and in all.
+func (z sizer) rooms(nodes []Node) (now, all int64) {
+	for _, n := range nodes {
+		if z.o.CPU {
+			if n.CPUCores == 0 {
+				continue
+			}
+			now, all = max(now, gbBytes(n.FreeRAMGB)), max(all, gbBytes(n.RAMGB))
+			continue
+		}
+		g, ok := n.class(z.o.Class)
+		if !ok {
+			continue
+		}
+		// Each card's room is the cards-th most free of the node's.
+		total, _ := n.cards(z.o.Class, 0)
+		if total < z.cards {
+			continue
+		}
+		free := slices.Clone(g.FreeGB)
+		slices.Sort(free)
+		slices.Reverse(free)
+		if len(free) >= z.cards {
+			now = max(now, gbBytes(free[z.cards-1]))
+		}
+		all = max(all, gbBytes(g.MemoryGB))
+	}
+	if !z.o.CPU && len(nodes) == 0 {
+		// No pool to ask (a job without a planner): the class's cards
+		// as the table gives them.
+		if c, ok := LookupClass(z.o.Class); ok {
+			all = gbBytes(c.MemoryGB)
+		}
+	}
+	return now, all
+}
+
+// finish works out the parts of a pool of ctx×slots tokens and where it
+// fits; why is how the context was chosen, when it was.
+func (z sizer) finish(ctx, slots int, now, all int64, why string) Sizing {
+	h := z.m.Header
+	s := Sizing{ContextLength: ctx, Slots: slots, CtxPool: ctx * slots, Estimated: !h.Shaped()}
+	cards := int64(z.cards)
+	s.NeedBytes = z.need(ctx, slots)
+	s.WeightsBytes = z.m.WeightsBytes / cards
+	s.ProjectorBytes = z.m.ProjectorBytes / cards
+	s.KVBytes = int64(s.CtxPool) * h.KVBytesPerToken() / cards
+	s.ComputeBytes = s.NeedBytes - s.WeightsBytes - s.KVBytes - s.ProjectorBytes
+	if s.ComputeBytes < 0 {
+		// On cards llama.cpp keeps the token embeddings in RAM: less of
+		// the weights is on each card than the files' share.
+		s.WeightsBytes, s.ComputeBytes = max(0, s.NeedBytes-s.KVBytes-s.ProjectorBytes), 0
+	}
+
+	where := z.o.where()
+	needs := fmt.Sprintf("needs %s %s for %s", gbWords(s.NeedBytes), z.onWhat(), poolWords(ctx, slots))
+	switch {
+	case now > 0 && s.NeedBytes <= now:
+		s.Fit, s.RoomBytes = FitsNow, now
+		s.Reason = fmt.Sprintf("runs %s: %s, and a host has %s free", where, needs, gbWords(now))
+	case all > 0 && s.NeedBytes <= all:
+		s.Fit, s.RoomBytes = FitsHardware, all
+		s.Reason = fmt.Sprintf("runs %s when there is room: %s; a host has %s in all, less free now (%s)", where, needs, gbWords(all), gbWords(now))
+	case !z.known:
+		s.Fit = FitsNow
+		s.Reason = fmt.Sprintf("%s; what the nodes have free is not known", needs)
+	default:
+		s.Fit, s.RoomBytes = FitsNowhere, all
+		s.Reason = fmt.Sprintf("does not fit %s: %s, and the most any node has is %s", where, needs, gbWords(all))
+		if all == 0 {
+			s.Reason = fmt.Sprintf("does not fit %s: no node of the pool has that hardware", where)
+		}
+	}
+	if why != "" {
+		s.Reason += "; " + why
+	}
+	return s
+}
+
+// onWhat is where the memory is needed, for sentences.
+func (z sizer) onWhat() string {
+	if z.o.CPU {
+		return "of a node's RAM"
+	}
+	if z.cards > 1 {
+		return "on each card"
+	}
+	return "on the card"
+}
+
+func gbBytes(gb float64) int64 { return int64(gb * (1 << 30)) }
+
+// gbWords is bytes in words, in units that fit: "6.1 GB", "310 MB".
+func gbWords(b int64) string {
+	switch {
+	case b >= 1<<30:
+		return fmt.Sprintf("%.1f GB", float64(b)/(1<<30))
+	case b >= 1<<20:
+		return fmt.Sprintf("%d MB", (b+1<<19)>>20)
+	}
+	return fmt.Sprintf("%d KB", (b+1<<9)>>10)
+}
+
+// poolWords is "a 16384-token pool (4 slots of 4096)".
+func poolWords(ctx, slots int) string {
+	if slots == 1 {
+		return fmt.Sprintf("one slot of %d tokens", ctx)
+	}
+	return fmt.Sprintf("a %d-token pool (%d slots of %d)", ctx*slots, slots, ctx)
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
+}
+
+// mostThatFits is the largest k from lo to hi for which fits(k), found by
+// bisection: fits(lo) is taken as true, and once fits is false it stays
+// false for every larger k. Each fits is a whole estimate, so it is asked
+// about log2(hi-lo) times.
+func mostThatFits(lo, hi int, fits func(int) bool) int {
+	if fits(hi) {
+		return hi
+	}
+	for hi-lo > 1 {
+		mid := lo + (hi-lo)/2
+		if fits(mid) {
+			lo = mid
+		} else {
+			hi = mid
+		}
+	}
+	return lo
+}

@@ -1,0 +1,214 @@
+package plan
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"modelserve/internal/gguf"
+	"modelserve/internal/ggufgen"
+)
+
+var (
+	modelsMu sync.Mutex
+	models   = map[string]Model{}
+)
+
+// mustModel is a model of spec's shape, its weights the file's size (a
+// ShapeOnly file: the size of the real one, holes on disk).
+func mustModel(t testing.TB, name string, spec ggufgen.Spec) Model {
+	t.Helper()
+	modelsMu.Lock()
+	defer modelsMu.Unlock()
+	if m, ok := models[name]; ok {
+		return m
+	}
+	path := filepath.Join(t.TempDir(), name+".gguf")
+	if err := ggufgen.WriteFile(path, spec); err != nil {
+		t.Fatal(err)
+	}
+	h, err := gguf.Read(context.Background(), path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := Model{Header: h, WeightsBytes: int64(len(ggufgen.Bytes(ggufgen.Spec{})))}
+	if st, err := fileSize(path); err == nil {
+		m.WeightsBytes = st
+	}
+	models[name] = m
+	return m
+}
+
+func ramNode(ramGB, freeGB float64) Node {
+	return Node{Name: "cpu-1", CPUCores: 16, RAMGB: ramGB, FreeRAMGB: freeGB, CPUBandwidthGBs: 40}
+}
+
+func cardNode(class string, count int, memGB float64) Node {
+	free := make([]float64, count)
+	for i := range free {
+		free[i] = memGB
+	}
+	return Node{Name: "gpu-1", CPUCores: 32, RAMGB: 256, FreeRAMGB: 200,
+		GPUs: []GPU{{Class: class, Count: count, MemoryGB: memGB, FreeGB: free}}}
+}
+
+var cpu = Option{CPU: true}
+
+func cards(class string, n int) Option { return Option{Class: class, GPUsPerNode: n, Nodes: 1} }
+
+// TestSize: each case is what the serve page, the API, the job's steps and
+// the catalog will show for one model on one shape of hardware.
+func TestSize(t *testing.T) {
+	llama8B := mustModel(t, "8B", ggufgen.Llama8B())
+	f16 := ggufgen.Llama8B()
+	f16.TensorType = ggufgen.F16
+	llama8BF16 := mustModel(t, "8B-F16", f16)
+	llama70B := mustModel(t, "70B", ggufgen.Llama70B())
+	embed := mustModel(t, "embed", ggufgen.Spec{ContextLength: 512, Pooling: new(uint32(1))})
+	short := mustModel(t, "short", ggufgen.Spec{ContextLength: 2048})
+
+	cases := []struct {
+		name  string
+		m     Model
+		o     Option
+		ask   Ask
+		nodes []Node
+		// What a user sees: the context and slots, where it fits, and
+		// words the reason must hold.
+		ctx, slots int
+		fit        string
+		reason     []string
+		// needBelow bounds the memory it is placed by, in GiB.
+		needBelow float64
+		shrunk    bool
+	}{
+		{name: "8B on an idle 64 GiB node: the default pool",
+			m: llama8B, o: cpu, nodes: []Node{ramNode(64, 60)},
+			ctx: 4096, slots: 4, fit: FitsNow, needBelow: 8,
+			reason: []string{"runs on the CPU: needs ", " of a node's RAM for a 16384-token pool (4 slots of 4096), and a host has 60.0 GB free"}},
+		{name: "8B on a 16 GiB node with 6 GiB free: the default shrunk, never grown",
+			m: llama8B, o: cpu, nodes: []Node{ramNode(16, 6)},
+			ctx: 2048, slots: 4, fit: FitsNow, needBelow: 6, shrunk: true,
+			reason: []string{"a 16384-token pool (4 slots of 4096) cut to 4 slots of 2048 tokens to fit 6.0 GB"}},
+		{name: "8B on a 16 GiB node with 6 GiB free, the longest that fits",
+			m: llama8B, o: cpu, ask: Ask{Longest: true}, nodes: []Node{ramNode(16, 6)},
+			ctx: 8192, slots: 1, fit: FitsNow, needBelow: 6, shrunk: true,
+			reason: []string{"the longest context that fits 6.0 GB: 1 slot of 8192 tokens"}},
+		{name: "8B on a busy node: sized to fit when it is free",
+			m: llama8B, o: cpu, nodes: []Node{ramNode(16, 1)},
+			ctx: 4096, slots: 4, fit: FitsHardware,
+			reason: []string{"runs on the CPU when there is room", "a host has 16.0 GB in all, less free now (1.0 GB)"}},
+		{name: "8B on an L4, the default pool",
+			m: llama8B, o: cards("L4", 1), nodes: []Node{cardNode("L4", 1, 24)},
+			ctx: 4096, slots: 4, fit: FitsNow, needBelow: 8, reason: []string{"runs on an L4: needs ", " on the card for a 16384-token pool"}},
+		{name: "8B F16 on an L4 asked for 131072 tokens: kept as asked, and refused",
+			m: llama8BF16, o: cards("L4", 1), ask: Ask{CtxPool: 131072, ContextLength: 131072}, nodes: []Node{cardNode("L4", 1, 24)},
+			ctx: 131072, slots: 1, fit: FitsNowhere,
+			reason: []string{"does not fit on an L4: needs ", "on the card for one slot of 131072 tokens, and the most any node has is 24.0 GB"}},
+		{name: "70B on 2 A100-80GB",
+			m: llama70B, o: cards("A100-80GB", 2), nodes: []Node{cardNode("A100-80GB", 2, 80)},
+			ctx: 4096, slots: 4, fit: FitsNow, needBelow: 40, reason: []string{"runs on 2 A100-80GB cards", "on each card"}},
+		{name: "70B on an L4 does not fit, even the smallest",
+			m: llama70B, o: cards("L4", 1), nodes: []Node{cardNode("L4", 2, 24)},
+			ctx: 1024, slots: 1, fit: FitsNowhere, reason: []string{"does not fit on an L4: needs ", "for one slot of 1024 tokens, and the most any node has is 24.0 GB"}},
+		{name: "embedding model: many small slots, cut to its trained 512",
+			m: embed, o: cpu, nodes: []Node{ramNode(64, 60)},
+			ctx: 512, slots: 32, fit: FitsNow, needBelow: 1},
+		{name: "a model trained for 2048 tokens: slots of its own context",
+			m: short, o: cpu, nodes: []Node{ramNode(64, 60)},
+			ctx: 2048, slots: 4, fit: FitsNow, needBelow: 1},
+		{name: "a declared card the table does not know: its declared memory",
+			m: llama8B, o: cards("Z9-48GB", 1), nodes: []Node{cardNode("Z9-48GB", 1, 48)},
+			ctx: 4096, slots: 4, fit: FitsNow, reason: []string{"a host has 48.0 GB free"}},
+		{name: "no pool to ask: sized as asked, not refused",
+			m: llama8B, o: cpu, ctx: 4096, slots: 4, fit: FitsNow, reason: []string{"what the nodes have free is not known"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			s := Size(tc.m, tc.o, tc.ask, tc.nodes)
+			if s.ContextLength != tc.ctx || s.Slots != tc.slots || s.CtxPool != tc.ctx*tc.slots || s.Fit != tc.fit || s.Shrunk != tc.shrunk {
+				t.Errorf("sized %d slots of %d (pool %d), fit %s, shrunk %v; want %d of %d, %s, %v\nreason: %s",
+					s.Slots, s.ContextLength, s.CtxPool, s.Fit, s.Shrunk, tc.slots, tc.ctx, tc.fit, tc.shrunk, s.Reason)
+			}
+			for _, w := range tc.reason {
+				if !strings.Contains(s.Reason, w) {
+					t.Errorf("reason %q does not say %q", s.Reason, w)
+				}
+			}
+			if sum := s.WeightsBytes + s.KVBytes + s.ComputeBytes + s.ProjectorBytes; sum != s.NeedBytes || (tc.o.CPU && s.ComputeBytes <= 0) {
+				t.Errorf("parts %d + %d + %d + %d do not add up to the need %d", s.WeightsBytes, s.KVBytes, s.ComputeBytes, s.ProjectorBytes, s.NeedBytes)
+			}
+			if tc.needBelow > 0 && float64(s.NeedBytes) > tc.needBelow*(1<<30) {
+				t.Errorf("needs %s, more than %.0f GiB", gbWords(s.NeedBytes), tc.needBelow)
+			}
+			if s.Fit == FitsNow && s.RoomBytes > 0 && s.NeedBytes > s.RoomBytes {
+				t.Errorf("fits now, but needs %d of %d", s.NeedBytes, s.RoomBytes)
+			}
+			t.Logf("%s", s.Reason)
+		})
+	}
+}
+
+// TestSizeIsWhatTheEngineGets: the memory is the same figure however it is
+// asked for: the default and the same pool asked outright agree.
+func TestSizeIsWhatTheEngineGets(t *testing.T) {
+	m := mustModel(t, "8B", ggufgen.Llama8B())
+	nodes := []Node{ramNode(64, 60)}
+	def := Size(m, cpu, Ask{}, nodes)
+	asked := Size(m, cpu, Ask{CtxPool: def.CtxPool, ContextLength: def.ContextLength}, nodes)
+	if def.NeedBytes != asked.NeedBytes || def.KVBytes != asked.KVBytes {
+		t.Errorf("the default needs %d (KV %d), the same pool asked for %d (KV %d)", def.NeedBytes, def.KVBytes, asked.NeedBytes, asked.KVBytes)
+	}
+	if want := m.Header.MemoryBytes(m.WeightsBytes, def.CtxPool, def.Slots, 0); def.NeedBytes != want {
+		t.Errorf("needs %d, the header's estimate for that pool is %d", def.NeedBytes, want)
+	}
+}
+
+func fileSize(path string) (int64, error) {
+	st, err := os.Stat(path)
+	if err != nil {
+		return 0, err
+	}
+	return st.Size(), nil
+}
+
+// FuzzSize: whatever a request and the nodes say, sizing returns figures
+// that add up, a pool the engine can be started with, and a verdict; it
+// never panics or overflows.
+func FuzzSize(f *testing.F) {
+	m := mustModel(f, "8B", ggufgen.Llama8B())
+	f.Add(0, 0, false, 64.0, 60.0, 0, 0.0)
+	f.Add(131072, 131072, false, 16.0, 6.0, 1, 24.0)
+	f.Add(1<<30, 1, true, 1e9, -5.0, 8, 80.0)
+	f.Add(-1, -7, false, 0.0, 0.0, 0, 0.0)
+	f.Fuzz(func(t *testing.T, pool, ctx int, longest bool, ram, free float64, cardCount int, cardGB float64) {
+		nodes := []Node{{Name: "n", CPUCores: 8, RAMGB: ram, FreeRAMGB: free}}
+		if cardCount = min(max(cardCount, 0), 8); cardCount > 0 {
+			frees := make([]float64, cardCount)
+			for i := range frees {
+				frees[i] = cardGB
+			}
+			nodes[0].GPUs = []GPU{{Class: "L4", Count: cardCount, MemoryGB: cardGB, FreeGB: frees}}
+		}
+		for _, o := range []Option{cpu, cards("L4", max(cardCount, 1))} {
+			s := Size(m, o, Ask{CtxPool: pool, ContextLength: ctx, Longest: longest}, nodes)
+			if s.Slots < 1 || s.Slots > MaxSlots || s.ContextLength < 1 || s.ContextLength > MaxContext || s.CtxPool != s.Slots*s.ContextLength {
+				t.Fatalf("%+v: %d slots of %d, pool %d", o, s.Slots, s.ContextLength, s.CtxPool)
+			}
+			if s.NeedBytes <= 0 || s.WeightsBytes+s.KVBytes+s.ComputeBytes+s.ProjectorBytes != s.NeedBytes {
+				t.Fatalf("%+v: parts do not add up: %+v", o, s)
+			}
+			switch s.Fit {
+			case FitsNow, FitsHardware, FitsNowhere:
+			default:
+				t.Fatalf("fit %q", s.Fit)
+			}
+			if s.Reason == "" {
+				t.Fatal("no reason")
+			}
+		}
+	})
+}
