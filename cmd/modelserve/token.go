@@ -2,8 +2,10 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"io"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -18,10 +20,20 @@ func tokenCmd(ctx context.Context, args []string, getenv func(string) string, st
 		return fmt.Errorf("token needs a command: create NAME, list, or revoke NAME")
 	}
 	sub, args := args[0], args[1:]
+	var models, scope string
 	fs, data, err := dataFlags("modelserve token "+sub, args, getenv, stderr,
-		"Usage: modelserve token create|list|revoke [--data DIR] [NAME]\n\n"+
-			"API tokens for scripts: send one as Authorization: Bearer <token>.\n"+
-			"create prints a new token once; only its hash is kept.\n")
+		"Usage: modelserve token create [--models a,b] [--scope all|gateway] [--data DIR] NAME\n"+
+			"       modelserve token list|revoke [--data DIR] [NAME]\n\n"+
+			"API tokens for scripts and OpenAI clients: send one as Authorization: Bearer <token>.\n"+
+			"create prints a new token once; only its hash is kept. A token reaches the API\n"+
+			"(/api/v1/) and the gateway (/v1/) unless --scope gateway or --models limit it.\n",
+		func(fs *flag.FlagSet) {
+			if sub != "create" {
+				return
+			}
+			fs.StringVar(&models, "models", "", "comma-separated catalog models or aliases the token may call through the gateway (implies --scope gateway); none: every model")
+			fs.StringVar(&scope, "scope", "", "all: the API and the gateway; gateway: /v1/ only")
+		})
 	if err != nil {
 		return err
 	}
@@ -44,7 +56,13 @@ func tokenCmd(ctx context.Context, args []string, getenv func(string) string, st
 		if err != nil {
 			return err
 		}
-		tok, err := toks.Create(ctx, n)
+		lim := auth.Limits{Scope: scope}
+		for _, m := range strings.Split(models, ",") {
+			if m = strings.TrimSpace(m); m != "" {
+				lim.Models = append(lim.Models, m)
+			}
+		}
+		tok, err := toks.CreateLimited(ctx, n, lim)
 		if err != nil {
 			return err
 		}
@@ -57,13 +75,14 @@ func tokenCmd(ctx context.Context, args []string, getenv func(string) string, st
 			return err
 		}
 		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "NAME\tCREATED\tLAST USED")
+		fmt.Fprintln(tw, "NAME\tSCOPE\tMODELS\tCREATED\tLAST USED")
 		for _, t := range list {
 			used := "never"
 			if !t.LastUsed.IsZero() {
 				used = t.LastUsed.Local().Format(time.DateTime)
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\n", t.Name, t.Created.Local().Format(time.DateTime), used)
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", t.Name, t.Scope, or(strings.Join(t.Models, ","), "all"),
+				t.Created.Local().Format(time.DateTime), used)
 		}
 		return tw.Flush()
 	case "revoke":

@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -45,6 +46,53 @@ type TokenInfo struct {
 	Name     string    `json:"name"`
 	Created  time.Time `json:"created"`
 	LastUsed time.Time `json:"last_used,omitzero"`
+	// Scope and Models are what it may do (see Limits).
+	Scope  string   `json:"scope"`
+	Models []string `json:"models,omitempty"`
+}
+
+// The scopes of a token: ScopeAll reaches the console's JSON API and the
+// gateway, ScopeGateway the gateway (/v1/...) alone.
+const (
+	ScopeAll     = "all"
+	ScopeGateway = "gateway"
+)
+
+// Limits are what a new token may do. The zero value is everything.
+type Limits struct {
+	// Scope is ScopeAll or ScopeGateway; empty is ScopeAll, or
+	// ScopeGateway when Models is set.
+	Scope string
+	// Models are the catalog names or aliases it may call through the
+	// gateway; none is every model. A token limited to models is
+	// gateway-only: the console's API is not per model, and a token for
+	// one model that could delete another from the catalog would surprise
+	// whoever handed it out.
+	Models []string
+}
+
+// Token is who a checked bearer token is and what it may do.
+type Token struct {
+	Name   string
+	Scope  string
+	Models []string
+}
+
+// API is whether the token may use the console's JSON API (/api/v1/).
+func (t Token) API() bool { return t.Scope != ScopeGateway }
+
+// MayUse is whether the token may call a model through the gateway by any
+// of names (the model's catalog name and the name it was asked by).
+func (t Token) MayUse(names ...string) bool {
+	if len(t.Models) == 0 {
+		return true
+	}
+	for _, n := range names {
+		if slices.Contains(t.Models, n) {
+			return true
+		}
+	}
+	return false
 }
 
 // tokenPrefix makes a leaked token recognisable to secret scanners and to
@@ -56,19 +104,44 @@ func hashToken(tok string) string {
 	return hex.EncodeToString(sum[:])
 }
 
-// Create makes a token called name and returns it: the only time it is ever
-// shown.
+// Create makes a token called name that may do everything, and returns
+// it: the only time it is ever shown.
 func (t *Tokens) Create(ctx context.Context, name string) (string, error) {
+	return t.CreateLimited(ctx, name, Limits{})
+}
+
+// modelPattern is what a model name in a token's limits may be: the
+// catalog's names and aliases are lowercase letters, digits and ._-.
+var modelPattern = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,63}$`)
+
+// CreateLimited is Create for a token that may do only what lim says.
+func (t *Tokens) CreateLimited(ctx context.Context, name string, lim Limits) (string, error) {
 	if !namePattern.MatchString(name) {
 		return "", fmt.Errorf("%q is not a token name: use letters, digits and ._@- (at most 64)", name)
+	}
+	scope := lim.Scope
+	switch {
+	case scope == "" && len(lim.Models) > 0:
+		scope = ScopeGateway
+	case scope == "":
+		scope = ScopeAll
+	case scope == ScopeAll && len(lim.Models) > 0:
+		return "", fmt.Errorf("a token limited to models is for the gateway only: drop --scope all, or the model list")
+	case scope != ScopeAll && scope != ScopeGateway:
+		return "", fmt.Errorf("%q is not a token scope: use all (the API and the gateway) or gateway (/v1/ only)", scope)
+	}
+	for _, m := range lim.Models {
+		if !modelPattern.MatchString(m) {
+			return "", fmt.Errorf("%q is not a model name: name catalog models or aliases (lowercase letters, digits and ._-), separated by commas", m)
+		}
 	}
 	var raw [32]byte
 	if _, err := rand.Read(raw[:]); err != nil {
 		return "", err
 	}
 	tok := tokenPrefix + base64.RawURLEncoding.EncodeToString(raw[:])
-	_, err := t.db.ExecContext(ctx, `INSERT INTO api_tokens (name, hash, created_at) VALUES (?, ?, ?)`,
-		name, hashToken(tok), t.now().UTC().Format(time.RFC3339Nano))
+	_, err := t.db.ExecContext(ctx, `INSERT INTO api_tokens (name, hash, created_at, scope, models) VALUES (?, ?, ?, ?, ?)`,
+		name, hashToken(tok), t.now().UTC().Format(time.RFC3339Nano), scope, strings.Join(lim.Models, ","))
 	var se sqlite3.Error
 	if errors.As(err, &se) && se.ExtendedCode == sqlite3.ErrConstraintPrimaryKey {
 		return "", fmt.Errorf("a token called %q %w: revoke it first, or choose another name", name, ErrExists)
@@ -81,7 +154,7 @@ func (t *Tokens) Create(ctx context.Context, name string) (string, error) {
 
 // List is every token's name and dates, by name.
 func (t *Tokens) List(ctx context.Context) ([]TokenInfo, error) {
-	rows, err := t.db.QueryContext(ctx, `SELECT name, created_at, COALESCE(last_used, '') FROM api_tokens ORDER BY name`)
+	rows, err := t.db.QueryContext(ctx, `SELECT name, created_at, COALESCE(last_used, ''), scope, models FROM api_tokens ORDER BY name`)
 	if err != nil {
 		return nil, err
 	}
@@ -89,10 +162,11 @@ func (t *Tokens) List(ctx context.Context) ([]TokenInfo, error) {
 	var out []TokenInfo
 	for rows.Next() {
 		var ti TokenInfo
-		var created, used string
-		if err := rows.Scan(&ti.Name, &created, &used); err != nil {
+		var created, used, models string
+		if err := rows.Scan(&ti.Name, &created, &used, &ti.Scope, &models); err != nil {
 			return nil, err
 		}
+		ti.Models = splitModels(models)
 		ti.Created, _ = time.Parse(time.RFC3339Nano, created)
 		ti.LastUsed, _ = time.Parse(time.RFC3339Nano, used)
 		out = append(out, ti)
@@ -112,26 +186,49 @@ func (t *Tokens) Revoke(ctx context.Context, name string) error {
 	return nil
 }
 
-// Check returns the name of the token tok, or ErrBadToken. Only the hash is
-// compared, and the hash is of 32 random bytes, so the lookup leaks nothing
-// worth timing.
-func (t *Tokens) Check(ctx context.Context, tok string) (string, error) {
+// Check returns who the token tok is and what it may do, or ErrBadToken.
+// Only the hash is compared, and the hash is of 32 random bytes, so the
+// lookup leaks nothing worth timing.
+func (t *Tokens) Check(ctx context.Context, tok string) (Token, error) {
 	if !strings.HasPrefix(tok, tokenPrefix) {
-		return "", ErrBadToken
+		return Token{}, ErrBadToken
 	}
-	var name, used string
-	err := t.db.QueryRowContext(ctx, `SELECT name, COALESCE(last_used, '') FROM api_tokens WHERE hash = ?`, hashToken(tok)).Scan(&name, &used)
+	var out Token
+	var used, models string
+	err := t.db.QueryRowContext(ctx, `SELECT name, COALESCE(last_used, ''), scope, models FROM api_tokens WHERE hash = ?`,
+		hashToken(tok)).Scan(&out.Name, &used, &out.Scope, &models)
 	if errors.Is(err, sql.ErrNoRows) {
-		return "", ErrBadToken
+		return Token{}, ErrBadToken
 	}
 	if err != nil {
-		return "", err
+		return Token{}, err
 	}
+	out.Models = splitModels(models)
 	// Last use to the minute is enough to tell a live token from a
 	// forgotten one, without a write on every request.
 	now := t.now().UTC()
 	if last, _ := time.Parse(time.RFC3339Nano, used); now.Sub(last) > time.Minute {
-		t.db.ExecContext(ctx, `UPDATE api_tokens SET last_used = ? WHERE name = ?`, now.Format(time.RFC3339Nano), name)
+		t.db.ExecContext(ctx, `UPDATE api_tokens SET last_used = ? WHERE name = ?`, now.Format(time.RFC3339Nano), out.Name)
 	}
-	return name, nil
+	return out, nil
+}
+
+// splitModels is the models column as a list; empty is none (every model).
+func splitModels(s string) []string {
+	if s == "" {
+		return nil
+	}
+	return strings.Split(s, ",")
+}
+
+// BearerToken is the token of an Authorization header value
+// ("Bearer <token>"), with the scheme's name in any case (RFC 9110: it is
+// case-insensitive, and some clients send "bearer").
+func BearerToken(header string) (string, bool) {
+	scheme, tok, ok := strings.Cut(strings.TrimSpace(header), " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return "", false
+	}
+	tok = strings.TrimSpace(tok)
+	return tok, tok != ""
 }

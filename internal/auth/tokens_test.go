@@ -30,8 +30,8 @@ func TestTokenLifecycle(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if name, err := toks.Check(ctx, tok); err != nil || name != "ci-bot" {
-		t.Fatalf("check of a new token: %q, %v", name, err)
+	if got, err := toks.Check(ctx, tok); err != nil || got.Name != "ci-bot" || got.Scope != ScopeAll || !got.API() || !got.MayUse("any") {
+		t.Fatalf("check of a new token: %+v, %v (want ci-bot, for everything)", got, err)
 	}
 
 	// Only a hash is kept: the token itself appears nowhere in the table.
@@ -71,6 +71,78 @@ func TestTokenRefusals(t *testing.T) {
 	for _, tok := range []string{"", "Bearer", "ms_", "ms_forged", "hf_abc"} {
 		if _, err := toks.Check(ctx, tok); !errors.Is(err, ErrBadToken) {
 			t.Errorf("Check(%q): %v", tok, err)
+		}
+	}
+}
+
+func TestTokenLimits(t *testing.T) {
+	ctx := context.Background()
+	toks := NewTokens(mustDB(t))
+
+	for _, c := range []struct {
+		name      string
+		lim       Limits
+		wantScope string
+		api       bool
+		mayUse    map[string]bool
+	}{
+		{"gateway-only", Limits{Scope: ScopeGateway}, ScopeGateway, false, map[string]bool{"a": true, "b": true}},
+		{"two-models", Limits{Models: []string{"a", "b-alias"}}, ScopeGateway, false, map[string]bool{"a": true, "b-alias": true, "c": false}},
+		{"everything", Limits{Scope: ScopeAll}, ScopeAll, true, map[string]bool{"c": true}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			tok, err := toks.CreateLimited(ctx, c.name, c.lim)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := toks.Check(ctx, tok)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.Scope != c.wantScope || got.API() != c.api {
+				t.Errorf("scope %q, API %v; want %q, %v", got.Scope, got.API(), c.wantScope, c.api)
+			}
+			for m, want := range c.mayUse {
+				if got.MayUse(m) != want {
+					t.Errorf("MayUse(%q) = %v, want %v", m, !want, want)
+				}
+			}
+		})
+	}
+	list, err := toks.List(ctx)
+	if err != nil || len(list) != 3 || list[1].Name != "gateway-only" || list[2].Scope != ScopeGateway || len(list[2].Models) != 2 {
+		t.Errorf("list: %+v, %v", list, err)
+	}
+
+	for _, c := range []struct {
+		lim  Limits
+		want string
+	}{
+		{Limits{Scope: "admin"}, "is not a token scope"},
+		{Limits{Scope: ScopeAll, Models: []string{"a"}}, "for the gateway only"},
+		{Limits{Models: []string{"Bad Name"}}, "is not a model name"},
+	} {
+		if _, err := toks.CreateLimited(ctx, "refused", c.lim); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("CreateLimited(%+v): %v, want %q", c.lim, err, c.want)
+		}
+	}
+}
+
+func TestBearerToken(t *testing.T) {
+	for _, c := range []struct {
+		header, want string
+		ok           bool
+	}{
+		{"Bearer ms_x", "ms_x", true},
+		{"bearer ms_x", "ms_x", true},
+		{"BEARER  ms_x ", "ms_x", true},
+		{"Basic abc", "", false},
+		{"Bearer ", "", false},
+		{"ms_x", "", false},
+		{"", "", false},
+	} {
+		if got, ok := BearerToken(c.header); got != c.want || ok != c.ok {
+			t.Errorf("BearerToken(%q) = %q, %v; want %q, %v", c.header, got, ok, c.want, c.ok)
 		}
 	}
 }

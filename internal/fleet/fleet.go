@@ -190,6 +190,8 @@ type Fleet struct {
 	replicas map[string]*replica
 	models   map[string]*modelState
 	seq      map[string]int
+	// demands are what the gateway asked of each model lately (Use).
+	demands map[string]*demand
 	// wg is the replicas' supervisors, which Run waits for.
 	wg sync.WaitGroup
 }
@@ -271,7 +273,7 @@ func (f *Fleet) Run(ctx context.Context) error {
 		f.mu.Lock()
 		close(quit)
 		f.running = false
-		f.replicas, f.models = map[string]*replica{}, map[string]*modelState{}
+		f.replicas, f.models, f.demands = map[string]*replica{}, map[string]*modelState{}, map[string]*demand{}
 		f.mu.Unlock()
 		f.health.CloseIdleConnections()
 	}()

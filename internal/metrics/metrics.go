@@ -84,6 +84,10 @@ func (m *Metrics) MirrorFetched(n int64) { m.mirrorBytes.Add(float64(n)) }
 // MirrorFailed counts a file the mirror gave up on.
 func (m *Metrics) MirrorFailed() { m.mirrorFailed.Inc() }
 
+// Registerer is the registry others add their figures to (the gateway's),
+// so that /metrics serves them all.
+func (m *Metrics) Registerer() prometheus.Registerer { return m.reg }
+
 // Handler serves the Prometheus text format.
 func (m *Metrics) Handler() http.Handler {
 	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})

@@ -1,0 +1,150 @@
+package fleet
+
+import (
+	"fmt"
+	"sync"
+	"time"
+
+	"modelserve/catalog"
+)
+
+// On demand: a model whose catalog entry keeps no replica (Scaling.Min 0)
+// is started when a request asks for it, and stopped when nobody has asked
+// for a while; a model whose queue runs deep gets more replicas, up to
+// Scaling.Max, and gives them back when the traffic falls. The gateway,
+// which sees the requests, says what it needs through Use; the reconciling
+// loop turns that into how many replicas each model wants.
+
+// DefaultIdleAfter is how long replicas started on demand wait for the
+// next request when the catalog entry does not say (Scaling.IdleAfter):
+// long enough that someone reading an answer and asking again finds the
+// model loaded, short enough that a model tried once gives its memory back
+// within the hour.
+const DefaultIdleAfter = 15 * time.Minute
+
+// demand is what has been asked of one model lately.
+type demand struct {
+	// inUse is the requests being served now: a model is never idle in
+	// the middle of an answer, however long it streams.
+	inUse int
+	// lastUse is when the last request began or ended.
+	lastUse time.Time
+	// want is the replicas wanted, before the catalog's bounds: the most
+	// asked for in this window or the one before it.
+	want int
+	// peak is the most asked for since window began. At the end of each
+	// window (IdleAfter long) want falls to it, so replicas started for a
+	// burst are given back one window after the burst.
+	peak   int
+	window time.Time
+}
+
+// Use says that a request for model is being served and that replicas
+// replicas (at least one) are needed for what is asked of it now. The fleet
+// keeps the model at max(Scaling.Min, min(replicas, Scaling.Max)) replicas
+// (a Max of 0 means 1) while requests come, and lets those above Min go
+// once none has come for the model's Scaling.IdleAfter (DefaultIdleAfter
+// when unset). A model asked for more than it runs is looked at at once.
+//
+// Call release when the request is over; until then the model is in use
+// and none of its replicas is idle. Concurrent first requests each call
+// Use, and start one replica between them: the wanted count is a maximum,
+// not a sum.
+func (f *Fleet) Use(model string, replicas int) (release func()) {
+	replicas = max(replicas, 1)
+	now := time.Now()
+	f.mu.Lock()
+	if f.demands == nil {
+		f.demands = map[string]*demand{}
+	}
+	d := f.demands[model]
+	if d == nil {
+		d = &demand{window: now}
+		f.demands[model] = d
+	}
+	d.inUse++
+	d.lastUse = now
+	d.peak = max(d.peak, replicas)
+	more := replicas > d.want
+	d.want = max(d.want, replicas)
+	f.mu.Unlock()
+	if more {
+		f.Poke()
+	}
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			f.mu.Lock()
+			defer f.mu.Unlock()
+			// The demand may have been dropped meanwhile (a new Run, the
+			// model removed): this release is then about nothing.
+			if f.demands[model] == d {
+				d.inUse--
+				d.lastUse = time.Now()
+			}
+		})
+	}
+}
+
+// Serving are model's ready replicas, without their logs: what a router
+// reads on every request, so it copies no more than it needs.
+func (f *Fleet) Serving(model string) []Replica {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []Replica
+	for _, r := range f.replicas {
+		if r.model == model && r.state == Ready && !r.stopping && r.endpoint != "" {
+			v := Replica{ID: r.id, Model: r.model, Node: r.node.Name(), Endpoint: r.endpoint, State: r.state, Load: r.load}
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+// idleAfter is how long m's replicas above Min wait for a request.
+func idleAfter(m catalog.Model) time.Duration {
+	if m.Scaling.IdleAfter > 0 {
+		return m.Scaling.IdleAfter
+	}
+	return DefaultIdleAfter
+}
+
+// wantLocked is how many replicas m is to have now: its Min, raised by what
+// was asked of it lately (Use) up to its Max. A demand idle for the model's
+// IdleAfter is forgotten.
+func (f *Fleet) wantLocked(m catalog.Model, now time.Time) int {
+	d := f.demands[m.Name]
+	if d == nil {
+		return m.Scaling.Min
+	}
+	idle := idleAfter(m)
+	if d.inUse == 0 && now.Sub(d.lastUse) >= idle {
+		delete(f.demands, m.Name)
+		return m.Scaling.Min
+	}
+	if now.Sub(d.window) >= idle {
+		d.want, d.peak, d.window = max(d.peak, 1), 0, now
+	}
+	return max(m.Scaling.Min, min(d.want, max(m.Scaling.Max, m.Scaling.Min, 1)))
+}
+
+// forgetDemandsLocked drops what was asked of models no longer in the
+// catalog: a model added again under the name starts from nothing.
+func (f *Fleet) forgetDemandsLocked(inCatalog map[string]catalog.Model) {
+	for name := range f.demands {
+		if _, ok := inCatalog[name]; !ok {
+			delete(f.demands, name)
+		}
+	}
+}
+
+// surplusReason says why a replica of m above the want is stopped.
+func surplusReason(m catalog.Model, want int) string {
+	switch {
+	case want == 0:
+		return fmt.Sprintf("no request for %s in %s: stopped until it is asked for again", m.Name, idleAfter(m))
+	case want > m.Scaling.Min:
+		return fmt.Sprintf("%s needs %d %s for its requests now", m.Name, want, plural(want, "replica", "replicas"))
+	}
+	return fmt.Sprintf("%s is to keep %d %s", m.Name, want, plural(want, "replica", "replicas"))
+}

@@ -1,0 +1,115 @@
+package fleet
+
+import (
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"modelserve/catalog"
+	"modelserve/internal/ggufgen"
+)
+
+// onDemandEntry is a catalog entry that keeps no replica: loaded when asked for,
+// up to max, stopped after idle without a request.
+func onDemandEntry(t *testing.T, name string, max int, idle time.Duration) (m catalog.Model) {
+	t.Helper()
+	m = entry(name, MustWriteModel(t, name+".gguf", ggufgen.Spec{}), 1)
+	m.Scaling.Min, m.Scaling.Max, m.Scaling.IdleAfter = 0, max, idle
+	return m
+}
+
+func TestUseStartsOneReplicaAndIdleStopsIt(t *testing.T) {
+	cat := MustCatalog(t)
+	fl := MustRun(t, cat, Options{Interval: 50 * time.Millisecond})
+	MustAdd(t, fl.notifying(cat), onDemandEntry(t, "lazy", 1, 700*time.Millisecond))
+
+	// Nothing runs until it is asked for.
+	time.Sleep(200 * time.Millisecond)
+	if rs := fl.replicasOf("lazy"); len(rs) != 0 {
+		t.Fatalf("an on-demand model runs before any request: %+v", rs)
+	}
+	if h, _ := fl.health("lazy"); h.Want != 0 || h.Parked || h.Unplaceable {
+		t.Fatalf("health before any request: %+v", h)
+	}
+
+	// Ten first requests at once start one engine between them.
+	var wg sync.WaitGroup
+	releases := make([]func(), 10)
+	for i := range releases {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			releases[i] = fl.Use("lazy", 1)
+		}()
+	}
+	wg.Wait()
+	r := fl.waitReady(t, "lazy", readyWithin)
+	if len(fl.Serving("lazy")) != 1 || len(fl.node.started()) != 1 || r.ID != "lazy-1" {
+		t.Fatalf("ten concurrent first requests: serving %+v, engines started %d; want one", fl.Serving("lazy"), len(fl.node.started()))
+	}
+	if s := fl.Serving("lazy")[0]; s.Endpoint == "" || s.Log != nil {
+		t.Errorf("Serving gives %+v; want the endpoint and no log", s)
+	}
+
+	// In use, it is never idle, however long the request.
+	time.Sleep(1200 * time.Millisecond)
+	if len(fl.Serving("lazy")) != 1 {
+		t.Fatal("a replica in use was stopped as idle")
+	}
+	for _, release := range releases {
+		release()
+		release() // twice is once
+	}
+
+	// Idle for IdleAfter: stopped, and the model is not parked for it.
+	released := time.Now()
+	waitFor(t, 10*time.Second, "lazy stopped when idle", func() (bool, string) {
+		rs := fl.replicasOf("lazy")
+		return len(rs) == 0, fmt.Sprintf("%+v", rs)
+	})
+	if took := time.Since(released); took < 600*time.Millisecond {
+		t.Errorf("stopped %s after its last request, before its IdleAfter of 700ms", took)
+	}
+	if h, _ := fl.health("lazy"); h.Want != 0 || h.Parked {
+		t.Errorf("health after the idle stop: %+v", h)
+	}
+
+	// Asked for again, it starts again.
+	release := fl.Use("lazy", 1)
+	defer release()
+	if r := fl.waitReady(t, "lazy", readyWithin); r.ID != "lazy-2" {
+		t.Errorf("started again as %s, want lazy-2", r.ID)
+	}
+}
+
+func TestUseScalesUpToMaxAndBackDown(t *testing.T) {
+	cat := MustCatalog(t)
+	fl := MustRun(t, cat, Options{Interval: 50 * time.Millisecond})
+	m := onDemandEntry(t, "busy", 2, 600*time.Millisecond)
+	m.Scaling.Min = 1
+	MustAdd(t, fl.notifying(cat), m)
+	fl.waitReady(t, "busy", readyWithin)
+
+	// Asked for more than its Max: it gets its Max.
+	release := fl.Use("busy", 5)
+	waitFor(t, readyWithin, "busy at its max of 2", func() (bool, string) {
+		n := len(fl.Serving("busy"))
+		return n == 2, fmt.Sprintf("%d serving", n)
+	})
+	time.Sleep(200 * time.Millisecond)
+	if n := len(fl.replicasOf("busy")); n != 2 {
+		t.Fatalf("%d replicas for a max of 2", n)
+	}
+	release()
+
+	// Idle: back to its Min, which is never stopped.
+	waitFor(t, 10*time.Second, "busy back to its min of 1", func() (bool, string) {
+		n := len(fl.replicasOf("busy"))
+		return n == 1, fmt.Sprintf("%d replicas", n)
+	})
+	time.Sleep(800 * time.Millisecond)
+	if n := len(fl.Serving("busy")); n != 1 {
+		t.Errorf("%d serving after idle; the min of 1 stays", n)
+	}
+}

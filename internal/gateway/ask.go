@@ -1,0 +1,76 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/http"
+
+	"modelserve/internal/auth"
+	"modelserve/internal/operr"
+)
+
+// self is modelserve itself as a caller: its own requests (the job's smoke
+// test) need no token, and may use any model.
+var self = auth.Token{Name: "modelserve", Scope: auth.ScopeAll}
+
+// Ask sends body to route (such as "/v1/chat/completions") for a model as
+// a client's request goes, by the same routing, queueing and starting on
+// demand, and returns the answer of a 200. Any other answer is an
+// operator's error carrying the gateway's or the engine's sentence.
+func (g *Gateway) Ask(ctx context.Context, route string, body []byte) ([]byte, error) {
+	r, err := http.NewRequestWithContext(ctx, http.MethodPost, route, bytes.NewReader(body))
+	if err != nil {
+		return nil, operr.Wrap(operr.Invalid, err, "%s is not a route of the gateway", operr.Quote(route))
+	}
+	r.Header.Set("Content-Type", "application/json")
+	rec := &recorder{header: http.Header{}}
+	g.forward(rec, r, self)
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if rec.status == 0 || rec.status == http.StatusOK {
+		return rec.body.Bytes(), nil
+	}
+	// The OpenAI error shape, whoever wrote it: the gateway or the engine.
+	var out struct {
+		Error struct {
+			Message string `json:"message"`
+		} `json:"error"`
+	}
+	msg := string(bytes.TrimSpace(rec.body.Bytes()))
+	if json.Unmarshal(rec.body.Bytes(), &out) == nil && out.Error.Message != "" {
+		msg = out.Error.Message
+	}
+	if len(msg) > 300 {
+		msg = msg[:300] + "…"
+	}
+	kind := operr.Refused
+	if rec.status == http.StatusServiceUnavailable || rec.status == http.StatusTooManyRequests {
+		kind = operr.Unavailable
+	}
+	return nil, operr.New(kind, "the gateway answered %d %s: %s", rec.status, http.StatusText(rec.status), msg)
+}
+
+// recorder keeps an answer written for an in-process caller.
+type recorder struct {
+	header http.Header
+	status int
+	body   bytes.Buffer
+}
+
+func (r *recorder) Header() http.Header { return r.header }
+func (r *recorder) Flush()              {}
+
+func (r *recorder) WriteHeader(status int) {
+	if r.status == 0 {
+		r.status = status
+	}
+}
+
+func (r *recorder) Write(b []byte) (int, error) {
+	if r.status == 0 {
+		r.status = http.StatusOK
+	}
+	return r.body.Write(b)
+}

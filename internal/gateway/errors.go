@@ -1,0 +1,79 @@
+package gateway
+
+import (
+	"encoding/json"
+	"net/http"
+	"strconv"
+	"time"
+)
+
+// apiError is an answer in OpenAI's error shape, which the OpenAI clients
+// parse into their own error types: {"error": {"message", "type", "param",
+// "code"}}.
+type apiError struct {
+	status  int
+	Message string  `json:"message"`
+	Type    string  `json:"type"`
+	Param   *string `json:"param"`
+	Code    string  `json:"code"`
+	// retryAfter, when set, is sent as Retry-After, which the clients
+	// honour before they retry.
+	retryAfter time.Duration
+}
+
+func (e *apiError) Error() string { return e.Message }
+
+func (e *apiError) write(w http.ResponseWriter) {
+	if e.retryAfter > 0 {
+		w.Header().Set("Retry-After", strconv.Itoa(int((e.retryAfter+time.Second-1)/time.Second)))
+	}
+	if e.status == http.StatusUnauthorized {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="modelserve"`)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(e.status)
+	json.NewEncoder(w).Encode(struct {
+		Error *apiError `json:"error"`
+	}{e})
+}
+
+func invalidRequest(code, msg string) *apiError {
+	return &apiError{status: http.StatusBadRequest, Type: "invalid_request_error", Code: code, Message: msg}
+}
+
+func unauthorized(msg string) *apiError {
+	return &apiError{status: http.StatusUnauthorized, Type: "invalid_request_error", Code: "invalid_api_key", Message: msg}
+}
+
+func forbidden(msg string) *apiError {
+	return &apiError{status: http.StatusForbidden, Type: "permission_error", Code: "model_not_allowed", Message: msg}
+}
+
+func modelNotFound(name string) *apiError {
+	param := "model"
+	return &apiError{status: http.StatusNotFound, Type: "invalid_request_error", Code: "model_not_found", Param: &param,
+		Message: `the model "` + name + `" does not exist; GET /v1/models lists them`}
+}
+
+func tooLarge(limit int64) *apiError {
+	return &apiError{status: http.StatusRequestEntityTooLarge, Type: "invalid_request_error", Code: "request_too_large",
+		Message: "the request body is larger than " + strconv.FormatInt(limit>>20, 10) + " MiB: send a shorter one"}
+}
+
+func queueFull(model string, waiting int) *apiError {
+	return &apiError{status: http.StatusTooManyRequests, Type: "rate_limit_exceeded", Code: "queue_full", retryAfter: time.Second,
+		Message: model + " is busy: " + strconv.Itoa(waiting) + " requests are already waiting for its replicas; retry in a moment"}
+}
+
+func unavailable(code, msg string) *apiError {
+	return &apiError{status: http.StatusServiceUnavailable, Type: "server_error", Code: code, Message: msg}
+}
+
+func badGateway(msg string) *apiError {
+	return &apiError{status: http.StatusBadGateway, Type: "server_error", Code: "upstream_error", Message: msg}
+}
+
+func internal() *apiError {
+	return &apiError{status: http.StatusInternalServerError, Type: "server_error", Code: "internal_error",
+		Message: "modelserve could not do that; the server's log says why"}
+}

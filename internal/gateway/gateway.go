@@ -1,0 +1,166 @@
+// Package gateway answers OpenAI-compatible requests (/v1/chat/completions,
+// /v1/completions, /v1/embeddings, /v1/models and any other /v1/ route whose
+// body names a model) on modelserve's own address, by sending each to a
+// ready replica of the model it names.
+//
+// Before it, a served model could not be called: each replica's engine
+// listens on a port of its own behind a key only modelserve knows, so a
+// client had no address to use and no key that worked. Here a client sends
+// the OpenAI request it already sends elsewhere, with a modelserve API
+// token, naming a catalog model or alias; the gateway checks the token,
+// picks the least busy replica (the same one for requests that share a long
+// prompt prefix, so the engine's prompt cache is reused), starts a replica
+// for a model loaded on demand and waits for it, queues what the replicas
+// cannot take yet and refuses beyond a bound, and relays the answer as the
+// engine writes it. The engine's key is added on the way and never shown.
+package gateway
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"modelserve/catalog"
+	"modelserve/internal/auth"
+	"modelserve/internal/fleet"
+)
+
+// Catalog is where model names and aliases are looked up (catalog.Store).
+type Catalog interface {
+	List(ctx context.Context) ([]catalog.Model, error)
+}
+
+// Fleet is what the gateway needs of the replicas (fleet.Fleet).
+type Fleet interface {
+	// Serving are a model's ready replicas, with their engines' load.
+	Serving(model string) []fleet.Replica
+	// EngineKey is the key a replica's engine wants.
+	EngineKey(id string) string
+	// ModelHealth says which models are parked or unplaceable, and why.
+	ModelHealth() []fleet.ModelHealth
+	// Use says a model is in use and how many replicas it needs, until
+	// release: models loaded on demand start, and stop when idle.
+	Use(model string, replicas int) (release func())
+}
+
+// Tokens checks the API tokens clients send (auth.Tokens).
+type Tokens interface {
+	Check(ctx context.Context, tok string) (auth.Token, error)
+}
+
+// Options configure a Gateway. Catalog, Fleet and Tokens are required.
+type Options struct {
+	Catalog Catalog
+	Fleet   Fleet
+	Tokens  Tokens
+	// Metrics is where the gateway's figures are registered; nil keeps
+	// none.
+	Metrics prometheus.Registerer
+	Log     *slog.Logger
+	// MaxBody bounds a request body: 16 MiB unless set. Long prompts and
+	// images in base64 are large, but not larger.
+	MaxBody int64
+	// MaxQueue is how many requests may wait for each model, beyond what
+	// its replicas' slots are serving: 64 unless set. Beyond it a request
+	// is refused with 429 at once, which a client can retry, rather than
+	// held until it times out.
+	MaxQueue int
+	// MaxWait bounds how long a request waits for a replica: for a model
+	// loaded on demand to become ready, or for a slot. 2 minutes unless
+	// set.
+	MaxWait time.Duration
+	// FailCooldown is how long a replica that failed a request is avoided
+	// while others can serve: 10 s unless set.
+	FailCooldown time.Duration
+	// CatalogEvery is how long the catalog's names are kept before they
+	// are read again: 1 s unless set. A name not known is looked up at
+	// once, so a model just added is found by its first request.
+	CatalogEvery time.Duration
+}
+
+// Gateway serves the /v1/ routes. Its methods are safe for concurrent use.
+// It starts no goroutine of its own: everything it does lives in a request.
+type Gateway struct {
+	opts     Options
+	log      *slog.Logger
+	upstream *http.Client
+	metrics  *metrics
+	names    names
+
+	mu    sync.Mutex
+	pools map[string]*pool // by catalog name
+}
+
+// New returns a gateway over opts' catalog, fleet and tokens.
+func New(opts Options) (*Gateway, error) {
+	switch {
+	case opts.Catalog == nil:
+		return nil, errors.New("the gateway needs the catalog: set Options.Catalog")
+	case opts.Fleet == nil:
+		return nil, errors.New("the gateway needs the fleet: set Options.Fleet")
+	case opts.Tokens == nil:
+		return nil, errors.New("the gateway needs the API tokens: set Options.Tokens")
+	}
+	if opts.Log == nil {
+		opts.Log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if opts.MaxBody <= 0 {
+		opts.MaxBody = 16 << 20
+	}
+	if opts.MaxQueue <= 0 {
+		opts.MaxQueue = 64
+	}
+	if opts.MaxWait <= 0 {
+		opts.MaxWait = 2 * time.Minute
+	}
+	if opts.FailCooldown <= 0 {
+		opts.FailCooldown = 10 * time.Second
+	}
+	if opts.CatalogEvery <= 0 {
+		opts.CatalogEvery = time.Second
+	}
+	m, err := newMetrics(opts.Metrics)
+	if err != nil {
+		return nil, err
+	}
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	// Engines listen on the nodes' own addresses: never through a proxy
+	// from the environment, which would see the engine's key.
+	tr.Proxy = nil
+	// As many kept connections per engine as requests it may have in
+	// flight: with Go's default of two, every burst beyond two opened
+	// and closed connections, a cost paid on every request.
+	tr.MaxIdleConnsPerHost = 256
+	tr.MaxIdleConns = 1024
+	// Bytes are relayed as the engine wrote them, never decoded here.
+	tr.DisableCompression = true
+	return &Gateway{
+		opts: opts, log: opts.Log, metrics: m,
+		// No timeout: an answer streams for as long as the engine writes
+		// it, and ends when the client goes.
+		upstream: &http.Client{Transport: tr},
+		names:    names{catalog: opts.Catalog, every: opts.CatalogEvery},
+		pools:    map[string]*pool{},
+	}, nil
+}
+
+// Close lets go of the kept connections to engines.
+func (g *Gateway) Close() { g.upstream.CloseIdleConnections() }
+
+// pool is the model's routing state, made on first use.
+func (g *Gateway) pool(model string) *pool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	p := g.pools[model]
+	if p == nil {
+		p = newPool()
+		g.pools[model] = p
+	}
+	return p
+}

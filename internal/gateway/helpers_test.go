@@ -1,0 +1,264 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"modelserve/catalog"
+	"modelserve/internal/auth"
+	"modelserve/internal/fleet"
+	"modelserve/internal/ggufgen"
+	"modelserve/internal/llamatest"
+	"modelserve/internal/store"
+)
+
+// readyWithin bounds a tiny model's load on a busy two-core machine.
+const readyWithin = 60 * time.Second
+
+// env is the gateway as modelserve runs it: a real catalog and tokens in
+// SQLite, a real fleet running llama.cpp's llama-server, the gateway's
+// routes on a mux as handlers/routes.go mounts them, and an HTTP server.
+type env struct {
+	t      testing.TB
+	cat    *fleet.NotifyingCatalog
+	tokens *auth.Tokens
+	fleet  *fleet.Fleet
+	gw     *Gateway
+	reg    *prometheus.Registry
+	url    string
+	token  string // may do everything
+	logs   *syncBuffer
+}
+
+// mustEnv starts it all; opts' Catalog, Fleet, Tokens, Metrics and Log are
+// filled in. wrap, when given, is the fleet as the gateway sees it.
+func mustEnv(t testing.TB, opts Options, wrap ...func(*fleet.Fleet) Fleet) *env {
+	t.Helper()
+	db, err := store.Open(context.Background(), filepath.Join(t.TempDir(), "modelserve.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	e := &env{t: t, tokens: auth.NewTokens(db), reg: prometheus.NewRegistry(), logs: &syncBuffer{}}
+	log := slog.New(slog.NewTextHandler(e.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	store := catalog.NewStore(db)
+	fl, err := fleet.New(fleet.Options{
+		Catalog: store, Engine: llamatest.Path(t), Threads: 1, Log: log.With("part", "fleet"),
+		Interval: 50 * time.Millisecond, Backoff: 20 * time.Millisecond, LoadEvery: 100 * time.Millisecond,
+		StopGrace: 2 * time.Second,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.fleet, e.cat = fl, fleet.NewNotifyingCatalog(store, fl)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- fl.Run(ctx) }()
+
+	opts.Catalog, opts.Fleet, opts.Tokens, opts.Metrics, opts.Log = e.cat, fl, e.tokens, e.reg, log.With("part", "gateway")
+	for _, w := range wrap {
+		opts.Fleet = w(fl)
+	}
+	if e.gw, err = New(opts); err != nil {
+		t.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/models", e.gw.ListModels)
+	mux.HandleFunc("GET /v1/models/{model}", e.gw.ShowModel)
+	mux.HandleFunc("POST /v1/", e.gw.Forward)
+	mux.HandleFunc("/v1/", e.gw.NotFound)
+	srv := httptest.NewServer(mux)
+	e.url = srv.URL
+	e.token = e.mustToken("all", auth.Limits{})
+
+	t.Cleanup(func() {
+		srv.Close()
+		e.gw.Close()
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("the fleet's Run returned %v", err)
+			}
+		case <-time.After(20 * time.Second):
+			t.Error("the fleet did not stop within 20s")
+		}
+		if t.Failed() {
+			t.Logf("log:\n%s", e.logs.String())
+		}
+	})
+	return e
+}
+
+func (e *env) mustToken(name string, lim auth.Limits) string {
+	e.t.Helper()
+	tok, err := e.tokens.CreateLimited(context.Background(), name, lim)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return tok
+}
+
+// tinyArgs keep the tiny model's context small: it loads faster.
+var tinyArgs = catalog.LlamaArgs(catalog.Sizing{CtxPool: 1024, ContextLength: 1024})
+
+// chatModel is a catalog entry for a tiny chat model with one replica.
+func chatModel(t testing.TB, name string, spec ggufgen.Spec) catalog.Model {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), name+".gguf")
+	if err := ggufgen.WriteFile(path, spec); err != nil {
+		t.Fatal(err)
+	}
+	return catalog.Model{
+		Name: name, Source: path, ContextLength: 1024,
+		Profiles: []catalog.Profile{{Name: "cpu", Engine: "llamacpp", Args: tinyArgs, MinMemoryGB: 1, Priority: 100}},
+		Scaling:  catalog.Scaling{Min: 1, Max: 1},
+	}
+}
+
+// embedModel is a tiny embedding model (96 wide) with one replica.
+func embedModel(t testing.TB, name string) catalog.Model {
+	m := chatModel(t, name, ggufgen.Spec{Pooling: new(uint32(1)), EmbeddingLength: 96, HeadCount: 6, HeadCountKV: 3})
+	m.Capabilities.Embeddings = true
+	m.Profiles[0].Args = catalog.LlamaArgs(catalog.Sizing{CtxPool: 1024, ContextLength: 256, Embeddings: true})
+	return m
+}
+
+func (e *env) mustAdd(m catalog.Model) {
+	e.t.Helper()
+	if err := e.cat.Add(context.Background(), m, "test"); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// waitServing waits until model has n ready replicas.
+func (e *env) waitServing(model string, n int) []fleet.Replica {
+	e.t.Helper()
+	deadline := time.Now().Add(readyWithin)
+	for {
+		rs := e.fleet.Serving(model)
+		if len(rs) == n {
+			return rs
+		}
+		if time.Now().After(deadline) {
+			e.t.Fatalf("%s: %d replicas ready, not %d, within %s; replicas %+v", model, len(rs), n, readyWithin, e.fleet.Replicas())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// client is the official OpenAI Go client against the gateway, with tok as
+// its api key and no retries (a refusal is what some tests look for).
+func (e *env) client(tok string) *openai.Client {
+	c := openai.NewClient(option.WithBaseURL(e.url+"/v1/"), option.WithAPIKey(tok), option.WithMaxRetries(0),
+		option.WithRequestTimeout(60*time.Second))
+	return &c
+}
+
+// post sends body to path with tok and returns the answer.
+func (e *env) post(ctx context.Context, path, tok string, body any) (*http.Response, []byte) {
+	e.t.Helper()
+	var b []byte
+	switch v := body.(type) {
+	case string:
+		b = []byte(v)
+	default:
+		b, _ = json.Marshal(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, e.url+path, bytes.NewReader(b))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if tok != "" {
+		req.Header.Set("Authorization", "Bearer "+tok)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		e.t.Fatalf("POST %s: %v", path, err)
+	}
+	defer resp.Body.Close()
+	out, _ := io.ReadAll(resp.Body)
+	return resp, out
+}
+
+// apiErr is the OpenAI error in an answer.
+func apiErr(t testing.TB, body []byte) apiError {
+	t.Helper()
+	var v struct{ Error *apiError }
+	if err := json.Unmarshal(body, &v); err != nil || v.Error == nil {
+		t.Fatalf("not an OpenAI error: %s", body)
+	}
+	return *v.Error
+}
+
+// counter is a gateway counter's value for labels.
+func (e *env) counter(c *prometheus.CounterVec, labels ...string) float64 {
+	return testutil.ToFloat64(c.WithLabelValues(labels...))
+}
+
+// waitCounter waits for a gateway counter to reach want: a request is
+// counted a moment after its client has the whole answer.
+func (e *env) waitCounter(c *prometheus.CounterVec, want float64, labels ...string) {
+	e.t.Helper()
+	deadline := time.Now().Add(2 * time.Second)
+	for {
+		n := e.counter(c, labels...)
+		if n == want {
+			return
+		}
+		if time.Now().After(deadline) {
+			e.t.Errorf("counter %v is %v, want %v", labels, n, want)
+			return
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// syncBuffer collects the log of several goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// waitFor polls cond until it holds or timeout passes.
+func waitFor(t testing.TB, timeout time.Duration, what string, cond func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		ok, last := cond()
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %s; last: %s", what, timeout, last)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

@@ -1,0 +1,102 @@
+package gateway
+
+import (
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// metrics are the gateway's figures in /metrics, by model and replica.
+// Every method is a no-op on a nil *metrics (no registry given).
+type metrics struct {
+	requests   *prometheus.CounterVec
+	ttft       *prometheus.HistogramVec
+	latency    *prometheus.HistogramVec
+	tokens     *prometheus.CounterVec
+	queue      *prometheus.GaugeVec
+	coldStarts *prometheus.CounterVec
+	coldTime   *prometheus.HistogramVec
+}
+
+// latencyBuckets run from a cached short answer to a long generation.
+var latencyBuckets = []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300}
+
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	if reg == nil {
+		return nil, nil
+	}
+	m := &metrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "modelserve_gateway_requests_total",
+			Help: "Gateway requests by model, replica and HTTP status (499: the client went away). Refused requests have no replica.",
+		}, []string{"model", "replica", "status"}),
+		ttft: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "modelserve_gateway_time_to_first_token_seconds", Buckets: latencyBuckets,
+			Help: "From the request's arrival to the first bytes of the engine's answer (the first token of a stream).",
+		}, []string{"model", "replica"}),
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "modelserve_gateway_request_duration_seconds", Buckets: latencyBuckets,
+			Help: "From the request's arrival to the end of the answer, waiting for a replica included.",
+		}, []string{"model", "replica"}),
+		tokens: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "modelserve_gateway_tokens_total",
+			Help: "Tokens of the answered requests, as the engine counted them: prompt, prompt_cached (taken from the engine's prompt cache) and completion.",
+		}, []string{"model", "replica", "kind"}),
+		queue: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "modelserve_gateway_queue_depth",
+			Help: "Requests waiting for a replica of the model: for a free slot, or for a replica to start.",
+		}, []string{"model"}),
+		coldStarts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "modelserve_gateway_cold_starts_total",
+			Help: "Times a request found no replica of its model ready and waited for one to start.",
+		}, []string{"model"}),
+		coldTime: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "modelserve_gateway_cold_start_seconds", Buckets: []float64{.1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300},
+			Help: "From the first request that found no replica ready to a replica taking it.",
+		}, []string{"model"}),
+	}
+	for _, c := range []prometheus.Collector{m.requests, m.ttft, m.latency, m.tokens, m.queue, m.coldStarts, m.coldTime} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+// done counts a request that ended with status; start is when it arrived
+// and first when the answer's first bytes went out (zero when none did,
+// or for a refusal).
+func (m *metrics) done(model, replica string, status int, start, first time.Time, c counts) {
+	if m == nil {
+		return
+	}
+	m.requests.WithLabelValues(model, replica, strconv.Itoa(status)).Inc()
+	if replica == "" || start.IsZero() {
+		return
+	}
+	if !first.IsZero() {
+		m.ttft.WithLabelValues(model, replica).Observe(first.Sub(start).Seconds())
+	}
+	m.latency.WithLabelValues(model, replica).Observe(time.Since(start).Seconds())
+	for kind, n := range map[string]int{"prompt": c.prompt, "prompt_cached": c.cached, "completion": c.completion} {
+		if n > 0 {
+			m.tokens.WithLabelValues(model, replica, kind).Add(float64(n))
+		}
+	}
+}
+
+func (m *metrics) queued(model string, delta int) {
+	if m == nil {
+		return
+	}
+	m.queue.WithLabelValues(model).Add(float64(delta))
+}
+
+func (m *metrics) coldStarted(model string, took time.Duration) {
+	if m == nil {
+		return
+	}
+	m.coldStarts.WithLabelValues(model).Inc()
+	m.coldTime.WithLabelValues(model).Observe(took.Seconds())
+}

@@ -1,0 +1,123 @@
+package gateway
+
+import (
+	"encoding/json"
+	"net/http"
+
+	"modelserve/catalog"
+	"modelserve/internal/auth"
+)
+
+// modelEntry is one model in OpenAI's list shape, with what modelserve
+// knows beyond it under one field of its own, so a client that reads only
+// OpenAI's fields is not confused by ours.
+type modelEntry struct {
+	ID      string     `json:"id"`
+	Object  string     `json:"object"`
+	Created int64      `json:"created"`
+	OwnedBy string     `json:"owned_by"`
+	Extra   modelExtra `json:"modelserve"`
+}
+
+type modelExtra struct {
+	// AliasOf is the catalog name an alias reaches; empty for the name.
+	AliasOf string   `json:"alias_of,omitempty"`
+	Aliases []string `json:"aliases,omitempty"`
+	// Role is the catalog's role: empty for a model that serves clients,
+	// "guard" for a judge (callable all the same).
+	Role       string `json:"role,omitempty"`
+	Embeddings bool   `json:"embeddings,omitempty"`
+	Context    int    `json:"context_length"`
+	// Ready is whether a replica answers now; Replicas how many. A model
+	// loaded on demand (OnDemand) is not ready until asked for.
+	Ready    bool `json:"ready"`
+	Replicas int  `json:"replicas"`
+	OnDemand bool `json:"on_demand,omitempty"`
+}
+
+// ListModels answers GET /v1/models: the catalog's models and their
+// aliases, each alias an entry of its own since clients ask by it; a token
+// limited to models sees those alone.
+func (g *Gateway) ListModels(w http.ResponseWriter, r *http.Request) {
+	who, aerr := g.authenticate(r)
+	if aerr != nil {
+		aerr.write(w)
+		return
+	}
+	models, err := g.names.list(r.Context())
+	if err != nil {
+		g.log.Error("listing the catalog for /v1/models", "err", err)
+		internal().write(w)
+		return
+	}
+	data := []modelEntry{}
+	for _, m := range models {
+		data = append(data, g.entries(m, who)...)
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": data})
+}
+
+// ShowModel answers GET /v1/models/{model}.
+func (g *Gateway) ShowModel(w http.ResponseWriter, r *http.Request) {
+	who, aerr := g.authenticate(r)
+	if aerr != nil {
+		aerr.write(w)
+		return
+	}
+	asked := r.PathValue("model")
+	m, ok, err := g.names.lookup(r.Context(), asked)
+	if err != nil {
+		g.log.Error("reading the catalog for /v1/models", "err", err)
+		internal().write(w)
+		return
+	}
+	if !ok {
+		modelNotFound(asked).write(w)
+		return
+	}
+	if aerr := mayUse(who, asked, m.Name); aerr != nil {
+		aerr.write(w)
+		return
+	}
+	for _, e := range g.entries(m, auth.Token{}) {
+		if e.ID == asked {
+			writeJSON(w, http.StatusOK, e)
+			return
+		}
+	}
+}
+
+// entries are m's name and aliases as the token may see them.
+func (g *Gateway) entries(m catalog.Model, who auth.Token) []modelEntry {
+	ready := len(g.opts.Fleet.Serving(m.Name))
+	extra := modelExtra{
+		Aliases: m.Aliases, Role: m.Role, Embeddings: m.Capabilities.Embeddings, Context: m.ContextLength,
+		Ready: ready > 0, Replicas: ready, OnDemand: m.Scaling.Min == 0,
+	}
+	var out []modelEntry
+	for i, id := range append([]string{m.Name}, m.Aliases...) {
+		if !who.MayUse(m.Name, id) {
+			continue
+		}
+		e := modelEntry{ID: id, Object: "model", Created: m.AddedAt.Unix(), OwnedBy: "modelserve", Extra: extra}
+		if i > 0 {
+			e.Extra.AliasOf, e.Extra.Aliases = m.Name, nil
+		}
+		out = append(out, e)
+	}
+	return out
+}
+
+// NotFound answers a /v1/ route the gateway does not have, in OpenAI's
+// error shape.
+func (g *Gateway) NotFound(w http.ResponseWriter, r *http.Request) {
+	(&apiError{status: http.StatusNotFound, Type: "invalid_request_error", Code: "unknown_url",
+		Message: "no gateway route " + r.Method + " " + r.URL.Path + ": the gateway answers GET /v1/models and " +
+			"POST /v1/... with a JSON body naming a model"}).write(w)
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	json.NewEncoder(w).Encode(v)
+}

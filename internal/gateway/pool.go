@@ -1,0 +1,167 @@
+package gateway
+
+import (
+	"cmp"
+	"hash/fnv"
+	"math"
+	"slices"
+	"sync"
+	"time"
+
+	"modelserve/internal/fleet"
+)
+
+// pool is what the gateway knows of one model's replicas beyond what the
+// fleet says: the requests it has in flight on each (exact and immediate,
+// where the engine's own figures are up to a couple of seconds old), the
+// requests waiting for a slot, and the replicas that failed a request a
+// moment ago.
+type pool struct {
+	mu       sync.Mutex
+	inFlight map[string]int       // by replica id
+	failed   map[string]time.Time // until when a replica is avoided
+	waiting  int
+	// wake is closed, and replaced, whenever a slot frees: every waiter
+	// looks again.
+	wake chan struct{}
+	// coldSince is when the model was first asked for with no replica
+	// ready; zero when one is ready.
+	coldSince time.Time
+}
+
+func newPool() *pool {
+	return &pool{inFlight: map[string]int{}, failed: map[string]time.Time{}, wake: make(chan struct{})}
+}
+
+// slotsOf is how many requests a replica's engine serves at once (its
+// --parallel, read from /slots); 1 when not known yet.
+func slotsOf(r fleet.Replica) int {
+	if r.Load != nil && r.Load.Slots > 0 {
+		return r.Load.Slots
+	}
+	return 1
+}
+
+// loadOf is how busy a replica is: the gateway's own requests on it, or
+// what its engine last said it serves and holds back, whichever is more.
+// The engine's figure counts requests that did not come through the
+// gateway (a job's smoke test); the gateway's counts those sent since the
+// engine last said.
+func (p *pool) loadOf(r fleet.Replica) int {
+	n := p.inFlight[r.ID]
+	if r.Load != nil {
+		n = max(n, r.Load.Processing+r.Load.Deferred)
+	}
+	return n
+}
+
+// affinityLoad is how far above the average a replica may be loaded and
+// still take the requests whose prefix hashes to it: the bound of
+// consistent hashing with bounded loads (Mirrokni, Thorup and
+// Zadimoghaddam). 1.25 keeps a tenant on its replica through ordinary
+// unevenness, and moves it when its replica is clearly the busiest.
+const affinityLoad = 1.25
+
+// pick chooses a replica with a free slot for a request whose prompt prefix
+// hashes to key (0: no prefix worth keeping together), or says there is
+// none. Replicas that failed a moment ago are avoided while another can
+// serve.
+//
+// With a key, replicas are ranked by rendezvous hashing (the highest
+// hash of key and replica id first: adding or losing a replica moves only
+// the prefixes that were its), and the first whose load stays within the
+// bound takes it, so one conversation or one system prompt keeps landing
+// on the engine that has it cached. Without one, or when every ranked
+// replica is over the bound, the least loaded for its slots does.
+func (p *pool) pick(rs []fleet.Replica, key uint64, now time.Time) (fleet.Replica, bool) {
+	for id, until := range p.failed {
+		if now.After(until) {
+			delete(p.failed, id)
+		}
+	}
+	healthy := make([]fleet.Replica, 0, len(rs))
+	for _, r := range rs {
+		if _, bad := p.failed[r.ID]; !bad {
+			healthy = append(healthy, r)
+		}
+	}
+	if len(healthy) > 0 {
+		rs = healthy
+	}
+	free := make([]fleet.Replica, 0, len(rs))
+	total := 0
+	for _, r := range rs {
+		total += p.loadOf(r)
+		if p.inFlight[r.ID] < slotsOf(r) {
+			free = append(free, r)
+		}
+	}
+	if len(free) == 0 {
+		return fleet.Replica{}, false
+	}
+	if key != 0 && len(free) > 1 {
+		bound := int(math.Ceil(affinityLoad * float64(total+1) / float64(len(rs))))
+		ranked := slices.Clone(free)
+		slices.SortFunc(ranked, func(a, b fleet.Replica) int {
+			return cmp.Compare(rendezvous(key, b.ID), rendezvous(key, a.ID))
+		})
+		for _, r := range ranked {
+			if p.loadOf(r)+1 <= bound {
+				return r, true
+			}
+		}
+	}
+	return slices.MinFunc(free, func(a, b fleet.Replica) int {
+		// Load per slot (compared without division: a/sa < b/sb), then
+		// the most free slots, then the key's rank.
+		return cmp.Or(cmp.Compare(p.loadOf(a)*slotsOf(b), p.loadOf(b)*slotsOf(a)),
+			cmp.Compare(slotsOf(b)-p.loadOf(b), slotsOf(a)-p.loadOf(a)),
+			cmp.Compare(rendezvous(key, b.ID), rendezvous(key, a.ID)))
+	}), true
+}
+
+// take counts a request sent to replica id.
+func (p *pool) take(id string) { p.inFlight[id]++ }
+
+// give counts a request to replica id done, marking the replica when it
+// failed, and wakes the waiters: a slot is free.
+func (p *pool) give(id string, failedUntil time.Time) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.inFlight[id]--; p.inFlight[id] <= 0 {
+		delete(p.inFlight, id)
+	}
+	if !failedUntil.IsZero() {
+		p.failed[id] = failedUntil
+	}
+	close(p.wake)
+	p.wake = make(chan struct{})
+}
+
+// counts are the requests in flight and waiting.
+func (p *pool) counts() (inFlight, waiting int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, n := range p.inFlight {
+		inFlight += n
+	}
+	return inFlight, p.waiting
+}
+
+// rendezvous is the rank of replica id for key: a hash of both, mixed so
+// that close keys rank replicas independently.
+func rendezvous(key uint64, id string) uint64 {
+	h := fnv.New64a()
+	h.Write([]byte(id))
+	return mix(key ^ h.Sum64())
+}
+
+// mix is splitmix64's finaliser.
+func mix(x uint64) uint64 {
+	x ^= x >> 30
+	x *= 0xbf58476d1ce4e5b9
+	x ^= x >> 27
+	x *= 0x94d049bb133111eb
+	x ^= x >> 31
+	return x
+}

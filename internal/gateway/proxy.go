@@ -1,0 +1,286 @@
+package gateway
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"hash/fnv"
+	"io"
+	"modelserve/internal/auth"
+	"net/http"
+	"strconv"
+	"time"
+
+	"modelserve/catalog"
+	"modelserve/internal/fleet"
+)
+
+// attempts is how many replicas a request is offered to when the ones
+// before did not answer at all (refused the connection: an engine that
+// just died). An answer begun is never sent twice.
+const attempts = 3
+
+// Forward answers POST /v1/...: the request goes, as the client sent it
+// but for its model's name, to a replica of the model its body names, and
+// the engine's answer comes back as the engine writes it.
+func (g *Gateway) Forward(w http.ResponseWriter, r *http.Request) {
+	who, aerr := g.authenticate(r)
+	if aerr != nil {
+		g.refuse(w, "", aerr)
+		return
+	}
+	g.forward(w, r, who)
+}
+
+// forward is Forward for a caller already known to be who.
+func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, who auth.Token) {
+	start := time.Now()
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, g.opts.MaxBody))
+	if err != nil {
+		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
+			g.refuse(w, "", tooLarge(g.opts.MaxBody))
+		} else {
+			g.refuse(w, "", invalidRequest("unreadable_body", "the request body could not be read: "+err.Error()))
+		}
+		return
+	}
+	req, aerr := parseRequest(body)
+	if aerr != nil {
+		g.refuse(w, "", aerr)
+		return
+	}
+	m, ok, err := g.names.lookup(r.Context(), req.model)
+	if err != nil {
+		g.log.Error("reading the catalog for a gateway request", "err", err)
+		g.refuse(w, "", internal())
+		return
+	}
+	if !ok {
+		g.refuse(w, "", modelNotFound(req.model))
+		return
+	}
+	if aerr := mayUse(who, req.model, m.Name); aerr != nil {
+		g.refuse(w, m.Name, aerr)
+		return
+	}
+	if req.model != m.Name {
+		// Asked by an alias: the engine answers to the catalog name only
+		// (--alias), so that alone of the body changes.
+		if body, err = req.renamed(m.Name); err != nil {
+			g.refuse(w, m.Name, invalidRequest("invalid_json", "the request body is not a JSON object: "+err.Error()))
+			return
+		}
+	}
+
+	rs := g.opts.Fleet.Serving(m.Name)
+	release := g.opts.Fleet.Use(m.Name, wanted(g.pool(m.Name), rs))
+	defer release()
+	for attempt := 1; ; attempt++ {
+		rep, aerr := g.admit(r.Context(), m, req.affinity, rs)
+		if aerr != nil {
+			if r.Context().Err() != nil {
+				g.metrics.done(m.Name, "", statusClientGone, start, time.Time{}, counts{})
+				return
+			}
+			g.refuse(w, m.Name, aerr)
+			return
+		}
+		if g.send(w, r, m, rep, body, start) || attempt == attempts {
+			return
+		}
+		rs = g.opts.Fleet.Serving(m.Name)
+	}
+}
+
+// statusClientGone is the status counted for a request whose client went
+// away before the answer ended (nginx's 499): neither the engine's fault
+// nor the client's error.
+const statusClientGone = 499
+
+// send offers the request to replica rep and relays its answer. It says
+// false when the engine did not answer at all and the request may go to
+// another replica; then nothing has been written.
+func (g *Gateway) send(w http.ResponseWriter, r *http.Request, m catalog.Model, rep fleet.Replica, body []byte, start time.Time) bool {
+	p := g.pool(m.Name)
+	ctx := r.Context()
+	target := rep.Endpoint + r.URL.Path
+	if r.URL.RawQuery != "" {
+		target += "?" + r.URL.RawQuery
+	}
+	up, err := http.NewRequestWithContext(ctx, http.MethodPost, target, bytes.NewReader(body))
+	if err != nil {
+		p.give(rep.ID, time.Time{})
+		g.log.Error("building the request to a replica", "replica", rep.ID, "err", err)
+		g.refuse(w, m.Name, internal())
+		return true
+	}
+	// Only what the engine needs of the client's headers: its key is
+	// modelserve's, never the client's token, nor the client's cookies.
+	up.Header.Set("Content-Type", "application/json")
+	if a := r.Header.Get("Accept"); a != "" {
+		up.Header.Set("Accept", a)
+	}
+	up.Header.Set("Authorization", "Bearer "+g.opts.Fleet.EngineKey(rep.ID))
+	// llama-server closes a kept connection after a few requests, and
+	// Go's transport sends a POST again on a fresh connection only when
+	// told it may: an idempotency key with no value says so, and is not
+	// sent. It resends only what the engine never read, so nothing is
+	// generated twice; without it one request in a few failed on a
+	// connection the engine had just closed.
+	up.Header["X-Idempotency-Key"] = nil
+
+	resp, err := g.upstream.Do(up)
+	if err != nil {
+		if ctx.Err() != nil {
+			p.give(rep.ID, time.Time{})
+			g.metrics.done(m.Name, rep.ID, statusClientGone, start, time.Time{}, counts{})
+			return true
+		}
+		p.give(rep.ID, time.Now().Add(g.opts.FailCooldown))
+		g.log.Warn("a replica did not answer; it is avoided for a while", "model", m.Name, "replica", rep.ID, "err", err)
+		g.metrics.done(m.Name, rep.ID, http.StatusBadGateway, start, time.Time{}, counts{})
+		if len(g.opts.Fleet.Serving(m.Name)) > 1 {
+			return false
+		}
+		g.refuse(w, m.Name, badGateway("the replica "+rep.ID+" of "+m.Name+" did not answer: the fleet page says why; retry in a moment"))
+		return true
+	}
+	defer resp.Body.Close()
+
+	first, tally, err := relay(w, resp)
+	var failedUntil time.Time
+	status := resp.StatusCode
+	switch {
+	case ctx.Err() != nil:
+		status = statusClientGone
+	case err != nil:
+		// The engine broke off its answer: the client has a truncated
+		// one, and the next requests go elsewhere for a while.
+		failedUntil = time.Now().Add(g.opts.FailCooldown)
+		g.log.Warn("a replica broke off its answer; it is avoided for a while", "model", m.Name, "replica", rep.ID, "err", err)
+	case resp.StatusCode >= 500:
+		failedUntil = time.Now().Add(g.opts.FailCooldown)
+		g.log.Warn("a replica failed a request; it is avoided for a while", "model", m.Name, "replica", rep.ID, "status", resp.StatusCode)
+	}
+	p.give(rep.ID, failedUntil)
+	g.metrics.done(m.Name, rep.ID, status, start, first, tally.counts())
+	return true
+}
+
+// refuse answers with aerr and counts it.
+func (g *Gateway) refuse(w http.ResponseWriter, model string, aerr *apiError) {
+	aerr.write(w)
+	g.metrics.done(model, "", aerr.status, time.Time{}, time.Time{}, counts{})
+}
+
+// hopHeaders are the headers of one connection, not of the answer (RFC
+// 9110 section 7.6.1): they are not relayed.
+var hopHeaders = map[string]bool{
+	"Connection": true, "Keep-Alive": true, "Proxy-Connection": true, "Proxy-Authenticate": true,
+	"Proxy-Authorization": true, "Te": true, "Trailer": true, "Transfer-Encoding": true, "Upgrade": true,
+}
+
+// relay writes the engine's answer to the client as it arrives: an event
+// stream is flushed after every read, so each event reaches the client as
+// the engine wrote it. It returns when the first bytes of the body were
+// written (time to first token, for a stream) and the answer's token
+// counts, and an error when the engine broke off or the client went away.
+func relay(w http.ResponseWriter, resp *http.Response) (first time.Time, t tally, err error) {
+	for k, vs := range resp.Header {
+		if !hopHeaders[k] {
+			w.Header()[k] = vs
+		}
+	}
+	w.WriteHeader(resp.StatusCode)
+	t.stream = isEventStream(resp.Header.Get("Content-Type"))
+	rc := http.NewResponseController(w)
+	buf := make([]byte, 32<<10)
+	for {
+		n, rerr := resp.Body.Read(buf)
+		if n > 0 {
+			if first.IsZero() {
+				first = time.Now()
+			}
+			if _, werr := w.Write(buf[:n]); werr != nil {
+				return first, t, werr
+			}
+			if t.stream {
+				if ferr := rc.Flush(); ferr != nil {
+					return first, t, ferr
+				}
+			}
+			t.feed(buf[:n])
+		}
+		if rerr == io.EOF {
+			// The whole answer to the client now, before the gateway
+			// counts its tokens: a small plain answer would otherwise
+			// wait in the writer's buffer for the handler to return.
+			_ = rc.Flush()
+			return first, t, nil
+		}
+		if rerr != nil {
+			return first, t, rerr
+		}
+	}
+}
+
+func isEventStream(contentType string) bool {
+	return len(contentType) >= 17 && contentType[:17] == "text/event-stream"
+}
+
+// request is what the gateway reads of a request body.
+type request struct {
+	fields map[string]json.RawMessage
+	model  string
+	// affinity is the hash of the prompt's beginning; 0 for none.
+	affinity uint64
+}
+
+// affinityBytes is how much of a prompt's beginning chooses its replica:
+// enough to tell apart system prompts and conversations, and the same for
+// every turn of one conversation.
+const affinityBytes = 4096
+
+// parseRequest reads the body's model, and the beginning of its prompt
+// for prefix affinity: the system prompt or instructions when there are
+// any, else the first message, else the prompt. Those stay the same from
+// one turn of a conversation to the next, where the whole would not.
+func parseRequest(body []byte) (request, *apiError) {
+	var req request
+	if err := json.Unmarshal(body, &req.fields); err != nil || req.fields == nil {
+		return req, invalidRequest("invalid_json", "the request body is not a JSON object: send the request as JSON, with a model")
+	}
+	raw, ok := req.fields["model"]
+	if !ok {
+		return req, invalidRequest("missing_model", `the request names no model: set "model" to one GET /v1/models lists`)
+	}
+	if err := json.Unmarshal(raw, &req.model); err != nil || req.model == "" {
+		return req, invalidRequest("invalid_model", `"model" is not a model's name: set it to one GET /v1/models lists`)
+	}
+	var prefix []byte
+	for _, k := range []string{"system", "instructions"} {
+		prefix = append(prefix, req.fields[k]...)
+	}
+	if msgs := req.fields["messages"]; len(prefix) == 0 && len(msgs) > 0 {
+		var list []json.RawMessage
+		if json.Unmarshal(msgs, &list) == nil && len(list) > 0 {
+			prefix = list[0]
+		}
+	}
+	if len(prefix) == 0 {
+		prefix = req.fields["prompt"]
+	}
+	if len(prefix) > 0 {
+		h := fnv.New64a()
+		h.Write(prefix[:min(len(prefix), affinityBytes)])
+		req.affinity = max(h.Sum64(), 1)
+	}
+	return req, nil
+}
+
+// renamed is the body with its model set to name, every other field as it
+// came.
+func (req request) renamed(name string) ([]byte, error) {
+	req.fields["model"] = json.RawMessage(strconv.Quote(name))
+	return json.Marshal(req.fields)
+}

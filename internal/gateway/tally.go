@@ -1,0 +1,102 @@
+package gateway
+
+import (
+	"bytes"
+	"encoding/json"
+)
+
+// tally reads an answer's token counts as it is relayed, without holding
+// the answer: llama.cpp puts them in the body of a plain answer (usage,
+// timings) and in the last events of a stream.
+type tally struct {
+	stream bool
+	// A stream's line being read, and the last data line that carried
+	// counts.
+	line []byte
+	last []byte
+	// skip is a line too long to be one of the counts' events.
+	skip bool
+	// A plain answer's body, up to maxTallied.
+	body []byte
+	over bool
+}
+
+// maxTallied bounds what is kept of an answer to read its counts: a chat
+// answer is kilobytes; an answer larger than this (many embeddings) goes
+// uncounted rather than held twice in memory.
+const (
+	maxTallied  = 4 << 20
+	maxLineKept = 1 << 20
+)
+
+func (t *tally) feed(b []byte) {
+	if !t.stream {
+		if t.over || len(t.body)+len(b) > maxTallied {
+			t.over, t.body = true, nil
+			return
+		}
+		t.body = append(t.body, b...)
+		return
+	}
+	for len(b) > 0 {
+		i := bytes.IndexByte(b, '\n')
+		if i < 0 {
+			if !t.skip && len(t.line)+len(b) <= maxLineKept {
+				t.line = append(t.line, b...)
+			} else {
+				t.skip, t.line = true, t.line[:0]
+			}
+			return
+		}
+		if !t.skip && len(t.line)+i <= maxLineKept {
+			t.line = append(t.line, b[:i]...)
+			t.endLine()
+		}
+		t.line, t.skip = t.line[:0], false
+		b = b[i+1:]
+	}
+}
+
+func (t *tally) endLine() {
+	data, ok := bytes.CutPrefix(bytes.TrimRight(t.line, "\r"), []byte("data:"))
+	if !ok || !(bytes.Contains(data, []byte(`"usage"`)) || bytes.Contains(data, []byte(`"timings"`))) {
+		return
+	}
+	t.last = append(t.last[:0], data...)
+}
+
+// counts are the answer's tokens, as far as the engine said.
+type counts struct {
+	prompt, cached, completion int
+}
+
+func (t *tally) counts() counts {
+	src := t.last
+	if !t.stream {
+		src = t.body
+	}
+	var v struct {
+		Usage *struct {
+			PromptTokens     int `json:"prompt_tokens"`
+			CompletionTokens int `json:"completion_tokens"`
+		} `json:"usage"`
+		Timings *struct {
+			PromptN    int `json:"prompt_n"`
+			CacheN     int `json:"cache_n"`
+			PredictedN int `json:"predicted_n"`
+		} `json:"timings"`
+	}
+	if len(src) == 0 || json.Unmarshal(src, &v) != nil {
+		return counts{}
+	}
+	var c counts
+	if v.Timings != nil {
+		// prompt_n is what the engine evaluated; cache_n what it took
+		// from its prompt cache instead.
+		c = counts{prompt: v.Timings.PromptN + v.Timings.CacheN, cached: v.Timings.CacheN, completion: v.Timings.PredictedN}
+	}
+	if v.Usage != nil {
+		c.prompt, c.completion = v.Usage.PromptTokens, v.Usage.CompletionTokens
+	}
+	return c
+}
