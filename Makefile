@@ -12,7 +12,7 @@ DATA    ?= ./data
 INSTALL_ENGINE := internal/engine/install-llama-server.sh
 TEMPL   := github.com/a-h/templ/cmd/templ@v0.3.1100
 
-.PHONY: build run test vet unit e2e deps bench generate templ-check clean
+.PHONY: build run test vet unit fuzz e2e deps bench generate templ-check clean
 
 build:
 	$(GO) build -o $(BIN) ./cmd/modelserve
@@ -25,7 +25,7 @@ run: build
 	mkdir -p $(DATA)
 	./$(BIN) serve --addr $(ADDR) --data $(DATA)
 
-test: deps templ-check vet unit e2e
+test: deps templ-check vet unit fuzz e2e
 
 vet:
 	$(GO) vet ./...
@@ -34,6 +34,16 @@ vet:
 # a bare go test skips it and says why.
 unit: deps
 	MODELSERVE_REQUIRE_ENGINE=1 $(GO) test -race -count=1 ./...
+
+# fuzz runs each fuzz target of what parses untrusted input for a few
+# seconds, beyond the seeds go test runs as cases. A corpus entry that
+# found a bug is kept under the package's testdata/fuzz and runs in unit.
+FUZZ := ./internal/gguf:FuzzReadRanges ./internal/plan:FuzzSize
+FUZZTIME ?= 5s
+fuzz:
+	@for t in $(FUZZ); do \
+		$(GO) test -run '^$$' -fuzz "^$${t##*:}$$" -fuzztime $(FUZZTIME) $${t%%:*} || exit 1; \
+	done
 
 # e2e drives the console in Debian's Chromium against the real binary.
 # prepare.sh installs Chromium when it is missing and the playwright driver

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/r3labs/sse/v2"
 
@@ -24,13 +25,17 @@ import (
 type events struct {
 	sse  *sse.Server
 	next atomic.Uint64
+	// heartbeat is how often a quiet stream gets a comment line: proxies
+	// and load balancers close a connection idle for a minute or so, and
+	// a job that downloads for an hour may say nothing new for minutes.
+	heartbeat time.Duration
 
 	mu    sync.Mutex
 	ready map[string]chan struct{} // stream → closed once its subscriber is registered
 }
 
 func newEvents() *events {
-	e := &events{ready: map[string]chan struct{}{}}
+	e := &events{ready: map[string]chan struct{}{}, heartbeat: 15 * time.Second}
 	e.sse = sse.NewWithCallback(e.subscribed, nil)
 	e.sse.AutoReplay = false
 	e.sse.AutoStream = false
@@ -84,8 +89,14 @@ func (e *events) serve(w http.ResponseWriter, r *http.Request, ch <-chan jobs.Ev
 		case <-ctx.Done():
 			return
 		}
+		beat := time.NewTicker(e.heartbeat)
+		defer beat.Stop()
 		for {
 			select {
+			case <-beat.C:
+				if !e.sse.TryPublish(id, &sse.Event{Comment: heartbeatComment}) {
+					return
+				}
 			case ev, ok := <-ch:
 				if !ok {
 					return
@@ -123,13 +134,18 @@ func (e *events) serve(w http.ResponseWriter, r *http.Request, ch <-chan jobs.Ev
 // in it cut the rest of the event off.
 var lineEnds = strings.NewReplacer("\r\n", "\n", "\r", "\n")
 
+// heartbeatComment is what a quiet stream says to stay open.
+var heartbeatComment = []byte("still here")
+
 // reconnectAfter is the retry field sent with each event, in milliseconds:
 // a browser whose connection dropped asks again after half a second rather
 // than its default three.
 var reconnectAfter = []byte("500")
 
 // apiJobEvents streams a job as JSON: the job as it stands first, then each
-// change, each event's id the job's change number.
+// change, each event's id the job's change number. The event of a job that
+// has ended is named "end", and the stream closes once it is out, as the
+// console's does: a script's loop ends with the job.
 func (s *Server) apiJobEvents(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	if _, err := s.deps.Jobs.Get(r.Context(), id); err != nil {
@@ -138,10 +154,14 @@ func (s *Server) apiJobEvents(w http.ResponseWriter, r *http.Request) {
 	}
 	ch, cancel := s.deps.Jobs.Subscribe(id)
 	defer cancel()
-	s.events.serve(w, r, ch, func(ev jobs.Event) ([]byte, string, error) {
+	ew := newEndWatcher(w)
+	s.events.serve(ew, r, untilEnded(r.Context(), ch, ew.sent()), func(ev jobs.Event) ([]byte, string, error) {
 		b, err := json.Marshal(ev.Job)
 		if err != nil {
 			return nil, "", fmt.Errorf("encode job %s: %w", ev.Job.ID, err)
+		}
+		if ev.Job.Ended() {
+			return b, "end", nil
 		}
 		return b, "job", nil
 	})

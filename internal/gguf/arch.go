@@ -4,6 +4,7 @@ import (
 	_ "embed"
 	"fmt"
 	"maps"
+	"modelserve/internal/operr"
 	"slices"
 	"strconv"
 	"strings"
@@ -105,13 +106,13 @@ func (k Known) Supported(arch string, build int) error {
 	first, known := k[arch]
 	switch {
 	case arch == "":
-		return fmt.Errorf("%s on the nodes cannot run this: its header names no architecture (general.architecture is missing)", engine)
+		return operr.New(operr.Refused, "%s on the nodes cannot run this: its header names no architecture (general.architecture is missing)", engine)
 	case arch == "clip":
-		return fmt.Errorf("%s on the nodes cannot run this: it is a vision projector (architecture clip), loaded beside a model's weights, not a model", engine)
+		return operr.New(operr.Refused, "%s on the nodes cannot run this: it is a vision projector (architecture clip), loaded beside a model's weights, not a model", engine)
 	case !known:
-		return fmt.Errorf("%s on the nodes cannot run this: its architecture %s is not one it knows", engine, arch)
+		return operr.New(operr.Refused, "%s on the nodes cannot run this: its architecture %s is not one it knows", engine, arch)
 	case build > 0 && first > build:
-		return fmt.Errorf("%s needs llama.cpp b%d or newer; the nodes run b%d: update llama-server on the nodes, or pick a model of another architecture", arch, first, build)
+		return operr.New(operr.Refused, "%s needs llama.cpp b%d or newer; the nodes run b%d: update llama-server on the nodes, or pick a model of another architecture", arch, first, build)
 	}
 	return nil
 }
