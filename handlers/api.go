@@ -3,10 +3,9 @@ package handlers
 import (
 	"encoding/json"
 	"errors"
+	"modelserve/internal/operr"
 	"net/http"
-	"strings"
 
-	"modelserve/catalog"
 	"modelserve/internal/auth"
 )
 
@@ -21,43 +20,52 @@ type errorBody struct {
 // internal detail leaks into a response.
 func (s *Server) apiError(w http.ResponseWriter, r *http.Request, err error) {
 	if status, ok := operatorStatus(err); ok {
-		writeJSON(w, status, errorBody{Error: err.Error()})
+		msg, _ := operr.Sentence(err)
+		writeJSON(w, status, errorBody{Error: msg})
 		return
 	}
 	s.deps.Log.Error("api request failed", "method", r.Method, "path", r.URL.Path, "err", err)
 	writeJSON(w, http.StatusInternalServerError, errorBody{Error: "modelserve could not do that; the server's log says why"})
 }
 
-// operatorStatus is the status of an error whose sentence is meant for the
-// operator, and false for any other.
+// operatorStatus is the status an operator's error (operr) is answered
+// with, and false for any other error, which is logged and answered with a
+// generic sentence. It is the one place kinds become status codes, for the
+// API and the console alike.
 func operatorStatus(err error) (int, bool) {
-	var he interface{ HTTPStatus() int }
-	switch {
-	case errors.As(err, &he):
-		return he.HTTPStatus(), true
-	case errors.Is(err, catalog.ErrNotFound):
-		return http.StatusNotFound, true
-	case errors.Is(err, catalog.ErrInvalid):
-		return http.StatusBadRequest, true
-	case errors.Is(err, catalog.ErrExists):
-		return http.StatusConflict, true
+	e, ok := operr.As(err)
+	if !ok {
+		return 0, false
 	}
-	return 0, false
+	if status, ok := statusOf[e.Kind]; ok {
+		return status, true
+	}
+	return http.StatusBadRequest, true
+}
+
+var statusOf = map[operr.Kind]int{
+	operr.Invalid:     http.StatusBadRequest,
+	operr.NotFound:    http.StatusNotFound,
+	operr.Conflict:    http.StatusConflict,
+	operr.Forbidden:   http.StatusForbidden,
+	operr.Refused:     http.StatusUnprocessableEntity,
+	operr.Unavailable: http.StatusServiceUnavailable,
+	operr.Upstream:    http.StatusBadGateway,
 }
 
 // requireToken lets a request through with a valid bearer token, and
 // answers anything else 401 with a sentence saying how to get one.
 func (s *Server) requireToken(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		h := r.Header.Get("Authorization")
-		tok, ok := strings.CutPrefix(h, "Bearer ")
-		if !ok || tok == "" {
+		tok, ok := auth.BearerToken(r.Header.Get("Authorization"))
+		if !ok {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="modelserve"`)
 			writeJSON(w, http.StatusUnauthorized, errorBody{Error: "the API needs a token: send Authorization: Bearer <token>, " +
 				"made with modelserve token create NAME"})
 			return
 		}
-		if _, err := s.tokens.Check(r.Context(), strings.TrimSpace(tok)); err != nil {
+		who, err := s.tokens.Check(r.Context(), tok)
+		if err != nil {
 			if !errors.Is(err, auth.ErrBadToken) {
 				s.apiError(w, r, err)
 				return
@@ -66,23 +74,27 @@ func (s *Server) requireToken(next http.Handler) http.Handler {
 			writeJSON(w, http.StatusUnauthorized, errorBody{Error: err.Error() + ": make a new one with modelserve token create NAME"})
 			return
 		}
+		if !who.API() {
+			writeJSON(w, http.StatusForbidden, errorBody{Error: "the token " + who.Name + " is for the gateway (/v1/) only: " +
+				"use a token made without --scope gateway or --models for the API"})
+			return
+		}
 		next.ServeHTTP(w, r)
 	})
 }
 
-// decodeJSON reads a request body of at most 1 MiB into v, refusing unknown
-// fields: a misspelt field silently ignored would serve the wrong thing.
+// decodeJSON reads a request body of at most 1 MiB, one JSON value, into
+// v, refusing unknown fields: a misspelt field silently ignored would serve
+// the wrong thing (json_body.go).
 func decodeJSON(w http.ResponseWriter, r *http.Request, v any) error {
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<20))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
-		return badRequest("the request body is not the JSON expected: " + err.Error())
+		return badRequest("the request body is not the JSON expected: " + bodyProblem(err))
 	}
-	return nil
+	return oneValue(dec)
 }
 
-// badRequest is an error whose sentence is the answer, with status 400.
-type badRequest string
-
-func (e badRequest) Error() string   { return string(e) }
-func (e badRequest) HTTPStatus() int { return http.StatusBadRequest }
+// badRequest is the operator's error for a request that says something
+// that cannot be taken as it is: 400, with the sentence.
+func badRequest(msg string) error { return operr.New(operr.Invalid, "%s", msg) }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"net/http"
+	"time"
 
 	"modelserve/internal/auth"
 	"modelserve/views"
@@ -29,16 +30,17 @@ func (s *Server) renderLogin(w http.ResponseWriter, r *http.Request, v visit, st
 	}))
 }
 
-// loginSubmit checks the name and password, refusing while the name or the
-// address has failed too often, and goes on to where the user was going.
+// loginSubmit checks the name and password, refusing while the name from
+// this address, or the address, has failed too often (session_throttle.go),
+// and goes on to where the user was going.
 func (s *Server) loginSubmit(w http.ResponseWriter, r *http.Request, v visit) {
 	name, password := r.PostFormValue("name"), r.PostFormValue("password")
 	next := localPath(r.PostFormValue("next"))
-	keys := signInKeys(name, r.RemoteAddr)
+	keys := signInKeys(name, clientAddr(r))
 	if wait := s.throttle.wait(keys); wait > 0 {
 		s.deps.Log.Warn("sign-in refused: too many failures", "user", name, "remote", r.RemoteAddr)
 		w.Header().Set("Retry-After", fmt.Sprint(int(math.Ceil(wait.Seconds()))))
-		s.renderLogin(w, r, v, http.StatusTooManyRequests, name, next, tooMany(wait.Minutes()))
+		s.renderLogin(w, r, v, http.StatusTooManyRequests, name, next, tooMany(wait))
 		return
 	}
 	user, err := s.users.Authenticate(r.Context(), name, password)
@@ -52,6 +54,8 @@ func (s *Server) loginSubmit(w http.ResponseWriter, r *http.Request, v visit) {
 		s.pageError(w, r, v, err)
 		return
 	}
+	// Only the name's count from here: an address that guessed other
+	// names keeps its count, however many accounts of its own it has.
 	s.throttle.reset(keys[:1])
 	if err := s.signIn(w, r, user); err != nil {
 		s.pageError(w, r, v, err)
@@ -61,14 +65,14 @@ func (s *Server) loginSubmit(w http.ResponseWriter, r *http.Request, v visit) {
 	http.Redirect(w, r, next, http.StatusSeeOther)
 }
 
-// tooMany says how long to wait, in whole minutes rounded up.
-func tooMany(minutes float64) string {
-	n := int(math.Ceil(minutes))
-	unit := "minutes"
-	if n == 1 {
-		unit = "minute"
+// tooMany says how long to wait: seconds under a minute, else whole
+// minutes, rounded up.
+func tooMany(wait time.Duration) string {
+	n, one, many := int(math.Ceil(wait.Seconds())), "second", "seconds"
+	if n > 60 {
+		n, one, many = int(math.Ceil(wait.Minutes())), "minute", "minutes"
 	}
-	return fmt.Sprintf("too many attempts; wait %d %s and try again", n, unit)
+	return fmt.Sprintf("too many attempts; wait %s and try again", itoaPlural(n, one, many))
 }
 
 // logout ends the session and shows the sign-in page.

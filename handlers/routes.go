@@ -13,6 +13,7 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"net/netip"
 	"time"
 
 	"github.com/gorilla/sessions"
@@ -21,6 +22,7 @@ import (
 	"modelserve/internal/auth"
 	"modelserve/internal/fleet"
 	"modelserve/internal/mirror"
+	"modelserve/internal/operr"
 	"modelserve/jobs"
 )
 
@@ -59,6 +61,16 @@ type Fleet interface {
 	Starts(ctx context.Context, limit int) ([]fleet.Start, error)
 }
 
+// Gateway answers OpenAI-compatible requests under /v1/ by model name
+// (gateway.Gateway), checking API tokens itself: its errors are in
+// OpenAI's shape, which the OpenAI clients read.
+type Gateway interface {
+	ListModels(w http.ResponseWriter, r *http.Request)
+	ShowModel(w http.ResponseWriter, r *http.Request)
+	Forward(w http.ResponseWriter, r *http.Request)
+	NotFound(w http.ResponseWriter, r *http.Request)
+}
+
 // Deps are what the handlers need. New refuses a missing one by name.
 type Deps struct {
 	DB      *sql.DB
@@ -74,16 +86,26 @@ type Deps struct {
 	// Planner says where a repository's files fit (plan.Planner); nil
 	// shows the files without the plan's figures.
 	Planner Planner
-	// Pool is the hardware planned for (plan.Pool), shown on the fleet
+	// Pool is the hardware planned for (the fleet's nodes), shown on the fleet
 	// page and at GET /api/v1/nodes; nil shows no nodes.
 	Pool Pool
 	// Fleet runs the catalog's replicas, shown on the fleet and catalog
 	// pages and at GET /api/v1/replicas and /nodes; nil shows where they
 	// would be.
 	Fleet Fleet
+	// Gateway serves /v1/ (the OpenAI-compatible API of the served
+	// models); nil serves nothing there.
+	Gateway Gateway
 	// Secure marks the session cookie Secure on plain HTTP too: for a
 	// console behind a proxy that ends TLS. Over TLS it is always Secure.
 	Secure bool
+	// SessionKeys sign and encrypt the session cookie (auth.LoadKeyFile
+	// or auth.KeysFromSecret); none makes keys for this process alone, so
+	// a restart signs everyone out.
+	SessionKeys auth.SessionKeys
+	// TrustedProxies are the addresses whose X-Forwarded-For and
+	// X-Forwarded-Proto are believed (proxy.go); none believes nobody's.
+	TrustedProxies []netip.Prefix
 }
 
 // Server holds the handlers' dependencies.
@@ -95,6 +117,7 @@ type Server struct {
 	// the repositories read a moment ago.
 	users    *auth.Users
 	sessions *sessions.CookieStore
+	live     *auth.Sessions
 	throttle *throttle
 	lookups  lookups
 }
@@ -112,14 +135,9 @@ func New(d Deps) (http.Handler, error) {
 	if d.Log == nil {
 		d.Log = slog.Default()
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	hashKey, blockKey, err := auth.SessionKeys(ctx, d.DB)
-	if err != nil {
-		return nil, err
-	}
 	s := &Server{deps: d, tokens: auth.NewTokens(d.DB), events: newEvents(),
-		users: auth.NewUsers(d.DB), sessions: newSessionStore(hashKey, blockKey), throttle: newThrottle()}
+		users: auth.NewUsers(d.DB), sessions: newSessionStore(newKeysIfNone(d.SessionKeys)), live: auth.NewSessions(d.DB),
+		throttle: newThrottle()}
 	return s.routes(), nil
 }
 
@@ -152,6 +170,21 @@ func (s *Server) routes() http.Handler {
 	api.HandleFunc("/api/v1/", s.apiNotFound)
 	mux.Handle("/api/v1/", s.requireToken(api))
 
+	// The gateway, for OpenAI clients: the served models by name, behind
+	// the same API tokens (internal/gateway). Any other POST /v1/ whose
+	// body names a model (rerank, responses, messages, ...) goes to that
+	// model's replica the same way.
+	if g := s.deps.Gateway; g != nil {
+		mux.HandleFunc("GET /v1/models", g.ListModels)
+		mux.HandleFunc("GET /v1/models/{model}", g.ShowModel)
+		mux.HandleFunc("POST /v1/chat/completions", g.Forward)
+		mux.HandleFunc("POST /v1/completions", g.Forward)
+		mux.HandleFunc("POST /v1/embeddings", g.Forward)
+		mux.HandleFunc("POST /v1/rerank", g.Forward)
+		mux.HandleFunc("POST /v1/", g.Forward)
+		mux.HandleFunc("/v1/", g.NotFound)
+	}
+
 	// The mirror's files, for nodes fetching weights (Range, conditional).
 	// Behind a token like the API: the files may be a gated repository's,
 	// which the registry gives only to accounts with access.
@@ -159,11 +192,11 @@ func (s *Server) routes() http.Handler {
 
 	// The console, for people: pages behind a session (console_routes.go).
 	s.consoleRoutes(mux)
-	return mux
+	return s.fromProxy(mux)
 }
 
 func (s *Server) apiNotFound(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusNotFound, errorBody{Error: "no API route " + r.Method + " " + r.URL.Path + "; the README lists them"})
+	writeJSON(w, http.StatusNotFound, errorBody{Error: "no API route " + operr.Quote(r.Method+" "+r.URL.Path) + "; the README lists them"})
 }
 
 func (s *Server) apiMirrorList(w http.ResponseWriter, r *http.Request) {

@@ -1,20 +1,31 @@
 package handlers
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/base64"
+	"errors"
 	"net/http"
 	"net/url"
 	"strings"
 	"time"
 
 	"github.com/gorilla/sessions"
+
+	"modelserve/internal/auth"
 )
 
-// The console's session is one cookie, signed and encrypted with keys kept
-// in the database (auth.SessionKeys): who is signed in and the session's
-// CSRF token. Nothing about a session is kept on the server, so a restart
-// signs nobody out.
+// A console session is a row on the server (auth.Sessions) and a cookie
+// that names it: the cookie carries the session's random secret and its
+// CSRF token, signed and encrypted with the keys of Deps.SessionKeys (a
+// key file beside the database, or a secret given at start; never the
+// database). Signing out deletes the row, so a copy of the cookie taken
+// before is dead too; a password change or the user's removal deletes all
+// of theirs. A restart signs nobody out.
+//
+// A visitor who has not signed in has a cookie too, holding only the CSRF
+// token the sign-in form needs; no row is made for them, so a crawler
+// fills no table.
 const (
 	sessionCookie = "modelserve_session"
 	// sessionMaxAge is how long a sign-in lasts, from signing in: a week
@@ -22,11 +33,10 @@ const (
 	sessionMaxAge = 7 * 24 * time.Hour
 )
 
-// The session's values.
+// The cookie's values.
 const (
-	keyUser = "user"
-	keyCSRF = "csrf"
-	keyAt   = "at" // when the user signed in, Unix seconds
+	keyCSRF   = "csrf"
+	keySecret = "session" // the session's secret (auth.Sessions.Start)
 )
 
 // visit is who is at the console, as their session says.
@@ -41,14 +51,14 @@ type visit struct {
 // page is a console handler: a request, and who made it.
 type page func(w http.ResponseWriter, r *http.Request, v visit)
 
-func newSessionStore(hashKey, blockKey []byte) *sessions.CookieStore {
-	st := sessions.NewCookieStore(hashKey, blockKey)
+func newSessionStore(k auth.SessionKeys) *sessions.CookieStore {
+	st := sessions.NewCookieStore(k.Hash, k.Block)
 	st.MaxAge(int(sessionMaxAge / time.Second))
 	return st
 }
 
-// session reads the visitor's session. A cookie that does not decode (keys
-// changed, tampered with, expired) is a new session: the visitor signs in
+// session reads the visitor's cookie. A cookie that does not decode (keys
+// changed, tampered with, expired) is a new one: the visitor signs in
 // again.
 func (s *Server) session(r *http.Request) *sessions.Session {
 	sess, err := s.sessions.New(r, sessionCookie)
@@ -60,27 +70,43 @@ func (s *Server) session(r *http.Request) *sessions.Session {
 
 // saveSession writes the session's cookie: HttpOnly, so no script reads it;
 // SameSite=Lax, so another site's forms do not carry it; Secure when the
-// console is reached over TLS (or Deps.Secure says a proxy ends TLS).
+// console is reached over TLS, directly or through a trusted proxy that
+// says so, or when Deps.Secure says the console's address is https.
 func (s *Server) saveSession(w http.ResponseWriter, r *http.Request, sess *sessions.Session, maxAge int) error {
 	sess.Options = &sessions.Options{
 		Path:     "/",
 		MaxAge:   maxAge,
 		HttpOnly: true,
 		SameSite: http.SameSiteLaxMode,
-		Secure:   r.TLS != nil || s.deps.Secure,
+		Secure:   r.TLS != nil || s.deps.Secure || viaHTTPS(r),
 	}
 	return sess.Save(r, w)
 }
 
-// visitOf reads who is visiting, giving the session a CSRF token (and the
-// visitor its cookie) on the first visit.
+// visitOf reads who is visiting, giving the visitor a CSRF token (and its
+// cookie) on the first visit. A cookie whose session has ended (signed
+// out, revoked, expired, its user removed) is nobody's: the secret is
+// dropped from it and the visitor signs in again.
 func (s *Server) visitOf(w http.ResponseWriter, r *http.Request) (visit, error) {
 	sess := s.session(r)
 	v := visit{}
-	v.user, _ = sess.Values[keyUser].(string)
 	v.csrf, _ = sess.Values[keyCSRF].(string)
-	if at, _ := sess.Values[keyAt].(int64); v.user != "" && time.Since(time.Unix(at, 0)) > sessionMaxAge {
-		v.user = ""
+	secret, _ := sess.Values[keySecret].(string)
+	if secret != "" {
+		row, err := s.live.Find(r.Context(), secret)
+		switch {
+		case err == nil:
+			v.user = row.User
+		case errors.Is(err, auth.ErrNoSession):
+			delete(sess.Values, keySecret)
+			if v.csrf != "" {
+				if err := s.saveSession(w, r, sess, int(sessionMaxAge/time.Second)); err != nil {
+					return visit{}, err
+				}
+			}
+		default:
+			return visit{}, err
+		}
 	}
 	if v.csrf == "" {
 		v.csrf = newToken()
@@ -94,19 +120,62 @@ func (s *Server) visitOf(w http.ResponseWriter, r *http.Request) (visit, error) 
 }
 
 // signIn starts a session for user with a fresh CSRF token: whatever token
-// the visitor had before is no longer good.
+// the visitor had before is no longer good, and a session the cookie named
+// before (signing in again, or as someone else) is ended.
 func (s *Server) signIn(w http.ResponseWriter, r *http.Request, user string) error {
 	sess := s.session(r)
-	sess.Values = map[any]any{keyUser: user, keyCSRF: newToken(), keyAt: time.Now().Unix()}
+	if old, _ := sess.Values[keySecret].(string); old != "" {
+		if err := s.live.End(r.Context(), old); err != nil {
+			return err
+		}
+	}
+	client := auth.Client{UserAgent: r.UserAgent()}
+	if a := clientAddr(r); a.IsValid() {
+		client.Address = a.String()
+	}
+	secret, _, err := s.live.Start(r.Context(), user, sessionMaxAge, client)
+	if err != nil {
+		return err
+	}
+	sess.Values = map[any]any{keyCSRF: newToken(), keySecret: secret}
 	return s.saveSession(w, r, sess, int(sessionMaxAge/time.Second))
 }
 
-// signOut deletes the session's cookie.
+// signOut ends the session on the server, which is what makes a copy of
+// the cookie useless, then deletes the cookie.
 func (s *Server) signOut(w http.ResponseWriter, r *http.Request) error {
 	sess := s.session(r)
+	if secret, _ := sess.Values[keySecret].(string); secret != "" {
+		if err := s.live.End(r.Context(), secret); err != nil {
+			return err
+		}
+	}
 	sess.Values = map[any]any{}
 	return s.saveSession(w, r, sess, -1)
 }
+
+// newKeysIfNone is k, or random keys for this process alone when k is
+// empty (tests): cookies then do not outlive the process.
+func newKeysIfNone(k auth.SessionKeys) auth.SessionKeys {
+	if len(k.Hash) == 0 || len(k.Block) == 0 {
+		return auth.NewSessionKeys()
+	}
+	return k
+}
+
+// requestKey is the type of this package's request context keys.
+type requestKey int
+
+const httpsKey requestKey = iota
+
+// viaHTTPS is whether a trusted proxy said the client reached it over
+// HTTPS (fromProxy).
+func viaHTTPS(r *http.Request) bool {
+	v, _ := r.Context().Value(httpsKey).(bool)
+	return v
+}
+
+func withHTTPS(ctx context.Context) context.Context { return context.WithValue(ctx, httpsKey, true) }
 
 func newToken() string {
 	var b [32]byte
@@ -133,18 +202,6 @@ func (s *Server) console(h page, needUser bool) http.Handler {
 		if err != nil {
 			s.pageError(w, r, visit{}, err)
 			return
-		}
-		if needUser && v.user != "" {
-			// A session outlives nothing it should not: a user removed
-			// since is signed out.
-			ok, err := s.users.Exists(r.Context(), v.user)
-			if err != nil {
-				s.pageError(w, r, v, err)
-				return
-			}
-			if !ok {
-				v.user = ""
-			}
 		}
 		if needUser && v.user == "" {
 			s.toSignIn(w, r)

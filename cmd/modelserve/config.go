@@ -18,11 +18,14 @@ type config struct {
 	HFToken     string
 	LlamaServer string
 	ModelsDir   string
-	// Nodes is a JSON file of nodes to plan for beside this machine.
-	Nodes string
 	// Architectures are extra GGUF architectures the engine build runs,
 	// comma-separated, for a build newer than the embedded list.
 	Architectures string
+	// The console's transport and cookies (web.go).
+	TLSCert, TLSKey string
+	TrustProxy      string
+	PublicURL       string
+	SessionSecret   string
 }
 
 // setting ties a flag to its environment variable, so both are documented
@@ -40,8 +43,12 @@ func (c *config) settings() []setting {
 		{"hf-token", "HF_TOKEN", "", "Hugging Face token for gated and private repositories (also read from HUGGING_FACE_HUB_TOKEN, then $HF_HOME/token)", &c.HFToken},
 		{"llama-server", "MODELSERVE_LLAMA_SERVER", "", "path to llama.cpp's llama-server; empty looks for it on PATH", &c.LlamaServer},
 		{"models-dir", "MODELSERVE_MODELS_DIR", "", "folder of local model repositories, each served as local/<folder>; empty turns the local registry off", &c.ModelsDir},
-		{"nodes", "MODELSERVE_NODES", "", "JSON file of further nodes to plan for: [{name, cpu_cores, ram_gb, gpus: [{class, count}]}]", &c.Nodes},
 		{"architectures", "MODELSERVE_ARCHITECTURES", "", "extra GGUF architectures the engine build runs, comma-separated (the embedded list is llama.cpp's of 2026)", &c.Architectures},
+		{"tls-cert", "MODELSERVE_TLS_CERT", "", "PEM certificate (chain) to serve HTTPS with, beside --tls-key; session cookies are then Secure", &c.TLSCert},
+		{"tls-key", "MODELSERVE_TLS_KEY", "", "PEM private key of --tls-cert", &c.TLSKey},
+		{"trust-proxy", "MODELSERVE_TRUST_PROXY", "", "addresses of proxies in front (CIDR list, e.g. 127.0.0.1/32,10.0.0.0/8) whose X-Forwarded-For and X-Forwarded-Proto are believed", &c.TrustProxy},
+		{"public-url", "MODELSERVE_PUBLIC_URL", "", "the console's address as users reach it; https://... marks session cookies Secure (TLS ends at a proxy)", &c.PublicURL},
+		{"session-secret", "MODELSERVE_SESSION_SECRET", "", "secret (32+ characters) the session cookie keys are derived from, best given by the environment (a flag shows in process lists); empty keeps the keys in <data>/session.key", &c.SessionSecret},
 	}
 }
 

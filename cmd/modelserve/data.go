@@ -6,7 +6,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"os"
 	"path/filepath"
 
 	"modelserve/internal/store"
@@ -14,10 +13,14 @@ import (
 
 // dataFlags parses the flags of a command that works on the data directory
 // (token, user): --data, else MODELSERVE_DATA, else ./data, as serve reads it.
-func dataFlags(name string, args []string, getenv func(string) string, stderr io.Writer, usage string) (*flag.FlagSet, string, error) {
+// extra, when given, defines a command's own flags before the parse.
+func dataFlags(name string, args []string, getenv func(string) string, stderr io.Writer, usage string, extra ...func(*flag.FlagSet)) (*flag.FlagSet, string, error) {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	data := fs.String("data", or(getenv("MODELSERVE_DATA"), "./data"), "data directory (env MODELSERVE_DATA)")
+	for _, define := range extra {
+		define(fs)
+	}
 	fs.Usage = func() {
 		fmt.Fprint(stderr, usage, "\nFlags:\n")
 		fs.PrintDefaults()
@@ -27,10 +30,11 @@ func dataFlags(name string, args []string, getenv func(string) string, stderr io
 }
 
 // openData opens the database in the data directory, creating the
-// directory on first use.
+// directory on first use. The directory is private (0700; see
+// privateDir): it holds the database and the session key file.
 func openData(ctx context.Context, dir string) (*sql.DB, error) {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, fmt.Errorf("cannot create the data directory %s: %w", dir, err)
+	if err := privateDir(dir); err != nil {
+		return nil, err
 	}
 	return store.Open(ctx, filepath.Join(dir, "modelserve.db"))
 }

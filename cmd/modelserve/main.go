@@ -51,12 +51,16 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 		return tokenCmd(ctx, args, getenv, stdout, stderr)
 	case "user":
 		return userCmd(ctx, args, getenv, stdin, stdout, stderr)
+	case "session":
+		return sessionCmd(ctx, args, getenv, stdout, stderr)
+	case "keys":
+		return keysCmd(ctx, args, getenv, stdout, stderr)
 	case "help":
 		fmt.Fprint(stdout, usage)
 		return nil
 	default:
 		fmt.Fprint(stderr, usage)
-		return fmt.Errorf("%q is not a command; the commands are serve, token, user and help", cmd)
+		return fmt.Errorf("%q is not a command; the commands are serve, token, user, session, keys and help", cmd)
 	}
 }
 
@@ -65,7 +69,10 @@ const usage = `modelserve takes a language model from a registry repository to a
 Usage:
   modelserve [serve] [flags]   run the server (the default)
   modelserve token create NAME  print a new API token (once); also token list, token revoke NAME
-  modelserve user add NAME     add a console user, password from stdin or generated; also user list
+  modelserve user add NAME     add a console user, password from stdin or generated; also user list,
+                               user passwd NAME, user remove NAME (both end the user's sessions)
+  modelserve session list [NAME]  console sessions; session revoke ID|--user NAME ends them
+  modelserve keys rotate       new session cookie keys; everyone signs in again
   modelserve help              this text
 
 Run "modelserve serve --help" for the server's flags.

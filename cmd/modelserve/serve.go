@@ -16,6 +16,7 @@ import (
 	"modelserve/handlers"
 	"modelserve/internal/auth"
 	"modelserve/internal/engine"
+	"modelserve/internal/gateway"
 	"modelserve/internal/gguf"
 	"modelserve/internal/hf"
 	"modelserve/internal/metrics"
@@ -37,6 +38,12 @@ func serve(ctx context.Context, cfg config, log *slog.Logger, ready func(addr st
 		return err
 	} else if created {
 		log.Info("created the first console user; its password is shown only this once", "user", "admin", "password", pw)
+	}
+	// How the console is reached and its cookies kept (web.go): a bad
+	// setting stops the start here.
+	site, err := webSettings(cfg)
+	if err != nil {
+		return err
 	}
 
 	// The registries: the Hub, and a folder of local repositories.
@@ -61,20 +68,15 @@ func serve(ctx context.Context, cfg config, log *slog.Logger, ready func(addr st
 	if err != nil {
 		return err
 	}
-	mir, err := mirror.New(mirror.Options{Dir: filepath.Join(cfg.Data, "mirror"), Authorize: regs.AuthorizeRequest, Metrics: met, Log: log})
+	mir, err := mirror.New(mirror.Options{Dir: filepath.Join(cfg.Data, "mirror"), Registry: regs, Metrics: met, Log: log})
 	if err != nil {
 		return err
 	}
 
-	// The hardware: this machine, and the nodes the operator declared.
-	var declared []plan.Node
-	if cfg.Nodes != "" {
-		if declared, err = plan.LoadNodes(cfg.Nodes); err != nil {
-			return err
-		}
-	}
-	pool := plan.NewPool(plan.LocalNode, declared)
-	planner, err := plan.New(plan.Config{Pool: pool.Nodes, Headers: plan.ReadHeaders(cfg.HFToken), DownloadURL: regs.DownloadURL, Log: log})
+	// The hardware a plan is made for is the fleet's nodes, with what each
+	// has free after what its replicas were promised: the page's "fits"
+	// and the job's placement are decided on the same figures.
+	planner, err := plan.New(plan.Config{Pool: fl.Pool, Headers: plan.ReadHeaders(regs), DownloadURL: regs.DownloadURL, Log: log})
 	if err != nil {
 		return err
 	}
@@ -85,16 +87,20 @@ func serve(ctx context.Context, cfg config, log *slog.Logger, ready func(addr st
 			known.Add(a)
 		}
 	}
+	// The gateway sends OpenAI clients' requests to the replicas by model
+	// name (and the job's smoke test through the same path). It runs nothing in the background; Close lets go of the
+	// connections it keeps to the engines.
+	gw, err := gateway.New(gateway.Options{
+		Catalog: store, Fleet: fl, Tokens: auth.NewTokens(db), Metrics: met.Registerer(), Log: log.With("part", "gateway"),
+	})
+	if err != nil {
+		return err
+	}
+	defer gw.Close()
+
 	js, err := jobs.New(jobs.Deps{
-		DB: db, Registry: regs, Mirror: mir, Catalog: cat, Planner: planner, Fleet: jobsFleet,
-		EngineBuild: version.Build, Architectures: known,
-		NodeMemory: func() int64 {
-			n, err := plan.LocalNode()
-			if err != nil {
-				return 0
-			}
-			return int64(n.RAMGB * (1 << 30))
-		},
+		DB: db, Registry: regs, Mirror: mir, Catalog: cat, Planner: planner, Fleet: jobsFleet, Gateway: gw,
+		EngineBuild: version.Build, Architectures: known, Pool: fl.Pool,
 		Log: log, Metrics: met,
 	})
 	if err != nil {
@@ -125,7 +131,8 @@ func serve(ctx context.Context, cfg config, log *slog.Logger, ready func(addr st
 
 	h, err := handlers.New(handlers.Deps{
 		DB: db, Jobs: js, Catalog: cat, Mirror: mir, Metrics: met.Handler(), Log: log,
-		Registry: regs, Planner: planner, Pool: pool, Fleet: fl,
+		Registry: regs, Planner: planner, Pool: poolOf(fl.Pool), Fleet: fl, Gateway: gw,
+		SessionKeys: site.keys, Secure: site.secure, TrustedProxies: site.trusted,
 	})
 	if err != nil {
 		return err
@@ -143,7 +150,7 @@ func serve(ctx context.Context, cfg config, log *slog.Logger, ready func(addr st
 	// Closing the jobs ends every event stream, which would otherwise hold
 	// Shutdown for its whole grace: a stream is never idle.
 	srv.RegisterOnShutdown(js.Close)
-	log.Info("modelserve listening", "addr", ln.Addr().String(), "data", cfg.Data, "engine", enginePath, "engine_build", version.String())
+	log.Info("modelserve listening", "addr", ln.Addr().String(), "scheme", site.scheme(), "session_keys", site.keySource, "data", cfg.Data, "engine", enginePath, "engine_build", version.String())
 	if ready != nil {
 		ready(ln.Addr().String())
 	}
@@ -152,7 +159,7 @@ func serve(ctx context.Context, cfg config, log *slog.Logger, ready func(addr st
 	served := make(chan struct{})
 	go func() {
 		defer close(served)
-		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+		if err := site.serve(srv, ln); !errors.Is(err, http.ErrServerClosed) {
 			errc <- err
 		}
 	}()

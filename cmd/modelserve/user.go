@@ -14,29 +14,30 @@ import (
 	"modelserve/internal/auth"
 )
 
-// userCmd runs `modelserve user add|list`: the people who sign in to the
-// console. A password comes from the first line of standard input, so that
+// userCmd runs `modelserve user add|list|passwd|remove`: the people who
+// sign in to the console. A password comes from the first line of standard input, so that
 // it never appears in a process list or a shell history; with none given,
 // one is generated and printed once.
 func userCmd(ctx context.Context, args []string, getenv func(string) string, stdin io.Reader, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
-		return errors.New("user needs a command: add NAME, or list")
+		return errors.New("user needs a command: add NAME, passwd NAME, remove NAME, or list")
 	}
 	sub, args := args[0], args[1:]
 	fs, data, err := dataFlags("modelserve user "+sub, args, getenv, stderr,
-		"Usage: modelserve user add [--data DIR] NAME | user list [--data DIR]\n\n"+
-			"Console users. add reads the password from the first line of standard input;\n"+
-			"with none, it generates one and prints it once. Only a bcrypt hash is kept.\n")
+		"Usage: modelserve user add|passwd|remove [--data DIR] NAME | user list [--data DIR]\n\n"+
+			"Console users. add and passwd read the password from the first line of standard\n"+
+			"input; with none, they generate one and print it once. Only a bcrypt hash is kept.\n"+
+			"passwd and remove end every session of the user.\n")
 	if err != nil {
 		return err
 	}
 	switch sub {
-	case "add", "list":
+	case "add", "list", "passwd", "remove":
 	default:
-		return fmt.Errorf("%q is not a user command; use add or list", sub)
+		return fmt.Errorf("%q is not a user command; use add, list, passwd or remove", sub)
 	}
-	if sub == "add" && fs.NArg() != 1 {
-		return errors.New("user add takes one name: modelserve user add NAME")
+	if sub != "list" && fs.NArg() != 1 {
+		return fmt.Errorf("user %s takes one name: modelserve user %s NAME", sub, sub)
 	}
 	db, err := openData(ctx, data)
 	if err != nil {
@@ -45,6 +46,12 @@ func userCmd(ctx context.Context, args []string, getenv func(string) string, std
 	defer db.Close()
 	users := auth.NewUsers(db)
 
+	switch sub {
+	case "passwd":
+		return userPasswd(ctx, users, fs.Arg(0), stdin, stdout, stderr)
+	case "remove":
+		return userRemove(ctx, users, fs.Arg(0), stderr)
+	}
 	if sub == "list" {
 		list, err := users.List(ctx)
 		if err != nil {

@@ -12,6 +12,8 @@ import (
 
 	"github.com/mattn/go-sqlite3"
 	"golang.org/x/crypto/bcrypt"
+
+	"modelserve/internal/operr"
 )
 
 // ErrBadPassword is a sign-in with a name no user has, or the wrong
@@ -49,7 +51,7 @@ type UserInfo struct {
 // refused with an error matching ErrExists.
 func (u *Users) Add(ctx context.Context, name, password string) error {
 	if !namePattern.MatchString(name) {
-		return fmt.Errorf("%q is not a user name: use letters, digits and ._@- (at most 64), starting with a letter or digit", name)
+		return fmt.Errorf("%s is not a user name: use letters, digits and ._@- (at most 64), starting with a letter or digit", operr.Quote(name))
 	}
 	if err := checkPassword(password); err != nil {
 		return err
@@ -111,8 +113,7 @@ func (u *Users) Authenticate(ctx context.Context, name, password string) (string
 	return stored, nil
 }
 
-// Exists reports whether a user of that name is there: a session of a user
-// since removed lets nobody in.
+// Exists reports whether a user of that name is there.
 func (u *Users) Exists(ctx context.Context, name string) (bool, error) {
 	var n int
 	if err := u.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM users WHERE name = ?`, name).Scan(&n); err != nil {
@@ -139,6 +140,67 @@ func (u *Users) List(ctx context.Context) ([]UserInfo, error) {
 		out = append(out, ui)
 	}
 	return out, rows.Err()
+}
+
+// SetPassword gives user a new password and ends every session they have:
+// whoever changes a password because it leaked wants the one who took it
+// out too, not only kept out from now on.
+func (u *Users) SetPassword(ctx context.Context, name, password string) (revoked int, err error) {
+	if err := checkPassword(password); err != nil {
+		return 0, err
+	}
+	hash, err := bcrypt.GenerateFromPassword([]byte(password), u.cost)
+	if err != nil {
+		return 0, fmt.Errorf("hash the password of %s: %w", name, err)
+	}
+	tx, err := u.db.BeginTx(ctx, nil)
+	if err != nil {
+		return 0, fmt.Errorf("change the password of %s: %w", name, err)
+	}
+	defer tx.Rollback()
+	res, err := tx.ExecContext(ctx, `UPDATE users SET password_hash = ? WHERE name = ?`, string(hash), name)
+	if err != nil {
+		return 0, fmt.Errorf("change the password of %s: %w", name, err)
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return 0, noUser(name)
+	}
+	if revoked, err = revokeUser(ctx, tx, name); err != nil {
+		return 0, err
+	}
+	if err := tx.Commit(); err != nil {
+		return 0, fmt.Errorf("change the password of %s: %w", name, err)
+	}
+	return revoked, nil
+}
+
+// Remove deletes user; the database deletes their sessions with them
+// (ON DELETE CASCADE), so whoever was signed in as them is out at once.
+// It says how many sessions ended.
+func (u *Users) Remove(ctx context.Context, name string) (revoked int, err error) {
+	tx, err := u.db.BeginTx(ctx, nil)
+	if err != nil {
+		return 0, fmt.Errorf("remove user %s: %w", name, err)
+	}
+	defer tx.Rollback()
+	if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM sessions WHERE user = ?`, name).Scan(&revoked); err != nil {
+		return 0, fmt.Errorf("remove user %s: %w", name, err)
+	}
+	res, err := tx.ExecContext(ctx, `DELETE FROM users WHERE name = ?`, name)
+	if err != nil {
+		return 0, fmt.Errorf("remove user %s: %w", name, err)
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return 0, noUser(name)
+	}
+	if err := tx.Commit(); err != nil {
+		return 0, fmt.Errorf("remove user %s: %w", name, err)
+	}
+	return revoked, nil
+}
+
+func noUser(name string) error {
+	return fmt.Errorf("no user is called %s (%w): modelserve user list shows them", operr.Quote(name), ErrNotFound)
 }
 
 // GeneratePassword makes a password of 144 random bits, in characters that
@@ -172,34 +234,4 @@ func EnsureAdmin(ctx context.Context, db *sql.DB) (password string, created bool
 		return "", false, nil
 	}
 	return password, true, nil
-}
-
-// The console's session cookies are signed with a 64-byte key and encrypted
-// with a 32-byte one (AES-256), kept in the meta table so that sessions
-// outlive a restart.
-const (
-	sessionKeysName = "session_keys"
-	hashKeyLen      = 64
-	blockKeyLen     = 32
-)
-
-// SessionKeys returns the keys that sign and encrypt the console's session
-// cookies, making them on the first call of a database's life.
-func SessionKeys(ctx context.Context, db *sql.DB) (hashKey, blockKey []byte, err error) {
-	fresh := make([]byte, hashKeyLen+blockKeyLen)
-	rand.Read(fresh)
-	// Whoever inserts first wins; everyone then reads the same keys.
-	if _, err := db.ExecContext(ctx, `INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO NOTHING`,
-		sessionKeysName, fresh); err != nil {
-		return nil, nil, fmt.Errorf("keep the session keys: %w", err)
-	}
-	var keys []byte
-	if err := db.QueryRowContext(ctx, `SELECT value FROM meta WHERE key = ?`, sessionKeysName).Scan(&keys); err != nil {
-		return nil, nil, fmt.Errorf("read the session keys: %w", err)
-	}
-	if len(keys) != hashKeyLen+blockKeyLen {
-		return nil, nil, fmt.Errorf("the session keys in the meta table are %d bytes, not %d: delete the row %q to make new ones (everyone signs in again)",
-			len(keys), hashKeyLen+blockKeyLen, sessionKeysName)
-	}
-	return keys[:hashKeyLen], keys[hashKeyLen:], nil
 }

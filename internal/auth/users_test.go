@@ -1,7 +1,6 @@
 package auth
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"strings"
@@ -112,21 +111,5 @@ func TestEnsureAdminLeavesExistingUsers(t *testing.T) {
 	}
 	if _, created, err := EnsureAdmin(ctx, db); err != nil || created {
 		t.Fatalf("made an admin beside an existing user: %v, %v", created, err)
-	}
-}
-
-func TestSessionKeysAreKept(t *testing.T) {
-	ctx := context.Background()
-	db := mustDB(t)
-	h1, b1, err := SessionKeys(ctx, db)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(h1) != 64 || len(b1) != 32 || bytes.Equal(h1[:32], b1) {
-		t.Fatalf("keys of %d and %d bytes", len(h1), len(b1))
-	}
-	h2, b2, err := SessionKeys(ctx, db)
-	if err != nil || !bytes.Equal(h1, h2) || !bytes.Equal(b1, b2) {
-		t.Fatalf("a second call made new keys (%v): sessions would not outlive a restart", err)
 	}
 }

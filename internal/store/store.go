@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"io/fs"
 	"net/url"
+	"os"
 	"path"
 	"sort"
 	"strconv"
@@ -44,6 +45,9 @@ func Open(ctx context.Context, file string) (*sql.DB, error) {
 	// Transactions take the write lock at BEGIN, so two writers never
 	// deadlock upgrading read locks (which busy_timeout cannot resolve).
 	q.Set("_txlock", "immediate")
+	if err := private(file); err != nil {
+		return nil, err
+	}
 	db, err := sql.Open("sqlite3", "file:"+file+"?"+q.Encode())
 	if err != nil {
 		return nil, fmt.Errorf("open %s: %w", file, err)
@@ -52,11 +56,47 @@ func Open(ctx context.Context, file string) (*sql.DB, error) {
 		db.Close()
 		return nil, fmt.Errorf("open %s: %w", file, err)
 	}
+	// The first connection has made the -wal and -shm files by now.
+	if err := private(file); err != nil {
+		db.Close()
+		return nil, err
+	}
 	if err := migrate(ctx, db, migrations); err != nil {
 		db.Close()
 		return nil, err
 	}
 	return db, nil
+}
+
+// private makes the database file, and its -wal and -shm files where they
+// are, readable and writable by modelserve's user alone. The database holds
+// password hashes, who is signed in and the jobs' history; nobody else on
+// the machine has any business reading it. The file is made 0600 before
+// SQLite first opens it, as SQLite gives its -wal and -shm files the mode
+// of the database file; a database from an older modelserve, made 0644, is
+// tightened.
+func private(file string) error {
+	f, err := os.OpenFile(file, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return fmt.Errorf("open %s: %w", file, err)
+	}
+	f.Close()
+	for _, name := range []string{file, file + "-wal", file + "-shm"} {
+		info, err := os.Stat(name)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("read the mode of %s: %w", name, err)
+		}
+		if info.Mode().Perm()&0o077 == 0 {
+			continue
+		}
+		if err := os.Chmod(name, info.Mode().Perm()&0o600); err != nil {
+			return fmt.Errorf("make %s private (%w): chmod 600 it, or run modelserve as its owner", name, err)
+		}
+	}
+	return nil
 }
 
 // migration is one numbered file of migrations/.
