@@ -59,7 +59,7 @@ deps:
 
 # bench prints each benchmark beside the baseline it is measured against in
 # the same run; see the ratios, not the absolute times.
-bench:
+bench: deps
 	$(GO) test -run '^$$' -bench . -benchmem -count=1 ./...
 
 # generate writes views/*_templ.go from the templ components; the output

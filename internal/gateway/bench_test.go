@@ -312,8 +312,8 @@ func waitGone(b *testing.B, f *fleet.Fleet, model string) {
 }
 
 // affinityConc is how many tenants' requests are in flight at once: one
-// per replica. At 1 (one after the other) the gateway's routing measured
-// 80% reuse against round-robin's 50%; at 4 both measured about 50%, as a
-// request whose replica's one slot is busy goes to a free replica rather
-// than wait for its own (pool.pick considers free replicas only).
+// per replica. A request whose replica's one slot is busy waits for it
+// while its load is within the bound, rather than read its prefix again
+// on an idle one: measured at 98% reuse against round-robin's 50%, with
+// the mean time to first token less than half.
 const affinityConc = 4

@@ -58,9 +58,11 @@ func (p *pool) loadOf(r fleet.Replica) int {
 // affinityLoad is how far above the average a replica may be loaded and
 // still take the requests whose prefix hashes to it: the bound of
 // consistent hashing with bounded loads (Mirrokni, Thorup and
-// Zadimoghaddam). 1.25 keeps a tenant on its replica through ordinary
-// unevenness, and moves it when its replica is clearly the busiest.
-const affinityLoad = 1.25
+// Zadimoghaddam). 1.5 keeps a tenant on its replica through ordinary
+// unevenness, and moves it when its replica is clearly the busiest; at
+// 1.25, with sixteen tenants on four one-slot replicas four at a time,
+// one request in six went elsewhere and read its prefix again.
+const affinityLoad = 1.5
 
 // pick chooses a replica with a free slot for a request whose prompt prefix
 // hashes to key (0: no prefix worth keeping together), or says there is
@@ -70,9 +72,10 @@ const affinityLoad = 1.25
 // With a key, replicas are ranked by rendezvous hashing (the highest
 // hash of key and replica id first: adding or losing a replica moves only
 // the prefixes that were its), and the first whose load stays within the
-// bound takes it, so one conversation or one system prompt keeps landing
-// on the engine that has it cached. Without one, or when every ranked
-// replica is over the bound, the least loaded for its slots does.
+// bound takes it, waiting for a slot there when it has none free, so one
+// conversation or one system prompt keeps landing on the engine that has
+// it cached. Without one, or when every ranked replica is over the bound,
+// the least loaded for its slots does.
 func (p *pool) pick(rs []fleet.Replica, key uint64, now time.Time) (fleet.Replica, bool) {
 	for id, until := range p.failed {
 		if now.After(until) {
@@ -96,20 +99,29 @@ func (p *pool) pick(rs []fleet.Replica, key uint64, now time.Time) (fleet.Replic
 			free = append(free, r)
 		}
 	}
-	if len(free) == 0 {
-		return fleet.Replica{}, false
-	}
-	if key != 0 && len(free) > 1 {
+	if key != 0 && len(rs) > 1 {
+		// The first replica in the key's ranking whose load stays within
+		// the bound is the request's, free or not: a busy one within the
+		// bound is waited for (admit queues the request until a slot
+		// frees), since its engine holds the prefix; sending it to an
+		// idle one instead would read the prefix again there, and at four
+		// requests at once nearly every request did.
 		bound := int(math.Ceil(affinityLoad * float64(total+1) / float64(len(rs))))
-		ranked := slices.Clone(free)
+		ranked := slices.Clone(rs)
 		slices.SortFunc(ranked, func(a, b fleet.Replica) int {
 			return cmp.Compare(rendezvous(key, b.ID), rendezvous(key, a.ID))
 		})
 		for _, r := range ranked {
 			if p.loadOf(r)+1 <= bound {
-				return r, true
+				if p.inFlight[r.ID] < slotsOf(r) {
+					return r, true
+				}
+				return fleet.Replica{}, false
 			}
 		}
+	}
+	if len(free) == 0 {
+		return fleet.Replica{}, false
 	}
 	return slices.MinFunc(free, func(a, b fleet.Replica) int {
 		// Load per slot (compared without division: a/sa < b/sb), then
