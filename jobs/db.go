@@ -14,6 +14,24 @@ import (
 // transaction: a job is written on each change, and one change touches the
 // job and at most one step.
 func save(ctx context.Context, db *sql.DB, j Job, seq int64, step int) error {
+	if step < 0 || step >= len(j.Steps) {
+		return saveSteps(ctx, db, j, seq)
+	}
+	return saveSteps(ctx, db, j, seq, step)
+}
+
+// saveWhole writes the job and every one of its steps: after a save that
+// failed, which steps the database lacks is not known.
+func saveWhole(ctx context.Context, db *sql.DB, j Job, seq int64) error {
+	all := make([]int, len(j.Steps))
+	for i := range all {
+		all[i] = i
+	}
+	return saveSteps(ctx, db, j, seq, all...)
+}
+
+// saveSteps writes the job and the steps at positions, in one transaction.
+func saveSteps(ctx context.Context, db *sql.DB, j Job, seq int64, positions ...int) error {
 	req, err := json.Marshal(j.Request)
 	if err != nil {
 		return fmt.Errorf("encode the request of job %s: %w", j.ID, err)
@@ -34,7 +52,7 @@ func save(ctx context.Context, db *sql.DB, j Job, seq int64, step int) error {
 		j.Reply, j.TokensPerSecond, j.RetryOf, seq, j.Started.UnixNano(), nanos(j.Finished)); err != nil {
 		return fmt.Errorf("save job %s: %w", j.ID, err)
 	}
-	if step >= 0 && step < len(j.Steps) {
+	for _, step := range positions {
 		st := j.Steps[step]
 		if _, err := tx.ExecContext(ctx, `
 			INSERT INTO job_steps (job_id, position, name, state, detail, at, bytes_done, bytes_total)

@@ -161,6 +161,10 @@ func normalize(req Request) (Request, error) {
 	if req.Revision == "" {
 		req.Revision = "main"
 	}
+	if err := hf.CheckRevision(req.Revision); err != nil {
+		msg, _ := operr.Sentence(err)
+		return req, invalid("%s", msg)
+	}
 	if req.Replicas < 0 {
 		return req, invalid("replicas cannot be negative: give 0 to load it on demand, or how many to keep running")
 	}

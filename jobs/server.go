@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"log/slog"
 	"modelserve/internal/operr"
+	"modelserve/internal/store"
 	"runtime/debug"
 	"slices"
 	"sync"
@@ -30,11 +31,17 @@ type Server struct {
 	deps   Deps
 	events hub
 
-	mu      sync.Mutex
-	live    map[string]*live // jobs running in this process
+	mu sync.Mutex
+	// live are the jobs running in this process, and those that ended
+	// with their end not yet in the database (a full disk): memory has
+	// the truth about both, and Get, List and Subscribe read it there.
+	live    map[string]*live
 	closed  bool
 	resumed bool
-	wg      sync.WaitGroup
+	// saving is whether a keepSaving goroutine runs; stop ends it.
+	saving bool
+	stop   chan struct{}
+	wg     sync.WaitGroup
 }
 
 // live is a job running in this process.
@@ -50,6 +57,13 @@ type live struct {
 
 	cancel context.CancelCauseFunc
 	done   chan struct{}
+
+	// unsaved is a job a change of which the database did not take (a
+	// full disk): the next save writes it whole. Guarded by mu.
+	unsaved bool
+	// finished is a job whose goroutine has returned, kept in Server.live
+	// only until its end is saved. Guarded by Server.mu.
+	finished bool
 }
 
 // Causes a job's context ends with: the operator cancelled it, or the
@@ -63,6 +77,15 @@ var (
 // job: the console sees a download move, and the database is not written
 // for every chunk.
 const progressEvery = 250 * time.Millisecond
+
+// A job whose end the database would not take is saved again after
+// firstSaveRetry, then at twice the wait each time, up to maxSaveRetry:
+// soon after the operator frees space, without a write a second for a disk
+// that stays full for hours.
+const (
+	firstSaveRetry = time.Second
+	maxSaveRetry   = 30 * time.Second
+)
 
 // New checks the dependencies and builds a Server. Call Resume once to carry
 // on the jobs a previous process left running, and Close on the way out.
@@ -92,7 +115,7 @@ func New(d Deps) (*Server, error) {
 	if d.Log == nil {
 		d.Log = slog.Default()
 	}
-	return &Server{deps: d, live: map[string]*live{}}, nil
+	return &Server{deps: d, live: map[string]*live{}, stop: make(chan struct{})}, nil
 }
 
 // Start checks the request and begins a job, returning it at once; the job
@@ -119,12 +142,12 @@ func (s *Server) start(ctx context.Context, req Request, retryOf string) (Job, e
 	// Saved before it runs, so that no step can be reported of a job the
 	// database does not have.
 	if err := save(ctx, s.deps.DB, l.job, l.seq, -1); err != nil {
-		return Job{}, err
+		return Job{}, diskFull(err, "the job could not be recorded")
 	}
 	// This process runs it now: should it die doing so, the next start
 	// knows (see Resume).
 	if _, err := startUnclean(ctx, s.deps.DB, l.job.ID); err != nil {
-		return Job{}, err
+		return Job{}, diskFull(err, "the job could not be recorded")
 	}
 	if s.deps.Metrics != nil {
 		s.deps.Metrics.JobStarted()
@@ -164,12 +187,102 @@ func (s *Server) launch(l *live) bool {
 	return true
 }
 
+// forget lets go of a job whose goroutine has returned. One whose last
+// change the database did not take stays, so that the API and the console
+// show how it ended rather than the database's "running"; keepSaving
+// writes it once there is room, and then lets go of it.
 func (s *Server) forget(l *live) {
+	l.mu.Lock()
+	unsaved := l.unsaved
+	l.mu.Unlock()
 	s.mu.Lock()
-	if s.live[l.job.ID] == l {
+	defer s.mu.Unlock()
+	if s.live[l.job.ID] != l {
+		return
+	}
+	if !unsaved {
 		delete(s.live, l.job.ID)
+		return
+	}
+	l.finished = true
+	s.keepSavingLocked()
+}
+
+// keepSavingLocked starts keepSaving unless it runs, or the server has
+// closed (Close saves once more itself); s.mu is held.
+func (s *Server) keepSavingLocked() {
+	if s.saving || s.closed {
+		return
+	}
+	s.saving = true
+	s.wg.Add(1)
+	go s.keepSaving()
+}
+
+// keepSaving writes the ended jobs the database did not take, waiting
+// longer between tries each time, until none is left or Close.
+func (s *Server) keepSaving() {
+	defer s.wg.Done()
+	wait := firstSaveRetry
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return // Close saves once more, after every job has stopped
+		case <-t.C:
+		}
+		if !s.saveUnsaved() {
+			return
+		}
+		wait = min(wait*2, maxSaveRetry)
+		t.Reset(wait)
+	}
+}
+
+// saveUnsaved writes each ended job the database lacks whole, and lets go
+// of those it took. It says whether any is left; when none is, the
+// keepSaving that called it is done (s.saving is cleared under the same
+// lock that saw none left, so a job ending meanwhile starts another).
+func (s *Server) saveUnsaved() bool {
+	s.mu.Lock()
+	var todo []*live
+	for _, l := range s.live {
+		if l.finished {
+			todo = append(todo, l)
+		}
 	}
 	s.mu.Unlock()
+	var saved []*live
+	for _, l := range todo {
+		l.mu.Lock()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		err := saveWhole(ctx, s.deps.DB, l.job, l.seq)
+		cancel()
+		if err == nil {
+			l.unsaved = false
+			saved = append(saved, l)
+			s.deps.Log.Info("a job's end, which the database had not taken, is saved now", "job", l.job.ID, "state", l.job.State)
+		}
+		l.mu.Unlock()
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, l := range saved {
+		if s.live[l.job.ID] == l {
+			delete(s.live, l.job.ID)
+		}
+	}
+	left := len(todo) > len(saved)
+	if !left {
+		for _, l := range s.live {
+			left = left || l.finished
+		}
+	}
+	if !left {
+		s.saving = false
+	}
+	return left
 }
 
 // recoverPanic keeps a panic in a step from taking the process down or
@@ -209,7 +322,7 @@ func (s *Server) finish(ctx context.Context, l *live, err error) {
 	if errors.As(err, &se) {
 		step, err = se.step, se.err
 	}
-	msg, shown := operr.Sentence(err)
+	msg, shown := operr.Sentence(diskFull(err, fmt.Sprintf("the %s step could not write to its database", step)))
 	if !shown {
 		s.deps.Log.Error("a job step failed", "job", l.job.ID, "step", step, "err", err)
 		msg = fmt.Sprintf("the %s step failed on an unexpected error; the server's log has the details (job %s)", step, l.job.ID)
@@ -261,8 +374,9 @@ func (s *Server) end(l *live, state, step, msg string) bool {
 
 // publishLocked saves the job (and the step changed, if any) and tells its
 // watchers; l.mu is held, so one job's changes are saved and sent in order.
-// A job whose save fails runs on: its watchers still see it, and the next
-// change saves it whole.
+// A job whose save fails (a full disk) runs on: its watchers still see it,
+// the next change saves it whole, and one that ends unsaved is kept in
+// memory and saved again until the database takes it (forget).
 func (s *Server) publishLocked(l *live, step int) {
 	l.seq++
 	snap := l.job.clone()
@@ -270,8 +384,20 @@ func (s *Server) publishLocked(l *live, step int) {
 	// recorded.
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := save(ctx, s.deps.DB, snap, l.seq, step); err != nil {
-		s.deps.Log.Error("saving a job", "job", snap.ID, "err", err)
+	var err error
+	if l.unsaved {
+		err = saveWhole(ctx, s.deps.DB, snap, l.seq)
+	} else {
+		err = save(ctx, s.deps.DB, snap, l.seq, step)
+	}
+	switch {
+	case err != nil && !l.unsaved:
+		// Once, not at every progress report of a job on a full disk.
+		s.deps.Log.Error("saving a job; it is kept in memory and saved again later", "job", snap.ID, "err", err)
+		l.unsaved = true
+	case err == nil && l.unsaved:
+		s.deps.Log.Info("a job the database had not taken is saved again", "job", snap.ID)
+		l.unsaved = false
 	}
 	s.events.publish(Event{Seq: l.seq, Job: snap})
 }
@@ -429,7 +555,21 @@ func (s *Server) cancelStored(ctx context.Context, j Job) (Job, error) {
 		return Job{}, err
 	}
 	if err := save(ctx, s.deps.DB, j, seq+1, i); err != nil {
-		return Job{}, err
+		if !store.Full(err) {
+			return Job{}, err
+		}
+		// Cancelled all the same: kept in memory, where Get and List
+		// read it, and saved once the disk has room.
+		s.deps.Log.Error("saving a cancelled job; it is kept in memory and saved again later", "job", j.ID, "err", err)
+		done := make(chan struct{})
+		close(done)
+		l := &live{job: j.clone(), seq: seq + 1, cancel: func(error) {}, done: done, unsaved: true, finished: true}
+		s.mu.Lock()
+		if s.live[j.ID] == nil {
+			s.live[j.ID] = l
+			s.keepSavingLocked()
+		}
+		s.mu.Unlock()
 	}
 	s.events.publish(Event{Seq: seq + 1, Job: j.clone()})
 	if s.deps.Metrics != nil {
@@ -525,6 +665,7 @@ func runningStep(j Job) string {
 // their goroutines, and closes every watcher's channel.
 func (s *Server) Close() {
 	s.mu.Lock()
+	again := s.closed
 	s.closed = true
 	running := make([]*live, 0, len(s.live))
 	for _, l := range s.live {
@@ -534,7 +675,16 @@ func (s *Server) Close() {
 	for _, l := range running {
 		l.cancel(errShutdown)
 	}
+	if !again {
+		close(s.stop)
+	}
 	s.wg.Wait()
+	// The last chance for the ends the database did not take: what is
+	// still unsaved now is lost with the process, and those jobs are
+	// resumed at the next start as the database has them.
+	if s.saveUnsaved() {
+		s.deps.Log.Error("jobs ended that the database would not take; the next start resumes them as it has them")
+	}
 	s.events.close()
 }
 

@@ -43,10 +43,12 @@ func (a jobsFleet) NodeCPUs(memGB int) []int { return a.f.NodeCPUs(memGB) }
 // newFleet is the fleet over the catalog in store, starting engine, and
 // the catalog to hand to whatever changes it (jobs, handlers): it pokes the
 // fleet after each change, so a model added starts at once.
-// Each engine start's estimated and measured memory is kept in db.
+// Each engine start's estimated and measured memory is kept in db, and so
+// are the models parked, which a restart must not start again.
 // The caller runs the fleet (Run) and waits for it on shutdown.
 func newFleet(engine string, store *catalog.Store, db *sql.DB, log *slog.Logger) (*fleet.Fleet, *fleet.NotifyingCatalog, jobs.Fleet, error) {
-	f, err := fleet.New(fleet.Options{Catalog: store, Engine: engine, History: fleet.NewHistory(db), Log: log.With("part", "fleet")})
+	f, err := fleet.New(fleet.Options{Catalog: store, Engine: engine, History: fleet.NewHistory(db), Parks: fleet.NewParks(db),
+		Log: log.With("part", "fleet")})
 	if err != nil {
 		return nil, nil, nil, err
 	}

@@ -67,6 +67,9 @@ type Options struct {
 	// History keeps each engine start's estimated and measured memory;
 	// nil keeps none.
 	History *History
+	// Parks keeps the models parked for failing to start, so a restart
+	// does not start them again; nil keeps none.
+	Parks *Parks
 	// Threads, when set, is every replica's --threads, whatever its
 	// profile says: tests on a small machine, where llama.cpp spins on
 	// more threads than there are idle cores.
@@ -192,6 +195,10 @@ type Fleet struct {
 	seq      map[string]int
 	// demands are what the gateway asked of each model lately (Use).
 	demands map[string]*demand
+	// restored are the parks Run read from Options.Parks that no model's
+	// state has taken up yet; unpark the kept parks to forget.
+	restored map[string]park
+	unpark   []string
 	// wg is the replicas' supervisors, which Run waits for.
 	wg sync.WaitGroup
 }
@@ -274,12 +281,22 @@ func (f *Fleet) Run(ctx context.Context) error {
 		close(quit)
 		f.running = false
 		f.replicas, f.models, f.demands = map[string]*replica{}, map[string]*modelState{}, map[string]*demand{}
+		f.restored, f.unpark = nil, nil
 		f.mu.Unlock()
 		f.health.CloseIdleConnections()
 	}()
 	if _, err := f.enginePath(); err != nil {
 		f.log.Warn("no engine: models are parked until there is one", "reason", sentenceOf(err))
 	}
+	// Parked before the restart, parked still: starting them would fail
+	// as often again before they were parked again.
+	restored, err := f.opts.Parks.load(ctx)
+	if err != nil {
+		f.log.Error("the parked models cannot be read: they are started again", "err", err)
+	}
+	f.mu.Lock()
+	f.restored = restored
+	f.mu.Unlock()
 
 	tick := time.NewTicker(f.opts.Interval)
 	defer tick.Stop()

@@ -26,9 +26,12 @@ type modelState struct {
 	// engineMissing is a model parked because there was no engine to
 	// start: it is started again once there is one.
 	engineMissing bool
-	unplaceable   bool
-	placement     string
-	hardware      bool
+	// lasting is a model parked for its engine's failures to start: the
+	// park is kept (Options.Parks) and outlasts a restart.
+	lasting     bool
+	unplaceable bool
+	placement   string
+	hardware    bool
 }
 
 // classRank orders the models for placement: the critical first, since
@@ -72,11 +75,18 @@ func (f *Fleet) reconcile(ctx context.Context) {
 	caps := f.capacities()
 	_, engineErr := f.enginePath()
 
+	defer f.flushUnparks() // after the unlock: it writes to the database
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	byName := make(map[string]catalog.Model, len(models))
 	for _, m := range models {
 		byName[m.Name] = m
+	}
+	for name := range f.restored {
+		if _, ok := byName[name]; !ok {
+			delete(f.restored, name)
+			f.unparkLocked(name) // removed from the catalog while modelserve was down
+		}
 	}
 	// 1. Replicas of models gone from the catalog, or started from an
 	// entry since changed: stopped.
@@ -95,8 +105,11 @@ func (f *Fleet) reconcile(ctx context.Context) {
 			}
 		}
 	}
-	for name := range f.models {
+	for name, st := range f.models {
 		if _, ok := byName[name]; !ok {
+			if st.lasting {
+				f.unparkLocked(name)
+			}
 			delete(f.models, name)
 		}
 	}
@@ -193,7 +206,20 @@ func (f *Fleet) stateLocked(m catalog.Model, haveEngine bool) *modelState {
 				delete(f.replicas, id) // the failed replicas of before
 			}
 		}
+		if st != nil && st.lasting {
+			f.unparkLocked(m.Name) // served again, or changed: a fresh start
+		}
 		st = &modelState{addedAt: m.AddedAt}
+		if pk, ok := f.restored[m.Name]; ok {
+			delete(f.restored, m.Name)
+			if pk.key == parkKey(fingerprint(m), m.AddedAt) {
+				st.parked, st.lasting, st.reason, st.failedStarts = true, true, pk.reason, pk.failures
+				f.log.Info("model parked before modelserve restarted; not started again until it is served again",
+					"model", m.Name, "parked_at", pk.at, "reason", pk.reason)
+			} else {
+				f.unparkLocked(m.Name) // its entry changed while modelserve was down
+			}
+		}
 		f.models[m.Name] = st
 	}
 	st.class = m.ClassOrDefault()

@@ -99,6 +99,7 @@ func (f *Fleet) supervise(ctx context.Context, r *replica) {
 		}
 		wait, park := f.failed(r, out, why)
 		if park {
+			f.keepPark(r)
 			f.end(r, Failed, why)
 			return
 		}
@@ -307,7 +308,7 @@ func (f *Fleet) failed(r *replica, out outcome, why string) (wait time.Duration,
 	case failedStart, crashedEarly:
 		st.failedStarts++
 		if st.failedStarts >= f.opts.MaxFailures {
-			st.parked, st.reason = true, why
+			st.parked, st.reason, st.lasting = true, why, true
 		}
 	}
 	if st.parked {

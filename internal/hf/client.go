@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"modelserve/internal/operr"
 )
 
 // DefaultEndpoint is the Hub's address when HF_ENDPOINT is not set.
@@ -172,6 +174,9 @@ func (c *Client) Repo(ctx context.Context, id, revision string) (Repo, error) {
 	if err := CheckRepoID(id); err != nil {
 		return Repo{}, err
 	}
+	if err := CheckRevision(revision); err != nil {
+		return Repo{}, err
+	}
 	if revision == "" {
 		revision = "main"
 	}
@@ -264,11 +269,14 @@ func (c *Client) tree(ctx context.Context, id, commit string) ([]File, error) {
 			}
 			f, err := fileFromEntry(e)
 			if err != nil {
-				return nil, fmt.Errorf("%s at %s: %w", id, shortRev(commit), err)
+				// The registry's listing is at fault, not the request: a
+				// refusal said in a sentence, never a 500.
+				msg, _ := operr.Sentence(err)
+				return nil, operr.Wrap(operr.Refused, err, "%s at %s: %s", id, shortRev(commit), msg)
 			}
 			if listed[f.Path] {
-				return nil, fmt.Errorf("%s listed %q twice in %s at %s; the listing cannot be trusted",
-					c.host(), f.Path, id, shortRev(commit))
+				return nil, operr.New(operr.Refused, "%s listed %s twice in %s at %s; the listing cannot be trusted, and the repository is not served",
+					c.host(), operr.Quote(f.Path), id, shortRev(commit))
 			}
 			listed[f.Path] = true
 			files = append(files, f)
@@ -289,11 +297,13 @@ func fileFromEntry(e treeEntry) (File, error) {
 	if e.LFS != nil {
 		f.Size, f.SHA256 = e.LFS.Size, e.LFS.OID
 		if !isHex(f.SHA256, 64) {
-			return File{}, fmt.Errorf("the registry published %q as the sha256 of %s, which is not a sha256", f.SHA256, e.Path)
+			// The path has passed CheckPath: safe to show as it is.
+			return File{}, operr.New(operr.Refused, "the registry published %s as the sha256 of %s, which is not a sha256",
+				operr.Quote(f.SHA256), e.Path)
 		}
 	}
 	if f.Size < 0 {
-		return File{}, fmt.Errorf("the registry gave %s a size of %d bytes", e.Path, f.Size)
+		return File{}, operr.New(operr.Refused, "the registry gave %s a size of %d bytes", e.Path, f.Size)
 	}
 	return f, nil
 }

@@ -112,6 +112,9 @@ func (l *Local) Repo(ctx context.Context, id, revision string) (Repo, error) {
 	if err != nil {
 		return Repo{}, err
 	}
+	if err := CheckRevision(revision); err != nil {
+		return Repo{}, err
+	}
 	noRevision := func() error {
 		// The registry's own cases, for errors.Is: callers treat a
 		// missing folder as they treat a missing Hub repository.

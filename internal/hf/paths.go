@@ -55,3 +55,20 @@ func CheckPath(p string) error {
 	}
 	return nil
 }
+
+// CheckRevision refuses a revision (a branch, tag or commit) no registry
+// could have: NULs and control characters, or longer than any ref. It is
+// checked before any request, so such a name never reaches a URL or a
+// registry's log, and the operator hears what is wrong with it rather than
+// the registry's "not found".
+func CheckRevision(rev string) error {
+	if len(rev) > 255 {
+		return operr.New(operr.Invalid, "the revision %s is longer than any branch, tag or commit name; give one the repository has", operr.Quote(rev))
+	}
+	for _, r := range rev {
+		if r == 0 || unicode.IsControl(r) {
+			return operr.New(operr.Invalid, "the revision %s has a control character, which no branch, tag or commit name has; give one the repository has", operr.Quote(rev))
+		}
+	}
+	return nil
+}

@@ -16,6 +16,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"modelserve/internal/hf"
@@ -58,7 +59,7 @@ func (m *Mirror) fetchFile(ctx context.Context, fl *flight) (string, error) {
 	fl.fetching.Store(true)
 	name := path.Base(fl.file.Path)
 	if err := os.MkdirAll(filepath.Dir(fl.local), 0o755); err != nil {
-		return "", fmt.Errorf("cannot make a folder for %s on the mirror: %w", name, err)
+		return "", writeErr("cannot make a folder for %s", name, err)
 	}
 	if sum, ok, err := adopt(ctx, fl); err != nil || ok {
 		return sum, err
@@ -153,7 +154,7 @@ func (d *download) try(ctx context.Context) error {
 	f := d.fl.file
 	file, err := os.OpenFile(d.part, os.O_RDWR|os.O_CREATE, 0o644)
 	if err != nil {
-		return fmt.Errorf("cannot write %s on the mirror: %w", d.name, err)
+		return writeErr("cannot write %s", d.name, err)
 	}
 	defer file.Close()
 	have, err := d.resume(ctx, file)
@@ -199,7 +200,7 @@ func (d *download) try(ctx context.Context) error {
 		return sizeMismatch(d.name, body.Size, f.Size)
 	}
 	if _, err := file.Seek(have, io.SeekStart); err != nil {
-		return fmt.Errorf("cannot write %s on the mirror: %w", d.name, err)
+		return writeErr("cannot write %s", d.name, err)
 	}
 	return d.copy(tctx, file, body, have, watchdog)
 }
@@ -221,6 +222,12 @@ func (d *download) refused(tctx context.Context, file *os.File, err error) error
 		return retry(err)
 	case errors.Is(err, hf.ErrUnavailable), errors.As(err, &unreachable):
 		return retry(err)
+	}
+	if _, said := operr.As(err); said {
+		// The registry refuses the file (gone, gated, not for this
+		// token): bytes kept for a resume that cannot come would only
+		// take room on the disk.
+		d.discard()
 	}
 	return err
 }
@@ -276,7 +283,7 @@ func (d *download) copy(tctx context.Context, file *os.File, body io.Reader, hav
 			}
 			if _, err := file.Write(buf[:n]); err != nil {
 				free <- bp
-				return fmt.Errorf("cannot write %s on the mirror: %w", d.name, err)
+				return writeErr("cannot write %s", d.name, err)
 			}
 			full <- buf[:n]
 			have += int64(n)
@@ -334,7 +341,7 @@ func (d *download) restart(file *os.File) error {
 	d.hashed = 0
 	d.fl.bytes.Store(0)
 	if err := file.Truncate(0); err != nil {
-		return fmt.Errorf("cannot write %s on the mirror: %w", d.name, err)
+		return writeErr("cannot write %s", d.name, err)
 	}
 	return nil
 }
@@ -370,15 +377,15 @@ func (d *download) finish() (string, error) {
 		return "", mismatch(f.Path, sum, f.SHA256)
 	}
 	if err := syncFile(d.part); err != nil {
-		return "", fmt.Errorf("cannot write %s on the mirror: %w", d.name, err)
+		return "", writeErr("cannot write %s", d.name, err)
 	}
 	// An old sidecar would vouch for the new file if a crash came before
 	// the new one is written; without one, the file is hashed again.
 	if err := os.Remove(sidecarPath(local)); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return "", fmt.Errorf("cannot replace %s on the mirror: %w", d.name, err)
+		return "", writeErr("cannot replace %s", d.name, err)
 	}
 	if err := os.Rename(d.part, local); err != nil {
-		return "", fmt.Errorf("cannot put %s in place on the mirror: %w", d.name, err)
+		return "", writeErr("cannot put %s in place", d.name, err)
 	}
 	if err := writeSidecar(local, sum); err != nil {
 		return "", err
@@ -412,15 +419,15 @@ func writeSidecar(local, sum string) error {
 	tmp := side + tmpSuffix
 	line := sum + "  " + filepath.Base(local) + "\n"
 	if err := os.WriteFile(tmp, []byte(line), 0o644); err != nil {
-		return fmt.Errorf("cannot record the sha256 of %s on the mirror: %w", filepath.Base(local), err)
+		return writeErr("cannot record the sha256 of %s", filepath.Base(local), err)
 	}
 	if err := syncFile(tmp); err != nil {
 		os.Remove(tmp)
-		return fmt.Errorf("cannot record the sha256 of %s on the mirror: %w", filepath.Base(local), err)
+		return writeErr("cannot record the sha256 of %s", filepath.Base(local), err)
 	}
 	if err := os.Rename(tmp, side); err != nil {
 		os.Remove(tmp)
-		return fmt.Errorf("cannot record the sha256 of %s on the mirror: %w", filepath.Base(local), err)
+		return writeErr("cannot record the sha256 of %s", filepath.Base(local), err)
 	}
 	// Renames are only durable once the folder is; a filesystem that
 	// cannot sync a folder loses nothing worse than a rehash.
@@ -454,6 +461,20 @@ func syncFile(name string) error {
 		return err
 	}
 	return f.Close()
+}
+
+// writeErr is a failure to write a file of the mirror, what being a
+// format naming it ("cannot write %s"). A full disk is the operator's to
+// fix, and is said so in a sentence: "no space left on device" and a path
+// on this machine told them nothing they could act on. What was fetched
+// stays: once there is room, a retry carries on from it.
+func writeErr(what, name string, err error) error {
+	if errors.Is(err, syscall.ENOSPC) {
+		return operr.Wrap(operr.Unavailable, err, "the mirror's disk is full: %s could not be written; "+
+			"free some space (the mirror page removes files), or give --data a larger disk, then retry the job: "+
+			"what was fetched so far is kept", name)
+	}
+	return fmt.Errorf(what+" on the mirror: %w", name, err)
 }
 
 func sizeMismatch(name string, got, want int64) error {

@@ -1,0 +1,100 @@
+package fleet
+
+import (
+	"context"
+	"database/sql"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"modelserve/catalog"
+	"modelserve/internal/ggufgen"
+	"modelserve/internal/store"
+)
+
+// MustDB is modelserve's database, migrated, in a temporary file.
+func MustDB(t testing.TB) *sql.DB {
+	t.Helper()
+	db, err := store.Open(context.Background(), filepath.Join(t.TempDir(), "modelserve.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return db
+}
+
+// keptParks are the models parked_models holds.
+func keptParks(t testing.TB, db *sql.DB) []string {
+	t.Helper()
+	rows, err := db.Query(`SELECT model FROM parked_models ORDER BY model`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var m string
+		if err := rows.Scan(&m); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, m)
+	}
+	return out
+}
+
+// A model parked because the engine cannot load it stays parked when
+// modelserve restarts: a new fleet on the same database does not start it
+// three more times, and says why it is parked. Served again, it starts
+// afresh, and the park is forgotten.
+func TestParkedModelStaysParkedAcrossARestart(t *testing.T) {
+	db := MustDB(t)
+	cat := catalog.NewStore(db)
+	first := MustRun(t, cat, Options{Parks: NewParks(db)})
+	MustAdd(t, first.notifying(cat), entry("foo", MustWriteModel(t, "foo.gguf", ggufgen.Spec{Architecture: "foo"}), 1))
+	waitFor(t, 2*readyWithin, "foo parked", func() (bool, string) {
+		h, _ := first.health("foo")
+		return h.Parked, "health " + h.Reason
+	})
+	if got := keptParks(t, db); len(got) != 1 || got[0] != "foo" {
+		t.Fatalf("the database keeps the parks of %v, want foo's", got)
+	}
+	// The process stops. A park kept for a model since removed from the
+	// catalog is forgotten at the next start.
+	first.stop(t)
+	first.done <- nil // stopped: its cleanup finds it so
+	if _, err := db.Exec(`INSERT INTO parked_models (model, fingerprint, reason, failures, parked_at)
+		VALUES ('gone', 'x', 'it failed', 3, '2026-01-01T00:00:00Z')`); err != nil {
+		t.Fatal(err)
+	}
+
+	second := MustRun(t, cat, Options{Parks: NewParks(db)})
+	var h ModelHealth
+	waitFor(t, 10*time.Second, "the restarted fleet's first look at foo", func() (bool, string) {
+		var ok bool
+		h, ok = second.health("foo")
+		return ok, "no health"
+	})
+	if !h.Parked || h.Failures != 3 || !strings.Contains(h.Reason, "unknown model architecture: 'foo'") {
+		t.Errorf("after the restart foo's health is %+v, want parked after 3 failures, with the engine's words", h)
+	}
+	// Parked means no start, tick after tick.
+	second.Poke()
+	time.Sleep(500 * time.Millisecond)
+	if n := len(second.node.started()); n != 0 {
+		t.Errorf("the restarted fleet started the parked model's engine %d times", n)
+	}
+	if got := keptParks(t, db); len(got) != 1 || got[0] != "foo" {
+		t.Errorf("after the restart the database keeps the parks of %v, want foo's alone", got)
+	}
+
+	// Served again, with weights that load: a fresh start, and no park
+	// left to hold it at the next restart.
+	MustAdd(t, second.notifying(cat), entry("foo", MustWriteModel(t, "good.gguf", ggufgen.Spec{}), 1))
+	if r := second.waitReady(t, "foo", readyWithin); r.Failures != 0 {
+		t.Errorf("the model served again inherited %d failures", r.Failures)
+	}
+	if got := keptParks(t, db); len(got) != 0 {
+		t.Errorf("the model was served again, and the database still keeps the parks of %v", got)
+	}
+}
