@@ -8,6 +8,7 @@ import (
 
 	"modelserve/catalog"
 	"modelserve/internal/fleet"
+	"modelserve/internal/gateway"
 	"modelserve/views"
 )
 
@@ -22,19 +23,29 @@ func (s *Server) renderCatalog(w http.ResponseWriter, r *http.Request, v visit, 
 		s.pageError(w, r, v, err)
 		return
 	}
-	p := views.CatalogPage{Layout: s.layout(v, "catalog", "Catalog")}
+	p := views.CatalogPage{Layout: s.layout(v, "catalog", "Catalog"), TrafficWindow: "last minute"}
 	gone := removed != "" && len(removed) <= 64 && strings.Trim(removed, "abcdefghijklmnopqrstuvwxyz0123456789._-") == ""
 	snap, hasFleet := s.snapshot()
 	health := map[string]fleet.ModelHealth{}
 	for _, h := range snap.models {
 		health[h.Model] = h
 	}
+	var traffic map[string]gateway.Traffic
+	if s.deps.Gateway != nil {
+		traffic = s.deps.Gateway.Traffic()
+	}
+	base := s.publicBase(r)
 	for _, m := range models {
 		vm := catalogView(m)
 		if hasFleet {
 			h, looked := health[m.Name]
 			vm.Running = runningText(h, looked)
 		}
+		if s.deps.Gateway != nil {
+			vm.Traffic, vm.Latency = trafficText(traffic[m.Name])
+			vm.Playground = playgroundURL(m.Name)
+		}
+		vm.CallIt = callItView(base, m)
 		p.Models = append(p.Models, vm)
 		gone = gone && m.Name != removed
 	}
@@ -97,6 +108,22 @@ func catalogView(m catalog.Model) views.CatalogModel {
 	}
 	vm.Capabilities = caps
 	return vm
+}
+
+// trafficText is a model's last minute at the gateway in a few words: "12
+// requests, 1 failed" and "p50 340 ms".
+func trafficText(t gateway.Traffic) (requests, latency string) {
+	if t.Requests == 0 {
+		return "none", ""
+	}
+	requests = itoaPlural(t.Requests, "request", "requests")
+	if t.Failed > 0 {
+		requests += fmt.Sprintf(", %d failed", t.Failed)
+	}
+	if t.Answered > 0 {
+		latency = "p50 " + latencyText(t.P50)
+	}
+	return requests, latency
 }
 
 // runningText is how the fleet fares with a model, in a few words: "1 of 1

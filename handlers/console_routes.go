@@ -33,6 +33,9 @@ func (s *Server) consoleRoutes(mux *http.ServeMux) {
 
 	mux.Handle("GET /catalog", s.signedIn(s.catalogPage))
 	mux.Handle("POST /catalog/{name}/remove", s.signedIn(s.catalogRemove))
+	mux.Handle("GET /catalog/{name}/playground", s.signedIn(s.playgroundPage))
+	mux.Handle("POST /catalog/{name}/playground", s.signedIn(s.playgroundSend))
+	mux.Handle("GET /catalog/{name}/playground/stream", s.signedIn(s.playgroundStream))
 
 	// The page is /mirror; the files nodes fetch are below /mirror/.
 	mux.Handle("GET /mirror", s.signedIn(s.mirrorPage))

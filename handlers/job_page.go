@@ -3,6 +3,7 @@ package handlers
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -10,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"modelserve/catalog"
 	"modelserve/jobs"
 	"modelserve/views"
 )
@@ -35,9 +37,33 @@ func (s *Server) jobPage(w http.ResponseWriter, r *http.Request, v visit) {
 	if j.Model != "" {
 		title = j.Model + " · job"
 	}
+	vm := jobView(j, time.Now(), v.csrf, nil)
+	s.withCallIt(r, j, &vm)
 	s.render(w, r, http.StatusOK, views.JobPageView(views.JobPage{
-		Layout: s.layout(v, "jobs", title), Job: jobView(j, time.Now(), v.csrf, nil), Stream: stream,
+		Layout: s.layout(v, "jobs", title), Job: vm, Stream: stream,
 	}))
+}
+
+// withCallIt adds to a job that served a model the model's playground and
+// how to call it, while the catalog has the model: a model removed since
+// is not there to call.
+func (s *Server) withCallIt(r *http.Request, j jobs.Job, vm *views.Job) {
+	if j.State != jobs.Done || j.Model == "" {
+		return
+	}
+	m, err := s.deps.Catalog.Get(r.Context(), j.Model)
+	if err != nil {
+		// Removed since, or unreadable: the page shows the job without.
+		if !errors.Is(err, catalog.ErrNotFound) && r.Context().Err() == nil {
+			s.deps.Log.Error("reading a served model for its job page", "model", j.Model, "err", err)
+		}
+		return
+	}
+	c := callItView(s.publicBase(r), m)
+	vm.CallIt = &c
+	if s.deps.Gateway != nil {
+		vm.Playground = playgroundURL(m.Name)
+	}
 }
 
 // jobStream sends the job's live part, rendered by the same component as
@@ -56,7 +82,9 @@ func (s *Server) jobStream(w http.ResponseWriter, r *http.Request, v visit) {
 	ew := newEndWatcher(w)
 	meter := &rateMeter{}
 	s.events.serve(ew, r, untilEnded(r.Context(), ch, ew.sent()), func(ev jobs.Event) ([]byte, string, error) {
-		data, err := renderString(r.Context(), views.JobLive(jobView(ev.Job, time.Now(), v.csrf, meter)))
+		vm := jobView(ev.Job, time.Now(), v.csrf, meter)
+		s.withCallIt(r, ev.Job, &vm)
+		data, err := renderString(r.Context(), views.JobLive(vm))
 		if ev.Job.Ended() {
 			return data, "end", err
 		}

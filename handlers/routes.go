@@ -21,6 +21,7 @@ import (
 	"modelserve/catalog"
 	"modelserve/internal/auth"
 	"modelserve/internal/fleet"
+	"modelserve/internal/gateway"
 	"modelserve/internal/mirror"
 	"modelserve/internal/operr"
 	"modelserve/jobs"
@@ -69,6 +70,13 @@ type Gateway interface {
 	ShowModel(w http.ResponseWriter, r *http.Request)
 	Forward(w http.ResponseWriter, r *http.Request)
 	NotFound(w http.ResponseWriter, r *http.Request)
+	// AskStream calls a model in-process for the console's playground,
+	// by the path a client's request takes, handing on each event's data
+	// as the engine writes it.
+	AskStream(ctx context.Context, route string, body []byte, each func(data []byte) error) error
+	// Traffic is each model's requests in the last minute, for the
+	// catalog page.
+	Traffic() map[string]gateway.Traffic
 }
 
 // Deps are what the handlers need. New refuses a missing one by name.
@@ -99,6 +107,10 @@ type Deps struct {
 	// Secure marks the session cookie Secure on plain HTTP too: for a
 	// console behind a proxy that ends TLS. Over TLS it is always Secure.
 	Secure bool
+	// PublicURL is modelserve's address as its users reach it
+	// (--public-url), which the "call it" panels put in their commands;
+	// empty, they use the address each request came to.
+	PublicURL string
 	// SessionKeys sign and encrypt the session cookie (auth.LoadKeyFile
 	// or auth.KeysFromSecret); none makes keys for this process alone, so
 	// a restart signs everyone out.
@@ -120,6 +132,8 @@ type Server struct {
 	live     *auth.Sessions
 	throttle *throttle
 	lookups  lookups
+	// asks are the playground's messages sent and not yet streamed.
+	asks *asks
 }
 
 // New builds the route table.
@@ -137,7 +151,7 @@ func New(d Deps) (http.Handler, error) {
 	}
 	s := &Server{deps: d, tokens: auth.NewTokens(d.DB), events: newEvents(),
 		users: auth.NewUsers(d.DB), sessions: newSessionStore(newKeysIfNone(d.SessionKeys)), live: auth.NewSessions(d.DB),
-		throttle: newThrottle()}
+		throttle: newThrottle(), asks: newAsks()}
 	return s.routes(), nil
 }
 

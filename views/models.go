@@ -114,6 +114,11 @@ type Job struct {
 	// CSRF is the token the Cancel and Retry forms carry: they are part of
 	// what an event swaps.
 	CSRF string
+	// Playground and CallIt are the served model's playground URL and
+	// how to call it from code, once the job has served one that the
+	// catalog still has.
+	Playground string
+	CallIt     *CallIt
 }
 
 // JobPage is the job page.
@@ -170,6 +175,14 @@ type CatalogModel struct {
 	Running      string
 	Capabilities []string
 	RemoveURL    string
+	// Traffic is its requests in the last minute ("12 requests, 1
+	// failed", "none") and Latency their median ("p50 340 ms"), "" when
+	// not known; both "" without a gateway.
+	Traffic, Latency string
+	// Playground is the URL of its playground, and CallIt how to call it
+	// from code.
+	Playground string
+	CallIt     CallIt
 }
 
 // CatalogProfile is one way a model runs.
@@ -182,6 +195,8 @@ type CatalogPage struct {
 	Layout Layout
 	Models []CatalogModel
 	Notice string
+	// TrafficWindow is how far back Traffic looks ("the last minute").
+	TrafficWindow string
 }
 
 // Confirm asks whether to do something that cannot be undone, for a

@@ -32,24 +32,30 @@ func (g *Gateway) Ask(ctx context.Context, route string, body []byte) ([]byte, e
 	if rec.status == 0 || rec.status == http.StatusOK {
 		return rec.body.Bytes(), nil
 	}
+	return nil, answerError(rec.status, rec.body.Bytes())
+}
+
+// answerError is an answer other than a 200 as an operator's error (Ask's
+// and AskStream's).
+func answerError(status int, body []byte) error {
 	// The OpenAI error shape, whoever wrote it: the gateway or the engine.
 	var out struct {
 		Error struct {
 			Message string `json:"message"`
 		} `json:"error"`
 	}
-	msg := string(bytes.TrimSpace(rec.body.Bytes()))
-	if json.Unmarshal(rec.body.Bytes(), &out) == nil && out.Error.Message != "" {
+	msg := string(bytes.TrimSpace(body))
+	if json.Unmarshal(body, &out) == nil && out.Error.Message != "" {
 		msg = out.Error.Message
 	}
 	if len(msg) > 300 {
 		msg = msg[:300] + "…"
 	}
 	kind := operr.Refused
-	if rec.status == http.StatusServiceUnavailable || rec.status == http.StatusTooManyRequests {
+	if status == http.StatusServiceUnavailable || status == http.StatusTooManyRequests {
 		kind = operr.Unavailable
 	}
-	return nil, operr.New(kind, "the gateway answered %d %s: %s", rec.status, http.StatusText(rec.status), msg)
+	return operr.New(kind, "the gateway answered %d %s: %s", status, http.StatusText(status), msg)
 }
 
 // recorder keeps an answer written for an in-process caller.

@@ -17,6 +17,9 @@ type metrics struct {
 	queue      *prometheus.GaugeVec
 	coldStarts *prometheus.CounterVec
 	coldTime   *prometheus.HistogramVec
+	// recent is the last minute of each model's requests, for the
+	// console (stats.go).
+	recent *recent
 }
 
 // latencyBuckets run from a cached short answer to a long generation.
@@ -55,6 +58,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "modelserve_gateway_cold_start_seconds", Buckets: []float64{.1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300},
 			Help: "From the first request that found no replica ready to a replica taking it.",
 		}, []string{"model"}),
+		recent: newRecent(),
 	}
 	for _, c := range []prometheus.Collector{m.requests, m.ttft, m.latency, m.tokens, m.queue, m.coldStarts, m.coldTime} {
 		if err := reg.Register(c); err != nil {
@@ -73,8 +77,10 @@ func (m *metrics) done(model, replica string, status int, start, first time.Time
 	}
 	m.requests.WithLabelValues(model, replica, strconv.Itoa(status)).Inc()
 	if replica == "" || start.IsZero() {
+		m.recent.done(model, status, 0, time.Now())
 		return
 	}
+	m.recent.done(model, status, time.Since(start), time.Now())
 	if !first.IsZero() {
 		m.ttft.WithLabelValues(model, replica).Observe(first.Sub(start).Seconds())
 	}
