@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"modelserve/internal/operr"
+	"modelserve/internal/store"
 	"time"
 )
 
@@ -228,6 +229,17 @@ func scanModel(row interface{ Scan(...any) error }) (Model, error) {
 // Remove takes the model named name, and its aliases, out of the catalog;
 // one it does not have is an error matching ErrNotFound.
 func (s *Store) Remove(ctx context.Context, name string) error {
+	err := s.remove(ctx, name)
+	if err != nil && store.Full(err) {
+		// The disk's fault, not the program's: said, for the API and the
+		// console alike.
+		return operr.Wrap(operr.Unavailable, err, "%s could not be removed from the catalog: modelserve's disk is full; "+
+			"free some space in its data folder (the mirror page removes files), then remove it again", operr.Quote(name))
+	}
+	return err
+}
+
+func (s *Store) remove(ctx context.Context, name string) error {
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("remove %s from the catalog: %w", name, err)
