@@ -66,16 +66,9 @@ func userCmd(ctx context.Context, args []string, getenv func(string) string, std
 	}
 
 	name := fs.Arg(0)
-	if isTerminal(stdin) {
-		fmt.Fprintf(stderr, "password for %s (empty to generate one): ", name)
-	}
-	password, err := firstLine(stdin)
+	password, generated, err := readPassword(stdin, stderr, "password for "+name)
 	if err != nil {
-		return fmt.Errorf("read the password from standard input: %w", err)
-	}
-	generated := password == ""
-	if generated {
-		password = auth.GeneratePassword()
+		return err
 	}
 	if err := users.Add(ctx, name, password); err != nil {
 		return err
@@ -87,6 +80,22 @@ func userCmd(ctx context.Context, args []string, getenv func(string) string, std
 	}
 	fmt.Fprintf(stderr, "user %q added\n", name)
 	return nil
+}
+
+// readPassword reads a password from the first line of stdin, asking with
+// prompt when stdin is a terminal; an empty line makes one, and generated
+// says so (it is then printed once).
+func readPassword(stdin io.Reader, stderr io.Writer, prompt string) (password string, generated bool, err error) {
+	if isTerminal(stdin) {
+		fmt.Fprintf(stderr, "%s (empty to generate one): ", prompt)
+	}
+	if password, err = firstLine(stdin); err != nil {
+		return "", false, fmt.Errorf("read the password from standard input: %w", err)
+	}
+	if password == "" {
+		return auth.GeneratePassword(), true, nil
+	}
+	return password, false, nil
 }
 
 // firstLine is the first line of r without its line ending; "" when r is

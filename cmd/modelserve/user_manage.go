@@ -13,16 +13,9 @@ import (
 // a password is changed because it may be known, and whoever knew it may
 // be signed in.
 func userPasswd(ctx context.Context, users *auth.Users, name string, stdin io.Reader, stdout, stderr io.Writer) error {
-	if isTerminal(stdin) {
-		fmt.Fprintf(stderr, "new password for %s (empty to generate one): ", name)
-	}
-	password, err := firstLine(stdin)
+	password, generated, err := readPassword(stdin, stderr, "new password for "+name)
 	if err != nil {
-		return fmt.Errorf("read the password from standard input: %w", err)
-	}
-	generated := password == ""
-	if generated {
-		password = auth.GeneratePassword()
+		return err
 	}
 	n, err := users.SetPassword(ctx, name, password)
 	if err != nil {
