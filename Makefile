@@ -10,9 +10,10 @@ BIN     := bin/modelserve
 ADDR    ?= 127.0.0.1:8080
 DATA    ?= ./data
 INSTALL_ENGINE := internal/engine/install-llama-server.sh
+INSTALL_KUBE   := internal/kubetest/install.sh
 TEMPL   := github.com/a-h/templ/cmd/templ@v0.3.1100
 
-.PHONY: build run test vet unit fuzz e2e deps bench generate templ-check clean
+.PHONY: build run test vet unit fuzz e2e deps kube bench generate templ-check clean
 
 build:
 	$(GO) build -o $(BIN) ./cmd/modelserve
@@ -32,8 +33,8 @@ vet:
 
 # Under make test a test that needs the engine fails when it is missing;
 # a bare go test skips it and says why.
-unit: deps
-	MODELSERVE_REQUIRE_ENGINE=1 $(GO) test -race -count=1 ./...
+unit: deps kube
+	MODELSERVE_REQUIRE_ENGINE=1 MODELSERVE_REQUIRE_KUBE=1 $(GO) test -race -count=1 ./...
 
 # fuzz runs each fuzz target of what parses untrusted input for a few
 # seconds, beyond the seeds go test runs as cases. A corpus entry that
@@ -56,6 +57,13 @@ e2e: deps
 # nothing.
 deps:
 	@./$(INSTALL_ENGINE) >/dev/null
+
+# kube builds the control plane the kubernetes fleet is tested against
+# (kube-apiserver, controller-manager, scheduler, etcd, kwok) from the Go
+# module proxy into a cache folder outside the tree; the tests start it.
+# The first build takes minutes; a second run costs nothing.
+kube:
+	@./$(INSTALL_KUBE) >/dev/null
 
 # bench prints each benchmark beside the baseline it is measured against in
 # the same run; see the ratios, not the absolute times.

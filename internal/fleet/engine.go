@@ -153,9 +153,9 @@ const (
 	startupCapped = time.Hour
 )
 
-// startupTimeout is how long a replica of p, loading size bytes, may take
-// to become ready.
-func startupTimeout(p catalog.Profile, size int64) time.Duration {
+// StartupTimeout is how long a replica of p, loading size bytes, may take
+// to become ready: the local engine's deadline, and a pod's startup probe.
+func StartupTimeout(p catalog.Profile, size int64) time.Duration {
 	if p.StartupTimeout > 0 {
 		return p.StartupTimeout
 	}
@@ -201,10 +201,14 @@ func hasFlag(args []string, flags []string) bool {
 	return false
 }
 
-// engineArgs are llama-server's arguments for a replica: the profile's own,
+// EngineArgs are llama-server's arguments for a replica: the profile's own,
 // then what the fleet decides. threads is 0 when a --threads in the
-// profile's arguments is to stand.
-func engineArgs(m catalog.Model, p catalog.Profile, weights, projector, key string, threads int) []string {
+// profile's arguments is to stand. Both fleet backends start the engine
+// with them (the kubernetes one adds its address), so a profile runs the
+// same wherever it lands. An empty key leaves --api-key out: the engine
+// then reads it from LLAMA_API_KEY, which a pod takes from a Secret, so the
+// key never shows in the pod's spec.
+func EngineArgs(m catalog.Model, p catalog.Profile, weights, projector, key string, threads int) []string {
 	args := without(p.Args, ownedFlags)
 	args = slices.DeleteFunc(args, func(a string) bool { return slices.Contains(ownedSwitches, a) })
 	if threads > 0 {
@@ -214,7 +218,11 @@ func engineArgs(m catalog.Model, p catalog.Profile, weights, projector, key stri
 	if projector != "" {
 		args = append(args, "--mmproj", projector)
 	}
-	args = append(args, "--alias", m.Name, "--api-key", key, "--metrics", "--slots")
+	args = append(args, "--alias", m.Name)
+	if key != "" {
+		args = append(args, "--api-key", key)
+	}
+	args = append(args, "--metrics", "--slots")
 	if threads > 0 {
 		args = append(args, "--threads", strconv.Itoa(threads))
 	}

@@ -143,13 +143,13 @@ func TestFailureReasonPicksTheEnginesWords(t *testing.T) {
 func TestEngineArgsKeepWhatTheFleetOwns(t *testing.T) {
 	m := catalog.Model{Name: "m"}
 	p := catalog.Profile{Args: []string{"--ctx-size", "4096", "--port", "9", "--no-slots", "--host=0.0.0.0", "-t", "8", "--api-key", "x", "--embedding"}}
-	got := strings.Join(engineArgs(m, p, "/w.gguf", "", "KEY", 2), " ")
+	got := strings.Join(EngineArgs(m, p, "/w.gguf", "", "KEY", 2), " ")
 	want := "--ctx-size 4096 --embedding -m /w.gguf --alias m --api-key KEY --metrics --slots --threads 2"
 	if got != want {
 		t.Errorf("args %q, want %q", got, want)
 	}
 	// No threads decided: the profile's own --threads stands.
-	got = strings.Join(engineArgs(m, catalog.Profile{Args: []string{"-t", "8"}}, "/w.gguf", "/p.gguf", "KEY", 0), " ")
+	got = strings.Join(EngineArgs(m, catalog.Profile{Args: []string{"-t", "8"}}, "/w.gguf", "/p.gguf", "KEY", 0), " ")
 	if want := "-t 8 -m /w.gguf --mmproj /p.gguf --alias m --api-key KEY --metrics --slots"; got != want {
 		t.Errorf("args %q, want %q", got, want)
 	}
@@ -169,8 +169,8 @@ func TestStartupTimeoutGrowsWithTheWeights(t *testing.T) {
 		{catalog.Profile{}, 400 << 30, time.Hour},
 		{catalog.Profile{StartupTimeout: 90 * time.Second}, 400 << 30, 90 * time.Second},
 	} {
-		if got := startupTimeout(tc.p, tc.size); got != tc.want {
-			t.Errorf("startupTimeout(%v, %d) = %s, want %s", tc.p.StartupTimeout, tc.size, got, tc.want)
+		if got := StartupTimeout(tc.p, tc.size); got != tc.want {
+			t.Errorf("StartupTimeout(%v, %d) = %s, want %s", tc.p.StartupTimeout, tc.size, got, tc.want)
 		}
 	}
 }
@@ -243,7 +243,7 @@ func TestEveryFlagIsOneTheEngineKnows(t *testing.T) {
 		{Judge: true},
 	} {
 		p := catalog.Profile{Args: catalog.LlamaArgs(s)}
-		passed = append(passed, engineArgs(catalog.Model{Name: "m"}, p, "/w.gguf", "/p.gguf", "KEY", 2)...)
+		passed = append(passed, EngineArgs(catalog.Model{Name: "m"}, p, "/w.gguf", "/p.gguf", "KEY", 2)...)
 	}
 	passed = append(passed, "--host", "--port") // the local node's own (see process_linux.go)
 	for _, a := range passed {

@@ -1,0 +1,573 @@
+// Package kubefleet runs the catalog on a Kubernetes cluster: each model's
+// replicas are the pods of a Deployment per profile, placed by the
+// cluster's scheduler on its nodes, with the weights fetched from
+// modelserve's mirror by an init container.
+//
+// The local fleet (internal/fleet) runs engines as child processes of one
+// machine, and operators with more than one machine had no way past it. Here
+// modelserve writes the objects (server-side apply, field manager
+// "modelserve") and reads back what the cluster made of them through shared
+// informers: the scheduler's own words when a pod has nowhere to go, the
+// container's termination message when the engine keeps failing, the
+// nodes' allocatable room for the planner. It never polls the API: events
+// and a periodic resync put the model's name on a work queue, and one
+// worker reconciles it from the informers' caches.
+//
+// It offers what the rest of modelserve reads of a fleet (Replicas,
+// ModelHealth, Nodes, Pool, Serving, EngineKey, Use, ...) in the local
+// fleet's types, so jobs, the gateway, the handlers and the planner work
+// over either.
+package kubefleet
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	appslisters "k8s.io/client-go/listers/apps/v1"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
+
+	"modelserve/catalog"
+	"modelserve/internal/fleet"
+	"modelserve/internal/operr"
+)
+
+// Options configure a Fleet. Client, Catalog, Namespace, EngineImage,
+// MirrorURL and MirrorDir are required.
+type Options struct {
+	Client  kubernetes.Interface
+	Catalog fleet.Catalog
+	// Namespace holds every object of the fleet.
+	Namespace string
+	// EngineImage is the llama.cpp server image; its entrypoint must be
+	// llama-server (as the official server image's is).
+	EngineImage string
+	// FetchImage runs the init container that fetches the weights: any
+	// image with busybox's sh, wget and sha256sum. "busybox:1.37" unless
+	// set.
+	FetchImage string
+	// MirrorURL is modelserve's address as the nodes reach it; the
+	// weights are fetched from MirrorURL/mirror/<model>/<revision>/<file>.
+	MirrorURL string
+	// MirrorDir is the mirror's folder here, which the catalog's sources
+	// are under.
+	MirrorDir string
+	// MirrorToken, when set, is written to the MirrorSecret Secret the
+	// init containers read; empty leaves that Secret to the operator.
+	MirrorToken string
+	// WeightsVolume is where pods keep the weights: "" (an emptyDir),
+	// "pvc:<claim>" or "hostPath:<folder>".
+	WeightsVolume string
+	// GPUProductLabel is the node label naming the card
+	// ("nvidia.com/gpu.product" unless set), GPUResource the extended
+	// resource counting the cards ("nvidia.com/gpu" unless set).
+	GPUProductLabel string
+	GPUResource     corev1.ResourceName
+	// MaxFailures is how many restarts of a container that never became
+	// ready park its model: 3 unless set.
+	MaxFailures int
+	// Resync is how often the informers replay every object, which
+	// reconciles every model again: 30 s unless set.
+	Resync time.Duration
+	Log    *slog.Logger
+}
+
+// park is why a model was parked, and for which fingerprint.
+type park struct{ fingerprint, reason string }
+
+// allModels is the queue key that reconciles every model: the catalog's
+// and those with objects in the cluster (a model removed).
+const allModels = "\x00all"
+
+// Fleet is the catalog on a cluster. Its methods are safe for concurrent
+// use; Run starts the informers and the worker.
+type Fleet struct {
+	opts  Options
+	log   *slog.Logger
+	queue workqueue.TypedRateLimitingInterface[string]
+
+	// The listers are set by Run before its worker starts, and read only
+	// while it runs (synced says so).
+	pods        corelisters.PodLister
+	nodes       corelisters.NodeLister
+	configMaps  corelisters.ConfigMapLister
+	secrets     corelisters.SecretLister
+	deployments appslisters.DeploymentLister
+
+	mu      sync.Mutex
+	synced  bool
+	models  map[string]fleet.ModelHealth
+	demands map[string]*demand
+	// parks are the models parked by this process, by the fingerprint
+	// they were parked for: the owner's annotation says the same, but the
+	// cache may not have seen it yet when the crashed pod is already gone.
+	parks map[string]park
+	// begun and done count the passes over all models; passed is closed
+	// (and replaced) at the end of each, for Sync.
+	begun, done int
+	passed      chan struct{}
+}
+
+// New returns a fleet over opts, refusing a missing option by name.
+func New(opts Options) (*Fleet, error) {
+	switch {
+	case opts.Client == nil:
+		return nil, errors.New("the kubernetes fleet needs a client: set Options.Client")
+	case opts.Catalog == nil:
+		return nil, errors.New("the kubernetes fleet needs a catalog: set Options.Catalog")
+	case opts.Namespace == "":
+		return nil, errors.New("the kubernetes fleet needs a namespace: set Options.Namespace")
+	case opts.EngineImage == "":
+		return nil, operr.New(operr.Invalid, "the kubernetes fleet needs the llama.cpp server image its pods run: pass --engine-image (for example ghcr.io/ggml-org/llama.cpp:server)")
+	case opts.MirrorURL == "":
+		return nil, operr.New(operr.Invalid, "the kubernetes fleet needs modelserve's address as the nodes reach it, to fetch weights from its mirror: pass --mirror-url (or --public-url)")
+	case opts.MirrorDir == "":
+		return nil, errors.New("the kubernetes fleet needs the mirror's folder: set Options.MirrorDir")
+	}
+	if opts.FetchImage == "" {
+		opts.FetchImage = "busybox:1.37"
+	}
+	if opts.GPUProductLabel == "" {
+		opts.GPUProductLabel = "nvidia.com/gpu.product"
+	}
+	if opts.GPUResource == "" {
+		opts.GPUResource = "nvidia.com/gpu"
+	}
+	if opts.MaxFailures <= 0 {
+		opts.MaxFailures = 3
+	}
+	if opts.Resync <= 0 {
+		opts.Resync = 30 * time.Second
+	}
+	if opts.Log == nil {
+		opts.Log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	return &Fleet{
+		opts: opts, log: opts.Log,
+		queue:  workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]()),
+		models: map[string]fleet.ModelHealth{}, demands: map[string]*demand{}, parks: map[string]park{},
+		passed: make(chan struct{}),
+	}, nil
+}
+
+// Poke asks the fleet to reconcile every model now. It never blocks.
+func (f *Fleet) Poke() { f.queue.Add(allModels) }
+
+// Sync is Poke, waiting until a pass over every model that began after the
+// call has ended, or ctx ends, or the fleet is not running.
+func (f *Fleet) Sync(ctx context.Context) error {
+	f.mu.Lock()
+	if !f.synced {
+		f.mu.Unlock()
+		return nil
+	}
+	target := f.begun + 1
+	f.mu.Unlock()
+	f.Poke()
+	for {
+		f.mu.Lock()
+		done, passed := f.done, f.passed
+		f.mu.Unlock()
+		if done >= target {
+			return nil
+		}
+		select {
+		case <-passed:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// Run starts the informers, waits (at most a minute) for their caches, and
+// reconciles until ctx ends. The replicas go on running in the cluster
+// after it returns: they are the cluster's, not this process's.
+func (f *Fleet) Run(ctx context.Context) error {
+	ns := f.opts.Namespace
+	ours := informers.NewSharedInformerFactoryWithOptions(f.opts.Client, f.opts.Resync, informers.WithNamespace(ns),
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = labelManagedBy + "=" + managedBy }))
+	// Every pod and node, for what the nodes have left: other pods take
+	// room too.
+	cluster := informers.NewSharedInformerFactory(f.opts.Client, f.opts.Resync)
+
+	podInf, nodeInf := cluster.Core().V1().Pods(), cluster.Core().V1().Nodes()
+	cmInf, secInf, depInf := ours.Core().V1().ConfigMaps(), ours.Core().V1().Secrets(), ours.Apps().V1().Deployments()
+	byModel := cache.ResourceEventHandlerFuncs{
+		AddFunc:    f.enqueueOwner,
+		UpdateFunc: func(_, o any) { f.enqueueOwner(o) },
+		DeleteFunc: f.enqueueOwner,
+	}
+	for _, inf := range []cache.SharedIndexInformer{podInf.Informer(), cmInf.Informer(), depInf.Informer()} {
+		if _, err := inf.AddEventHandler(byModel); err != nil {
+			return err
+		}
+	}
+	// A node come or gone changes where every model can go.
+	if _, err := nodeInf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { f.Poke() },
+		DeleteFunc: func(any) { f.Poke() },
+	}); err != nil {
+		return err
+	}
+	f.pods, f.nodes, f.configMaps, f.secrets, f.deployments =
+		podInf.Lister(), nodeInf.Lister(), cmInf.Lister(), secInf.Lister(), depInf.Lister()
+	_ = secInf.Informer()
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	ours.Start(ctx.Done())
+	cluster.Start(ctx.Done())
+	defer func() {
+		f.queue.ShutDown()
+		ours.Shutdown()
+		cluster.Shutdown()
+		f.mu.Lock()
+		f.synced = false
+		close(f.passed)
+		f.passed = make(chan struct{})
+		f.mu.Unlock()
+	}()
+	wait, stop := context.WithTimeout(ctx, time.Minute)
+	defer stop()
+	for _, ok := range ours.WaitForCacheSync(wait.Done()) {
+		if !ok {
+			return f.unreachable(ctx)
+		}
+	}
+	for _, ok := range cluster.WaitForCacheSync(wait.Done()) {
+		if !ok {
+			return f.unreachable(ctx)
+		}
+	}
+	if f.opts.MirrorToken != "" {
+		if err := f.applyMirrorSecret(ctx); err != nil {
+			return err
+		}
+	}
+	f.mu.Lock()
+	f.synced = true
+	f.mu.Unlock()
+	f.Poke()
+
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for f.work(ctx) {
+		}
+	}()
+	<-ctx.Done()
+	f.queue.ShutDown()
+	<-done
+	return nil
+}
+
+func (f *Fleet) unreachable(ctx context.Context) error {
+	if ctx.Err() != nil {
+		return nil
+	}
+	return operr.New(operr.Unavailable, "the cluster's API did not list the fleet's objects within a minute: check --kubeconfig and that modelserve's account may read namespace %s and the nodes (deploy/rbac.yaml)", f.opts.Namespace)
+}
+
+// work reconciles the next key; false once the queue is shut down.
+func (f *Fleet) work(ctx context.Context) bool {
+	key, quit := f.queue.Get()
+	if quit {
+		return false
+	}
+	defer f.queue.Done(key)
+	var err error
+	if key == allModels {
+		err = f.reconcileAll(ctx)
+	} else {
+		err = f.reconcileModel(ctx, key)
+	}
+	if err != nil && ctx.Err() == nil {
+		f.log.Error("reconciling the kubernetes fleet; trying again", "model", key, "err", err)
+		f.queue.AddRateLimited(key)
+		return true
+	}
+	f.queue.Forget(key)
+	return true
+}
+
+// enqueueOwner puts the model an object of ours belongs to on the queue.
+func (f *Fleet) enqueueOwner(obj any) {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	o, ok := obj.(metav1.Object)
+	if !ok || o.GetLabels()[labelManagedBy] != managedBy || o.GetNamespace() != f.opts.Namespace {
+		return
+	}
+	if name := o.GetAnnotations()[annotationModel]; name != "" {
+		f.queue.Add(name)
+	}
+}
+
+func (f *Fleet) reconcileAll(ctx context.Context) error {
+	f.mu.Lock()
+	f.begun++
+	pass := f.begun
+	f.mu.Unlock()
+	defer func() {
+		f.mu.Lock()
+		f.done = pass
+		close(f.passed)
+		f.passed = make(chan struct{})
+		f.mu.Unlock()
+	}()
+	models, err := f.opts.Catalog.List(ctx)
+	if err != nil {
+		return fmt.Errorf("reading the catalog: %w", err)
+	}
+	names := map[string]bool{}
+	for _, m := range models {
+		names[m.Name] = true
+		if err := f.reconcile(ctx, m); err != nil {
+			return err
+		}
+	}
+	owners, err := f.configMaps.List(labels.Everything())
+	if err != nil {
+		return err
+	}
+	for _, o := range owners {
+		if name := o.Annotations[annotationModel]; !names[name] {
+			if err := f.remove(ctx, name); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func (f *Fleet) reconcileModel(ctx context.Context, name string) error {
+	models, err := f.opts.Catalog.List(ctx)
+	if err != nil {
+		return fmt.Errorf("reading the catalog: %w", err)
+	}
+	for _, m := range models {
+		if m.Name == name {
+			return f.reconcile(ctx, m)
+		}
+	}
+	return f.remove(ctx, name)
+}
+
+// remove deletes a model's owner; the garbage collector removes what it
+// owns (Deployments, their pods, the Service, the Secret).
+func (f *Fleet) remove(ctx context.Context, name string) error {
+	f.mu.Lock()
+	delete(f.models, name)
+	delete(f.demands, name)
+	delete(f.parks, name)
+	f.mu.Unlock()
+	if _, err := f.configMaps.ConfigMaps(f.opts.Namespace).Get(objName(name)); apierrors.IsNotFound(err) {
+		return nil
+	}
+	bg := metav1.DeletePropagationBackground
+	err := f.opts.Client.CoreV1().ConfigMaps(f.opts.Namespace).Delete(ctx, objName(name), metav1.DeleteOptions{PropagationPolicy: &bg})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("removing %s from the cluster: %w", name, err)
+	}
+	f.log.Info("removed a model's objects from the cluster", "model", name)
+	return nil
+}
+
+// reconcile writes m's objects as the catalog and its pods say they should
+// be, and records how it fares.
+func (f *Fleet) reconcile(ctx context.Context, m catalog.Model) error {
+	ns := f.opts.Namespace
+	fp := fingerprint(m)
+	h := fleet.ModelHealth{Model: m.Name, Class: m.ClassOrDefault(), Want: f.want(m, time.Now())}
+	pods := f.modelPods(m.Name)
+	obs := observe(pods, f.opts.MaxFailures)
+	h.Ready, h.Failures = obs.ready, obs.failures
+	h.HardwareExists = f.hardwareExists(m)
+
+	// Parked before (for this fingerprint), parked still; a container
+	// that failed MaxFailures times parks the model now.
+	f.mu.Lock()
+	pk := f.parks[m.Name]
+	f.mu.Unlock()
+	parkedWhy := ""
+	if pk.fingerprint == fp {
+		parkedWhy = pk.reason
+	} else if cm, err := f.configMaps.ConfigMaps(ns).Get(objName(m.Name)); err == nil && cm.Annotations[annotationParkedFor] == fp {
+		parkedWhy = cm.Annotations[annotationParkedWhy]
+	}
+	w, werr := weightsOf(m, f.opts.MirrorDir)
+	switch {
+	case parkedWhy != "":
+	case werr != nil:
+		parkedWhy = werr.Error()
+	case obs.crashed != "":
+		parkedWhy = obs.crashed
+		f.log.Warn("model parked: its engine keeps failing", "model", m.Name, "reason", parkedWhy)
+	}
+	parkedFor := ""
+	if parkedWhy != "" {
+		h.Parked, h.Reason, parkedFor = true, parkedWhy, fp
+		f.mu.Lock()
+		f.parks[m.Name] = park{fingerprint: fp, reason: parkedWhy}
+		f.mu.Unlock()
+	}
+
+	owner, err := f.apply(ctx, f.ownerMap(m, parkedFor, parkedWhy))
+	if err != nil {
+		return err
+	}
+	ref := metav1.OwnerReference{APIVersion: "v1", Kind: "ConfigMap", Name: owner.GetName(), UID: owner.GetUID()}
+	if err := f.ensureKey(ctx, m, ref); err != nil {
+		return err
+	}
+	if _, err := f.apply(ctx, f.service(m, ref)); err != nil {
+		return err
+	}
+
+	// The preferred profile runs what is wanted; replicas its pods could
+	// not be placed with are tried on the next.
+	keep := map[string]bool{}
+	if werr == nil {
+		remaining := int32(h.Want)
+		if h.Parked {
+			remaining = 0
+		}
+		for _, pi := range byPriority(m) {
+			name := deploymentName(m.Name, pi)
+			keep[name] = true
+			d := f.deployment(m, pi, remaining, w, ref, f.products(m.Profiles[pi].GPUClass))
+			if _, err := f.apply(ctx, d); err != nil {
+				return err
+			}
+			remaining = min(remaining, int32(obs.unschedulable[name]))
+		}
+	}
+	if obs.placement != "" && !h.Parked && obs.scheduled < h.Want {
+		h.Unplaceable, h.Placement = true, obs.placement
+	}
+	// Profiles no longer in the entry.
+	deps, err := f.deployments.Deployments(ns).List(labels.SelectorFromSet(labels.Set{labelModel: objName(m.Name)}))
+	if err != nil {
+		return err
+	}
+	for _, d := range deps {
+		if !keep[d.Name] {
+			if err := f.opts.Client.AppsV1().Deployments(ns).Delete(ctx, d.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+				return err
+			}
+		}
+	}
+	f.mu.Lock()
+	f.models[m.Name] = h
+	f.mu.Unlock()
+	return nil
+}
+
+// apply writes obj by server-side apply as the field manager "modelserve":
+// the fields it sets are its own, and a field it stops setting goes.
+func (f *Fleet) apply(ctx context.Context, obj metav1.Object) (metav1.Object, error) {
+	body, err := json.Marshal(obj)
+	if err != nil {
+		return nil, err
+	}
+	opts := metav1.PatchOptions{FieldManager: fieldManager, Force: ptr(true)}
+	ns, name := f.opts.Namespace, obj.GetName()
+	var out metav1.Object
+	switch obj.(type) {
+	case *appsv1.Deployment:
+		out, err = f.opts.Client.AppsV1().Deployments(ns).Patch(ctx, name, types.ApplyPatchType, body, opts)
+	case *corev1.Service:
+		out, err = f.opts.Client.CoreV1().Services(ns).Patch(ctx, name, types.ApplyPatchType, body, opts)
+	case *corev1.ConfigMap:
+		out, err = f.opts.Client.CoreV1().ConfigMaps(ns).Patch(ctx, name, types.ApplyPatchType, body, opts)
+	case *corev1.Secret:
+		out, err = f.opts.Client.CoreV1().Secrets(ns).Patch(ctx, name, types.ApplyPatchType, body, opts)
+	default:
+		return nil, fmt.Errorf("the fleet does not write %T", obj)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("writing %T %s/%s: %w", obj, ns, name, err)
+	}
+	return out, nil
+}
+
+// ensureKey makes the model's replica key once: applying a new one on
+// every pass would restart every replica.
+func (f *Fleet) ensureKey(ctx context.Context, m catalog.Model, owner metav1.OwnerReference) error {
+	if _, err := f.secrets.Secrets(f.opts.Namespace).Get(keySecretName(m.Name)); err == nil {
+		return nil
+	}
+	b := make([]byte, 24)
+	_, _ = rand.Read(b) // crypto/rand.Read never fails on Linux
+	s := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: keySecretName(m.Name), Namespace: f.opts.Namespace, Labels: modelLabels(m.Name),
+			Annotations: map[string]string{annotationModel: m.Name}, OwnerReferences: []metav1.OwnerReference{owner}},
+		StringData: map[string]string{keySecretKey: hex.EncodeToString(b)},
+	}
+	_, err := f.opts.Client.CoreV1().Secrets(f.opts.Namespace).Create(ctx, s, metav1.CreateOptions{FieldManager: fieldManager})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("writing the replica key of %s: %w", m.Name, err)
+	}
+	return nil
+}
+
+func (f *Fleet) applyMirrorSecret(ctx context.Context) error {
+	_, err := f.apply(ctx, &corev1.Secret{
+		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Secret"},
+		ObjectMeta: metav1.ObjectMeta{Name: MirrorSecret, Namespace: f.opts.Namespace,
+			Labels: map[string]string{labelManagedBy: managedBy}},
+		StringData: map[string]string{"token": f.opts.MirrorToken},
+	})
+	return err
+}
+
+// modelPods are the pods of a model's Deployments, from the cache.
+func (f *Fleet) modelPods(name string) []*corev1.Pod {
+	pods, _ := f.pods.Pods(f.opts.Namespace).List(labels.SelectorFromSet(labels.Set{labelManagedBy: managedBy, labelModel: objName(name)}))
+	return pods
+}
+
+// EngineKey is the key replica id's engine wants; "" for a replica the
+// fleet does not have.
+func (f *Fleet) EngineKey(id string) string {
+	if !f.running() {
+		return ""
+	}
+	p, err := f.pods.Pods(f.opts.Namespace).Get(id)
+	if err != nil || p.Labels[labelManagedBy] != managedBy {
+		return ""
+	}
+	s, err := f.secrets.Secrets(f.opts.Namespace).Get(keySecretName(p.Annotations[annotationModel]))
+	if err != nil {
+		return ""
+	}
+	return string(s.Data[keySecretKey])
+}
+
+func (f *Fleet) running() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.synced
+}
+
+// Starts are the engine starts with their memory; the cluster's pods are
+// not measured, so there are none.
+func (f *Fleet) Starts(context.Context, int) ([]fleet.Start, error) { return nil, nil }

@@ -1,0 +1,464 @@
+package kubefleet_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	authnv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+
+	"modelserve/catalog"
+	"modelserve/internal/fleet"
+	"modelserve/internal/kubefleet"
+	"modelserve/internal/kubetest"
+)
+
+const ns = "modelserve"
+
+// memCatalog is a catalog the test changes.
+type memCatalog struct {
+	mu     sync.Mutex
+	models []catalog.Model
+}
+
+func (c *memCatalog) List(context.Context) ([]catalog.Model, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.models), nil
+}
+
+func (c *memCatalog) add(m catalog.Model) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.models = append(c.models, m)
+}
+
+func (c *memCatalog) remove(name string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.models = slices.DeleteFunc(c.models, func(m catalog.Model) bool { return m.Name == name })
+}
+
+// model is a catalog entry whose weights are on the mirror under mirrorDir.
+func model(mirrorDir, name string, p catalog.Profile) catalog.Model {
+	p.Engine = "llamacpp"
+	if p.Name == "" {
+		p.Name = "cpu"
+	}
+	p.Args = catalog.LlamaArgs(catalog.Sizing{CtxPool: 4096, ContextLength: 2048})
+	return catalog.Model{
+		Name: name, Source: filepath.Join(mirrorDir, name, "abc1234", "tiny-Q8_0.gguf"),
+		Profiles: []catalog.Profile{p}, Scaling: catalog.Scaling{Min: 1}, AddedAt: time.Now(),
+		Origin: &catalog.Origin{Repo: "org/tiny", Revision: "abc1234", Files: []catalog.OriginFile{
+			{Path: "tiny-Q8_0.gguf", Bytes: 3 << 30, SHA256: strings.Repeat("ab", 32)},
+		}},
+	}
+}
+
+// TestKubernetesFleet runs the fleet against a real control plane (kwok
+// nodes), as modelserve's ServiceAccount bound by deploy/rbac.yaml and
+// nothing more. The cases share the cluster, each with models of its own.
+func TestKubernetesFleet(t *testing.T) {
+	c := kubetest.Start(t)
+	c.AddNode(t, kubetest.Node{Name: "cpu-1", CPU: 8, Memory: "32Gi"})
+	c.AddNode(t, kubetest.Node{Name: "gpu-1", CPU: 16, Memory: "64Gi", GPUs: 1,
+		Labels: map[string]string{"nvidia.com/gpu.product": "NVIDIA-L4"}})
+
+	client := asServiceAccount(t, c)
+	mirrorDir := t.TempDir()
+	cat := &memCatalog{}
+	f, err := kubefleet.New(kubefleet.Options{
+		Client: client, Catalog: cat, Namespace: ns, EngineImage: "ghcr.io/ggml-org/llama.cpp:server",
+		MirrorURL: "http://modelserve.modelserve.svc:8080/", MirrorDir: mirrorDir, MirrorToken: "ms_nodes",
+		Resync: 5 * time.Second,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- f.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+	admin := c.Admin
+
+	t.Run("a served model is a Deployment running the engine's command line", func(t *testing.T) {
+		m := model(mirrorDir, "tiny", catalog.Profile{MinMemoryBytes: 2 << 30, CPUCores: 2})
+		cat.add(m)
+		f.Poke()
+		r := waitFor(t, "a ready replica of tiny", func() (fleet.Replica, bool) {
+			rs := f.Serving("tiny")
+			return first(rs), len(rs) == 1
+		})
+		if !strings.HasPrefix(r.Endpoint, "http://") || !strings.HasSuffix(r.Endpoint, ":8080") {
+			t.Errorf("endpoint %q, want the pod's address on port 8080", r.Endpoint)
+		}
+		if f.EngineKey(r.ID) == "" {
+			t.Errorf("no engine key for replica %s", r.ID)
+		}
+		deps, err := admin.AppsV1().Deployments(ns).List(context.Background(), metav1.ListOptions{LabelSelector: "app.kubernetes.io/managed-by=modelserve"})
+		if err != nil || len(deps.Items) != 1 {
+			t.Fatalf("deployments: %v, %d of them, want 1", err, len(deps.Items))
+		}
+		d := deps.Items[0]
+		checkDeployment(t, d, f.EngineKey(r.ID))
+		want := fleet.EngineArgs(m, m.Profiles[0], "/weights/tiny-Q8_0.gguf", "", "", 2)
+		if got := d.Spec.Template.Spec.Containers[0].Args; !slices.Equal(got[:len(want)], want) ||
+			strings.Join(got[len(want):], " ") != "--host 0.0.0.0 --port 8080" {
+			t.Errorf("engine args %q, want the local fleet's %q then --host 0.0.0.0 --port 8080", got, want)
+		}
+		if _, err := admin.CoreV1().Services(ns).Get(context.Background(), d.Labels["modelserve.io/model"], metav1.GetOptions{}); err != nil {
+			t.Errorf("no Service for tiny: %v", err)
+		}
+		h := health(f, "tiny")
+		if h.Ready != 1 || h.Want != 1 || h.Parked || h.Unplaceable {
+			t.Errorf("health %+v, want 1 of 1 ready", h)
+		}
+	})
+
+	t.Run("a GPU profile is placed on a node with the card", func(t *testing.T) {
+		cat.add(model(mirrorDir, "vision", catalog.Profile{Name: "l4", GPUClass: "L4", GPUsPerNode: 1, MinMemoryBytes: 8 << 30}))
+		f.Poke()
+		r := waitFor(t, "a ready replica of vision", func() (fleet.Replica, bool) {
+			rs := f.Serving("vision")
+			return first(rs), len(rs) == 1
+		})
+		if r.Node != "gpu-1" {
+			t.Errorf("vision runs on %s, want gpu-1 (the only node with an L4)", r.Node)
+		}
+		pool := waitFor(t, "the pool to count vision's card", func() ([]fleetNode, bool) {
+			p := poolOf(f)
+			return p, len(p) == 2 && p[1].gpus == 1 && p[1].freeCards == 0
+		})
+		if pool[0].name != "cpu-1" || pool[0].cores != 8 || pool[0].ramGB != 32 {
+			t.Errorf("pool node %+v, want cpu-1 with 8 cores and 32 GB", pool[0])
+		}
+		// Free is allocatable less what every pod on the node requests
+		// (the scheduler may have put tiny there too).
+		pods, err := admin.CoreV1().Pods("").List(context.Background(), metav1.ListOptions{FieldSelector: "spec.nodeName=gpu-1"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var requested int64
+		for _, p := range pods.Items {
+			requested += p.Spec.Containers[0].Resources.Requests.Memory().Value()
+		}
+		if want := 64 - float64(requested)/(1<<30); pool[1].class != "L4" || pool[1].freeRAMGB != want || requested < 8<<30 {
+			t.Errorf("pool node %+v, want gpu-1's L4 and %.1f GB free after its pods' %d bytes", pool[1], want, requested)
+		}
+	})
+
+	t.Run("a model with no room is unplaceable in the scheduler's words", func(t *testing.T) {
+		cat.add(model(mirrorDir, "big", catalog.Profile{Name: "l4x2", GPUClass: "L4", GPUsPerNode: 2, MinMemoryBytes: 8 << 30}))
+		f.Poke()
+		h := waitFor(t, "big to be unplaceable", func() (fleet.ModelHealth, bool) {
+			h := health(f, "big")
+			return h, h.Unplaceable
+		})
+		if !strings.Contains(h.Placement, "nodes are available") || !strings.Contains(h.Placement, "Insufficient nvidia.com/gpu") {
+			t.Errorf("placement %q, want the scheduler's sentence naming nvidia.com/gpu", h.Placement)
+		}
+		rs := replicasOf(f, "big")
+		if len(rs) != 1 || rs[0].State != fleet.Starting || !strings.Contains(rs[0].Detail, "Insufficient nvidia.com/gpu") {
+			t.Errorf("big's replicas %+v, want one placing, in the scheduler's words", rs)
+		}
+	})
+
+	t.Run("an engine failing to start three times parks its model with its words", func(t *testing.T) {
+		cat.add(model(mirrorDir, "broken", catalog.Profile{MinMemoryBytes: 1 << 30, CPUCores: 1}))
+		f.Poke()
+		r := waitFor(t, "a ready replica of broken", func() (fleet.Replica, bool) {
+			rs := f.Serving("broken")
+			return first(rs), len(rs) == 1
+		})
+		crashLoop(t, admin, r.ID, "llama_model_load: error loading model: tensor 'blk.0.attn_q.weight' has wrong shape")
+		h := waitFor(t, "broken to be parked", func() (fleet.ModelHealth, bool) {
+			h := health(f, "broken")
+			return h, h.Parked
+		})
+		if !strings.Contains(h.Reason, "error loading model: tensor 'blk.0.attn_q.weight' has wrong shape") || !strings.Contains(h.Reason, "status 1") {
+			t.Errorf("parked for %q, want the engine's exit status and its last words", h.Reason)
+		}
+		waitFor(t, "broken's Deployment at 0 replicas", func() (int32, bool) {
+			d := deploymentOf(t, admin, "broken")
+			return *d.Spec.Replicas, *d.Spec.Replicas == 0
+		})
+	})
+
+	t.Run("removing a model removes its objects", func(t *testing.T) {
+		sel := "modelserve.io/model=" + deploymentOf(t, admin, "tiny").Labels["modelserve.io/model"]
+		cat.remove("tiny")
+		f.Poke()
+		waitFor(t, "tiny's objects to be gone", func() (string, bool) {
+			bg := context.Background()
+			cms, _ := admin.CoreV1().ConfigMaps(ns).List(bg, metav1.ListOptions{LabelSelector: sel})
+			deps, _ := admin.AppsV1().Deployments(ns).List(bg, metav1.ListOptions{LabelSelector: sel})
+			svcs, _ := admin.CoreV1().Services(ns).List(bg, metav1.ListOptions{LabelSelector: sel})
+			secs, _ := admin.CoreV1().Secrets(ns).List(bg, metav1.ListOptions{LabelSelector: sel})
+			pods, _ := admin.CoreV1().Pods(ns).List(bg, metav1.ListOptions{LabelSelector: sel})
+			left := len(cms.Items) + len(deps.Items) + len(svcs.Items) + len(secs.Items) + len(pods.Items)
+			return strings.Repeat("x", left), left == 0
+		})
+		if h := health(f, "tiny"); h.Model != "" {
+			t.Errorf("tiny still has health %+v", h)
+		}
+	})
+
+	t.Run("the service account may do no more than its namespace and reading nodes", func(t *testing.T) {
+		_, err := client.CoreV1().Secrets("kube-system").List(context.Background(), metav1.ListOptions{})
+		if err == nil {
+			t.Error("modelserve's account can read kube-system's Secrets: deploy/rbac.yaml grants more than the fleet needs")
+		}
+	})
+}
+
+// checkDeployment checks what a replica's pod is made of.
+func checkDeployment(t *testing.T, d appsv1.Deployment, key string) {
+	t.Helper()
+	spec := d.Spec.Template.Spec
+	if len(d.OwnerReferences) != 1 || d.OwnerReferences[0].Kind != "ConfigMap" {
+		t.Errorf("owners %+v, want the model's ConfigMap", d.OwnerReferences)
+	}
+	e := spec.Containers[0]
+	for _, a := range e.Args {
+		if a == "--api-key" || a == key {
+			t.Errorf("the replica key is in the engine's args in clear: %q", e.Args)
+		}
+	}
+	for _, v := range append(slices.Clone(e.Env), spec.InitContainers[0].Env...) {
+		if v.Value == key {
+			t.Errorf("the replica key is in env %s in clear", v.Name)
+		}
+	}
+	if k := envRef(e.Env, "LLAMA_API_KEY"); k == nil || !strings.HasSuffix(k.Name, "-key") {
+		t.Errorf("LLAMA_API_KEY is not from the model's Secret: %+v", e.Env)
+	}
+	if got := e.Resources.Requests.Memory().Value(); got != 2<<30 || e.Resources.Limits.Memory().Value() != 2<<30 {
+		t.Errorf("memory request %d, limit %v, want both 2 GiB", got, e.Resources.Limits.Memory())
+	}
+	if got := e.Resources.Requests.Cpu().Value(); got != 2 {
+		t.Errorf("cpu request %d, want the profile's 2 cores", got)
+	}
+	if e.ReadinessProbe == nil || e.ReadinessProbe.HTTPGet == nil || e.ReadinessProbe.HTTPGet.Path != "/health" {
+		t.Errorf("readiness probe %+v, want GET /health", e.ReadinessProbe)
+	}
+	// 3 GB of weights: the local deadline is 5 min + 3×20 s = 6 min.
+	if sp := e.StartupProbe; sp == nil || sp.PeriodSeconds*sp.FailureThreshold < 360 {
+		t.Errorf("startup probe %+v, want at least the local fleet's 6 minutes for 3 GB", sp)
+	}
+	if e.TerminationMessagePolicy != corev1.TerminationMessageFallbackToLogsOnError {
+		t.Errorf("termination message policy %q, want FallbackToLogsOnError", e.TerminationMessagePolicy)
+	}
+	ic := spec.InitContainers[0]
+	if got := envValue(ic.Env, "MODELSERVE_MIRROR"); got != "http://modelserve.modelserve.svc:8080/mirror/tiny/abc1234" {
+		t.Errorf("init container fetches from %q", got)
+	}
+	if got := envValue(ic.Env, "MODELSERVE_FILES"); got != strings.Repeat("ab", 32)+" tiny-Q8_0.gguf" {
+		t.Errorf("init container fetches %q, want the file with its sha256", got)
+	}
+	if k := envRef(ic.Env, "MODELSERVE_MIRROR_TOKEN"); k == nil || k.Name != kubefleet.MirrorSecret {
+		t.Errorf("the mirror token is not from the Secret %s: %+v", kubefleet.MirrorSecret, ic.Env)
+	}
+	if spec.Volumes[0].EmptyDir == nil {
+		t.Errorf("weights volume %+v, want an emptyDir by default", spec.Volumes[0])
+	}
+}
+
+// crashLoop makes pod's engine look as a kubelet shows one that keeps
+// failing. kwok's fast stages act only on pending pods (and deleted ones),
+// so a running pod keeps the status written here.
+func crashLoop(t *testing.T, admin kubernetes.Interface, pod, message string) {
+	t.Helper()
+	bg := context.Background()
+	p, err := admin.CoreV1().Pods(ns).Get(bg, pod, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady || c.Type == corev1.ContainersReady {
+			p.Status.Conditions[i].Status = corev1.ConditionFalse
+		}
+	}
+	p.Status.ContainerStatuses = []corev1.ContainerStatus{{
+		Name: "engine", Image: p.Spec.Containers[0].Image, RestartCount: 3, Ready: false,
+		State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff", Message: "back-off 40s restarting failed container"}},
+		LastTerminationState: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{
+			ExitCode: 1, Reason: "Error", Message: "llama_model_loader: loaded meta data\n" + message + "\nmain: exiting due to model loading error\n"}},
+	}}
+	if _, err := admin.CoreV1().Pods(ns).UpdateStatus(bg, p, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// asServiceAccount creates what deploy/rbac.yaml holds and returns a
+// client with a token of its ServiceAccount.
+func asServiceAccount(t *testing.T, c *kubetest.Cluster) kubernetes.Interface {
+	t.Helper()
+	raw, err := os.ReadFile("../../deploy/rbac.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bg := context.Background()
+	for _, doc := range strings.Split(string(raw), "\n---\n") {
+		obj, _, err := scheme.Codecs.UniversalDeserializer().Decode([]byte(doc), nil, nil)
+		if err != nil {
+			t.Fatalf("deploy/rbac.yaml: %v", err)
+		}
+		if err := create(bg, c.Admin, obj); err != nil {
+			t.Fatalf("creating %T from deploy/rbac.yaml: %v", obj, err)
+		}
+	}
+	tok, err := c.Admin.CoreV1().ServiceAccounts(ns).CreateToken(bg, "modelserve", &authnv1.TokenRequest{}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	client, err := kubernetes.NewForConfig(c.ConfigFor(tok.Status.Token))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return client
+}
+
+func create(ctx context.Context, k kubernetes.Interface, obj runtime.Object) error {
+	var err error
+	o := metav1.CreateOptions{}
+	switch v := obj.(type) {
+	case *corev1.Namespace:
+		_, err = k.CoreV1().Namespaces().Create(ctx, v, o)
+	case *corev1.ServiceAccount:
+		_, err = k.CoreV1().ServiceAccounts(v.Namespace).Create(ctx, v, o)
+	case *rbacv1.Role:
+		_, err = k.RbacV1().Roles(v.Namespace).Create(ctx, v, o)
+	case *rbacv1.RoleBinding:
+		_, err = k.RbacV1().RoleBindings(v.Namespace).Create(ctx, v, o)
+	case *rbacv1.ClusterRole:
+		_, err = k.RbacV1().ClusterRoles().Create(ctx, v, o)
+	case *rbacv1.ClusterRoleBinding:
+		_, err = k.RbacV1().ClusterRoleBindings().Create(ctx, v, o)
+	default:
+		return errUnknown{obj}
+	}
+	return err
+}
+
+type errUnknown struct{ obj runtime.Object }
+
+func (e errUnknown) Error() string { return "the test does not create objects of this kind" }
+
+// waitFor waits up to a minute for cond, which the fleet answers from its
+// caches: it asks the API nothing.
+func waitFor[T any](t *testing.T, what string, cond func() (T, bool)) T {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		v, ok := cond()
+		if ok {
+			return v
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("waited a minute for %s; last saw %+v", what, v)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func first(rs []fleet.Replica) fleet.Replica {
+	if len(rs) == 0 {
+		return fleet.Replica{}
+	}
+	return rs[0]
+}
+
+func health(f *kubefleet.Fleet, name string) fleet.ModelHealth {
+	for _, h := range f.ModelHealth() {
+		if h.Model == name {
+			return h
+		}
+	}
+	return fleet.ModelHealth{}
+}
+
+func replicasOf(f *kubefleet.Fleet, name string) []fleet.Replica {
+	var out []fleet.Replica
+	for _, r := range f.Replicas() {
+		if r.Model == name {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+func deploymentOf(t *testing.T, admin kubernetes.Interface, model string) appsv1.Deployment {
+	t.Helper()
+	deps, err := admin.AppsV1().Deployments(ns).List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range deps.Items {
+		if d.Annotations["modelserve.io/model"] == model {
+			return d
+		}
+	}
+	t.Fatalf("no Deployment of %s", model)
+	return appsv1.Deployment{}
+}
+
+// fleetNode is a pool node, in the figures a test compares.
+type fleetNode struct {
+	name             string
+	cores            int
+	ramGB, freeRAMGB float64
+	class            string
+	gpus, freeCards  int
+}
+
+func poolOf(f *kubefleet.Fleet) []fleetNode {
+	var out []fleetNode
+	for _, n := range f.Pool() {
+		fn := fleetNode{name: n.Name, cores: n.CPUCores, ramGB: n.RAMGB, freeRAMGB: n.FreeRAMGB}
+		for _, g := range n.GPUs {
+			fn.class, fn.gpus = g.Class, g.Count
+			for _, free := range g.FreeGB {
+				if free > 0 {
+					fn.freeCards++
+				}
+			}
+		}
+		out = append(out, fn)
+	}
+	return out
+}
+
+func envValue(env []corev1.EnvVar, name string) string {
+	for _, v := range env {
+		if v.Name == name {
+			return v.Value
+		}
+	}
+	return ""
+}
+
+func envRef(env []corev1.EnvVar, name string) *corev1.SecretKeySelector {
+	for _, v := range env {
+		if v.Name == name && v.ValueFrom != nil {
+			return v.ValueFrom.SecretKeyRef
+		}
+	}
+	return nil
+}

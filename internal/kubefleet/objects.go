@@ -1,0 +1,310 @@
+package kubefleet
+
+import (
+	"cmp"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"path"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"modelserve/catalog"
+	"modelserve/internal/fleet"
+)
+
+// Labels and annotations on every object the fleet writes. The model label
+// holds the model's object name (objName), which is always a valid label
+// value; the annotation holds the catalog's own name.
+const (
+	labelManagedBy   = "app.kubernetes.io/managed-by"
+	managedBy        = "modelserve"
+	labelModel       = "modelserve.io/model"
+	labelDeployment  = "modelserve.io/deployment"
+	annotationModel  = "modelserve.io/model"
+	annotationFinger = "modelserve.io/fingerprint"
+	// The park outlasts modelserve: it is kept on the model's owner object,
+	// for the fingerprint it was decided on.
+	annotationParkedFor = "modelserve.io/parked-for"
+	annotationParkedWhy = "modelserve.io/parked-reason"
+
+	fieldManager = "modelserve"
+	// enginePort is where the engine listens in its pod.
+	enginePort = 8080
+	// keySecretKey is the replica key's entry in the model's Secret; the
+	// engine reads it from LLAMA_API_KEY.
+	keySecretKey = "api-key"
+	// MirrorSecret holds the token nodes fetch weights from the mirror
+	// with (entry "token").
+	MirrorSecret = "modelserve-mirror"
+	weightsDir   = "/weights"
+)
+
+// objName is the name of a model's objects: readable, a valid DNS label
+// (Services need one) whatever the catalog name holds, and unique by the
+// hash of the full name.
+func objName(model string) string {
+	sum := sha256.Sum256([]byte(model))
+	clean := strings.Trim(strings.Map(func(r rune) rune {
+		if r >= 'a' && r <= 'z' || r >= '0' && r <= '9' {
+			return r
+		}
+		return '-'
+	}, strings.ToLower(model)), "-")
+	if len(clean) > 40 {
+		clean = strings.TrimRight(clean[:40], "-")
+	}
+	return "ms-" + clean + "-" + hex.EncodeToString(sum[:4])
+}
+
+func deploymentName(model string, profile int) string {
+	return objName(model) + "-p" + strconv.Itoa(profile)
+}
+
+func keySecretName(model string) string { return objName(model) + "-key" }
+
+// fingerprint is what of a model its engine is started from, with when it
+// was added: a model served again starts afresh (and is no longer parked).
+func fingerprint(m catalog.Model) string {
+	b, _ := json.Marshal(struct {
+		Source   string
+		Profiles []catalog.Profile
+		Origin   *catalog.Origin
+		Added    string
+	}{m.Source, m.Profiles, m.Origin, m.AddedAt.UTC().String()})
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:8])
+}
+
+func modelLabels(model string) map[string]string {
+	return map[string]string{labelManagedBy: managedBy, labelModel: objName(model)}
+}
+
+// byPriority are a model's profiles, the preferred first, with their index
+// in the catalog entry (which names their Deployment).
+func byPriority(m catalog.Model) []int {
+	idx := make([]int, len(m.Profiles))
+	for i := range idx {
+		idx[i] = i
+	}
+	slices.SortStableFunc(idx, func(a, b int) int { return m.Profiles[b].Priority - m.Profiles[a].Priority })
+	return idx
+}
+
+// weights are the files a replica of m fetches from the mirror, and the
+// mirror folder they are under (<model>/<revision>), from where the mirror
+// keeps them (m.Source, under mirrorDir).
+type weights struct {
+	folder    string
+	files     []catalog.OriginFile
+	model     string // the path the engine opens, under weightsDir
+	projector string
+	bytes     int64
+}
+
+func weightsOf(m catalog.Model, mirrorDir string) (weights, error) {
+	var w weights
+	if m.Origin == nil || len(m.Origin.Files) == 0 {
+		return w, fmt.Errorf("%s lists no files of its repository, so nodes cannot fetch its weights: serve it again from its repository", m.Name)
+	}
+	rel, err := filepath.Rel(mirrorDir, m.Source)
+	parts := strings.Split(filepath.ToSlash(rel), "/")
+	if err != nil || len(parts) < 2 || parts[0] == ".." {
+		return w, fmt.Errorf("the weights of %s (%s) are not on modelserve's mirror, which is where nodes fetch them: serve it again to fetch them into the mirror", m.Name, m.Source)
+	}
+	w.folder = parts[0] + "/" + parts[1]
+	w.files = m.Origin.Files
+	var ggufs []string
+	for _, f := range m.Origin.Files {
+		w.bytes += f.Bytes
+		lower := strings.ToLower(path.Base(f.Path))
+		switch {
+		case strings.Contains(lower, "mmproj"):
+			w.projector = weightsDir + "/" + f.Path
+		case strings.HasSuffix(lower, ".gguf"):
+			ggufs = append(ggufs, f.Path)
+		}
+	}
+	if len(ggufs) == 0 {
+		return w, fmt.Errorf("%s has no GGUF file for llama-server to load: serve a GGUF file of its repository", m.Name)
+	}
+	// Split files are numbered from 00001, and the engine opens the first
+	// to find the rest.
+	slices.Sort(ggufs)
+	w.model = weightsDir + "/" + ggufs[0]
+	return w, nil
+}
+
+// fetchScript is the init container's program (busybox sh and wget): each
+// file is fetched into <path>.part, resumed from where it stopped after a
+// restart (wget -c sends a Range), checked against its sha256, and only
+// then renamed: a file under its own name on the volume is whole and
+// verified, and a restarted pod (or a node keeping the volume) skips it.
+const fetchScript = `set -eu
+cd ` + weightsDir + `
+printf '%s\n' "$MODELSERVE_FILES" | while read -r sum file; do
+  [ -n "$file" ] || continue
+  [ -f "$file" ] && continue
+  mkdir -p "$(dirname "$file")"
+  echo "fetching $file"
+  wget -q -c --header "Authorization: Bearer $MODELSERVE_MIRROR_TOKEN" -O "$file.part" "$MODELSERVE_MIRROR/$file"
+  if [ "$sum" != "-" ] && ! echo "$sum  $file.part" | sha256sum -c -s; then
+    rm -f "$file.part"
+    echo "$file is not what the mirror's sha256 says it is: it was fetched again from the start" >&2
+    exit 1
+  fi
+  mv "$file.part" "$file"
+done
+`
+
+// deployment is the Deployment of m's profile pi with replicas replicas.
+func (f *Fleet) deployment(m catalog.Model, pi int, replicas int32, w weights, owner metav1.OwnerReference, products []string) *appsv1.Deployment {
+	p := m.Profiles[pi]
+	name := deploymentName(m.Name, pi)
+	podLabels := modelLabels(m.Name)
+	podLabels[labelDeployment] = name
+
+	threads := p.CPUCores
+	args := fleet.EngineArgs(m, p, w.model, w.projector, "", threads)
+	args = append(args, "--host", "0.0.0.0", "--port", strconv.Itoa(enginePort))
+
+	env := []corev1.EnvVar{{Name: "LLAMA_API_KEY", ValueFrom: &corev1.EnvVarSource{
+		SecretKeyRef: &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: keySecretName(m.Name)}, Key: keySecretKey}}}}
+	var names []string
+	for k := range p.Env {
+		names = append(names, k)
+	}
+	slices.Sort(names)
+	for _, k := range names {
+		env = append(env, corev1.EnvVar{Name: k, Value: p.Env[k]})
+	}
+
+	res := corev1.ResourceRequirements{Requests: corev1.ResourceList{}, Limits: corev1.ResourceList{}}
+	if mem := p.Memory(); mem > 0 {
+		q := *resource.NewQuantity(mem, resource.BinarySI)
+		res.Requests[corev1.ResourceMemory], res.Limits[corev1.ResourceMemory] = q, q
+	}
+	if p.CPUCores > 0 {
+		res.Requests[corev1.ResourceCPU] = *resource.NewQuantity(int64(p.CPUCores), resource.DecimalSI)
+	}
+	var affinity *corev1.Affinity
+	if p.GPUClass != "" {
+		q := *resource.NewQuantity(int64(max(1, p.GPUsPerNode)), resource.DecimalSI)
+		res.Requests[f.opts.GPUResource], res.Limits[f.opts.GPUResource] = q, q
+		affinity = &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{
+			RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{
+				MatchExpressions: []corev1.NodeSelectorRequirement{{Key: f.opts.GPUProductLabel, Operator: corev1.NodeSelectorOpIn, Values: products}},
+			}}}}}
+	}
+
+	var lines []string
+	for _, file := range w.files {
+		lines = append(lines, cmp.Or(file.SHA256, "-")+" "+file.Path)
+	}
+	health := func(period, failures int32) *corev1.Probe {
+		return &corev1.Probe{
+			ProbeHandler:  corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/health", Port: intstr.FromInt32(enginePort)}},
+			PeriodSeconds: period, FailureThreshold: failures, TimeoutSeconds: 2,
+		}
+	}
+	// Loading reads every byte of the weights: the engine has as long as
+	// the local fleet gives it before liveness may restart it.
+	startup := health(10, int32(fleet.StartupTimeout(p, w.bytes).Seconds()/10)+1)
+
+	return &appsv1.Deployment{
+		TypeMeta: metav1.TypeMeta{APIVersion: "apps/v1", Kind: "Deployment"},
+		ObjectMeta: metav1.ObjectMeta{
+			Name: name, Namespace: f.opts.Namespace, Labels: podLabels,
+			Annotations:     map[string]string{annotationModel: m.Name},
+			OwnerReferences: []metav1.OwnerReference{owner},
+		},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: &replicas,
+			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{labelDeployment: name}},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: podLabels,
+					Annotations: map[string]string{annotationModel: m.Name, annotationFinger: fingerprint(m)}},
+				Spec: corev1.PodSpec{
+					AutomountServiceAccountToken: ptr(false),
+					EnableServiceLinks:           ptr(false),
+					Affinity:                     affinity,
+					InitContainers: []corev1.Container{{
+						Name: "fetch-weights", Image: f.opts.FetchImage,
+						Command: []string{"sh", "-c", fetchScript},
+						Env: []corev1.EnvVar{
+							{Name: "MODELSERVE_MIRROR", Value: strings.TrimRight(f.opts.MirrorURL, "/") + "/mirror/" + w.folder},
+							{Name: "MODELSERVE_FILES", Value: strings.Join(lines, "\n")},
+							{Name: "MODELSERVE_MIRROR_TOKEN", ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
+								LocalObjectReference: corev1.LocalObjectReference{Name: MirrorSecret}, Key: "token"}}},
+						},
+						VolumeMounts:             []corev1.VolumeMount{{Name: "weights", MountPath: weightsDir}},
+						TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
+					}},
+					Containers: []corev1.Container{{
+						Name: "engine", Image: f.opts.EngineImage, Args: args, Env: env,
+						Ports:                    []corev1.ContainerPort{{Name: "http", ContainerPort: enginePort}},
+						Resources:                res,
+						StartupProbe:             startup,
+						ReadinessProbe:           health(5, 2),
+						LivenessProbe:            health(10, 6),
+						VolumeMounts:             []corev1.VolumeMount{{Name: "weights", MountPath: weightsDir, ReadOnly: true}},
+						TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
+					}},
+					Volumes: []corev1.Volume{{Name: "weights", VolumeSource: f.weightsVolume()}},
+				},
+			},
+		},
+	}
+}
+
+// weightsVolume is where a replica's weights are kept: an emptyDir, fetched
+// again by each pod; a claim or a node's folder keeps them across pods.
+func (f *Fleet) weightsVolume() corev1.VolumeSource {
+	switch kind, where, _ := strings.Cut(f.opts.WeightsVolume, ":"); kind {
+	case "pvc":
+		return corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: where}}
+	case "hostPath":
+		return corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: where, Type: ptr(corev1.HostPathDirectoryOrCreate)}}
+	}
+	return corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}
+}
+
+// service is the model's Service: one name for its replicas, for whoever
+// reaches them from inside the cluster (the gateway reaches each pod).
+func (f *Fleet) service(m catalog.Model, owner metav1.OwnerReference) *corev1.Service {
+	return &corev1.Service{
+		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Service"},
+		ObjectMeta: metav1.ObjectMeta{Name: objName(m.Name), Namespace: f.opts.Namespace, Labels: modelLabels(m.Name),
+			Annotations: map[string]string{annotationModel: m.Name}, OwnerReferences: []metav1.OwnerReference{owner}},
+		Spec: corev1.ServiceSpec{
+			Selector: modelLabels(m.Name),
+			Ports:    []corev1.ServicePort{{Name: "http", Port: enginePort, TargetPort: intstr.FromInt32(enginePort)}},
+		},
+	}
+}
+
+// ownerMap is the model's owner: every other object of the model is owned
+// by it, so deleting it (the model removed) lets the garbage collector
+// remove the rest.
+func (f *Fleet) ownerMap(m catalog.Model, parkedFor, parkedWhy string) *corev1.ConfigMap {
+	ann := map[string]string{annotationModel: m.Name}
+	if parkedFor != "" {
+		ann[annotationParkedFor], ann[annotationParkedWhy] = parkedFor, parkedWhy
+	}
+	return &corev1.ConfigMap{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"},
+		ObjectMeta: metav1.ObjectMeta{Name: objName(m.Name), Namespace: f.opts.Namespace, Labels: modelLabels(m.Name), Annotations: ann},
+		Data:       map[string]string{"model": m.Name, "fingerprint": fingerprint(m)},
+	}
+}
+
+func ptr[T any](v T) *T { return &v }

@@ -1,0 +1,276 @@
+package kubefleet
+
+import (
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
+
+	"modelserve/catalog"
+	"modelserve/internal/fleet"
+	"modelserve/internal/plan"
+)
+
+// node is one node's room as the scheduler counts it: allocatable less
+// what the pods bound to it request.
+type node struct {
+	name                      string
+	cpu, mem, gpus            int64 // allocatable
+	cpuUsed, memUsed, gpuUsed int64 // requested
+	product                   string
+	class                     string
+	cardGB                    float64
+	ours                      []string
+}
+
+// room reads every node and pod from the caches.
+func (f *Fleet) room() []node {
+	if !f.running() {
+		return nil
+	}
+	ns, _ := f.nodes.List(labels.Everything())
+	pods, _ := f.pods.List(labels.Everything())
+	byName := map[string]*node{}
+	out := make([]node, 0, len(ns))
+	for _, n := range ns {
+		a := n.Status.Allocatable
+		gpus := a[f.opts.GPUResource]
+		product := n.Labels[f.opts.GPUProductLabel]
+		out = append(out, node{
+			name: n.Name, cpu: a.Cpu().Value(), mem: a.Memory().Value(), gpus: gpus.Value(),
+			product: product, class: classOf(product), cardGB: cardGB(n, product),
+		})
+	}
+	for i := range out {
+		byName[out[i].name] = &out[i]
+	}
+	for _, p := range pods {
+		n := byName[p.Spec.NodeName]
+		if n == nil || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+			continue
+		}
+		cpu, mem, gpu := requests(p, f.opts.GPUResource)
+		n.cpuUsed += cpu
+		n.memUsed += mem
+		n.gpuUsed += gpu
+		if p.Namespace == f.opts.Namespace && p.Labels[labelManagedBy] == managedBy {
+			n.ours = append(n.ours, p.Name)
+		}
+	}
+	slices.SortFunc(out, func(a, b node) int { return strings.Compare(a.name, b.name) })
+	return out
+}
+
+// requests are what a pod asks of its node, counted as the scheduler does:
+// its containers together, or its largest init container if more.
+func requests(p *corev1.Pod, gpu corev1.ResourceName) (cpu, mem, gpus int64) {
+	for _, c := range p.Spec.Containers {
+		r := c.Resources.Requests
+		cpu += r.Cpu().MilliValue()
+		mem += r.Memory().Value()
+		q := r[gpu]
+		gpus += q.Value()
+	}
+	for _, c := range p.Spec.InitContainers {
+		r := c.Resources.Requests
+		q := r[gpu]
+		cpu, mem, gpus = max(cpu, r.Cpu().MilliValue()), max(mem, r.Memory().Value()), max(gpus, q.Value())
+	}
+	return (cpu + 999) / 1000, mem, gpus
+}
+
+// classOf is the planner's class of a card by its product label
+// ("NVIDIA-L4" is the L4), else the product itself without the vendor.
+func classOf(product string) string {
+	if product == "" {
+		return ""
+	}
+	name := product
+	for _, prefix := range []string{"NVIDIA-", "Tesla-", "NVIDIA-Tesla-"} {
+		name = strings.TrimPrefix(name, prefix)
+	}
+	if c, ok := plan.LookupClass(name); ok {
+		return c.Name
+	}
+	return name
+}
+
+// cardGB is a card's memory: GPU feature discovery's nvidia.com/gpu.memory
+// label (MiB) when the node has it, else the class's.
+func cardGB(n *corev1.Node, product string) float64 {
+	if mib, err := strconv.ParseFloat(n.Labels["nvidia.com/gpu.memory"], 64); err == nil && mib > 0 {
+		return mib / 1024
+	}
+	if c, ok := plan.LookupClass(classOf(product)); ok {
+		return c.MemoryGB
+	}
+	return 0
+}
+
+// products are the product label values of the nodes with cards of class,
+// for a GPU profile's node affinity; the NVIDIA name when no node has it
+// yet, so a node added later with it is chosen.
+func (f *Fleet) products(class string) []string {
+	if class == "" {
+		return nil
+	}
+	var out []string
+	for _, n := range f.room() {
+		if n.product != "" && strings.EqualFold(n.class, classOf(class)) && !slices.Contains(out, n.product) {
+			out = append(out, n.product)
+		}
+	}
+	if len(out) == 0 {
+		out = []string{"NVIDIA-" + class}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// hardwareExists is whether some node could host one of m's profiles,
+// were it idle.
+func (f *Fleet) hardwareExists(m catalog.Model) bool {
+	for _, n := range f.room() {
+		for _, p := range m.Profiles {
+			if n.mem < p.Memory() || n.cpu < int64(p.CPUCores) {
+				continue
+			}
+			if p.GPUClass == "" || (strings.EqualFold(n.class, classOf(p.GPUClass)) && n.gpus >= int64(max(1, p.GPUsPerNode))) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// Nodes are the cluster's nodes with what their pods request.
+func (f *Fleet) Nodes() []fleet.NodeStatus {
+	rs := f.room()
+	out := make([]fleet.NodeStatus, 0, len(rs))
+	for _, n := range rs {
+		free := max(n.mem-n.memUsed, 0)
+		ns := fleet.NodeStatus{
+			Name: n.name, CPUCores: int(n.cpu), RAMBytes: n.mem,
+			AvailableBytes: free, FreeBytes: free, PromisedBytes: n.memUsed, Replicas: slices.Clone(n.ours),
+		}
+		if ns.Replicas == nil {
+			ns.Replicas = []string{}
+		}
+		for i := range n.gpus {
+			g := fleet.GPUStatus{Index: int(i), Class: n.class, MemoryBytes: int64(n.cardGB * (1 << 30))}
+			if i < n.gpuUsed {
+				g.Replica = "in use"
+			}
+			ns.GPUs = append(ns.GPUs, g)
+		}
+		out = append(out, ns)
+	}
+	return out
+}
+
+// Pool is the cluster's nodes as the planner sees them: allocatable less
+// what pods request, so the plan and the scheduler decide on the same
+// figures.
+func (f *Fleet) Pool() []plan.Node {
+	out := []plan.Node{}
+	for _, n := range f.room() {
+		pn := plan.Node{
+			Name: n.name, CPUCores: int(n.cpu), RAMGB: gib(n.mem), FreeRAMGB: gib(max(n.mem-n.memUsed, 0)),
+			CPUBandwidthGBs: plan.DefaultCPUBandwidthGBs, GPUs: []plan.GPU{},
+		}
+		if n.gpus > 0 {
+			g := plan.GPU{Class: n.class, Count: int(n.gpus), MemoryGB: n.cardGB}
+			if c, ok := plan.LookupClass(n.class); ok {
+				g.BandwidthGBs = c.BandwidthGBs
+			} else {
+				g.BandwidthGBs, g.BandwidthEstimated = plan.UnknownCardBandwidthGBs, true
+			}
+			for i := range n.gpus {
+				free := n.cardGB
+				if i < n.gpuUsed {
+					free = 0
+				}
+				g.FreeGB = append(g.FreeGB, free)
+			}
+			pn.GPUs = append(pn.GPUs, g)
+		}
+		out = append(out, pn)
+	}
+	return out
+}
+
+// NodeCPUs are the CPU cores of each node with the memory for a replica of
+// memGB.
+func (f *Fleet) NodeCPUs(memGB int) []int {
+	var out []int
+	for _, n := range f.room() {
+		if n.mem >= int64(memGB)<<30 {
+			out = append(out, int(n.cpu))
+		}
+	}
+	return out
+}
+
+func gib(b int64) float64 { return float64(b) / (1 << 30) }
+
+// demand is what the gateway has asked of a model lately (Use).
+type demand struct {
+	inUse   int
+	lastUse time.Time
+	want    int
+}
+
+// Use says a request for model is being served and that replicas replicas
+// are needed now: the model's Deployment is raised to max(Scaling.Min,
+// min(replicas, Scaling.Max)) while requests come, and falls back to Min
+// once none has come for its Scaling.IdleAfter (fleet.DefaultIdleAfter
+// when unset). Call release when the request is over.
+func (f *Fleet) Use(model string, replicas int) (release func()) {
+	replicas = max(replicas, 1)
+	f.mu.Lock()
+	d := f.demands[model]
+	if d == nil {
+		d = &demand{}
+		f.demands[model] = d
+	}
+	d.inUse++
+	d.lastUse = time.Now()
+	more := replicas > d.want
+	d.want = max(d.want, replicas)
+	f.mu.Unlock()
+	if more {
+		f.queue.Add(model)
+	}
+	done := false
+	return func() {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		if !done && f.demands[model] == d {
+			d.inUse--
+			d.lastUse = time.Now()
+		}
+		done = true
+	}
+}
+
+// want is how many replicas m runs now: Min, or more while in demand.
+func (f *Fleet) want(m catalog.Model, now time.Time) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	d := f.demands[m.Name]
+	if d == nil {
+		return m.Scaling.Min
+	}
+	idle := m.Scaling.IdleAfter
+	if idle <= 0 {
+		idle = fleet.DefaultIdleAfter
+	}
+	if d.inUse == 0 && now.Sub(d.lastUse) >= idle {
+		delete(f.demands, m.Name)
+		return m.Scaling.Min
+	}
+	return max(m.Scaling.Min, min(d.want, max(m.Scaling.Max, m.Scaling.Min, 1)))
+}

@@ -1,0 +1,393 @@
+// Package kubetest starts a real Kubernetes control plane for a test: etcd,
+// kube-apiserver, kube-controller-manager and kube-scheduler, with kwok
+// playing the nodes, all on loopback ports and stopped when the test ends.
+//
+// The kubernetes fleet is a contract with the control plane — the objects
+// modelserve writes, what the scheduler and the controllers make of them,
+// what the pods' statuses mean — and a fake client keeps none of it: it
+// schedules nothing, garbage-collects nothing and authorizes everything.
+// Here the real binaries (built once by install.sh into a cache folder
+// outside the tree) do all of that; only the kubelet is played, by kwok,
+// whose pods run no containers. What runs in a container (the engine
+// answering) is tested on the local fleet instead.
+package kubetest
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/hex"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+)
+
+// Version is the Kubernetes release install.sh builds; the cache folder is
+// named after it.
+const Version = "1.36.3"
+
+// Dir is the folder install.sh builds the control plane into:
+// $MODELSERVE_KUBE when set, else <cache>/kube-<Version> with <cache> as
+// the script has it.
+func Dir() string {
+	if d := os.Getenv("MODELSERVE_KUBE"); d != "" {
+		return d
+	}
+	cache := os.Getenv("MODELSERVE_CACHE")
+	if cache == "" {
+		base := os.Getenv("XDG_CACHE_HOME")
+		if base == "" {
+			home, _ := os.UserHomeDir()
+			base = filepath.Join(home, ".cache")
+		}
+		cache = filepath.Join(base, "modelserve")
+	}
+	return filepath.Join(cache, "kube-"+Version)
+}
+
+// binaries are what Start runs, from Dir()/bin.
+var binaries = []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok"}
+
+// Cluster is a running control plane. Admin is a client with every right
+// (system:masters); Config is its configuration, for clients of other
+// kinds or with other credentials (ConfigFor).
+type Cluster struct {
+	Admin  kubernetes.Interface
+	Config *rest.Config
+	// Host is the API server's address, https://127.0.0.1:<port>.
+	Host string
+	dir  string
+}
+
+// FakeNode annotation: kwok plays only the nodes carrying it.
+const (
+	FakeNodeAnnotation = "kwok.x-k8s.io/node"
+	FakeNodeValue      = "fake"
+)
+
+// Node is a fake node to add.
+type Node struct {
+	Name   string
+	CPU    int
+	Memory string // a quantity: "64Gi"
+	GPUs   int    // nvidia.com/gpu
+	Labels map[string]string
+}
+
+// Start runs a control plane for t and stops it when t ends. Without the
+// built control plane it skips t, saying how to build it, unless
+// MODELSERVE_REQUIRE_KUBE (or MODELSERVE_REQUIRE_ENGINE, make test's) is set:
+// then a missing control plane is a failure, not a silent pass.
+func Start(t testing.TB) *Cluster {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("the control plane takes seconds to start: skipped under -short")
+	}
+	dir := Dir()
+	for _, b := range binaries {
+		if _, err := os.Stat(filepath.Join(dir, "bin", b)); err != nil {
+			msg := fmt.Sprintf("the test control plane is not built (%s is missing): run make kube, or internal/kubetest/install.sh", filepath.Join(dir, "bin", b))
+			if os.Getenv("MODELSERVE_REQUIRE_KUBE") != "" || os.Getenv("MODELSERVE_REQUIRE_ENGINE") != "" {
+				t.Fatal(msg)
+			}
+			t.Skip(msg)
+		}
+	}
+	work := t.TempDir()
+	c := &Cluster{dir: dir}
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+
+	// Credentials: a static token for the admin (and the controllers, which
+	// run as the admin here), and the key pair service-account tokens are
+	// signed with, so a test can mint a token for a ServiceAccount.
+	admin := randomHex(t)
+	writeFile(t, filepath.Join(work, "tokens.csv"), admin+`,admin,admin,"system:masters"`+"\n")
+	key, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub, err := x509.MarshalPKIXPublicKey(&key.PublicKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, filepath.Join(work, "sa.key"), string(pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: x509.MarshalPKCS1PrivateKey(key)})))
+	writeFile(t, filepath.Join(work, "sa.pub"), string(pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pub})))
+
+	etcdClient, etcdPeer, apiPort := freePort(t), freePort(t), freePort(t)
+	c.Host = "https://127.0.0.1:" + strconv.Itoa(apiPort)
+	c.Config = &rest.Config{
+		Host: c.Host, BearerToken: admin,
+		// The API server's own self-signed certificate, on loopback.
+		TLSClientConfig: rest.TLSClientConfig{Insecure: true},
+		QPS:             100, Burst: 200,
+	}
+	kubeconfig := filepath.Join(work, "kubeconfig")
+	writeFile(t, kubeconfig, fmt.Sprintf(`apiVersion: v1
+kind: Config
+clusters:
+- name: test
+  cluster: {server: %q, insecure-skip-tls-verify: true}
+users:
+- name: admin
+  user: {token: %q}
+contexts:
+- name: test
+  context: {cluster: test, user: admin}
+current-context: test
+`, c.Host, admin))
+
+	etcdURL := "http://127.0.0.1:" + strconv.Itoa(etcdClient)
+	peerURL := "http://127.0.0.1:" + strconv.Itoa(etcdPeer)
+	c.run(t, work, "etcd",
+		"--name=test", "--data-dir="+filepath.Join(work, "etcd"),
+		"--listen-client-urls="+etcdURL, "--advertise-client-urls="+etcdURL,
+		"--listen-peer-urls="+peerURL, "--initial-advertise-peer-urls="+peerURL,
+		"--initial-cluster=test="+peerURL,
+		// A test's data is thrown away: no fsync, much faster on a busy disk.
+		"--unsafe-no-fsync", "--log-level=warn")
+	c.run(t, work, "kube-apiserver",
+		"--etcd-servers="+etcdURL,
+		"--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", "--secure-port="+strconv.Itoa(apiPort),
+		"--cert-dir="+filepath.Join(work, "certs"),
+		"--token-auth-file="+filepath.Join(work, "tokens.csv"),
+		"--authorization-mode=RBAC",
+		"--service-account-issuer=https://kubernetes.default.svc",
+		"--service-account-key-file="+filepath.Join(work, "sa.pub"),
+		"--service-account-signing-key-file="+filepath.Join(work, "sa.key"),
+		"--service-cluster-ip-range=10.96.0.0/16",
+		// No ServiceAccount admission: it holds pods back until the
+		// controller has made the namespace's default account, and these
+		// pods mount no token anyway.
+		"--disable-admission-plugins=ServiceAccount",
+		"--v=0")
+	if err := c.waitReady(ctx, "/readyz"); err != nil {
+		t.Fatalf("kube-apiserver did not become ready: %v", err)
+	}
+	c.run(t, work, "kube-controller-manager",
+		"--kubeconfig="+kubeconfig, "--leader-elect=false", "--secure-port=0",
+		"--service-account-private-key-file="+filepath.Join(work, "sa.key"),
+		// Seconds, not the production minute: a removed model's objects
+		// are collected while the test waits.
+		"--concurrent-gc-syncs=5", "--v=0")
+	c.run(t, work, "kube-scheduler",
+		"--kubeconfig="+kubeconfig, "--leader-elect=false", "--secure-port=0", "--v=0")
+	kwokArgs := []string{
+		"--kubeconfig=" + kubeconfig,
+		"--manage-all-nodes=false",
+		"--manage-nodes-with-annotation-selector=" + FakeNodeAnnotation + "=" + FakeNodeValue,
+		"--node-lease-duration-seconds=40",
+		"--cidr=10.0.0.1/24", "--node-ip=10.0.0.1",
+		"--server-address=127.0.0.1:" + strconv.Itoa(freePort(t)),
+	}
+	stages, _ := filepath.Glob(filepath.Join(dir, "stages", "*", "*.yaml"))
+	for _, s := range stages {
+		kwokArgs = append(kwokArgs, "--config="+s)
+	}
+	c.run(t, work, "kwok", kwokArgs...)
+
+	c.Admin, err = kubernetes.NewForConfig(c.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The default namespace is the API server's own, made once it serves.
+	for {
+		if _, err := c.Admin.CoreV1().Namespaces().Get(ctx, "default", metav1.GetOptions{}); err == nil {
+			break
+		}
+		if !sleep(ctx, 100*time.Millisecond) {
+			t.Fatalf("the API server never made the default namespace")
+		}
+	}
+	return c
+}
+
+// ConfigFor is the cluster's configuration with token as the credentials.
+func (c *Cluster) ConfigFor(token string) *rest.Config {
+	cfg := rest.CopyConfig(c.Config)
+	cfg.BearerToken = token
+	return cfg
+}
+
+// Kubeconfig writes a kubeconfig file for token into dir and returns its
+// path: what an operator hands modelserve.
+func (c *Cluster) Kubeconfig(t testing.TB, dir, token string) string {
+	t.Helper()
+	p := filepath.Join(dir, "kubeconfig")
+	writeFile(t, p, fmt.Sprintf(`apiVersion: v1
+kind: Config
+clusters:
+- name: test
+  cluster: {server: %q, insecure-skip-tls-verify: true}
+users:
+- name: u
+  user: {token: %q}
+contexts:
+- name: test
+  context: {cluster: test, user: u}
+current-context: test
+`, c.Host, token))
+	return p
+}
+
+// AddNode creates a fake node that kwok keeps Ready, with n's capacity as
+// both capacity and allocatable, and waits until it is Ready.
+func (c *Cluster) AddNode(t testing.TB, n Node) {
+	t.Helper()
+	res := corev1.ResourceList{
+		corev1.ResourceCPU:    *resource.NewQuantity(int64(n.CPU), resource.DecimalSI),
+		corev1.ResourceMemory: resource.MustParse(n.Memory),
+		corev1.ResourcePods:   resource.MustParse("110"),
+	}
+	if n.GPUs > 0 {
+		res["nvidia.com/gpu"] = *resource.NewQuantity(int64(n.GPUs), resource.DecimalSI)
+	}
+	labels := map[string]string{"kubernetes.io/hostname": n.Name, "type": "kwok"}
+	for k, v := range n.Labels {
+		labels[k] = v
+	}
+	node := &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: n.Name, Labels: labels,
+			Annotations: map[string]string{FakeNodeAnnotation: FakeNodeValue, "node.alpha.kubernetes.io/ttl": "0"}},
+		Status: corev1.NodeStatus{Capacity: res, Allocatable: res},
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := c.Admin.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("creating node %s: %v", n.Name, err)
+	}
+	for {
+		got, err := c.Admin.CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{})
+		if err == nil {
+			for _, cond := range got.Status.Conditions {
+				if cond.Type == corev1.NodeReady && cond.Status == corev1.ConditionTrue {
+					return
+				}
+			}
+		}
+		if !sleep(ctx, 100*time.Millisecond) {
+			t.Fatalf("kwok never made node %s Ready", n.Name)
+		}
+	}
+}
+
+// run starts one of the binaries in its own process group, its output in
+// a log file, and stops it (the whole group) when t ends.
+func (c *Cluster) run(t testing.TB, work, name string, args ...string) {
+	t.Helper()
+	logf, err := os.Create(filepath.Join(work, name+".log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(filepath.Join(c.dir, "bin", name), args...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.Dir = work
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		t.Fatalf("starting %s: %v", name, err)
+	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	t.Cleanup(func() {
+		defer logf.Close()
+		pgid := cmd.Process.Pid
+		_ = syscall.Kill(-pgid, syscall.SIGTERM)
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			_ = syscall.Kill(-pgid, syscall.SIGKILL)
+			<-done
+		}
+		if t.Failed() {
+			t.Logf("%s's last lines:\n%s", name, tail(filepath.Join(work, name+".log"), 15))
+		}
+	})
+}
+
+// waitReady waits until the API server answers path with 200.
+func (c *Cluster) waitReady(ctx context.Context, path string) error {
+	tr := &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}
+	defer tr.CloseIdleConnections()
+	client := &http.Client{Transport: tr, Timeout: 2 * time.Second}
+	var last error
+	for {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, c.Host+path, nil)
+		req.Header.Set("Authorization", "Bearer "+c.Config.BearerToken)
+		resp, err := client.Do(req)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+			err = errors.New(resp.Status)
+		}
+		last = err
+		if !sleep(ctx, 200*time.Millisecond) {
+			return fmt.Errorf("%w (last: %v)", ctx.Err(), last)
+		}
+	}
+}
+
+func sleep(ctx context.Context, d time.Duration) bool {
+	select {
+	case <-ctx.Done():
+		return false
+	case <-time.After(d):
+		return true
+	}
+}
+
+func freePort(t testing.TB) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+func randomHex(t testing.TB) string {
+	b := make([]byte, 16)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+func writeFile(t testing.TB, path, content string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func tail(path string, n int) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err.Error()
+	}
+	lines := strings.Split(string(bytes.TrimRight(b, "\n")), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
