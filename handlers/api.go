@@ -6,6 +6,7 @@ import (
 	"modelserve/internal/operr"
 	"net/http"
 
+	"modelserve/internal/accesslog"
 	"modelserve/internal/auth"
 )
 
@@ -74,6 +75,7 @@ func (s *Server) requireToken(next http.Handler) http.Handler {
 			writeJSON(w, http.StatusUnauthorized, errorBody{Error: err.Error() + ": make a new one with modelserve token create NAME"})
 			return
 		}
+		accesslog.SetToken(r.Context(), who.Name)
 		if !who.API() {
 			writeJSON(w, http.StatusForbidden, errorBody{Error: "the token " + who.Name + " is for the gateway (/v1/) only: " +
 				"use a token made without --scope gateway or --models for the API"})

@@ -2,6 +2,7 @@ package handlers
 
 import (
 	"context"
+	"math"
 	"net/http"
 
 	"modelserve/internal/fleet"
@@ -43,11 +44,15 @@ const recentStarts = 50
 
 // apiNodes is the pool the planner plans for, and beside it the fleet's
 // nodes with what is promised to replicas on each and what is free for
-// another: GET /api/v1/nodes.
+// another: GET /api/v1/nodes. Every figure of memory is in bytes, as the
+// fleet's are: the planner reckons in GiB (plan.Node), which a script
+// would otherwise have to tell apart from the bytes beside it.
 func (s *Server) apiNodes(w http.ResponseWriter, r *http.Request) {
-	nodes := []plan.Node{}
+	nodes := []apiNode{}
 	if s.deps.Pool != nil {
-		nodes = append(nodes, s.deps.Pool.Nodes()...)
+		for _, n := range s.deps.Pool.Nodes() {
+			nodes = append(nodes, apiNodeOf(n))
+		}
 	}
 	fleetNodes := []fleet.NodeStatus{}
 	if s.deps.Fleet != nil {
@@ -55,3 +60,48 @@ func (s *Server) apiNodes(w http.ResponseWriter, r *http.Request) {
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"nodes": nodes, "fleet": fleetNodes})
 }
+
+// apiNode is a node of the pool as the API shows it: plan.Node in bytes
+// and bytes per second.
+type apiNode struct {
+	Name     string `json:"name"`
+	Local    bool   `json:"local,omitempty"`
+	CPUCores int    `json:"cpu_cores"`
+	RAMBytes int64  `json:"ram_bytes"`
+	// FreeRAMBytes is what a new replica can have now.
+	FreeRAMBytes            int64     `json:"free_ram_bytes"`
+	CPUBandwidthBytesPerSec int64     `json:"cpu_bandwidth_bytes_per_second"`
+	GPUs                    []apiGPUs `json:"gpus"`
+	Note                    string    `json:"note,omitempty"`
+}
+
+// apiGPUs is a node's cards of one class: plan.GPU in bytes.
+type apiGPUs struct {
+	Class                string  `json:"class"`
+	Count                int     `json:"count"`
+	MemoryBytes          int64   `json:"memory_bytes"`
+	BandwidthBytesPerSec int64   `json:"bandwidth_bytes_per_second"`
+	BandwidthEstimated   bool    `json:"bandwidth_estimated,omitempty"`
+	FreeBytes            []int64 `json:"free_bytes"`
+}
+
+func apiNodeOf(n plan.Node) apiNode {
+	out := apiNode{Name: n.Name, Local: n.Local, CPUCores: n.CPUCores, RAMBytes: gibBytes(n.RAMGB),
+		FreeRAMBytes: gibBytes(n.FreeRAMGB), CPUBandwidthBytesPerSec: gbBytes(n.CPUBandwidthGBs),
+		GPUs: []apiGPUs{}, Note: n.Note}
+	for _, g := range n.GPUs {
+		free := make([]int64, len(g.FreeGB))
+		for i, f := range g.FreeGB {
+			free[i] = gibBytes(f)
+		}
+		out.GPUs = append(out.GPUs, apiGPUs{Class: g.Class, Count: g.Count, MemoryBytes: gibBytes(g.MemoryGB),
+			BandwidthBytesPerSec: gbBytes(g.BandwidthGBs), BandwidthEstimated: g.BandwidthEstimated, FreeBytes: free})
+	}
+	return out
+}
+
+// gibBytes turns the planner's memory figures (GiB, as plan's gib makes
+// them) into bytes; gbBytes its bandwidths (GB/s, decimal, as datasheets
+// give them) into bytes per second.
+func gibBytes(gb float64) int64 { return int64(math.Round(gb * (1 << 30))) }
+func gbBytes(gb float64) int64  { return int64(math.Round(gb * 1e9)) }

@@ -1,7 +1,9 @@
 package handlers
 
 import (
+	"encoding/json"
 	"net/http"
+	"net/url"
 	"strconv"
 
 	"modelserve/jobs"
@@ -10,8 +12,8 @@ import (
 // apiServe starts a job: 202 with the job, or 400 with the sentence saying
 // what is wrong with the request.
 func (s *Server) apiServe(w http.ResponseWriter, r *http.Request) {
-	var req jobs.Request
-	if err := decodeJSON(w, r, &req); err != nil {
+	req, err := decodeServe(w, r)
+	if err != nil {
 		s.apiError(w, r, err)
 		return
 	}
@@ -24,20 +26,54 @@ func (s *Server) apiServe(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusAccepted, j)
 }
 
+// decodeServe reads POST /api/v1/serve's body. A request that leaves out
+// replicas gets one, as the console's form does: in jobs.Request a missing
+// field and 0 (on demand) are the same, and a script that names no number
+// means "serve it", not "add it and start nothing".
+func decodeServe(w http.ResponseWriter, r *http.Request) (jobs.Request, error) {
+	var raw json.RawMessage
+	if err := decodeJSON(w, r, &raw); err != nil {
+		return jobs.Request{}, err
+	}
+	var req jobs.Request
+	if err := json.Unmarshal(raw, &req); err != nil {
+		return jobs.Request{}, badRequest("the request body is not the JSON expected: " + bodyProblem(err))
+	}
+	var given struct {
+		Replicas *int `json:"replicas"`
+	}
+	if err := json.Unmarshal(raw, &given); err == nil && given.Replicas == nil {
+		req.Replicas = 1
+	}
+	return req, nil
+}
+
 // apiJobList pages through jobs, newest first: ?limit= (default 50, at most
-// 500) and ?offset=.
+// 500), and ?before= (a job's id: the jobs older than it) or ?offset=. The
+// answer's next is the URL of the page after it, by before: a cursor costs
+// the same at any depth and does not shift as new jobs start, where an
+// offset reads every job it skips.
 func (s *Server) apiJobList(w http.ResponseWriter, r *http.Request) {
 	limit, offset, err := paging(r)
 	if err != nil {
 		s.apiError(w, r, err)
 		return
 	}
-	list, total, err := s.deps.Jobs.List(r.Context(), jobs.ListOptions{Limit: limit, Offset: offset})
+	before := r.URL.Query().Get("before")
+	list, total, err := s.deps.Jobs.List(r.Context(), jobs.ListOptions{Limit: limit, Offset: offset, Before: before})
 	if err != nil {
 		s.apiError(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"jobs": list, "total": total, "limit": limit, "offset": offset})
+	out := map[string]any{"jobs": list, "total": total, "limit": limit, "offset": offset}
+	if before != "" {
+		out["before"] = before
+	}
+	if len(list) == limit {
+		// A full page may have more after it; the next one says if not.
+		out["next"] = "/api/v1/jobs?" + url.Values{"limit": {strconv.Itoa(limit)}, "before": {list[len(list)-1].ID}}.Encode()
+	}
+	writeJSON(w, http.StatusOK, out)
 }
 
 func (s *Server) apiJobShow(w http.ResponseWriter, r *http.Request) {

@@ -83,8 +83,15 @@ func (s *Server) run(ctx context.Context, l *live) error {
 	}
 	// 5. The catalog: the model's entry, with its profile and origin.
 	more, err := p.addToCatalog(ctx)
-	if err != nil || !more {
+	if err != nil {
 		return failedAt(StepCatalog, err)
+	}
+	if !more {
+		// The job's last steps say that nothing was started, and why, so
+		// "done" is not read as "running".
+		s.step(l, StepPlacement, Skipped, p.whyNoReplica())
+		s.step(l, StepSmoke, Skipped, "no replica was started to ask")
+		return nil
 	}
 	// 6. Placement: a replica, ready.
 	if s.deps.Fleet == nil {
@@ -418,6 +425,18 @@ func (p *pipeline) addToCatalog(ctx context.Context) (bool, error) {
 	}
 	p.s.step(p.l, StepCatalog, Done, fmt.Sprintf("%s added, %d %s", p.name, req.Replicas, plural(req.Replicas, "replica", "replicas")))
 	return true, nil
+}
+
+// whyNoReplica is the placement step's sentence for a job that starts no
+// replica: the request asked for none, or the entry was someone else's.
+func (p *pipeline) whyNoReplica() string {
+	if j, _ := p.l.snapshot(); p.req.IfAbsent {
+		if st, ok := j.Step(StepCatalog); ok && st.State == Skipped {
+			return "no replica started: " + p.name + " was already in the catalog, and runs as its entry says"
+		}
+	}
+	return "no replica started: " + p.name + " is on demand (replicas 0) and loads when first asked for; " +
+		"ask for replicas 1 or more to have one running now"
 }
 
 // profiles are how the model runs, for its catalog entry: the chosen

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net/http"
 
+	"modelserve/internal/accesslog"
 	"modelserve/internal/auth"
 )
 
@@ -23,6 +24,7 @@ func (g *Gateway) authenticate(r *http.Request) (auth.Token, *apiError) {
 		g.log.Error("checking an API token", "err", err)
 		return auth.Token{}, internal()
 	}
+	accesslog.SetToken(r.Context(), who.Name)
 	return who, nil
 }
 

@@ -50,6 +50,11 @@ type Options struct {
 	// Backoff is the first wait between tries, doubled each time: 0 means
 	// one second.
 	Backoff time.Duration
+	// Offline refuses every request with a sentence saying so, without
+	// touching the network (HF_HUB_OFFLINE=1, as huggingface_hub reads
+	// it): on a machine cut off from the Hub, a job says why it cannot
+	// read a repository at once instead of after minutes of retries.
+	Offline bool
 }
 
 // Client reads repositories from the Hugging Face Hub (or anything that
@@ -65,6 +70,7 @@ type Client struct {
 	noFollow   *http.Client
 	maxRetries int
 	backoff    time.Duration
+	offline    bool
 }
 
 var _ Registry = (*Client)(nil)
@@ -86,6 +92,7 @@ func NewClient(opts Options) (*Client, error) {
 		token:      strings.TrimSpace(opts.Token),
 		maxRetries: opts.MaxRetries,
 		backoff:    opts.Backoff,
+		offline:    opts.Offline,
 	}
 	switch {
 	case c.maxRetries == 0:
@@ -409,6 +416,11 @@ func authorized(resp *http.Response) bool {
 // fails, at most maxRetries times. Any other answer is returned for the
 // caller to read.
 func (c *Client) send(ctx context.Context, method, u string, header http.Header, s subject, hc *http.Client) (*http.Response, error) {
+	if c.offline {
+		return nil, refusal(ErrOffline, "%s is on %s, and HF_HUB_OFFLINE is set: modelserve serves from its mirror and "+
+			"local folders only; unset HF_HUB_OFFLINE to read it, or put it in --models-dir and serve it as %s/<folder>",
+			s.id, c.host(), LocalOwner)
+	}
 	for attempt := 0; ; attempt++ {
 		req, err := http.NewRequestWithContext(ctx, method, u, nil)
 		if err != nil {

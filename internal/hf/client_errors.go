@@ -31,6 +31,8 @@ var (
 	// ErrRangeNotSatisfiable: a read was asked to start past the end of the
 	// registry's file, which is shorter than the caller thought.
 	ErrRangeNotSatisfiable = errors.New("range not satisfiable")
+	// ErrOffline: HF_HUB_OFFLINE is set, and nothing is asked of the Hub.
+	ErrOffline = errors.New("offline")
 )
 
 // kinds classify the sentinels for the operator's error each refusal is.
@@ -42,6 +44,7 @@ var kinds = map[error]operr.Kind{
 	ErrUnauthorized:        operr.Upstream,
 	ErrUnavailable:         operr.Unavailable,
 	ErrRangeNotSatisfiable: operr.Refused,
+	ErrOffline:             operr.Unavailable,
 }
 
 // refusal is the operator's sentence for one of the Hub's refusals,

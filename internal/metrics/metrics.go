@@ -1,6 +1,7 @@
 // Package metrics is what modelserve tells Prometheus: jobs started and
 // ended, how long each step took, what the mirror fetched and how often it
-// failed, and how many models the catalog holds.
+// failed, how many models the catalog holds, and the fleet's replicas and
+// nodes (fleet.go).
 //
 // One registry per server rather than the global default, so tests can run
 // servers side by side and read their own figures.
@@ -9,6 +10,7 @@ package metrics
 import (
 	"context"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -73,9 +75,17 @@ func (m *Metrics) JobStarted() { m.jobsStarted.Inc() }
 // JobEnded counts a job that reached a final state.
 func (m *Metrics) JobEnded(state string) { m.jobsEnded.WithLabelValues(state).Inc() }
 
-// StepDone records how long a step took.
+// StepDone records how long a step took. The step's label is its name
+// with "_" for spaces (smoke_test): label values with spaces need quoting
+// in every PromQL selector and read as two words in a legend.
 func (m *Metrics) StepDone(step string, d time.Duration) {
-	m.stepSeconds.WithLabelValues(step).Observe(d.Seconds())
+	m.stepSeconds.WithLabelValues(stepLabel(step)).Observe(d.Seconds())
+}
+
+// stepLabel is a step's name as a label value: lower case, "_" between
+// words.
+func stepLabel(step string) string {
+	return strings.ReplaceAll(strings.ToLower(strings.TrimSpace(step)), " ", "_")
 }
 
 // MirrorFetched counts bytes that arrived from a registry.

@@ -64,6 +64,9 @@ func (m *Mirror) fetchFile(ctx context.Context, fl *flight) (string, error) {
 	if sum, ok, err := adopt(ctx, fl); err != nil || ok {
 		return sum, err
 	}
+	if sum, ok, err := m.fromHFCache(ctx, fl); err != nil || ok {
+		return sum, err
+	}
 
 	d := &download{m: m, fl: fl, name: name, part: partialPath(fl.local), h: sha256.New()}
 	for try := 1; ; try++ {

@@ -72,6 +72,10 @@ type Options struct {
 	// Metrics, when set, is told of bytes arriving and of files given up
 	// on (internal/metrics implements it).
 	Metrics Metrics
+	// HFCache is the operator's Hugging Face cache (hf.HubCache): a file
+	// already there with the published sha256 is linked or copied from it
+	// rather than downloaded again (hfcache.go). "" looks nowhere.
+	HFCache string
 	// Log receives retries and failures; nil uses slog.Default().
 	Log *slog.Logger
 }
@@ -126,35 +130,40 @@ const (
 )
 
 // FileProgress is how far one file of a Fetch has come.
+//
+// The json tags are the API's names (snake_case, like every route's).
 type FileProgress struct {
-	Path       string
-	State      State
-	BytesDone  int64
-	BytesTotal int64
-	Err        string
+	Path       string `json:"path"`
+	State      State  `json:"state"`
+	BytesDone  int64  `json:"bytes_done"`
+	BytesTotal int64  `json:"bytes_total"`
+	Err        string `json:"error,omitempty"`
 }
 
 // Progress is how far a Fetch has come, per file and in all.
 type Progress struct {
-	Files      []FileProgress
-	BytesDone  int64
-	BytesTotal int64
+	Files      []FileProgress `json:"files"`
+	BytesDone  int64          `json:"bytes_done"`
+	BytesTotal int64          `json:"bytes_total"`
 }
 
 // Entry is one file List knows of: on disk, partial, being fetched, or
-// failed.
+// failed. GET /api/v1/mirror serves it as it is, under these json names.
 type Entry struct {
-	Model, Revision, Path string
+	Model    string `json:"model"`
+	Revision string `json:"revision"`
+	Path     string `json:"path"`
 	// Size is the bytes on disk (the partial file's, for one not present).
-	Size int64
+	Size int64 `json:"size"`
 	// SHA256 is the verified sha256 of a present file; "" when the file
 	// was put there by hand and never checked.
-	SHA256     string
-	State      State
-	BytesDone  int64
-	BytesTotal int64 // 0 when unknown (a partial file left by a restart)
-	Err        string
-	Modified   time.Time
+	SHA256     string `json:"sha256,omitempty"`
+	State      State  `json:"state"`
+	BytesDone  int64  `json:"bytes_done"`
+	BytesTotal int64  `json:"bytes_total"` // 0 when unknown (a partial file left by a restart)
+	// Err is why the last fetch failed, for a Failed file.
+	Err      string    `json:"error,omitempty"`
+	Modified time.Time `json:"modified,omitzero"`
 }
 
 // ErrNotFound is wrapped by errors about files the mirror does not have.

@@ -1,0 +1,138 @@
+// Package accesslog writes a line per HTTP request: method, path, status,
+// duration, and who asked (the console user or the API token's name).
+//
+// Who asked is known deep inside the handlers (the session is read by the
+// console, the token checked by the API and by the gateway), and the line
+// is written outside them, once the answer is sent. The middleware puts a
+// holder in the request's context; whoever learns the name sets it there.
+// Nothing is kept between requests, and nothing is global.
+package accesslog
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+)
+
+type holderKey struct{}
+
+// holder is who a request came from, filled in while it is handled.
+type holder struct {
+	mu          sync.Mutex
+	user, token string
+}
+
+// SetUser records that the request is a signed-in console user's. Without
+// the middleware around the handler it does nothing.
+func SetUser(ctx context.Context, name string) {
+	if h, ok := ctx.Value(holderKey{}).(*holder); ok {
+		h.mu.Lock()
+		h.user = name
+		h.mu.Unlock()
+	}
+}
+
+// SetToken records the name of the API token the request carried.
+func SetToken(ctx context.Context, name string) {
+	if h, ok := ctx.Value(holderKey{}).(*holder); ok {
+		h.mu.Lock()
+		h.token = name
+		h.mu.Unlock()
+	}
+}
+
+// Handler logs each request next serves to log at Info, when its answer is
+// done: for a stream (SSE), when the stream ends.
+func Handler(log *slog.Logger, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		h := &holder{}
+		rec := &recorder{ResponseWriter: w}
+		next.ServeHTTP(rec, r.WithContext(context.WithValue(r.Context(), holderKey{}, h)))
+		status := rec.status
+		if status == 0 {
+			status = http.StatusOK // nothing written: net/http sends 200
+		}
+		attrs := []slog.Attr{
+			slog.String("method", r.Method), slog.String("path", Path(r.URL)), slog.Int("status", status),
+			slog.Duration("duration", time.Since(start)), slog.Int64("bytes", rec.bytes), slog.String("remote", r.RemoteAddr),
+		}
+		h.mu.Lock()
+		if h.user != "" {
+			attrs = append(attrs, slog.String("user", h.user))
+		}
+		if h.token != "" {
+			attrs = append(attrs, slog.String("token", h.token))
+		}
+		h.mu.Unlock()
+		log.LogAttrs(r.Context(), slog.LevelInfo, "request", attrs...)
+	})
+}
+
+// Path is the request's path with its query, the values of any key that
+// may hold a secret replaced by "redacted": a token or password sent in a
+// URL by mistake must not be copied into every log it passes through.
+func Path(u *url.URL) string {
+	if u.RawQuery == "" {
+		return u.EscapedPath()
+	}
+	q, err := url.ParseQuery(u.RawQuery)
+	if err != nil {
+		return u.EscapedPath() + "?(unreadable query left out)"
+	}
+	for k, vs := range q {
+		if secretKey(k) {
+			for i := range vs {
+				vs[i] = "redacted"
+			}
+		}
+	}
+	return u.EscapedPath() + "?" + q.Encode()
+}
+
+// secretKey says whether a query key may name a secret.
+func secretKey(k string) bool {
+	k = strings.ToLower(k)
+	for _, s := range []string{"token", "key", "pass", "secret", "auth", "csrf", "sig", "credential", "session", "code"} {
+		if strings.Contains(k, s) {
+			return true
+		}
+	}
+	return false
+}
+
+// recorder notes the status and size of an answer. It passes Flush on (the
+// event streams need it) and unwraps for http.ResponseController.
+type recorder struct {
+	http.ResponseWriter
+	status int
+	bytes  int64
+}
+
+func (r *recorder) WriteHeader(code int) {
+	if r.status == 0 && code >= 200 {
+		r.status = code
+	}
+	r.ResponseWriter.WriteHeader(code)
+}
+
+func (r *recorder) Write(p []byte) (int, error) {
+	if r.status == 0 {
+		r.status = http.StatusOK
+	}
+	n, err := r.ResponseWriter.Write(p)
+	r.bytes += int64(n)
+	return n, err
+}
+
+func (r *recorder) Flush() {
+	if f, ok := r.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+func (r *recorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
