@@ -5,6 +5,7 @@ import (
 	"context"
 	"modelserve/internal/operr"
 	"net/http"
+	"strings"
 
 	"github.com/a-h/templ"
 
@@ -18,6 +19,7 @@ var assets = views.Assets{
 	CSS:  static.Path("app.css"),
 	HTMX: static.Path("vendor/htmx-2.0.11.min.js"),
 	SSE:  static.Path("vendor/htmx-ext-sse-2.2.4.min.js"),
+	App:  static.Path("app.js"),
 }
 
 // genericError is what a page says of an error that is not the operator's
@@ -60,9 +62,28 @@ func (s *Server) message(w http.ResponseWriter, r *http.Request, v visit, status
 		s.render(w, r, status, views.Alert(text))
 		return
 	}
+	back, backText := backFrom(r.URL.Path)
 	s.render(w, r, status, views.MessagePage(views.Message{
-		Layout: s.layout(v, "", heading), Heading: heading, Text: text, Back: "/jobs", BackText: "Back to the jobs",
+		Layout: s.layout(v, "", heading), Heading: heading, Text: text, Back: back, BackText: backText,
 	}))
+}
+
+// backFrom is the page a message leads back to: the one the request was
+// about (a refusal on the mirror page leads back to the mirror, not to the
+// jobs).
+func backFrom(path string) (href, text string) {
+	first, _, _ := strings.Cut(strings.TrimPrefix(path, "/"), "/")
+	switch first {
+	case "mirror":
+		return "/mirror", "Back to the mirror"
+	case "fleet":
+		return "/fleet", "Back to the fleet"
+	case "catalog":
+		return "/catalog", "Back to the catalog"
+	case "serve":
+		return "/serve", "Back to the serve form"
+	}
+	return "/jobs", "Back to the jobs"
 }
 
 // pageError shows err: as it is when it is a sentence for the operator,

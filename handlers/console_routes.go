@@ -39,9 +39,16 @@ func (s *Server) consoleRoutes(mux *http.ServeMux) {
 
 	// The page is /mirror; the files nodes fetch are below /mirror/.
 	mux.Handle("GET /mirror", s.signedIn(s.mirrorPage))
+	mux.Handle("GET /mirror/stream", s.signedIn(s.mirrorStream))
 	mux.Handle("POST /mirror", s.signedIn(s.mirrorRemove))
 
 	mux.Handle("GET /fleet", s.signedIn(s.fleetPage))
+	mux.Handle("GET /fleet/stream", s.signedIn(s.fleetStream))
+	mux.Handle("GET /fleet/replicas/{id}/log", s.signedIn(s.replicaLogPage))
+	mux.Handle("POST /fleet/replicas/{id}/stop", s.signedIn(s.replicaControl("stop")))
+	mux.Handle("POST /fleet/replicas/{id}/restart", s.signedIn(s.replicaControl("restart")))
+	mux.Handle("POST /fleet/models/{name}/scale", s.signedIn(s.modelScale))
+	mux.Handle("POST /fleet/models/{name}/unpark", s.signedIn(s.modelUnpark))
 }
 
 // home is the jobs: what is happening, and the way to start more.

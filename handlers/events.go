@@ -32,6 +32,9 @@ type events struct {
 
 	mu    sync.Mutex
 	ready map[string]chan struct{} // stream → closed once its subscriber is registered
+
+	// rates are the job streams' last download rates (job_rates.go).
+	rates lastRates
 }
 
 func newEvents() *events {
@@ -60,6 +63,17 @@ func (e *events) subscribed(stream string, _ *sse.Subscriber) {
 // browser reconnect and start again from a fresh snapshot, which is how a
 // client that fell behind catches up.
 func (e *events) serve(w http.ResponseWriter, r *http.Request, ch <-chan jobs.Event, render func(jobs.Event) ([]byte, string, error)) {
+	streamEach(e, w, r, ch, func(ev jobs.Event) ([]byte, string, string, error) {
+		data, name, err := render(ev)
+		return data, name, strconv.FormatInt(ev.Seq, 10), err
+	})
+}
+
+// streamEach is serve for changes of any kind: the fleet's and the
+// mirror's pages stream what they read of the fleet and the mirror, which
+// are not a job's events. render gives each change's data, event name and
+// id.
+func streamEach[T any](e *events, w http.ResponseWriter, r *http.Request, ch <-chan T, render func(T) (data []byte, name, id string, err error)) {
 	id := "c" + strconv.FormatUint(e.next.Add(1), 10)
 	ready := make(chan struct{})
 	e.mu.Lock()
@@ -101,13 +115,13 @@ func (e *events) serve(w http.ResponseWriter, r *http.Request, ch <-chan jobs.Ev
 				if !ok {
 					return
 				}
-				data, name, err := render(ev)
+				data, name, evID, err := render(ev)
 				if err != nil {
 					return
 				}
 				// Never block on a stalled client: end its stream instead,
 				// and it reconnects to a fresh snapshot.
-				if !e.sse.TryPublish(id, &sse.Event{ID: []byte(strconv.FormatInt(ev.Seq, 10)), Event: []byte(name),
+				if !e.sse.TryPublish(id, &sse.Event{ID: []byte(evID), Event: []byte(name),
 					Data: []byte(lineEnds.Replace(string(data))), Retry: reconnectAfter}) {
 					return
 				}

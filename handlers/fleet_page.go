@@ -1,23 +1,62 @@
 package handlers
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"path/filepath"
 	"strings"
 	"time"
 
+	"modelserve/catalog"
 	"modelserve/internal/fleet"
+	"modelserve/internal/gateway"
 	"modelserve/internal/plan"
 	"modelserve/views"
 )
 
 // fleetPage shows the nodes and what each has free, the replicas the fleet
-// runs on them and how each model fares. Without a fleet it shows the
-// pool's nodes and keeps the replicas' place.
+// runs on them and how each model fares, with the controls. With a fleet
+// the page follows it live (fleetStream). Without one it shows the pool's
+// nodes and keeps the replicas' place.
 func (s *Server) fleetPage(w http.ResponseWriter, r *http.Request, v visit) {
 	now := time.Now()
-	p := views.FleetPage{Layout: s.layout(v, "fleet", "Fleet"), AsOf: timeText(now, now)}
+	p := s.fleetView(now, v.csrf, s.scalings(r.Context()), s.recentStarts(r.Context()))
+	p.Layout = s.layout(v, "fleet", "Fleet")
+	if p.HasFleet {
+		p.Stream = "/fleet/stream"
+	}
+	q := r.URL.Query()
+	if format, ok := fleetDone[q.Get("done")]; ok && q.Get("who") != "" && len(q.Get("who")) <= 200 {
+		p.Notice = fmt.Sprintf(format, q.Get("who"))
+	}
+	s.render(w, r, http.StatusOK, views.FleetPageView(p))
+}
+
+// scalings are the catalog's models' scaling, by name, for the scale
+// forms; nil when the catalog cannot be read, which costs the page its
+// forms and is logged.
+func (s *Server) scalings(ctx context.Context) map[string]catalog.Scaling {
+	models, err := s.deps.Catalog.List(ctx)
+	if err != nil {
+		if ctx.Err() == nil {
+			s.deps.Log.Error("reading the catalog for the fleet page", "err", err)
+		}
+		return nil
+	}
+	out := make(map[string]catalog.Scaling, len(models))
+	for _, m := range models {
+		out[m.Name] = m.Scaling
+	}
+	return out
+}
+
+// fleetView is the fleet page as of now, from what the fleet, the pool and
+// the gateway hold in memory; the catalog's scalings and the engine starts,
+// which live in the database, are read by the caller as often as it sees
+// fit.
+func (s *Server) fleetView(now time.Time, csrf string, scalings map[string]catalog.Scaling, starts []fleet.Start) views.FleetPage {
+	p := views.FleetPage{AsOf: timeText(now, now), CSRF: csrf}
 	var pool []plan.Node
 	if s.deps.Pool != nil {
 		pool = s.deps.Pool.Nodes()
@@ -36,23 +75,38 @@ func (s *Server) fleetPage(w http.ResponseWriter, r *http.Request, v visit) {
 	default:
 		p.NoPool = "The pool has no nodes: declare them in a nodes file, or let modelserve read this machine."
 	}
+	controls := s.deps.Controls != nil
 	for _, rep := range snap.replicas {
-		p.Replicas = append(p.Replicas, replicaView(rep, now))
+		vm := replicaView(rep, now)
+		live := rep.State != fleet.Stopping && rep.State != fleet.Stopped && rep.State != fleet.Failed
+		vm.CanStop, vm.CanRestart = controls && live, controls && live
+		p.Replicas = append(p.Replicas, vm)
+	}
+	var traffic map[string]gateway.Traffic
+	if s.deps.Gateway != nil {
+		traffic = s.deps.Gateway.Traffic()
 	}
 	for _, h := range snap.models {
 		st, replicas := modelStatus(h)
-		m := views.FleetModel{Name: h.Model, Class: h.Class, Replicas: replicas, Status: st}
+		m := views.FleetModel{Name: h.Model, Class: h.Class, Replicas: replicas, Status: st, Parked: h.Parked, CanControl: controls}
 		if h.Parked {
 			m.Reason = h.Reason
 		} else if h.Placement != "" {
 			m.Placement = strings.Split(h.Placement, "\n")
 		}
+		if sc, ok := scalings[h.Model]; ok {
+			m.CanScale, m.Min, m.Max = true, sc.Min, sc.Max
+		}
+		if s.deps.Gateway != nil {
+			m.Requests, _ = trafficText(traffic[h.Model])
+			m.Requests += " in the last minute"
+		}
 		p.Models = append(p.Models, m)
 	}
-	for _, st := range s.recentStarts(r.Context()) {
+	for _, st := range starts {
 		p.Starts = append(p.Starts, startView(st, now))
 	}
-	s.render(w, r, http.StatusOK, views.FleetPageView(p))
+	return p
 }
 
 // nodeViews are the pool's nodes, each with the fleet's figures when the
@@ -192,7 +246,7 @@ func replicaView(r fleet.Replica, now time.Time) views.FleetReplica {
 		vm.Load = loadText(*l)
 	}
 	if r.PID > 0 {
-		vm.Process = fmt.Sprintf("pid %d", r.PID)
+		vm.Process, vm.PID = fmt.Sprintf("pid %d", r.PID), fmt.Sprint(r.PID)
 		if r.Threads > 0 {
 			vm.Process += fmt.Sprintf(", %d %s", r.Threads, plural(r.Threads, "thread", "threads"))
 		}

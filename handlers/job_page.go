@@ -37,7 +37,9 @@ func (s *Server) jobPage(w http.ResponseWriter, r *http.Request, v visit) {
 	if j.Model != "" {
 		title = j.Model + " · job"
 	}
-	vm := jobView(j, time.Now(), v.csrf, nil)
+	now := time.Now()
+	vm := jobView(j, now, v.csrf, nil)
+	s.events.rates.fill(j.ID, mirrorProgress(&vm), now)
 	s.withCallIt(r, j, &vm)
 	s.render(w, r, http.StatusOK, views.JobPageView(views.JobPage{
 		Layout: s.layout(v, "jobs", title), Job: vm, Stream: stream,
@@ -82,7 +84,13 @@ func (s *Server) jobStream(w http.ResponseWriter, r *http.Request, v visit) {
 	ew := newEndWatcher(w)
 	meter := &rateMeter{}
 	s.events.serve(ew, r, untilEnded(r.Context(), ch, ew.sent()), func(ev jobs.Event) ([]byte, string, error) {
-		vm := jobView(ev.Job, time.Now(), v.csrf, meter)
+		now := time.Now()
+		vm := jobView(ev.Job, now, v.csrf, meter)
+		if p := mirrorProgress(&vm); p != nil && p.Rate == "—" {
+			s.events.rates.fill(ev.Job.ID, p, now) // the stream's first readings
+		} else {
+			s.events.rates.put(ev.Job.ID, p, now)
+		}
 		s.withCallIt(r, ev.Job, &vm)
 		data, err := renderString(r.Context(), views.JobLive(vm))
 		if ev.Job.Ended() {
@@ -243,6 +251,10 @@ func jobView(j jobs.Job, now time.Time, csrf string, meter *rateMeter) views.Job
 			continue
 		}
 		step := views.Step{Name: name, State: views.StateOf(st.State), Detail: st.Detail, Took: durationText(took[name])}
+		if j.State == jobs.Cancelled && st.State == jobs.Failed && st.Detail == jobs.Cancelled {
+			// Stopped by whoever cancelled the job: it did not fail.
+			step.State, step.Detail = views.StateOf(jobs.Cancelled), ""
+		}
 		if name == jobs.StepMirror && st.State == jobs.Running && st.BytesTotal > 0 {
 			step.Progress = progressView(st, meter)
 		}
@@ -274,14 +286,20 @@ func progressView(st jobs.Step, meter *rateMeter) *views.Progress {
 	if meter == nil {
 		return p
 	}
-	meter.add(st.At, st.BytesDone)
+	withRate(p, meter, st.At, st.BytesDone, st.BytesTotal)
+	return p
+}
+
+// withRate puts on p the rate and time left that meter works out, with the
+// reading of done of total bytes at at.
+func withRate(p *views.Progress, meter *rateMeter, at time.Time, done, total int64) {
+	meter.add(at, done)
 	if rate, ok := meter.rate(); ok {
 		p.Rate = rateText(rate)
 		if meter.steady() && rate > 0 {
-			p.Left = durationText(time.Duration(float64(st.BytesTotal-st.BytesDone) / rate * float64(time.Second)))
+			p.Left = durationText(time.Duration(float64(total-done) / rate * float64(time.Second)))
 		}
 	}
-	return p
 }
 
 // rateMeter works out a download's rate from the progress a job reports:

@@ -8,9 +8,11 @@ import (
 	"net/url"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"modelserve/internal/fleet"
 	"modelserve/internal/mirror"
+	"modelserve/jobs"
 	"modelserve/views"
 )
 
@@ -31,22 +33,84 @@ func (s *Server) renderMirror(w http.ResponseWriter, r *http.Request, v visit, r
 		s.pageError(w, r, v, err)
 		return
 	}
-	_, canRemove := s.deps.Mirror.(mirrorRemover)
-	p := views.MirrorPage{Layout: s.layout(v, "mirror", "Mirror")}
-	var total int64
+	p := views.MirrorPage{Layout: s.layout(v, "mirror", "Mirror"), Stream: "/mirror/stream"}
+	p.Live = s.mirrorLive(entries, v.csrf, nil, s.waitingJobs(r.Context(), entries))
 	gone := removed != ""
 	for _, e := range entries {
-		p.Files = append(p.Files, mirrorView(e, canRemove))
-		total += e.Size
 		gone = gone && e.Path != removed
-	}
-	if len(entries) > 0 {
-		p.Total = sizeText(total) + " in " + itoaPlural(len(entries), "file", "files") + "."
 	}
 	if gone && len(removed) <= 512 {
 		p.Notice = removed + " was removed from the mirror."
 	}
 	s.render(w, r, http.StatusOK, views.MirrorPageView(p))
+}
+
+// mirrorLive is the mirror's files as the page shows them. meters, when
+// not nil, follow each download from one call to the next for its rate;
+// waiting are the jobs waiting on each file, by mirrorKey.
+func (s *Server) mirrorLive(entries []mirror.Entry, csrf string, meters map[string]*rateMeter, waiting map[string][]string) views.MirrorLive {
+	_, canRemove := s.deps.Mirror.(mirrorRemover)
+	p := views.MirrorLive{CSRF: csrf}
+	var total int64
+	now := time.Now()
+	for _, e := range entries {
+		f := mirrorView(e, canRemove)
+		key := mirrorKey(e)
+		if f.Progress != nil && e.State == mirror.Fetching && meters != nil {
+			m := meters[key]
+			if m == nil {
+				m = &rateMeter{}
+				meters[key] = m
+			}
+			withRate(f.Progress, m, now, e.BytesDone, e.BytesTotal)
+		}
+		if e.State == mirror.Fetching || e.State == mirror.Queued {
+			f.Jobs = waiting[key]
+		}
+		p.Files = append(p.Files, f)
+		total += e.Size
+	}
+	if len(entries) > 0 {
+		p.Total = sizeText(total) + " in " + itoaPlural(len(entries), "file", "files") + "."
+	}
+	return p
+}
+
+// mirrorKey names a file of the mirror across looks.
+func mirrorKey(e mirror.Entry) string { return e.Model + "/" + e.Revision + "/" + e.Path }
+
+// waitingJobs are the running jobs whose mirror step is fetching each
+// model's files, by mirrorKey: the mirror knows how many wait on a file,
+// the jobs know who. It reads the newest jobs, so it is asked when the
+// files being fetched change, not at every look.
+func (s *Server) waitingJobs(ctx context.Context, entries []mirror.Entry) map[string][]string {
+	models := map[string][]string{} // model → keys of its files in flight
+	for _, e := range entries {
+		if e.State == mirror.Fetching || e.State == mirror.Queued {
+			models[e.Model] = append(models[e.Model], mirrorKey(e))
+		}
+	}
+	if len(models) == 0 {
+		return nil
+	}
+	list, _, err := s.deps.Jobs.List(ctx, jobs.ListOptions{Limit: 200})
+	if err != nil {
+		if ctx.Err() == nil {
+			s.deps.Log.Error("reading the jobs waiting on the mirror", "err", err)
+		}
+		return nil
+	}
+	out := map[string][]string{}
+	for _, j := range list {
+		st, ok := j.Step(jobs.StepMirror)
+		if j.State != jobs.Running || !ok || st.State != jobs.Running {
+			continue
+		}
+		for _, key := range models[j.Model] {
+			out[key] = append(out[key], j.ID)
+		}
+	}
+	return out
 }
 
 func mirrorView(e mirror.Entry, canRemove bool) views.MirrorFile {
@@ -57,7 +121,7 @@ func mirrorView(e mirror.Entry, canRemove bool) views.MirrorFile {
 		Removable: canRemove && e.State != mirror.Fetching && e.State != mirror.Queued,
 	}
 	if e.State != mirror.Present && e.BytesTotal > 0 {
-		f.Progress = &views.Progress{Done: e.BytesDone, Total: e.BytesTotal,
+		f.Progress = &views.Progress{Done: e.BytesDone, Total: e.BytesTotal, Rate: "—", Left: "—",
 			Text: sizeOfText(e.BytesDone, e.BytesTotal) + " (" + percentText(float64(e.BytesDone)*100/float64(e.BytesTotal)) + ")"}
 	}
 	return f
@@ -87,7 +151,14 @@ func (s *Server) mirrorRemove(w http.ResponseWriter, r *http.Request, v visit) {
 		}))
 		return
 	}
-	if err := rm.Remove(r.Context(), model, rev, path, s.servedFrom(r.Context(), model, rev)); err != nil {
+	// A file in use is refused with advice to stop what uses it: the
+	// answer then leads to the fleet page, where that is done.
+	used, inUse := false, s.servedFrom(r.Context(), model, rev)
+	check := func(local string) bool {
+		used = used || (inUse != nil && inUse(local))
+		return used
+	}
+	if err := rm.Remove(r.Context(), model, rev, path, check); err != nil {
 		var pe *fs.PathError
 		if errors.As(err, &pe) || r.Context().Err() != nil {
 			s.pageError(w, r, v, err)
@@ -95,6 +166,13 @@ func (s *Server) mirrorRemove(w http.ResponseWriter, r *http.Request, v visit) {
 		}
 		// The mirror writes its refusals as sentences naming the file and
 		// what to do (being fetched, in use, not there).
+		if used {
+			s.render(w, r, http.StatusConflict, views.MessagePage(views.Message{
+				Layout: s.layout(v, "mirror", "Not removed"), Heading: "Not removed", Text: err.Error(),
+				Back: "/fleet", BackText: "Stop the replica, or scale its model down, on the fleet page",
+			}))
+			return
+		}
 		s.message(w, r, v, http.StatusConflict, "Not removed", err.Error())
 		return
 	}

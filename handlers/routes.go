@@ -14,11 +14,13 @@ import (
 	"log/slog"
 	"net/http"
 	"net/netip"
+	"strings"
 	"time"
 
 	"github.com/gorilla/sessions"
 
 	"modelserve/catalog"
+	"modelserve/internal/accesslog"
 	"modelserve/internal/auth"
 	"modelserve/internal/fleet"
 	"modelserve/internal/gateway"
@@ -42,11 +44,16 @@ type Catalog interface {
 	List(ctx context.Context) ([]catalog.Model, error)
 	Get(ctx context.Context, name string) (catalog.Model, error)
 	Remove(ctx context.Context, name string) error
+	// SetScaling is the fleet page's and the API's scale control.
+	SetScaling(ctx context.Context, name string, min, max int) error
 }
 
 // Mirror is what the handlers need of the mirror.
 type Mirror interface {
 	List(ctx context.Context) ([]mirror.Entry, error)
+	// Flights are the files being fetched, from memory: what the mirror
+	// page's stream reads every second.
+	Flights() []mirror.Flight
 	Handler() http.Handler
 }
 
@@ -101,6 +108,10 @@ type Deps struct {
 	// pages and at GET /api/v1/replicas and /nodes; nil shows where they
 	// would be.
 	Fleet Fleet
+	// Controls stop and restart replicas and unpark models, from the
+	// fleet page and the API; nil takes Fleet's own when it has them
+	// (fleet.Fleet does), and without any the pages offer no controls.
+	Controls FleetControls
 	// Gateway serves /v1/ (the OpenAI-compatible API of the served
 	// models); nil serves nothing there.
 	Gateway Gateway
@@ -149,6 +160,9 @@ func New(d Deps) (http.Handler, error) {
 	if d.Log == nil {
 		d.Log = slog.Default()
 	}
+	if d.Controls == nil {
+		d.Controls, _ = d.Fleet.(FleetControls)
+	}
 	s := &Server{deps: d, tokens: auth.NewTokens(d.DB), events: newEvents(),
 		users: auth.NewUsers(d.DB), sessions: newSessionStore(newKeysIfNone(d.SessionKeys)), live: auth.NewSessions(d.DB),
 		throttle: newThrottle(), asks: newAsks()}
@@ -181,7 +195,11 @@ func (s *Server) routes() http.Handler {
 	api.HandleFunc("GET /api/v1/repos/{owner}/{name}", s.apiRepo)
 	api.HandleFunc("GET /api/v1/nodes", s.apiNodes)
 	api.HandleFunc("GET /api/v1/replicas", s.apiReplicas)
-	api.HandleFunc("/api/v1/", s.apiNotFound)
+	api.HandleFunc("POST /api/v1/replicas/{id}/stop", s.apiReplicaControl("stop"))
+	api.HandleFunc("POST /api/v1/replicas/{id}/restart", s.apiReplicaControl("restart"))
+	api.HandleFunc("POST /api/v1/catalog/{name}/scale", s.apiModelScale)
+	api.HandleFunc("POST /api/v1/catalog/{name}/unpark", s.apiModelUnpark)
+	api.Handle("/api/v1/", s.apiNotFound(api))
 	mux.Handle("/api/v1/", s.requireToken(api))
 
 	// The gateway, for OpenAI clients: the served models by name, behind
@@ -206,11 +224,40 @@ func (s *Server) routes() http.Handler {
 
 	// The console, for people: pages behind a session (console_routes.go).
 	s.consoleRoutes(mux)
-	return s.fromProxy(mux)
+	// A line per request in the log, inside fromProxy so that it names
+	// the client rather than the proxy.
+	return s.fromProxy(accesslog.Handler(s.deps.Log, mux))
 }
 
-func (s *Server) apiNotFound(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusNotFound, errorBody{Error: "no API route " + operr.Quote(r.Method+" "+r.URL.Path) + "; the README lists them"})
+// apiNotFound answers what no API route takes. The catch-all pattern
+// matches every method, so the mux's own 405 never happens under /api/v1/:
+// it asks the mux which methods the path has, and answers 405 with Allow
+// when it has some, so a script that used the wrong method is told so
+// rather than that the route does not exist.
+func (s *Server) apiNotFound(api *http.ServeMux) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if allow := allowedMethods(api, r); len(allow) > 0 {
+			w.Header().Set("Allow", strings.Join(allow, ", "))
+			writeJSON(w, http.StatusMethodNotAllowed, errorBody{Error: operr.Quote(r.URL.Path) + " takes " +
+				strings.Join(allow, " or ") + ", not " + r.Method})
+			return
+		}
+		writeJSON(w, http.StatusNotFound, errorBody{Error: "no API route " + operr.Quote(r.Method+" "+r.URL.Path) + "; the README lists them"})
+	}
+}
+
+// allowedMethods are the methods mux has a route other than its catch-all
+// for at r's path, in the order HTTP lists them.
+func allowedMethods(mux *http.ServeMux, r *http.Request) []string {
+	var allow []string
+	for _, m := range []string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete} {
+		probe := r.Clone(r.Context())
+		probe.Method = m
+		if _, pattern := mux.Handler(probe); pattern != "" && pattern != "/api/v1/" {
+			allow = append(allow, m)
+		}
+	}
+	return allow
 }
 
 func (s *Server) apiMirrorList(w http.ResponseWriter, r *http.Request) {

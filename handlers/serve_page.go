@@ -39,7 +39,7 @@ func (s *Server) serveReportFragment(w http.ResponseWriter, r *http.Request, v v
 	q := r.URL.Query()
 	f := formFrom(q)
 	rep := s.serveReport(r.Context(), &f, q.Get("file"))
-	s.render(w, r, http.StatusOK, views.ServeReport(f, rep, catalog.GuardFormats()))
+	s.render(w, r, http.StatusOK, views.ServeReport(f, rep, catalog.GuardFormats(), v.csrf))
 }
 
 // serveMemory redraws the memory bars for the context typed.
@@ -261,6 +261,7 @@ func (s *Server) serveReport(ctx context.Context, f *views.ServeForm, pick strin
 	}
 
 	chosen, haveChosen := chooseSet(f, rep, pick, l.planned)
+	vm.Picked = pick != ""
 	for _, set := range rep.Sets {
 		vm.Sets = append(vm.Sets, setView(set, set.Name == f.Chosen))
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/gorilla/sessions"
 
+	"modelserve/internal/accesslog"
 	"modelserve/internal/auth"
 )
 
@@ -203,6 +204,7 @@ func (s *Server) console(h page, needUser bool) http.Handler {
 			s.pageError(w, r, visit{}, err)
 			return
 		}
+		accesslog.SetUser(r.Context(), v.user)
 		if needUser && v.user == "" {
 			s.toSignIn(w, r)
 			return

@@ -20,7 +20,7 @@ import (
 	"time"
 )
 
-//go:embed app.css vendor
+//go:embed app.css app.js vendor
 var files embed.FS
 
 // asset is one file, read once at start.

@@ -25,7 +25,7 @@ type Layout struct {
 
 // Assets are the cache-busted URLs of the stylesheets and scripts.
 type Assets struct {
-	Pico, CSS, HTMX, SSE string
+	Pico, CSS, HTMX, SSE, App string
 }
 
 // Login is the sign-in page.
@@ -225,14 +225,26 @@ type MirrorFile struct {
 	Err                   string
 	// Removable is false while the file is being fetched.
 	Removable bool
+	// Jobs are the jobs waiting on the file while it is fetched.
+	Jobs []string
+	// Waiters is how many fetches wait on it, when the jobs are not known.
+	Waiters int
 }
 
 // MirrorPage is the mirror page.
 type MirrorPage struct {
 	Layout Layout
-	Files  []MirrorFile
-	Total  string
+	Live   MirrorLive
 	Notice string
+	// Stream is the page's event stream.
+	Stream string
+}
+
+// MirrorLive is what of the mirror page changes while files arrive.
+type MirrorLive struct {
+	Files []MirrorFile
+	Total string
+	CSRF  string
 }
 
 // Bar is a horizontal bar of parts against a whole: memory used by
@@ -303,6 +315,21 @@ type FleetPage struct {
 	Starts []FleetStart
 	// AsOf is when the figures were read ("12:00:03 UTC").
 	AsOf string
+	// Stream is the page's event stream, "" for a page that does not
+	// change (no fleet).
+	Stream string
+	// Notice says what the control just used did.
+	Notice string
+	// CSRF is the session's token, for the controls' forms.
+	CSRF string
+}
+
+// ReplicaLog is a replica's engine log page.
+type ReplicaLog struct {
+	Layout Layout
+	ID     string
+	Lines  []string
+	AsOf   string
 }
 
 // FleetReplica is one running copy of a model.
@@ -322,8 +349,12 @@ type FleetReplica struct {
 	// Load is what its engine says of its work ("1 of 4 slots busy, none
 	// waiting; …"), "" until it is ready.
 	Load string
-	// Process is "pid 1234, 4 threads", "" without an engine process.
-	Process string
+	// Process is "pid 1234, 4 threads", "" without an engine process;
+	// PID the number alone.
+	Process, PID string
+	// CanStop and CanRestart offer the controls: not to a replica that is
+	// stopping or has ended.
+	CanStop, CanRestart bool
 	// Failures is how often its engine ended unasked; LastError the last
 	// such ending, in the engine's words.
 	Failures  int
@@ -358,4 +389,11 @@ type FleetModel struct {
 	// what holds a model waiting for room.
 	Reason    string
 	Placement []string
+	// Requests are its requests in the gateway's last minute, in words;
+	// "" without a gateway.
+	Requests string
+	// Parked offers Unpark when CanControl; CanScale offers the scaling
+	// form with the catalog's Min and Max.
+	Parked, CanControl, CanScale bool
+	Min, Max                     int
 }

@@ -34,6 +34,9 @@ type ServePage struct {
 type Report struct {
 	// Shown is false until a repository has been asked for.
 	Shown bool
+	// Picked is a report answering Choose: focus goes to the chosen row's
+	// button, where the operator was, rather than to the page's start.
+	Picked bool
 	// Error is the sentence the lookup failed with, shown in place of the
 	// table.
 	Error       string

@@ -26,6 +26,19 @@ type config struct {
 	TrustProxy      string
 	PublicURL       string
 	SessionSecret   string
+	// How the log is written: text or json, and from which level.
+	LogFormat, LogLevel string
+	// HFOffline (HF_HUB_OFFLINE) asks nothing of the Hub; HFHubCache is
+	// the operator's Hugging Face cache, files already there are taken
+	// from rather than fetched (environment only, as huggingface_hub
+	// reads them).
+	HFOffline  bool
+	HFHubCache string
+	// Where replicas run (backend.go): this machine's processes, or a
+	// Kubernetes cluster and how its pods are made.
+	Fleet, Kubeconfig, Namespace            string
+	EngineImage, FetchImage, WeightsVolume  string
+	MirrorURL, MirrorToken, GPUProductLabel string
 }
 
 // setting ties a flag to its environment variable, so both are documented
@@ -40,7 +53,7 @@ func (c *config) settings() []setting {
 		{"addr", "MODELSERVE_ADDR", "127.0.0.1:8080", "address to listen on, host:port", &c.Addr},
 		{"data", "MODELSERVE_DATA", "./data", "data directory: the SQLite database and the mirror of model files; created if missing", &c.Data},
 		{"hf-endpoint", "HF_ENDPOINT", "https://huggingface.co", "Hugging Face Hub endpoint (a Hub-compatible server works too)", &c.HFEndpoint},
-		{"hf-token", "HF_TOKEN", "", "Hugging Face token for gated and private repositories (also read from HUGGING_FACE_HUB_TOKEN, then $HF_HOME/token)", &c.HFToken},
+		{"hf-token", "HF_TOKEN", "", "Hugging Face token for gated and private repositories (also read from HUGGING_FACE_HUB_TOKEN, then the file HF_TOKEN_PATH names, then $HF_HOME/token)", &c.HFToken},
 		{"llama-server", "MODELSERVE_LLAMA_SERVER", "", "path to llama.cpp's llama-server; empty looks for it on PATH", &c.LlamaServer},
 		{"models-dir", "MODELSERVE_MODELS_DIR", "", "folder of local model repositories, each served as local/<folder>; empty turns the local registry off", &c.ModelsDir},
 		{"architectures", "MODELSERVE_ARCHITECTURES", "", "extra GGUF architectures the engine build runs, comma-separated (the embedded list is llama.cpp's of 2026)", &c.Architectures},
@@ -48,7 +61,18 @@ func (c *config) settings() []setting {
 		{"tls-key", "MODELSERVE_TLS_KEY", "", "PEM private key of --tls-cert", &c.TLSKey},
 		{"trust-proxy", "MODELSERVE_TRUST_PROXY", "", "addresses of proxies in front (CIDR list, e.g. 127.0.0.1/32,10.0.0.0/8) whose X-Forwarded-For and X-Forwarded-Proto are believed", &c.TrustProxy},
 		{"public-url", "MODELSERVE_PUBLIC_URL", "", "the console's address as users reach it; https://... marks session cookies Secure (TLS ends at a proxy)", &c.PublicURL},
+		{"log-format", "MODELSERVE_LOG_FORMAT", "text", "how the log is written: text (key=value lines) or json (one object a line)", &c.LogFormat},
+		{"log-level", "MODELSERVE_LOG_LEVEL", "info", "the least level logged: debug, info, warn or error", &c.LogLevel},
 		{"session-secret", "MODELSERVE_SESSION_SECRET", "", "secret (32+ characters) the session cookie keys are derived from, best given by the environment (a flag shows in process lists); empty keeps the keys in <data>/session.key", &c.SessionSecret},
+		{"fleet", "MODELSERVE_FLEET", "", "where replicas run: local (engine processes on this machine; empty means local) or kubernetes (Deployments in a cluster)", &c.Fleet},
+		{"kubeconfig", "KUBECONFIG", "", "kubeconfig file for --fleet kubernetes; empty uses the in-cluster service account", &c.Kubeconfig},
+		{"namespace", "MODELSERVE_NAMESPACE", "", "namespace the kubernetes fleet's objects live in; empty means modelserve", &c.Namespace},
+		{"engine-image", "MODELSERVE_ENGINE_IMAGE", "", "llama.cpp server image the kubernetes fleet's pods run (its entrypoint llama-server), e.g. ghcr.io/ggml-org/llama.cpp:server; required with --fleet kubernetes", &c.EngineImage},
+		{"fetch-image", "MODELSERVE_FETCH_IMAGE", "", "image of the init container that fetches weights from the mirror (busybox sh, wget, sha256sum); empty means busybox:1.37", &c.FetchImage},
+		{"weights-volume", "MODELSERVE_WEIGHTS_VOLUME", "", "where pods keep weights: empty for an emptyDir, pvc:<claim> or hostPath:<folder> to keep them across pods", &c.WeightsVolume},
+		{"mirror-url", "MODELSERVE_MIRROR_URL", "", "modelserve's address as the cluster's nodes reach it, to fetch weights from /mirror/; empty uses --public-url", &c.MirrorURL},
+		{"mirror-token", "MODELSERVE_MIRROR_TOKEN", "", "API token (modelserve token create) the nodes fetch weights with, written to the Secret modelserve-mirror; empty leaves that Secret to the operator", &c.MirrorToken},
+		{"gpu-product-label", "MODELSERVE_GPU_PRODUCT_LABEL", "", "node label naming a node's card, which GPU profiles are placed by; empty means nvidia.com/gpu.product", &c.GPUProductLabel},
 	}
 }
 
@@ -56,20 +80,15 @@ func (c *config) settings() []setting {
 // the environment, which wins over the default.
 func parseServe(args []string, getenv func(string) string, stderr io.Writer) (config, error) {
 	var c config
-	fs := flag.NewFlagSet("modelserve serve", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("modelserve serve")
 	for _, s := range c.settings() {
 		fs.StringVar(s.dst, s.flag, s.def, fmt.Sprintf("%s (env %s)", s.help, s.env))
 	}
-	fs.Usage = func() {
-		fmt.Fprintf(stderr, "Usage: modelserve serve [flags]\n\nRuns the server: the console, the JSON API under /api/v1/, and the jobs.\n\nFlags:\n")
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args, stderr, serveUsage); err != nil {
 		return c, err
 	}
 	if fs.NArg() > 0 {
-		return c, fmt.Errorf("serve takes no arguments, only flags: %s", strings.Join(fs.Args(), " "))
+		return c, usageError{fmt.Errorf("serve takes no arguments, only flags: %s", strings.Join(fs.Args(), " "))}
 	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
@@ -82,5 +101,20 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (co
 	// The token may also come from HUGGING_FACE_HUB_TOKEN or the token
 	// file huggingface_hub writes, as every Hub tool reads it.
 	c.HFToken = hf.ResolveToken(c.HFToken, getenv)
+	c.HFOffline, c.HFHubCache = hf.Offline(getenv), hf.HubCache(getenv)
 	return c, nil
 }
+
+const serveUsage = `Usage: modelserve serve [flags]
+
+Runs the server: the console, the JSON API under /api/v1/, and the jobs.
+
+Environment read beside the flags, as huggingface_hub reads it:
+  HF_TOKEN_PATH   file holding the Hub token, instead of $HF_HOME/token
+  HF_HOME         huggingface_hub's folder (default ~/.cache/huggingface)
+  HF_HUB_CACHE    its download cache (default $HF_HOME/hub): a file already there
+                  with the published sha256 is linked or copied into the mirror
+                  rather than downloaded again
+  HF_HUB_OFFLINE  1 asks nothing of the Hub: the mirror and --models-dir serve,
+                  and a job that needs the Hub says so
+`

@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"flag"
-	"fmt"
 	"io"
 	"path/filepath"
 
@@ -15,17 +14,12 @@ import (
 // (token, user): --data, else MODELSERVE_DATA, else ./data, as serve reads it.
 // extra, when given, defines a command's own flags before the parse.
 func dataFlags(name string, args []string, getenv func(string) string, stderr io.Writer, usage string, extra ...func(*flag.FlagSet)) (*flag.FlagSet, string, error) {
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet(name)
 	data := fs.String("data", or(getenv("MODELSERVE_DATA"), "./data"), "data directory (env MODELSERVE_DATA)")
 	for _, define := range extra {
 		define(fs)
 	}
-	fs.Usage = func() {
-		fmt.Fprint(stderr, usage, "\nFlags:\n")
-		fs.PrintDefaults()
-	}
-	err := fs.Parse(args)
+	err := parseFlags(fs, args, stderr, usage)
 	return fs, *data, err
 }
 

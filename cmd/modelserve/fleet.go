@@ -13,7 +13,7 @@ import (
 // jobsFleet is the fleet as a job watches it (jobs.Fleet). jobs declares
 // what it needs in its own types, and internal/fleet cannot import jobs
 // (dependencies point from jobs to internal/*), so the two meet here.
-type jobsFleet struct{ f *fleet.Fleet }
+type jobsFleet struct{ f fleetBackend }
 
 var _ jobs.Fleet = jobsFleet{}
 

@@ -13,7 +13,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"os/signal"
 	"syscall"
@@ -25,6 +24,11 @@ func main() {
 	err := run(ctx, os.Args[1:], os.Getenv, os.Stdin, os.Stdout, os.Stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return
+	}
+	var usage usageError
+	if errors.As(err, &usage) {
+		fmt.Fprintln(os.Stderr, "modelserve:", err)
+		os.Exit(2)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "modelserve:", err)
@@ -39,14 +43,22 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 	if len(args) > 0 && args[0] != "" && args[0][0] != '-' {
 		cmd, args = args[0], args[1:]
 	}
+	if cmd == "serve" && len(args) > 0 && (args[0] == "--version" || args[0] == "-version") {
+		cmd, args = "version", args[1:]
+	}
 	switch cmd {
 	case "serve":
 		cfg, err := parseServe(args, getenv, stderr)
 		if err != nil {
 			return err
 		}
-		log := slog.New(slog.NewTextHandler(stderr, nil))
+		log, err := newLogger(stderr, cfg.LogFormat, cfg.LogLevel)
+		if err != nil {
+			return err
+		}
 		return serve(ctx, cfg, log, nil)
+	case "version":
+		return versionCmd(ctx, args, getenv, stdout, stderr)
 	case "token":
 		return tokenCmd(ctx, args, getenv, stdout, stderr)
 	case "user":
@@ -60,7 +72,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 		return nil
 	default:
 		fmt.Fprint(stderr, usage)
-		return fmt.Errorf("%q is not a command; the commands are serve, token, user, session, keys and help", cmd)
+		return usageError{fmt.Errorf("%q is not a command; the commands are serve, token, user, session, keys, version and help", cmd)}
 	}
 }
 
@@ -73,6 +85,8 @@ Usage:
                                user passwd NAME, user remove NAME (both end the user's sessions)
   modelserve session list [NAME]  console sessions; session revoke ID|--user NAME ends them
   modelserve keys rotate       new session cookie keys; everyone signs in again
+  modelserve version           modelserve's version and commit, Go's, and the engine build it finds
+                               (also modelserve --version)
   modelserve help              this text
 
 Run "modelserve serve --help" for the server's flags.

@@ -30,11 +30,11 @@ func TestConfigPrecedence(t *testing.T) {
 		want config
 	}{
 		{"environment over defaults", nil, config{Addr: "127.0.0.1:9000", Data: "./data",
-			HFEndpoint: "http://127.0.0.1:7000", HFToken: "hf_env"}},
+			HFEndpoint: "http://127.0.0.1:7000", HFToken: "hf_env", LogFormat: "text", LogLevel: "info"}},
 		{"flags over environment", []string{"--addr", "127.0.0.1:1", "--hf-token", "hf_flag", "--data", "/srv/ms",
 			"--llama-server", "/opt/llama-server", "--models-dir", "/models"},
 			config{Addr: "127.0.0.1:1", Data: "/srv/ms", HFEndpoint: "http://127.0.0.1:7000", HFToken: "hf_flag",
-				LlamaServer: "/opt/llama-server", ModelsDir: "/models"}},
+				LlamaServer: "/opt/llama-server", ModelsDir: "/models", LogFormat: "text", LogLevel: "info"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

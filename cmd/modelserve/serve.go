@@ -47,11 +47,14 @@ func serve(ctx context.Context, cfg config, log *slog.Logger, ready func(addr st
 	}
 
 	// The registries: the Hub, and a folder of local repositories.
-	hub, err := hf.NewClient(hf.Options{Endpoint: cfg.HFEndpoint, Token: cfg.HFToken})
+	hub, err := hf.NewClient(hf.Options{Endpoint: cfg.HFEndpoint, Token: cfg.HFToken, Offline: cfg.HFOffline})
 	if err != nil {
 		return err
 	}
 	regs := hf.Registries{Hub: hub}
+	if cfg.HFOffline {
+		log.Info("HF_HUB_OFFLINE is set: nothing is asked of the Hub; the mirror and --models-dir serve", "hub", cfg.HFEndpoint)
+	}
 	if cfg.ModelsDir != "" {
 		regs.Local = hf.NewLocal(cfg.ModelsDir, filepath.Join(cfg.Data, "local-registry-hashes.json"))
 	}
@@ -64,11 +67,13 @@ func serve(ctx context.Context, cfg config, log *slog.Logger, ready func(addr st
 	// The fleet runs what the catalog asks for. Everything that changes
 	// the catalog goes through cat, which tells the fleet at once.
 	enginePath, version := findEngine(ctx, cfg.LlamaServer, log)
-	fl, cat, jobsFleet, err := newFleet(enginePath, store, db, log)
+	fl, cat, jobsFleet, err := newBackend(cfg, enginePath, store, db, log)
 	if err != nil {
 		return err
 	}
-	mir, err := mirror.New(mirror.Options{Dir: filepath.Join(cfg.Data, "mirror"), Registry: regs, Metrics: met, Log: log})
+	met.WatchFleet(fl)
+	mir, err := mirror.New(mirror.Options{Dir: filepath.Join(cfg.Data, "mirror"), Registry: regs, Metrics: met,
+		HFCache: cfg.HFHubCache, Log: log})
 	if err != nil {
 		return err
 	}

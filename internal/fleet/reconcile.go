@@ -569,10 +569,10 @@ func (f *Fleet) startLocked(ctx context.Context, m catalog.Model, p catalog.Prof
 	r := &replica{
 		id: id, model: m.Name, profile: p.Name, fingerprint: fingerprint(m), node: node,
 		memBytes: need, cards: cards, key: key, weights: weights, threads: threads,
-		args:    engineArgs(m, p, weights, projector, key, threads),
+		args:    EngineArgs(m, p, weights, projector, key, threads),
 		env:     env,
-		startup: startupTimeout(p, weightsBytes(m, weights)),
-		log:     newLogTail(), cancel: cancel, state: Starting,
+		startup: StartupTimeout(p, weightsBytes(m, weights)),
+		log:     newLogTail(), cancel: cancel, restart: make(chan struct{}, 1), state: Starting,
 	}
 	f.replicas[id] = r
 	f.log.Info("placing a replica", "replica", id, "node", node.Name(), "profile", p.Name, "memory_bytes", need)

@@ -24,8 +24,10 @@ type replica struct {
 	args, env          []string
 	startup            time.Duration
 	log                *logTail
-	// cancel asks the supervisor to stop the engine.
-	cancel context.CancelFunc
+	// cancel asks the supervisor to stop the engine; restart (buffered,
+	// see Fleet.Restart) to stop it and start it again.
+	cancel  context.CancelFunc
+	restart chan struct{}
 
 	// Guarded by Fleet.mu.
 	state    State
@@ -66,6 +68,7 @@ const (
 	crashedLate                 // ended after serving a while: restarted, not held against it
 	noEngine                    // no engine installed: parked until there is one
 	badEngine                   // an engine that cannot be run: no restart can help
+	restarted                   // stopped to start again, as an operator asked
 )
 
 // stableAfter is how long a replica serves before its model's failed
@@ -97,6 +100,10 @@ func (f *Fleet) supervise(ctx context.Context, r *replica) {
 			f.end(r, Stopped, "")
 			return
 		}
+		if out == restarted {
+			f.restarting(r)
+			continue // not a failure: no backoff, nothing counted
+		}
 		wait, park := f.failed(r, out, why)
 		if park {
 			f.keepPark(r)
@@ -110,6 +117,8 @@ func (f *Fleet) supervise(ctx context.Context, r *replica) {
 			f.end(r, Stopped, "")
 			return
 		case <-t.C:
+		case <-r.restart:
+			t.Stop()
 		}
 	}
 }
@@ -147,6 +156,9 @@ func (f *Fleet) attempt(ctx context.Context, r *replica) (outcome, string) {
 		case <-ctx.Done():
 			proc.Stop(f.opts.StopGrace)
 			return stopped, ""
+		case <-r.restart:
+			proc.Stop(f.opts.StopGrace)
+			return restarted, ""
 		case <-proc.Done():
 			return failedStart, failureReason(proc.Err(), tail.Lines())
 		case <-deadline.C:
@@ -214,6 +226,9 @@ func (f *Fleet) attempt(ctx context.Context, r *replica) (outcome, string) {
 		case <-ctx.Done():
 			proc.Stop(f.opts.StopGrace)
 			return stopped, ""
+		case <-r.restart:
+			proc.Stop(f.opts.StopGrace)
+			return restarted, ""
 		case <-proc.Done():
 			why := failureReason(proc.Err(), tail.Lines()) +
 				fmt.Sprintf(" (after %s ready)", time.Since(readyAt).Round(time.Second))

@@ -1,0 +1,60 @@
+package catalog
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+)
+
+// MaxReplicas bounds a model's scaling: a typing slip of 1000 for 10 would
+// otherwise ask the fleet for a thousand engines.
+const MaxReplicas = 64
+
+// SetScaling changes how many replicas of the model named name run: min
+// always, up to max on demand. Nothing else of the entry changes, its
+// added time included, so the fleet adds or stops replicas and leaves the
+// running ones be. It fails with an error matching ErrNotFound for a model
+// the catalog does not have, and with ErrInvalid for bounds it refuses.
+func (s *Store) SetScaling(ctx context.Context, name string, min, max int) error {
+	if min < 0 {
+		return invalid("%s cannot keep %d replicas: keep 0 (loaded when first asked for) or more", name, min)
+	}
+	if max < min {
+		return invalid("%s may scale to %d replicas, fewer than the %d it keeps: make its maximum at least its minimum", name, max, min)
+	}
+	if max > MaxReplicas {
+		return invalid("%s may scale to at most %d replicas, not %d", name, MaxReplicas, max)
+	}
+
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("scale %s: %w", name, err)
+	}
+	defer tx.Rollback()
+
+	row := tx.QueryRowContext(ctx, `SELECT name, class, role, added_by, added_at, spec FROM models WHERE name = ?`, name)
+	m, err := scanModel(row)
+	if errors.Is(err, sql.ErrNoRows) {
+		return notFound(name)
+	}
+	if err != nil {
+		return fmt.Errorf("scale %s: %w", name, err)
+	}
+	m.Scaling.Min, m.Scaling.Max = min, max
+	if err := m.Validate(); err != nil {
+		return err
+	}
+	spec, err := json.Marshal(specOf(m))
+	if err != nil {
+		return fmt.Errorf("scale %s: %w", name, err)
+	}
+	if _, err := tx.ExecContext(ctx, `UPDATE models SET spec = ? WHERE name = ?`, string(spec), name); err != nil {
+		return fmt.Errorf("scale %s: %w", name, err)
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("scale %s: %w", name, err)
+	}
+	return nil
+}

@@ -1,0 +1,221 @@
+package handlers_test
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	"modelserve/handlers"
+	"modelserve/internal/operr"
+)
+
+// fakeControls records what the operator asked of the fleet, and refuses
+// what the real fleet refuses: a replica or model it does not have, a
+// model that is not parked.
+type fakeControls struct {
+	f      *fakeFleet
+	mu     sync.Mutex
+	called []string
+}
+
+var _ handlers.FleetControls = (*fakeControls)(nil)
+
+func (c *fakeControls) replica(id string) error {
+	for _, r := range c.f.replicas {
+		if r.ID == id {
+			return nil
+		}
+	}
+	return operr.New(operr.NotFound, "the fleet has no replica named %s", operr.Quote(id))
+}
+
+func (c *fakeControls) record(what string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.called = append(c.called, what)
+}
+
+func (c *fakeControls) calls() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.called)
+}
+
+func (c *fakeControls) Stop(id string) error {
+	if err := c.replica(id); err != nil {
+		return err
+	}
+	c.record("stop " + id)
+	return nil
+}
+
+func (c *fakeControls) Restart(id string) error {
+	if err := c.replica(id); err != nil {
+		return err
+	}
+	c.record("restart " + id)
+	return nil
+}
+
+func (c *fakeControls) Unpark(_ context.Context, model string) error {
+	for _, h := range c.f.models {
+		if h.Model == model && h.Parked {
+			c.record("unpark " + model)
+			return nil
+		}
+		if h.Model == model {
+			return operr.New(operr.Conflict, "%s is not parked", model)
+		}
+	}
+	return operr.New(operr.NotFound, "the fleet has no model named %s", operr.Quote(model))
+}
+
+// controlledEnv is a console over busyFleet with its controls, and tiny
+// and broken in the catalog.
+func controlledEnv(t *testing.T) (*consoleEnv, *fakeControls) {
+	t.Helper()
+	f := busyFleet()
+	c := &fakeControls{f: f}
+	e := newConsoleEnv(t, func(d *handlers.Deps) { d.Fleet, d.Controls = f, c })
+	for _, n := range []string{"tiny", "broken"} {
+		if err := e.catalog.Add(context.Background(), tinyModel(n), "test"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return e, c
+}
+
+func TestFleetPageOffersTheControls(t *testing.T) {
+	e, c := controlledEnv(t)
+	b := e.signedIn()
+	doc := mustStatus(t, b.get("/fleet"), http.StatusOK)
+
+	// Each control is a real form with the session's token: it works
+	// without JavaScript.
+	for _, tt := range []struct{ sel, action string }{
+		{`[data-replica="tiny-1"] [data-testid="stop"]`, "/fleet/replicas/tiny-1/stop"},
+		{`[data-replica="tiny-1"] [data-testid="restart"]`, "/fleet/replicas/tiny-1/restart"},
+		{`[data-model="broken"] [data-testid="unpark"]`, "/fleet/models/broken/unpark"},
+		{`[data-model="tiny"] [data-testid="scale-submit"]`, "/fleet/models/tiny/scale"},
+	} {
+		form := doc.Find(tt.sel).Closest("form")
+		if form.AttrOr("action", "") != tt.action || form.AttrOr("method", "") != "post" {
+			t.Errorf("%s: form %q %q, want a POST to %s", tt.sel, form.AttrOr("method", ""), form.AttrOr("action", ""), tt.action)
+		}
+		if form.Find(`input[name="csrf"]`).AttrOr("value", "") != b.csrf {
+			t.Errorf("%s: the form carries no CSRF token", tt.sel)
+		}
+	}
+	if doc.Find(`[data-model="tiny"] [data-testid="unpark"]`).Length() != 0 {
+		t.Error("a model that is not parked is offered Unpark")
+	}
+	if got := doc.Find(`[data-model="tiny"] [data-testid="scale-min"]`).AttrOr("value", ""); got != "1" {
+		t.Errorf("tiny's scale form keeps %q, want the catalog's 1", got)
+	}
+	if doc.Find(`[sse-connect="/fleet/stream"]`).Length() != 1 {
+		t.Error("the fleet page does not follow its stream")
+	}
+
+	t.Run("stop", func(t *testing.T) {
+		resp := b.post("/fleet/replicas/tiny-1/stop", nil)
+		if resp.StatusCode != http.StatusSeeOther {
+			t.Fatalf("stop: %s", resp.Status)
+		}
+		where := resp.Header.Get("Location")
+		resp.Body.Close()
+		if !slices.Contains(c.calls(), "stop tiny-1") {
+			t.Fatalf("the fleet was not asked: %q", c.calls())
+		}
+		notice := mustStatus(t, b.get(where), http.StatusOK).Find(`[data-testid="notice"]`).Text()
+		if !strings.HasPrefix(notice, "tiny-1 is stopping.") || !strings.Contains(notice, "scale the model down") {
+			t.Errorf("after stopping, the page says %q", notice)
+		}
+	})
+	t.Run("without the token", func(t *testing.T) {
+		resp := b.post("/fleet/replicas/tiny-1/restart", url.Values{"csrf": {"forged"}})
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusForbidden || slices.Contains(c.calls(), "restart tiny-1") {
+			t.Errorf("a forged restart: %s, calls %q", resp.Status, c.calls())
+		}
+	})
+	t.Run("scale", func(t *testing.T) {
+		resp := b.post("/fleet/models/tiny/scale", url.Values{"min": {"2"}, "max": {"4"}})
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusSeeOther {
+			t.Fatalf("scale: %s", resp.Status)
+		}
+		m, err := e.catalog.Get(context.Background(), "tiny")
+		if err != nil || m.Scaling.Min != 2 || m.Scaling.Max != 4 {
+			t.Errorf("tiny scales %+v, %v; want 2 to 4", m.Scaling, err)
+		}
+		msg := mustStatus(t, b.post("/fleet/models/tiny/scale", url.Values{"min": {"3"}, "max": {"1"}}), http.StatusBadRequest)
+		if got := msg.Find(`[data-testid="message"] p`).First().Text(); !strings.Contains(got, "fewer than the 3 it keeps") {
+			t.Errorf("a maximum below the minimum says %q", got)
+		}
+		if got := msg.Find(`[data-testid="message"] a`).AttrOr("href", ""); got != "/fleet" {
+			t.Errorf("the refusal leads to %q, want back to the fleet", got)
+		}
+	})
+	t.Run("unpark", func(t *testing.T) {
+		resp := b.post("/fleet/models/broken/unpark", nil)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusSeeOther || !slices.Contains(c.calls(), "unpark broken") {
+			t.Errorf("unpark: %s, calls %q", resp.Status, c.calls())
+		}
+	})
+}
+
+func TestAPIControls(t *testing.T) {
+	e, c := controlledEnv(t)
+	api := newAPIClient(t, e)
+	for _, tt := range []struct {
+		name, path string
+		body       any
+		status     int
+		want       string // in the body
+		call       string
+	}{
+		{"stop", "/api/v1/replicas/tiny-1/stop", nil, http.StatusAccepted, `"id":"tiny-1"`, "stop tiny-1"},
+		{"restart", "/api/v1/replicas/small-1/restart", nil, http.StatusAccepted, `"id":"small-1"`, "restart small-1"},
+		{"no such replica", "/api/v1/replicas/nope-1/stop", nil, http.StatusNotFound, `the fleet has no replica named \"nope-1\"`, ""},
+		{"scale", "/api/v1/catalog/tiny/scale", map[string]int{"min": 0, "max": 3}, http.StatusOK, `"scaling":{"min":0,"max":3}`, ""},
+		{"scale without max", "/api/v1/catalog/tiny/scale", map[string]int{"min": 1}, http.StatusBadRequest, "scaling needs both bounds", ""},
+		{"scale below min", "/api/v1/catalog/tiny/scale", map[string]int{"min": 2, "max": 1}, http.StatusBadRequest, "fewer than the 2 it keeps", ""},
+		{"scale too far", "/api/v1/catalog/tiny/scale", map[string]int{"min": 1, "max": 1000}, http.StatusBadRequest, "at most 64", ""},
+		{"scale no model", "/api/v1/catalog/nope/scale", map[string]int{"min": 1, "max": 1}, http.StatusNotFound, "the catalog has no model named", ""},
+		{"unpark", "/api/v1/catalog/broken/unpark", nil, http.StatusOK, `"model":"broken"`, "unpark broken"},
+		{"unpark a running model", "/api/v1/catalog/tiny/unpark", nil, http.StatusConflict, "tiny is not parked", ""},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			resp, b := api.do(http.MethodPost, tt.path, tt.body)
+			if resp.StatusCode != tt.status || !strings.Contains(string(b), tt.want) {
+				t.Errorf("%s: %s %s; want %d with %q", tt.path, resp.Status, b, tt.status, tt.want)
+			}
+			if resp.StatusCode >= 400 {
+				var e struct{ Error string }
+				if json.Unmarshal(b, &e) != nil || e.Error == "" {
+					t.Errorf("the refusal is not {\"error\": sentence}: %s", b)
+				}
+			}
+			if tt.call != "" && !slices.Contains(c.calls(), tt.call) {
+				t.Errorf("the fleet was not asked to %s: %q", tt.call, c.calls())
+			}
+		})
+	}
+	if m, _ := e.catalog.Get(context.Background(), "tiny"); m.Scaling.Min != 0 || m.Scaling.Max != 3 {
+		t.Errorf("after the refused scalings tiny scales %+v, want 0 to 3", m.Scaling)
+	}
+}
+
+func TestControlsWithoutAFleet(t *testing.T) {
+	e := newConsoleEnv(t)
+	resp, b := newAPIClient(t, e).do(http.MethodPost, "/api/v1/replicas/tiny-1/stop", nil)
+	if resp.StatusCode != http.StatusServiceUnavailable || !strings.Contains(string(b), "runs no fleet") {
+		t.Errorf("stop without a fleet: %s %s", resp.Status, b)
+	}
+}
