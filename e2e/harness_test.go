@@ -26,6 +26,7 @@ import (
 
 	"modelserve/internal/hubtest"
 	"modelserve/internal/llamatest"
+	"modelserve/internal/testlog"
 )
 
 // chromium is Debian's browser; Playwright's own builds cannot be fetched
@@ -197,7 +198,7 @@ type server struct {
 	data  string
 	token string
 	cmd   *exec.Cmd
-	log   *logBuffer
+	log   *testlog.Buffer
 	done  chan struct{}
 	err   error // Wait's, once done is closed
 }
@@ -210,7 +211,7 @@ var listening = regexp.MustCompile(`msg="modelserve listening" addr=(\S+)`)
 // at cleanup, which must end it cleanly.
 func startServer(t *testing.T, hub *hubtest.Server) *server {
 	t.Helper()
-	s := &server{t: t, data: t.TempDir(), log: &logBuffer{}, done: make(chan struct{})}
+	s := &server{t: t, data: t.TempDir(), log: &testlog.Buffer{}, done: make(chan struct{})}
 	llama := engine(t)
 	cli := func(stdin string, args ...string) string {
 		t.Helper()
@@ -694,28 +695,6 @@ func toFloat(v any) float64 {
 		return n
 	}
 	return -1
-}
-
-// logBuffer collects the server's output, written from two goroutines.
-type logBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) WriteString(s string) {
-	l.Write([]byte(s))
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 var errTimeout = errors.New("timed out")

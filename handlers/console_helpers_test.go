@@ -26,6 +26,7 @@ import (
 	"modelserve/internal/mirror"
 	"modelserve/internal/operr"
 	"modelserve/internal/store"
+	"modelserve/internal/testlog"
 	"modelserve/jobs"
 )
 
@@ -49,7 +50,7 @@ type consoleEnv struct {
 	mirror  *mirror.Mirror
 	reg     *fakeRegistry
 	fetch   *fakeFetch
-	logs    *syncBuffer
+	logs    *testlog.Buffer
 }
 
 // newConsoleEnv starts a console; edit changes its dependencies first.
@@ -63,7 +64,7 @@ func newConsoleEnv(t testing.TB, edit ...func(*handlers.Deps)) *consoleEnv {
 	}
 	t.Cleanup(func() { db.Close() })
 	e := &consoleEnv{t: t, db: db, catalog: catalog.NewStore(db), reg: newFakeRegistry(),
-		fetch: &fakeFetch{release: make(chan struct{})}, logs: &syncBuffer{}}
+		fetch: &fakeFetch{release: make(chan struct{})}, logs: &testlog.Buffer{}}
 	log := slog.New(slog.NewTextHandler(e.logs, nil))
 	if e.mirror, err = mirror.New(mirror.Options{Dir: filepath.Join(dir, "mirror"), Log: log}); err != nil {
 		t.Fatal(err)
@@ -406,22 +407,4 @@ func readEvents(t testing.TB, r io.Reader) <-chan sseEvent {
 		}
 	}()
 	return out
-}
-
-// syncBuffer is a log the server and the test can share.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

@@ -22,6 +22,7 @@ import (
 	"modelserve/internal/hubtest"
 	"modelserve/internal/llamatest"
 	"modelserve/internal/store"
+	"modelserve/internal/testlog"
 	"modelserve/jobs"
 )
 
@@ -51,8 +52,8 @@ func startAPI(t *testing.T, cfg config) *apiServer {
 	ctx, cancel := context.WithCancel(context.Background())
 	addrc := make(chan string, 1)
 	done := make(chan error, 1)
-	var logs bytes.Buffer
-	log := slog.New(slog.NewTextHandler(&syncWriter{w: &logs}, nil))
+	var logs testlog.Buffer
+	log := slog.New(slog.NewTextHandler(&logs, nil))
 	go func() { done <- serve(ctx, cfg, log, func(a string) { addrc <- a }) }()
 	s := &apiServer{t: t, token: tok}
 	select {

@@ -10,11 +10,11 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"modelserve/internal/llamatest"
+	"modelserve/internal/testlog"
 )
 
 func TestConfigPrecedence(t *testing.T) {
@@ -77,8 +77,8 @@ func TestServeAndShutDown(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	addrc := make(chan string, 1)
 	done := make(chan error, 1)
-	var logs bytes.Buffer
-	log := slog.New(slog.NewTextHandler(&syncWriter{w: &logs}, nil))
+	var logs testlog.Buffer
+	log := slog.New(slog.NewTextHandler(&logs, nil))
 	go func() {
 		done <- serve(ctx, config{Addr: "127.0.0.1:0", Data: dir}, log, func(a string) { addrc <- a })
 	}()
@@ -118,18 +118,6 @@ func TestServeAndShutDown(t *testing.T) {
 	}
 }
 
-// syncWriter lets the server's goroutines log into one buffer.
-type syncWriter struct {
-	mu sync.Mutex
-	w  io.Writer
-}
-
-func (s *syncWriter) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.w.Write(p)
-}
-
 func TestTokenCommands(t *testing.T) {
 	dir := t.TempDir()
 	ctx := context.Background()
@@ -164,8 +152,8 @@ func TestTokenCommands(t *testing.T) {
 func TestServeFindsTheInstalledEngine(t *testing.T) {
 	installed := llamatest.Path(t)
 	t.Setenv("PATH", t.TempDir())
-	var logs bytes.Buffer
-	log := slog.New(slog.NewTextHandler(&syncWriter{w: &logs}, nil))
+	var logs testlog.Buffer
+	log := slog.New(slog.NewTextHandler(&logs, nil))
 	path, v := findEngine(context.Background(), "", log)
 	if path != installed || v.Build <= 0 {
 		t.Fatalf("findEngine = %q %+v, want %s with its build", path, v, installed)

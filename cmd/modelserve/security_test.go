@@ -27,19 +27,18 @@ import (
 	"github.com/PuerkitoBio/goquery"
 
 	"modelserve/internal/auth"
+	"modelserve/internal/testlog"
 )
 
 // started is a server serve() runs for a test, and its log.
 type started struct {
 	addr string
-	logs *syncWriter
+	logs *testlog.Buffer
 }
 
 // log is what the server has logged so far.
 func (s started) log() string {
-	s.logs.mu.Lock()
-	defer s.logs.mu.Unlock()
-	return s.logs.w.(*bytes.Buffer).String()
+	return s.logs.String()
 }
 
 // startServe runs serve with cfg until the test ends.
@@ -51,7 +50,7 @@ func startServe(t *testing.T, cfg config) started {
 	ctx, cancel := context.WithCancel(context.Background())
 	addrc := make(chan string, 1)
 	done := make(chan error, 1)
-	logs := &syncWriter{w: &bytes.Buffer{}}
+	logs := &testlog.Buffer{}
 	log := slog.New(slog.NewTextHandler(logs, nil))
 	go func() { done <- serve(ctx, cfg, log, func(a string) { addrc <- a }) }()
 	var s started

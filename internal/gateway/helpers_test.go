@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
-	"sync"
 	"testing"
 	"time"
 
@@ -24,6 +23,7 @@ import (
 	"modelserve/internal/ggufgen"
 	"modelserve/internal/llamatest"
 	"modelserve/internal/store"
+	"modelserve/internal/testlog"
 )
 
 // readyWithin bounds a tiny model's load on a busy two-core machine.
@@ -41,7 +41,7 @@ type env struct {
 	reg    *prometheus.Registry
 	url    string
 	token  string // may do everything
-	logs   *syncBuffer
+	logs   *testlog.Buffer
 }
 
 // mustEnv starts it all; opts' Catalog, Fleet, Tokens, Metrics and Log are
@@ -53,7 +53,7 @@ func mustEnv(t testing.TB, opts Options, wrap ...func(*fleet.Fleet) Fleet) *env 
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { db.Close() })
-	e := &env{t: t, tokens: auth.NewTokens(db), reg: prometheus.NewRegistry(), logs: &syncBuffer{}}
+	e := &env{t: t, tokens: auth.NewTokens(db), reg: prometheus.NewRegistry(), logs: &testlog.Buffer{}}
 	log := slog.New(slog.NewTextHandler(e.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	store := catalog.NewStore(db)
 	fl, err := fleet.New(fleet.Options{
@@ -227,24 +227,6 @@ func (e *env) waitCounter(c *prometheus.CounterVec, want float64, labels ...stri
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-}
-
-// syncBuffer collects the log of several goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // waitFor polls cond until it holds or timeout passes.

@@ -13,7 +13,6 @@
 package llamatest
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"net"
@@ -22,12 +21,12 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"modelserve/internal/engine"
+	"modelserve/internal/testlog"
 )
 
 // Threads keep an engine to one thread. With more threads than idle cores
@@ -114,7 +113,7 @@ func Start(t testing.TB, args ...string) (baseURL string, cmd *exec.Cmd) {
 	port := FreePort(t)
 	args = append(append(args, Threads...), "--host", "127.0.0.1", "--port", strconv.Itoa(port))
 	cmd = Command(t, args...)
-	out := &syncBuffer{}
+	out := &testlog.Buffer{}
 	cmd.Stdout = out
 	cmd.Stderr = out
 	if err := cmd.Start(); err != nil {
@@ -154,22 +153,4 @@ func WaitReady(t testing.TB, baseURL string, timeout time.Duration) {
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
-}
-
-// syncBuffer collects a process's output while the test reads it.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
