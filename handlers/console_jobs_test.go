@@ -188,29 +188,60 @@ func TestJobsPagePaginates(t *testing.T) {
 	if href := rows.First().Find(`[data-testid="job-link"]`).AttrOr("href", ""); !strings.HasPrefix(href, "/jobs/serve-") {
 		t.Errorf("a row links to %q", href)
 	}
-	if doc.Find(`[data-testid="next"]`).AttrOr("href", "") != "/jobs?page=2" || doc.Find(`[data-testid="prev"]`).Length() != 0 {
-		t.Error("page 1 has no link to page 2, or one to a page before it")
+	// Older jobs are reached by a cursor: the last job shown.
+	next := doc.Find(`[data-testid="next"]`).AttrOr("href", "")
+	if last := rows.Last().AttrOr("data-job", ""); next != "/jobs?before="+url.QueryEscape(last) || doc.Find(`[data-testid="newest"]`).Length() != 0 {
+		t.Errorf("the newest page links on to %q (want before its last job, %s), or back", next, last)
 	}
-	if doc.Find(`[sse-connect="/jobs/stream?page=1"]`).Length() != 1 {
+	if doc.Find(`[sse-connect="/jobs/stream"]`).Length() != 1 {
 		t.Error("the list is not live")
 	}
-	doc = mustStatus(t, b.get("/jobs?page=3"), http.StatusOK)
+	// A job started meanwhile does not shift the older pages: the cursor
+	// holds them still, where an offset would move each by one.
+	mustInsertJob(t, e.db, doneJob(fmt.Sprintf("serve-%d-%04d", time.Now().Unix(), 60), time.Now()))
+	doc = mustStatus(t, b.get(next), http.StatusOK)
+	rows = doc.Find(`[data-testid="job-row"]`)
+	if rows.Length() != 25 || !strings.HasSuffix(rows.First().AttrOr("data-job", ""), "-0034") {
+		t.Errorf("the second page holds %d jobs from %s, want 25 from -0034", rows.Length(), rows.First().AttrOr("data-job", ""))
+	}
+	if doc.Find(`[data-testid="newest"]`).AttrOr("href", "") != "/jobs" {
+		t.Error("an older page has no link back to the newest jobs")
+	}
+	if doc.Find(`[sse-connect="/jobs/stream`+strings.TrimPrefix(next, "/jobs")+`"]`).Length() != 1 {
+		t.Error("an older page's stream does not keep its cursor")
+	}
+	doc = mustStatus(t, b.get(doc.Find(`[data-testid="next"]`).AttrOr("href", "")), http.StatusOK)
 	if n := doc.Find(`[data-testid="job-row"]`).Length(); n != 10 {
-		t.Errorf("page 3 holds %d jobs, want 10", n)
+		t.Errorf("the oldest page holds %d jobs, want 10", n)
 	}
-	if doc.Find(`[data-testid="next"]`).Length() != 0 || doc.Find(`[data-testid="prev"]`).AttrOr("href", "") != "/jobs?page=2" {
-		t.Error("the last page links on, or not back")
+	if doc.Find(`[data-testid="next"]`).Length() != 0 {
+		t.Error("the oldest page links on")
 	}
-	doc = mustStatus(t, b.get("/jobs?page=zero"), http.StatusBadRequest)
-	if got := doc.Find(`[role="alert"]`).Text(); got != `the page is a whole number from 1, not "zero"` {
-		t.Errorf("a bad page says %q", got)
+	if got := strings.Join(strings.Fields(doc.Find(`[data-testid="jobs-count"]`).Text()), " "); got != "older jobs · 61 jobs in all" {
+		t.Errorf("the oldest page's count reads %q", got)
+	}
+	// Links kept from the numbered pages: page 1 is the newest, the
+	// others land there.
+	if n := mustStatus(t, b.get("/jobs?page=1"), http.StatusOK).Find(`[data-testid="job-row"]`).Length(); n != 25 {
+		t.Errorf("?page=1 holds %d jobs", n)
+	}
+	for _, old := range []string{"/jobs?page=3", "/jobs?page=zero"} {
+		resp := b.get(old)
+		resp.Body.Close()
+		if loc := resp.Header.Get("Location"); resp.StatusCode != http.StatusSeeOther || loc != "/jobs" {
+			t.Errorf("%s: %s to %q, want 303 to /jobs", old, resp.Status, loc)
+		}
+	}
+	doc = mustStatus(t, b.get("/jobs?before=serve-nope"), http.StatusBadRequest)
+	if got := doc.Find(`[role="alert"]`).Text(); !strings.Contains(got, `"serve-nope"`) {
+		t.Errorf("an unknown cursor says %q", got)
 	}
 }
 
 func TestJobsStreamRedraws(t *testing.T) {
 	e := newConsoleEnv(t)
 	b := e.signedIn()
-	resp := b.get("/jobs/stream?page=1")
+	resp := b.get("/jobs/stream")
 	defer resp.Body.Close()
 	if ct := resp.Header.Get("Content-Type"); ct != "text/event-stream" {
 		t.Fatalf("content type %q", ct)

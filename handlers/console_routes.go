@@ -22,6 +22,7 @@ func (s *Server) consoleRoutes(mux *http.ServeMux) {
 	mux.Handle("GET /serve", s.signedIn(s.servePage))
 	mux.Handle("GET /serve/report", s.signedIn(s.serveReportFragment))
 	mux.Handle("GET /serve/memory", s.signedIn(s.serveMemory))
+	mux.Handle("GET /serve/search", s.signedIn(s.serveSearch))
 	mux.Handle("POST /serve", s.signedIn(s.serveSubmit))
 
 	mux.Handle("GET /jobs", s.signedIn(s.jobsPage))

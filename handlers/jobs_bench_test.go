@@ -45,6 +45,7 @@ func BenchmarkJobsAtScale(b *testing.B) {
 			get  func() *http.Response
 		}{
 			{"jobs_page", func() *http.Response { return br.get("/jobs") }},
+			{"jobs_page_deep", func() *http.Response { return br.get("/jobs?before=" + url.QueryEscape(deep)) }},
 			{"job_page", func() *http.Response { return br.get("/jobs/" + url.PathEscape(deep)) }},
 			{"api_first_page", func() *http.Response { return api("/api/v1/jobs?limit=50") }},
 			{"api_deep_page", func() *http.Response { return api("/api/v1/jobs?limit=50&before=" + url.QueryEscape(deep)) }},

@@ -2,12 +2,12 @@ package handlers
 
 import (
 	"context"
-	"math"
 	"net/http"
 	"net/url"
-	"strconv"
+	"strings"
 	"time"
 
+	"modelserve/internal/operr"
 	"modelserve/jobs"
 	"modelserve/views"
 )
@@ -20,27 +20,43 @@ const jobsPerPage = 25
 // enough.
 const jobsRedraw = time.Second
 
-// jobsPage lists the jobs, newest first, a page (?page=) at a time.
+// jobsPage lists the jobs, newest first, a page at a time: ?before= (a
+// job's id) lists those older than it. A cursor rather than a page number:
+// a page that skips N jobs reads N rows, and shifts by one each time a job
+// starts while the operator reads it.
 func (s *Server) jobsPage(w http.ResponseWriter, r *http.Request, v visit) {
-	n, err := pageParam(r)
+	q := r.URL.Query()
+	if q.Has("page") && q.Get("page") != "1" {
+		// Numbered pages are gone; a link to one kept from before lands on
+		// the newest jobs, where the older-jobs links start. ?page=1 is
+		// the newest page already, and is served as it is.
+		http.Redirect(w, r, "/jobs", http.StatusSeeOther)
+		return
+	}
+	before, err := beforeParam(r)
 	if err != nil {
 		s.pageError(w, r, v, err)
 		return
 	}
-	list, err := s.jobsList(r.Context(), n)
+	list, err := s.jobsList(r.Context(), before)
 	if err != nil {
 		s.pageError(w, r, v, err)
 		return
+	}
+	stream := "/jobs/stream"
+	if before != "" {
+		stream += "?" + url.Values{"before": {before}}.Encode()
 	}
 	s.render(w, r, http.StatusOK, views.JobsPageView(views.JobsPage{
-		Layout: s.layout(v, "jobs", "Jobs"), Jobs: list, Stream: "/jobs/stream?page=" + strconv.Itoa(n),
+		Layout: s.layout(v, "jobs", "Jobs"), Jobs: list, Stream: stream,
 	}))
 }
 
 // jobsStream redraws a page of the list as jobs change, at most every
-// jobsRedraw, and first as it stands (for a browser reconnecting).
+// jobsRedraw, and first as it stands (for a browser reconnecting). An older
+// page keeps its cursor, so it holds the same jobs as they change.
 func (s *Server) jobsStream(w http.ResponseWriter, r *http.Request, v visit) {
-	n, err := pageParam(r)
+	before, err := beforeParam(r)
 	if err != nil {
 		s.pageError(w, r, v, err)
 		return
@@ -48,7 +64,7 @@ func (s *Server) jobsStream(w http.ResponseWriter, r *http.Request, v visit) {
 	ch, cancel := s.deps.Jobs.Subscribe("")
 	defer cancel()
 	s.events.serve(w, r, coalesce(r.Context(), ch, jobsRedraw), func(jobs.Event) ([]byte, string, error) {
-		list, err := s.jobsList(r.Context(), n)
+		list, err := s.jobsList(r.Context(), before)
 		if err != nil {
 			if r.Context().Err() == nil {
 				s.deps.Log.Error("redrawing the jobs list", "err", err)
@@ -97,26 +113,27 @@ func coalesce(ctx context.Context, in <-chan jobs.Event, period time.Duration) <
 	return out
 }
 
-func pageParam(r *http.Request) (int, error) {
-	q := r.URL.Query().Get("page")
-	if q == "" {
-		return 1, nil
+// beforeParam is the ?before= cursor, "" for the newest jobs. A job id is
+// short; anything longer is refused before it reaches a query or a sentence.
+func beforeParam(r *http.Request) (string, error) {
+	before := strings.TrimSpace(r.URL.Query().Get("before"))
+	if len(before) > 200 {
+		return "", badRequest("before is the id of a job in the list, not " + operr.Quote(before))
 	}
-	n, err := strconv.Atoi(q)
-	if err != nil || n < 1 || n > 1_000_000 {
-		return 0, badRequest("the page is a whole number from 1, not " + strconv.Quote(q))
-	}
-	return n, nil
+	return before, nil
 }
 
-// jobsList is page n of the jobs.
-func (s *Server) jobsList(ctx context.Context, n int) (views.Jobs, error) {
-	list, total, err := s.deps.Jobs.List(ctx, jobs.ListOptions{Limit: jobsPerPage, Offset: (n - 1) * jobsPerPage})
+// jobsList is the page of jobs older than before (the newest for ""). It
+// asks for one job more than it shows, to know whether older ones remain.
+func (s *Server) jobsList(ctx context.Context, before string) (views.Jobs, error) {
+	list, total, err := s.deps.Jobs.List(ctx, jobs.ListOptions{Limit: jobsPerPage + 1, Before: before})
 	if err != nil {
 		return views.Jobs{}, err
 	}
+	more := len(list) > jobsPerPage
+	list = list[:min(len(list), jobsPerPage)]
 	now := time.Now()
-	out := views.Jobs{Page: n, Total: total, Pages: max(1, int(math.Ceil(float64(total)/jobsPerPage)))}
+	out := views.Jobs{Total: total, Older: before != ""}
 	for _, j := range list {
 		end := now
 		if j.Ended() && !j.Finished.IsZero() {
@@ -133,11 +150,11 @@ func (s *Server) jobsList(ctx context.Context, n int) (views.Jobs, error) {
 			Took: durationText(end.Sub(j.Started)),
 		})
 	}
-	if n > 1 {
-		out.Prev = "/jobs?page=" + strconv.Itoa(n-1)
+	if before != "" {
+		out.Newest = "/jobs"
 	}
-	if (n-1)*jobsPerPage+len(list) < total {
-		out.Next = "/jobs?page=" + strconv.Itoa(n+1)
+	if more {
+		out.Next = "/jobs?" + url.Values{"before": {list[len(list)-1].ID}}.Encode()
 	}
 	return out, nil
 }

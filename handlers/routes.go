@@ -98,6 +98,9 @@ type Deps struct {
 	// Registry reads a repository for the serve page and
 	// GET /api/v1/repos/ (hf.Registries).
 	Registry Registry
+	// Finder searches the registries for the serve page's search box
+	// (hf.Registries); nil shows no search box.
+	Finder Finder
 	// Planner says where a repository's files fit (plan.Planner); nil
 	// shows the files without the plan's figures.
 	Planner Planner

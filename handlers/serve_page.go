@@ -24,6 +24,7 @@ func (s *Server) servePage(w http.ResponseWriter, r *http.Request, v visit) {
 	rep := s.serveReport(r.Context(), &f, q.Get("file"))
 	s.render(w, r, http.StatusOK, views.ServePageView(views.ServePage{
 		Layout: s.layout(v, "serve", "Serve a model"), Form: f, Report: rep, GuardFormats: catalog.GuardFormats(),
+		Search: s.searchModels(r), SearchOn: s.deps.Finder != nil,
 	}))
 }
 
@@ -81,6 +82,7 @@ func (s *Server) serveSubmit(w http.ResponseWriter, r *http.Request, v visit) {
 	rep := s.serveReport(r.Context(), &f, "")
 	s.render(w, r, status, views.ServePageView(views.ServePage{
 		Layout: s.layout(v, "serve", "Serve a model"), Form: f, Report: rep, Error: msg, GuardFormats: catalog.GuardFormats(),
+		SearchOn: s.deps.Finder != nil,
 	}))
 }
 

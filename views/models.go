@@ -142,11 +142,12 @@ type JobRow struct {
 // Jobs is the list of jobs: the live part of the jobs page.
 type Jobs struct {
 	Rows  []JobRow
-	Page  int
-	Pages int
 	Total int
-	// Prev and Next are the neighbouring pages' URLs, empty at the ends.
-	Prev, Next string
+	// Older is a page past the newest, reached by a cursor.
+	Older bool
+	// Newest links back to the newest jobs, and Next on to older ones;
+	// each is empty where there is nowhere to go.
+	Newest, Next string
 }
 
 // JobsPage is the jobs page.

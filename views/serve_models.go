@@ -27,6 +27,31 @@ type ServePage struct {
 	// Error is the sentence a refused submit was refused with.
 	Error        string
 	GuardFormats []string
+	// Search is the model search above the form; SearchOn is false when
+	// no registry can be searched, and the box is not shown.
+	Search   ServeSearch
+	SearchOn bool
+}
+
+// ServeSearch is a search for a repository by a word of its name, and
+// what it found.
+type ServeSearch struct {
+	Query string
+	// Shown is false until something was searched for.
+	Shown bool
+	// Error is the sentence the search failed with; Results may still
+	// hold what another registry found.
+	Error   string
+	Results []Found
+}
+
+// Found is one repository a search found. Href looks it up on the serve
+// page, the same URL with and without JavaScript.
+type Found struct {
+	ID, Href         string
+	Downloads, Likes string
+	Gated            string
+	Private, Local   bool
 }
 
 // Report is what a repository holds and the plan for it: the serve page's

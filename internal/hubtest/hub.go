@@ -37,6 +37,10 @@ func (s *Server) serveHub(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, http.StatusNotFound, "", msgNoPage)
 		return
 	}
+	if len(segs) == 2 && segs[0] == "api" && segs[1] == "models" {
+		s.search(w, r)
+		return
+	}
 	if len(segs) >= 4 && segs[0] == "api" && segs[1] == "models" {
 		id, rest := segs[2]+"/"+segs[3], segs[4:]
 		switch {

@@ -74,6 +74,8 @@ type RepoOptions struct {
 	// Branches to create, each at an empty first commit; the first is the
 	// default branch. Empty means just "main".
 	Branches []string
+	// Downloads and Likes are what a search lists beside the id.
+	Downloads, Likes int64
 }
 
 // FileSpec is a file to add in full. Exactly one of Content and Gen gives
@@ -133,9 +135,11 @@ type repo struct {
 	gated    string
 	private  bool
 	disabled bool
-	branches []string          // in creation order; [0] is the default
-	refs     map[string]string // branch, tag or refs/pr/N → commit
-	commits  map[string]*commit
+	// downloads and likes are only listed by a search.
+	downloads, likes int64
+	branches         []string          // in creation order; [0] is the default
+	refs             map[string]string // branch, tag or refs/pr/N → commit
+	commits          map[string]*commit
 }
 
 type commit struct {
@@ -225,7 +229,7 @@ func (s *Server) AddRepo(id string, opts RepoOptions) {
 	if _, ok := s.repos[id]; ok {
 		s.t.Fatalf("hubtest: %s was already added", id)
 	}
-	r := &repo{id: id, gated: opts.Gated, private: opts.Private,
+	r := &repo{id: id, gated: opts.Gated, private: opts.Private, downloads: opts.Downloads, likes: opts.Likes,
 		branches: branches, refs: map[string]string{}, commits: map[string]*commit{}}
 	for _, b := range branches {
 		c := &commit{sha: s.newSHA(id, "initial commit on "+b), entries: map[string]TreeEntry{}}
