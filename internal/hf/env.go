@@ -27,6 +27,17 @@ func HubCache(getenv func(string) string) string {
 	if c := getenv("HUGGINGFACE_HUB_CACHE"); c != "" {
 		return expandHome(c, getenv) // the older name, still read
 	}
+	home := hfHome(getenv)
+	if home == "" {
+		return ""
+	}
+	return filepath.Join(home, "hub")
+}
+
+// hfHome is huggingface_hub's home folder: HF_HOME, else
+// $XDG_CACHE_HOME/huggingface, else ~/.cache/huggingface; "" when there is
+// no home to find it in. The token file and the download cache are in it.
+func hfHome(getenv func(string) string) string {
 	home := getenv("HF_HOME")
 	if home == "" {
 		cache := getenv("XDG_CACHE_HOME")
@@ -39,5 +50,5 @@ func HubCache(getenv func(string) string) string {
 		}
 		home = filepath.Join(cache, "huggingface")
 	}
-	return filepath.Join(expandHome(home, getenv), "hub")
+	return expandHome(home, getenv)
 }

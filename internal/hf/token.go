@@ -23,17 +23,9 @@ func ResolveToken(flag string, getenv func(string) string) string {
 	}
 	file := getenv("HF_TOKEN_PATH")
 	if file == "" {
-		home := getenv("HF_HOME")
+		home := hfHome(getenv)
 		if home == "" {
-			cache := getenv("XDG_CACHE_HOME")
-			if cache == "" {
-				user := getenv("HOME")
-				if user == "" {
-					return ""
-				}
-				cache = filepath.Join(user, ".cache")
-			}
-			home = filepath.Join(cache, "huggingface")
+			return ""
 		}
 		file = filepath.Join(home, "token")
 	}
