@@ -90,13 +90,19 @@ func (s *Server) fleetStream(w http.ResponseWriter, r *http.Request, v visit) {
 			}
 		}
 	}()
+	s.streamSections(w, r, out)
+}
+
+// streamSections streams each section sent on out as an event named
+// after it, numbered in order, until the client goes. The producer ends
+// with the request's context; what it was about to send is drained so it
+// never waits on a reader that has gone.
+func (s *Server) streamSections(w http.ResponseWriter, r *http.Request, out <-chan section) {
 	var n uint64
 	streamEach(s.events, w, r, out, func(sec section) ([]byte, string, string, error) {
 		n++
 		return sec.data, sec.name, strconv.FormatUint(n, 10), nil
 	})
-	// The producer ends with the request's context; drain what it was
-	// about to send so it never waits on a reader that has gone.
 	for range out {
 	}
 }

@@ -76,13 +76,7 @@ func (s *Server) mirrorStream(w http.ResponseWriter, r *http.Request, v visit) {
 			}
 		}
 	}()
-	var n uint64
-	streamEach(s.events, w, r, out, func(sec section) ([]byte, string, string, error) {
-		n++
-		return sec.data, sec.name, strconv.FormatUint(n, 10), nil
-	})
-	for range out {
-	}
+	s.streamSections(w, r, out)
 }
 
 // flightKeys names the set of files in flight and their states: when it
