@@ -104,7 +104,42 @@ func TestFleetPageLive(t *testing.T) {
 	tb.must(tb.expect().Locator(tb.loc("[data-testid=replica][data-state=ready]")).ToHaveCount(1, playwright.LocatorAssertionsToHaveCountOptions{Timeout: playwright.Float(60000)}),
 		"a new replica ready in its place")
 
-	// 5. At 375 px every page fits the width and every button is on screen.
+	// 5. An engine that keeps dying right after it loads parks its model;
+	// Unpark on the page starts it afresh.
+	unpark := tb.loc(fmt.Sprintf("[data-testid=model-health][data-model=%q] [data-testid=unpark]", model))
+	for kills := 0; ; kills++ {
+		if n, _ := unpark.Count(); n > 0 {
+			break
+		}
+		if kills == 4 {
+			t.Fatalf("%s was not parked after %d crashes in a row", model, kills)
+		}
+		ready := tb.loc("[data-testid=replica][data-state=ready]")
+		if err := poll(jobLimit, func() bool {
+			n, _ := ready.Count()
+			c, _ := unpark.Count()
+			return n == 1 || c > 0
+		}); err != nil {
+			t.Fatal("no replica ready to crash, and the model not parked")
+		}
+		if n, _ := unpark.Count(); n > 0 {
+			break
+		}
+		victim := tb.pidOf(ready)
+		if err := syscall.Kill(victim, syscall.SIGKILL); err != nil {
+			t.Fatalf("killing the engine %d: %v", victim, err)
+		}
+		tb.must(tb.expect().Locator(tb.loc(fmt.Sprintf("[data-testid=replica-process][data-pid=\"%d\"]", victim))).ToHaveCount(0,
+			playwright.LocatorAssertionsToHaveCountOptions{Timeout: playwright.Float(30000)}), "the killed engine %d gone from the page", victim)
+	}
+	tb.must(tb.expect().Locator(tb.loc(fmt.Sprintf("[data-testid=model-health][data-model=%q] [data-testid=reason]", model))).ToContainText("killed"),
+		"the parked model's reason names the crash")
+	tb.must(unpark.Click(), "pressing Unpark")
+	tb.must(tb.expect().Locator(tb.loc("[data-testid=replica][data-state=ready]")).ToHaveCount(1, playwright.LocatorAssertionsToHaveCountOptions{Timeout: playwright.Float(60000)}),
+		"a replica ready again after Unpark")
+	tb.must(tb.expect().Locator(unpark).ToHaveCount(0), "the model no longer parked")
+
+	// 6. At 375 px every page fits the width and every button is on screen.
 	tb.must(tb.page.SetViewportSize(375, 800), "narrowing the window")
 	for _, path := range []string{"/serve?repo=" + repo, "/jobs", "/catalog", "/mirror", "/fleet"} {
 		tb.open(path)
