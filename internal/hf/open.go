@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"modelserve/internal/operr"
 	"net/http"
 	"net/url"
 	"os"
@@ -98,8 +99,14 @@ func (c *Client) Open(ctx context.Context, downloadURL string, offset, n int64) 
 		defer resp.Body.Close()
 		if resp.Request != nil && !c.sameOrigin(resp.Request.URL) {
 			// The CDN's refusals are not the Hub's: a 403 there is an
-			// expired signature, not a disabled repository.
-			return nil, fmt.Errorf("%s, where %s sent the download of %s, answered %s",
+			// expired signature, not a disabled repository. Said all the
+			// same, as the operator's: a job shows it rather than an
+			// unexpected error.
+			kind := operr.Unavailable
+			if resp.StatusCode == http.StatusNotFound || resp.StatusCode == http.StatusGone {
+				kind = operr.NotFound
+			}
+			return nil, operr.New(kind, "%s, where %s sent the download of %s, answered %s",
 				resp.Request.URL.Host, c.host(), s.name(), resp.Status)
 		}
 		return nil, c.refused(resp, s, authorized(resp))

@@ -13,6 +13,7 @@ import (
 	"modelserve/internal/ggufgen"
 	"modelserve/internal/hf"
 	"modelserve/internal/hubtest"
+	"modelserve/internal/operr"
 	"modelserve/internal/mirror"
 	"modelserve/internal/plan"
 )
@@ -84,11 +85,14 @@ func TestOpen(t *testing.T) {
 		offset, n int64
 		is        error
 		want      string
+		// internal marks a refusal that is the program's, not the
+		// operator's (logged, not shown).
+		internal bool
 	}{
 		{name: "past the end", url: u("model.gguf"), offset: 11, is: hf.ErrRangeNotSatisfiable,
 			want: host + " holds fewer than 12 bytes of acme/m file model.gguf"},
 		{name: "a part, from a registry that sends the whole file", url: u("ranges-ignored.gguf"), offset: 2, n: 3,
-			want: host + " does not answer Range requests for acme/m file ranges-ignored.gguf, so part of it cannot be read without all of it"},
+			want: host + " does not answer Range requests for acme/m file ranges-ignored.gguf, so part of it cannot be read without all of it", internal: true},
 		{name: "no such file", url: u("other.gguf"), is: hf.ErrNotFound,
 			want: `acme/m has no file "other.gguf" at ` + commit[:7]},
 		{name: "gated, no token", url: c.DownloadURL("acme/gated", gated, "model.gguf"), is: hf.ErrGated,
@@ -96,7 +100,7 @@ func TestOpen(t *testing.T) {
 		{name: "the CDN refuses", url: c.DownloadURL("acme/m", s.Commit("acme/m", "main"), "forbidden.gguf"),
 			want: strings.TrimPrefix(s.CDNURL(), "http://") + ", where " + host +
 				" sent the download of acme/m file forbidden.gguf, answered 403 Forbidden"},
-		{name: "not a URL of the Hub", url: "ftp://example.com/x", want: `"ftp://example.com/x" is not a download URL of ` + host},
+		{name: "not a URL of the Hub", url: "ftp://example.com/x", want: `"ftp://example.com/x" is not a download URL of ` + host, internal: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			b, err := c.Open(context.Background(), tc.url, tc.offset, tc.n)
@@ -109,6 +113,11 @@ func TestOpen(t *testing.T) {
 			}
 			if tc.is != nil && !errors.Is(err, tc.is) {
 				t.Errorf("errors.Is(%v) is false", tc.is)
+			}
+			// What the registry refuses is said to the operator, the
+			// CDN's refusals too; a job shows it as it is.
+			if _, shown := operr.As(err); shown == tc.internal {
+				t.Errorf("shown to the operator: %v, want %v", shown, !tc.internal)
 			}
 		})
 	}
