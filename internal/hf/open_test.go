@@ -13,8 +13,8 @@ import (
 	"modelserve/internal/ggufgen"
 	"modelserve/internal/hf"
 	"modelserve/internal/hubtest"
-	"modelserve/internal/operr"
 	"modelserve/internal/mirror"
+	"modelserve/internal/operr"
 	"modelserve/internal/plan"
 )
 
