@@ -1,7 +1,6 @@
 package jobs
 
 import (
-	"context"
 	"errors"
 
 	"modelserve/internal/operr"
@@ -26,10 +25,6 @@ func sentencef(format string, args ...any) error {
 
 func notFound(id string) error {
 	return operr.Wrap(operr.NotFound, ErrNotFound, "there is no job %s: the list of jobs has the ids there are", operr.Quote(id))
-}
-
-func isCancel(err error) bool {
-	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
 }
 
 // stepError is a step's failure: which step, and why.

@@ -228,27 +228,6 @@ func (c *Cluster) ConfigFor(token string) *rest.Config {
 	return cfg
 }
 
-// Kubeconfig writes a kubeconfig file for token into dir and returns its
-// path: what an operator hands modelserve.
-func (c *Cluster) Kubeconfig(t testing.TB, dir, token string) string {
-	t.Helper()
-	p := filepath.Join(dir, "kubeconfig")
-	writeFile(t, p, fmt.Sprintf(`apiVersion: v1
-kind: Config
-clusters:
-- name: test
-  cluster: {server: %q, insecure-skip-tls-verify: true}
-users:
-- name: u
-  user: {token: %q}
-contexts:
-- name: test
-  context: {cluster: test, user: u}
-current-context: test
-`, c.Host, token))
-	return p
-}
-
 // AddNode creates a fake node that kwok keeps Ready, with n's capacity as
 // both capacity and allocatable, and waits until it is Ready.
 func (c *Cluster) AddNode(t testing.TB, n Node) {

@@ -274,7 +274,3 @@ func reserved(name string) bool {
 	return strings.HasPrefix(name, ".") &&
 		(strings.HasSuffix(name, sidecarSuffix) || strings.HasSuffix(name, sidecarSuffix+tmpSuffix))
 }
-
-// gb is bytes in the unit people read model sizes in; the rest of
-// modelserve reports GB as 2^30 bytes, so this does too.
-func gb(b int64) float64 { return float64(b) / (1 << 30) }
