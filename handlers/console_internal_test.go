@@ -72,8 +72,12 @@ func TestRequestFromForm(t *testing.T) {
 		t.Fatal(err)
 	}
 	if req.File != "b-Q4_K_M" || req.GPUClass != "A100-80GB" || req.GPUsPerNode != 2 || req.Nodes != 1 || req.CPU ||
-		req.CtxPool != 65536 || req.ContextLength != 16384 || req.Replicas != 1 || len(req.Aliases) != 3 || req.Env["GGML_X"] != "1" {
-		t.Fatalf("%+v", req)
+		req.CtxPool != 65536 || req.ContextLength != 0 || req.Replicas != 1 || len(req.Aliases) != 3 || req.Env["GGML_X"] != "1" {
+		t.Fatalf("a pool without slots is left for the job to divide, as the API's is: %+v", req)
+	}
+	f.Slots = "4"
+	if req, err = requestFrom(f); err != nil || req.CtxPool != 65536 || req.ContextLength != 16384 {
+		t.Fatalf("4 slots of a 65536-token pool: %+v, %v", req, err)
 	}
 	for _, bad := range []views.ServeForm{
 		{Repo: "a/b", Where: "gpu:L4"},

@@ -139,10 +139,12 @@ func requestFrom(f views.ServeForm) (jobs.Request, error) {
 		return req, err
 	}
 	if pool > 0 {
-		if slots == 0 {
-			slots = slotsFor(pool, f.Embeddings)
+		// A pool without slots is the job's to divide (plan.Ask.Shape),
+		// as it divides the API's: the form says what it will be below.
+		req.CtxPool = pool
+		if slots > 0 {
+			req.ContextLength = max(pool/slots, 1)
 		}
-		req.CtxPool, req.ContextLength = pool, max(pool/slots, 1)
 	}
 	if req.Replicas, err = number("replicas", f.Replicas, 0); err != nil {
 		return req, err
@@ -196,16 +198,6 @@ func parseWhere(s string) (cpu bool, class string, cards, nodes int, err error) 
 		}
 	}
 	return false, "", 0, 0, badRequest(fmt.Sprintf("%s is not a place to run: choose one from the list", operr.Quote(s)))
-}
-
-// slotsFor is how many requests share a pool when the form does not say:
-// the planner's defaults' slot size (plan.Size), many small slots for an
-// embedding model.
-func slotsFor(pool int, embeddings bool) int {
-	if embeddings {
-		return max(1, min(plan.EmbedSlots, pool/plan.EmbedSlotTokens))
-	}
-	return max(1, min(plan.DefaultSlots, pool/plan.DefaultSlotTokens))
 }
 
 func atoi(s string) int {
@@ -282,10 +274,11 @@ func (s *Server) serveReport(ctx context.Context, f *views.ServeForm, pick strin
 		vm.Memory = views.Memory{Note: "Choose a file to see the memory it needs."}
 	}
 	if pool, slots := atoi(f.CtxPool), atoi(f.Slots); pool > 0 {
+		ctx := pool / max(slots, 1)
 		if slots <= 0 {
-			slots = slotsFor(pool, f.Embeddings)
+			ctx, slots = plan.Ask{CtxPool: pool, Embeddings: f.Embeddings}.Shape()
 		}
-		vm.PerSlot = fmt.Sprintf("%d %s of %d tokens each", slots, plural(slots, "slot", "slots"), pool/slots)
+		vm.PerSlot = fmt.Sprintf("%d %s of %d tokens each", slots, plural(slots, "slot", "slots"), ctx)
 	} else {
 		vm.PerSlot = "Worked out from the model and the memory where it runs"
 	}

@@ -160,7 +160,9 @@ func Size(m Model, o Option, ask Ask, nodes []Node) Sizing {
 
 // Shape is the context and slots of a request that named either: the pool
 // shared by slots of the context asked, the default of the other filled in
-// (a context longer than the default pool gets a pool of its own).
+// (a context longer than the default pool gets a pool of its own; a pool
+// alone is slots of the default size, an embedding model's small ones).
+// The serve form, the API and the job all read a pool this way.
 func (a Ask) Shape() (ctx, slots int) {
 	pool, ctx := min(a.CtxPool, MaxContext*MaxSlots), min(a.ContextLength, MaxContext)
 	if pool <= 0 {
@@ -168,6 +170,9 @@ func (a Ask) Shape() (ctx, slots int) {
 	}
 	if ctx <= 0 {
 		ctx = min(pool, DefaultSlotTokens)
+		if a.Embeddings {
+			ctx = min(pool, EmbedSlotTokens)
+		}
 	}
 	return ctx, min(max(1, pool/ctx), MaxSlots)
 }

@@ -212,3 +212,23 @@ func FuzzSize(f *testing.F) {
 		}
 	})
 }
+
+// The serve form, the API and the job divide a pool by asking Shape: a
+// pool alone is slots of the default size, an embedding model's small ones.
+func TestAskShape(t *testing.T) {
+	for _, c := range []struct {
+		ask        Ask
+		ctx, slots int
+	}{
+		{Ask{CtxPool: 65536}, 4096, 16},
+		{Ask{CtxPool: 65536, Embeddings: true}, 1024, 64},
+		{Ask{CtxPool: 65536, ContextLength: 16384}, 16384, 4},
+		{Ask{CtxPool: 2048}, 2048, 1},
+		{Ask{ContextLength: 32768}, 32768, 1},
+		{Ask{CtxPool: 1 << 30}, 4096, MaxSlots},
+	} {
+		if ctx, slots := c.ask.Shape(); ctx != c.ctx || slots != c.slots {
+			t.Errorf("%+v: %d slots of %d, want %d of %d", c.ask, slots, ctx, c.slots, c.ctx)
+		}
+	}
+}
