@@ -220,6 +220,19 @@ func TestServeFragments(t *testing.T) {
 		t.Errorf("choosing a file left the context at %q", q4pool)
 	}
 
+	// A pool without slots is divided as the job will divide it.
+	perSlot := func(pool, slots string) string {
+		m := url.Values{"repo": {llamaRepo}, "chosen": {"Llama-3.1-8B-Instruct-Q4_K_M"}, "ctx_pool": {pool}, "slots": {slots}}
+		doc := mustStatus(t, b.get("/serve/report?"+m.Encode(), htmx...), http.StatusOK)
+		return doc.Find(`[data-testid="per-slot"]`).Text()
+	}
+	if got := perSlot("65536", ""); got != "16 slots of 4096 tokens each" {
+		t.Errorf("a 65536-token pool shows %q, not the job's 16 slots of 4096", got)
+	}
+	if got := perSlot("65536", "2"); got != "2 slots of 32768 tokens each" {
+		t.Errorf("2 slots of a 65536-token pool show %q", got)
+	}
+
 	// The memory bars follow the context.
 	memory := func(ctx string) string {
 		m := url.Values{"repo": {llamaRepo}, "chosen": {"Llama-3.1-8B-Instruct-Q4_K_M"}, "ctx_pool": {ctx}}

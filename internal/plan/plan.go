@@ -391,7 +391,7 @@ func (p *Planner) Plan(ctx context.Context, repo hf.Repo, req Request) (Plan, er
 		}
 	}
 	if pl.Parallel == 0 {
-		pl.Parallel = max(1, pl.Context/DefaultSlotTokens)
+		_, pl.Parallel = Ask{CtxPool: pl.Context, Embeddings: pl.Embedding}.Shape()
 	}
 	if pl.TrainedContext > 0 && pl.Context/pl.Parallel > pl.TrainedContext {
 		pl.Notes = append(pl.Notes, fmt.Sprintf("each of %d slots of a %d-token pool holds more than the %d tokens the model was trained for",
