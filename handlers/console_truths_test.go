@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"modelserve/handlers"
+	"modelserve/jobs"
 )
 
 // Small truths: what the pages say must be so.
@@ -30,6 +31,20 @@ func TestRunningJobSaysRunningFor(t *testing.T) {
 		t.Error("the job page has nowhere to say that its stream is cut")
 	}
 
+	// Cancelled during the download (which holds until then), not in
+	// the moment between the plan and the mirror step.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		j, err := e.jobs.Get(t.Context(), id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i := slices.IndexFunc(j.Steps, func(s jobs.Step) bool { return s.Name == jobs.StepMirror }); i >= 0 && j.Steps[i].State == jobs.Running {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the download never started: %+v", j.Steps)
+		}
+	}
 	resp := b.post("/jobs/"+id+"/cancel", nil)
 	resp.Body.Close()
 	doc = mustStatus(t, b.get("/jobs/"+id), http.StatusOK)
