@@ -64,8 +64,13 @@ deps:
 # (kube-apiserver, controller-manager, scheduler, etcd, kwok) from the Go
 # module proxy into a cache folder outside the tree; the tests start it.
 # The first build takes minutes; a second run costs nothing.
+#
+# busybox runs the init container's fetch script in its test, as the
+# fetch image does: Debian's package, installed when missing.
 kube:
 	@./$(INSTALL_KUBE) >/dev/null
+	@command -v busybox >/dev/null || { [ "$$(id -u)" = 0 ] || { echo "busybox is missing: apt-get install -y busybox (as root)"; exit 1; }; \
+		DEBIAN_FRONTEND=noninteractive apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq busybox >/dev/null; }
 
 # bench prints each benchmark beside the baseline it is measured against in
 # the same run; see the ratios, not the absolute times.

@@ -28,7 +28,7 @@ type Scaler interface {
 // make it say anything else.
 var fleetDone = map[string]string{
 	"stop":    "%s is stopping. If its model still wants as many replicas, the fleet places a new one; scale the model down to run fewer.",
-	"restart": "%s is restarting in place.",
+	"restart": "%s is restarting; the list below shows when it is ready again.",
 	"scale":   "%s is scaled; the fleet starts or stops replicas to match.",
 	"unpark":  "%s is unparked; the fleet starts it again when the catalog wants it.",
 }

@@ -89,8 +89,14 @@ type Options struct {
 	Log    *slog.Logger
 }
 
-// park is why a model was parked, and for which fingerprint.
-type park struct{ fingerprint, reason string }
+// park is why a model was parked, and for which fingerprint; after an
+// operator unparked it, reason is "" and unparked is when, to the second
+// (a pod's creation time has no finer grain): pods made before then
+// failed before the cause was fixed.
+type park struct {
+	fingerprint, reason string
+	unparked            time.Time
+}
 
 // allModels is the queue key that reconciles every model: the catalog's
 // and those with objects in the cluster (a model removed).
@@ -397,16 +403,18 @@ func (f *Fleet) reconcile(ctx context.Context, m catalog.Model) error {
 	ns := f.opts.Namespace
 	fp := fingerprint(m)
 	h := fleet.ModelHealth{Model: m.Name, Class: m.ClassOrDefault(), Want: f.want(m, time.Now())}
-	pods := f.modelPods(m.Name)
-	obs := observe(pods, f.opts.MaxFailures)
-	h.Ready, h.Failures = obs.ready, obs.failures
-	h.HardwareExists = f.hardwareExists(m)
-
 	// Parked before (for this fingerprint), parked still; a container
 	// that failed MaxFailures times parks the model now.
 	f.mu.Lock()
 	pk := f.parks[m.Name]
 	f.mu.Unlock()
+	if pk.fingerprint != fp {
+		pk.unparked = time.Time{}
+	}
+	obs := observe(f.modelPods(m.Name), f.opts.MaxFailures, pk.unparked)
+	h.Ready, h.Failures = obs.ready, obs.failures
+	h.HardwareExists = f.hardwareExists(m)
+
 	parkedWhy := ""
 	if pk.fingerprint == fp {
 		parkedWhy = pk.reason

@@ -23,6 +23,7 @@ import (
 	"modelserve/internal/fleet"
 	"modelserve/internal/kubefleet"
 	"modelserve/internal/kubetest"
+	"modelserve/internal/operr"
 )
 
 const ns = "modelserve"
@@ -199,6 +200,46 @@ func TestKubernetesFleet(t *testing.T) {
 			d := deploymentOf(t, admin, "broken")
 			return *d.Spec.Replicas, *d.Spec.Replicas == 0
 		})
+
+		// The operator fixed the cause: unparked, it runs again, and the
+		// pod that failed before is not held against it.
+		if err := f.Unpark(context.Background(), "tiny"); kindOf(err) != operr.Conflict {
+			t.Errorf("unparking a model that is not parked: %v, want a conflict", err)
+		}
+		if err := f.Unpark(context.Background(), "nothing"); kindOf(err) != operr.NotFound {
+			t.Errorf("unparking a model the fleet does not have: %v, want not found", err)
+		}
+		if err := f.Unpark(context.Background(), "broken"); err != nil {
+			t.Fatalf("Unpark: %v", err)
+		}
+		again := waitFor(t, "a new ready replica of broken", func() (fleet.Replica, bool) {
+			rs := f.Serving("broken")
+			return first(rs), len(rs) == 1 && rs[0].ID != r.ID
+		})
+		if h := health(f, "broken"); h.Parked {
+			t.Errorf("broken is parked again after its unpark, with %s ready: %q", again.ID, h.Reason)
+		}
+		owner, err := admin.CoreV1().ConfigMaps(ns).Get(context.Background(), deploymentOf(t, admin, "broken").Labels["modelserve.io/model"], metav1.GetOptions{})
+		if err != nil || owner.Annotations["modelserve.io/parked-reason"] != "" {
+			t.Errorf("the park is still kept on broken's owner (%v): %q", err, owner.Annotations["modelserve.io/parked-reason"])
+		}
+	})
+
+	t.Run("stopping a replica deletes its pod and its Deployment starts another", func(t *testing.T) {
+		before := first(f.Serving("tiny"))
+		if err := f.Stop(before.ID); err != nil {
+			t.Fatalf("Stop: %v", err)
+		}
+		waitFor(t, "a new ready replica of tiny", func() (fleet.Replica, bool) {
+			rs := f.Serving("tiny")
+			return first(rs), len(rs) == 1 && rs[0].ID != before.ID
+		})
+		if err := f.Stop(before.ID); kindOf(err) != operr.NotFound && kindOf(err) != operr.Conflict {
+			t.Errorf("stopping a replica that has gone: %v, want not found (or stopping already)", err)
+		}
+		if err := f.Restart("tiny-nothing"); kindOf(err) != operr.NotFound {
+			t.Errorf("restarting a replica the fleet does not have: %v, want not found", err)
+		}
 	})
 
 	t.Run("removing a model removes its objects", func(t *testing.T) {
@@ -269,8 +310,8 @@ func checkDeployment(t *testing.T, d appsv1.Deployment, key string) {
 	if got := envValue(ic.Env, "MODELSERVE_MIRROR"); got != "http://modelserve.modelserve.svc:8080/mirror/tiny/abc1234" {
 		t.Errorf("init container fetches from %q", got)
 	}
-	if got := envValue(ic.Env, "MODELSERVE_FILES"); got != strings.Repeat("ab", 32)+" tiny-Q8_0.gguf" {
-		t.Errorf("init container fetches %q, want the file with its sha256", got)
+	if got := envValue(ic.Env, "MODELSERVE_FILES"); got != strings.Repeat("ab", 32)+" 3221225472 tiny-Q8_0.gguf" {
+		t.Errorf("init container fetches %q, want the file with its sha256 and size", got)
 	}
 	if k := envRef(ic.Env, "MODELSERVE_MIRROR_TOKEN"); k == nil || k.Name != kubefleet.MirrorSecret {
 		t.Errorf("the mirror token is not from the Secret %s: %+v", kubefleet.MirrorSecret, ic.Env)
@@ -461,4 +502,12 @@ func envRef(env []corev1.EnvVar, name string) *corev1.SecretKeySelector {
 		}
 	}
 	return nil
+}
+
+// kindOf is the kind of the operator's error err is, "" for none.
+func kindOf(err error) operr.Kind {
+	if e, ok := operr.As(err); ok {
+		return e.Kind
+	}
+	return ""
 }

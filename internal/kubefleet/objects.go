@@ -149,17 +149,30 @@ func weightsOf(m catalog.Model, mirrorDir string) (weights, error) {
 // restart (wget -c sends a Range), checked against its sha256, and only
 // then renamed: a file under its own name on the volume is whole and
 // verified, and a restarted pod (or a node keeping the volume) skips it.
+// A .part already as long as the file is not asked for again (the mirror
+// would answer 416, which wget takes for a failure), and one longer than
+// the file is thrown away. Each line of $MODELSERVE_FILES is
+// "<sha256|-> <bytes|-> <path>".
 const fetchScript = `set -eu
-cd ` + weightsDir + `
-printf '%s\n' "$MODELSERVE_FILES" | while read -r sum file; do
+cd "$MODELSERVE_WEIGHTS"
+printf '%s\n' "$MODELSERVE_FILES" | while read -r sum size file; do
   [ -n "$file" ] || continue
   [ -f "$file" ] && continue
   mkdir -p "$(dirname "$file")"
-  echo "fetching $file"
-  wget -q -c --header "Authorization: Bearer $MODELSERVE_MIRROR_TOKEN" -O "$file.part" "$MODELSERVE_MIRROR/$file"
+  have=0
+  [ -f "$file.part" ] && have=$(wc -c < "$file.part")
+  if [ "$size" != "-" ] && [ "$have" -gt "$size" ]; then
+    echo "$file.part is longer than the file: fetching it again from the start"
+    rm -f "$file.part"
+    have=0
+  fi
+  if [ "$size" = "-" ] || [ "$have" -lt "$size" ]; then
+    echo "fetching $file"
+    wget -q -c --header "Authorization: Bearer $MODELSERVE_MIRROR_TOKEN" -O "$file.part" "$MODELSERVE_MIRROR/$file"
+  fi
   if [ "$sum" != "-" ] && ! echo "$sum  $file.part" | sha256sum -c -s; then
     rm -f "$file.part"
-    echo "$file is not what the mirror's sha256 says it is: it was fetched again from the start" >&2
+    echo "$file is not what the mirror's sha256 says it is: it is fetched again from the start" >&2
     exit 1
   fi
   mv "$file.part" "$file"
@@ -208,7 +221,11 @@ func (f *Fleet) deployment(m catalog.Model, pi int, replicas int32, w weights, o
 
 	var lines []string
 	for _, file := range w.files {
-		lines = append(lines, cmp.Or(file.SHA256, "-")+" "+file.Path)
+		size := "-"
+		if file.Bytes > 0 {
+			size = strconv.FormatInt(file.Bytes, 10)
+		}
+		lines = append(lines, cmp.Or(file.SHA256, "-")+" "+size+" "+file.Path)
 	}
 	health := func(period, failures int32) *corev1.Probe {
 		return &corev1.Probe{
@@ -241,6 +258,7 @@ func (f *Fleet) deployment(m catalog.Model, pi int, replicas int32, w weights, o
 						Name: "fetch-weights", Image: f.opts.FetchImage,
 						Command: []string{"sh", "-c", fetchScript},
 						Env: []corev1.EnvVar{
+							{Name: "MODELSERVE_WEIGHTS", Value: weightsDir},
 							{Name: "MODELSERVE_MIRROR", Value: strings.TrimRight(f.opts.MirrorURL, "/") + "/mirror/" + w.folder},
 							{Name: "MODELSERVE_FILES", Value: strings.Join(lines, "\n")},
 							{Name: "MODELSERVE_MIRROR_TOKEN", ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -31,7 +32,9 @@ type observation struct {
 	crashed string
 }
 
-func observe(pods []*corev1.Pod, maxFailures int) observation {
+// observe reads a model's pods; only those made at since or later can
+// park it (the zero time: all of them).
+func observe(pods []*corev1.Pod, maxFailures int, since time.Time) observation {
 	o := observation{unschedulable: map[string]int{}}
 	slices.SortFunc(pods, func(a, b *corev1.Pod) int { return strings.Compare(a.Name, b.Name) })
 	for _, p := range pods {
@@ -52,7 +55,8 @@ func observe(pods []*corev1.Pod, maxFailures int) observation {
 		}
 		for _, cs := range append(slices.Clone(p.Status.InitContainerStatuses), p.Status.ContainerStatuses...) {
 			o.failures = max(o.failures, int(cs.RestartCount))
-			if o.crashed == "" && !cs.Ready && int(cs.RestartCount) >= maxFailures && cs.LastTerminationState.Terminated != nil {
+			if o.crashed == "" && !cs.Ready && int(cs.RestartCount) >= maxFailures && cs.LastTerminationState.Terminated != nil &&
+				!p.CreationTimestamp.Time.Before(since) {
 				o.crashed = crashReason(cs)
 			}
 		}
