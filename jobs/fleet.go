@@ -5,9 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"modelserve/internal/operr"
 	"strings"
 	"time"
+
+	"modelserve/internal/gateway"
+	"modelserve/internal/operr"
 )
 
 // Fleet is what a job watches once its model is in the catalog: the
@@ -122,7 +124,7 @@ func (s *Server) smoke(ctx context.Context, name string, embeddings bool) (strin
 		"messages":   []map[string]string{{"role": "user", "content": "Say hello in one short sentence."}},
 	})
 	start := time.Now()
-	b, err := s.deps.Gateway.Ask(ctx, "/v1/chat/completions", body)
+	b, err := s.ask(ctx, "/v1/chat/completions", body)
 	if err != nil {
 		return "", 0, err
 	}
@@ -150,11 +152,35 @@ func (s *Server) smoke(ctx context.Context, name string, embeddings bool) (strin
 	return strings.TrimSpace(out.Choices[0].Message.Content), tps, nil
 }
 
+// smokeReach is how long the smoke test asks again when no replica
+// answered at all: a pod just made ready can be unreachable for a moment
+// while its address is routed, and a replica that died is replaced
+// within it.
+const smokeReach = 30 * time.Second
+
+// ask is the gateway's Ask, asked again each second within smokeReach of
+// the first while no replica answers at all. An answer, even a refusal,
+// is the smoke test's result.
+func (s *Server) ask(ctx context.Context, route string, body []byte) ([]byte, error) {
+	first := time.Now()
+	for {
+		b, err := s.deps.Gateway.Ask(ctx, route, body)
+		if !errors.Is(err, gateway.ErrNoAnswer) || time.Since(first) >= smokeReach {
+			return b, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, err
+		case <-time.After(time.Second):
+		}
+	}
+}
+
 // smokeEmbeddings asks an embedding model for one vector and says its
 // length: an embedding model does not chat.
 func (s *Server) smokeEmbeddings(ctx context.Context, name string) (string, float64, error) {
 	body, _ := json.Marshal(map[string]any{"model": name, "input": "hello"})
-	b, err := s.deps.Gateway.Ask(ctx, "/v1/embeddings", body)
+	b, err := s.ask(ctx, "/v1/embeddings", body)
 	if err != nil {
 		return "", 0, err
 	}

@@ -66,7 +66,14 @@ func serve(ctx context.Context, cfg config, log *slog.Logger, ready func(addr st
 	})
 	// The fleet runs what the catalog asks for. Everything that changes
 	// the catalog goes through cat, which tells the fleet at once.
-	enginePath, version := findEngine(ctx, cfg.LlamaServer, log)
+	enginePath, version := "", engine.ImageVersion(cfg.EngineImage)
+	if cfg.Fleet == "kubernetes" {
+		// The cluster's pods run the image, not an engine of this
+		// machine's: its tag says the build the check step holds models to.
+		log.Info("the cluster's pods run the engine image", "image", cfg.EngineImage, "build", version.String())
+	} else {
+		enginePath, version = findEngine(ctx, cfg.LlamaServer, log)
+	}
 	fl, cat, jobsFleet, err := newBackend(cfg, enginePath, store, db, log)
 	if err != nil {
 		return err
@@ -116,12 +123,15 @@ func serve(ctx context.Context, cfg config, log *slog.Logger, ready func(addr st
 	// it, and the next start begins them afresh.
 	var wg sync.WaitGroup
 	fctx, stopFleet := context.WithCancel(context.Background())
+	ran := make(chan error, 1)
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		if err := fl.Run(fctx); err != nil {
+		err := fl.Run(fctx)
+		if err != nil {
 			log.Error("the fleet stopped", "err", err)
 		}
+		ran <- err
 	}()
 	defer func() {
 		// Jobs first (they watch the fleet), then the replicas. The
@@ -130,6 +140,22 @@ func serve(ctx context.Context, cfg config, log *slog.Logger, ready func(addr st
 		stopFleet()
 		wg.Wait()
 	}()
+	// A fleet on a cluster knows the nodes once its caches hold them;
+	// until then the pool is empty and every plan would fit nowhere. So
+	// modelserve listens once it has them, or says why it cannot (Run
+	// gives up within a minute).
+	if c, ok := fl.(interface{ Synced() <-chan struct{} }); ok {
+		select {
+		case <-c.Synced():
+		case err := <-ran:
+			if err == nil {
+				err = errors.New("the fleet stopped before it had read the cluster")
+			}
+			return err
+		case <-ctx.Done():
+			return nil
+		}
+	}
 	if err := js.Resume(ctx); err != nil {
 		return err
 	}

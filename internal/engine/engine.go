@@ -92,6 +92,21 @@ func (v Version) String() string {
 	return "unknown"
 }
 
+// imageBuild is the build an image's tag names: llama.cpp's own images
+// are tagged "server-b5092", "full-cuda-b5092" and so on.
+var imageBuild = regexp.MustCompile(`:(?:[a-z0-9.-]+-)?b(\d{1,7})$`)
+
+// ImageVersion is the engine build a container image runs, as its tag says
+// ("ghcr.io/ggml-org/llama.cpp:server-b5092" is b5092); an image tagged
+// "server" or by digest names none, and its Version is the image alone.
+func ImageVersion(image string) Version {
+	v := Version{Text: image}
+	if m := imageBuild.FindStringSubmatch(image); m != nil {
+		v.Build, _ = strconv.Atoi(m[1])
+	}
+	return v
+}
+
 var (
 	versionLine = regexp.MustCompile(`(?m)^version: (.+)$`)
 	// Builds from llama.cpp's own tree print "version: 6000 (3f4c2a1)";

@@ -63,3 +63,20 @@ func mustExecutable(t *testing.T, path string) {
 		t.Fatal(err)
 	}
 }
+
+// TestImageVersion reads the build a cluster's engine image runs from its
+// tag, as llama.cpp's images are tagged.
+func TestImageVersion(t *testing.T) {
+	for image, want := range map[string]string{
+		"ghcr.io/ggml-org/llama.cpp:server-b5092":      "b5092",
+		"ghcr.io/ggml-org/llama.cpp:server-cuda-b6000": "b6000",
+		"registry.local:5000/llama.cpp:b4500":          "b4500",
+		"ghcr.io/ggml-org/llama.cpp:server":            "ghcr.io/ggml-org/llama.cpp:server",
+		"ghcr.io/ggml-org/llama.cpp@sha256:0123abcd":   "ghcr.io/ggml-org/llama.cpp@sha256:0123abcd",
+		"llama.cpp:server-b99999999":                   "llama.cpp:server-b99999999",
+	} {
+		if got := ImageVersion(image).String(); got != want {
+			t.Errorf("ImageVersion(%q) = %q, want %q", image, got, want)
+		}
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 
 	"modelserve/internal/auth"
@@ -51,12 +52,19 @@ func answerError(status int, body []byte) error {
 	if len(msg) > 300 {
 		msg = msg[:300] + "…"
 	}
-	kind := operr.Refused
-	if status == http.StatusServiceUnavailable || status == http.StatusTooManyRequests {
-		kind = operr.Unavailable
+	switch status {
+	case http.StatusBadGateway:
+		return operr.Wrap(operr.Unavailable, ErrNoAnswer, "the gateway answered %d %s: %s", status, http.StatusText(status), msg)
+	case http.StatusServiceUnavailable, http.StatusTooManyRequests:
+		return operr.New(operr.Unavailable, "the gateway answered %d %s: %s", status, http.StatusText(status), msg)
 	}
-	return operr.New(kind, "the gateway answered %d %s: %s", status, http.StatusText(status), msg)
+	return operr.New(operr.Refused, "the gateway answered %d %s: %s", status, http.StatusText(status), msg)
 }
+
+// ErrNoAnswer is wrapped by Ask's error when no replica answered at all
+// (the connection refused or cut before an answer began): not yet, rather
+// than no, for a replica whose address is still being routed.
+var ErrNoAnswer = errors.New("no replica answered")
 
 // recorder keeps an answer written for an in-process caller.
 type recorder struct {

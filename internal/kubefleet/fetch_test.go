@@ -14,37 +14,15 @@ import (
 	"sync"
 	"testing"
 
+	"modelserve/internal/kubetest"
 	"modelserve/internal/mirror"
 )
-
-// busybox is the busybox binary the init container's image runs the fetch
-// script with; the test skips without it unless make test runs it.
-func busybox(t *testing.T) string {
-	t.Helper()
-	bb, err := exec.LookPath("busybox")
-	if err != nil {
-		msg := "busybox is not installed (apt-get install busybox): the fetch script runs in busybox's sh and wget, as in its image"
-		if os.Getenv("MODELSERVE_REQUIRE_KUBE") != "" {
-			t.Fatal(msg)
-		}
-		t.Skip(msg)
-	}
-	// Only busybox's applets on PATH, as in the image: no GNU wget or
-	// coreutils answering in their place.
-	bin := t.TempDir()
-	for _, applet := range []string{"sh", "wget", "sha256sum", "wc", "mkdir", "mv", "rm", "dirname"} {
-		if err := os.Symlink(bb, filepath.Join(bin, applet)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return bin
-}
 
 // TestFetchScript runs the init container's script in busybox against the
 // mirror's own handler, as a pod fetches the weights: whole, resumed,
 // already fetched, and refused for a wrong sha256.
 func TestFetchScript(t *testing.T) {
-	bin := busybox(t)
+	bin := kubetest.Busybox(t)
 	mirrorDir := t.TempDir()
 	content := bytes.Repeat([]byte("weights!"), 64<<10) // 512 KiB
 	sum := sha256.Sum256(content)

@@ -117,6 +117,10 @@ type Fleet struct {
 	secrets     corelisters.SecretLister
 	deployments appslisters.DeploymentLister
 
+	// first is closed once the caches have synced, the first time.
+	first     chan struct{}
+	firstOnce sync.Once
+
 	mu      sync.Mutex
 	synced  bool
 	models  map[string]fleet.ModelHealth
@@ -169,9 +173,14 @@ func New(opts Options) (*Fleet, error) {
 		opts: opts, log: opts.Log,
 		queue:  workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]()),
 		models: map[string]fleet.ModelHealth{}, demands: map[string]*demand{}, parks: map[string]park{},
-		passed: make(chan struct{}),
+		passed: make(chan struct{}), first: make(chan struct{}),
 	}, nil
 }
+
+// Synced is closed once Run has read the cluster (its caches hold the
+// nodes, the pods and the fleet's objects) the first time: until then the
+// pool is empty.
+func (f *Fleet) Synced() <-chan struct{} { return f.first }
 
 // Poke asks the fleet to reconcile every model now. It never blocks.
 func (f *Fleet) Poke() { f.queue.Add(allModels) }
@@ -270,6 +279,7 @@ func (f *Fleet) Run(ctx context.Context) error {
 	f.mu.Lock()
 	f.synced = true
 	f.mu.Unlock()
+	f.firstOnce.Do(func() { close(f.first) })
 	f.Poke()
 
 	done := make(chan struct{})

@@ -2,7 +2,6 @@ package kubefleet_test
 
 import (
 	"context"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -11,13 +10,9 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
-	authnv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/kubernetes/scheme"
 
 	"modelserve/catalog"
 	"modelserve/internal/fleet"
@@ -77,7 +72,8 @@ func TestKubernetesFleet(t *testing.T) {
 	c.AddNode(t, kubetest.Node{Name: "gpu-1", CPU: 16, Memory: "64Gi", GPUs: 1,
 		Labels: map[string]string{"nvidia.com/gpu.product": "NVIDIA-L4"}})
 
-	client := asServiceAccount(t, c)
+	// As modelserve's ServiceAccount of deploy/rbac.yaml, and nothing more.
+	client := c.Client(t, c.Account(t, "../../deploy/rbac.yaml"))
 	mirrorDir := t.TempDir()
 	cat := &memCatalog{}
 	f, err := kubefleet.New(kubefleet.Options{
@@ -347,60 +343,6 @@ func crashLoop(t *testing.T, admin kubernetes.Interface, pod, message string) {
 	}
 }
 
-// asServiceAccount creates what deploy/rbac.yaml holds and returns a
-// client with a token of its ServiceAccount.
-func asServiceAccount(t *testing.T, c *kubetest.Cluster) kubernetes.Interface {
-	t.Helper()
-	raw, err := os.ReadFile("../../deploy/rbac.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	bg := context.Background()
-	for _, doc := range strings.Split(string(raw), "\n---\n") {
-		obj, _, err := scheme.Codecs.UniversalDeserializer().Decode([]byte(doc), nil, nil)
-		if err != nil {
-			t.Fatalf("deploy/rbac.yaml: %v", err)
-		}
-		if err := create(bg, c.Admin, obj); err != nil {
-			t.Fatalf("creating %T from deploy/rbac.yaml: %v", obj, err)
-		}
-	}
-	tok, err := c.Admin.CoreV1().ServiceAccounts(ns).CreateToken(bg, "modelserve", &authnv1.TokenRequest{}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	client, err := kubernetes.NewForConfig(c.ConfigFor(tok.Status.Token))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return client
-}
-
-func create(ctx context.Context, k kubernetes.Interface, obj runtime.Object) error {
-	var err error
-	o := metav1.CreateOptions{}
-	switch v := obj.(type) {
-	case *corev1.Namespace:
-		_, err = k.CoreV1().Namespaces().Create(ctx, v, o)
-	case *corev1.ServiceAccount:
-		_, err = k.CoreV1().ServiceAccounts(v.Namespace).Create(ctx, v, o)
-	case *rbacv1.Role:
-		_, err = k.RbacV1().Roles(v.Namespace).Create(ctx, v, o)
-	case *rbacv1.RoleBinding:
-		_, err = k.RbacV1().RoleBindings(v.Namespace).Create(ctx, v, o)
-	case *rbacv1.ClusterRole:
-		_, err = k.RbacV1().ClusterRoles().Create(ctx, v, o)
-	case *rbacv1.ClusterRoleBinding:
-		_, err = k.RbacV1().ClusterRoleBindings().Create(ctx, v, o)
-	default:
-		return errUnknown{obj}
-	}
-	return err
-}
-
-type errUnknown struct{ obj runtime.Object }
-
-func (e errUnknown) Error() string { return "the test does not create objects of this kind" }
 
 // waitFor waits up to a minute for cond, which the fleet answers from its
 // caches: it asks the API nothing.

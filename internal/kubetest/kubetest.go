@@ -78,6 +78,9 @@ type Cluster struct {
 	dir  string
 }
 
+// PodCIDR is where kwok gives pods their addresses: loopback.
+const PodCIDR = "127.0.100.1/24"
+
 // FakeNode annotation: kwok plays only the nodes carrying it.
 const (
 	FakeNodeAnnotation = "kwok.x-k8s.io/node"
@@ -142,19 +145,7 @@ func Start(t testing.TB) *Cluster {
 		QPS:             100, Burst: 200,
 	}
 	kubeconfig := filepath.Join(work, "kubeconfig")
-	writeFile(t, kubeconfig, fmt.Sprintf(`apiVersion: v1
-kind: Config
-clusters:
-- name: test
-  cluster: {server: %q, insecure-skip-tls-verify: true}
-users:
-- name: admin
-  user: {token: %q}
-contexts:
-- name: test
-  context: {cluster: test, user: admin}
-current-context: test
-`, c.Host, admin))
+	writeKubeconfig(t, kubeconfig, c.Host, admin)
 
 	etcdURL := "http://127.0.0.1:" + strconv.Itoa(etcdClient)
 	peerURL := "http://127.0.0.1:" + strconv.Itoa(etcdPeer)
@@ -196,7 +187,9 @@ current-context: test
 		"--manage-all-nodes=false",
 		"--manage-nodes-with-annotation-selector=" + FakeNodeAnnotation + "=" + FakeNodeValue,
 		"--node-lease-duration-seconds=40",
-		"--cidr=10.0.0.1/24", "--node-ip=10.0.0.1",
+		// Pods' addresses on loopback: what a test sends a pod stays on
+		// this machine, where RunPod runs the pod's containers.
+		"--cidr=" + PodCIDR, "--node-ip=127.0.100.1",
 		"--server-address=127.0.0.1:" + strconv.Itoa(freePort(t)),
 	}
 	stages, _ := filepath.Glob(filepath.Join(dir, "stages", "*", "*.yaml"))

@@ -1,0 +1,167 @@
+package main
+
+import (
+	"context"
+	"net"
+	"net/http"
+	"path/filepath"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"modelserve/internal/auth"
+	"modelserve/internal/ggufgen"
+	"modelserve/internal/hubtest"
+	"modelserve/internal/kubetest"
+	"modelserve/internal/llamatest"
+	"modelserve/internal/store"
+	"modelserve/jobs"
+)
+
+// TestServeOnKubernetes runs modelserve as an operator would with
+// --fleet kubernetes: a kubeconfig holding a token of deploy/rbac.yaml's
+// ServiceAccount, a real control plane whose scheduler places the pod on a
+// kwok node, and the pod's own containers run here as the kubelet would
+// run them (the init container's script in busybox, fetching the weights
+// from modelserve's mirror with the mirror token; then the real
+// llama-server with the pod's args and its key from the Secret). The job
+// ends with the model's answer, reached at the pod's address, and a client
+// is answered through the gateway.
+func TestServeOnKubernetes(t *testing.T) {
+	engine := llamatest.Path(t)
+	busybox := kubetest.Busybox(t)
+	c := kubetest.Start(t)
+	c.AddNode(t, kubetest.Node{Name: "node-1", CPU: 8, Memory: "32Gi"})
+	kubeconfig := c.Kubeconfig(t, c.Account(t, "../../deploy/rbac.yaml"))
+
+	hub := hubtest.New(t)
+	tinyRepo(t, hub, "acme/Chatty-GGUF", "Chatty-Q4_K_M.gguf", ggufgen.Spec{})
+	data := t.TempDir()
+	mirrorToken := apiToken(t, data, "nodes")
+	addr := freeAddr(t)
+	const image = "ghcr.io/ggml-org/llama.cpp:server"
+	s := startAPI(t, config{Addr: addr, Data: data, HFEndpoint: hub.URL(),
+		Fleet: "kubernetes", Kubeconfig: kubeconfig, EngineImage: image,
+		MirrorURL: "http://" + addr, MirrorToken: mirrorToken})
+
+	// The plan's pool is the cluster's node.
+	var nodes struct {
+		Nodes []struct {
+			Name  string `json:"name"`
+			Cores int    `json:"cpu_cores"`
+			RAM   int64  `json:"ram_bytes"`
+		} `json:"nodes"`
+	}
+	if code := s.do("GET", "/api/v1/nodes", nil, &nodes); code != http.StatusOK || len(nodes.Nodes) != 1 ||
+		nodes.Nodes[0].Name != "node-1" || nodes.Nodes[0].Cores != 8 || nodes.Nodes[0].RAM != 32<<30 {
+		t.Errorf("nodes: %d %+v, want the cluster's node-1 with its 8 cores and 32 GiB", code, nodes)
+	}
+
+	var job jobs.Job
+	if code := s.do("POST", "/api/v1/serve", map[string]any{"repo": "acme/Chatty-GGUF", "replicas": 1, "context_length": 1024, "ctx_pool": 2048}, &job); code != http.StatusAccepted {
+		t.Fatalf("serve: %d", code)
+	}
+	pod := waitForPod(t, c)
+	if pod.Spec.NodeName != "node-1" {
+		t.Errorf("the pod is on %q, want node-1", pod.Spec.NodeName)
+	}
+	// kwok calls the pod ready before anything runs in it: the smoke test
+	// begins against an address nothing answers on yet, and must wait
+	// for it, as it must for a pod whose address is still being routed.
+	waitUntil(t, time.Minute, "the job's placement step to end", func() bool {
+		var j jobs.Job
+		s.do("GET", "/api/v1/jobs/"+job.ID, nil, &j)
+		place, _ := j.Step(jobs.StepPlacement)
+		return place.State == jobs.Done || j.Ended()
+	})
+	c.RunPod(t, pod, map[string]kubetest.Image{
+		"busybox:1.37": {Path: busybox},
+		image:          {Entrypoint: engine},
+	})
+
+	seen := s.watch(job.ID, 3*time.Minute)
+	last := seen[len(seen)-1]
+	if last.State != jobs.Done {
+		t.Fatalf("job ended %s: %s\n%+v", last.State, last.Error, last.Steps)
+	}
+	place, _ := last.Step(jobs.StepPlacement)
+	if want := pod.Name + " ready on node-1 at http://" + pod.Status.PodIP + ":8080"; place.Detail != want {
+		t.Errorf("placement says %q, want %q", place.Detail, want)
+	}
+	if last.Reply == "" {
+		t.Errorf("the smoke test has no answer: %+v", last.Steps)
+	}
+
+	var answer struct {
+		Choices []struct {
+			Message struct{ Content string } `json:"message"`
+		} `json:"choices"`
+	}
+	if code := s.do("POST", "/v1/chat/completions", map[string]any{"model": "chatty", "max_tokens": 8,
+		"messages": []map[string]string{{"role": "user", "content": "hello"}}}, &answer); code != http.StatusOK || len(answer.Choices) != 1 {
+		t.Errorf("a client asking chatty through the gateway: %d %+v", code, answer)
+	}
+	var reps struct {
+		Replicas []struct{ ID, Node, State string } `json:"replicas"`
+	}
+	if s.do("GET", "/api/v1/replicas", nil, &reps); len(reps.Replicas) != 1 || reps.Replicas[0].ID != pod.Name ||
+		reps.Replicas[0].State != "ready" || reps.Replicas[0].Node != "node-1" {
+		t.Errorf("replicas %+v, want %s ready on node-1", reps.Replicas, pod.Name)
+	}
+
+	// Removed from the catalog, it is removed from the cluster.
+	if code := s.do("DELETE", "/api/v1/catalog/chatty", nil, nil); code != http.StatusOK && code != http.StatusNoContent {
+		t.Fatalf("removing chatty: %d", code)
+	}
+	waitUntil(t, time.Minute, "chatty's Deployment to be gone", func() bool {
+		deps, err := c.Admin.AppsV1().Deployments("modelserve").List(context.Background(), metav1.ListOptions{})
+		return err == nil && len(deps.Items) == 0
+	})
+}
+
+// waitForPod waits for the fleet's first pod to be placed and given an
+// address, and returns it.
+func waitForPod(t *testing.T, c *kubetest.Cluster) *corev1.Pod {
+	t.Helper()
+	var pod *corev1.Pod
+	waitUntil(t, time.Minute, "a pod of the model with an address", func() bool {
+		pods, err := c.Admin.CoreV1().Pods("modelserve").List(context.Background(),
+			metav1.ListOptions{LabelSelector: "app.kubernetes.io/managed-by=modelserve"})
+		if err != nil || len(pods.Items) == 0 || pods.Items[0].Status.PodIP == "" {
+			return false
+		}
+		pod = &pods.Items[0]
+		return true
+	})
+	return pod
+}
+
+// apiToken makes an API token in the database under data, as `modelserve
+// token create` does.
+func apiToken(t *testing.T, data, name string) string {
+	t.Helper()
+	db, err := store.Open(context.Background(), filepath.Join(data, "modelserve.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	tok, err := auth.NewTokens(db).Create(context.Background(), name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tok
+}
+
+// freeAddr is a loopback address with a port free now.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
