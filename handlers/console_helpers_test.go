@@ -275,6 +275,15 @@ func (f *fakeRegistry) Repo(ctx context.Context, id, revision string) (hf.Repo, 
 	return r, nil
 }
 
+// Refs lists one branch, main, at the repository's commit.
+func (f *fakeRegistry) Refs(ctx context.Context, id string) (hf.Refs, error) {
+	r, err := f.Repo(ctx, id, "main")
+	if err != nil {
+		return hf.Refs{}, err
+	}
+	return hf.Refs{Branches: []hf.Ref{{Name: "main", Commit: r.Commit}}}, nil
+}
+
 func (f *fakeRegistry) DownloadURL(id, commit, path string) string {
 	return "http://127.0.0.1:1/" + id + "/resolve/" + commit + "/" + path
 }
