@@ -98,6 +98,8 @@ type Status struct {
 	Model string `json:"model"`
 	Repo  string `json:"repo,omitempty"`
 	Ref   string `json:"ref,omitempty"`
+	// Commit is the commit the model runs.
+	Commit string `json:"commit,omitempty"`
 	// Watched is whether the model is checked at all; NotWatched says why
 	// not (no origin, served before the branch was recorded, pinned).
 	Watched    bool   `json:"watched"`

@@ -315,7 +315,7 @@ func (w *Watcher) status(m catalog.Model, row checkRow) Status {
 	}
 	st.Interval = st.interval.String()
 	if m.Origin != nil {
-		st.Repo, st.Ref = m.Origin.Repo, m.Origin.Ref
+		st.Repo, st.Ref, st.Commit = m.Origin.Repo, m.Origin.Ref, m.Origin.Revision
 	}
 	st.NotWatched = notWatched(m)
 	st.Watched = st.NotWatched == ""
