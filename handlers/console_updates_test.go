@@ -149,6 +149,24 @@ func TestCatalogUpdateBadgeAndPage(t *testing.T) {
 	}
 	mustStatus(t, b.get("/updates/99"), http.StatusNotFound)
 	mustStatus(t, b.get("/updates/x"), http.StatusNotFound)
+
+	// Served again at the new commit, tiny has no update available, and
+	// the update's page says the model has moved on.
+	m, _ := e.catalog.Get(context.Background(), "tiny")
+	m.Origin.Revision = movedCommit
+	m.Origin.Files[0] = catalog.OriginFile{Path: "model-Q4_K_M.gguf", Bytes: 2_000_000, SHA256: movedSHA}
+	if err := e.catalog.Add(context.Background(), m, "test"); err != nil {
+		t.Fatal(err)
+	}
+	doc = mustStatus(t, b.get("/catalog"), http.StatusOK)
+	tiny = doc.Find(`[data-testid="model-row"][data-model="tiny"]`)
+	if tiny.Find(`[data-testid="update-badge"]`).Length() != 0 || tiny.Find(`[data-testid="watch"]`).Text() != "branch main: not checked yet" {
+		t.Errorf("served again: badge %d, watch line %q", tiny.Find(`[data-testid="update-badge"]`).Length(), tiny.Find(`[data-testid="watch"]`).Text())
+	}
+	page = mustStatus(t, b.get("/updates/1"), http.StatusOK)
+	if got := page.Find(`[data-testid="note"]`).Text(); got != "tiny has been served again since, and runs commit "+movedCommit[:7]+" now." {
+		t.Errorf("the update's note after tiny was served again: %q", got)
+	}
 }
 
 // TestUpdatesAPI: the check, the status and interval of a model, and the

@@ -36,6 +36,9 @@ func (s *Server) updatePage(w http.ResponseWriter, r *http.Request, v visit) {
 	switch {
 	case gone:
 		p.Note = u.Model + " is no longer in the catalog."
+	case st.Commit == "":
+		p.ModelURL = "/catalog"
+		p.Note = u.Model + " is in the catalog now without the repository it came from."
 	case st.Commit != u.OldCommit:
 		p.ModelURL, p.CheckURL = "/catalog", checkURL(st)
 		p.Note = u.Model + " has been served again since, and runs commit " + shortCommit(st.Commit) + " now."

@@ -8,6 +8,7 @@ import (
 	"modelserve/internal/ggufgen"
 	"modelserve/internal/hf"
 	"modelserve/internal/hubtest"
+	"modelserve/internal/operr"
 )
 
 // TestOriginRecordsTheRef: the catalog's origin says which revision the
@@ -48,5 +49,34 @@ func TestOriginRecordsTheRef(t *testing.T) {
 				t.Errorf("the refs were asked for: %v, want %v", asked, want)
 			}
 		})
+	}
+}
+
+// refusingRefs is the Hub client but for its refs, which it will not list.
+type refusingRefs struct{ *hf.Client }
+
+func (refusingRefs) Refs(ctx context.Context, id string) (hf.Refs, error) {
+	return hf.Refs{}, operr.New(operr.NotFound, "the registry answered 404 Not Found for %s", id)
+}
+
+// TestServeWithoutTheRefs: a registry that does not list its refs still
+// serves the model; the origin keeps the ref asked for, and no kind, so
+// the model is not watched (and its status says why).
+func TestServeWithoutTheRefs(t *testing.T) {
+	e := newEnv(t, withNodeMemory(64<<30))
+	e.addModel("acme/Tiny-GGUF", hubtest.RepoOptions{}, map[string]ggufgen.Spec{"tiny-Q4_K_M.gguf": {}})
+	deps := e.deps
+	deps.Registry = refusingRefs{e.client}
+	srv := MustServer(t, deps)
+	j := MustEnd(t, srv, MustStart(t, srv, Request{Repo: "acme/Tiny-GGUF"}).ID)
+	if j.State != Done {
+		t.Fatalf("job ended %s: %s", j.State, j.Error)
+	}
+	m, err := e.catalog.Get(context.Background(), "tiny")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o := m.Origin; o == nil || o.Ref != "main" || o.RefKind != "" {
+		t.Errorf("origin %+v, want the ref main with no kind", o)
 	}
 }

@@ -165,13 +165,23 @@ func (p *pipeline) registry(ctx context.Context) error {
 // a resumed job carries on from: the catalog records the branch a model
 // came from. A commit id needs no question; a branch and a tag look alike,
 // and only the registry's listing of its refs tells them apart.
+//
+// The answer only decides whether the model is watched for new weights,
+// so a registry that will not list its refs (a Hub-compatible server
+// without the route) serves the model all the same: the kind is left
+// empty, and the model's status says it is not watched, and why.
 func (p *pipeline) kindOfRevision(ctx context.Context) (string, error) {
 	if hf.IsCommit(p.req.Revision) {
 		return hf.RefCommit, nil
 	}
 	refs, err := p.s.deps.Registry.Refs(ctx, p.req.Repo)
 	if err != nil {
-		return "", err
+		if ctx.Err() != nil {
+			return "", ctx.Err()
+		}
+		p.s.deps.Log.Warn("the registry did not list the refs; the model will not be watched for new weights",
+			"job", p.l.job.ID, "repo", p.req.Repo, "revision", p.req.Revision, "err", err)
+		return "", nil
 	}
 	return refs.KindOf(p.req.Revision), nil
 }

@@ -162,8 +162,10 @@ func notWatched(m catalog.Model) string {
 	switch {
 	case o == nil || o.Repo == "":
 		return fmt.Sprintf("%s was added without a repository it came from: there is nothing to watch", m.Name)
-	case o.Ref == "" || o.RefKind == "":
+	case o.Ref == "":
 		return fmt.Sprintf("%s was served before modelserve recorded the branch it came from: serve it again to have it watched for new weights", m.Name)
+	case o.RefKind == "":
+		return fmt.Sprintf("%s was served from %s, and the registry would not say then whether that is a branch: serve it again to have it watched for new weights", m.Name, o.Ref)
 	case hf.IsCommit(o.Ref) || o.RefKind == hf.RefCommit:
 		return fmt.Sprintf("%s is pinned to the commit %s and is never updated: serve it from a branch to have it watched", m.Name, short(o.Ref))
 	case o.RefKind == hf.RefTag:

@@ -292,6 +292,11 @@ func TestPinnedModelsNeverAskTheRegistry(t *testing.T) {
 	if err := e.catalog.Add(context.Background(), old, "test"); err != nil {
 		t.Fatal(err)
 	}
+	unsaid := e.serve("kind-unknown", "acme/Tiny-GGUF", "main")
+	unsaid.Origin.RefKind = ""
+	if err := e.catalog.Add(context.Background(), unsaid, "test"); err != nil {
+		t.Fatal(err)
+	}
 	// The branch moves: were any of them checked, it would be news.
 	e.hub.AddFile("acme/Tiny-GGUF", "model-Q4_K_M.gguf", []byte("new weights"))
 	e.hub.ResetCounters()
@@ -305,9 +310,10 @@ func TestPinnedModelsNeverAskTheRegistry(t *testing.T) {
 	<-done
 
 	for name, want := range map[string]string{
-		"at-commit":   "at-commit is pinned to the commit " + commit[:7] + " and is never updated",
-		"at-tag":      "at-tag is pinned to the tag v1.0 and is never updated",
-		"before-refs": "served before modelserve recorded the branch it came from: serve it again to have it watched",
+		"at-commit":    "at-commit is pinned to the commit " + commit[:7] + " and is never updated",
+		"at-tag":       "at-tag is pinned to the tag v1.0 and is never updated",
+		"before-refs":  "served before modelserve recorded the branch it came from: serve it again to have it watched",
+		"kind-unknown": "kind-unknown was served from main, and the registry would not say then whether that is a branch",
 	} {
 		_, err := w.Check(context.Background(), name)
 		e, ok := operr.As(err)
