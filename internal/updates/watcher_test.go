@@ -471,3 +471,34 @@ func TestParseInterval(t *testing.T) {
 		}
 	}
 }
+
+// hangingRefs is a registry whose refs never come: the Hub client, but
+// for a listing that waits until its request gives up.
+type hangingRefs struct{ *hf.Client }
+
+func (hangingRefs) Refs(ctx context.Context, id string) (hf.Refs, error) {
+	<-ctx.Done()
+	return hf.Refs{}, ctx.Err()
+}
+
+// TestACheckIsBoundedInTime: a registry that does not answer holds a check
+// no longer than its bound, and the check's result says so.
+func TestACheckIsBoundedInTime(t *testing.T) {
+	e := newEnv(t)
+	e.repo("acme/Tiny-GGUF", []byte("weights"))
+	e.serve("tiny", "acme/Tiny-GGUF", "main")
+	w := e.watcher(func(d *updates.Deps) { d.Registry, d.CheckTimeout = hangingRefs{e.client}, 50*time.Millisecond })
+
+	start := time.Now()
+	_, err := w.Check(context.Background(), "tiny")
+	if took := time.Since(start); took > 5*time.Second {
+		t.Errorf("the check took %s with a bound of 50ms", took)
+	}
+	oe, ok := operr.As(err)
+	if !ok || oe.Kind != operr.Unavailable || !strings.Contains(oe.Msg, "did not answer about acme/Tiny-GGUF within 50ms") {
+		t.Fatalf("got %v, want unavailable saying the registry did not answer in time", err)
+	}
+	if st := mustStatus(t, w, "tiny"); st.LastCheck == nil || st.LastCheck.Result != updates.ResultFailed || st.LastCheck.Error != oe.Msg {
+		t.Errorf("last check %+v, want the failure recorded", st.LastCheck)
+	}
+}
