@@ -133,8 +133,13 @@ func (w *Watcher) checkDue(ctx context.Context) {
 		if next := w.status(m, rows[m.Name]).NextCheck; next.IsZero() || now.Before(next) {
 			continue
 		}
-		// A failure is recorded in the model's status and logged by check.
-		w.check(ctx, m)
+		// The registry's failures are the model's last check; what is
+		// left is the watcher's own (the database), said in the log.
+		if _, err := w.check(ctx, m); err != nil && ctx.Err() == nil {
+			if _, ok := operr.As(err); !ok {
+				w.deps.Log.Error("update watcher: checking a model", "model", m.Name, "err", err)
+			}
+		}
 	}
 }
 
