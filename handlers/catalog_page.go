@@ -15,12 +15,14 @@ import (
 	"modelserve/views"
 )
 
-// catalogPage lists the catalog's models.
+// catalogPage lists the catalog's models; ?removed= and ?checked= name a
+// model just removed or checked, for the page to say so.
 func (s *Server) catalogPage(w http.ResponseWriter, r *http.Request, v visit) {
-	s.renderCatalog(w, r, v, r.URL.Query().Get("removed"))
+	q := r.URL.Query()
+	s.renderCatalog(w, r, v, q.Get("removed"), q.Get("checked"))
 }
 
-func (s *Server) renderCatalog(w http.ResponseWriter, r *http.Request, v visit, removed string) {
+func (s *Server) renderCatalog(w http.ResponseWriter, r *http.Request, v visit, removed, checked string) {
 	models, err := s.deps.Catalog.List(r.Context())
 	if err != nil {
 		s.pageError(w, r, v, err)
@@ -31,7 +33,6 @@ func (s *Server) renderCatalog(w http.ResponseWriter, r *http.Request, v visit, 
 		s.pageError(w, r, v, err)
 		return
 	}
-	checked := r.URL.Query().Get("checked")
 	p := views.CatalogPage{Layout: s.layout(v, "catalog", "Catalog"), TrafficWindow: "last minute"}
 	gone := removed != "" && len(removed) <= 64 && strings.Trim(removed, "abcdefghijklmnopqrstuvwxyz0123456789._-") == ""
 	snap, hasFleet := s.snapshot()
