@@ -125,8 +125,16 @@ type Capabilities struct {
 type Origin struct {
 	Repo string `json:"repo"`
 	// Revision is the commit the files were fetched at.
-	Revision string       `json:"revision"`
-	Files    []OriginFile `json:"files,omitempty"`
+	Revision string `json:"revision"`
+	// Ref is the revision the operator asked for (a branch such as main, a
+	// tag or a commit), and RefKind what the registry said it was when the
+	// model was served: hf.RefBranch, RefTag, RefCommit or RefOther. Only
+	// a branch moves on by itself, so only a model served from one is
+	// watched for new weights. Both are empty for an entry made before
+	// modelserve recorded them.
+	Ref     string       `json:"ref,omitempty"`
+	RefKind string       `json:"ref_kind,omitempty"`
+	Files   []OriginFile `json:"files,omitempty"`
 }
 
 // OriginFile is one file of the repository the model runs from.

@@ -4,21 +4,31 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
+	"time"
 
 	"modelserve/catalog"
 	"modelserve/internal/fleet"
 	"modelserve/internal/gateway"
+	"modelserve/internal/updates"
 	"modelserve/views"
 )
 
-// catalogPage lists the catalog's models.
+// catalogPage lists the catalog's models; ?removed= and ?checked= name a
+// model just removed or checked, for the page to say so.
 func (s *Server) catalogPage(w http.ResponseWriter, r *http.Request, v visit) {
-	s.renderCatalog(w, r, v, r.URL.Query().Get("removed"))
+	q := r.URL.Query()
+	s.renderCatalog(w, r, v, q.Get("removed"), q.Get("checked"))
 }
 
-func (s *Server) renderCatalog(w http.ResponseWriter, r *http.Request, v visit, removed string) {
+func (s *Server) renderCatalog(w http.ResponseWriter, r *http.Request, v visit, removed, checked string) {
 	models, err := s.deps.Catalog.List(r.Context())
+	if err != nil {
+		s.pageError(w, r, v, err)
+		return
+	}
+	watch, err := s.deps.Updates.Statuses(r.Context(), models)
 	if err != nil {
 		s.pageError(w, r, v, err)
 		return
@@ -35,8 +45,15 @@ func (s *Server) renderCatalog(w http.ResponseWriter, r *http.Request, v visit, 
 		traffic = s.deps.Gateway.Traffic()
 	}
 	base := s.publicBase(r)
-	for _, m := range models {
+	now := time.Now()
+	for i, m := range models {
 		vm := catalogView(m)
+		vm.Watch, vm.CheckURL, vm.UpdateURL = watchText(watch[i], now), checkURL(watch[i]), updateURL(watch[i])
+		// Said only of a model the catalog has, and as its last check
+		// stands: a link cannot make the page claim a check.
+		if m.Name == checked && watch[i].LastCheck != nil {
+			p.Notice = "Checked " + m.Name + ": " + lastCheckText(watch[i], now) + "."
+		}
 		if hasFleet {
 			h, looked := health[m.Name]
 			vm.Running = runningText(h, looked)
@@ -166,4 +183,64 @@ func (s *Server) catalogRemove(w http.ResponseWriter, r *http.Request, v visit) 
 	}
 	s.deps.Log.Info("model removed from the catalog", "model", name, "user", v.user)
 	http.Redirect(w, r, "/catalog?removed="+url.QueryEscape(name), http.StatusSeeOther)
+}
+
+// watchText is what the watcher for new weights knows of a model, in a
+// sentence: why it is not watched, or its branch and last check ("branch
+// main: checked 5 min ago, up to date at abc1234").
+func watchText(st updates.Status, now time.Time) string {
+	if !st.Watched {
+		return st.NotWatched
+	}
+	text := "branch " + st.Ref + ": "
+	if st.LastCheck == nil {
+		text += "not checked yet"
+	} else {
+		text += lastCheckText(st, now)
+	}
+	if st.NextCheck.IsZero() {
+		return text + "; no checks on a schedule (its interval is 0)"
+	}
+	return text
+}
+
+// lastCheckText is a model's last check in a few words: "checked 5 min
+// ago, up to date at abc1234".
+func lastCheckText(st updates.Status, now time.Time) string {
+	c := st.LastCheck
+	when := agoText(now.Sub(c.At))
+	switch c.Result {
+	case updates.ResultUpToDate:
+		return "checked " + when + ", up to date at " + shortCommit(c.Commit)
+	case updates.ResultUpdateAvailable:
+		return "checked " + when + ", new weights at " + shortCommit(c.Commit)
+	}
+	return "the check " + when + " failed: " + c.Error
+}
+
+// agoText is how long ago something was, to the minute: "just now", "5
+// min ago", "2 h 5 min ago".
+func agoText(d time.Duration) string {
+	if d < time.Minute {
+		return "just now"
+	}
+	return durationText(d.Truncate(time.Minute)) + " ago"
+}
+
+// checkURL is the Check now form's action for a model watched, "" for
+// one not.
+func checkURL(st updates.Status) string {
+	if !st.Watched {
+		return ""
+	}
+	return "/catalog/" + url.PathEscape(st.Model) + "/check"
+}
+
+// updateURL is the page of the update available to a model, "" when
+// there is none.
+func updateURL(st updates.Status) string {
+	if st.Available == nil {
+		return ""
+	}
+	return "/updates/" + strconv.FormatInt(st.Available.ID, 10)
 }

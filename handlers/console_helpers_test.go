@@ -27,6 +27,7 @@ import (
 	"modelserve/internal/operr"
 	"modelserve/internal/store"
 	"modelserve/internal/testlog"
+	"modelserve/internal/updates"
 	"modelserve/jobs"
 )
 
@@ -49,6 +50,7 @@ type consoleEnv struct {
 	catalog *catalog.Store
 	mirror  *mirror.Mirror
 	reg     *fakeRegistry
+	updates *updates.Watcher
 	fetch   *fakeFetch
 	logs    *testlog.Buffer
 }
@@ -72,8 +74,13 @@ func newConsoleEnv(t testing.TB, edit ...func(*handlers.Deps)) *consoleEnv {
 	if e.jobs, err = jobs.New(jobs.Deps{DB: db, Registry: e.reg, Mirror: e.fetch, Catalog: e.catalog, Log: log}); err != nil {
 		t.Fatal(err)
 	}
+	// The watcher for new weights asks the same fake registry; its loop
+	// is not run: a test checks by hand.
+	if e.updates, err = updates.New(updates.Deps{DB: db, Catalog: e.catalog, Registry: e.reg, Interval: 6 * time.Hour, Log: log}); err != nil {
+		t.Fatal(err)
+	}
 	d := handlers.Deps{
-		DB: db, Jobs: e.jobs, Catalog: e.catalog, Mirror: e.mirror, Registry: e.reg, Log: log,
+		DB: db, Jobs: e.jobs, Catalog: e.catalog, Mirror: e.mirror, Registry: e.reg, Updates: e.updates, Log: log,
 		Metrics: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "# metrics\n") }),
 	}
 	for _, f := range edit {
@@ -273,6 +280,15 @@ func (f *fakeRegistry) Repo(ctx context.Context, id, revision string) (hf.Repo, 
 	}
 	r.Revision = revision
 	return r, nil
+}
+
+// Refs lists one branch, main, at the repository's commit.
+func (f *fakeRegistry) Refs(ctx context.Context, id string) (hf.Refs, error) {
+	r, err := f.Repo(ctx, id, "main")
+	if err != nil {
+		return hf.Refs{}, err
+	}
+	return hf.Refs{Branches: []hf.Ref{{Name: "main", Commit: r.Commit}}}, nil
 }
 
 func (f *fakeRegistry) DownloadURL(id, commit, path string) string {

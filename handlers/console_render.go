@@ -78,7 +78,7 @@ func backFrom(path string) (href, text string) {
 		return "/mirror", "Back to the mirror"
 	case "fleet":
 		return "/fleet", "Back to the fleet"
-	case "catalog":
+	case "catalog", "updates":
 		return "/catalog", "Back to the catalog"
 	case "serve":
 		return "/serve", "Back to the serve form"

@@ -37,6 +37,8 @@ func (s *Server) consoleRoutes(mux *http.ServeMux) {
 	mux.Handle("GET /catalog/{name}/playground", s.signedIn(s.playgroundPage))
 	mux.Handle("POST /catalog/{name}/playground", s.signedIn(s.playgroundSend))
 	mux.Handle("GET /catalog/{name}/playground/stream", s.signedIn(s.playgroundStream))
+	mux.Handle("POST /catalog/{name}/check", s.signedIn(s.modelCheck))
+	mux.Handle("GET /updates/{id}", s.signedIn(s.updatePage))
 
 	// The page is /mirror; the files nodes fetch are below /mirror/.
 	mux.Handle("GET /mirror", s.signedIn(s.mirrorPage))

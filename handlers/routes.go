@@ -26,6 +26,7 @@ import (
 	"modelserve/internal/gateway"
 	"modelserve/internal/mirror"
 	"modelserve/internal/operr"
+	"modelserve/internal/updates"
 	"modelserve/jobs"
 )
 
@@ -86,6 +87,21 @@ type Gateway interface {
 	Traffic() map[string]gateway.Traffic
 }
 
+// Updates is what the handlers need of the watcher for new weights
+// (updates.Watcher).
+type Updates interface {
+	// Check checks a model's branch now.
+	Check(ctx context.Context, name string) (updates.Result, error)
+	Status(ctx context.Context, name string) (updates.Status, error)
+	// Statuses are the catalog page's: one for each model, in order.
+	Statuses(ctx context.Context, models []catalog.Model) ([]updates.Status, error)
+	// SetInterval gives a model its own interval between checks; nil
+	// returns it to the default.
+	SetInterval(ctx context.Context, name string, d *time.Duration) (updates.Status, error)
+	List(ctx context.Context, o updates.ListOptions) ([]updates.Update, error)
+	Get(ctx context.Context, id int64) (updates.Update, error)
+}
+
 // Deps are what the handlers need. New refuses a missing one by name.
 type Deps struct {
 	DB      *sql.DB
@@ -98,6 +114,9 @@ type Deps struct {
 	// Registry reads a repository for the serve page and
 	// GET /api/v1/repos/ (hf.Registries).
 	Registry Registry
+	// Updates checks served models for new weights, and keeps what it
+	// found (updates.Watcher).
+	Updates Updates
 	// Finder searches the registries for the serve page's search box
 	// (hf.Registries); nil shows no search box.
 	Finder Finder
@@ -154,7 +173,7 @@ type Server struct {
 func New(d Deps) (http.Handler, error) {
 	for name, missing := range map[string]bool{
 		"DB": d.DB == nil, "Jobs": d.Jobs == nil, "Catalog": d.Catalog == nil, "Mirror": d.Mirror == nil,
-		"Registry": d.Registry == nil,
+		"Registry": d.Registry == nil, "Updates": d.Updates == nil,
 	} {
 		if missing {
 			return nil, errors.New("handlers: Deps." + name + " is required")
@@ -202,6 +221,11 @@ func (s *Server) routes() http.Handler {
 	api.HandleFunc("POST /api/v1/replicas/{id}/restart", s.apiReplicaControl("restart"))
 	api.HandleFunc("POST /api/v1/catalog/{name}/scale", s.apiModelScale)
 	api.HandleFunc("POST /api/v1/catalog/{name}/unpark", s.apiModelUnpark)
+	api.HandleFunc("POST /api/v1/catalog/{name}/check", s.apiModelCheck)
+	api.HandleFunc("GET /api/v1/catalog/{name}/updates", s.apiModelUpdates)
+	api.HandleFunc("PUT /api/v1/catalog/{name}/updates", s.apiModelUpdatesSet)
+	api.HandleFunc("GET /api/v1/updates", s.apiUpdateList)
+	api.HandleFunc("GET /api/v1/updates/{id}", s.apiUpdateShow)
 	api.Handle("/api/v1/", s.apiNotFound(api))
 	mux.Handle("/api/v1/", s.requireToken(api))
 

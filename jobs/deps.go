@@ -16,6 +16,10 @@ import (
 // Registry reads a repository at a revision (hf.Client, hf.Local).
 type Registry interface {
 	Repo(ctx context.Context, id, revision string) (hf.Repo, error)
+	// Refs lists the repository's branches and tags: whether the
+	// revision asked for is a branch, which the catalog records so that
+	// only a model served from a branch is watched for new weights.
+	Refs(ctx context.Context, id string) (hf.Refs, error)
 	// DownloadURL is where the mirror fetches a file of the repository at a
 	// commit.
 	DownloadURL(id, commit, path string) string

@@ -298,6 +298,10 @@ func (hangingRegistry) Repo(ctx context.Context, _, _ string) (hf.Repo, error) {
 	<-ctx.Done()
 	return hf.Repo{}, ctx.Err()
 }
+func (hangingRegistry) Refs(ctx context.Context, _ string) (hf.Refs, error) {
+	<-ctx.Done()
+	return hf.Refs{}, ctx.Err()
+}
 func (hangingRegistry) DownloadURL(id, commit, path string) string { return "" }
 
 // TestAPoisonJobIsNotResumedForEver: a job that was running when two

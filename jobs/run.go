@@ -28,7 +28,10 @@ type pipeline struct {
 	// wasDone are the steps an earlier run of the job finished.
 	wasDone map[string]bool
 
-	repo    hf.Repo
+	repo hf.Repo
+	// refKind is what the request's revision is (hf.RefBranch, ...), for
+	// the catalog's origin.
+	refKind string
 	set     hf.FileSet // the weights
 	proj    *hf.File   // the vision projector, if asked for
 	plan    plan.Plan
@@ -143,6 +146,11 @@ func (p *pipeline) registry(ctx context.Context) error {
 			return err
 		}
 	}
+	if !p.wasDone[StepCatalog] {
+		if p.refKind, err = p.kindOfRevision(ctx); err != nil {
+			return err
+		}
+	}
 	p.repo = repo
 	if p.commit == "" {
 		p.s.set(p.l, func(j *Job) { j.Commit = repo.Commit })
@@ -150,6 +158,32 @@ func (p *pipeline) registry(ctx context.Context) error {
 	p.s.step(p.l, StepRegistry, Done, fmt.Sprintf("%s at %s: %d %s", repo.ID, repo.ShortCommit(),
 		len(repo.Files), plural(len(repo.Files), "file", "files")))
 	return nil
+}
+
+// kindOfRevision is what the request's revision is: a branch, a tag, a
+// commit or another ref. Asked of the revision as requested, not the commit
+// a resumed job carries on from: the catalog records the branch a model
+// came from. A commit id needs no question; a branch and a tag look alike,
+// and only the registry's listing of its refs tells them apart.
+//
+// The answer only decides whether the model is watched for new weights,
+// so a registry that will not list its refs (a Hub-compatible server
+// without the route) serves the model all the same: the kind is left
+// empty, and the model's status says it is not watched, and why.
+func (p *pipeline) kindOfRevision(ctx context.Context) (string, error) {
+	if hf.IsCommit(p.req.Revision) {
+		return hf.RefCommit, nil
+	}
+	refs, err := p.s.deps.Registry.Refs(ctx, p.req.Repo)
+	if err != nil {
+		if ctx.Err() != nil {
+			return "", ctx.Err()
+		}
+		p.s.deps.Log.Warn("the registry did not list the refs; the model will not be watched for new weights",
+			"job", p.l.job.ID, "repo", p.req.Repo, "revision", p.req.Revision, "err", err)
+		return "", nil
+	}
+	return refs.KindOf(p.req.Revision), nil
 }
 
 func (p *pipeline) choose(ctx context.Context) error {
@@ -402,7 +436,7 @@ func (p *pipeline) addToCatalog(ctx context.Context) (bool, error) {
 	if p.proj != nil {
 		files = append(files[:len(files):len(files)], *p.proj)
 	}
-	origin := &catalog.Origin{Repo: p.repo.ID, Revision: p.repo.Commit}
+	origin := &catalog.Origin{Repo: p.repo.ID, Revision: p.repo.Commit, Ref: req.Revision, RefKind: p.refKind}
 	for _, f := range files {
 		origin.Files = append(origin.Files, catalog.OriginFile{Path: f.Path, Bytes: f.Size, SHA256: f.SHA256})
 	}

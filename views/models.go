@@ -184,6 +184,12 @@ type CatalogModel struct {
 	// from code.
 	Playground string
 	CallIt     CallIt
+	// Watch is what the watcher for new weights knows of it, in a
+	// sentence ("branch main: checked 5 min ago, up to date at
+	// abc1234"); CheckURL is the Check now form's action, "" for a model
+	// not watched; UpdateURL the page of the update available to it, ""
+	// for none.
+	Watch, CheckURL, UpdateURL string
 }
 
 // CatalogProfile is one way a model runs.
@@ -397,4 +403,38 @@ type FleetModel struct {
 	// form with the catalog's Min and Max.
 	Parked, CanControl, CanScale bool
 	Min, Max                     int
+}
+
+// UpdatePage is the page of one update: a served model's branch moved to
+// new weights.
+type UpdatePage struct {
+	Layout Layout
+	ID     string
+	Model  string
+	// ModelURL is the catalog's row of the model, "" when the catalog no
+	// longer has it.
+	ModelURL string
+	Repo     string
+	Ref      string
+	// OldCommit and NewCommit are in full, for a title; OldShort and
+	// NewShort as people write them.
+	OldCommit, NewCommit string
+	OldShort, NewShort   string
+	Noticed, NoticedISO  string
+	State                State
+	Files                []UpdateFile
+	// Note says how the update stands against the model now: served again
+	// since, or removed.
+	Note string
+	// CheckURL is the Check now form's action, "" when the model is not
+	// watched.
+	CheckURL string
+}
+
+// UpdateFile is one changed file of an update, sizes in words.
+type UpdateFile struct {
+	Path             string
+	OldSize, NewSize string
+	OldSHA, NewSHA   string
+	Gone             bool
 }

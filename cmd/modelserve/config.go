@@ -5,8 +5,11 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"time"
 
 	"modelserve/internal/hf"
+	"modelserve/internal/operr"
+	"modelserve/internal/updates"
 )
 
 // config is what serve runs with. Each field comes from its flag, else from
@@ -34,6 +37,11 @@ type config struct {
 	// reads them).
 	HFOffline  bool
 	HFHubCache string
+	// UpdateEvery is --update-interval as given, and UpdateInterval what
+	// it reads as: the time between two checks of a served model's branch
+	// for new weights (0: never, unless a model has its own).
+	UpdateEvery    string
+	UpdateInterval time.Duration
 	// Where replicas run (backend.go): this machine's processes, or a
 	// Kubernetes cluster and how its pods are made.
 	Fleet, Kubeconfig, Namespace            string
@@ -63,6 +71,7 @@ func (c *config) settings() []setting {
 		{"public-url", "MODELSERVE_PUBLIC_URL", "", "the console's address as users reach it; https://... marks session cookies Secure (TLS ends at a proxy)", &c.PublicURL},
 		{"log-format", "MODELSERVE_LOG_FORMAT", "text", "how the log is written: text (key=value lines) or json (one object a line)", &c.LogFormat},
 		{"log-level", "MODELSERVE_LOG_LEVEL", "info", "the least level logged: debug, info, warn or error", &c.LogLevel},
+		{"update-interval", "MODELSERVE_UPDATE_INTERVAL", "6h", "how often each served model's branch is checked for new weights (6h, 30m; 0 for never); a model may have its own (PUT /api/v1/catalog/{name}/updates)", &c.UpdateEvery},
 		{"session-secret", "MODELSERVE_SESSION_SECRET", "", "secret (32+ characters) the session cookie keys are derived from, best given by the environment (a flag shows in process lists); empty keeps the keys in <data>/session.key", &c.SessionSecret},
 		{"fleet", "MODELSERVE_FLEET", "", "where replicas run: local (engine processes on this machine; empty means local) or kubernetes (Deployments in a cluster)", &c.Fleet},
 		{"kubeconfig", "KUBECONFIG", "", "kubeconfig file for --fleet kubernetes; empty uses the in-cluster service account", &c.Kubeconfig},
@@ -102,6 +111,12 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (co
 	// file huggingface_hub writes, as every Hub tool reads it.
 	c.HFToken = hf.ResolveToken(c.HFToken, getenv)
 	c.HFOffline, c.HFHubCache = hf.Offline(getenv), hf.HubCache(getenv)
+	d, err := updates.ParseInterval(strings.TrimSpace(c.UpdateEvery))
+	if err != nil {
+		msg, _ := operr.Sentence(err)
+		return c, usageError{fmt.Errorf("--update-interval: %s", msg)}
+	}
+	c.UpdateInterval = d
 	return c, nil
 }
 

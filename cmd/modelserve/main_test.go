@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -30,11 +31,12 @@ func TestConfigPrecedence(t *testing.T) {
 		want config
 	}{
 		{"environment over defaults", nil, config{Addr: "127.0.0.1:9000", Data: "./data",
-			HFEndpoint: "http://127.0.0.1:7000", HFToken: "hf_env", LogFormat: "text", LogLevel: "info"}},
+			HFEndpoint: "http://127.0.0.1:7000", HFToken: "hf_env", LogFormat: "text", LogLevel: "info",
+			UpdateEvery: "6h", UpdateInterval: 6 * time.Hour}},
 		{"flags over environment", []string{"--addr", "127.0.0.1:1", "--hf-token", "hf_flag", "--data", "/srv/ms",
-			"--llama-server", "/opt/llama-server", "--models-dir", "/models"},
+			"--llama-server", "/opt/llama-server", "--models-dir", "/models", "--update-interval", "0"},
 			config{Addr: "127.0.0.1:1", Data: "/srv/ms", HFEndpoint: "http://127.0.0.1:7000", HFToken: "hf_flag",
-				LlamaServer: "/opt/llama-server", ModelsDir: "/models", LogFormat: "text", LogLevel: "info"}},
+				LlamaServer: "/opt/llama-server", ModelsDir: "/models", LogFormat: "text", LogLevel: "info", UpdateEvery: "0"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -46,6 +48,28 @@ func TestConfigPrecedence(t *testing.T) {
 				t.Errorf("got %+v\nwant %+v", got, tt.want)
 			}
 		})
+	}
+}
+
+// TestUpdateIntervalFlag: the interval comes from the flag or the
+// environment, and one that is not a duration, or too short, is a usage
+// error naming the flag.
+func TestUpdateIntervalFlag(t *testing.T) {
+	env := func(k string) string {
+		if k == "MODELSERVE_UPDATE_INTERVAL" {
+			return "30m"
+		}
+		return ""
+	}
+	if c, err := parseServe(nil, env, io.Discard); err != nil || c.UpdateInterval != 30*time.Minute {
+		t.Errorf("from the environment: %s, %v; want 30m", c.UpdateInterval, err)
+	}
+	for _, bad := range []string{"5s", "weekly", "-1h"} {
+		_, err := parseServe([]string{"--update-interval", bad}, env, io.Discard)
+		var ue usageError
+		if !errors.As(err, &ue) || !strings.HasPrefix(err.Error(), "--update-interval: the interval between checks is") {
+			t.Errorf("--update-interval %s: %v, want a usage error naming the flag", bad, err)
+		}
 	}
 }
 

@@ -22,6 +22,7 @@ import (
 	"modelserve/internal/metrics"
 	"modelserve/internal/mirror"
 	"modelserve/internal/plan"
+	"modelserve/internal/updates"
 	"modelserve/jobs"
 )
 
@@ -119,12 +120,22 @@ func serve(ctx context.Context, cfg config, log *slog.Logger, ready func(addr st
 		return err
 	}
 
-	// The fleet's loop lives until serve returns; its replicas stop with
-	// it, and the next start begins them afresh.
+	// The watcher for new weights checks the catalog's models served from
+	// a branch, each on its interval, in the background: it never holds
+	// the start, and a registry that fails is a model's check result.
+	watcher, err := updates.New(updates.Deps{DB: db, Catalog: store, Registry: regs, Metrics: met,
+		Interval: cfg.UpdateInterval, Log: log.With("part", "updates")})
+	if err != nil {
+		return err
+	}
+
+	// The fleet's loop and the watcher's live until serve returns; the
+	// replicas stop with it, and the next start begins them afresh.
 	var wg sync.WaitGroup
 	fctx, stopFleet := context.WithCancel(context.Background())
+	wctx, stopWatcher := context.WithCancel(context.Background())
 	ran := make(chan error, 1)
-	wg.Add(1)
+	wg.Add(2)
 	go func() {
 		defer wg.Done()
 		err := fl.Run(fctx)
@@ -133,9 +144,15 @@ func serve(ctx context.Context, cfg config, log *slog.Logger, ready func(addr st
 		}
 		ran <- err
 	}()
+	go func() {
+		defer wg.Done()
+		watcher.Run(wctx)
+	}()
 	defer func() {
-		// Jobs first (they watch the fleet), then the replicas. The
-		// database closes after both (deferred first, so run last).
+		// The watcher and the jobs first (they read the catalog and watch
+		// the fleet), then the replicas. The database closes after all
+		// (deferred first, so run last).
+		stopWatcher()
 		js.Close()
 		stopFleet()
 		wg.Wait()
@@ -162,7 +179,7 @@ func serve(ctx context.Context, cfg config, log *slog.Logger, ready func(addr st
 
 	h, err := handlers.New(handlers.Deps{
 		DB: db, Jobs: js, Catalog: cat, Mirror: mir, Metrics: met.Handler(), Log: log,
-		Registry: regs, Finder: regs, Planner: planner, Pool: poolOf(fl.Pool), Fleet: fl, Gateway: gw,
+		Registry: regs, Finder: regs, Updates: watcher, Planner: planner, Pool: poolOf(fl.Pool), Fleet: fl, Gateway: gw,
 		SessionKeys: site.keys, Secure: site.secure, TrustedProxies: site.trusted, PublicURL: cfg.PublicURL,
 	})
 	if err != nil {

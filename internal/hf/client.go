@@ -391,8 +391,14 @@ func (c *Client) CanDownload(ctx context.Context, repo Repo, path string) error 
 	return c.refused(resp, s, authorized(resp))
 }
 
-// getJSON reads a JSON answer into v.
+// getJSON reads a JSON answer of at most maxPageBytes into v.
 func (c *Client) getJSON(ctx context.Context, u string, s subject, v any) (*http.Response, error) {
+	return c.getJSONAtMost(ctx, u, s, v, maxPageBytes)
+}
+
+// getJSONAtMost reads a JSON answer of at most limit bytes into v: what is
+// cut off by the limit fails to decode.
+func (c *Client) getJSONAtMost(ctx context.Context, u string, s subject, v any, limit int64) (*http.Response, error) {
 	resp, err := c.send(ctx, http.MethodGet, u, nil, s, c.http)
 	if err != nil {
 		return nil, err
@@ -401,7 +407,7 @@ func (c *Client) getJSON(ctx context.Context, u string, s subject, v any) (*http
 	if resp.StatusCode != http.StatusOK {
 		return nil, c.refused(resp, s, authorized(resp))
 	}
-	if err := json.NewDecoder(io.LimitReader(resp.Body, maxPageBytes)).Decode(v); err != nil {
+	if err := json.NewDecoder(io.LimitReader(resp.Body, limit)).Decode(v); err != nil {
 		return nil, fmt.Errorf("%s's answer about %s was not the JSON expected: %w", c.host(), s.id, err)
 	}
 	return resp, nil

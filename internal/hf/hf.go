@@ -72,6 +72,8 @@ type FileSet struct {
 // local-folder registry both are.
 type Registry interface {
 	Repo(ctx context.Context, id, revision string) (Repo, error)
+	// Refs lists the repository's branches and tags.
+	Refs(ctx context.Context, id string) (Refs, error)
 	// DownloadURL is where a file of the repository at a commit is fetched.
 	DownloadURL(id, commit, path string) string
 }

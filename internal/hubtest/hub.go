@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/url"
 	"path"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -49,6 +50,9 @@ func (s *Server) serveHub(w http.ResponseWriter, r *http.Request) {
 			return
 		case len(rest) == 2 && rest[0] == "revision":
 			s.modelInfo(w, r, id, rest[1])
+			return
+		case len(rest) == 1 && rest[0] == "refs":
+			s.refs(w, r, id)
 			return
 		case len(rest) >= 2 && rest[0] == "tree":
 			s.tree(w, r, id, rest[1], strings.Join(rest[2:], "/"))
@@ -246,6 +250,60 @@ func (s *Server) modelInfo(w http.ResponseWriter, r *http.Request, id, rev strin
 		"siblings":     siblings,
 		"usedStorage":  used,
 	})
+}
+
+// gitRef is one entry of the refs listing, as the Hub writes it.
+type gitRef struct {
+	Name         string `json:"name"`
+	Ref          string `json:"ref"`
+	TargetCommit string `json:"targetCommit"`
+}
+
+// refs answers GET /api/models/{id}/refs as the Hub does: the branches
+// (the default first, then in the order they were made), the convert refs
+// and the tags, each with the commit it points at; the pull requests' refs
+// only with ?include_prs=1. The same checks as every route come first: a
+// gated repository's refs are readable by anyone, as its info and tree are.
+func (s *Server) refs(w http.ResponseWriter, r *http.Request, id string) {
+	v, ok := s.access(w, r, id)
+	if !ok {
+		return
+	}
+	out := struct {
+		Branches     []gitRef  `json:"branches"`
+		Converts     []gitRef  `json:"converts"`
+		Tags         []gitRef  `json:"tags"`
+		PullRequests *[]gitRef `json:"pullRequests,omitempty"`
+	}{Branches: []gitRef{}, Converts: []gitRef{}, Tags: []gitRef{}}
+	prs := []gitRef{}
+	s.mu.Lock()
+	branch := map[string]bool{}
+	for _, b := range v.repo.branches {
+		branch[b] = true
+		out.Branches = append(out.Branches, gitRef{Name: b, Ref: "refs/heads/" + b, TargetCommit: v.repo.refs[b]})
+	}
+	names := make([]string, 0, len(v.repo.refs))
+	for name := range v.repo.refs {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		sha := v.repo.refs[name]
+		switch {
+		case branch[name]:
+		case strings.HasPrefix(name, "refs/convert/"):
+			out.Converts = append(out.Converts, gitRef{Name: strings.TrimPrefix(name, "refs/convert/"), Ref: name, TargetCommit: sha})
+		case strings.HasPrefix(name, "refs/pr/"):
+			prs = append(prs, gitRef{Name: name, Ref: name, TargetCommit: sha})
+		default:
+			out.Tags = append(out.Tags, gitRef{Name: name, Ref: "refs/tags/" + name, TargetCommit: sha})
+		}
+	}
+	s.mu.Unlock()
+	if q := r.URL.Query().Get("include_prs"); q == "1" || q == "true" {
+		out.PullRequests = &prs
+	}
+	writeJSON(w, r, http.StatusOK, out)
 }
 
 func writeJSON(w http.ResponseWriter, r *http.Request, status int, v any) {

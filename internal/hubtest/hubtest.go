@@ -343,8 +343,11 @@ func (s *Server) Commit(id, ref string) string {
 	return r.refs[ref]
 }
 
-// SetRef points a ref at an existing commit, making a tag or a pull
-// request ref ("refs/pr/1") that a client must URL-escape to reach.
+// SetRef points a ref at an existing commit. A branch's name moves the
+// branch there (as a force-push would); "refs/pr/N" is a pull request's
+// ref, which a client must URL-escape to reach; "refs/convert/..." a
+// convert ref; any other name is a tag. The refs listing
+// (GET /api/models/{id}/refs) lists each under its kind.
 func (s *Server) SetRef(id, ref, commit string) {
 	s.t.Helper()
 	s.mu.Lock()

@@ -621,3 +621,57 @@ func TestCloseEndsSlowDownloads(t *testing.T) {
 		t.Errorf("Close took %s with a slow download running", took)
 	}
 }
+
+// TestRefs lists branches and tags as the Hub does, each with its commit,
+// and pull requests' refs only when asked; the refs of a repository the
+// caller may not see are refused as its info is.
+func TestRefs(t *testing.T) {
+	s := hubtest.New(t)
+	s.AddRepo("acme/m", hubtest.RepoOptions{Gated: "manual", Branches: []string{"main", "dev"}})
+	first := s.AddFile("acme/m", "a.gguf", []byte("one"))
+	second := s.AddFile("acme/m", "a.gguf", []byte("two"))
+	s.SetRef("acme/m", "v1.0", first)
+	s.SetRef("acme/m", "refs/pr/1", second)
+
+	type ref struct{ Name, Ref, TargetCommit string }
+	var got struct {
+		Branches, Converts, Tags []ref
+		PullRequests             *[]ref
+	}
+	resp, body := mustDo(t, noFollow, "GET", s.URL()+"/api/models/acme/m/refs", "", "")
+	if resp.StatusCode != 200 {
+		t.Fatalf("refs of a gated repository without a token: %s %s", resp.Status, body)
+	}
+	if err := json.Unmarshal(body, &got); err != nil {
+		t.Fatal(err)
+	}
+	want := []ref{{"main", "refs/heads/main", second}, {"dev", "refs/heads/dev", s.Commit("acme/m", "dev")}}
+	if fmt.Sprint(got.Branches) != fmt.Sprint(want) {
+		t.Errorf("branches %v, want %v", got.Branches, want)
+	}
+	if len(got.Tags) != 1 || got.Tags[0] != (ref{"v1.0", "refs/tags/v1.0", first}) {
+		t.Errorf("tags %v, want v1.0 at %s", got.Tags, first)
+	}
+	if got.Converts == nil || len(got.Converts) != 0 || got.PullRequests != nil {
+		t.Errorf("converts %v and pull requests %v, want an empty list and none (not asked for)", got.Converts, got.PullRequests)
+	}
+
+	_, body = mustDo(t, noFollow, "GET", s.URL()+"/api/models/acme/m/refs?include_prs=1", "", "")
+	got.PullRequests = nil
+	if err := json.Unmarshal(body, &got); err != nil || got.PullRequests == nil || len(*got.PullRequests) != 1 ||
+		(*got.PullRequests)[0].TargetCommit != second {
+		t.Errorf("with include_prs=1: %s", body)
+	}
+
+	// A branch moved by SetRef is listed where it now points.
+	s.SetRef("acme/m", "dev", second)
+	_, body = mustDo(t, noFollow, "GET", s.URL()+"/api/models/acme/m/refs", "", "")
+	if !strings.Contains(string(body), `{"name":"dev","ref":"refs/heads/dev","targetCommit":"`+second+`"}`) {
+		t.Errorf("after moving dev: %s", body)
+	}
+
+	resp, _ = mustDo(t, noFollow, "GET", s.URL()+"/api/models/acme/nothing/refs", "", "")
+	if resp.StatusCode != 401 || resp.Header.Get("X-Error-Code") != "RepoNotFound" {
+		t.Errorf("refs of a missing repository, anonymous: %s %q", resp.Status, resp.Header.Get("X-Error-Code"))
+	}
+}

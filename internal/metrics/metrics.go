@@ -1,7 +1,7 @@
 // Package metrics is what modelserve tells Prometheus: jobs started and
 // ended, how long each step took, what the mirror fetched and how often it
-// failed, how many models the catalog holds, and the fleet's replicas and
-// nodes (fleet.go).
+// failed, how many models the catalog holds, checks for new weights and
+// the updates they noticed, and the fleet's replicas and nodes (fleet.go).
 //
 // One registry per server rather than the global default, so tests can run
 // servers side by side and read their own figures.
@@ -26,6 +26,9 @@ type Metrics struct {
 	stepSeconds  *prometheus.HistogramVec
 	mirrorBytes  prometheus.Counter
 	mirrorFailed prometheus.Counter
+	// updateChecks and updatesNoticed are the watcher's (package updates).
+	updateChecks   *prometheus.CounterVec
+	updatesNoticed prometheus.Counter
 }
 
 // New registers the collectors. catalogSize, when not nil, is read at each
@@ -50,8 +53,14 @@ func New(catalogSize func(context.Context) (int, error)) *Metrics {
 		mirrorFailed: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "modelserve_mirror_failures_total", Help: "Files the mirror failed to fetch (after its retries).",
 		}),
+		updateChecks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "modelserve_update_checks_total", Help: "Checks of a served model's branch for new weights, by result (up_to_date, update_available, failed).",
+		}, []string{"result"}),
+		updatesNoticed: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "modelserve_updates_noticed_total", Help: "Updates noticed: a served model's branch moved to new weights (each move counted once).",
+		}),
 	}
-	m.reg.MustRegister(m.jobsStarted, m.jobsEnded, m.stepSeconds, m.mirrorBytes, m.mirrorFailed,
+	m.reg.MustRegister(m.jobsStarted, m.jobsEnded, m.stepSeconds, m.mirrorBytes, m.mirrorFailed, m.updateChecks, m.updatesNoticed,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if catalogSize != nil {
 		m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
@@ -93,6 +102,12 @@ func (m *Metrics) MirrorFetched(n int64) { m.mirrorBytes.Add(float64(n)) }
 
 // MirrorFailed counts a file the mirror gave up on.
 func (m *Metrics) MirrorFailed() { m.mirrorFailed.Inc() }
+
+// UpdateChecked counts a check for new weights by its result.
+func (m *Metrics) UpdateChecked(result string) { m.updateChecks.WithLabelValues(result).Inc() }
+
+// UpdateNoticed counts an update recorded for the first time.
+func (m *Metrics) UpdateNoticed() { m.updatesNoticed.Inc() }
 
 // Registerer is the registry others add their figures to (the gateway's),
 // so that /metrics serves them all.

@@ -117,3 +117,23 @@ func grep(text, s string) string {
 	}
 	return strings.Join(out, "\n")
 }
+
+// TestUpdateCounters: checks are counted by result, and updates noticed
+// on their own.
+func TestUpdateCounters(t *testing.T) {
+	m := metrics.New(nil)
+	m.UpdateChecked("up_to_date")
+	m.UpdateChecked("update_available")
+	m.UpdateChecked("up_to_date")
+	m.UpdateNoticed()
+	text := scrape(t, m)
+	for _, want := range []string{
+		`modelserve_update_checks_total{result="up_to_date"} 2`,
+		`modelserve_update_checks_total{result="update_available"} 1`,
+		"modelserve_updates_noticed_total 1",
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("the scrape lacks %s", want)
+		}
+	}
+}

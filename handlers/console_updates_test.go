@@ -1,0 +1,244 @@
+package handlers_test
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"strings"
+	"testing"
+
+	"modelserve/catalog"
+	"modelserve/internal/hf"
+	"modelserve/internal/updates"
+)
+
+// The commits of the updates tests' repository: the one served, and the
+// one its branch moves to.
+var (
+	servedCommit = strings.Repeat("a1", 20)
+	movedCommit  = strings.Repeat("b2", 20)
+	servedSHA    = strings.Repeat("1", 64)
+	movedSHA     = strings.Repeat("2", 64)
+)
+
+// servedFromBranch puts name in the catalog as served from test/<name>-GGUF's
+// main at servedCommit, and the registry's repository there.
+func servedFromBranch(t *testing.T, e *consoleEnv, name string) {
+	t.Helper()
+	repo := "test/" + name + "-GGUF"
+	e.reg.add(hf.Repo{ID: repo, Commit: servedCommit, Files: []hf.File{
+		{Path: "README.md", Size: 10}, {Path: "model-Q4_K_M.gguf", Size: 1000, SHA256: servedSHA}}})
+	m := tinyModel(name)
+	m.Origin = &catalog.Origin{Repo: repo, Revision: servedCommit, Ref: "main", RefKind: hf.RefBranch,
+		Files: []catalog.OriginFile{{Path: "model-Q4_K_M.gguf", Bytes: 1000, SHA256: servedSHA}}}
+	if err := e.catalog.Add(context.Background(), m, "test"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// moveBranch moves the registry's main of test/<name>-GGUF to movedCommit,
+// with the model's file re-uploaded larger.
+func moveBranch(e *consoleEnv, name string) {
+	e.reg.add(hf.Repo{ID: "test/" + name + "-GGUF", Commit: movedCommit, Files: []hf.File{
+		{Path: "README.md", Size: 10}, {Path: "model-Q4_K_M.gguf", Size: 2_000_000, SHA256: movedSHA}}})
+}
+
+// pinned puts name in the catalog as served at a tag.
+func pinned(t *testing.T, e *consoleEnv, name string) {
+	t.Helper()
+	m := tinyModel(name)
+	m.Origin.Ref, m.Origin.RefKind = "v1.0", hf.RefTag
+	if err := e.catalog.Add(context.Background(), m, "test"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestCatalogUpdateBadgeAndPage: the catalog says how each model is
+// watched; Check now on a model whose branch moved to new weights leads to
+// the update's page (old and new commit, the file and both sizes, when it
+// was noticed), and the catalog then shows the badge linking to it.
+func TestCatalogUpdateBadgeAndPage(t *testing.T) {
+	e := newConsoleEnv(t)
+	servedFromBranch(t, e, "tiny")
+	servedFromBranch(t, e, "steady")
+	pinned(t, e, "fixed")
+	b := e.signedIn()
+
+	doc := mustStatus(t, b.get("/catalog"), http.StatusOK)
+	tiny := doc.Find(`[data-testid="model-row"][data-model="tiny"]`)
+	if got := tiny.Find(`[data-testid="watch"]`).Text(); got != "branch main: not checked yet" {
+		t.Errorf("tiny's watch line %q", got)
+	}
+	if tiny.Find(`[data-testid="update-badge"]`).Length() != 0 {
+		t.Error("a badge before any check")
+	}
+	form := tiny.Find(`form[action="/catalog/tiny/check"]`)
+	if form.Length() != 1 || form.Find(`input[name="csrf"]`).AttrOr("value", "") != b.csrf {
+		t.Fatal("tiny has no Check now form carrying the CSRF token")
+	}
+	fixed := doc.Find(`[data-testid="model-row"][data-model="fixed"]`)
+	if got := fixed.Find(`[data-testid="watch"]`).Text(); !strings.Contains(got, "fixed is pinned to the tag v1.0 and is never updated") {
+		t.Errorf("fixed's watch line %q", got)
+	}
+	if fixed.Find(`form[action="/catalog/fixed/check"]`).Length() != 0 {
+		t.Error("a pinned model offers Check now")
+	}
+
+	// Without the token the check is refused, and nothing is asked.
+	resp := b.do(http.MethodPost, "/catalog/tiny/check", nil, nil)
+	if resp.StatusCode != http.StatusForbidden {
+		t.Errorf("a check without the CSRF token: %s", resp.Status)
+	}
+	resp.Body.Close()
+
+	moveBranch(e, "tiny")
+	resp = b.post("/catalog/tiny/check", nil)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusSeeOther || resp.Header.Get("Location") != "/updates/1" {
+		t.Fatalf("Check now: %s to %q, want 303 to /updates/1", resp.Status, resp.Header.Get("Location"))
+	}
+	page := mustStatus(t, b.get("/updates/1"), http.StatusOK)
+	for what, want := range map[string]string{
+		`[data-testid="old-commit"]`: servedCommit[:7],
+		`[data-testid="new-commit"]`: movedCommit[:7],
+		`[data-testid="state"]`:      "○ available",
+		`[data-testid="file"][data-path="model-Q4_K_M.gguf"] [data-testid="old-size"]`: "1000 bytes",
+		`[data-testid="file"][data-path="model-Q4_K_M.gguf"] [data-testid="new-size"]`: "1.9 MB (2000000 bytes)",
+	} {
+		if got := strings.TrimSpace(page.Find(what).Text()); got != want {
+			t.Errorf("the update page's %s reads %q, want %q", what, got, want)
+		}
+	}
+	if page.Find(`[data-testid="file"]`).Length() != 1 {
+		t.Errorf("%d files listed, want the GGUF alone (the README did not change)", page.Find(`[data-testid="file"]`).Length())
+	}
+	if page.Find(`[data-testid="noticed"]`).AttrOr("datetime", "") == "" || page.Find(`[data-testid="note"]`).Length() != 0 {
+		t.Error("the page does not say when it was noticed, or says the model moved on")
+	}
+	if page.Find(`form[action="/catalog/tiny/check"]`).Length() != 1 {
+		t.Error("the update page offers no Check now")
+	}
+
+	doc = mustStatus(t, b.get("/catalog"), http.StatusOK)
+	tiny = doc.Find(`[data-testid="model-row"][data-model="tiny"]`)
+	if badge := tiny.Find(`[data-testid="update-badge"]`); badge.AttrOr("href", "") != "/updates/1" || !strings.HasPrefix(badge.Text(), "update available") {
+		t.Errorf("tiny's badge %q to %q, want update available linking to /updates/1", badge.Text(), badge.AttrOr("href", ""))
+	}
+	if got := tiny.Find(`[data-testid="watch"]`).Text(); got != "branch main: checked just now, new weights at "+movedCommit[:7] {
+		t.Errorf("tiny's watch line after the check %q", got)
+	}
+
+	// A branch that did not move: back to the catalog, which says so.
+	resp = b.post("/catalog/steady/check", nil)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusSeeOther || resp.Header.Get("Location") != "/catalog?checked=steady" {
+		t.Fatalf("Check now on steady: %s to %q", resp.Status, resp.Header.Get("Location"))
+	}
+	doc = mustStatus(t, b.get("/catalog?checked=steady"), http.StatusOK)
+	if got := doc.Find(`[data-testid="notice"]`).Text(); got != "Checked steady: checked just now, up to date at "+servedCommit[:7]+"." {
+		t.Errorf("notice %q", got)
+	}
+	if doc.Find(`[data-testid="model-row"][data-model="steady"] [data-testid="update-badge"]`).Length() != 0 {
+		t.Error("steady has a badge though its branch did not move")
+	}
+
+	// A pinned model asked anyway is refused in a sentence; an unknown
+	// update is not found.
+	if doc := mustStatus(t, b.post("/catalog/fixed/check", nil), http.StatusConflict); !strings.Contains(doc.Find(`[role="alert"]`).Text(), "pinned to the tag v1.0") {
+		t.Errorf("checking a pinned model says %q", doc.Find(`[role="alert"]`).Text())
+	}
+	mustStatus(t, b.get("/updates/99"), http.StatusNotFound)
+	mustStatus(t, b.get("/updates/x"), http.StatusNotFound)
+
+	// Served again at the new commit, tiny has no update available, and
+	// the update's page says the model has moved on.
+	m, _ := e.catalog.Get(context.Background(), "tiny")
+	m.Origin.Revision = movedCommit
+	m.Origin.Files[0] = catalog.OriginFile{Path: "model-Q4_K_M.gguf", Bytes: 2_000_000, SHA256: movedSHA}
+	if err := e.catalog.Add(context.Background(), m, "test"); err != nil {
+		t.Fatal(err)
+	}
+	doc = mustStatus(t, b.get("/catalog"), http.StatusOK)
+	tiny = doc.Find(`[data-testid="model-row"][data-model="tiny"]`)
+	if tiny.Find(`[data-testid="update-badge"]`).Length() != 0 || tiny.Find(`[data-testid="watch"]`).Text() != "branch main: not checked yet" {
+		t.Errorf("served again: badge %d, watch line %q", tiny.Find(`[data-testid="update-badge"]`).Length(), tiny.Find(`[data-testid="watch"]`).Text())
+	}
+	page = mustStatus(t, b.get("/updates/1"), http.StatusOK)
+	if got := page.Find(`[data-testid="note"]`).Text(); got != "tiny has been served again since, and runs commit "+movedCommit[:7]+" now." {
+		t.Errorf("the update's note after tiny was served again: %q", got)
+	}
+}
+
+// TestUpdatesAPI: the check, the status and interval of a model, and the
+// updates, as the README documents them.
+func TestUpdatesAPI(t *testing.T) {
+	e := newConsoleEnv(t)
+	servedFromBranch(t, e, "tiny")
+	pinned(t, e, "fixed")
+	c := newAPIClient(t, e)
+
+	var res updates.Result
+	resp, b := c.do("POST", "/api/v1/catalog/tiny/check", nil)
+	if err := json.Unmarshal(b, &res); resp.StatusCode != 200 || err != nil || res.Result != "up_to_date" || res.Commit != servedCommit || res.Update != nil {
+		t.Fatalf("check before the branch moved: %s %s", resp.Status, b)
+	}
+	moveBranch(e, "tiny")
+	resp, b = c.do("POST", "/api/v1/catalog/tiny/check", nil)
+	res = updates.Result{}
+	if err := json.Unmarshal(b, &res); resp.StatusCode != 200 || err != nil || res.Result != "update_available" || !res.Recorded ||
+		res.Commit != movedCommit || res.Update == nil || len(res.Update.Files) != 1 || res.Update.Files[0].NewBytes != 2_000_000 {
+		t.Fatalf("check after the branch moved: %s %s", resp.Status, b)
+	}
+	if !strings.Contains(string(b), `"old_bytes":1000`) || !strings.Contains(string(b), `"new_sha256":"`+movedSHA+`"`) {
+		t.Errorf("the answer's field names: %s", b)
+	}
+
+	for _, tc := range []struct {
+		name, method, path string
+		body               any
+		status             int
+		want               string
+	}{
+		{"an unknown model's check", "POST", "/api/v1/catalog/nothing/check", nil, 404, `"the catalog has no model named \"nothing\"`},
+		{"a pinned model's check", "POST", "/api/v1/catalog/fixed/check", nil, 409, "fixed is pinned to the tag v1.0 and is never updated"},
+		{"the updates", "GET", "/api/v1/updates", nil, 200, `"new_commit":"` + movedCommit + `"`},
+		{"one model's updates", "GET", "/api/v1/updates?model=fixed", nil, 200, `"updates":[]`},
+		{"an update", "GET", "/api/v1/updates/1", nil, 200, `"model":"tiny"`},
+		{"an unknown update", "GET", "/api/v1/updates/7", nil, 404, "there is no update 7"},
+		{"not an update's id", "GET", "/api/v1/updates/seven", nil, 404, "an update's id is a whole number"},
+		{"a bad before", "GET", "/api/v1/updates?before=x", nil, 400, "before is an update's id"},
+		{"paged by offset", "GET", "/api/v1/updates?offset=5", nil, 400, "not by offset"},
+		{"a model's status", "GET", "/api/v1/catalog/tiny/updates", nil, 200, `"available":{"id":1`},
+		{"a pinned model's status", "GET", "/api/v1/catalog/fixed/updates", nil, 200, `"watched":false,"not_watched":"fixed is pinned`},
+		{"an unknown model's status", "GET", "/api/v1/catalog/nothing/updates", nil, 404, "the catalog has no model named"},
+		{"an interval of its own", "PUT", "/api/v1/catalog/tiny/updates", map[string]any{"interval": "90m"}, 200, `"interval":"1h30m0s","interval_set":true`},
+		{"never", "PUT", "/api/v1/catalog/tiny/updates", map[string]any{"interval": "0"}, 200, `"interval":"0s","interval_set":true`},
+		{"back to the default", "PUT", "/api/v1/catalog/tiny/updates", map[string]any{"interval": nil}, 200, `"interval_set":false`},
+		{"too often", "PUT", "/api/v1/catalog/tiny/updates", map[string]any{"interval": "5s"}, 400, "from 1m to 8760h"},
+		{"not a duration", "PUT", "/api/v1/catalog/tiny/updates", map[string]any{"interval": "daily"}, 400, "a duration such as 6h"},
+		{"a misspelt field", "PUT", "/api/v1/catalog/tiny/updates", map[string]any{"every": "1h"}, 400, "unknown field"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			resp, b := c.do(tc.method, tc.path, tc.body)
+			if resp.StatusCode != tc.status || !strings.Contains(string(b), tc.want) {
+				t.Errorf("%s %s: %s %s\nwant %d with %s", tc.method, tc.path, resp.Status, b, tc.status, tc.want)
+			}
+			if tc.status >= 400 {
+				var e struct{ Error string }
+				if json.Unmarshal(b, &e) != nil || e.Error == "" {
+					t.Errorf("the refusal is not {\"error\": sentence}: %s", b)
+				}
+			}
+		})
+	}
+
+	// A full page says where the next one is.
+	resp, b = c.do("GET", "/api/v1/updates?limit=1", nil)
+	var page struct {
+		Updates []updates.Update
+		Next    string
+	}
+	if err := json.Unmarshal(b, &page); err != nil || len(page.Updates) != 1 || page.Next != "/api/v1/updates?before=1&limit=1" {
+		t.Errorf("a full page: %s", b)
+	}
+}

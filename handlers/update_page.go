@@ -1,0 +1,82 @@
+package handlers
+
+import (
+	"errors"
+	"net/http"
+	"strconv"
+	"time"
+
+	"modelserve/catalog"
+	"modelserve/internal/updates"
+	"modelserve/views"
+)
+
+// updatePage shows one update: the commit the model ran, the one its
+// branch moved to, the files that changed and their sizes, and how the
+// update stands against the model now.
+func (s *Server) updatePage(w http.ResponseWriter, r *http.Request, v visit) {
+	id, err := updateID(r.PathValue("id"))
+	if err != nil {
+		s.pageError(w, r, v, err)
+		return
+	}
+	u, err := s.deps.Updates.Get(r.Context(), id)
+	if err != nil {
+		s.pageError(w, r, v, err)
+		return
+	}
+	st, err := s.deps.Updates.Status(r.Context(), u.Model)
+	gone := errors.Is(err, catalog.ErrNotFound)
+	if err != nil && !gone {
+		s.pageError(w, r, v, err)
+		return
+	}
+	p := updateView(u, time.Now())
+	p.Layout = s.layout(v, "catalog", "Update "+p.ID+" of "+u.Model)
+	switch {
+	case gone:
+		p.Note = u.Model + " is no longer in the catalog."
+	case st.Commit == "":
+		p.ModelURL = "/catalog"
+		p.Note = u.Model + " is in the catalog now without the repository it came from."
+	case st.Commit != u.OldCommit:
+		p.ModelURL, p.CheckURL = "/catalog", checkURL(st)
+		p.Note = u.Model + " has been served again since, and runs commit " + shortCommit(st.Commit) + " now."
+	default:
+		p.ModelURL, p.CheckURL = "/catalog", checkURL(st)
+	}
+	s.render(w, r, http.StatusOK, views.UpdatePageView(p))
+}
+
+// updateView is an update as its page shows it, but for the layout and
+// what depends on the model now.
+func updateView(u updates.Update, now time.Time) views.UpdatePage {
+	p := views.UpdatePage{
+		ID: strconv.FormatInt(u.ID, 10), Model: u.Model, Repo: u.Repo, Ref: u.Ref,
+		OldCommit: u.OldCommit, NewCommit: u.NewCommit, OldShort: shortCommit(u.OldCommit), NewShort: shortCommit(u.NewCommit),
+		Noticed: timeText(u.NoticedAt, now), NoticedISO: u.NoticedAt.UTC().Format(time.RFC3339),
+		State: views.StateOf(stateWord(u.State)),
+	}
+	for _, f := range u.Files {
+		p.Files = append(p.Files, views.UpdateFile{Path: f.Path, OldSize: bytesText(f.OldBytes), NewSize: bytesText(f.NewBytes),
+			OldSHA: f.OldSHA256, NewSHA: f.NewSHA256, Gone: f.Gone})
+	}
+	return p
+}
+
+// stateWord is an update's state as the page says it.
+func stateWord(state string) string {
+	if state == updates.StateRolledBack {
+		return "rolled back"
+	}
+	return state
+}
+
+// bytesText is a file's size in words and, past a kilobyte, exactly: two
+// files of "4.4 GB" can differ by a few bytes.
+func bytesText(b int64) string {
+	if b < 1<<10 {
+		return sizeText(b)
+	}
+	return sizeText(b) + " (" + strconv.FormatInt(b, 10) + " bytes)"
+}
