@@ -48,6 +48,9 @@ type Model struct {
 	// of the guardrails, which then has a Guard saying how it answers.
 	Role  string      `json:"role,omitempty"`
 	Guard *GuardModel `json:"guard,omitempty"`
+	// Canary is set on the entry of a new version of another model, run
+	// beside it while it is judged; its name is CanaryName's.
+	Canary *Canary `json:"canary,omitempty"`
 	// Class is what it may take from others, and they from it, when there
 	// is not room for both; empty means ClassStandard.
 	Class string `json:"class,omitempty"`
@@ -222,6 +225,28 @@ const nameRule = "use lowercase letters, digits, '.', '_' and '-', starting with
 
 func nameOK(s string) bool { return len(s) <= maxNameLen && validName.MatchString(s) }
 
+// Canary is what makes an entry a new version of another model, served
+// beside it while it is judged: the gateway sends it Share (0 to 1) of the
+// requests that name Of. Its replicas are the fleet's as any model's; no
+// client names it, nor lists it.
+type Canary struct {
+	Of    string  `json:"of"`
+	Share float64 `json:"share"`
+}
+
+// CanaryName is the name of the entry running model's version at commit
+// beside it: model@<the commit's first seven hex digits>. No model a
+// person names can have it ('@' is not in their names), and it says which
+// version it is wherever it shows (the fleet page, the engine's alias).
+func CanaryName(model, commit string) string { return model + "@" + commit[:min(7, len(commit))] }
+
+// canaryName is how a canary's name is made: of, '@' and 7 hex digits.
+var canaryName = regexp.MustCompile(`^([a-z0-9][a-z0-9._-]*)@[0-9a-f]{7}$`)
+
+// IsCanary is whether name is a canary's name, which only a canary entry
+// can have.
+func IsCanary(name string) bool { return canaryName.MatchString(name) }
+
 // envPrefixes and envExact are the engine environment variables a profile
 // may set: those that tune how an engine uses its cards, threads and
 // interconnect. Anything else (PATH, LD_PRELOAD, HF_TOKEN...) would change
@@ -251,7 +276,11 @@ func (m Model) Validate() error {
 	if m.Name == "" {
 		return invalid("the model has no name: give it one (%s)", nameRule)
 	}
-	if !nameOK(m.Name) {
+	if m.Canary != nil {
+		if err := m.validCanary(); err != nil {
+			return err
+		}
+	} else if !nameOK(m.Name) {
 		return invalid("the model name %q is not allowed: %s", m.Name, nameRule)
 	}
 	seen := map[string]bool{}
@@ -322,6 +351,25 @@ func (m Model) Validate() error {
 				return invalid("the engine's environment takes only tuning variables (NCCL_*, CUDA_*, GGML_*, LLAMA_ARG_*, OMP_NUM_THREADS), not %q (profile %s of %s)", k, p.Name, m.Name)
 			}
 		}
+	}
+	return nil
+}
+
+// validCanary checks a canary entry: its name is its model's with the
+// commit's, it takes a share from 0 to 1, and nobody names it but by its
+// name.
+func (m Model) validCanary() error {
+	c := m.Canary
+	match := canaryName.FindStringSubmatch(m.Name)
+	switch {
+	case !nameOK(c.Of):
+		return invalid("the canary %q is of the model %q, which is not a model's name: %s", m.Name, c.Of, nameRule)
+	case match == nil || match[1] != c.Of || len(m.Name) > maxNameLen+8:
+		return invalid("a canary of %s is named %s@ and the first 7 hex digits of its commit, not %q", c.Of, c.Of, m.Name)
+	case c.Share < 0 || c.Share > 1 || c.Share != c.Share:
+		return invalid("the canary %s takes a share of %s's requests from 0 to 1, not %v", m.Name, c.Of, c.Share)
+	case len(m.Aliases) > 0:
+		return invalid("the canary %s has aliases: a canary is reached through %s, by its share, not by names of its own", m.Name, c.Of)
 	}
 	return nil
 }

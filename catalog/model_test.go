@@ -36,6 +36,9 @@ func TestValidateAccepts(t *testing.T) {
 				"GGML_CUDA_NO_PINNED": "1", "LLAMA_ARG_THREADS": "4", "OMP_NUM_THREADS": "4"}
 		}},
 		{"a fixed number of replicas", func(m *catalog.Model) { m.Scaling = catalog.Scaling{Min: 2, Max: 2} }},
+		{"a canary", func(m *catalog.Model) {
+			m.Name, m.Canary = catalog.CanaryName("chatty", "3f2a1b09e8d7c6b5a4f3e2d1c0b9a8f7e6d5c4b3"), &catalog.Canary{Of: "chatty", Share: 0.1}
+		}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -93,6 +96,19 @@ func TestValidateRefuses(t *testing.T) {
 		{"a negative context length", func(m *catalog.Model) { m.ContextLength = -1 }, "is -1"},
 		{"a negative minimum of replicas", func(m *catalog.Model) { m.Scaling = catalog.Scaling{Min: -1, Max: 1} }, "-1"},
 		{"a maximum below the minimum", func(m *catalog.Model) { m.Scaling = catalog.Scaling{Min: 3, Max: 2} }, "to 2 replicas"},
+		{"a canary's name on a model", func(m *catalog.Model) { m.Name = "chatty@3f2a1b0" }, `"chatty@3f2a1b0"`},
+		{"a canary named after another model", func(m *catalog.Model) {
+			m.Name, m.Canary = "other@3f2a1b0", &catalog.Canary{Of: "chatty"}
+		}, `"other@3f2a1b0"`},
+		{"a canary named without its commit", func(m *catalog.Model) {
+			m.Name, m.Canary = "chatty-canary", &catalog.Canary{Of: "chatty"}
+		}, `"chatty-canary"`},
+		{"a canary taking more than all", func(m *catalog.Model) {
+			m.Name, m.Canary = "chatty@3f2a1b0", &catalog.Canary{Of: "chatty", Share: 1.5}
+		}, "1.5"},
+		{"a canary with an alias", func(m *catalog.Model) {
+			m.Name, m.Canary, m.Aliases = "chatty@3f2a1b0", &catalog.Canary{Of: "chatty"}, []string{"beta"}
+		}, "has aliases"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
