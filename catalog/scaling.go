@@ -28,9 +28,27 @@ func (s *Store) SetScaling(ctx context.Context, name string, min, max int) error
 		return invalid("%s may scale to at most %d replicas, not %d", name, MaxReplicas, max)
 	}
 
+	return s.edit(ctx, name, "scale", func(m *Model) { m.Scaling.Min, m.Scaling.Max = min, max })
+}
+
+// SetShare changes the share of its model's requests the canary named name
+// takes. As SetScaling, nothing else of the entry changes, so its replicas
+// run on.
+func (s *Store) SetShare(ctx context.Context, name string, share float64) error {
+	return s.edit(ctx, name, "share requests with", func(m *Model) {
+		if m.Canary != nil {
+			m.Canary.Share = share
+		}
+	})
+}
+
+// edit changes the entry named name by change, in one transaction, leaving
+// what change does not touch as it is, its added time included; what says
+// what it does, for an error ("scale").
+func (s *Store) edit(ctx context.Context, name, what string, change func(*Model)) error {
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
-		return fmt.Errorf("scale %s: %w", name, err)
+		return fmt.Errorf("%s %s: %w", what, name, err)
 	}
 	defer tx.Rollback()
 
@@ -40,21 +58,21 @@ func (s *Store) SetScaling(ctx context.Context, name string, min, max int) error
 		return notFound(name)
 	}
 	if err != nil {
-		return fmt.Errorf("scale %s: %w", name, err)
+		return fmt.Errorf("%s %s: %w", what, name, err)
 	}
-	m.Scaling.Min, m.Scaling.Max = min, max
+	change(&m)
 	if err := m.Validate(); err != nil {
 		return err
 	}
 	spec, err := json.Marshal(specOf(m))
 	if err != nil {
-		return fmt.Errorf("scale %s: %w", name, err)
+		return fmt.Errorf("%s %s: %w", what, name, err)
 	}
 	if _, err := tx.ExecContext(ctx, `UPDATE models SET spec = ? WHERE name = ?`, string(spec), name); err != nil {
-		return fmt.Errorf("scale %s: %w", name, err)
+		return fmt.Errorf("%s %s: %w", what, name, err)
 	}
 	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("scale %s: %w", name, err)
+		return fmt.Errorf("%s %s: %w", what, name, err)
 	}
 	return nil
 }

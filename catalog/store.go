@@ -76,6 +76,9 @@ func (s *Store) add(ctx context.Context, m Model, by string, replace bool) error
 		}
 		return fmt.Errorf("add %s to the catalog: %w", m.Name, err)
 	}
+	if err := recordVersion(ctx, tx, m, m.AddedAt); err != nil {
+		return err
+	}
 	for i, a := range m.Aliases {
 		if _, err := tx.ExecContext(ctx,
 			`INSERT INTO aliases (alias, model, position) VALUES (?, ?, ?)`, a, m.Name, i); err != nil {

@@ -38,6 +38,9 @@ func (s *Server) consoleRoutes(mux *http.ServeMux) {
 	mux.Handle("POST /catalog/{name}/playground", s.signedIn(s.playgroundSend))
 	mux.Handle("GET /catalog/{name}/playground/stream", s.signedIn(s.playgroundStream))
 	mux.Handle("POST /catalog/{name}/check", s.signedIn(s.modelCheck))
+	mux.Handle("POST /catalog/{name}/update", s.signedIn(s.modelUpdate))
+	mux.Handle("POST /catalog/{name}/promote", s.signedIn(s.modelPromote))
+	mux.Handle("POST /catalog/{name}/rollback", s.signedIn(s.modelRollBack))
 	mux.Handle("GET /updates/{id}", s.signedIn(s.updatePage))
 
 	// The page is /mirror; the files nodes fetch are below /mirror/.

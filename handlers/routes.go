@@ -38,6 +38,18 @@ type Jobs interface {
 	Cancel(ctx context.Context, id string) (jobs.Job, error)
 	Retry(ctx context.Context, id string) (jobs.Job, error)
 	Subscribe(id string) (<-chan jobs.Event, func())
+	// Update serves a model's update beside it as its canary; Promote
+	// and RollBack decide its trial by hand.
+	Update(ctx context.Context, u jobs.UpdateRequest) (jobs.Job, error)
+	Promote(ctx context.Context, model, by string) (jobs.Job, error)
+	RollBack(ctx context.Context, model, by string) (jobs.Job, error)
+	// OnTrial is the job trying an update of model, "" for none.
+	OnTrial(model string) string
+}
+
+// Versions are each model's versions (catalog.Store).
+type Versions interface {
+	Versions(ctx context.Context, model string) ([]catalog.Version, error)
 }
 
 // Catalog is what the handlers need of the catalog.
@@ -117,6 +129,12 @@ type Deps struct {
 	// Updates checks served models for new weights, and keeps what it
 	// found (updates.Watcher).
 	Updates Updates
+	// Versions are the models' versions (catalog.Store); nil answers
+	// none.
+	Versions Versions
+	// CanaryShare is the share of a model's requests an update's canary
+	// takes unless it says (--canary-share), for the update page to say.
+	CanaryShare float64
 	// Finder searches the registries for the serve page's search box
 	// (hf.Registries); nil shows no search box.
 	Finder Finder
@@ -222,6 +240,10 @@ func (s *Server) routes() http.Handler {
 	api.HandleFunc("POST /api/v1/catalog/{name}/scale", s.apiModelScale)
 	api.HandleFunc("POST /api/v1/catalog/{name}/unpark", s.apiModelUnpark)
 	api.HandleFunc("POST /api/v1/catalog/{name}/check", s.apiModelCheck)
+	api.HandleFunc("GET /api/v1/catalog/{name}/versions", s.apiModelVersions)
+	api.HandleFunc("POST /api/v1/catalog/{name}/update", s.apiModelUpdate)
+	api.HandleFunc("POST /api/v1/catalog/{name}/promote", s.apiModelPromote)
+	api.HandleFunc("POST /api/v1/catalog/{name}/rollback", s.apiModelRollBack)
 	api.HandleFunc("GET /api/v1/catalog/{name}/updates", s.apiModelUpdates)
 	api.HandleFunc("PUT /api/v1/catalog/{name}/updates", s.apiModelUpdatesSet)
 	api.HandleFunc("GET /api/v1/updates", s.apiUpdateList)

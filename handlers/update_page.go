@@ -3,6 +3,7 @@ package handlers
 import (
 	"errors"
 	"net/http"
+	"net/url"
 	"strconv"
 	"time"
 
@@ -44,6 +45,13 @@ func (s *Server) updatePage(w http.ResponseWriter, r *http.Request, v visit) {
 		p.Note = u.Model + " has been served again since, and runs commit " + shortCommit(st.Commit) + " now."
 	default:
 		p.ModelURL, p.CheckURL = "/catalog", checkURL(st)
+		base := "/catalog/" + url.PathEscape(u.Model)
+		switch job := s.deps.Jobs.OnTrial(u.Model); {
+		case job != "":
+			p.TrialURL, p.PromoteURL, p.RollBackURL = "/jobs/"+job, base+"/promote", base+"/rollback"
+		case u.State == updates.StateAvailable:
+			p.TryURL, p.Share = base+"/update", shareText(s.deps.CanaryShare)
+		}
 	}
 	s.render(w, r, http.StatusOK, views.UpdatePageView(p))
 }
@@ -79,4 +87,9 @@ func bytesText(b int64) string {
 		return sizeText(b)
 	}
 	return sizeText(b) + " (" + strconv.FormatInt(b, 10) + " bytes)"
+}
+
+// shareText is a canary's share of its model's requests, as "10%".
+func shareText(f float64) string {
+	return strconv.FormatFloat(100*f, 'f', -1, 64) + "%"
 }

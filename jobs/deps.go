@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"modelserve/catalog"
+	"modelserve/internal/canary"
 	"modelserve/internal/gguf"
 	"modelserve/internal/hf"
 	"modelserve/internal/mirror"
@@ -44,6 +45,12 @@ type Mirror interface {
 type Catalog interface {
 	Add(ctx context.Context, m catalog.Model, by string) error
 	AddNew(ctx context.Context, m catalog.Model, by string) error
+	// Get and Remove are an update's: it reads the model it updates, and
+	// removes the canary once judged.
+	Get(ctx context.Context, name string) (catalog.Model, error)
+	Remove(ctx context.Context, name string) error
+	// SetShare is the part of its model's requests a canary takes.
+	SetShare(ctx context.Context, name string, share float64) error
 }
 
 // Planner says which file of a repository suits the cluster's hardware and
@@ -112,4 +119,19 @@ type Deps struct {
 	UnplacedGrace time.Duration
 	// Metrics, when set, is told of jobs and steps.
 	Metrics Metrics
+
+	// What an update needs (Server.Update): the updates noticed, and
+	// where versions end. Without Updates no update is served.
+	Updates  Updates
+	Versions Versions
+	// Meters measure each version's requests on the gateway, and Evals
+	// run the model's eval suite; a trial without one is judged without
+	// it, and says so.
+	Meters Meters
+	Evals  Evals
+	// Policy judges a canary: canary.DefaultPolicy unless set. Share is
+	// the part of a model's requests its canary takes unless the update
+	// says: DefaultShare unless set.
+	Policy canary.Policy
+	Share  float64
 }

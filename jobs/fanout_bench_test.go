@@ -41,7 +41,7 @@ func BenchmarkEventsFanOut(b *testing.B) {
 func fanOut(b *testing.B, n int) time.Duration {
 	e := newEnv(b)
 	now := time.Now().UTC()
-	l := &live{job: Job{ID: newID(now), Kind: KindServe, Request: Request{Repo: tinyRepo}, State: Running,
+	l := &live{job: Job{ID: newID(KindServe, now), Kind: KindServe, Request: Request{Repo: tinyRepo}, State: Running,
 		Steps: []Step{}, Started: now}, seq: 1, cancel: func(error) {}}
 	if err := save(context.Background(), e.db, l.job, l.seq, -1); err != nil {
 		b.Fatal(err)

@@ -32,6 +32,8 @@ type Replica struct {
 	// State is ReplicaReady once it answers; anything else says what it is
 	// doing ("starting", "loading").
 	State string
+	// Started is when its engine started.
+	Started time.Time
 }
 
 // ModelHealth is how the fleet fares with one model.

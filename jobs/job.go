@@ -18,8 +18,12 @@ const (
 	Skipped   = "skipped"
 )
 
-// KindServe is the kind of a job that serves a model.
-const KindServe = "serve"
+// The kinds of job: one that serves a model, and one that serves a
+// model's update beside it and judges it (Server.Update).
+const (
+	KindServe  = "serve"
+	KindUpdate = "update"
+)
 
 // The steps of a job, in the order it goes through them.
 const (
@@ -30,6 +34,12 @@ const (
 	StepCatalog   = "catalog"
 	StepPlacement = "placement"
 	StepSmoke     = "smoke test"
+	// An update's, after the smoke test: the eval suite on both versions
+	// before the canary takes traffic, the canary on its share of it, and
+	// the verdict (promoted or rolled back).
+	StepEval    = "eval"
+	StepCanary  = "canary"
+	StepVerdict = "verdict"
 )
 
 // Step is one stage of a job, and what it is doing or did.
@@ -93,12 +103,12 @@ func (j Job) clone() Job {
 }
 
 // newID makes a job id that sorts by when it started and cannot be guessed
-// from another: "serve-<unix seconds>-<8 random bytes in hex>".
-func newID(now time.Time) string {
+// from another: "<kind>-<unix seconds>-<8 random bytes in hex>".
+func newID(kind string, now time.Time) string {
 	var b [8]byte
 	if _, err := rand.Read(b[:]); err != nil {
 		// crypto/rand does not fail on the systems Go supports.
 		panic(err)
 	}
-	return fmt.Sprintf("%s-%d-%s", KindServe, now.Unix(), hex.EncodeToString(b[:]))
+	return fmt.Sprintf("%s-%d-%s", kind, now.Unix(), hex.EncodeToString(b[:]))
 }

@@ -76,6 +76,14 @@ type Request struct {
 	// Env is set in the engine's environment: tuning variables only, which
 	// the catalog checks.
 	Env map[string]string `json:"env,omitempty"`
+	// CanaryOf is set by an update (Server.Update), never by a client: the
+	// job serves a new version of that catalog model beside it, as its
+	// canary (catalog.CanaryName), then judges it (see trial). UpdateID is
+	// the update it serves, Share the part of the model's requests the
+	// canary takes once its eval has passed.
+	CanaryOf string  `json:"canary_of,omitempty"`
+	UpdateID int64   `json:"update_id,omitempty"`
+	Share    float64 `json:"share,omitempty"`
 	// MemoryGB is what a replica on CPUs reserves, in place of the figure
 	// worked out from its weights and context.
 	MemoryGB int `json:"memory_gb,omitempty"`
@@ -244,6 +252,9 @@ func normalize(req Request) (Request, error) {
 	if req.Longest && req.sized() {
 		return req, invalid("the longest context that fits, or the context given: not both; drop ctx_pool, or give context_length a number")
 	}
+	if req.CanaryOf != "" && (req.Share <= 0 || req.Share > 1 || req.Replicas < 1) {
+		return req, invalid("a canary of %s takes a share of its requests above 0 and at most 1, not %v, on at least one replica", req.CanaryOf, req.Share)
+	}
 	if pool, ctx := req.CtxPool, req.ContextLength; pool > 0 && ctx > pool {
 		return req, invalid("a request of %d tokens cannot fit a pool of %d: give ctx_pool at least context_length", ctx, pool)
 	}
@@ -268,6 +279,9 @@ func catalogEntry(req Request, name string) catalog.Model {
 	}
 	if req.GuardFormat != "" {
 		m.Role, m.Guard, m.RoutingProfile = catalog.RoleGuard, &catalog.GuardModel{Format: req.GuardFormat}, ""
+	}
+	if req.CanaryOf != "" {
+		m.Canary = &catalog.Canary{Of: req.CanaryOf}
 	}
 	return m
 }

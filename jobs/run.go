@@ -124,6 +124,10 @@ func (s *Server) run(ctx context.Context, l *live) error {
 	} else {
 		s.step(l, StepSmoke, Done, fmt.Sprintf("answered at %.1f tokens/s: %q", tps, reply))
 	}
+	if p.req.CanaryOf != "" {
+		// 8. An update: the new version beside the old, judged.
+		return s.trial(ctx, l, p)
+	}
 	return nil
 }
 
@@ -286,7 +290,7 @@ func (p *pipeline) fetch(ctx context.Context) error {
 	unchecked := 0
 	for _, f := range all {
 		files = append(files, mirror.File{
-			Model: p.name, Revision: p.repo.ShortCommit(), Path: f.Path,
+			Model: or(p.req.CanaryOf, p.name), Revision: p.repo.ShortCommit(), Path: f.Path,
 			URL:  p.s.deps.Registry.DownloadURL(p.repo.ID, p.repo.Commit, f.Path),
 			Size: f.Size,
 			// The mirror refuses a copy that is not what the registry
@@ -437,6 +441,18 @@ func (p *pipeline) addToCatalog(ctx context.Context) (bool, error) {
 		files = append(files[:len(files):len(files)], *p.proj)
 	}
 	origin := &catalog.Origin{Repo: p.repo.ID, Revision: p.repo.Commit, Ref: req.Revision, RefKind: p.refKind}
+	if req.CanaryOf != "" {
+		// A version of the model, from the branch the model is watched on.
+		parent, err := p.s.deps.Catalog.Get(ctx, req.CanaryOf)
+		if err != nil {
+			return false, err
+		}
+		if parent.Origin != nil {
+			origin.Ref, origin.RefKind = parent.Origin.Ref, parent.Origin.RefKind
+		}
+		m.Canary = &catalog.Canary{Of: req.CanaryOf}
+		m.Scaling = catalog.Scaling{Min: req.Replicas, Max: req.Replicas}
+	}
 	for _, f := range files {
 		origin.Files = append(origin.Files, catalog.OriginFile{Path: f.Path, Bytes: f.Size, SHA256: f.SHA256})
 	}
@@ -447,6 +463,9 @@ func (p *pipeline) addToCatalog(ctx context.Context) (bool, error) {
 		add = p.s.deps.Catalog.AddNew
 	}
 	if err := add(ctx, m, req.By); err != nil {
+		if req.CanaryOf != "" && errors.Is(err, catalog.ErrExists) {
+			return false, sentencef("%s is on trial already: promote or roll it back before serving it again", p.name)
+		}
 		if req.IfAbsent && errors.Is(err, catalog.ErrExists) {
 			p.s.step(p.l, StepCatalog, Skipped, p.name+" was added meanwhile; left as it is")
 			return false, nil

@@ -17,6 +17,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"modelserve/internal/canary"
 	"modelserve/internal/operr"
 	"modelserve/internal/store"
 	"runtime/debug"
@@ -49,6 +50,8 @@ type live struct {
 	mu  sync.Mutex
 	job Job
 	seq int64
+	// decisions carries an operator's verdict to an update's trial.
+	decisions chan decision
 	// lastProgress is when the mirror's progress was last saved and
 	// published: at most a few times a second, however often it comes.
 	lastProgress time.Time
@@ -115,6 +118,12 @@ func New(d Deps) (*Server, error) {
 	if d.Log == nil {
 		d.Log = slog.Default()
 	}
+	if d.Policy == (canary.Policy{}) {
+		d.Policy = canary.DefaultPolicy
+	}
+	if d.Share == 0 {
+		d.Share = DefaultShare
+	}
 	return &Server{deps: d, live: map[string]*live{}, stop: make(chan struct{})}, nil
 }
 
@@ -122,6 +131,9 @@ func New(d Deps) (*Server, error) {
 // runs on its own. A refused request (errors.Is ErrInvalid) starts nothing
 // and stores nothing.
 func (s *Server) Start(ctx context.Context, req Request) (Job, error) {
+	if req.CanaryOf != "" || req.UpdateID != 0 || req.Share != 0 {
+		return Job{}, invalid("canary_of, update_id and share are an update's, not a serve request's: POST /api/v1/catalog/{name}/update serves a model's update beside it")
+	}
 	return s.start(ctx, req, "")
 }
 
@@ -137,7 +149,11 @@ func (s *Server) start(ctx context.Context, req Request, retryOf string) (Job, e
 		return Job{}, operr.Wrap(operr.Unavailable, ErrClosed, "modelserve is shutting down: start the job again once it is back")
 	}
 	now := time.Now().UTC()
-	l := &live{job: Job{ID: newID(now), Kind: KindServe, Request: req, State: Running,
+	kind := KindServe
+	if req.CanaryOf != "" {
+		kind = KindUpdate
+	}
+	l := &live{job: Job{ID: newID(kind, now), Kind: kind, Request: req, State: Running,
 		Steps: []Step{}, Started: now, RetryOf: retryOf}, seq: 1}
 	// Saved before it runs, so that no step can be reported of a job the
 	// database does not have.
@@ -166,7 +182,7 @@ func (s *Server) start(ctx context.Context, req Request, retryOf string) (Job, e
 // that Cancel and Close end. It returns false when the server has closed.
 func (s *Server) launch(l *live) bool {
 	ctx, cancel := context.WithCancelCause(context.Background())
-	l.cancel, l.done = cancel, make(chan struct{})
+	l.cancel, l.done, l.decisions = cancel, make(chan struct{}), make(chan decision, 1)
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()

@@ -429,6 +429,12 @@ type UpdatePage struct {
 	// CheckURL is the Check now form's action, "" when the model is not
 	// watched.
 	CheckURL string
+	// TryURL is the form that serves the update beside the model as its
+	// canary, "" when it cannot be tried now. TrialURL is the job trying
+	// it, with PromoteURL and RollBackURL its hand controls, while it is
+	// on trial.
+	TryURL, TrialURL, PromoteURL, RollBackURL string
+	Share                                     string
 }
 
 // UpdateFile is one changed file of an update, sizes in words.

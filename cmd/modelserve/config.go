@@ -4,9 +4,11 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"time"
 
+	"modelserve/internal/canary"
 	"modelserve/internal/hf"
 	"modelserve/internal/operr"
 	"modelserve/internal/updates"
@@ -42,6 +44,12 @@ type config struct {
 	// for new weights (0: never, unless a model has its own).
 	UpdateEvery    string
 	UpdateInterval time.Duration
+	// How an update's canary is tried (canary-*), as given and as read:
+	// the share of its model's requests it takes, and the requests and
+	// time its trial is bounded by.
+	CanaryShareText, CanaryRequestsText, CanaryWindowText string
+	CanaryShare                                           float64
+	CanaryPolicy                                          canary.Policy
 	// Where replicas run (backend.go): this machine's processes, or a
 	// Kubernetes cluster and how its pods are made.
 	Fleet, Kubeconfig, Namespace            string
@@ -72,6 +80,9 @@ func (c *config) settings() []setting {
 		{"log-format", "MODELSERVE_LOG_FORMAT", "text", "how the log is written: text (key=value lines) or json (one object a line)", &c.LogFormat},
 		{"log-level", "MODELSERVE_LOG_LEVEL", "info", "the least level logged: debug, info, warn or error", &c.LogLevel},
 		{"update-interval", "MODELSERVE_UPDATE_INTERVAL", "6h", "how often each served model's branch is checked for new weights (6h, 30m; 0 for never); a model may have its own (PUT /api/v1/catalog/{name}/updates)", &c.UpdateEvery},
+		{"canary-share", "MODELSERVE_CANARY_SHARE", "0.1", "the share of a model's requests an update's canary takes while it is judged (0.1 is 10%); an update may give its own", &c.CanaryShareText},
+		{"canary-requests", "MODELSERVE_CANARY_REQUESTS", "50", "how many requests a canary serves before it is judged on them", &c.CanaryRequestsText},
+		{"canary-window", "MODELSERVE_CANARY_WINDOW", "30m", "the longest a canary is tried before it is judged on what it served", &c.CanaryWindowText},
 		{"session-secret", "MODELSERVE_SESSION_SECRET", "", "secret (32+ characters) the session cookie keys are derived from, best given by the environment (a flag shows in process lists); empty keeps the keys in <data>/session.key", &c.SessionSecret},
 		{"fleet", "MODELSERVE_FLEET", "", "where replicas run: local (engine processes on this machine; empty means local) or kubernetes (Deployments in a cluster)", &c.Fleet},
 		{"kubeconfig", "KUBECONFIG", "", "kubeconfig file for --fleet kubernetes; empty uses the in-cluster service account", &c.Kubeconfig},
@@ -117,7 +128,29 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (co
 		return c, usageError{fmt.Errorf("--update-interval: %s", msg)}
 	}
 	c.UpdateInterval = d
+	if err := c.readCanary(); err != nil {
+		return c, usageError{err}
+	}
 	return c, nil
+}
+
+// readCanary reads the canary-* settings, each bounded.
+func (c *config) readCanary() error {
+	share, err := strconv.ParseFloat(strings.TrimSpace(c.CanaryShareText), 64)
+	if err != nil || share <= 0 || share > 1 {
+		return fmt.Errorf("--canary-share is a share of the requests above 0 and at most 1 (0.1 is 10%%), not %q", c.CanaryShareText)
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(c.CanaryRequestsText))
+	if err != nil || n < 1 || n > 1_000_000 {
+		return fmt.Errorf("--canary-requests is a count from 1 to 1000000, not %q", c.CanaryRequestsText)
+	}
+	window, err := time.ParseDuration(strings.TrimSpace(c.CanaryWindowText))
+	if err != nil || window < time.Second || window > 7*24*time.Hour {
+		return fmt.Errorf("--canary-window is a duration from 1s to 168h (30m, 2h), not %q", c.CanaryWindowText)
+	}
+	c.CanaryShare, c.CanaryPolicy = share, canary.DefaultPolicy
+	c.CanaryPolicy.MinRequests, c.CanaryPolicy.Window = n, window
+	return nil
 }
 
 const serveUsage = `Usage: modelserve serve [flags]

@@ -21,7 +21,7 @@ func (a jobsFleet) Replicas() []jobs.Replica {
 	rs := a.f.Replicas()
 	out := make([]jobs.Replica, 0, len(rs))
 	for _, r := range rs {
-		out = append(out, jobs.Replica{ID: r.ID, Model: r.Model, Node: r.Node, Endpoint: r.Endpoint, State: string(r.State)})
+		out = append(out, jobs.Replica{ID: r.ID, Model: r.Model, Node: r.Node, Endpoint: r.Endpoint, State: string(r.State), Started: r.Started})
 	}
 	return out
 }

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"modelserve/internal/canary"
 	"modelserve/internal/llamatest"
 	"modelserve/internal/testlog"
 )
@@ -25,18 +26,26 @@ func TestConfigPrecedence(t *testing.T) {
 		"HF_TOKEN":        "hf_env",
 	}
 	getenv := func(k string) string { return env[k] }
+	// The canary's settings at their defaults, as read.
+	policy := canary.DefaultPolicy
+	policy.MinRequests, policy.Window = 50, 30*time.Minute
+	canaryDefaults := func(c config) config {
+		c.CanaryShareText, c.CanaryRequestsText, c.CanaryWindowText = "0.1", "50", "30m"
+		c.CanaryShare, c.CanaryPolicy = 0.1, policy
+		return c
+	}
 	tests := []struct {
 		name string
 		args []string
 		want config
 	}{
-		{"environment over defaults", nil, config{Addr: "127.0.0.1:9000", Data: "./data",
+		{"environment over defaults", nil, canaryDefaults(config{Addr: "127.0.0.1:9000", Data: "./data",
 			HFEndpoint: "http://127.0.0.1:7000", HFToken: "hf_env", LogFormat: "text", LogLevel: "info",
-			UpdateEvery: "6h", UpdateInterval: 6 * time.Hour}},
+			UpdateEvery: "6h", UpdateInterval: 6 * time.Hour})},
 		{"flags over environment", []string{"--addr", "127.0.0.1:1", "--hf-token", "hf_flag", "--data", "/srv/ms",
 			"--llama-server", "/opt/llama-server", "--models-dir", "/models", "--update-interval", "0"},
-			config{Addr: "127.0.0.1:1", Data: "/srv/ms", HFEndpoint: "http://127.0.0.1:7000", HFToken: "hf_flag",
-				LlamaServer: "/opt/llama-server", ModelsDir: "/models", LogFormat: "text", LogLevel: "info", UpdateEvery: "0"}},
+			canaryDefaults(config{Addr: "127.0.0.1:1", Data: "/srv/ms", HFEndpoint: "http://127.0.0.1:7000", HFToken: "hf_flag",
+				LlamaServer: "/opt/llama-server", ModelsDir: "/models", LogFormat: "text", LogLevel: "info", UpdateEvery: "0"})},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

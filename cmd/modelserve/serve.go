@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -111,20 +112,24 @@ func serve(ctx context.Context, cfg config, log *slog.Logger, ready func(addr st
 	}
 	defer gw.Close()
 
-	js, err := jobs.New(jobs.Deps{
-		DB: db, Registry: regs, Mirror: mir, Catalog: cat, Planner: planner, Fleet: jobsFleet, Gateway: gw,
-		EngineBuild: version.Build, Architectures: known, Pool: fl.Pool,
-		Log: log, Metrics: met,
-	})
-	if err != nil {
-		return err
-	}
-
 	// The watcher for new weights checks the catalog's models served from
 	// a branch, each on its interval, in the background: it never holds
 	// the start, and a registry that fails is a model's check result.
 	watcher, err := updates.New(updates.Deps{DB: db, Catalog: store, Registry: regs, Metrics: met,
 		Interval: cfg.UpdateInterval, Log: log.With("part", "updates")})
+	if err != nil {
+		return err
+	}
+
+	// Jobs serve models, and their updates beside them as canaries judged
+	// on the gateway's measures of each version.
+	share := cmp.Or(cfg.CanaryShare, jobs.DefaultShare)
+	js, err := jobs.New(jobs.Deps{
+		DB: db, Registry: regs, Mirror: mir, Catalog: cat, Planner: planner, Fleet: jobsFleet, Gateway: gw,
+		EngineBuild: version.Build, Architectures: known, Pool: fl.Pool,
+		Log: log, Metrics: met,
+		Updates: watcher, Versions: store, Share: share, Policy: cfg.CanaryPolicy,
+	})
 	if err != nil {
 		return err
 	}
@@ -179,7 +184,7 @@ func serve(ctx context.Context, cfg config, log *slog.Logger, ready func(addr st
 
 	h, err := handlers.New(handlers.Deps{
 		DB: db, Jobs: js, Catalog: cat, Mirror: mir, Metrics: met.Handler(), Log: log,
-		Registry: regs, Finder: regs, Updates: watcher, Planner: planner, Pool: poolOf(fl.Pool), Fleet: fl, Gateway: gw,
+		Registry: regs, Finder: regs, Updates: watcher, Versions: store, CanaryShare: share, Planner: planner, Pool: poolOf(fl.Pool), Fleet: fl, Gateway: gw,
 		SessionKeys: site.keys, Secure: site.secure, TrustedProxies: site.trusted, PublicURL: cfg.PublicURL,
 	})
 	if err != nil {

@@ -14,6 +14,7 @@ type Store interface {
 	AddNew(ctx context.Context, m catalog.Model, by string) error
 	Remove(ctx context.Context, name string) error
 	SetScaling(ctx context.Context, name string, min, max int) error
+	SetShare(ctx context.Context, name string, share float64) error
 	Get(ctx context.Context, name string) (catalog.Model, error)
 	List(ctx context.Context) ([]catalog.Model, error)
 }
@@ -78,6 +79,12 @@ func (c *NotifyingCatalog) Remove(ctx context.Context, name string) error {
 	}
 	c.changed(ctx)
 	return nil
+}
+
+// SetShare is Store.SetShare: the gateway reads it from the catalog; the
+// fleet has nothing to do.
+func (c *NotifyingCatalog) SetShare(ctx context.Context, name string, share float64) error {
+	return c.store.SetShare(ctx, name, share)
 }
 
 // Get is Store.Get.

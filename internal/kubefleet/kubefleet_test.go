@@ -343,7 +343,6 @@ func crashLoop(t *testing.T, admin kubernetes.Interface, pod, message string) {
 	}
 }
 
-
 // waitFor waits up to a minute for cond, which the fleet answers from its
 // caches: it asks the API nothing.
 func waitFor[T any](t *testing.T, what string, cond func() (T, bool)) T {

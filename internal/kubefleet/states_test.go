@@ -41,11 +41,17 @@ func ready(p *corev1.Pod) {
 
 // fetch is the init container's status; engine the engine's.
 func fetch(s corev1.ContainerStatus) func(*corev1.Pod) {
-	return func(p *corev1.Pod) { s.Name = "fetch-weights"; p.Status.InitContainerStatuses = append(p.Status.InitContainerStatuses, s) }
+	return func(p *corev1.Pod) {
+		s.Name = "fetch-weights"
+		p.Status.InitContainerStatuses = append(p.Status.InitContainerStatuses, s)
+	}
 }
 
 func engine(s corev1.ContainerStatus) func(*corev1.Pod) {
-	return func(p *corev1.Pod) { s.Name = "engine"; p.Status.ContainerStatuses = append(p.Status.ContainerStatuses, s) }
+	return func(p *corev1.Pod) {
+		s.Name = "engine"
+		p.Status.ContainerStatuses = append(p.Status.ContainerStatuses, s)
+	}
 }
 
 var (

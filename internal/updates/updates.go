@@ -160,6 +160,8 @@ func checkInterval(d time.Duration) error {
 func notWatched(m catalog.Model) string {
 	o := m.Origin
 	switch {
+	case m.Canary != nil:
+		return fmt.Sprintf("%s is a new version of %s on trial: %s is the one watched", m.Name, m.Canary.Of, m.Canary.Of)
 	case o == nil || o.Repo == "":
 		return fmt.Sprintf("%s was added without a repository it came from: there is nothing to watch", m.Name)
 	case o.Ref == "":

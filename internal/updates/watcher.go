@@ -366,3 +366,21 @@ func (w *Watcher) List(ctx context.Context, o ListOptions) ([]Update, error) {
 func (w *Watcher) Get(ctx context.Context, id int64) (Update, error) {
 	return w.store.get(ctx, id)
 }
+
+// SetState records what became of update id: running (served as a canary),
+// promoted, rolled_back or dismissed.
+func (w *Watcher) SetState(ctx context.Context, id int64, state string) error {
+	switch state {
+	case StateAvailable, StateRunning, StatePromoted, StateRolledBack, StateDismissed:
+	default:
+		return fmt.Errorf("an update's state is not %q", state)
+	}
+	res, err := w.store.db.ExecContext(ctx, `UPDATE updates SET state = ? WHERE id = ?`, state, id)
+	if err != nil {
+		return fmt.Errorf("record update %d as %s: %w", id, state, err)
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return operr.Wrap(operr.NotFound, ErrNotFound, "there is no update %d: GET /api/v1/updates lists them", id)
+	}
+	return nil
+}

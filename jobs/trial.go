@@ -1,0 +1,300 @@
+package jobs
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"modelserve/catalog"
+	"modelserve/internal/canary"
+	"modelserve/internal/operr"
+	"modelserve/internal/updates"
+)
+
+// The trial of an update, once its canary answers the smoke test:
+//
+//  1. eval: the model's eval suite, when it has one, on the current
+//     version and on the canary; a lower pass rate rolls the canary back
+//     before any client reaches it.
+//  2. canary: the gateway sends it its share of the model's requests, and
+//     both versions are measured over the same time, until the policy's
+//     count or time bound; failing fast rolls it back at once. The suite
+//     runs again at the end, now that it has served.
+//  3. verdict: promoted (the model's entry becomes the new version, its
+//     replicas restart on it while the canary takes every request, then
+//     the canary goes) or rolled back (the canary goes; the model never
+//     stopped serving). Nothing is deleted from the mirror.
+//
+// An operator may decide at any point (Promote, RollBack). A restart of
+// modelserve resumes the job: the canary keeps its entry and share, and
+// its window begins anew, the counts before it having been in memory.
+
+// decision is an operator's verdict, sent to the job trying the update.
+type decision struct {
+	verdict canary.Verdict
+	by      string
+}
+
+// Promote promotes the version of model on trial, as an operator decides.
+func (s *Server) Promote(ctx context.Context, model, by string) (Job, error) {
+	return s.decide(ctx, model, decision{canary.Promote, by})
+}
+
+// RollBack rolls the version of model on trial back, as an operator decides.
+func (s *Server) RollBack(ctx context.Context, model, by string) (Job, error) {
+	return s.decide(ctx, model, decision{canary.RollBack, by})
+}
+
+func (s *Server) decide(ctx context.Context, model string, d decision) (Job, error) {
+	id := s.onTrial(model)
+	if id == "" {
+		return Job{}, operr.Wrap(operr.Conflict, ErrConflict, "no update of %s is on trial: GET /api/v1/catalog/%s/versions says which it runs", model, model)
+	}
+	l := s.liveJob(id)
+	select {
+	case l.decisions <- d:
+	default:
+		return Job{}, operr.Wrap(operr.Conflict, ErrConflict, "job %s has a decision to act on already", id)
+	}
+	select {
+	case <-l.done:
+	case <-ctx.Done():
+	}
+	j, _ := l.snapshot()
+	return j, nil
+}
+
+// trial judges the canary p served, and promotes or rolls it back.
+func (s *Server) trial(ctx context.Context, l *live, p *pipeline) error {
+	name, of := p.name, p.req.CanaryOf
+	parent, err := s.deps.Catalog.Get(ctx, of)
+	if err != nil {
+		return failedAt(StepEval, err)
+	}
+	was := ""
+	if parent.Origin != nil {
+		was = short(parent.Origin.Revision)
+	}
+	v, why, err := s.evaluate(ctx, l, p, "before it takes any request")
+	byHand := false
+	if err == nil && v != canary.RollBack {
+		v, why, byHand, err = s.watch(ctx, l, p)
+	}
+	if err == nil && v == canary.Promote && !byHand {
+		if ev, evWhy, eerr := s.evaluate(ctx, l, p, "after serving its share"); eerr != nil {
+			err = eerr
+		} else if ev == canary.RollBack {
+			v, why = ev, evWhy
+		}
+	}
+	if err != nil {
+		if cause := context.Cause(ctx); cause == errCancelled {
+			// Cancelled by an operator: a roll-back, whatever it was at.
+			s.rollBack(context.WithoutCancel(ctx), p, "the update's job was cancelled")
+		}
+		return err
+	}
+	if v == canary.RollBack {
+		s.step(l, StepVerdict, Running, "rolling "+name+" back: "+why)
+		s.rollBack(ctx, p, why)
+		return failedAt(StepVerdict, sentencef("%s rolled back, %s still serving %s: %s", name, of, was, why))
+	}
+	s.step(l, StepVerdict, Running, "promoting "+name+": "+why)
+	if err := s.promote(ctx, l, p); err != nil {
+		return failedAt(StepVerdict, err)
+	}
+	s.step(l, StepVerdict, Done, fmt.Sprintf("%s promoted: %s now serves %s; %s", name, of, short(p.repo.Commit), why))
+	return nil
+}
+
+// evaluate runs the model's eval suite on both versions, when it has one
+// and an Evals runs it, and says whether the canary did worse.
+func (s *Server) evaluate(ctx context.Context, l *live, p *pipeline, when string) (canary.Verdict, string, error) {
+	if s.deps.Evals == nil {
+		s.step(l, StepEval, Skipped, "this modelserve runs no eval suites")
+		return canary.Promote, "", nil
+	}
+	of, name := p.req.CanaryOf, p.name
+	s.step(l, StepEval, Running, fmt.Sprintf("running %s's eval suite on %s and on %s, %s", of, of, name, when))
+	cur, ok, err := s.deps.Evals.Run(ctx, of, of)
+	if err != nil {
+		return canary.Wait, "", failedAt(StepEval, err)
+	}
+	if !ok {
+		s.step(l, StepEval, Skipped, fmt.Sprintf("%s has no eval suite: PUT /api/v1/catalog/%s/evals gives it one, which updates are then judged by", of, of))
+		return canary.Promote, "", nil
+	}
+	can, _, err := s.deps.Evals.Run(ctx, of, name)
+	if err != nil {
+		return canary.Wait, "", failedAt(StepEval, err)
+	}
+	v, why := canary.JudgeEval(cur, can)
+	state := Done
+	if v == canary.RollBack {
+		state = Failed
+	}
+	s.step(l, StepEval, state, why+", "+when)
+	return v, why, nil
+}
+
+// watch sends the canary its share of the model's requests and measures
+// both versions until the policy, or an operator (byHand), decides.
+func (s *Server) watch(ctx context.Context, l *live, p *pipeline) (v canary.Verdict, why string, byHand bool, err error) {
+	of, name := p.req.CanaryOf, p.name
+	if err := s.setShare(ctx, name, p.req.Share); err != nil {
+		return canary.Wait, "", false, failedAt(StepCanary, err)
+	}
+	if s.deps.Meters == nil {
+		s.step(l, StepCanary, Skipped, "nothing measures the gateway's requests here: judged on its eval alone")
+		return canary.Promote, "judged on its eval alone", false, nil
+	}
+	cur, can := s.deps.Meters.Measure(of), s.deps.Meters.Measure(name)
+	defer cur.Stop()
+	defer can.Stop()
+	pol := s.deps.Policy
+	began := time.Now()
+	tick := time.NewTicker(s.deps.Poll)
+	defer tick.Stop()
+	for {
+		c, n := cur.Read(), can.Read()
+		if h, ok := s.health(name); ok && h.Parked {
+			why := fmt.Sprintf("its replicas keep failing and are parked: %s", h.Reason)
+			s.step(l, StepCanary, Failed, why)
+			return canary.RollBack, why, false, nil
+		}
+		v, why := pol.Judge(c, n, time.Since(began))
+		switch v {
+		case canary.Wait:
+			s.step(l, StepCanary, Running, fmt.Sprintf("%s of %s's requests: %s; errors %d of %d against %d of %d",
+				pct(p.req.Share), of, why, n.Failed, n.Requests, c.Failed, c.Requests))
+		case canary.RollBack:
+			s.step(l, StepCanary, Failed, why)
+			return v, why, false, nil
+		default:
+			s.step(l, StepCanary, Done, why)
+			return v, why, false, nil
+		}
+		select {
+		case d := <-l.decisions:
+			did := "promoted"
+			if d.verdict == canary.RollBack {
+				did = "rolled back"
+			}
+			why := fmt.Sprintf("%s by %s, after %d of its requests", did, or(d.by, "an operator"), n.Requests)
+			s.step(l, StepCanary, Done, why)
+			return d.verdict, why, true, nil
+		case <-ctx.Done():
+			return canary.Wait, "", false, ctx.Err()
+		case <-tick.C:
+		}
+	}
+}
+
+// health is how the fleet fares with the entry name.
+func (s *Server) health(name string) (ModelHealth, bool) {
+	for _, h := range s.deps.Fleet.ModelHealth() {
+		if h.Model == name {
+			return h, true
+		}
+	}
+	return ModelHealth{}, false
+}
+
+// setShare gives the canary name share of its model's requests; nothing
+// else of its entry changes, so its replicas run on.
+func (s *Server) setShare(ctx context.Context, name string, share float64) error {
+	return s.deps.Catalog.SetShare(ctx, name, share)
+}
+
+// promote makes the canary the model: every request goes to the canary
+// while the model's entry takes the new version and its replicas restart
+// on it; then the canary goes.
+func (s *Server) promote(ctx context.Context, l *live, p *pipeline) error {
+	of, name := p.req.CanaryOf, p.name
+	if err := s.setShare(ctx, name, 1); err != nil {
+		return err
+	}
+	can, err := s.deps.Catalog.Get(ctx, name)
+	if err != nil {
+		return err
+	}
+	m, err := s.deps.Catalog.Get(ctx, of)
+	if err != nil {
+		return err
+	}
+	ref, kind := "", ""
+	if m.Origin != nil {
+		ref, kind = m.Origin.Ref, m.Origin.RefKind
+	}
+	m.Source, m.Origin, m.Profiles = can.Source, can.Origin, can.Profiles
+	m.ContextLength, m.MaxOutput, m.Capabilities = can.ContextLength, can.MaxOutput, can.Capabilities
+	m.Origin.Ref, m.Origin.RefKind = ref, kind
+	changed := time.Now()
+	if err := s.deps.Catalog.Add(ctx, m, m.AddedBy); err != nil {
+		return err
+	}
+	if m.Scaling.Min > 0 {
+		s.step(l, StepVerdict, Running, fmt.Sprintf("%s takes every request of %s while its replicas restart on %s", name, of, short(p.repo.Commit)))
+		if err := s.waitRestarted(ctx, of, changed); err != nil {
+			return err
+		}
+	}
+	if err := s.deps.Catalog.Remove(ctx, name); err != nil {
+		return err
+	}
+	if err := s.deps.Updates.SetState(ctx, p.req.UpdateID, updates.StatePromoted); err != nil {
+		s.deps.Log.Warn("could not record an update as promoted", "update", p.req.UpdateID, "err", err)
+	}
+	s.deps.Log.Info("update promoted", "model", of, "commit", p.repo.Commit)
+	return nil
+}
+
+// waitRestarted waits for a ready replica of model started since, bounded
+// by the placement's own timeout.
+func (s *Server) waitRestarted(ctx context.Context, model string, since time.Time) error {
+	deadline := time.Now().Add(s.deps.ReadyTimeout)
+	tick := time.NewTicker(s.deps.Poll)
+	defer tick.Stop()
+	for {
+		for _, r := range s.deps.Fleet.Replicas() {
+			if r.Model == model && r.State == ReplicaReady && !r.Started.Before(since) {
+				return nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return sentencef("%s's replicas were not ready on the new version after %s; the canary takes all its requests meanwhile: "+
+				"the fleet page says why", model, s.deps.ReadyTimeout)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-tick.C:
+		}
+	}
+}
+
+// rollBack takes the canary out of the catalog, so its replicas stop and
+// its model's requests all go to the current version, and records why.
+// What fails here is logged: the verdict stands.
+func (s *Server) rollBack(ctx context.Context, p *pipeline, why string) {
+	of, name := p.req.CanaryOf, p.name
+	if err := s.deps.Catalog.Remove(ctx, name); err != nil && !isNotFound(err) {
+		s.deps.Log.Error("removing a rolled-back canary from the catalog", "canary", name, "err", err)
+	}
+	if s.deps.Versions != nil {
+		if err := s.deps.Versions.EndVersion(ctx, of, p.repo.Commit, catalog.VersionRolledBack, why); err != nil {
+			s.deps.Log.Warn("could not record a version as rolled back", "model", of, "err", err)
+		}
+	}
+	if err := s.deps.Updates.SetState(ctx, p.req.UpdateID, updates.StateRolledBack); err != nil {
+		s.deps.Log.Warn("could not record an update as rolled back", "update", p.req.UpdateID, "err", err)
+	}
+	s.deps.Log.Info("update rolled back", "model", of, "commit", p.repo.Commit, "why", why)
+}
+
+func isNotFound(err error) bool {
+	e, ok := operr.As(err)
+	return ok && e.Kind == operr.NotFound
+}
+
+func pct(f float64) string { return fmt.Sprintf("%.0f%%", 100*f) }
