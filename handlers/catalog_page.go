@@ -63,6 +63,10 @@ func (s *Server) renderCatalog(w http.ResponseWriter, r *http.Request, v visit, 
 			vm.Playground = playgroundURL(m.Name)
 		}
 		vm.CallIt = callItView(base, m)
+		if m.Canary != nil {
+			// Reached through its model, by its share: no client calls it.
+			vm.Playground = ""
+		}
 		p.Models = append(p.Models, vm)
 		gone = gone && m.Name != removed
 	}
@@ -85,6 +89,12 @@ func catalogView(m catalog.Model) views.CatalogModel {
 	}
 	if m.Origin != nil {
 		vm.Repo, vm.Commit = m.Origin.Repo, shortCommit(m.Origin.Revision)
+	}
+	if c := m.Canary; c != nil {
+		vm.Trial = "new version of " + c.Of + " on trial: " + shareText(c.Share) + " of its requests"
+		if c.Share == 0 {
+			vm.Trial = "new version of " + c.Of + " on trial: none of its requests until its eval has passed"
+		}
 	}
 	switch {
 	case m.Scaling.Min == 0:

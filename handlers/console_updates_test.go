@@ -118,6 +118,11 @@ func TestCatalogUpdateBadgeAndPage(t *testing.T) {
 	if page.Find(`form[action="/catalog/tiny/check"]`).Length() != 1 {
 		t.Error("the update page offers no Check now")
 	}
+	try := page.Find(`form[data-testid="try-update"]`)
+	if try.AttrOr("action", "") != "/catalog/tiny/update" || try.Find(`input[name="update_id"]`).AttrOr("value", "") != "1" ||
+		!strings.Contains(try.Text(), "it takes 10% of tiny's requests") || page.Find(`[data-testid="trial"]`).Length() != 0 {
+		t.Errorf("the update page's Try form: %q to %q", try.Text(), try.AttrOr("action", ""))
+	}
 
 	doc = mustStatus(t, b.get("/catalog"), http.StatusOK)
 	tiny = doc.Find(`[data-testid="model-row"][data-model="tiny"]`)
@@ -240,5 +245,29 @@ func TestUpdatesAPI(t *testing.T) {
 	}
 	if err := json.Unmarshal(b, &page); err != nil || len(page.Updates) != 1 || page.Next != "/api/v1/updates?before=1&limit=1" {
 		t.Errorf("a full page: %s", b)
+	}
+}
+
+// TestCatalogShowsACanaryOnTrial: a canary is listed as the new version
+// of its model on trial, with its share, and offered to no client.
+func TestCatalogShowsACanaryOnTrial(t *testing.T) {
+	e := newConsoleEnv(t)
+	servedFromBranch(t, e, "tiny")
+	c := tinyModel(catalog.CanaryName("tiny", movedCommit))
+	c.Canary, c.Aliases = &catalog.Canary{Of: "tiny", Share: 0.25}, nil
+	c.Origin = &catalog.Origin{Repo: "test/tiny-GGUF", Revision: movedCommit, Ref: "main", RefKind: hf.RefBranch}
+	if err := e.catalog.Add(context.Background(), c, "test"); err != nil {
+		t.Fatal(err)
+	}
+	doc := mustStatus(t, e.signedIn().get("/catalog"), http.StatusOK)
+	row := doc.Find(`[data-testid="model-row"][data-model="tiny@b2b2b2b"]`)
+	if got := row.Find(`[data-testid="trial"]`).Text(); got != "new version of tiny on trial: 25% of its requests" {
+		t.Errorf("the canary's row says %q", got)
+	}
+	if row.Find(`[data-testid="playground-link"]`).Length() != 0 || doc.Find(`[data-testid="call-it"][data-model="tiny@b2b2b2b"]`).Length() != 0 {
+		t.Error("the canary is offered to clients: a playground or a Call it")
+	}
+	if doc.Find(`[data-testid="call-it"][data-model="tiny"]`).Length() != 1 {
+		t.Error("tiny itself lost its Call it")
 	}
 }

@@ -203,6 +203,9 @@ func New(d Deps) (http.Handler, error) {
 	if d.Controls == nil {
 		d.Controls, _ = d.Fleet.(FleetControls)
 	}
+	if d.CanaryShare == 0 {
+		d.CanaryShare = jobs.DefaultShare
+	}
 	s := &Server{deps: d, tokens: auth.NewTokens(d.DB), events: newEvents(),
 		users: auth.NewUsers(d.DB), sessions: newSessionStore(newKeysIfNone(d.SessionKeys)), live: auth.NewSessions(d.DB),
 		throttle: newThrottle(), asks: newAsks()}

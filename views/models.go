@@ -190,6 +190,9 @@ type CatalogModel struct {
 	// not watched; UpdateURL the page of the update available to it, ""
 	// for none.
 	Watch, CheckURL, UpdateURL string
+	// Trial says what a canary is on trial beside, and on how much of its
+	// traffic; "" for a model.
+	Trial string
 }
 
 // CatalogProfile is one way a model runs.
