@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"hash/fnv"
 	"io"
 	"modelserve/internal/auth"
@@ -79,7 +80,7 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, who auth.Token
 		rep, aerr := g.admit(r.Context(), m, req.affinity, rs)
 		if aerr != nil {
 			if r.Context().Err() != nil {
-				g.metrics.done(m.Name, "", statusClientGone, start, time.Time{}, counts{})
+				g.ended(ending{model: m.Name, status: statusClientGone})
 				return
 			}
 			g.refuse(w, m.Name, aerr)
@@ -133,12 +134,12 @@ func (g *Gateway) send(w http.ResponseWriter, r *http.Request, m catalog.Model, 
 	if err != nil {
 		if ctx.Err() != nil {
 			p.give(rep.ID, time.Time{})
-			g.metrics.done(m.Name, rep.ID, statusClientGone, start, time.Time{}, counts{})
+			g.ended(ending{model: m.Name, replica: rep.ID, status: statusClientGone, start: start})
 			return true
 		}
 		p.give(rep.ID, time.Now().Add(g.opts.FailCooldown))
 		g.log.Warn("a replica did not answer; it is avoided for a while", "model", m.Name, "replica", rep.ID, "err", err)
-		g.metrics.done(m.Name, rep.ID, http.StatusBadGateway, start, time.Time{}, counts{})
+		g.ended(ending{model: m.Name, replica: rep.ID, status: http.StatusBadGateway, start: start})
 		if len(g.opts.Fleet.Serving(m.Name)) > 1 {
 			return false
 		}
@@ -148,14 +149,21 @@ func (g *Gateway) send(w http.ResponseWriter, r *http.Request, m catalog.Model, 
 	defer resp.Body.Close()
 
 	first, tally, err := relay(w, resp)
+	// The whole answer went out, or the whole of a stream: a client that
+	// closes its connection then (the OpenAI clients do, after a stream's
+	// [DONE] or beyond the connections they keep) cancels the request,
+	// but had its answer.
+	complete := err == nil || tally.done
 	var failedUntil time.Time
 	status := resp.StatusCode
 	switch {
-	case ctx.Err() != nil:
+	case !complete && (ctx.Err() != nil || errors.Is(err, errClientGone)):
 		status = statusClientGone
-	case err != nil:
+	case !complete:
 		// The engine broke off its answer: the client has a truncated
-		// one, and the next requests go elsewhere for a while.
+		// one, counted as the engine's failure (though its status went
+		// out as 200), and the next requests go elsewhere for a while.
+		status = http.StatusBadGateway
 		failedUntil = time.Now().Add(g.opts.FailCooldown)
 		g.log.Warn("a replica broke off its answer; it is avoided for a while", "model", m.Name, "replica", rep.ID, "err", err)
 	case resp.StatusCode >= 500:
@@ -163,14 +171,15 @@ func (g *Gateway) send(w http.ResponseWriter, r *http.Request, m catalog.Model, 
 		g.log.Warn("a replica failed a request; it is avoided for a while", "model", m.Name, "replica", rep.ID, "status", resp.StatusCode)
 	}
 	p.give(rep.ID, failedUntil)
-	g.metrics.done(m.Name, rep.ID, status, start, first, tally.counts())
+	g.ended(ending{model: m.Name, replica: rep.ID, status: status, start: start, first: first, end: time.Now(),
+		stream: tally.stream, counts: tally.counts()})
 	return true
 }
 
 // refuse answers with aerr and counts it.
 func (g *Gateway) refuse(w http.ResponseWriter, model string, aerr *apiError) {
 	aerr.write(w)
-	g.metrics.done(model, "", aerr.status, time.Time{}, time.Time{}, counts{})
+	g.ended(ending{model: model, status: aerr.status})
 }
 
 // hopHeaders are the headers of one connection, not of the answer (RFC
@@ -184,7 +193,8 @@ var hopHeaders = map[string]bool{
 // stream is flushed after every read, so each event reaches the client as
 // the engine wrote it. It returns when the first bytes of the body were
 // written (time to first token, for a stream) and the answer's token
-// counts, and an error when the engine broke off or the client went away.
+// counts, and an error when the engine broke off or the client went away
+// (errClientGone).
 func relay(w http.ResponseWriter, resp *http.Response) (first time.Time, t tally, err error) {
 	for k, vs := range resp.Header {
 		if !hopHeaders[k] {
@@ -202,11 +212,11 @@ func relay(w http.ResponseWriter, resp *http.Response) (first time.Time, t tally
 				first = time.Now()
 			}
 			if _, werr := w.Write(buf[:n]); werr != nil {
-				return first, t, werr
+				return first, t, fmt.Errorf("%w: %w", errClientGone, werr)
 			}
 			if t.stream {
 				if ferr := rc.Flush(); ferr != nil {
-					return first, t, ferr
+					return first, t, fmt.Errorf("%w: %w", errClientGone, ferr)
 				}
 			}
 			t.feed(buf[:n])
@@ -215,7 +225,9 @@ func relay(w http.ResponseWriter, resp *http.Response) (first time.Time, t tally
 			// The whole answer to the client now, before the gateway
 			// counts its tokens: a small plain answer would otherwise
 			// wait in the writer's buffer for the handler to return.
-			_ = rc.Flush()
+			if ferr := rc.Flush(); ferr != nil && !errors.Is(ferr, http.ErrNotSupported) {
+				return first, t, fmt.Errorf("%w: %w", errClientGone, ferr)
+			}
 			return first, t, nil
 		}
 		if rerr != nil {
@@ -223,6 +235,10 @@ func relay(w http.ResponseWriter, resp *http.Response) (first time.Time, t tally
 		}
 	}
 }
+
+// errClientGone is relay's error when writing to the client failed: the
+// client went away, which is no fault of the engine's.
+var errClientGone = errors.New("the client went away")
 
 func isEventStream(contentType string) bool {
 	return len(contentType) >= 17 && contentType[:17] == "text/event-stream"
