@@ -95,6 +95,9 @@ type Gateway struct {
 
 	mu    sync.Mutex
 	pools map[string]*pool // by catalog name
+
+	// meters are the running Meters (meter.go).
+	meters meters
 }
 
 // New returns a gateway over opts' catalog, fleet and tokens.

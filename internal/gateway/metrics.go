@@ -83,13 +83,14 @@ type ending struct {
 	counts counts
 }
 
-// ended counts a request that ended: in /metrics and in the last
-// minute's Traffic.
+// ended counts a request that ended: in /metrics, in the last minute's
+// Traffic, and in the meters running on its model.
 func (g *Gateway) ended(e ending) {
 	if e.end.IsZero() {
 		e.end = time.Now()
 	}
 	g.metrics.done(e)
+	g.meters.add(e)
 }
 
 // done counts a request that ended.
