@@ -70,8 +70,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 
 // ending is what is known of a request as it ends.
 type ending struct {
-	// model is the catalog entry that served it, or refused it; replica
-	// is empty for a request no replica took.
+	// model is the catalog entry that served it (a canary's own name when
+	// the split sent it there), or refused it; replica is empty for a
+	// request no replica took.
 	model, replica string
 	status         int
 	// start is when it arrived (zero for a refusal), first when the
