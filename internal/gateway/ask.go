@@ -12,13 +12,16 @@ import (
 )
 
 // self is modelserve itself as a caller: its own requests (the job's smoke
-// test) need no token, and may use any model.
+// test) need no token, and may use any model, a canary by its own name
+// included (which a client cannot name).
 var self = auth.Token{Name: "modelserve", Scope: auth.ScopeAll}
 
 // Ask sends body to route (such as "/v1/chat/completions") for a model as
 // a client's request goes, by the same routing, queueing and starting on
 // demand, and returns the answer of a 200. Any other answer is an
-// operator's error carrying the gateway's or the engine's sentence.
+// operator's error carrying the gateway's or the engine's sentence. It may
+// name a canary, to ask the new version alone; a request naming the
+// canary's model is split as a client's is.
 func (g *Gateway) Ask(ctx context.Context, route string, body []byte) ([]byte, error) {
 	r, err := http.NewRequestWithContext(ctx, http.MethodPost, route, bytes.NewReader(body))
 	if err != nil {
@@ -26,7 +29,7 @@ func (g *Gateway) Ask(ctx context.Context, route string, body []byte) ([]byte, e
 	}
 	r.Header.Set("Content-Type", "application/json")
 	rec := &recorder{header: http.Header{}}
-	g.forward(rec, r, self)
+	g.forward(rec, r, self, true)
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}

@@ -13,6 +13,11 @@
 // for a model loaded on demand and waits for it, queues what the replicas
 // cannot take yet and refuses beyond a bound, and relays the answer as the
 // engine writes it. The engine's key is added on the way and never shown.
+//
+// A model's canary (a new version run beside it while it is judged) takes
+// its share of the requests naming the model, counted exactly, unseen by
+// the clients: they cannot name nor list it, and its answers name the
+// model. Measure counts each version's requests for the judge.
 package gateway
 
 import (
@@ -78,9 +83,11 @@ type Options struct {
 	// FailCooldown is how long a replica that failed a request is avoided
 	// while others can serve: 10 s unless set.
 	FailCooldown time.Duration
-	// CatalogEvery is how long the catalog's names are kept before they
-	// are read again: 1 s unless set. A name not known is looked up at
-	// once, so a model just added is found by its first request.
+	// CatalogEvery is how long the catalog's names and canaries are kept
+	// before they are read again: 1 s unless set, so a canary's new share
+	// is followed within a second (at once after Refresh). A name not
+	// known is looked up at once, so a model just added is found by its
+	// first request.
 	CatalogEvery time.Duration
 }
 
@@ -95,6 +102,11 @@ type Gateway struct {
 
 	mu    sync.Mutex
 	pools map[string]*pool // by catalog name
+
+	// splits count each model's requests shared with its canary
+	// (split.go); meters are the running Meters (meter.go).
+	splits splits
+	meters meters
 }
 
 // New returns a gateway over opts' catalog, fleet and tokens.
@@ -147,6 +159,7 @@ func New(opts Options) (*Gateway, error) {
 		upstream: &http.Client{Transport: tr},
 		names:    names{catalog: opts.Catalog, every: opts.CatalogEvery},
 		pools:    map[string]*pool{},
+		splits:   splits{byModel: map[string]*splitCount{}},
 	}, nil
 }
 

@@ -68,26 +68,52 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	return m, nil
 }
 
-// done counts a request that ended with status; start is when it arrived
-// and first when the answer's first bytes went out (zero when none did,
-// or for a refusal).
-func (m *metrics) done(model, replica string, status int, start, first time.Time, c counts) {
+// ending is what is known of a request as it ends.
+type ending struct {
+	// model is the catalog entry that served it (a canary's own name when
+	// the split sent it there), or refused it; replica is empty for a
+	// request no replica took.
+	model, replica string
+	status         int
+	// start is when it arrived (zero for a refusal), first when the
+	// answer's first bytes went out (zero when none did), end when it
+	// ended (now, when zero).
+	start, first, end time.Time
+	// stream is whether the answer was an event stream.
+	stream bool
+	counts counts
+}
+
+// ended counts a request that ended: in /metrics, in the last minute's
+// Traffic, and in the meters running on its model.
+func (g *Gateway) ended(e ending) {
+	if e.end.IsZero() {
+		e.end = time.Now()
+	}
+	g.metrics.done(e)
+	g.meters.add(e)
+}
+
+// done counts a request that ended.
+func (m *metrics) done(e ending) {
 	if m == nil {
 		return
 	}
-	m.requests.WithLabelValues(model, replica, strconv.Itoa(status)).Inc()
-	if replica == "" || start.IsZero() {
-		m.recent.done(model, status, 0, time.Now())
+	m.requests.WithLabelValues(e.model, e.replica, strconv.Itoa(e.status)).Inc()
+	if e.replica == "" || e.start.IsZero() {
+		m.recent.done(e.model, e.status, 0, e.end)
 		return
 	}
-	m.recent.done(model, status, time.Since(start), time.Now())
-	if !first.IsZero() {
-		m.ttft.WithLabelValues(model, replica).Observe(first.Sub(start).Seconds())
+	took := e.end.Sub(e.start)
+	m.recent.done(e.model, e.status, took, e.end)
+	if !e.first.IsZero() {
+		m.ttft.WithLabelValues(e.model, e.replica).Observe(e.first.Sub(e.start).Seconds())
 	}
-	m.latency.WithLabelValues(model, replica).Observe(time.Since(start).Seconds())
+	m.latency.WithLabelValues(e.model, e.replica).Observe(took.Seconds())
+	c := e.counts
 	for kind, n := range map[string]int{"prompt": c.prompt, "prompt_cached": c.cached, "completion": c.completion} {
 		if n > 0 {
-			m.tokens.WithLabelValues(model, replica, kind).Add(float64(n))
+			m.tokens.WithLabelValues(e.model, e.replica, kind).Add(float64(n))
 		}
 	}
 }

@@ -36,8 +36,8 @@ type modelExtra struct {
 }
 
 // ListModels answers GET /v1/models: the catalog's models and their
-// aliases, each alias an entry of its own since clients ask by it; a token
-// limited to models sees those alone.
+// aliases, each alias an entry of its own since clients ask by it, but for
+// canaries; a token limited to models sees those alone.
 func (g *Gateway) ListModels(w http.ResponseWriter, r *http.Request) {
 	who, aerr := g.authenticate(r)
 	if aerr != nil {
@@ -52,6 +52,11 @@ func (g *Gateway) ListModels(w http.ResponseWriter, r *http.Request) {
 	}
 	data := []modelEntry{}
 	for _, m := range models {
+		// A canary is its model's new version, reached through the model
+		// by its share: no client names it.
+		if m.Canary != nil {
+			continue
+		}
 		data = append(data, g.entries(m, who)...)
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": data})
@@ -71,7 +76,7 @@ func (g *Gateway) ShowModel(w http.ResponseWriter, r *http.Request) {
 		internal().write(w)
 		return
 	}
-	if !ok {
+	if !ok || m.Canary != nil {
 		modelNotFound(asked).write(w)
 		return
 	}

@@ -9,9 +9,16 @@ import (
 )
 
 // names resolves what a request asks for (a catalog name or alias) to the
-// catalog's model. The catalog is read at most once per every, not on
-// every request; a name not found is looked up again at once (at most once
-// per missEvery), so a model just added answers its first request.
+// catalog's model, and a model to its canary. The catalog is read at most
+// once per every, not on every request; a name not found is looked up
+// again at once (at most once per missEvery), so a model just added
+// answers its first request.
+//
+// The canaries are read with the names, in the same read: a canary added,
+// its share changed or removed is seen by the first request once every
+// (Options.CatalogEvery, 1 s unless set) has passed since the last read,
+// or by the next request after refresh. Its model's name was already
+// known, so nothing else prompts a read.
 type names struct {
 	catalog Catalog
 	every   time.Duration
@@ -20,6 +27,9 @@ type names struct {
 	read   time.Time
 	models []catalog.Model
 	byName map[string]int // name or alias → index in models
+	// canaryOf is, by model name, the index of its canary: the entry whose
+	// Canary.Of names it, the newest (AddedAt) if several claim it.
+	canaryOf map[string]int
 }
 
 // missEvery spaces the reads a stream of unknown names causes.
@@ -44,6 +54,25 @@ func (n *names) lookup(ctx context.Context, asked string) (catalog.Model, bool, 
 	return models[i], true, nil
 }
 
+// canary is model's canary as the catalog was last read (lookup reads it
+// when due), and whether it has one.
+func (n *names) canary(model string) (catalog.Model, bool) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	i, ok := n.canaryOf[model]
+	if !ok {
+		return catalog.Model{}, false
+	}
+	return n.models[i], true
+}
+
+// refresh has the next lookup read the catalog.
+func (n *names) refresh() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.read = time.Time{}
+}
+
 // list is the catalog's models, read at most every n.every.
 func (n *names) list(ctx context.Context) ([]catalog.Model, error) {
 	models, _, err := n.current(ctx, false)
@@ -62,12 +91,18 @@ func (n *names) current(ctx context.Context, missed bool) ([]catalog.Model, map[
 		return nil, nil, err
 	}
 	byName := make(map[string]int, len(models))
+	canaryOf := map[string]int{}
 	for i, m := range models {
 		byName[m.Name] = i
 		for _, a := range m.Aliases {
 			byName[a] = i
 		}
+		if c := m.Canary; c != nil {
+			if j, ok := canaryOf[c.Of]; !ok || m.AddedAt.After(models[j].AddedAt) {
+				canaryOf[c.Of] = i
+			}
+		}
 	}
-	n.models, n.byName, n.read = models, byName, time.Now()
+	n.models, n.byName, n.canaryOf, n.read = models, byName, canaryOf, time.Now()
 	return models, byName, nil
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"hash/fnv"
 	"io"
 	"modelserve/internal/auth"
@@ -21,19 +22,21 @@ import (
 const attempts = 3
 
 // Forward answers POST /v1/...: the request goes, as the client sent it
-// but for its model's name, to a replica of the model its body names, and
-// the engine's answer comes back as the engine writes it.
+// but for its model's name, to a replica of the model its body names (or
+// of the model's canary, for its share of them), and the engine's answer
+// comes back as the engine writes it.
 func (g *Gateway) Forward(w http.ResponseWriter, r *http.Request) {
 	who, aerr := g.authenticate(r)
 	if aerr != nil {
 		g.refuse(w, "", aerr)
 		return
 	}
-	g.forward(w, r, who)
+	g.forward(w, r, who, false)
 }
 
-// forward is Forward for a caller already known to be who.
-func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, who auth.Token) {
+// forward is Forward for a caller already known to be who; own says it is
+// modelserve itself (Ask, AskStream), which may name a canary.
+func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, who auth.Token, own bool) {
 	start := time.Now()
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, g.opts.MaxBody))
 	if err != nil {
@@ -55,7 +58,10 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, who auth.Token
 		g.refuse(w, "", internal())
 		return
 	}
-	if !ok {
+	// A canary is reached through its model, by its share: to a client
+	// its name is unknown. modelserve's smoke test and evaluations name it
+	// to ask the new version alone.
+	if !ok || (m.Canary != nil && !own) {
 		g.refuse(w, "", modelNotFound(req.model))
 		return
 	}
@@ -63,33 +69,76 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, who auth.Token
 		g.refuse(w, m.Name, aerr)
 		return
 	}
-	if req.model != m.Name {
-		// Asked by an alias: the engine answers to the catalog name only
-		// (--alias), so that alone of the body changes.
-		if body, err = req.renamed(m.Name); err != nil {
-			g.refuse(w, m.Name, invalidRequest("invalid_json", "the request body is not a JSON object: "+err.Error()))
+	if c, ok := g.canaryFor(m); ok {
+		if g.serve(w, r, c, req, body, start, m.Name) {
 			return
 		}
+		// The canary did not take it (its replica did not answer, or had
+		// no room): the model does, and the client never sees the
+		// canary's fault, which is counted against the canary.
+	}
+	g.serve(w, r, m, req, body, start, "")
+}
+
+// serve sends the request to a replica of m, retrying on another while
+// one does not answer at all, and relays the answer. answerAs, when set,
+// is the model the client asked for, for which m is a canary standing in:
+// the answer names answerAs, and where m cannot answer serve gives up
+// (false, nothing written, the failure counted against m) so the model
+// itself can. Else it always answers, and says true.
+func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, m catalog.Model, req request, body []byte, start time.Time, answerAs string) bool {
+	ctx := r.Context()
+	standIn := answerAs != ""
+	if req.model != m.Name {
+		// Asked by an alias, or by the model a canary stands in for: the
+		// engine answers to the entry's name only (--alias), so that
+		// alone of the body changes.
+		var err error
+		if body, err = req.renamed(m.Name); err != nil {
+			g.refuse(w, m.Name, invalidRequest("invalid_json", "the request body is not a JSON object: "+err.Error()))
+			return true
+		}
+	}
+	var rn *renamer
+	if standIn {
+		rn = newRenamer(m.Name, answerAs)
 	}
 
 	rs := g.opts.Fleet.Serving(m.Name)
 	release := g.opts.Fleet.Use(m.Name, wanted(g.pool(m.Name), rs))
 	defer release()
-	for attempt := 1; ; attempt++ {
-		rep, aerr := g.admit(r.Context(), m, req.affinity, rs)
+	var tried fleet.Replica
+	for range attempts {
+		rep, aerr := g.admit(ctx, m, req.affinity, rs)
 		if aerr != nil {
-			if r.Context().Err() != nil {
-				g.metrics.done(m.Name, "", statusClientGone, start, time.Time{}, counts{})
-				return
+			switch {
+			case ctx.Err() != nil:
+				g.ended(ending{model: m.Name, status: statusClientGone})
+				return true
+			case standIn:
+				g.log.Warn("a canary could not take a request; its model does", "canary", m.Name, "model", answerAs, "why", aerr.Message)
+				g.ended(ending{model: m.Name, status: aerr.status})
+				return false
 			}
 			g.refuse(w, m.Name, aerr)
-			return
+			return true
 		}
-		if g.send(w, r, m, rep, body, start) || attempt == attempts {
-			return
+		if g.send(w, r, m, rep, body, start, rn) {
+			return true
 		}
-		rs = g.opts.Fleet.Serving(m.Name)
+		tried = rep
+		// One replica, or the last: no other to offer it to (a failed
+		// one is offered again only when it is alone).
+		if rs = g.opts.Fleet.Serving(m.Name); len(rs) <= 1 {
+			break
+		}
 	}
+	if standIn {
+		return false
+	}
+	// Counted already, as the replica's 502.
+	badGateway("the replica " + tried.ID + " of " + m.Name + " did not answer: the fleet page says why; retry in a moment").write(w)
+	return true
 }
 
 // statusClientGone is the status counted for a request whose client went
@@ -97,10 +146,11 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, who auth.Token
 // nor the client's error.
 const statusClientGone = 499
 
-// send offers the request to replica rep and relays its answer. It says
-// false when the engine did not answer at all and the request may go to
-// another replica; then nothing has been written.
-func (g *Gateway) send(w http.ResponseWriter, r *http.Request, m catalog.Model, rep fleet.Replica, body []byte, start time.Time) bool {
+// send offers the request to replica rep and relays its answer, naming the
+// model rn says when rn is set. It says false when the engine did not
+// answer at all and the request may go to another replica; then nothing
+// has been written.
+func (g *Gateway) send(w http.ResponseWriter, r *http.Request, m catalog.Model, rep fleet.Replica, body []byte, start time.Time, rn *renamer) bool {
 	p := g.pool(m.Name)
 	ctx := r.Context()
 	target := rep.Endpoint + r.URL.Path
@@ -133,29 +183,32 @@ func (g *Gateway) send(w http.ResponseWriter, r *http.Request, m catalog.Model, 
 	if err != nil {
 		if ctx.Err() != nil {
 			p.give(rep.ID, time.Time{})
-			g.metrics.done(m.Name, rep.ID, statusClientGone, start, time.Time{}, counts{})
+			g.ended(ending{model: m.Name, replica: rep.ID, status: statusClientGone, start: start})
 			return true
 		}
 		p.give(rep.ID, time.Now().Add(g.opts.FailCooldown))
 		g.log.Warn("a replica did not answer; it is avoided for a while", "model", m.Name, "replica", rep.ID, "err", err)
-		g.metrics.done(m.Name, rep.ID, http.StatusBadGateway, start, time.Time{}, counts{})
-		if len(g.opts.Fleet.Serving(m.Name)) > 1 {
-			return false
-		}
-		g.refuse(w, m.Name, badGateway("the replica "+rep.ID+" of "+m.Name+" did not answer: the fleet page says why; retry in a moment"))
-		return true
+		g.ended(ending{model: m.Name, replica: rep.ID, status: http.StatusBadGateway, start: start})
+		return false
 	}
 	defer resp.Body.Close()
 
-	first, tally, err := relay(w, resp)
+	first, tally, err := relay(w, resp, rn)
+	// The whole answer went out, or the whole of a stream: a client that
+	// closes its connection then (the OpenAI clients do, after a stream's
+	// [DONE] or beyond the connections they keep) cancels the request,
+	// but had its answer.
+	complete := err == nil || tally.done
 	var failedUntil time.Time
 	status := resp.StatusCode
 	switch {
-	case ctx.Err() != nil:
+	case !complete && (ctx.Err() != nil || errors.Is(err, errClientGone)):
 		status = statusClientGone
-	case err != nil:
+	case !complete:
 		// The engine broke off its answer: the client has a truncated
-		// one, and the next requests go elsewhere for a while.
+		// one, counted as the engine's failure (though its status went
+		// out as 200), and the next requests go elsewhere for a while.
+		status = http.StatusBadGateway
 		failedUntil = time.Now().Add(g.opts.FailCooldown)
 		g.log.Warn("a replica broke off its answer; it is avoided for a while", "model", m.Name, "replica", rep.ID, "err", err)
 	case resp.StatusCode >= 500:
@@ -163,14 +216,15 @@ func (g *Gateway) send(w http.ResponseWriter, r *http.Request, m catalog.Model, 
 		g.log.Warn("a replica failed a request; it is avoided for a while", "model", m.Name, "replica", rep.ID, "status", resp.StatusCode)
 	}
 	p.give(rep.ID, failedUntil)
-	g.metrics.done(m.Name, rep.ID, status, start, first, tally.counts())
+	g.ended(ending{model: m.Name, replica: rep.ID, status: status, start: start, first: first, end: time.Now(),
+		stream: tally.stream, counts: tally.counts()})
 	return true
 }
 
 // refuse answers with aerr and counts it.
 func (g *Gateway) refuse(w http.ResponseWriter, model string, aerr *apiError) {
 	aerr.write(w)
-	g.metrics.done(model, "", aerr.status, time.Time{}, time.Time{}, counts{})
+	g.ended(ending{model: model, status: aerr.status})
 }
 
 // hopHeaders are the headers of one connection, not of the answer (RFC
@@ -182,14 +236,20 @@ var hopHeaders = map[string]bool{
 
 // relay writes the engine's answer to the client as it arrives: an event
 // stream is flushed after every read, so each event reaches the client as
-// the engine wrote it. It returns when the first bytes of the body were
-// written (time to first token, for a stream) and the answer's token
-// counts, and an error when the engine broke off or the client went away.
-func relay(w http.ResponseWriter, resp *http.Response) (first time.Time, t tally, err error) {
+// the engine wrote it. With rn, the model the answer names is rewritten
+// on the way. It returns when the first bytes of the body were written
+// (time to first token, for a stream) and the answer's token counts, and
+// an error when the engine broke off or the client went away
+// (errClientGone).
+func relay(w http.ResponseWriter, resp *http.Response, rn *renamer) (first time.Time, t tally, err error) {
 	for k, vs := range resp.Header {
 		if !hopHeaders[k] {
 			w.Header()[k] = vs
 		}
+	}
+	if rn != nil {
+		// The renamed body is not the length the engine said.
+		w.Header().Del("Content-Length")
 	}
 	w.WriteHeader(resp.StatusCode)
 	t.stream = isEventStream(resp.Header.Get("Content-Type"))
@@ -201,21 +261,32 @@ func relay(w http.ResponseWriter, resp *http.Response) (first time.Time, t tally
 			if first.IsZero() {
 				first = time.Now()
 			}
-			if _, werr := w.Write(buf[:n]); werr != nil {
-				return first, t, werr
+			out := buf[:n]
+			if rn != nil {
+				out = rn.next(out)
+			}
+			if _, werr := w.Write(out); werr != nil {
+				return first, t, fmt.Errorf("%w: %w", errClientGone, werr)
 			}
 			if t.stream {
 				if ferr := rc.Flush(); ferr != nil {
-					return first, t, ferr
+					return first, t, fmt.Errorf("%w: %w", errClientGone, ferr)
 				}
 			}
 			t.feed(buf[:n])
 		}
 		if rerr == io.EOF {
+			if rn != nil {
+				if _, werr := w.Write(rn.rest()); werr != nil {
+					return first, t, fmt.Errorf("%w: %w", errClientGone, werr)
+				}
+			}
 			// The whole answer to the client now, before the gateway
 			// counts its tokens: a small plain answer would otherwise
 			// wait in the writer's buffer for the handler to return.
-			_ = rc.Flush()
+			if ferr := rc.Flush(); ferr != nil && !errors.Is(ferr, http.ErrNotSupported) {
+				return first, t, fmt.Errorf("%w: %w", errClientGone, ferr)
+			}
 			return first, t, nil
 		}
 		if rerr != nil {
@@ -223,6 +294,10 @@ func relay(w http.ResponseWriter, resp *http.Response) (first time.Time, t tally
 		}
 	}
 }
+
+// errClientGone is relay's error when writing to the client failed: the
+// client went away, which is no fault of the engine's.
+var errClientGone = errors.New("the client went away")
 
 func isEventStream(contentType string) bool {
 	return len(contentType) >= 17 && contentType[:17] == "text/event-stream"

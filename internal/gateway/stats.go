@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"math"
+	"net/http"
 	"sync"
 	"time"
 )
@@ -90,12 +91,10 @@ func (r *recent) done(model string, status int, took time.Duration, now time.Tim
 		*s = second{at: at}
 	}
 	s.requests++
-	if status >= 500 || status == 429 {
+	if failedStatus(status) {
 		s.failed++
 	}
-	// A client gone before the end, or a replica that failed, says
-	// nothing of how long an answer takes.
-	if took > 0 && status < 500 && status != statusClientGone {
+	if took > 0 && answeredStatus(status) {
 		s.answered++
 		s.latency[latencySlot(took)]++
 	}
@@ -134,6 +133,16 @@ func (r *recent) read(now time.Time) map[string]Traffic {
 	return out
 }
 
+// failedStatus is whether a request that ended with status failed: the
+// gateway or its engine failed it (5xx, 502 for no answer), or there was no
+// room for it (429). The same rule for Traffic and Measure.
+func failedStatus(status int) bool { return status >= 500 || status == http.StatusTooManyRequests }
+
+// answeredStatus is whether a request a replica took, ending with status,
+// was answered: a client gone before the end, or a replica that failed,
+// says nothing of how long an answer takes.
+func answeredStatus(status int) bool { return status < 500 && status != statusClientGone }
+
 // latencySlot is the slot of a latency: slotsPerDouble slots per doubling
 // from a millisecond.
 func latencySlot(d time.Duration) int {
@@ -152,14 +161,17 @@ func slotBounds(i int) (lo, hi float64) {
 	return math.Exp2(float64(i-1) / slotsPerDouble), math.Exp2(float64(i) / slotsPerDouble)
 }
 
-// median is the middle of n latencies counted in slots, placed within its
-// slot as if the slot's latencies were spread evenly (as Prometheus's
-// histogram_quantile does).
-func median(slots []int, n int) time.Duration {
+// median is the middle of n latencies counted in slots.
+func median(slots []int, n int) time.Duration { return slotQuantile(slots, n, .5) }
+
+// slotQuantile is the q-quantile of n latencies counted in slots, placed
+// within its slot as if the slot's latencies were spread evenly (as
+// Prometheus's histogram_quantile does).
+func slotQuantile(slots []int, n int, q float64) time.Duration {
 	if n == 0 {
 		return 0
 	}
-	rank := float64(n) / 2
+	rank := float64(n) * q
 	seen := 0
 	for i, c := range slots {
 		if c == 0 {

@@ -30,7 +30,7 @@ func (g *Gateway) AskStream(ctx context.Context, route string, body []byte, each
 	r.Header.Set("Content-Type", "application/json")
 	r.Header.Set("Accept", "text/event-stream")
 	sw := &streamWriter{header: http.Header{}, each: each, stop: cancel}
-	g.forward(sw, r, self)
+	g.forward(sw, r, self, true)
 	if sw.err != nil {
 		return sw.err
 	}

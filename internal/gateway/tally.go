@@ -3,6 +3,7 @@ package gateway
 import (
 	"bytes"
 	"encoding/json"
+	"time"
 )
 
 // tally reads an answer's token counts as it is relayed, without holding
@@ -16,6 +17,9 @@ type tally struct {
 	last []byte
 	// skip is a line too long to be one of the counts' events.
 	skip bool
+	// done is whether the stream's closing "data: [DONE]" went by: the
+	// client has the whole answer, whatever happens after.
+	done bool
 	// A plain answer's body, up to maxTallied.
 	body []byte
 	over bool
@@ -59,15 +63,21 @@ func (t *tally) feed(b []byte) {
 
 func (t *tally) endLine() {
 	data, ok := bytes.CutPrefix(bytes.TrimRight(t.line, "\r"), []byte("data:"))
+	if ok && string(bytes.TrimSpace(data)) == "[DONE]" {
+		t.done = true
+		return
+	}
 	if !ok || !(bytes.Contains(data, []byte(`"usage"`)) || bytes.Contains(data, []byte(`"timings"`))) {
 		return
 	}
 	t.last = append(t.last[:0], data...)
 }
 
-// counts are the answer's tokens, as far as the engine said.
+// counts are the answer's tokens, as far as the engine said, and how long
+// it took to generate them (timings.predicted_ms; 0 when not said).
 type counts struct {
 	prompt, cached, completion int
+	generating                 time.Duration
 }
 
 func (t *tally) counts() counts {
@@ -81,9 +91,10 @@ func (t *tally) counts() counts {
 			CompletionTokens int `json:"completion_tokens"`
 		} `json:"usage"`
 		Timings *struct {
-			PromptN    int `json:"prompt_n"`
-			CacheN     int `json:"cache_n"`
-			PredictedN int `json:"predicted_n"`
+			PromptN     int     `json:"prompt_n"`
+			CacheN      int     `json:"cache_n"`
+			PredictedN  int     `json:"predicted_n"`
+			PredictedMS float64 `json:"predicted_ms"`
 		} `json:"timings"`
 	}
 	if len(src) == 0 || json.Unmarshal(src, &v) != nil {
@@ -93,7 +104,8 @@ func (t *tally) counts() counts {
 	if v.Timings != nil {
 		// prompt_n is what the engine evaluated; cache_n what it took
 		// from its prompt cache instead.
-		c = counts{prompt: v.Timings.PromptN + v.Timings.CacheN, cached: v.Timings.CacheN, completion: v.Timings.PredictedN}
+		c = counts{prompt: v.Timings.PromptN + v.Timings.CacheN, cached: v.Timings.CacheN, completion: v.Timings.PredictedN,
+			generating: time.Duration(v.Timings.PredictedMS * float64(time.Millisecond))}
 	}
 	if v.Usage != nil {
 		c.prompt, c.completion = v.Usage.PromptTokens, v.Usage.CompletionTokens
