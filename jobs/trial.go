@@ -81,6 +81,10 @@ func (s *Server) trial(ctx context.Context, l *live, p *pipeline) error {
 		v, why, byHand, err = s.watch(ctx, l, p)
 	}
 	if err == nil && v == canary.Promote && !byHand {
+		// Its share ends first: the suite asks each version alone.
+		if err := s.setShare(ctx, name, 0); err != nil {
+			return failedAt(StepEval, err)
+		}
 		if ev, evWhy, eerr := s.evaluate(ctx, l, p, "after serving its share"); eerr != nil {
 			err = eerr
 		} else if ev == canary.RollBack {
@@ -203,7 +207,20 @@ func (s *Server) health(name string) (ModelHealth, bool) {
 // setShare gives the canary name share of its model's requests; nothing
 // else of its entry changes, so its replicas run on.
 func (s *Server) setShare(ctx context.Context, name string, share float64) error {
-	return s.deps.Catalog.SetShare(ctx, name, share)
+	if err := s.deps.Catalog.SetShare(ctx, name, share); err != nil {
+		return err
+	}
+	s.refresh()
+	return nil
+}
+
+// refresh has the gateway read the catalog now when it can
+// (gateway.Gateway.Refresh), rather than within its second: a share, a
+// promotion or a roll-back is followed from the next request.
+func (s *Server) refresh() {
+	if r, ok := s.deps.Gateway.(interface{ Refresh() }); ok {
+		r.Refresh()
+	}
 }
 
 // promote makes the canary the model: every request goes to the canary
@@ -233,6 +250,7 @@ func (s *Server) promote(ctx context.Context, l *live, p *pipeline) error {
 	if err := s.deps.Catalog.Add(ctx, m, m.AddedBy); err != nil {
 		return err
 	}
+	s.refresh()
 	if m.Scaling.Min > 0 {
 		s.step(l, StepVerdict, Running, fmt.Sprintf("%s takes every request of %s while its replicas restart on %s", name, of, short(p.repo.Commit)))
 		if err := s.waitRestarted(ctx, of, changed); err != nil {
@@ -242,6 +260,7 @@ func (s *Server) promote(ctx context.Context, l *live, p *pipeline) error {
 	if err := s.deps.Catalog.Remove(ctx, name); err != nil {
 		return err
 	}
+	s.refresh()
 	if err := s.deps.Updates.SetState(ctx, p.req.UpdateID, updates.StatePromoted); err != nil {
 		s.deps.Log.Warn("could not record an update as promoted", "update", p.req.UpdateID, "err", err)
 	}
@@ -281,6 +300,7 @@ func (s *Server) rollBack(ctx context.Context, p *pipeline, why string) {
 	if err := s.deps.Catalog.Remove(ctx, name); err != nil && !isNotFound(err) {
 		s.deps.Log.Error("removing a rolled-back canary from the catalog", "canary", name, "err", err)
 	}
+	s.refresh()
 	if s.deps.Versions != nil {
 		if err := s.deps.Versions.EndVersion(ctx, of, p.repo.Commit, catalog.VersionRolledBack, why); err != nil {
 			s.deps.Log.Warn("could not record a version as rolled back", "model", of, "err", err)

@@ -5,7 +5,9 @@ import (
 	"log/slog"
 
 	"modelserve/catalog"
+	"modelserve/internal/canary"
 	"modelserve/internal/fleet"
+	"modelserve/internal/gateway"
 	"modelserve/internal/plan"
 	"modelserve/jobs"
 )
@@ -59,3 +61,18 @@ func newFleet(engine string, store *catalog.Store, db *sql.DB, log *slog.Logger)
 type poolOf func() []plan.Node
 
 func (p poolOf) Nodes() []plan.Node { return p() }
+
+// gatewayMeters are the gateway's meters as the update jobs read them: a
+// version's requests as the canary's judge weighs them.
+type gatewayMeters struct{ g *gateway.Gateway }
+
+func (m gatewayMeters) Measure(name string) jobs.Meter { return gatewayMeter{m.g.Measure(name)} }
+
+type gatewayMeter struct{ m *gateway.Meter }
+
+func (m gatewayMeter) Stop() { m.m.Stop() }
+
+func (m gatewayMeter) Read() canary.Arm {
+	r := m.m.Read()
+	return canary.Arm{Requests: r.Requests, Failed: r.Failed, Answered: r.Answered, TTFT: r.TTFTP50, TokensPerSecond: r.TokensPerSecond}
+}

@@ -128,7 +128,7 @@ func serve(ctx context.Context, cfg config, log *slog.Logger, ready func(addr st
 		DB: db, Registry: regs, Mirror: mir, Catalog: cat, Planner: planner, Fleet: jobsFleet, Gateway: gw,
 		EngineBuild: version.Build, Architectures: known, Pool: fl.Pool,
 		Log: log, Metrics: met,
-		Updates: watcher, Versions: store, Share: share, Policy: cfg.CanaryPolicy,
+		Updates: watcher, Versions: store, Share: share, Policy: cfg.CanaryPolicy, Meters: gatewayMeters{gw},
 	})
 	if err != nil {
 		return err

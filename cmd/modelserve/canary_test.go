@@ -1,0 +1,284 @@
+package main
+
+import (
+	"net/http"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"modelserve/catalog"
+	"modelserve/internal/canary"
+	"modelserve/internal/ggufgen"
+	"modelserve/internal/hubtest"
+	"modelserve/internal/llamatest"
+	"modelserve/internal/updates"
+	"modelserve/jobs"
+)
+
+// updateWorld is a model served from a branch, by the real binary with the
+// real engine, whose branch then moves to new weights that were noticed.
+type updateWorld struct {
+	s             *apiServer
+	cfg           config
+	hub           *hubtest.Server
+	served, moved string
+	update        updates.Update
+}
+
+const updRepo, updFile = "acme/Chatty-GGUF", "Chatty-Q4_K_M.gguf"
+
+func newUpdateWorld(t *testing.T, policy canary.Policy) *updateWorld {
+	t.Helper()
+	engine := llamatest.Path(t)
+	w := &updateWorld{hub: hubtest.New(t)}
+	w.hub.AddRepo(updRepo, hubtest.RepoOptions{})
+	w.served = w.hub.AddFile(updRepo, updFile, ggufgen.Bytes(ggufgen.Spec{}))
+	w.cfg = config{Addr: "127.0.0.1:0", Data: t.TempDir(), HFEndpoint: w.hub.URL(), LlamaServer: engine,
+		UpdateInterval: 6 * time.Hour, CanaryShare: 0.1, CanaryPolicy: policy}
+	w.s = startAPI(t, w.cfg)
+
+	var job jobs.Job
+	if code := w.s.do("POST", "/api/v1/serve", map[string]any{"repo": updRepo, "replicas": 1, "context_length": 1024, "ctx_pool": 2048}, &job); code != http.StatusAccepted {
+		t.Fatalf("serve: %d", code)
+	}
+	if seen := w.s.watch(job.ID, 3*time.Minute); seen[len(seen)-1].State != jobs.Done {
+		t.Fatalf("serving chatty ended %s: %s", seen[len(seen)-1].State, seen[len(seen)-1].Error)
+	}
+	w.moved = w.hub.AddFile(updRepo, updFile, ggufgen.Bytes(ggufgen.Spec{ContextLength: 8192}))
+	var res updates.Result
+	if code := w.s.do("POST", "/api/v1/catalog/chatty/check", nil, &res); code != http.StatusOK || res.Update == nil {
+		t.Fatalf("check: %d %+v", code, res)
+	}
+	w.update = *res.Update
+	return w
+}
+
+// startUpdate asks for chatty's update and waits for its canary to be on
+// its share of the traffic.
+func (w *updateWorld) startUpdate(t *testing.T) jobs.Job {
+	t.Helper()
+	var job jobs.Job
+	if code := w.s.do("POST", "/api/v1/catalog/chatty/update", nil, &job); code != http.StatusAccepted || job.Kind != jobs.KindUpdate {
+		t.Fatalf("update: %d %+v", code, job)
+	}
+	waitUntil(t, 2*time.Minute, "the canary to be on trial", func() bool {
+		w.s.do("GET", "/api/v1/jobs/"+job.ID, nil, &job)
+		st, _ := job.Step(jobs.StepCanary)
+		return st.State != "" || job.Ended()
+	})
+	return job
+}
+
+// versions are chatty's versions as the API says them.
+func (w *updateWorld) versions(t *testing.T) (vs []catalog.Version, canaryName string, share float64) {
+	t.Helper()
+	var out struct {
+		Versions []catalog.Version
+		Canary   *struct {
+			Name  string
+			Share float64
+		}
+	}
+	if code := w.s.do("GET", "/api/v1/catalog/chatty/versions", nil, &out); code != http.StatusOK {
+		t.Fatalf("versions: %d", code)
+	}
+	if out.Canary != nil {
+		canaryName, share = out.Canary.Name, out.Canary.Share
+	}
+	return out.Versions, canaryName, share
+}
+
+// chat sends n requests for chatty through the gateway, as clients do,
+// each of which must be answered.
+func (w *updateWorld) chat(t *testing.T, n int) {
+	t.Helper()
+	if failed := w.ask(t, n); failed > 0 {
+		t.Fatalf("%d of %d requests for chatty failed", failed, n)
+	}
+}
+
+// ask sends n requests for chatty and says how many were not answered.
+func (w *updateWorld) ask(t *testing.T, n int) (failed int) {
+	t.Helper()
+	for i := range n {
+		var out struct {
+			Model   string
+			Choices []struct{ Message struct{ Content string } }
+		}
+		body := map[string]any{"model": "chatty", "max_tokens": 4,
+			"messages": []map[string]string{{"role": "user", "content": "hello " + strconv.Itoa(i)}}}
+		if code := w.s.do("POST", "/v1/chat/completions", body, &out); code != http.StatusOK || len(out.Choices) != 1 {
+			failed++
+		}
+	}
+	return failed
+}
+
+// TestUpdateTriedAsACanaryThenPromoted: an update of a served model is
+// served beside it as a canary, takes its share of chatty's requests, is
+// judged no worse and promoted: chatty then runs the new commit, its old
+// version is retired, and the canary is gone.
+func TestUpdateTriedAsACanaryThenPromoted(t *testing.T) {
+	policy := canary.DefaultPolicy
+	policy.MinRequests, policy.Window = 20, 2*time.Minute
+	w := newUpdateWorld(t, policy)
+	job := w.startUpdate(t)
+	if job.Ended() {
+		t.Fatalf("the update ended before its trial: %s %s\n%+v", job.State, job.Error, job.Steps)
+	}
+	vs, name, share := w.versions(t)
+	if name != catalog.CanaryName("chatty", w.moved) || share != 0.1 || len(vs) != 2 || vs[0].State != catalog.VersionCanary || vs[1].State != catalog.VersionCurrent {
+		t.Errorf("while on trial: canary %q at %v, versions %+v", name, share, vs)
+	}
+
+	w.chat(t, 200)
+	seen := w.s.watch(job.ID, 3*time.Minute)
+	last := seen[len(seen)-1]
+	if last.State != jobs.Done {
+		t.Fatalf("the update ended %s: %s\n%+v", last.State, last.Error, last.Steps)
+	}
+	if v, _ := last.Step(jobs.StepVerdict); !strings.Contains(v.Detail, "promoted: chatty now serves "+w.moved[:7]) {
+		t.Errorf("verdict: %+v", v)
+	}
+	// 10% of 200 requests, exactly: the gateway splits by count.
+	if c, _ := last.Step(jobs.StepCanary); !strings.Contains(c.Detail, "no worse than the current version over 20 requests") {
+		t.Errorf("the canary step: %+v", c)
+	}
+	var m catalog.Model
+	if w.s.do("GET", "/api/v1/catalog/chatty", nil, &m); m.Origin == nil || m.Origin.Revision != w.moved || m.Origin.Ref != "main" || m.Canary != nil {
+		t.Errorf("chatty after the promotion: %+v", m.Origin)
+	}
+	vs, name, _ = w.versions(t)
+	if name != "" || len(vs) != 2 || vs[0].Commit != w.moved || vs[0].State != catalog.VersionCurrent ||
+		vs[1].Commit != w.served || vs[1].State != catalog.VersionRetired {
+		t.Errorf("after the promotion: canary %q, versions %+v", name, vs)
+	}
+	var reps struct {
+		Replicas []struct{ ID, Model, State string }
+	}
+	w.s.do("GET", "/api/v1/replicas", nil, &reps)
+	for _, r := range reps.Replicas {
+		if r.Model != "chatty" && r.State != "stopped" && r.State != "stopping" {
+			t.Errorf("replica %+v is still there after the promotion", r)
+		}
+	}
+	var up updates.Update
+	if w.s.do("GET", "/api/v1/updates/"+strconv.FormatInt(w.update.ID, 10), nil, &up); up.State != updates.StatePromoted {
+		t.Errorf("the update is %s, want promoted", up.State)
+	}
+	w.chat(t, 3)
+}
+
+// TestAFailingCanaryIsRolledBack: the canary's engine dies whenever it
+// starts, the requests it was sent fail (and are answered by the current
+// version for the client), and the trial rolls it back by itself with the
+// reason; chatty never stops serving its old commit, and the mirror keeps
+// both.
+func TestAFailingCanaryIsRolledBack(t *testing.T) {
+	policy := canary.DefaultPolicy
+	policy.MinRequests, policy.Window = 200, 2*time.Minute
+	w := newUpdateWorld(t, policy)
+	job := w.startUpdate(t)
+	name := catalog.CanaryName("chatty", w.moved)
+
+	// An engine fault: the canary's engine is killed each time it runs,
+	// until the job ends; clients keep asking chatty meanwhile.
+	ended := make(chan jobs.Job, 1)
+	go func() { seen := w.s.watch(job.ID, 3*time.Minute); ended <- seen[len(seen)-1] }()
+	var last jobs.Job
+	deadline := time.After(2 * time.Minute)
+	for last.ID == "" {
+		select {
+		case last = <-ended:
+			continue
+		case <-deadline:
+			t.Fatal("the failing canary was not rolled back within 2 minutes")
+		default:
+		}
+		var reps struct {
+			Replicas []struct {
+				Model string
+				PID   int `json:"pid"`
+			}
+		}
+		w.s.do("GET", "/api/v1/replicas", nil, &reps)
+		for _, r := range reps.Replicas {
+			if r.Model == name && r.PID > 0 {
+				_ = syscall.Kill(r.PID, syscall.SIGKILL)
+			}
+		}
+		// A request the canary was answering when its engine was killed
+		// may fail; the others go to chatty.
+		w.ask(t, 5)
+	}
+	if last.State != jobs.Failed || !strings.Contains(last.Error, name+" rolled back, chatty still serving "+w.served[:7]) {
+		t.Fatalf("the update ended %s: %q\n%+v", last.State, last.Error, last.Steps)
+	}
+	t.Logf("rolled back: %s", last.Error)
+	var m catalog.Model
+	if w.s.do("GET", "/api/v1/catalog/chatty", nil, &m); m.Origin == nil || m.Origin.Revision != w.served {
+		t.Errorf("chatty after the roll-back runs %+v, want %s", m.Origin, w.served)
+	}
+	if code := w.s.do("GET", "/api/v1/catalog/"+name, nil, nil); code != http.StatusNotFound {
+		t.Errorf("the canary's entry after the roll-back: %d, want gone", code)
+	}
+	vs, canaryName, _ := w.versions(t)
+	if canaryName != "" || len(vs) != 2 || vs[0].State != catalog.VersionRolledBack || vs[0].Reason == "" || vs[1].State != catalog.VersionCurrent {
+		t.Errorf("versions after the roll-back: %+v", vs)
+	}
+	var up updates.Update
+	if w.s.do("GET", "/api/v1/updates/"+strconv.FormatInt(w.update.ID, 10), nil, &up); up.State != updates.StateRolledBack {
+		t.Errorf("the update is %s, want rolled_back", up.State)
+	}
+	var mirror struct {
+		Files []struct{ Model, Revision, Path string }
+	}
+	w.s.do("GET", "/api/v1/mirror", nil, &mirror)
+	revs := map[string]bool{}
+	for _, f := range mirror.Files {
+		revs[f.Revision] = true
+	}
+	if !revs[w.served[:7]] || !revs[w.moved[:7]] {
+		t.Errorf("the mirror holds %v, want both versions kept", revs)
+	}
+	w.chat(t, 3)
+}
+
+// TestACanaryCarriesOnAfterARestart: modelserve stopped in the middle of a
+// trial carries it on at its next start: the same job, the canary with its
+// entry and share, then its verdict.
+func TestACanaryCarriesOnAfterARestart(t *testing.T) {
+	policy := canary.DefaultPolicy
+	policy.MinRequests, policy.Window = 20, 2*time.Minute
+	w := newUpdateWorld(t, policy)
+	job := w.startUpdate(t)
+	name := catalog.CanaryName("chatty", w.moved)
+	w.chat(t, 50) // 5 for the canary: fewer than it is judged on
+
+	w.s.stop()
+	restarted := time.Now()
+	w.s = startAPI(t, w.cfg)
+	waitUntil(t, 2*time.Minute, "the resumed trial to be on traffic again", func() bool {
+		w.s.do("GET", "/api/v1/jobs/"+job.ID, nil, &job)
+		st, _ := job.Step(jobs.StepCanary)
+		return st.State == jobs.Running && st.At.After(restarted) || job.Ended()
+	})
+	if _, canaryName, share := w.versions(t); job.Ended() || canaryName != name || share != 0.1 {
+		t.Fatalf("after the restart: job %s (%s), canary %q at %v", job.State, job.Error, canaryName, share)
+	}
+	w.chat(t, 200)
+	seen := w.s.watch(job.ID, 3*time.Minute)
+	last := seen[len(seen)-1]
+	if last.State != jobs.Done {
+		t.Fatalf("the resumed update ended %s: %s\n%+v", last.State, last.Error, last.Steps)
+	}
+	if c, _ := last.Step(jobs.StepCanary); !strings.Contains(c.Detail, "over 20 requests") {
+		t.Errorf("the resumed canary was judged on %q, want the 20 requests after the restart", c.Detail)
+	}
+	var m catalog.Model
+	if w.s.do("GET", "/api/v1/catalog/chatty", nil, &m); m.Origin == nil || m.Origin.Revision != w.moved {
+		t.Errorf("chatty after the resumed promotion: %+v", m.Origin)
+	}
+}
