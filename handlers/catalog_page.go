@@ -82,6 +82,7 @@ func catalogView(m catalog.Model) views.CatalogModel {
 		// without one.
 		Running:   "running — (no fleet yet)",
 		RemoveURL: "/catalog/" + url.PathEscape(m.Name) + "/remove",
+		Evals:     evalsURL(m.Name),
 	}
 	if m.Origin != nil {
 		vm.Repo, vm.Commit = m.Origin.Repo, shortCommit(m.Origin.Revision)

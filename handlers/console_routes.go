@@ -38,6 +38,9 @@ func (s *Server) consoleRoutes(mux *http.ServeMux) {
 	mux.Handle("POST /catalog/{name}/playground", s.signedIn(s.playgroundSend))
 	mux.Handle("GET /catalog/{name}/playground/stream", s.signedIn(s.playgroundStream))
 	mux.Handle("POST /catalog/{name}/check", s.signedIn(s.modelCheck))
+	mux.Handle("GET /catalog/{name}/evals", s.signedIn(s.evalsPage))
+	mux.Handle("POST /catalog/{name}/evals", s.signedIn(s.evalsSave))
+	mux.Handle("POST /catalog/{name}/evals/run", s.signedIn(s.evalsRun))
 	mux.Handle("GET /updates/{id}", s.signedIn(s.updatePage))
 
 	// The page is /mirror; the files nodes fetch are below /mirror/.

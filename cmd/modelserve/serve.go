@@ -16,6 +16,7 @@ import (
 	"modelserve/handlers"
 	"modelserve/internal/auth"
 	"modelserve/internal/engine"
+	"modelserve/internal/evals"
 	"modelserve/internal/gateway"
 	"modelserve/internal/gguf"
 	"modelserve/internal/hf"
@@ -129,6 +130,17 @@ func serve(ctx context.Context, cfg config, log *slog.Logger, ready func(addr st
 		return err
 	}
 
+	// Eval suites run through the gateway, as a client's requests go. A
+	// run a stop left running is failed before anything else can look
+	// at it.
+	runner, err := evals.New(evals.Deps{DB: db, Catalog: store, Asker: gw, Metrics: met, Log: log.With("part", "evals")})
+	if err != nil {
+		return err
+	}
+	if _, err := runner.FailInterrupted(ctx); err != nil {
+		return err
+	}
+
 	// The fleet's loop and the watcher's live until serve returns; the
 	// replicas stop with it, and the next start begins them afresh.
 	var wg sync.WaitGroup
@@ -149,9 +161,11 @@ func serve(ctx context.Context, cfg config, log *slog.Logger, ready func(addr st
 		watcher.Run(wctx)
 	}()
 	defer func() {
-		// The watcher and the jobs first (they read the catalog and watch
-		// the fleet), then the replicas. The database closes after all
-		// (deferred first, so run last).
+		// The eval runs, the watcher and the jobs first (they ask the
+		// replicas, read the catalog and watch the fleet), then the
+		// replicas. The database closes after all (deferred first, so run
+		// last).
+		runner.Close()
 		stopWatcher()
 		js.Close()
 		stopFleet()
@@ -179,7 +193,7 @@ func serve(ctx context.Context, cfg config, log *slog.Logger, ready func(addr st
 
 	h, err := handlers.New(handlers.Deps{
 		DB: db, Jobs: js, Catalog: cat, Mirror: mir, Metrics: met.Handler(), Log: log,
-		Registry: regs, Finder: regs, Updates: watcher, Planner: planner, Pool: poolOf(fl.Pool), Fleet: fl, Gateway: gw,
+		Registry: regs, Finder: regs, Updates: watcher, Evals: runner, Planner: planner, Pool: poolOf(fl.Pool), Fleet: fl, Gateway: gw,
 		SessionKeys: site.keys, Secure: site.secure, TrustedProxies: site.trusted, PublicURL: cfg.PublicURL,
 	})
 	if err != nil {
