@@ -254,6 +254,9 @@ func TestRunJudgesATinyModelsAnswers(t *testing.T) {
 			t.Errorf("case %s differs between runs: %q (%v) then %q (%v)", a.Case, a.Answer, a.Pass, b.Answer, b.Pass)
 		}
 	}
+	if worse, why, err := evals.Compare(run, again); err != nil || worse || why != "chatty passed 1 of 3 cases of chatty's suite, as many as chatty" {
+		t.Errorf("comparing the two runs: %v, %q, %v", worse, why, err)
+	}
 	runs, err := r.Runs(ctx, "chatty", 10)
 	if err != nil || len(runs) != 2 || runs[0].ID != again.ID || runs[1].ID != run.ID || runs[0].Results != nil {
 		t.Errorf("runs, newest first: %+v, %v", runs, err)
