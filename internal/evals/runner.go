@@ -249,6 +249,10 @@ func (r *Runner) begin(ctx context.Context, model, target string, stop context.C
 	}
 	if a, busy := r.active[target]; busy {
 		r.mu.Unlock()
+		if a.id == 0 {
+			// Its row is being written: it has no id to give yet.
+			return Run{}, Suite{}, operr.New(operr.Conflict, "an eval run is starting to ask %s now: wait for it to end", target)
+		}
 		return Run{}, Suite{}, operr.New(operr.Conflict, "eval run %d is asking %s now: wait for it to end (GET /api/v1/evals/runs/%d)", a.id, target, a.id)
 	}
 	a := &active{stop: stop}
