@@ -1,6 +1,7 @@
 package handlers
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"modelserve/internal/operr"
@@ -81,8 +82,17 @@ func (s *Server) requireToken(next http.Handler) http.Handler {
 				"use a token made without --scope gateway or --models for the API"})
 			return
 		}
-		next.ServeHTTP(w, r)
+		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), tokenKey{}, who.Name)))
 	})
+}
+
+type tokenKey struct{}
+
+// tokenName is the name of the API token a request carried, for what is
+// recorded of who did something ("" outside the API).
+func tokenName(ctx context.Context) string {
+	name, _ := ctx.Value(tokenKey{}).(string)
+	return name
 }
 
 // decodeJSON reads a request body of at most 1 MiB, one JSON value, into

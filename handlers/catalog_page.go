@@ -86,11 +86,14 @@ func catalogView(m catalog.Model) views.CatalogModel {
 		// without one.
 		Running:   "running — (no fleet yet)",
 		RemoveURL: "/catalog/" + url.PathEscape(m.Name) + "/remove",
+		Evals:     evalsURL(m.Name),
 	}
 	if m.Origin != nil {
 		vm.Repo, vm.Commit = m.Origin.Repo, shortCommit(m.Origin.Revision)
 	}
 	if c := m.Canary; c != nil {
+		// Judged by its model's suite.
+		vm.Evals = evalsURL(c.Of)
 		vm.Trial = "new version of " + c.Of + " on trial: " + shareText(c.Share) + " of its requests"
 		if c.Share == 0 {
 			vm.Trial = "new version of " + c.Of + " on trial: none of its requests until its eval has passed"

@@ -22,6 +22,7 @@ import (
 
 	"modelserve/catalog"
 	"modelserve/handlers"
+	"modelserve/internal/evals"
 	"modelserve/internal/hf"
 	"modelserve/internal/mirror"
 	"modelserve/internal/operr"
@@ -51,8 +52,11 @@ type consoleEnv struct {
 	mirror  *mirror.Mirror
 	reg     *fakeRegistry
 	updates *updates.Watcher
-	fetch   *fakeFetch
-	logs    *testlog.Buffer
+	// evals runs suites through asker, which answers as a test says.
+	evals *evals.Runner
+	asker *fakeAsker
+	fetch *fakeFetch
+	logs  *testlog.Buffer
 }
 
 // newConsoleEnv starts a console; edit changes its dependencies first.
@@ -79,8 +83,13 @@ func newConsoleEnv(t testing.TB, edit ...func(*handlers.Deps)) *consoleEnv {
 	if e.updates, err = updates.New(updates.Deps{DB: db, Catalog: e.catalog, Registry: e.reg, Interval: 6 * time.Hour, Log: log}); err != nil {
 		t.Fatal(err)
 	}
+	e.asker = &fakeAsker{}
+	if e.evals, err = evals.New(evals.Deps{DB: db, Catalog: e.catalog, Asker: e.asker, Log: log}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.evals.Close)
 	d := handlers.Deps{
-		DB: db, Jobs: e.jobs, Catalog: e.catalog, Mirror: e.mirror, Registry: e.reg, Updates: e.updates, Log: log,
+		DB: db, Jobs: e.jobs, Catalog: e.catalog, Mirror: e.mirror, Registry: e.reg, Updates: e.updates, Evals: e.evals, Log: log,
 		Metrics: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "# metrics\n") }),
 	}
 	for _, f := range edit {

@@ -41,6 +41,9 @@ func (s *Server) consoleRoutes(mux *http.ServeMux) {
 	mux.Handle("POST /catalog/{name}/update", s.signedIn(s.modelUpdate))
 	mux.Handle("POST /catalog/{name}/promote", s.signedIn(s.modelPromote))
 	mux.Handle("POST /catalog/{name}/rollback", s.signedIn(s.modelRollBack))
+	mux.Handle("GET /catalog/{name}/evals", s.signedIn(s.evalsPage))
+	mux.Handle("POST /catalog/{name}/evals", s.signedIn(s.evalsSave))
+	mux.Handle("POST /catalog/{name}/evals/run", s.signedIn(s.evalsRun))
 	mux.Handle("GET /updates/{id}", s.signedIn(s.updatePage))
 
 	// The page is /mirror; the files nodes fetch are below /mirror/.

@@ -22,6 +22,7 @@ import (
 	"modelserve/catalog"
 	"modelserve/internal/accesslog"
 	"modelserve/internal/auth"
+	"modelserve/internal/evals"
 	"modelserve/internal/fleet"
 	"modelserve/internal/gateway"
 	"modelserve/internal/mirror"
@@ -114,6 +115,21 @@ type Updates interface {
 	Get(ctx context.Context, id int64) (updates.Update, error)
 }
 
+// Evals is what the handlers need of the eval runner (evals.Runner).
+type Evals interface {
+	// Suite is a model's suite, with no cases when it has none.
+	Suite(ctx context.Context, name string) (evals.Stored, error)
+	// SetSuite replaces a model's suite with the JSON data holds, by
+	// whom; a refusal is a sentence naming the case and the field.
+	SetSuite(ctx context.Context, name string, data []byte, by string) (evals.Stored, error)
+	// Start runs a model's suite against a target in the background.
+	Start(ctx context.Context, model, target string) (evals.Run, error)
+	// Runs are a model's newest runs, without their results; Get is one
+	// run with them.
+	Runs(ctx context.Context, model string, limit int) ([]evals.Run, error)
+	Get(ctx context.Context, id int64) (evals.Run, error)
+}
+
 // Deps are what the handlers need. New refuses a missing one by name.
 type Deps struct {
 	DB      *sql.DB
@@ -135,6 +151,8 @@ type Deps struct {
 	// CanaryShare is the share of a model's requests an update's canary
 	// takes unless it says (--canary-share), for the update page to say.
 	CanaryShare float64
+	// Evals keeps each model's eval suite and runs it (evals.Runner).
+	Evals Evals
 	// Finder searches the registries for the serve page's search box
 	// (hf.Registries); nil shows no search box.
 	Finder Finder
@@ -191,7 +209,7 @@ type Server struct {
 func New(d Deps) (http.Handler, error) {
 	for name, missing := range map[string]bool{
 		"DB": d.DB == nil, "Jobs": d.Jobs == nil, "Catalog": d.Catalog == nil, "Mirror": d.Mirror == nil,
-		"Registry": d.Registry == nil, "Updates": d.Updates == nil,
+		"Registry": d.Registry == nil, "Updates": d.Updates == nil, "Evals": d.Evals == nil,
 	} {
 		if missing {
 			return nil, errors.New("handlers: Deps." + name + " is required")
@@ -251,6 +269,10 @@ func (s *Server) routes() http.Handler {
 	api.HandleFunc("PUT /api/v1/catalog/{name}/updates", s.apiModelUpdatesSet)
 	api.HandleFunc("GET /api/v1/updates", s.apiUpdateList)
 	api.HandleFunc("GET /api/v1/updates/{id}", s.apiUpdateShow)
+	api.HandleFunc("GET /api/v1/catalog/{name}/evals", s.apiEvalsShow)
+	api.HandleFunc("PUT /api/v1/catalog/{name}/evals", s.apiEvalsSet)
+	api.HandleFunc("POST /api/v1/catalog/{name}/evals/run", s.apiEvalsRun)
+	api.HandleFunc("GET /api/v1/evals/runs/{id}", s.apiEvalRunShow)
 	api.Handle("/api/v1/", s.apiNotFound(api))
 	mux.Handle("/api/v1/", s.requireToken(api))
 

@@ -24,7 +24,9 @@ func (f *fakeUpdates) Get(_ context.Context, id int64) (updates.Update, error) {
 	return updates.Update{}, operr.New(operr.NotFound, "there is no update %d", id)
 }
 
-func (f *fakeUpdates) List(context.Context, updates.ListOptions) ([]updates.Update, error) { return f.list, nil }
+func (f *fakeUpdates) List(context.Context, updates.ListOptions) ([]updates.Update, error) {
+	return f.list, nil
+}
 
 func (f *fakeUpdates) SetState(_ context.Context, id int64, state string) error {
 	for i := range f.list {

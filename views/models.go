@@ -184,6 +184,8 @@ type CatalogModel struct {
 	// from code.
 	Playground string
 	CallIt     CallIt
+	// Evals is the URL of its eval suite's page.
+	Evals string
 	// Watch is what the watcher for new weights knows of it, in a
 	// sentence ("branch main: checked 5 min ago, up to date at
 	// abc1234"); CheckURL is the Check now form's action, "" for a model

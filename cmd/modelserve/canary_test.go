@@ -10,6 +10,7 @@ import (
 
 	"modelserve/catalog"
 	"modelserve/internal/canary"
+	"modelserve/internal/evals"
 	"modelserve/internal/ggufgen"
 	"modelserve/internal/hubtest"
 	"modelserve/internal/llamatest"
@@ -30,6 +31,12 @@ type updateWorld struct {
 const updRepo, updFile = "acme/Chatty-GGUF", "Chatty-Q4_K_M.gguf"
 
 func newUpdateWorld(t *testing.T, policy canary.Policy) *updateWorld {
+	return newUpdateWorldTo(t, policy, ggufgen.Spec{ContextLength: 8192})
+}
+
+// newUpdateWorldTo is newUpdateWorld with the branch moved to weights made
+// from next.
+func newUpdateWorldTo(t *testing.T, policy canary.Policy, next ggufgen.Spec) *updateWorld {
 	t.Helper()
 	engine := llamatest.Path(t)
 	w := &updateWorld{hub: hubtest.New(t)}
@@ -46,7 +53,7 @@ func newUpdateWorld(t *testing.T, policy canary.Policy) *updateWorld {
 	if seen := w.s.watch(job.ID, 3*time.Minute); seen[len(seen)-1].State != jobs.Done {
 		t.Fatalf("serving chatty ended %s: %s", seen[len(seen)-1].State, seen[len(seen)-1].Error)
 	}
-	w.moved = w.hub.AddFile(updRepo, updFile, ggufgen.Bytes(ggufgen.Spec{ContextLength: 8192}))
+	w.moved = w.hub.AddFile(updRepo, updFile, ggufgen.Bytes(next))
 	var res updates.Result
 	if code := w.s.do("POST", "/api/v1/catalog/chatty/check", nil, &res); code != http.StatusOK || res.Update == nil {
 		t.Fatalf("check: %d %+v", code, res)
@@ -280,5 +287,70 @@ func TestACanaryCarriesOnAfterARestart(t *testing.T) {
 	var m catalog.Model
 	if w.s.do("GET", "/api/v1/catalog/chatty", nil, &m); m.Origin == nil || m.Origin.Revision != w.moved {
 		t.Errorf("chatty after the resumed promotion: %+v", m.Origin)
+	}
+}
+
+// evalRun runs chatty's suite against chatty now and returns the run.
+func (w *updateWorld) evalRun(t *testing.T) evals.Run {
+	t.Helper()
+	var run evals.Run
+	if code := w.s.do("POST", "/api/v1/catalog/chatty/evals/run", nil, &run); code != http.StatusAccepted {
+		t.Fatalf("running chatty's suite: %d", code)
+	}
+	waitUntil(t, time.Minute, "the eval run to end", func() bool {
+		w.s.do("GET", "/api/v1/evals/runs/"+strconv.FormatInt(run.ID, 10), nil, &run)
+		return run.State != evals.StateRunning
+	})
+	return run
+}
+
+// TestAnEvalTheUpdateFailsBlocksIt: chatty's suite holds a case its
+// current version passes (its own answer, asked the same way); the update
+// (new vocabulary, so other words) fails it, and is rolled back before any
+// client's request reaches it.
+func TestAnEvalTheUpdateFailsBlocksIt(t *testing.T) {
+	policy := canary.DefaultPolicy
+	policy.MinRequests, policy.Window = 20, 2*time.Minute
+	w := newUpdateWorldTo(t, policy, ggufgen.Spec{Vocab: []string{"zebra", "quartz", "nimbus", "fjord", "glyph", "oxbow"}})
+	suite := func(answer string) map[string]any {
+		return map[string]any{"cases": []map[string]any{{"name": "as it answers", "prompt": "Say hello.", "max_tokens": 8,
+			"expect": map[string]any{"exact": answer}}}}
+	}
+	if code := w.s.do("PUT", "/api/v1/catalog/chatty/evals", suite("nothing it says"), nil); code != http.StatusOK {
+		t.Fatalf("PUT the suite: %d", code)
+	}
+	first := w.evalRun(t)
+	if first.State != evals.StateDone || len(first.Results) != 1 || first.Results[0].Answer == "" {
+		t.Fatalf("the first run: %+v", first)
+	}
+	w.s.do("PUT", "/api/v1/catalog/chatty/evals", suite(first.Results[0].Answer), nil)
+	if run := w.evalRun(t); run.Passed != 1 {
+		t.Fatalf("chatty fails a case holding its own answer %q: %+v", first.Results[0].Answer, run.Results)
+	}
+
+	var job jobs.Job
+	if code := w.s.do("POST", "/api/v1/catalog/chatty/update", nil, &job); code != http.StatusAccepted {
+		t.Fatalf("update: %d", code)
+	}
+	seen := w.s.watch(job.ID, 3*time.Minute)
+	last := seen[len(seen)-1]
+	if last.State != jobs.Failed || !strings.Contains(last.Error, "its eval passed 0 of 1 cases against 1 of 1 for the current version") {
+		t.Fatalf("the update ended %s: %q\n%+v", last.State, last.Error, last.Steps)
+	}
+	if st, ok := last.Step(jobs.StepCanary); ok {
+		t.Errorf("the canary took traffic after failing its eval: %+v", st)
+	}
+	var m catalog.Model
+	if w.s.do("GET", "/api/v1/catalog/chatty", nil, &m); m.Origin == nil || m.Origin.Revision != w.served {
+		t.Errorf("chatty after the failed eval runs %+v, want %s", m.Origin, w.served)
+	}
+	var runs struct{ Runs []evals.Run }
+	w.s.do("GET", "/api/v1/catalog/chatty/evals", nil, &runs)
+	targets := map[string]int{}
+	for _, r := range runs.Runs {
+		targets[r.Target]++
+	}
+	if targets[catalog.CanaryName("chatty", w.moved)] != 1 {
+		t.Errorf("the runs kept %v, want the canary's run beside chatty's", targets)
 	}
 }

@@ -1,13 +1,17 @@
 package main
 
 import (
+	"context"
 	"database/sql"
+	"errors"
 	"log/slog"
 
 	"modelserve/catalog"
 	"modelserve/internal/canary"
+	"modelserve/internal/evals"
 	"modelserve/internal/fleet"
 	"modelserve/internal/gateway"
+	"modelserve/internal/operr"
 	"modelserve/internal/plan"
 	"modelserve/jobs"
 )
@@ -75,4 +79,21 @@ func (m gatewayMeter) Stop() { m.m.Stop() }
 func (m gatewayMeter) Read() canary.Arm {
 	r := m.m.Read()
 	return canary.Arm{Requests: r.Requests, Failed: r.Failed, Answered: r.Answered, TTFT: r.TTFTP50, TokensPerSecond: r.TokensPerSecond}
+}
+
+// jobsEvals runs a model's eval suite for an update's trial: a model
+// without a suite is no failure, and a run that could not finish is.
+type jobsEvals struct{ r *evals.Runner }
+
+func (e jobsEvals) Run(ctx context.Context, model, target string) (canary.Eval, bool, error) {
+	run, err := e.r.Run(ctx, model, target)
+	switch {
+	case errors.Is(err, evals.ErrNoSuite):
+		return canary.Eval{}, false, nil
+	case err != nil:
+		return canary.Eval{}, false, err
+	case run.State != evals.StateDone:
+		return canary.Eval{}, false, operr.New(operr.Unavailable, "the eval run %d of %s on %s did not finish: %s", run.ID, model, target, run.Error)
+	}
+	return canary.Eval{Passed: run.Passed, Total: run.Total}, true, nil
 }

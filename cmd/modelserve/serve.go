@@ -17,6 +17,7 @@ import (
 	"modelserve/handlers"
 	"modelserve/internal/auth"
 	"modelserve/internal/engine"
+	"modelserve/internal/evals"
 	"modelserve/internal/gateway"
 	"modelserve/internal/gguf"
 	"modelserve/internal/hf"
@@ -121,6 +122,17 @@ func serve(ctx context.Context, cfg config, log *slog.Logger, ready func(addr st
 		return err
 	}
 
+	// Eval suites run through the gateway, as a client's requests go. A
+	// run a stop left running is failed before anything else can look
+	// at it.
+	runner, err := evals.New(evals.Deps{DB: db, Catalog: store, Asker: gw, Metrics: met, Log: log.With("part", "evals")})
+	if err != nil {
+		return err
+	}
+	if _, err := runner.FailInterrupted(ctx); err != nil {
+		return err
+	}
+
 	// Jobs serve models, and their updates beside them as canaries judged
 	// on the gateway's measures of each version.
 	share := cmp.Or(cfg.CanaryShare, jobs.DefaultShare)
@@ -128,7 +140,7 @@ func serve(ctx context.Context, cfg config, log *slog.Logger, ready func(addr st
 		DB: db, Registry: regs, Mirror: mir, Catalog: cat, Planner: planner, Fleet: jobsFleet, Gateway: gw,
 		EngineBuild: version.Build, Architectures: known, Pool: fl.Pool,
 		Log: log, Metrics: met,
-		Updates: watcher, Versions: store, Share: share, Policy: cfg.CanaryPolicy, Meters: gatewayMeters{gw},
+		Updates: watcher, Versions: store, Share: share, Policy: cfg.CanaryPolicy, Meters: gatewayMeters{gw}, Evals: jobsEvals{runner},
 	})
 	if err != nil {
 		return err
@@ -154,9 +166,11 @@ func serve(ctx context.Context, cfg config, log *slog.Logger, ready func(addr st
 		watcher.Run(wctx)
 	}()
 	defer func() {
-		// The watcher and the jobs first (they read the catalog and watch
-		// the fleet), then the replicas. The database closes after all
-		// (deferred first, so run last).
+		// The eval runs, the watcher and the jobs first (they ask the
+		// replicas, read the catalog and watch the fleet), then the
+		// replicas. The database closes after all (deferred first, so run
+		// last).
+		runner.Close()
 		stopWatcher()
 		js.Close()
 		stopFleet()
@@ -184,7 +198,7 @@ func serve(ctx context.Context, cfg config, log *slog.Logger, ready func(addr st
 
 	h, err := handlers.New(handlers.Deps{
 		DB: db, Jobs: js, Catalog: cat, Mirror: mir, Metrics: met.Handler(), Log: log,
-		Registry: regs, Finder: regs, Updates: watcher, Versions: store, CanaryShare: share, Planner: planner, Pool: poolOf(fl.Pool), Fleet: fl, Gateway: gw,
+		Registry: regs, Finder: regs, Updates: watcher, Versions: store, CanaryShare: share, Evals: runner, Planner: planner, Pool: poolOf(fl.Pool), Fleet: fl, Gateway: gw,
 		SessionKeys: site.keys, Secure: site.secure, TrustedProxies: site.trusted, PublicURL: cfg.PublicURL,
 	})
 	if err != nil {

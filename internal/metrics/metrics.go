@@ -1,7 +1,8 @@
 // Package metrics is what modelserve tells Prometheus: jobs started and
 // ended, how long each step took, what the mirror fetched and how often it
 // failed, how many models the catalog holds, checks for new weights and
-// the updates they noticed, and the fleet's replicas and nodes (fleet.go).
+// the updates they noticed, eval runs and their cases, and the fleet's
+// replicas and nodes (fleet.go).
 //
 // One registry per server rather than the global default, so tests can run
 // servers side by side and read their own figures.
@@ -29,6 +30,9 @@ type Metrics struct {
 	// updateChecks and updatesNoticed are the watcher's (package updates).
 	updateChecks   *prometheus.CounterVec
 	updatesNoticed prometheus.Counter
+	// evalRuns and evalCases are the eval runner's (package evals).
+	evalRuns  *prometheus.CounterVec
+	evalCases *prometheus.CounterVec
 }
 
 // New registers the collectors. catalogSize, when not nil, is read at each
@@ -59,9 +63,15 @@ func New(catalogSize func(context.Context) (int, error)) *Metrics {
 		updatesNoticed: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "modelserve_updates_noticed_total", Help: "Updates noticed: a served model's branch moved to new weights (each move counted once).",
 		}),
+		evalRuns: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "modelserve_eval_runs_total", Help: "Eval runs ended, by result: done (every case judged) or failed (the run could not finish).",
+		}, []string{"result"}),
+		evalCases: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "modelserve_eval_cases_total", Help: "Eval cases judged, by result (pass, fail).",
+		}, []string{"result"}),
 	}
 	m.reg.MustRegister(m.jobsStarted, m.jobsEnded, m.stepSeconds, m.mirrorBytes, m.mirrorFailed, m.updateChecks, m.updatesNoticed,
-		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+		m.evalRuns, m.evalCases, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if catalogSize != nil {
 		m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "modelserve_catalog_models", Help: "Models in the catalog.",
@@ -108,6 +118,18 @@ func (m *Metrics) UpdateChecked(result string) { m.updateChecks.WithLabelValues(
 
 // UpdateNoticed counts an update recorded for the first time.
 func (m *Metrics) UpdateNoticed() { m.updatesNoticed.Inc() }
+
+// EvalRun counts an eval run that ended, by its state (done, failed).
+func (m *Metrics) EvalRun(state string) { m.evalRuns.WithLabelValues(state).Inc() }
+
+// EvalCase counts an eval case judged.
+func (m *Metrics) EvalCase(pass bool) {
+	result := "fail"
+	if pass {
+		result = "pass"
+	}
+	m.evalCases.WithLabelValues(result).Inc()
+}
 
 // Registerer is the registry others add their figures to (the gateway's),
 // so that /metrics serves them all.

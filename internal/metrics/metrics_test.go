@@ -137,3 +137,26 @@ func TestUpdateCounters(t *testing.T) {
 		}
 	}
 }
+
+// TestEvalCounters: eval runs are counted by how they ended, and their
+// cases by verdict.
+func TestEvalCounters(t *testing.T) {
+	m := metrics.New(nil)
+	m.EvalRun("done")
+	m.EvalRun("failed")
+	m.EvalRun("done")
+	m.EvalCase(true)
+	m.EvalCase(false)
+	m.EvalCase(false)
+	text := scrape(t, m)
+	for _, want := range []string{
+		`modelserve_eval_runs_total{result="done"} 2`,
+		`modelserve_eval_runs_total{result="failed"} 1`,
+		`modelserve_eval_cases_total{result="pass"} 1`,
+		`modelserve_eval_cases_total{result="fail"} 2`,
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("the scrape lacks %s", want)
+		}
+	}
+}

@@ -1,0 +1,340 @@
+package handlers_test
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"modelserve/internal/evals"
+)
+
+// fakeAsker is the gateway as the eval runner asks it: every chat request
+// is answered with answer, after a release when hold is set. The runner's
+// own tests ask real engines; here the answers are chosen, so that two
+// runs differ as two versions of a model would.
+type fakeAsker struct {
+	mu     sync.Mutex
+	answer string
+	hold   chan struct{}
+}
+
+func (f *fakeAsker) Ask(ctx context.Context, route string, body []byte) ([]byte, error) {
+	f.mu.Lock()
+	answer, hold := f.answer, f.hold
+	f.mu.Unlock()
+	if hold != nil {
+		select {
+		case <-hold:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	b, _ := json.Marshal(map[string]any{"choices": []any{map[string]any{"message": map[string]string{"role": "assistant", "content": answer}}}})
+	return b, nil
+}
+
+func (f *fakeAsker) set(answer string, hold chan struct{}) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.answer, f.hold = answer, hold
+}
+
+// twoCases passes an answer of Paris, and fails any other.
+const twoCases = `{"cases": [
+	{"name": "capital", "prompt": "What is the capital of France? One word.", "expect": {"regex": "(?i)paris"}},
+	{"name": "exact", "prompt": "Say Paris.", "max_tokens": 4, "expect": {"exact": "Paris"}}
+]}`
+
+// waitRun waits for run id to end.
+func (e *consoleEnv) waitRun(id int64) evals.Run {
+	e.t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		run, err := e.evals.Get(context.Background(), id)
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		if run.State != evals.StateRunning {
+			return run
+		}
+		if time.Now().After(deadline) {
+			e.t.Fatalf("run %d still running after 10s: %+v", id, run)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestEvalsAPI(t *testing.T) {
+	e := newConsoleEnv(t)
+	ctx := context.Background()
+	for _, n := range []string{"tiny", "bare"} {
+		if err := e.catalog.Add(ctx, tinyModel(n), "test"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c := newAPIClient(t, e)
+	put := func(path, suite string) (*http.Response, []byte) {
+		t.Helper()
+		req, _ := http.NewRequest(http.MethodPut, e.srv.URL+path, strings.NewReader(suite))
+		req.Header.Set("Authorization", "Bearer "+c.tok)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp, b
+	}
+	type errorOut struct{ Error string }
+	sentence := func(b []byte) string {
+		var out errorOut
+		json.Unmarshal(b, &out)
+		return out.Error
+	}
+
+	resp, body := put("/api/v1/catalog/tiny/evals", twoCases)
+	var set struct {
+		Model     string
+		Suite     evals.Suite
+		Digest    string
+		UpdatedBy string `json:"updated_by"`
+		Runs      []evals.Run
+	}
+	if resp.StatusCode != http.StatusOK || json.Unmarshal(body, &set) != nil || set.Model != "tiny" || len(set.Suite.Cases) != 2 ||
+		!strings.HasPrefix(set.UpdatedBy, "token api-") || set.Runs == nil {
+		t.Fatalf("PUT a suite: %s %s", resp.Status, body)
+	}
+
+	for _, tc := range []struct {
+		name, path, suite string
+		status            int
+		want              string
+	}{
+		{"an unknown model", "/api/v1/catalog/nobody/evals", twoCases, http.StatusNotFound, `the catalog has no model named "nobody"`},
+		{"a bad pattern", "/api/v1/catalog/tiny/evals", `{"cases": [{"name": "capital", "prompt": "p", "expect": {"regex": "(?i)paris("}}]}`,
+			http.StatusBadRequest, `case 1 ("capital"): expect.regex is not a Go (RE2) regular expression`},
+		{"two expectations", "/api/v1/catalog/tiny/evals", `{"cases": [{"name": "a", "prompt": "p", "expect": {"regex": "x", "exact": "x"}}]}`,
+			http.StatusBadRequest, `case 1 ("a"): expect has 2 expectations`},
+		{"not JSON", "/api/v1/catalog/tiny/evals", `cases: []`, http.StatusBadRequest, "the suite is not a JSON object"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			resp, body := put(tc.path, tc.suite)
+			if resp.StatusCode != tc.status || !strings.Contains(sentence(body), tc.want) {
+				t.Errorf("%s, %s; want %d saying %q", resp.Status, body, tc.status, tc.want)
+			}
+		})
+	}
+	var got struct {
+		Suite  evals.Suite
+		Digest string
+	}
+	if resp, body := c.do(http.MethodGet, "/api/v1/catalog/tiny/evals", nil); resp.StatusCode != 200 || json.Unmarshal(body, &got) != nil ||
+		got.Digest != set.Digest || len(got.Suite.Cases) != 2 {
+		t.Errorf("after the refusals, GET answers %s %s; want the suite as it was put", resp.Status, body)
+	}
+	if resp, body := c.do(http.MethodGet, "/api/v1/catalog/nobody/evals", nil); resp.StatusCode != http.StatusNotFound {
+		t.Errorf("GET the evals of an unknown model: %s %s", resp.Status, body)
+	}
+
+	// Run: 202 with the run and where to follow it.
+	e.asker.set("Lyon", nil)
+	resp, body = c.do(http.MethodPost, "/api/v1/catalog/tiny/evals/run", nil)
+	var run evals.Run
+	if resp.StatusCode != http.StatusAccepted || json.Unmarshal(body, &run) != nil || run.ID == 0 || run.State != evals.StateRunning ||
+		resp.Header.Get("Location") != "/api/v1/evals/runs/"+itoa(int(run.ID)) {
+		t.Fatalf("POST run: %s %s, Location %q", resp.Status, body, resp.Header.Get("Location"))
+	}
+	e.waitRun(run.ID)
+	resp, body = c.do(http.MethodGet, "/api/v1/evals/runs/"+itoa(int(run.ID)), nil)
+	if resp.StatusCode != 200 || json.Unmarshal(body, &run) != nil || run.State != evals.StateDone || run.Passed != 0 || run.Total != 2 ||
+		run.Commit != tinyModel("tiny").Origin.Revision || len(run.Results) != 2 ||
+		run.Results[0].Reason != `the answer does not match (?i)paris: "Lyon"` || run.Results[1].Reason != `the answer is not "Paris": "Lyon"` {
+		t.Errorf("GET the run: %s %s", resp.Status, body)
+	}
+	if resp, body := c.do(http.MethodGet, "/api/v1/catalog/tiny/evals", nil); resp.StatusCode != 200 || !strings.Contains(string(body), `"runs":[{"id":`+itoa(int(run.ID))) {
+		t.Errorf("the model's evals do not list the run: %s", body)
+	}
+
+	for _, tc := range []struct {
+		name, method, path string
+		status             int
+		want               string
+	}{
+		{"run a model with no suite", http.MethodPost, "/api/v1/catalog/bare/evals/run", http.StatusConflict, "bare has no eval suite to run"},
+		{"run an unknown model", http.MethodPost, "/api/v1/catalog/nobody/evals/run", http.StatusNotFound, `no model named "nobody"`},
+		{"an unknown run", http.MethodGet, "/api/v1/evals/runs/999", http.StatusNotFound, "there is no eval run 999"},
+		{"a run id that is not one", http.MethodGet, "/api/v1/evals/runs/abc", http.StatusNotFound, `there is no eval run "abc"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			resp, body := c.do(tc.method, tc.path, nil)
+			if resp.StatusCode != tc.status || !strings.Contains(sentence(body), tc.want) {
+				t.Errorf("%s, %s; want %d saying %q", resp.Status, body, tc.status, tc.want)
+			}
+		})
+	}
+
+	// An empty list of cases removes the suite.
+	if resp, body := put("/api/v1/catalog/tiny/evals", `{"cases": []}`); resp.StatusCode != 200 || !strings.Contains(string(body), `"suite":{"cases":[]}`) {
+		t.Errorf("PUT an empty suite: %s %s", resp.Status, body)
+	}
+	if resp, body := c.do(http.MethodPost, "/api/v1/catalog/tiny/evals/run", nil); resp.StatusCode != http.StatusConflict {
+		t.Errorf("run a removed suite: %s %s", resp.Status, body)
+	}
+}
+
+func TestEvalsPage(t *testing.T) {
+	e := newConsoleEnv(t)
+	ctx := context.Background()
+	for _, n := range []string{"tiny", "bare"} {
+		if err := e.catalog.Add(ctx, tinyModel(n), "test"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b := e.signedIn()
+
+	// The catalog's row links the page.
+	doc := mustStatus(t, b.get("/catalog"), http.StatusOK)
+	if href, _ := doc.Find(`[data-model="tiny"] [data-testid="evals-link"]`).Attr("href"); href != "/catalog/tiny/evals" {
+		t.Errorf("the catalog's row links %q, want /catalog/tiny/evals", href)
+	}
+
+	doc = mustStatus(t, b.get("/catalog/tiny/evals"), http.StatusOK)
+	if s := doc.Find(`[data-testid="suite-summary"]`).Text(); !strings.Contains(s, "No suite yet") {
+		t.Errorf("a model without a suite: %q", s)
+	}
+	if doc.Find(`[data-testid="run-now"]`).Length() != 0 || doc.Find(`[data-testid="no-runs"]`).Length() != 1 {
+		t.Error("a model without a suite offers Run now, or shows runs")
+	}
+
+	// An invalid suite comes back in the form with the sentence, as 200,
+	// and changes nothing.
+	bad := `{"cases": [{"name": "capital", "prompt": "p", "expect": {"regex": "(?i)paris("}}]}`
+	doc = mustStatus(t, b.post("/catalog/tiny/evals", url.Values{"suite": {bad}}), http.StatusOK)
+	if msg := doc.Find(`[data-testid="suite-error"]`).Text(); !strings.Contains(msg, `case 1 ("capital"): expect.regex is not a Go (RE2) regular expression`) {
+		t.Errorf("the refusal says %q", msg)
+	}
+	if got := doc.Find(`[data-testid="suite"]`).Text(); got != bad {
+		t.Errorf("the editor holds %q after a refusal, want what was sent", got)
+	}
+	if st, _ := e.evals.Suite(ctx, "tiny"); len(st.Suite.Cases) != 0 {
+		t.Errorf("a refused suite was kept: %+v", st)
+	}
+
+	resp := b.post("/catalog/tiny/evals", url.Values{"suite": {twoCases}})
+	if resp.StatusCode != http.StatusSeeOther || resp.Header.Get("Location") != "/catalog/tiny/evals?saved=1" {
+		t.Fatalf("saving a suite: %s to %q\n%s", resp.Status, resp.Header.Get("Location"), body(t, resp))
+	}
+	resp.Body.Close()
+	doc = mustStatus(t, b.get("/catalog/tiny/evals?saved=1"), http.StatusOK)
+	if n := doc.Find(`[data-testid="notice"]`).Text(); n != "The suite is saved: 2 cases." {
+		t.Errorf("the notice after saving: %q", n)
+	}
+	if s := doc.Find(`[data-testid="suite-summary"]`).Text(); !strings.HasPrefix(s, "2 cases, saved by "+testUser+" at ") {
+		t.Errorf("the suite's summary: %q", s)
+	}
+	if _, err := evals.Parse([]byte(doc.Find(`[data-testid="suite"]`).Text())); err != nil {
+		t.Errorf("the editor's suite does not read back: %v", err)
+	}
+
+	// Two runs, the model answering differently in each, side by side.
+	e.asker.set("Lyon", nil)
+	first := runNow(t, b, e, "tiny")
+	e.asker.set("Paris", nil)
+	second := runNow(t, b, e, "tiny")
+
+	doc = mustStatus(t, b.get("/catalog/tiny/evals"), http.StatusOK)
+	heads := doc.Find(`[data-testid="run-head"]`)
+	if heads.Length() != 2 || heads.Eq(0).AttrOr("data-run", "") != itoa(int(first.ID)) || heads.Eq(1).AttrOr("data-run", "") != itoa(int(second.ID)) {
+		t.Fatalf("run columns %v, want runs %d then %d", texts(heads), first.ID, second.ID)
+	}
+	for i, want := range []string{"0 of 2 passed", "2 of 2 passed"} {
+		h := heads.Eq(i)
+		if got := h.Find(`[data-testid="run-score"]`).Text(); got != want {
+			t.Errorf("run %d's score %q, want %q", i+1, got, want)
+		}
+		if got := h.Find(`[data-testid="run-target"]`).Text(); got != "tiny" {
+			t.Errorf("run %d's target %q", i+1, got)
+		}
+		if got := h.Find(`[data-testid="run-commit"]`).Text(); got != "c0ffeec" {
+			t.Errorf("run %d's commit %q, want the short commit", i+1, got)
+		}
+	}
+	for _, tc := range []struct {
+		row    string
+		reason string
+	}{
+		{"capital", `the answer does not match (?i)paris: "Lyon"`},
+		{"exact", `the answer is not "Paris": "Lyon"`},
+	} {
+		cells := doc.Find(`[data-testid="case-row"][data-case="` + tc.row + `"] [data-testid="cell"]`)
+		if cells.Length() != 2 || cells.Eq(0).AttrOr("data-mark", "") != "fail" || cells.Eq(1).AttrOr("data-mark", "") != "pass" {
+			t.Errorf("%s: cells %v, want fail then pass", tc.row, texts(cells))
+			continue
+		}
+		if got := cells.Eq(0).Find(`[data-testid="reason"]`).Text(); got != tc.reason {
+			t.Errorf("%s: the reason shown %q, want %q", tc.row, got, tc.reason)
+		}
+	}
+	if doc.Find(`[data-testid="eval-runs"]`).AttrOr("hx-get", "") != "" {
+		t.Error("the runs' table polls with no run running")
+	}
+
+	// A run under way: its column says which cases are still to come, and
+	// the table polls until it ends; the fragment is the table alone.
+	hold := make(chan struct{})
+	e.asker.set("Paris", hold)
+	resp = b.post("/catalog/tiny/evals/run", nil)
+	resp.Body.Close()
+	doc = mustStatus(t, b.get("/catalog/tiny/evals"), http.StatusOK)
+	runs := doc.Find(`[data-testid="eval-runs"]`)
+	if runs.AttrOr("hx-get", "") != "/catalog/tiny/evals" || runs.AttrOr("hx-trigger", "") != "every 1s" {
+		t.Errorf("the table of a running run does not poll: hx-get %q", runs.AttrOr("hx-get", ""))
+	}
+	if got := texts(doc.Find(`[data-testid="case-row"] [data-testid="cell"]`).Last()); len(got) != 1 || got[0] != "not asked yet" {
+		t.Errorf("the running run's last cell says %v, want \"not asked yet\"", got)
+	}
+	// Run now again, while it runs, is refused on the page.
+	doc = mustStatus(t, b.post("/catalog/tiny/evals/run", nil), http.StatusOK)
+	if msg := doc.Find(`[data-testid="run-error"]`).Text(); !strings.Contains(msg, "is asking tiny now") {
+		t.Errorf("Run now during a run says %q", msg)
+	}
+	frag := body(t, b.get("/catalog/tiny/evals", htmx...))
+	if strings.Contains(frag, "<html") || !strings.Contains(frag, `id="eval-runs"`) {
+		t.Errorf("the fragment is not the table alone:\n%.300s", frag)
+	}
+	close(hold)
+
+	// Run now without a suite says why on the page; an unknown model is
+	// not found.
+	doc = mustStatus(t, b.post("/catalog/bare/evals/run", nil), http.StatusOK)
+	if msg := doc.Find(`[data-testid="run-error"]`).Text(); !strings.Contains(msg, "bare has no eval suite to run") {
+		t.Errorf("Run now without a suite says %q", msg)
+	}
+	mustStatus(t, b.get("/catalog/nobody/evals"), http.StatusNotFound)
+}
+
+// runNow presses Run now on model's page and waits for the run to end.
+func runNow(t *testing.T, b *browser, e *consoleEnv, model string) evals.Run {
+	t.Helper()
+	resp := b.post("/catalog/"+model+"/evals/run", nil)
+	resp.Body.Close()
+	loc, err := url.Parse(resp.Header.Get("Location"))
+	if resp.StatusCode != http.StatusSeeOther || err != nil || loc.Path != "/catalog/"+model+"/evals" || loc.Query().Get("ran") == "" {
+		t.Fatalf("Run now: %s to %q", resp.Status, resp.Header.Get("Location"))
+	}
+	var id int64
+	if err := json.Unmarshal([]byte(loc.Query().Get("ran")), &id); err != nil {
+		t.Fatal(err)
+	}
+	doc := mustStatus(t, b.get(loc.RequestURI()), http.StatusOK)
+	if n := doc.Find(`[data-testid="notice"]`).Text(); !strings.HasPrefix(n, "Run "+itoa(int(id))+" asks "+model) {
+		t.Errorf("the notice after Run now: %q", n)
+	}
+	return e.waitRun(id)
+}
