@@ -108,9 +108,9 @@ type Updates interface {
 	Status(ctx context.Context, name string) (updates.Status, error)
 	// Statuses are the catalog page's: one for each model, in order.
 	Statuses(ctx context.Context, models []catalog.Model) ([]updates.Status, error)
-	// SetInterval gives a model its own interval between checks; nil
-	// returns it to the default.
-	SetInterval(ctx context.Context, name string, d *time.Duration) (updates.Status, error)
+	// SetSettings gives a model its own interval between checks (nil
+	// returns it to the default) and its update policy.
+	SetSettings(ctx context.Context, name string, d *time.Duration, policy string) (updates.Status, error)
 	List(ctx context.Context, o updates.ListOptions) ([]updates.Update, error)
 	Get(ctx context.Context, id int64) (updates.Update, error)
 }

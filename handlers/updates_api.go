@@ -39,11 +39,15 @@ func (s *Server) apiModelUpdates(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, st)
 }
 
-// intervalBody is PUT /api/v1/catalog/{name}/updates's body.
+// intervalBody is PUT /api/v1/catalog/{name}/updates's body: the model's
+// settings, each left out taking its default.
 type intervalBody struct {
 	// Interval is "6h", "30m" or "0" (never); null or left out returns
 	// the model to the server's default.
 	Interval *string `json:"interval"`
+	// Policy is "manual" (left out) or "auto": each update noticed is
+	// tried at once.
+	Policy string `json:"policy"`
 }
 
 // apiModelUpdatesSet is PUT /api/v1/catalog/{name}/updates with
@@ -64,12 +68,12 @@ func (s *Server) apiModelUpdatesSet(w http.ResponseWriter, r *http.Request) {
 		}
 		d = &v
 	}
-	st, err := s.deps.Updates.SetInterval(r.Context(), name, d)
+	st, err := s.deps.Updates.SetSettings(r.Context(), name, d, b.Policy)
 	if err != nil {
 		s.apiError(w, r, err)
 		return
 	}
-	s.deps.Log.Info("interval between update checks set through the API", "model", name, "interval", st.Interval, "own", st.IntervalSet)
+	s.deps.Log.Info("update settings set through the API", "model", name, "interval", st.Interval, "own", st.IntervalSet, "policy", st.Policy)
 	writeJSON(w, http.StatusOK, st)
 }
 

@@ -30,13 +30,25 @@ type updateWorld struct {
 
 const updRepo, updFile = "acme/Chatty-GGUF", "Chatty-Q4_K_M.gguf"
 
+// testPolicy judges a canary on n requests within two minutes. Two copies
+// of a tiny model differ in speed by whatever else the machine runs (the
+// test packages run side by side on two cores), so the latency and speed
+// margins are opened wide here: these tests are of the trial, and the
+// judge's margins are internal/canary's tests.
+func testPolicy(n int) canary.Policy {
+	p := canary.DefaultPolicy
+	p.MinRequests, p.Window = n, 2*time.Minute
+	p.LatencyMargin, p.LatencySlack, p.SpeedMargin = 100, time.Second, 0.01
+	return p
+}
+
 func newUpdateWorld(t *testing.T, policy canary.Policy) *updateWorld {
-	return newUpdateWorldTo(t, policy, ggufgen.Spec{ContextLength: 8192})
+	return newUpdateWorldTo(t, policy, ggufgen.Spec{ContextLength: 8192}, updates.PolicyManual)
 }
 
 // newUpdateWorldTo is newUpdateWorld with the branch moved to weights made
-// from next.
-func newUpdateWorldTo(t *testing.T, policy canary.Policy, next ggufgen.Spec) *updateWorld {
+// from next, chatty's update policy being updatePolicy.
+func newUpdateWorldTo(t *testing.T, policy canary.Policy, next ggufgen.Spec, updatePolicy string) *updateWorld {
 	t.Helper()
 	engine := llamatest.Path(t)
 	w := &updateWorld{hub: hubtest.New(t)}
@@ -52,6 +64,9 @@ func newUpdateWorldTo(t *testing.T, policy canary.Policy, next ggufgen.Spec) *up
 	}
 	if seen := w.s.watch(job.ID, 3*time.Minute); seen[len(seen)-1].State != jobs.Done {
 		t.Fatalf("serving chatty ended %s: %s", seen[len(seen)-1].State, seen[len(seen)-1].Error)
+	}
+	if code := w.s.do("PUT", "/api/v1/catalog/chatty/updates", map[string]any{"policy": updatePolicy}, nil); code != http.StatusOK {
+		t.Fatalf("setting chatty's update policy: %d", code)
 	}
 	w.moved = w.hub.AddFile(updRepo, updFile, ggufgen.Bytes(next))
 	var res updates.Result
@@ -128,8 +143,7 @@ func (w *updateWorld) ask(t *testing.T, n int) (failed int) {
 // judged no worse and promoted: chatty then runs the new commit, its old
 // version is retired, and the canary is gone.
 func TestUpdateTriedAsACanaryThenPromoted(t *testing.T) {
-	policy := canary.DefaultPolicy
-	policy.MinRequests, policy.Window = 20, 2*time.Minute
+	policy := testPolicy(20)
 	w := newUpdateWorld(t, policy)
 	job := w.startUpdate(t)
 	if job.Ended() {
@@ -184,8 +198,7 @@ func TestUpdateTriedAsACanaryThenPromoted(t *testing.T) {
 // reason; chatty never stops serving its old commit, and the mirror keeps
 // both.
 func TestAFailingCanaryIsRolledBack(t *testing.T) {
-	policy := canary.DefaultPolicy
-	policy.MinRequests, policy.Window = 200, 2*time.Minute
+	policy := testPolicy(200)
 	w := newUpdateWorld(t, policy)
 	job := w.startUpdate(t)
 	name := catalog.CanaryName("chatty", w.moved)
@@ -257,8 +270,7 @@ func TestAFailingCanaryIsRolledBack(t *testing.T) {
 // trial carries it on at its next start: the same job, the canary with its
 // entry and share, then its verdict.
 func TestACanaryCarriesOnAfterARestart(t *testing.T) {
-	policy := canary.DefaultPolicy
-	policy.MinRequests, policy.Window = 20, 2*time.Minute
+	policy := testPolicy(20)
 	w := newUpdateWorld(t, policy)
 	job := w.startUpdate(t)
 	name := catalog.CanaryName("chatty", w.moved)
@@ -309,9 +321,8 @@ func (w *updateWorld) evalRun(t *testing.T) evals.Run {
 // (new vocabulary, so other words) fails it, and is rolled back before any
 // client's request reaches it.
 func TestAnEvalTheUpdateFailsBlocksIt(t *testing.T) {
-	policy := canary.DefaultPolicy
-	policy.MinRequests, policy.Window = 20, 2*time.Minute
-	w := newUpdateWorldTo(t, policy, ggufgen.Spec{Vocab: []string{"zebra", "quartz", "nimbus", "fjord", "glyph", "oxbow"}})
+	policy := testPolicy(20)
+	w := newUpdateWorldTo(t, policy, ggufgen.Spec{Vocab: []string{"zebra", "quartz", "nimbus", "fjord", "glyph", "oxbow"}}, updates.PolicyManual)
 	suite := func(answer string) map[string]any {
 		return map[string]any{"cases": []map[string]any{{"name": "as it answers", "prompt": "Say hello.", "max_tokens": 8,
 			"expect": map[string]any{"exact": answer}}}}
@@ -352,5 +363,33 @@ func TestAnEvalTheUpdateFailsBlocksIt(t *testing.T) {
 	}
 	if targets[catalog.CanaryName("chatty", w.moved)] != 1 {
 		t.Errorf("the runs kept %v, want the canary's run beside chatty's", targets)
+	}
+}
+
+// TestAnAutoUpdateNeedsNoHand: chatty's policy is auto, so the check that
+// notices its update starts the trial by itself, and the trial promotes
+// it by itself.
+func TestAnAutoUpdateNeedsNoHand(t *testing.T) {
+	policy := testPolicy(20)
+	w := newUpdateWorldTo(t, policy, ggufgen.Spec{ContextLength: 8192}, updates.PolicyAuto)
+	var list struct{ Jobs []jobs.Job }
+	w.s.do("GET", "/api/v1/jobs", nil, &list)
+	if len(list.Jobs) != 2 || list.Jobs[0].Kind != jobs.KindUpdate || list.Jobs[0].Request.UpdateID != w.update.ID {
+		t.Fatalf("jobs after the check: %+v, want the update's trial started by itself", list.Jobs)
+	}
+	job := list.Jobs[0]
+	waitUntil(t, 2*time.Minute, "the canary to be on trial", func() bool {
+		w.s.do("GET", "/api/v1/jobs/"+job.ID, nil, &job)
+		st, _ := job.Step(jobs.StepCanary)
+		return st.State != "" || job.Ended()
+	})
+	w.chat(t, 200)
+	seen := w.s.watch(job.ID, 3*time.Minute)
+	if last := seen[len(seen)-1]; last.State != jobs.Done {
+		t.Fatalf("the auto update ended %s: %s", last.State, last.Error)
+	}
+	var m catalog.Model
+	if w.s.do("GET", "/api/v1/catalog/chatty", nil, &m); m.Origin == nil || m.Origin.Revision != w.moved {
+		t.Errorf("chatty after the auto update runs %+v, want %s", m.Origin, w.moved)
 	}
 }

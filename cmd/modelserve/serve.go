@@ -146,6 +146,13 @@ func serve(ctx context.Context, cfg config, log *slog.Logger, ready func(addr st
 		return err
 	}
 
+	// A model whose update policy is auto has each update noticed tried
+	// at once, as an operator's Try would.
+	watcher.OnAuto(func(ctx context.Context, u updates.Update) error {
+		_, err := js.Update(ctx, jobs.UpdateRequest{Model: u.Model, UpdateID: u.ID, By: "its auto update policy"})
+		return err
+	})
+
 	// The fleet's loop and the watcher's live until serve returns; the
 	// replicas stop with it, and the next start begins them afresh.
 	var wg sync.WaitGroup

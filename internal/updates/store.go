@@ -22,6 +22,7 @@ var ErrNotFound = errors.New("no such update")
 // and its last check of the commit it ran then (served).
 type checkRow struct {
 	interval *time.Duration
+	policy   string
 	served   string
 	last     *Check
 }
@@ -81,25 +82,37 @@ func (s store) save(ctx context.Context, model, served string, c Check, found *U
 	return u, added, nil
 }
 
-// setInterval gives model its own interval between checks; nil returns it
-// to the server's default.
-func (s store) setInterval(ctx context.Context, model string, d *time.Duration) error {
+// setSettings gives model its own interval between checks (nil: the
+// server's default) and what is done with its updates (PolicyManual or
+// PolicyAuto).
+func (s store) setSettings(ctx context.Context, model string, d *time.Duration, policy string) error {
 	var secs sql.NullInt64
 	if d != nil {
 		secs = sql.NullInt64{Int64: int64(*d / time.Second), Valid: true}
 	}
 	if _, err := s.db.ExecContext(ctx,
-		`INSERT INTO update_checks (model, interval_seconds) VALUES (?, ?)
-		 ON CONFLICT (model) DO UPDATE SET interval_seconds = excluded.interval_seconds`, model, secs); err != nil {
-		return fmt.Errorf("set the interval between checks of %s: %w", model, err)
+		`INSERT INTO update_checks (model, interval_seconds, policy) VALUES (?, ?, ?)
+		 ON CONFLICT (model) DO UPDATE SET interval_seconds = excluded.interval_seconds, policy = excluded.policy`,
+		model, secs, policy); err != nil {
+		return fmt.Errorf("set how %s is kept up to date: %w", model, err)
 	}
 	return nil
+}
+
+// policy is what is done with model's updates.
+func (s store) policy(ctx context.Context, model string) (string, error) {
+	p := PolicyManual
+	err := s.db.QueryRowContext(ctx, `SELECT policy FROM update_checks WHERE model = ?`, model).Scan(&p)
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return "", fmt.Errorf("read how %s is kept up to date: %w", model, err)
+	}
+	return p, nil
 }
 
 // checks are every model's row of update_checks.
 func (s store) checks(ctx context.Context) (map[string]checkRow, error) {
 	rows, err := s.db.QueryContext(ctx,
-		`SELECT model, interval_seconds, served_commit, checked_at, head_commit, result, error, update_id FROM update_checks`)
+		`SELECT model, interval_seconds, policy, served_commit, checked_at, head_commit, result, error, update_id FROM update_checks`)
 	if err != nil {
 		return nil, fmt.Errorf("read the update checks: %w", err)
 	}
@@ -107,13 +120,13 @@ func (s store) checks(ctx context.Context) (map[string]checkRow, error) {
 	out := map[string]checkRow{}
 	for rows.Next() {
 		var (
-			model, served, at, head, result, msg string
-			secs, updateID                       sql.NullInt64
+			model, policy, served, at, head, result, msg string
+			secs, updateID                               sql.NullInt64
 		)
-		if err := rows.Scan(&model, &secs, &served, &at, &head, &result, &msg, &updateID); err != nil {
+		if err := rows.Scan(&model, &secs, &policy, &served, &at, &head, &result, &msg, &updateID); err != nil {
 			return nil, fmt.Errorf("read the update checks: %w", err)
 		}
-		r := checkRow{served: served}
+		r := checkRow{served: served, policy: policy}
 		if secs.Valid {
 			d := time.Duration(secs.Int64) * time.Second
 			r.interval = &d

@@ -63,6 +63,14 @@ const (
 	StateDismissed  = "dismissed"
 )
 
+// What is done with a model's updates: waiting for an operator to try one,
+// or trying it as soon as it is noticed (its trial then promotes or rolls
+// it back without anyone's hand).
+const (
+	PolicyManual = "manual"
+	PolicyAuto   = "auto"
+)
+
 // The results of a check.
 const (
 	ResultUpToDate        = "up_to_date"
@@ -108,6 +116,9 @@ type Status struct {
 	// server's default unless IntervalSet.
 	Interval    string `json:"interval"`
 	IntervalSet bool   `json:"interval_set"`
+	// Policy is what is done with an update noticed: PolicyManual waits
+	// for an operator, PolicyAuto tries it at once.
+	Policy string `json:"policy"`
 	// LastCheck is the last check of the commit the model runs now;
 	// NextCheck when the next is due, zero when none is.
 	LastCheck *Check    `json:"last_check,omitempty"`

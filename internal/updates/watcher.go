@@ -1,6 +1,7 @@
 package updates
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"errors"
@@ -68,7 +69,14 @@ type Watcher struct {
 	slots chan struct{}
 	mu    sync.Mutex
 	busy  map[string]*sync.Mutex
+	// try starts the trial of an update noticed for a model whose policy
+	// is auto; set by OnAuto before Run.
+	try func(ctx context.Context, u Update) error
 }
+
+// OnAuto has try called with each update noticed for a model whose policy
+// is auto (the update jobs' start). Call it before Run.
+func (w *Watcher) OnAuto(try func(ctx context.Context, u Update) error) { w.try = try }
 
 // New checks the dependencies and builds a Watcher; Run starts its loop.
 func New(d Deps) (*Watcher, error) {
@@ -210,9 +218,32 @@ func (w *Watcher) check(ctx context.Context, m catalog.Model) (Result, error) {
 		if added {
 			w.deps.Log.Info("new weights noticed", "model", m.Name, "repo", o.Repo, "ref", o.Ref,
 				"from", short(o.Revision), "to", short(u.NewCommit), "files", len(u.Files), "update", u.ID)
+			w.auto(ctx, u)
 		}
 	}
 	return res, nil
+}
+
+// auto tries u at once when its model's policy says so. A trial that
+// cannot start (another on trial, no job that served the model) leaves
+// the update available, and says why in the log.
+func (w *Watcher) auto(ctx context.Context, u Update) {
+	if w.try == nil {
+		return
+	}
+	policy, err := w.store.policy(ctx, u.Model)
+	if err != nil || policy != PolicyAuto {
+		return
+	}
+	if err := w.try(ctx, u); err != nil {
+		msg, ok := operr.Sentence(err)
+		if !ok {
+			msg = err.Error()
+		}
+		w.deps.Log.Warn("an update noticed could not be tried by itself; it waits for an operator", "model", u.Model, "update", u.ID, "why", msg)
+		return
+	}
+	w.deps.Log.Info("update tried by itself, as its model's policy is auto", "model", u.Model, "update", u.ID)
 }
 
 // found is what a look at the registry found: the branch's head, and the
@@ -314,7 +345,7 @@ func (w *Watcher) Statuses(ctx context.Context, models []catalog.Model) ([]Statu
 
 // status is what row says of m, without the update available.
 func (w *Watcher) status(m catalog.Model, row checkRow) Status {
-	st := Status{Model: m.Name, interval: w.deps.Interval}
+	st := Status{Model: m.Name, interval: w.deps.Interval, Policy: cmp.Or(row.policy, PolicyManual)}
 	if row.interval != nil {
 		st.interval, st.IntervalSet = *row.interval, true
 	}
@@ -340,9 +371,10 @@ func (w *Watcher) status(m catalog.Model, row checkRow) Status {
 	return st
 }
 
-// SetInterval gives the model named name its own interval between checks
-// (0: never); nil returns it to the server's default.
-func (w *Watcher) SetInterval(ctx context.Context, name string, d *time.Duration) (Status, error) {
+// SetSettings gives the model named name its own interval between checks
+// (0: never; nil: the server's default) and what is done with its
+// updates (PolicyManual, PolicyAuto; "" is manual).
+func (w *Watcher) SetSettings(ctx context.Context, name string, d *time.Duration, policy string) (Status, error) {
 	if _, err := w.deps.Catalog.Get(ctx, name); err != nil {
 		return Status{}, err
 	}
@@ -351,7 +383,14 @@ func (w *Watcher) SetInterval(ctx context.Context, name string, d *time.Duration
 			return Status{}, err
 		}
 	}
-	if err := w.store.setInterval(ctx, name, d); err != nil {
+	switch policy {
+	case "":
+		policy = PolicyManual
+	case PolicyManual, PolicyAuto:
+	default:
+		return Status{}, operr.New(operr.Invalid, "an update policy is manual (an operator tries each update) or auto (each is tried as soon as it is noticed), not %s", operr.Quote(policy))
+	}
+	if err := w.store.setSettings(ctx, name, d, policy); err != nil {
 		return Status{}, err
 	}
 	return w.Status(ctx, name)

@@ -412,7 +412,7 @@ func TestIntervalZeroMeansNoCheck(t *testing.T) {
 	t.Run("a model's own 0", func(t *testing.T) {
 		w := e.watcher(func(d *updates.Deps) { d.Interval, d.Tick = 20*time.Millisecond, time.Millisecond })
 		never := time.Duration(0)
-		st, err := w.SetInterval(context.Background(), "never", &never)
+		st, err := w.SetSettings(context.Background(), "never", &never, "")
 		if err != nil || st.Interval != "0s" || !st.IntervalSet || !st.NextCheck.IsZero() {
 			t.Fatalf("set never's interval to 0: %+v %v", st, err)
 		}
@@ -425,7 +425,7 @@ func TestIntervalZeroMeansNoCheck(t *testing.T) {
 			t.Errorf("never was checked: %+v", st.LastCheck)
 		}
 		// Back to the default, and asked for by name, it is checked.
-		if st, err := w.SetInterval(context.Background(), "never", nil); err != nil || st.IntervalSet || st.Interval != "20ms" {
+		if st, err := w.SetSettings(context.Background(), "never", nil, ""); err != nil || st.IntervalSet || st.Interval != "20ms" {
 			t.Errorf("back to the default: %+v %v", st, err)
 		}
 		mustCheck(t, w, "never")
@@ -438,16 +438,53 @@ func TestSetIntervalRefusals(t *testing.T) {
 	e.serve("tiny", "acme/Tiny-GGUF", "main")
 	w := e.watcher()
 	for _, d := range []time.Duration{time.Second, 400 * 24 * time.Hour} {
-		if _, err := w.SetInterval(context.Background(), "tiny", &d); err == nil || !strings.Contains(err.Error(), "from 1m to 8760h") {
+		if _, err := w.SetSettings(context.Background(), "tiny", &d, ""); err == nil || !strings.Contains(err.Error(), "from 1m to 8760h") {
 			t.Errorf("interval %s: %v", d, err)
 		}
 	}
 	hour := time.Hour
-	if _, err := w.SetInterval(context.Background(), "nothing", &hour); !errors.Is(err, catalog.ErrNotFound) {
+	if _, err := w.SetSettings(context.Background(), "nothing", &hour, ""); !errors.Is(err, catalog.ErrNotFound) {
 		t.Errorf("an unknown model: %v", err)
 	}
 	if _, err := w.Check(context.Background(), "nothing"); !errors.Is(err, catalog.ErrNotFound) {
 		t.Errorf("checking an unknown model: %v", err)
+	}
+	if _, err := w.SetSettings(context.Background(), "tiny", nil, "sometimes"); err == nil || !strings.Contains(err.Error(), `not "sometimes"`) {
+		t.Errorf("the policy sometimes: %v", err)
+	}
+}
+
+// TestAutoPolicyTriesTheUpdateAtOnce: an update noticed for a model whose
+// policy is auto is handed to the update jobs at once, once; a manual
+// model's waits; a trial that cannot start leaves the update available.
+func TestAutoPolicyTriesTheUpdateAtOnce(t *testing.T) {
+	e := newEnv(t)
+	for _, name := range []string{"eager", "patient"} {
+		e.repo("acme/"+name, []byte("weights"))
+		e.serve(name, "acme/"+name, "main")
+		e.hub.AddFile("acme/"+name, "model-Q4_K_M.gguf", []byte("new weights"))
+	}
+	w := e.watcher()
+	var tried []string
+	w.OnAuto(func(_ context.Context, u updates.Update) error {
+		tried = append(tried, u.Model)
+		return errors.New("another update of it is on trial")
+	})
+	st, err := w.SetSettings(context.Background(), "eager", nil, updates.PolicyAuto)
+	if err != nil || st.Policy != updates.PolicyAuto {
+		t.Fatalf("SetSettings: %+v %v", st, err)
+	}
+	mustCheck(t, w, "eager")
+	mustCheck(t, w, "patient")
+	mustCheck(t, w, "eager") // the same update: not tried again
+	if strings.Join(tried, " ") != "eager" {
+		t.Errorf("tried %v, want eager's update alone, once", tried)
+	}
+	if st, _ := w.Status(context.Background(), "eager"); st.Available == nil || st.Available.State != updates.StateAvailable {
+		t.Errorf("an update whose trial could not start is %+v, want still available", st.Available)
+	}
+	if st, _ := w.Status(context.Background(), "patient"); st.Policy != updates.PolicyManual {
+		t.Errorf("patient's policy %q, want manual by default", st.Policy)
 	}
 }
 
