@@ -14,6 +14,7 @@ package catalog
 
 import (
 	"errors"
+	"modelserve/internal/hf"
 	"modelserve/internal/operr"
 	"regexp"
 	"slices"
@@ -238,14 +239,10 @@ type Canary struct {
 // beside it: model@<the commit's first seven hex digits>. No model a
 // person names can have it ('@' is not in their names), and it says which
 // version it is wherever it shows (the fleet page, the engine's alias).
-func CanaryName(model, commit string) string { return model + "@" + commit[:min(7, len(commit))] }
+func CanaryName(model, commit string) string { return model + "@" + hf.Short(commit) }
 
 // canaryName is how a canary's name is made: of, '@' and 7 hex digits.
 var canaryName = regexp.MustCompile(`^([a-z0-9][a-z0-9._-]*)@[0-9a-f]{7}$`)
-
-// IsCanary is whether name is a canary's name, which only a canary entry
-// can have.
-func IsCanary(name string) bool { return canaryName.MatchString(name) }
 
 // envPrefixes and envExact are the engine environment variables a profile
 // may set: those that tune how an engine uses its cards, threads and

@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"time"
+
+	"modelserve/internal/hf"
 )
 
 // Version is one set of weights a model has run or tried, by commit. The
@@ -60,8 +62,8 @@ func recordVersion(ctx context.Context, tx *sql.Tx, m Model, now time.Time) erro
 	if state == VersionCurrent {
 		if _, err := tx.ExecContext(ctx, `UPDATE model_versions SET state = ?, reason = ?, ended_at = ?
 			WHERE model = ? AND state = ? AND commit_sha <> ?`,
-			VersionRetired, "replaced by "+short(m.Origin.Revision), at, model, VersionCurrent, m.Origin.Revision); err != nil {
-			return fmt.Errorf("retire the versions of %s before %s: %w", model, short(m.Origin.Revision), err)
+			VersionRetired, "replaced by "+hf.Short(m.Origin.Revision), at, model, VersionCurrent, m.Origin.Revision); err != nil {
+			return fmt.Errorf("retire the versions of %s before %s: %w", model, hf.Short(m.Origin.Revision), err)
 		}
 	}
 	if _, err := tx.ExecContext(ctx, `
@@ -70,7 +72,7 @@ func recordVersion(ctx context.Context, tx *sql.Tx, m Model, now time.Time) erro
 		ON CONFLICT (model, commit_sha) DO UPDATE SET ref = excluded.ref, files = excluded.files,
 			profile = excluded.profile, state = excluded.state, reason = '', ended_at = ''`,
 		model, m.Origin.Revision, m.Origin.Ref, string(files), string(prof), state, at); err != nil {
-		return fmt.Errorf("record the version %s of %s: %w", short(m.Origin.Revision), model, err)
+		return fmt.Errorf("record the version %s of %s: %w", hf.Short(m.Origin.Revision), model, err)
 	}
 	return nil
 }
@@ -81,7 +83,7 @@ func (s *Store) EndVersion(ctx context.Context, model, commit, state, reason str
 	_, err := s.db.ExecContext(ctx, `UPDATE model_versions SET state = ?, reason = ?, ended_at = ? WHERE model = ? AND commit_sha = ?`,
 		state, reason, time.Now().UTC().Format(time.RFC3339Nano), model, commit)
 	if err != nil {
-		return fmt.Errorf("end the version %s of %s: %w", short(commit), model, err)
+		return fmt.Errorf("end the version %s of %s: %w", hf.Short(commit), model, err)
 	}
 	return nil
 }
@@ -125,5 +127,3 @@ func (s *Store) Canaries(ctx context.Context, model string) ([]Model, error) {
 	}
 	return out, nil
 }
-
-func short(commit string) string { return commit[:min(7, len(commit))] }

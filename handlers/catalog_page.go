@@ -11,6 +11,7 @@ import (
 	"modelserve/catalog"
 	"modelserve/internal/fleet"
 	"modelserve/internal/gateway"
+	"modelserve/internal/hf"
 	"modelserve/internal/updates"
 	"modelserve/views"
 )
@@ -89,7 +90,7 @@ func catalogView(m catalog.Model) views.CatalogModel {
 		Evals:     evalsURL(m.Name),
 	}
 	if m.Origin != nil {
-		vm.Repo, vm.Commit = m.Origin.Repo, shortCommit(m.Origin.Revision)
+		vm.Repo, vm.Commit = m.Origin.Repo, hf.Short(m.Origin.Revision)
 	}
 	if c := m.Canary; c != nil {
 		// Judged by its model's suite.
@@ -224,9 +225,9 @@ func lastCheckText(st updates.Status, now time.Time) string {
 	when := agoText(now.Sub(c.At))
 	switch c.Result {
 	case updates.ResultUpToDate:
-		return "checked " + when + ", up to date at " + shortCommit(c.Commit)
+		return "checked " + when + ", up to date at " + hf.Short(c.Commit)
 	case updates.ResultUpdateAvailable:
-		return "checked " + when + ", new weights at " + shortCommit(c.Commit)
+		return "checked " + when + ", new weights at " + hf.Short(c.Commit)
 	}
 	return "the check " + when + " failed: " + c.Error
 }

@@ -10,6 +10,7 @@ import (
 
 	"modelserve/catalog"
 	"modelserve/internal/evals"
+	"modelserve/internal/hf"
 	"modelserve/views"
 )
 
@@ -135,7 +136,7 @@ func evalRunsTable(st evals.Stored, runs []evals.Run, now time.Time) views.EvalR
 	byRun := make([]map[string]evals.Result, len(runs))
 	for i, run := range runs {
 		head := views.EvalRunHead{
-			ID: strconv.FormatInt(run.ID, 10), Target: run.Target, Commit: shortCommit(run.Commit), CommitFull: run.Commit,
+			ID: strconv.FormatInt(run.ID, 10), Target: run.Target, Commit: hf.Short(run.Commit), CommitFull: run.Commit,
 			State: views.StateOf(run.State), Score: fmt.Sprintf("%d of %d passed", run.Passed, run.Total),
 			Started: timeText(run.Started, now), StartedISO: run.Started.UTC().Format(time.RFC3339), Error: run.Error,
 		}

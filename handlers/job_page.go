@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"modelserve/catalog"
+	"modelserve/internal/hf"
 	"modelserve/jobs"
 	"modelserve/views"
 )
@@ -201,7 +202,7 @@ func jobView(j jobs.Job, now time.Time, csrf string, meter *rateMeter) views.Job
 		end = j.Finished
 	}
 	vm := views.Job{
-		ID: j.ID, Model: j.Model, Repo: j.Request.Repo, Revision: j.Request.Revision, Commit: shortCommit(j.Commit),
+		ID: j.ID, Model: j.Model, Repo: j.Request.Repo, Revision: j.Request.Revision, Commit: hf.Short(j.Commit),
 		State: views.StateOf(j.State), Started: timeText(j.Started, now), StartedISO: j.Started.UTC().Format(time.RFC3339),
 		Took: durationText(end.Sub(j.Started)), Reply: j.Reply, RetryOf: j.RetryOf, CSRF: csrf,
 		CanCancel: j.State == jobs.Running, CanRetry: j.State == jobs.Failed || j.State == jobs.Cancelled,
@@ -352,11 +353,4 @@ func (m *rateMeter) rate() (float64, bool) {
 func (m *rateMeter) steady() bool {
 	n := len(m.samples)
 	return n >= 3 && m.samples[n-1].at.Sub(m.samples[0].at) >= time.Second
-}
-
-func shortCommit(c string) string {
-	if len(c) > 7 {
-		return c[:7]
-	}
-	return c
 }

@@ -240,7 +240,7 @@ func (s *Server) serveReport(ctx context.Context, f *views.ServeForm, pick strin
 	}
 	rep := l.report
 	vm := views.Report{
-		Shown: true, Repo: rep.Repo, Revision: rep.Revision, Commit: rep.Commit, ShortCommit: shortCommit(rep.Commit),
+		Shown: true, Repo: rep.Repo, Revision: rep.Revision, Commit: rep.Commit, ShortCommit: hf.Short(rep.Commit),
 		GatedNote: l.gatedNote, Planned: l.planned, Reason: rep.Plan.Reason, Notes: rep.Plan.Notes,
 		SuggestedName: hf.ModelName(rep.Repo),
 	}

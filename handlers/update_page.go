@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"modelserve/catalog"
+	"modelserve/internal/hf"
 	"modelserve/internal/updates"
 	"modelserve/views"
 )
@@ -42,7 +43,7 @@ func (s *Server) updatePage(w http.ResponseWriter, r *http.Request, v visit) {
 		p.Note = u.Model + " is in the catalog now without the repository it came from."
 	case st.Commit != u.OldCommit:
 		p.ModelURL, p.CheckURL = "/catalog", checkURL(st)
-		p.Note = u.Model + " has been served again since, and runs commit " + shortCommit(st.Commit) + " now."
+		p.Note = u.Model + " has been served again since, and runs commit " + hf.Short(st.Commit) + " now."
 	default:
 		p.ModelURL, p.CheckURL = "/catalog", checkURL(st)
 		base := "/catalog/" + url.PathEscape(u.Model)
@@ -61,7 +62,7 @@ func (s *Server) updatePage(w http.ResponseWriter, r *http.Request, v visit) {
 func updateView(u updates.Update, now time.Time) views.UpdatePage {
 	p := views.UpdatePage{
 		ID: strconv.FormatInt(u.ID, 10), Model: u.Model, Repo: u.Repo, Ref: u.Ref,
-		OldCommit: u.OldCommit, NewCommit: u.NewCommit, OldShort: shortCommit(u.OldCommit), NewShort: shortCommit(u.NewCommit),
+		OldCommit: u.OldCommit, NewCommit: u.NewCommit, OldShort: hf.Short(u.OldCommit), NewShort: hf.Short(u.NewCommit),
 		Noticed: timeText(u.NoticedAt, now), NoticedISO: u.NoticedAt.UTC().Format(time.RFC3339),
 		State: views.StateOf(stateWord(u.State)),
 	}

@@ -7,6 +7,7 @@ import (
 
 	"modelserve/catalog"
 	"modelserve/internal/canary"
+	"modelserve/internal/hf"
 	"modelserve/internal/operr"
 	"modelserve/internal/updates"
 )
@@ -73,7 +74,7 @@ func (s *Server) trial(ctx context.Context, l *live, p *pipeline) error {
 	}
 	was := ""
 	if parent.Origin != nil {
-		was = short(parent.Origin.Revision)
+		was = hf.Short(parent.Origin.Revision)
 	}
 	v, why, err := s.evaluate(ctx, l, p, "before it takes any request")
 	byHand := false
@@ -107,7 +108,7 @@ func (s *Server) trial(ctx context.Context, l *live, p *pipeline) error {
 	if err := s.promote(ctx, l, p); err != nil {
 		return failedAt(StepVerdict, err)
 	}
-	s.step(l, StepVerdict, Done, fmt.Sprintf("%s promoted: %s now serves %s; %s", name, of, short(p.repo.Commit), why))
+	s.step(l, StepVerdict, Done, fmt.Sprintf("%s promoted: %s now serves %s; %s", name, of, hf.Short(p.repo.Commit), why))
 	return nil
 }
 
@@ -252,7 +253,7 @@ func (s *Server) promote(ctx context.Context, l *live, p *pipeline) error {
 	}
 	s.refresh()
 	if m.Scaling.Min > 0 {
-		s.step(l, StepVerdict, Running, fmt.Sprintf("%s takes every request of %s while its replicas restart on %s", name, of, short(p.repo.Commit)))
+		s.step(l, StepVerdict, Running, fmt.Sprintf("%s takes every request of %s while its replicas restart on %s", name, of, hf.Short(p.repo.Commit)))
 		if err := s.waitRestarted(ctx, of, changed); err != nil {
 			return err
 		}

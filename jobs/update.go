@@ -8,6 +8,7 @@ import (
 
 	"modelserve/catalog"
 	"modelserve/internal/canary"
+	"modelserve/internal/hf"
 	"modelserve/internal/operr"
 	"modelserve/internal/updates"
 )
@@ -106,12 +107,12 @@ func (s *Server) Update(ctx context.Context, u UpdateRequest) (Job, error) {
 	}
 	if !ok {
 		return Job{}, operr.New(operr.Conflict, "no job served %s, so its update cannot be served the same way: serve %s at %s yourself",
-			m.Name, m.Origin.Repo, short(up.NewCommit))
+			m.Name, m.Origin.Repo, hf.Short(up.NewCommit))
 	}
 	req := base.Request
 	req.Revision = up.NewCommit
 	req.Name = catalog.CanaryName(m.Name, up.NewCommit)
-	req.Aliases, req.Description = nil, fmt.Sprintf("%s at %s, on trial beside %s", m.Name, short(up.NewCommit), short(m.Origin.Revision))
+	req.Aliases, req.Description = nil, fmt.Sprintf("%s at %s, on trial beside %s", m.Name, hf.Short(up.NewCommit), hf.Short(m.Origin.Revision))
 	req.CanaryOf, req.UpdateID, req.Share = m.Name, up.ID, share
 	req.Replicas, req.IfAbsent, req.Class, req.By = 1, true, m.Class, u.By
 	j, err := s.start(ctx, req, "")
@@ -147,7 +148,7 @@ func (s *Server) pickUpdate(ctx context.Context, m catalog.Model, id int64) (upd
 	case up.Model != m.Name:
 		return updates.Update{}, invalid("update %d is of %s, not %s", id, up.Model, m.Name)
 	case up.OldCommit != m.Origin.Revision:
-		return updates.Update{}, operr.New(operr.Conflict, "update %d is from %s, and %s runs %s now: check for a newer one", id, short(up.OldCommit), m.Name, short(m.Origin.Revision))
+		return updates.Update{}, operr.New(operr.Conflict, "update %d is from %s, and %s runs %s now: check for a newer one", id, hf.Short(up.OldCommit), m.Name, hf.Short(m.Origin.Revision))
 	case up.State != updates.StateAvailable:
 		return updates.Update{}, operr.New(operr.Conflict, "update %d of %s is %s already", id, m.Name, up.State)
 	}
@@ -181,5 +182,3 @@ func lastServed(ctx context.Context, db *sql.DB, model string) (Job, bool, error
 	}
 	return j, true, nil
 }
-
-func short(commit string) string { return commit[:min(7, len(commit))] }

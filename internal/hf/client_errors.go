@@ -112,7 +112,7 @@ func (s subject) pathSuffix() string {
 // shortRev writes a commit as people do, and leaves a branch name alone.
 func shortRev(rev string) string {
 	if isCommit(rev) {
-		return rev[:7]
+		return Short(rev)
 	}
 	return rev
 }

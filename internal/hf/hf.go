@@ -41,12 +41,10 @@ type Repo struct {
 }
 
 // ShortCommit is the first seven characters of the commit, as people write it.
-func (r Repo) ShortCommit() string {
-	if len(r.Commit) > 7 {
-		return r.Commit[:7]
-	}
-	return r.Commit
-}
+func (r Repo) ShortCommit() string { return Short(r.Commit) }
+
+// Short is a commit as people write it: its first seven characters.
+func Short(commit string) string { return commit[:min(7, len(commit))] }
 
 // FileSet is what one model file is made of: a single GGUF file, or the
 // shards of a split one, or a set of safetensors weights.

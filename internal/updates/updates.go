@@ -180,7 +180,7 @@ func notWatched(m catalog.Model) string {
 	case o.RefKind == "":
 		return fmt.Sprintf("%s was served from %s, and the registry would not say then whether that is a branch: serve it again to have it watched for new weights", m.Name, o.Ref)
 	case hf.IsCommit(o.Ref) || o.RefKind == hf.RefCommit:
-		return fmt.Sprintf("%s is pinned to the commit %s and is never updated: serve it from a branch to have it watched", m.Name, short(o.Ref))
+		return fmt.Sprintf("%s is pinned to the commit %s and is never updated: serve it from a branch to have it watched", m.Name, hf.Short(o.Ref))
 	case o.RefKind == hf.RefTag:
 		return fmt.Sprintf("%s is pinned to the tag %s and is never updated: serve it from a branch to have it watched", m.Name, o.Ref)
 	case o.RefKind != hf.RefBranch:
@@ -212,12 +212,4 @@ func changed(used []catalog.OriginFile, now []hf.File) []FileChange {
 		out = append(out, c)
 	}
 	return out
-}
-
-// short writes a commit as people do.
-func short(commit string) string {
-	if len(commit) > 7 {
-		return commit[:7]
-	}
-	return commit
 }

@@ -217,7 +217,7 @@ func (w *Watcher) check(ctx context.Context, m catalog.Model) (Result, error) {
 		res.Check, res.Update = c, &u
 		if added {
 			w.deps.Log.Info("new weights noticed", "model", m.Name, "repo", o.Repo, "ref", o.Ref,
-				"from", short(o.Revision), "to", short(u.NewCommit), "files", len(u.Files), "update", u.ID)
+				"from", hf.Short(o.Revision), "to", hf.Short(u.NewCommit), "files", len(u.Files), "update", u.ID)
 			w.auto(ctx, u)
 		}
 	}
