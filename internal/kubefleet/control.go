@@ -67,8 +67,9 @@ func (f *Fleet) deletePod(id string) error {
 }
 
 // Unpark lets the fleet run model again after its engine kept failing: the
-// park on its owner object goes, its Deployments are scaled back up, and
-// the pods that failed before do not count against it. Fix the cause
+// park on its owner object goes, the pods that failed are deleted, its
+// Deployments are scaled back up, and what failed before does not count
+// against it. Fix the cause
 // first: a model unparked as it was fails as often again before it is
 // parked again.
 func (f *Fleet) Unpark(ctx context.Context, model string) error {
@@ -103,6 +104,14 @@ func (f *Fleet) Unpark(ctx context.Context, model string) error {
 		f.mu.Unlock()
 		if _, err := f.apply(ctx, f.ownerMap(m, "", "")); err != nil {
 			return operr.Wrap(operr.Unavailable, err, "the cluster did not take %s's unpark: %v", model, err)
+		}
+		// The pods that failed go too: a ReplicaSet scaled back up before
+		// it had deleted them would keep them, failing as before.
+		for _, p := range f.modelPods(model) {
+			err := f.opts.Client.CoreV1().Pods(f.opts.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &p.UID}})
+			if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+				return operr.Wrap(operr.Unavailable, err, "the cluster did not delete %s's failed pod %s: %v", model, p.Name, err)
+			}
 		}
 		f.log.Info("model unparked by an operator", "model", model)
 		f.queue.Add(model)
