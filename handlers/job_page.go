@@ -236,6 +236,10 @@ func jobView(j jobs.Job, now time.Time, csrf string, meter *rateMeter) views.Job
 	}
 
 	names := slices.Clone(stepOrder)
+	if j.Kind == jobs.KindUpdate {
+		// An update's trial follows the smoke test.
+		names = append(names, jobs.StepEval, jobs.StepCanary, jobs.StepVerdict)
+	}
 	for _, st := range j.Steps {
 		if !slices.Contains(names, st.Name) {
 			names = append(names, st.Name)

@@ -170,7 +170,7 @@ func (s *Server) watch(ctx context.Context, l *live, p *pipeline) (v canary.Verd
 		v, why := pol.Judge(c, n, time.Since(began))
 		switch v {
 		case canary.Wait:
-			s.step(l, StepCanary, Running, fmt.Sprintf("%s of %s's requests: %s; errors %d of %d against %d of %d",
+			s.step(l, StepCanary, Running, fmt.Sprintf("%s of %s's requests: %s; failed: %d of its %d, against %d of the current version's %d",
 				pct(p.req.Share), of, why, n.Failed, n.Requests, c.Failed, c.Requests))
 		case canary.RollBack:
 			s.step(l, StepCanary, Failed, why)

@@ -8,6 +8,7 @@ package canary
 
 import (
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -87,7 +88,7 @@ func (p Policy) Judge(cur, can Arm, elapsed time.Duration) (Verdict, string) {
 	}
 	if can.Requests < p.MinRequests && elapsed < p.Window {
 		return Wait, fmt.Sprintf("%d of the %d requests it is judged on, %s of %s", can.Requests, p.MinRequests,
-			elapsed.Round(time.Second), p.Window)
+			span(elapsed), span(p.Window))
 	}
 	if errorsWorse {
 		return RollBack, errorsSaid
@@ -102,7 +103,7 @@ func (p Policy) Judge(cur, can Arm, elapsed time.Duration) (Verdict, string) {
 			can.TokensPerSecond, cur.TokensPerSecond)
 	}
 	if can.Requests == 0 {
-		return Promote, fmt.Sprintf("no request reached it in %s, so it is promoted on its eval and smoke test alone", p.Window)
+		return Promote, fmt.Sprintf("no request reached it in %s, so it is promoted on its eval and smoke test alone", span(p.Window))
 	}
 	s := fmt.Sprintf("no worse than the current version over %d requests: errors %s against %s", can.Requests,
 		pct(can.ErrorRate()), pct(cur.ErrorRate()))
@@ -134,3 +135,15 @@ func JudgeEval(cur, can Eval) (Verdict, string) {
 }
 
 func pct(f float64) string { return fmt.Sprintf("%.1f%%", 100*f) }
+
+// span is a duration to the second as people write it: 30m, 1h30m, 45s.
+func span(d time.Duration) string {
+	s := d.Round(time.Second).String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
+}

@@ -34,7 +34,7 @@ func TestJudge(t *testing.T) {
 			time.Minute, RollBack, "it generates 20.0 tokens/s against 50.0"},
 		{"too few answers to judge speed", steady, Arm{Requests: 20, Failed: 0, Answered: 3, TTFT: time.Second, TokensPerSecond: 1},
 			time.Minute, Promote, "no worse"},
-		{"no traffic in the window", steady, Arm{}, time.Minute, Promote, "no request reached it in 1m0s"},
+		{"no traffic in the window", steady, Arm{}, time.Minute, Promote, "no request reached it in 1m"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			v, why := p.Judge(c.cur, c.can, c.elapsed)

@@ -1,0 +1,65 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"fmt"
+	"regexp"
+	"testing"
+
+	"github.com/playwright-community/playwright-go"
+
+	"modelserve/internal/ggufgen"
+	"modelserve/internal/hubtest"
+)
+
+// TestAnUpdateTriedFromTheConsole: an operator sees a served model's
+// branch move, tries the new weights beside it from the update's page,
+// watches the job put them on trial, and promotes them by hand; the
+// catalog then runs the new commit, with no canary left.
+func TestAnUpdateTriedFromTheConsole(t *testing.T) {
+	e := setup(t)
+	const repo, file = "acme/Chatty-GGUF", "Chatty-Q8_0.gguf"
+	e.hub.AddRepo(repo, hubtest.RepoOptions{})
+	e.hub.AddFile(repo, file, ggufgen.Bytes(ggufgen.Spec{ContextLength: 2048}))
+	var job apiJob
+	e.srv.api("POST", "/api/v1/serve", map[string]any{"repo": repo, "replicas": 1}, &job)
+	if err := poll(jobLimit, func() bool {
+		job = e.srv.job(job.ID)
+		return job.State != "running"
+	}); err != nil || job.State != "done" {
+		t.Fatalf("the job did not serve the model within %s: %s %s", jobLimit, job.State, job.Error)
+	}
+	model := job.Model
+	moved := e.hub.AddFile(repo, file, ggufgen.Bytes(ggufgen.Spec{ContextLength: 4096}))
+
+	tb := e.newTab(t)
+	tb.open("/catalog")
+	row := tb.loc(fmt.Sprintf("[data-testid=model-row][data-model=%q]", model))
+	tb.must(row.Locator("[data-testid=check-now]").Click(), "pressing Check now")
+	tb.atPath("/updates/1", "on the update's page after the check")
+	tb.must(tb.expect().Locator(tb.loc("[data-testid=new-commit]")).ToHaveText(moved[:7]), "the update names the new commit")
+
+	tb.must(tb.loc("[data-testid=try]").Click(), "pressing Try it")
+	tb.must(tb.expect().Page(tb.page).ToHaveURL(regexp.MustCompile(`/jobs/update-[^/]+$`)), "on the update's job page")
+	canary := tb.loc("[data-testid=step][data-step=canary]")
+	tb.must(tb.expect().Locator(canary).ToHaveAttribute("data-state", "running", playwright.LocatorAssertionsToHaveAttributeOptions{
+		Timeout: playwright.Float(float64(jobLimit.Milliseconds()))}), "the canary on trial, streamed to the page")
+	tb.must(tb.expect().Locator(canary.Locator("[data-testid=detail]")).ToContainText("10% of "+model+"'s requests"), "the canary's share said")
+	jobURL := tb.path()
+	tb.screenshot("update-on-trial.png")
+
+	tb.open("/updates/1")
+	tb.must(tb.expect().Locator(tb.loc("[data-testid=trial-job]")).ToHaveAttribute("href", jobURL), "the update page links the trial's job")
+	tb.must(tb.loc("[data-testid=promote]").Click(), "pressing Promote it now")
+	tb.atPath(jobURL, "back on the job's page after the promotion")
+	if state := tb.waitEnded(jobLimit); state != "done" {
+		t.Fatalf("the update's job ended %s", state)
+	}
+	tb.must(tb.expect().Locator(tb.loc("[data-testid=step][data-step=verdict] [data-testid=detail]")).
+		ToContainText("promoted: "+model+" now serves "+moved[:7]), "the verdict on the page")
+
+	tb.open("/catalog")
+	tb.must(tb.expect().Locator(row.Locator("code").First()).ToHaveText(moved[:7]), "the catalog's model at the new commit")
+	tb.must(tb.expect().Locator(tb.loc("[data-testid=trial]")).ToHaveCount(0), "no canary left in the catalog")
+}
