@@ -120,10 +120,15 @@ func (s *Server) smoke(ctx context.Context, name string, embeddings bool) (strin
 	if embeddings {
 		return s.smokeEmbeddings(ctx, name)
 	}
+	// At temperature 0 with a seed: the same model says the same thing
+	// on every run, so a second serve is no surprise and an empty answer
+	// is the model's, not chance's.
 	body, _ := json.Marshal(map[string]any{
-		"model":      name,
-		"max_tokens": 32,
-		"messages":   []map[string]string{{"role": "user", "content": "Say hello in one short sentence."}},
+		"model":       name,
+		"max_tokens":  32,
+		"temperature": 0,
+		"seed":        42,
+		"messages":    []map[string]string{{"role": "user", "content": "Say hello in one short sentence."}},
 	})
 	start := time.Now()
 	b, err := s.ask(ctx, "/v1/chat/completions", body)

@@ -21,11 +21,17 @@ import (
 )
 
 // hello is a short chat: the tiny model answers it in a few milliseconds.
+// hello asks at temperature 0 with a seed: the tiny model's weights are
+// noise, and sampled freely it now and then ended its answer at once (a
+// stream of two chunks and no text), which a test of the way there cannot
+// tell from a gateway that lost the text.
 func hello(model string, maxTokens int64) openai.ChatCompletionNewParams {
 	return openai.ChatCompletionNewParams{
-		Model:     model,
-		Messages:  []openai.ChatCompletionMessageParamUnion{openai.SystemMessage("You are terse."), openai.UserMessage("Say hello.")},
-		MaxTokens: openai.Int(maxTokens),
+		Model:       model,
+		Messages:    []openai.ChatCompletionMessageParamUnion{openai.SystemMessage("You are terse."), openai.UserMessage("Say hello.")},
+		MaxTokens:   openai.Int(maxTokens),
+		Temperature: openai.Float(0),
+		Seed:        openai.Int(42),
 	}
 }
 
