@@ -111,19 +111,3 @@ func (s *Store) Versions(ctx context.Context, model string) ([]Version, error) {
 	}
 	return out, rows.Err()
 }
-
-// Canaries are the catalog's canary entries of model (at most one in
-// practice: an update serves one at a time).
-func (s *Store) Canaries(ctx context.Context, model string) ([]Model, error) {
-	all, err := s.List(ctx)
-	if err != nil {
-		return nil, err
-	}
-	var out []Model
-	for _, m := range all {
-		if m.Canary != nil && m.Canary.Of == model {
-			out = append(out, m)
-		}
-	}
-	return out, nil
-}

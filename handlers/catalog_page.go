@@ -95,7 +95,7 @@ func catalogView(m catalog.Model) views.CatalogModel {
 	if c := m.Canary; c != nil {
 		// Judged by its model's suite.
 		vm.Evals = evalsURL(c.Of)
-		vm.Trial = "new version of " + c.Of + " on trial: " + shareText(c.Share) + " of its requests"
+		vm.Trial = "new version of " + c.Of + " on trial: " + percentText(100*c.Share) + " of its requests"
 		if c.Share == 0 {
 			vm.Trial = "new version of " + c.Of + " on trial: none of its requests until its eval has passed"
 		}

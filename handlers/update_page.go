@@ -51,7 +51,7 @@ func (s *Server) updatePage(w http.ResponseWriter, r *http.Request, v visit) {
 		case job != "":
 			p.TrialURL, p.PromoteURL, p.RollBackURL = "/jobs/"+job, base+"/promote", base+"/rollback"
 		case u.State == updates.StateAvailable:
-			p.TryURL, p.Share = base+"/update", shareText(s.deps.CanaryShare)
+			p.TryURL, p.Share = base+"/update", percentText(100*s.deps.CanaryShare)
 		}
 	}
 	s.render(w, r, http.StatusOK, views.UpdatePageView(p))
@@ -88,9 +88,4 @@ func bytesText(b int64) string {
 		return sizeText(b)
 	}
 	return sizeText(b) + " (" + strconv.FormatInt(b, 10) + " bytes)"
-}
-
-// shareText is a canary's share of its model's requests, as "10%".
-func shareText(f float64) string {
-	return strconv.FormatFloat(100*f, 'f', -1, 64) + "%"
 }

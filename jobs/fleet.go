@@ -65,10 +65,7 @@ func (s *Server) waitReady(ctx context.Context, l *live, name string, hardware b
 	tick := time.NewTicker(s.deps.Poll)
 	defer tick.Stop()
 	for {
-		for _, h := range s.deps.Fleet.ModelHealth() {
-			if h.Model != name {
-				continue
-			}
+		if h, ok := s.health(name); ok {
 			if h.Parked {
 				return Replica{}, sentencef("it failed to start %s and is parked: %s", plural(h.Failures, "once", fmt.Sprintf("%d times", h.Failures)), h.Reason)
 			}
@@ -105,6 +102,16 @@ func (s *Server) waitReady(ctx context.Context, l *live, name string, hardware b
 		case <-tick.C:
 		}
 	}
+}
+
+// health is how the fleet fares with the entry name.
+func (s *Server) health(name string) (ModelHealth, bool) {
+	for _, h := range s.deps.Fleet.ModelHealth() {
+		if h.Model == name {
+			return h, true
+		}
+	}
+	return ModelHealth{}, false
 }
 
 // smokeTimeout bounds the smoke test: one short reply, but a big model on

@@ -195,16 +195,6 @@ func (s *Server) watch(ctx context.Context, l *live, p *pipeline) (v canary.Verd
 	}
 }
 
-// health is how the fleet fares with the entry name.
-func (s *Server) health(name string) (ModelHealth, bool) {
-	for _, h := range s.deps.Fleet.ModelHealth() {
-		if h.Model == name {
-			return h, true
-		}
-	}
-	return ModelHealth{}, false
-}
-
 // setShare gives the canary name share of its model's requests; nothing
 // else of its entry changes, so its replicas run on.
 func (s *Server) setShare(ctx context.Context, name string, share float64) error {

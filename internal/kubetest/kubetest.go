@@ -108,11 +108,7 @@ func Start(t testing.TB) *Cluster {
 	dir := Dir()
 	for _, b := range binaries {
 		if _, err := os.Stat(filepath.Join(dir, "bin", b)); err != nil {
-			msg := fmt.Sprintf("the test control plane is not built (%s is missing): run make kube, or internal/kubetest/install.sh", filepath.Join(dir, "bin", b))
-			if os.Getenv("MODELSERVE_REQUIRE_KUBE") != "" || os.Getenv("MODELSERVE_REQUIRE_ENGINE") != "" {
-				t.Fatal(msg)
-			}
-			t.Skip(msg)
+			missing(t, fmt.Sprintf("the test control plane is not built (%s is missing): run make kube, or internal/kubetest/install.sh", filepath.Join(dir, "bin", b)))
 		}
 	}
 	work := t.TempDir()
@@ -212,6 +208,17 @@ func Start(t testing.TB) *Cluster {
 		}
 	}
 	return c
+}
+
+// missing fails t for a part the tests need and do not have under make
+// test (MODELSERVE_REQUIRE_KUBE, or MODELSERVE_REQUIRE_ENGINE), where a
+// skip would pass in silence; a bare go test skips, saying msg.
+func missing(t testing.TB, msg string) {
+	t.Helper()
+	if os.Getenv("MODELSERVE_REQUIRE_KUBE") != "" || os.Getenv("MODELSERVE_REQUIRE_ENGINE") != "" {
+		t.Fatal(msg)
+	}
+	t.Skip(msg)
 }
 
 // ConfigFor is the cluster's configuration with token as the credentials.
