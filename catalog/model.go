@@ -86,8 +86,8 @@ type Profile struct {
 	MinMemoryBytes int64 `json:"min_memory_bytes,omitempty"`
 	MinMemoryGB    int   `json:"min_memory_gb,omitempty"`
 	CPUCores       int   `json:"cpu_cores,omitempty"`
-	// Env is set in the engine's environment: tuning variables only (see
-	// Validate).
+	// Env is set in the engine's environment: the named engine settings
+	// only, each with a value it takes (engine_env.go).
 	Env map[string]string `json:"env,omitempty"`
 	// Priority orders the profiles, highest first; Weight shares traffic
 	// between replicas of different profiles.
@@ -244,27 +244,6 @@ func CanaryName(model, commit string) string { return model + "@" + hf.Short(com
 // canaryName is how a canary's name is made: of, '@' and 7 hex digits.
 var canaryName = regexp.MustCompile(`^([a-z0-9][a-z0-9._-]*)@[0-9a-f]{7}$`)
 
-// envPrefixes and envExact are the engine environment variables a profile
-// may set: those that tune how an engine uses its cards, threads and
-// interconnect. Anything else (PATH, LD_PRELOAD, HF_TOKEN...) would change
-// what runs or what it can reach, not how fast it runs.
-var (
-	envPrefixes = []string{"NCCL_", "CUDA_", "GGML_", "LLAMA_ARG_"}
-	envExact    = []string{"OMP_NUM_THREADS"}
-)
-
-func envKeyOK(k string) bool {
-	if slices.Contains(envExact, k) {
-		return true
-	}
-	for _, p := range envPrefixes {
-		if strings.HasPrefix(k, p) && len(k) > len(p) {
-			return true
-		}
-	}
-	return false
-}
-
 // Validate checks what can be checked of the model on its own; the store
 // checks, as it adds it, that its names are not another model's. Each
 // refusal is a sentence naming what is wrong and what to do, and matches
@@ -344,8 +323,8 @@ func (m Model) Validate() error {
 		}
 		slices.Sort(keys) // the same refusal every time for the same entry
 		for _, k := range keys {
-			if !envKeyOK(k) {
-				return invalid("the engine's environment takes only tuning variables (NCCL_*, CUDA_*, GGML_*, LLAMA_ARG_*, OMP_NUM_THREADS), not %q (profile %s of %s)", k, p.Name, m.Name)
+			if why := checkSetting(k, p.Env[k]); why != "" {
+				return invalid("profile %s of %s: %s", p.Name, m.Name, why)
 			}
 		}
 	}

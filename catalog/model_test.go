@@ -31,9 +31,9 @@ func TestValidateAccepts(t *testing.T) {
 			m.Role, m.Guard = catalog.RoleGuard, &catalog.GuardModel{Format: catalog.GuardQwen3Guard}
 		}},
 		{"a guard with no format and no role", func(m *catalog.Model) { m.Guard = &catalog.GuardModel{} }},
-		{"every kind of tuning variable", func(m *catalog.Model) {
-			m.Profiles[0].Env = map[string]string{"NCCL_DEBUG": "INFO", "CUDA_VISIBLE_DEVICES": "0",
-				"GGML_CUDA_NO_PINNED": "1", "LLAMA_ARG_THREADS": "4", "OMP_NUM_THREADS": "4"}
+		{"an engine setting of each kind of value", func(m *catalog.Model) {
+			m.Profiles[0].Env = map[string]string{"NCCL_DEBUG": "INFO", "CUDA_MODULE_LOADING": "LAZY",
+				"GGML_CUDA_NO_PINNED": "1", "OMP_NUM_THREADS": "4"}
 		}},
 		{"a fixed number of replicas", func(m *catalog.Model) { m.Scaling = catalog.Scaling{Min: 2, Max: 2} }},
 		{"a canary", func(m *catalog.Model) {
@@ -82,6 +82,35 @@ func TestValidateRefuses(t *testing.T) {
 		{"a prefix with nothing after it", func(m *catalog.Model) {
 			m.Profiles[0].Env = map[string]string{"GGML_": "1"}
 		}, `"GGML_"`},
+		// Each of these reached a process before settings were named: a
+		// library loaded into the engine, a file written anywhere, a shell.
+		{"a backend library", func(m *catalog.Model) {
+			m.Profiles[0].Env = map[string]string{"GGML_BACKEND_PATH": "/srv/mirror/x/evil.so"}
+		}, `"GGML_BACKEND_PATH"`},
+		{"a log file", func(m *catalog.Model) {
+			m.Profiles[0].Env = map[string]string{"LLAMA_ARG_LOG_FILE": "/etc/cron.d/x"}
+		}, `"LLAMA_ARG_LOG_FILE"`},
+		{"the engine's tools", func(m *catalog.Model) {
+			m.Profiles[0].Env = map[string]string{"LLAMA_ARG_TOOLS": "all"}
+		}, `"LLAMA_ARG_TOOLS"`},
+		{"the devices, which are the fleet's", func(m *catalog.Model) {
+			m.Profiles[0].Env = map[string]string{"CUDA_VISIBLE_DEVICES": "0"}
+		}, `"CUDA_VISIBLE_DEVICES"`},
+		{"a number out of range", func(m *catalog.Model) {
+			m.Profiles[0].Env = map[string]string{"OMP_NUM_THREADS": "100000"}
+		}, `from 1 to 1024`},
+		{"a number that is not one", func(m *catalog.Model) {
+			m.Profiles[0].Env = map[string]string{"OMP_NUM_THREADS": "4; rm -rf /"}
+		}, `"4; rm -rf /"`},
+		{"a flag that is not 0 or 1", func(m *catalog.Model) {
+			m.Profiles[0].Env = map[string]string{"GGML_CUDA_NO_PINNED": "yes"}
+		}, `0 or 1`},
+		{"a word it does not take", func(m *catalog.Model) {
+			m.Profiles[0].Env = map[string]string{"NCCL_DEBUG": "info"}
+		}, `one of VERSION, WARN, INFO, TRACE`},
+		{"a long value, quoted short", func(m *catalog.Model) {
+			m.Profiles[0].Env = map[string]string{"NCCL_DEBUG": strings.Repeat("A", 5000)}
+		}, `too long`},
 		{"a near miss of OMP_NUM_THREADS", func(m *catalog.Model) {
 			m.Profiles[0].Env = map[string]string{"OMP_NUM_THREADS_MAX": "4"}
 		}, `"OMP_NUM_THREADS_MAX"`},
@@ -127,6 +156,9 @@ func TestValidateRefuses(t *testing.T) {
 			}
 			if msg != strings.ToLower(msg[:1])+msg[1:] || strings.HasSuffix(msg, ".") {
 				t.Errorf("Validate() = %q, want a sentence starting lowercase with no final period", msg)
+			}
+			if len(msg) > 1000 {
+				t.Errorf("Validate() is %d bytes long: a sentence quotes a little of the input, not all of it", len(msg))
 			}
 		})
 	}

@@ -296,7 +296,7 @@ func TestServeSubmit(t *testing.T) {
 
 	// A good one starts a job, and the browser goes to it.
 	form.Set("replicas", "0")
-	form.Set("env", "GGML_CUDA_FORCE_MMQ=1")
+	form.Set("env", "GGML_CUDA_NO_PINNED=1")
 	form.Set("aliases", "little, small")
 	resp := b.post("/serve", form)
 	loc := resp.Header.Get("Location")
@@ -308,7 +308,7 @@ func TestServeSubmit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if j.Request.Replicas != 0 || j.Request.Env["GGML_CUDA_FORCE_MMQ"] != "1" || strings.Join(j.Request.Aliases, ",") != "little,small" ||
+	if j.Request.Replicas != 0 || j.Request.Env["GGML_CUDA_NO_PINNED"] != "1" || strings.Join(j.Request.Aliases, ",") != "little,small" ||
 		j.Request.By != testUser {
 		t.Errorf("the job's request: %+v", j.Request)
 	}

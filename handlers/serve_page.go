@@ -23,7 +23,7 @@ func (s *Server) servePage(w http.ResponseWriter, r *http.Request, v visit) {
 	f := formFrom(q)
 	rep := s.serveReport(r.Context(), &f, q.Get("file"))
 	s.render(w, r, http.StatusOK, views.ServePageView(views.ServePage{
-		Layout: s.layout(v, "serve", "Serve a model"), Form: f, Report: rep, GuardFormats: catalog.GuardFormats(),
+		Layout: s.layout(v, "serve", "Serve a model"), Form: f, Report: rep, Choices: serveChoices(),
 		Search: s.searchModels(r), SearchOn: s.deps.Finder != nil,
 	}))
 }
@@ -40,7 +40,7 @@ func (s *Server) serveReportFragment(w http.ResponseWriter, r *http.Request, v v
 	q := r.URL.Query()
 	f := formFrom(q)
 	rep := s.serveReport(r.Context(), &f, q.Get("file"))
-	s.render(w, r, http.StatusOK, views.ServeReport(f, rep, catalog.GuardFormats(), v.csrf))
+	s.render(w, r, http.StatusOK, views.ServeReport(f, rep, serveChoices(), v.csrf))
 }
 
 // serveMemory redraws the memory bars for the context typed.
@@ -81,7 +81,7 @@ func (s *Server) serveSubmit(w http.ResponseWriter, r *http.Request, v visit) {
 	}
 	rep := s.serveReport(r.Context(), &f, "")
 	s.render(w, r, status, views.ServePageView(views.ServePage{
-		Layout: s.layout(v, "serve", "Serve a model"), Form: f, Report: rep, Error: msg, GuardFormats: catalog.GuardFormats(),
+		Layout: s.layout(v, "serve", "Serve a model"), Form: f, Report: rep, Error: msg, Choices: serveChoices(),
 		SearchOn: s.deps.Finder != nil,
 	}))
 }
@@ -523,4 +523,9 @@ func memoryBar(o plan.Option) views.Bar {
 		b.Text += " (estimated: the file's header was not read)"
 	}
 	return b
+}
+
+// serveChoices are the words the serve form offers, asked of the catalog.
+func serveChoices() views.ServeChoices {
+	return views.ServeChoices{GuardFormats: catalog.GuardFormats(), EngineSettings: catalog.EngineSettings()}
 }

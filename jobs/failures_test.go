@@ -49,8 +49,10 @@ func TestStartRefuses(t *testing.T) {
 		{"the longest context and a pool", Request{Repo: "acme/m", Longest: true, CtxPool: 32768},
 			"the longest context that fits, or the context given: not both"},
 		{"bad catalog name", Request{Repo: "acme/m", Name: "My Model"}, `the model name "My Model" is not allowed`},
-		{"environment beyond tuning", Request{Repo: "acme/m", Env: map[string]string{"LD_PRELOAD": "x"}},
-			`the engine's environment takes only tuning variables`},
+		{"environment beyond the engine's settings", Request{Repo: "acme/m", Env: map[string]string{"LD_PRELOAD": "x"}},
+			`"LD_PRELOAD" is not an engine setting a request may set`},
+		{"a backend library for the engine", Request{Repo: "acme/m", Env: map[string]string{"GGML_BACKEND_PATH": "/srv/x.so"}},
+			`"GGML_BACKEND_PATH" is not an engine setting a request may set`},
 		{"unknown engine", Request{Repo: "acme/m", Engine: "ollama"}, `the engine is llamacpp or vllm, not "ollama"`},
 	}
 	for _, tc := range cases {

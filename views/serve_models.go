@@ -25,12 +25,19 @@ type ServePage struct {
 	Form   ServeForm
 	Report Report
 	// Error is the sentence a refused submit was refused with.
-	Error        string
-	GuardFormats []string
+	Error   string
+	Choices ServeChoices
 	// Search is the model search above the form; SearchOn is false when
 	// no registry can be searched, and the box is not shown.
 	Search   ServeSearch
 	SearchOn bool
+}
+
+// ServeChoices are the words the form's fields take, from their owners:
+// the guard formats a judge answers in, and the engine settings a profile
+// may set.
+type ServeChoices struct {
+	GuardFormats, EngineSettings []string
 }
 
 // ServeSearch is a search for a repository by a word of its name, and
