@@ -205,10 +205,12 @@ func hasFlag(args []string, flags []string) bool {
 // then what the fleet decides. threads is 0 when a --threads in the
 // profile's arguments is to stand. Both fleet backends start the engine
 // with them (the kubernetes one adds its address), so a profile runs the
-// same wherever it lands. An empty key leaves --api-key out: the engine
-// then reads it from LLAMA_API_KEY, which a pod takes from a Secret, so the
-// key never shows in the pod's spec.
-func EngineArgs(m catalog.Model, p catalog.Profile, weights, projector, key string, threads int) []string {
+// same wherever it lands. The engine's key is never among them: any user
+// of the machine can read a process's arguments (ps), and with the key
+// reach the engine past modelserve's tokens, scopes and queues. Both
+// fleets hand it over in the engine's environment instead (KeyEnv), which
+// only the engine's own user can read, and a pod takes from a Secret.
+func EngineArgs(m catalog.Model, p catalog.Profile, weights, projector string, threads int) []string {
 	args := without(p.Args, ownedFlags)
 	args = slices.DeleteFunc(args, func(a string) bool { return slices.Contains(ownedSwitches, a) })
 	if threads > 0 {
@@ -219,9 +221,6 @@ func EngineArgs(m catalog.Model, p catalog.Profile, weights, projector, key stri
 		args = append(args, "--mmproj", projector)
 	}
 	args = append(args, "--alias", m.Name)
-	if key != "" {
-		args = append(args, "--api-key", key)
-	}
 	args = append(args, "--metrics", "--slots")
 	if threads > 0 {
 		args = append(args, "--threads", strconv.Itoa(threads))
@@ -229,16 +228,9 @@ func EngineArgs(m catalog.Model, p catalog.Profile, weights, projector, key stri
 	return args
 }
 
-// redacted is args as a log line may show them: without the key.
-func redacted(args []string) string {
-	out := slices.Clone(args)
-	for i := range out {
-		if i > 0 && out[i-1] == "--api-key" {
-			out[i] = "…"
-		}
-	}
-	return strings.Join(out, " ")
-}
+// KeyEnv is the environment variable llama-server reads its --api-key
+// from.
+const KeyEnv = "LLAMA_API_KEY"
 
 // newKey is a replica's engine key: only modelserve, which hands it to its
 // router and jobs, can reach the engine's port.

@@ -552,11 +552,10 @@ func (f *Fleet) startLocked(ctx context.Context, m catalog.Model, p catalog.Prof
 		}
 		threads = catalog.SuggestCores(cores)
 	}
-	var env []string
-	for k, v := range p.Env {
-		env = append(env, k+"="+v)
+	env, dropped := catalog.EngineEnv(p)
+	if len(dropped) > 0 {
+		f.log.Warn("engine settings left out: they are not ones a profile may set", "model", m.Name, "profile", p.Name, "settings", dropped)
 	}
-	slices.Sort(env)
 	if p.GPUClass != "" {
 		idx := make([]string, len(cards))
 		for i, c := range cards {
@@ -565,11 +564,12 @@ func (f *Fleet) startLocked(ctx context.Context, m catalog.Model, p catalog.Prof
 		env = append(env, "CUDA_VISIBLE_DEVICES="+strings.Join(idx, ","))
 	}
 	key := newKey()
+	env = append(env, KeyEnv+"="+key)
 	rctx, cancel := context.WithCancel(ctx)
 	r := &replica{
 		id: id, model: m.Name, profile: p.Name, fingerprint: fingerprint(m), node: node,
 		memBytes: need, cards: cards, key: key, weights: weights, threads: threads,
-		args:    EngineArgs(m, p, weights, projector, key, threads),
+		args:    EngineArgs(m, p, weights, projector, threads),
 		env:     env,
 		startup: StartupTimeout(p, weightsBytes(m, weights)),
 		log:     newLogTail(), cancel: cancel, restart: make(chan struct{}, 1), state: Starting,

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"path/filepath"
+	"strings"
 	"time"
 )
 
@@ -131,7 +133,7 @@ func (f *Fleet) attempt(ctx context.Context, r *replica) (outcome, string) {
 		return noEngine, sentenceOf(err)
 	}
 	tail := newLogTail() // this run's lines alone, for the reason it ends
-	r.log.Note("modelserve: starting " + engine + " " + redacted(r.args))
+	r.log.Note("modelserve: starting " + filepath.Base(engine) + " " + strings.Join(r.args, " "))
 	proc, err := r.node.Start(ctx, Spec{Engine: engine, Args: r.args, Env: r.env, Output: io.MultiWriter(r.log, tail)})
 	if errors.Is(err, ErrEngineMissing) {
 		return badEngine, fmt.Sprintf("llama-server at %s could not be run (%v): install llama.cpp's llama-server there, "+

@@ -115,7 +115,7 @@ func TestKubernetesFleet(t *testing.T) {
 		}
 		d := deps.Items[0]
 		checkDeployment(t, d, f.EngineKey(r.ID))
-		want := fleet.EngineArgs(m, m.Profiles[0], "/weights/tiny-Q8_0.gguf", "", "", 2)
+		want := fleet.EngineArgs(m, m.Profiles[0], "/weights/tiny-Q8_0.gguf", "", 2)
 		if got := d.Spec.Template.Spec.Containers[0].Args; !slices.Equal(got[:len(want)], want) ||
 			strings.Join(got[len(want):], " ") != "--host 0.0.0.0 --port 8080" {
 			t.Errorf("engine args %q, want the local fleet's %q then --host 0.0.0.0 --port 8080", got, want)

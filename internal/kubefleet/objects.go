@@ -187,18 +187,15 @@ func (f *Fleet) deployment(m catalog.Model, pi int, replicas int32, w weights, o
 	podLabels[labelDeployment] = name
 
 	threads := p.CPUCores
-	args := fleet.EngineArgs(m, p, w.model, w.projector, "", threads)
+	args := fleet.EngineArgs(m, p, w.model, w.projector, threads)
 	args = append(args, "--host", "0.0.0.0", "--port", strconv.Itoa(enginePort))
 
-	env := []corev1.EnvVar{{Name: "LLAMA_API_KEY", ValueFrom: &corev1.EnvVarSource{
+	env := []corev1.EnvVar{{Name: fleet.KeyEnv, ValueFrom: &corev1.EnvVarSource{
 		SecretKeyRef: &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: keySecretName(m.Name)}, Key: keySecretKey}}}}
-	var names []string
-	for k := range p.Env {
-		names = append(names, k)
-	}
-	slices.Sort(names)
-	for _, k := range names {
-		env = append(env, corev1.EnvVar{Name: k, Value: p.Env[k]})
+	settings, _ := catalog.EngineEnv(p) // what is left out, the local fleet logs as it starts
+	for _, kv := range settings {
+		k, v, _ := strings.Cut(kv, "=")
+		env = append(env, corev1.EnvVar{Name: k, Value: v})
 	}
 
 	res := corev1.ResourceRequirements{Requests: corev1.ResourceList{}, Limits: corev1.ResourceList{}}
