@@ -2,6 +2,8 @@ package handlers
 
 import (
 	"net/http"
+
+	"modelserve/catalog"
 )
 
 func (s *Server) apiCatalogList(w http.ResponseWriter, r *http.Request) {
@@ -10,7 +12,17 @@ func (s *Server) apiCatalogList(w http.ResponseWriter, r *http.Request) {
 		s.apiError(w, r, err)
 		return
 	}
+	for i := range models {
+		models[i] = s.shownModel(models[i])
+	}
 	writeJSON(w, http.StatusOK, map[string]any{"models": models})
+}
+
+// shownModel is m as an answer shows it: its weights by where they are on
+// the mirror, not by a path on this machine.
+func (s *Server) shownModel(m catalog.Model) catalog.Model {
+	m.Source = s.deps.Mirror.Shown(m.Source)
+	return m
 }
 
 func (s *Server) apiCatalogShow(w http.ResponseWriter, r *http.Request) {
@@ -19,7 +31,7 @@ func (s *Server) apiCatalogShow(w http.ResponseWriter, r *http.Request) {
 		s.apiError(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, m)
+	writeJSON(w, http.StatusOK, s.shownModel(m))
 }
 
 func (s *Server) apiCatalogRemove(w http.ResponseWriter, r *http.Request) {

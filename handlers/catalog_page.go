@@ -48,7 +48,7 @@ func (s *Server) renderCatalog(w http.ResponseWriter, r *http.Request, v visit, 
 	base := s.publicBase(r)
 	now := time.Now()
 	for i, m := range models {
-		vm := catalogView(m)
+		vm := catalogView(s.shownModel(m))
 		vm.Watch, vm.CheckURL, vm.UpdateURL = watchText(watch[i], now), checkURL(watch[i]), updateURL(watch[i])
 		// Said only of a model the catalog has, and as its last check
 		// stands: a link cannot make the page claim a check.

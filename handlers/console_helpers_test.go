@@ -313,6 +313,10 @@ type fakeFetch struct {
 	err     error
 }
 
+func (f *fakeFetch) Remove(ctx context.Context, model, revision, path string, inUse func(string) bool) error {
+	return nil
+}
+
 func (f *fakeFetch) Fetch(ctx context.Context, files []mirror.File, progress func(mirror.Progress)) ([]string, error) {
 	for _, done := range f.steps {
 		progress(mirror.Progress{BytesDone: done, BytesTotal: f.total})

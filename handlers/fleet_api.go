@@ -36,7 +36,11 @@ func (s *Server) recentStarts(ctx context.Context) []fleet.Start {
 		s.deps.Log.Error("reading the engine starts", "err", err)
 		return starts
 	}
-	return append(starts, got...)
+	for _, st := range got {
+		st.File = s.deps.Mirror.Shown(st.File)
+		starts = append(starts, st)
+	}
+	return starts
 }
 
 // recentStarts is how many engine starts the fleet page and the API show.

@@ -18,7 +18,7 @@ type engineKeys interface {
 const redactedKey = "[engine key]"
 
 // fleetSnapshot is the fleet as one request shows it, with every engine
-// key taken out of what the engines wrote.
+// key taken out of what the engines wrote, and no path on this machine.
 type fleetSnapshot struct {
 	replicas []fleet.Replica
 	models   []fleet.ModelHealth
@@ -37,34 +37,31 @@ func (s *Server) snapshot() (fleetSnapshot, bool) {
 	if snap.models == nil {
 		snap.models = []fleet.ModelHealth{}
 	}
-	ek, ok := s.deps.Fleet.(engineKeys)
-	if !ok {
-		return snap, true
-	}
+	// Every engine key known is taken out of every text (a reason quotes
+	// an engine of its model, which may have ended since), and every path
+	// on the mirror is written relative to it.
 	var pairs []string
-	for _, r := range snap.replicas {
-		if k := ek.EngineKey(r.ID); k != "" {
-			pairs = append(pairs, k, redactedKey)
+	if ek, ok := s.deps.Fleet.(engineKeys); ok {
+		for _, r := range snap.replicas {
+			if k := ek.EngineKey(r.ID); k != "" {
+				pairs = append(pairs, k, redactedKey)
+			}
 		}
 	}
-	if len(pairs) == 0 {
-		return snap, true
-	}
-	// A reason quotes an engine of its model, which may have ended since:
-	// every key known is taken out of every text.
 	rp := strings.NewReplacer(pairs...)
+	shown := func(text string) string { return s.deps.Mirror.ShownText(rp.Replace(text)) }
 	for i := range snap.replicas {
 		r := &snap.replicas[i]
-		r.Detail, r.LastError = rp.Replace(r.Detail), rp.Replace(r.LastError)
+		r.Detail, r.LastError = shown(r.Detail), shown(r.LastError)
 		log := make([]string, len(r.Log))
 		for j, line := range r.Log {
-			log[j] = rp.Replace(line)
+			log[j] = shown(line)
 		}
 		r.Log = log
 	}
 	for i := range snap.models {
 		m := &snap.models[i]
-		m.Reason, m.Placement = rp.Replace(m.Reason), rp.Replace(m.Placement)
+		m.Reason, m.Placement = shown(m.Reason), shown(m.Placement)
 	}
 	return snap, true
 }

@@ -37,6 +37,8 @@ func newBenchMirror(n int) *benchMirror {
 
 func (m *benchMirror) List(context.Context) ([]mirror.Entry, error) { return m.entries, nil }
 func (m *benchMirror) Handler() http.Handler                        { return http.NotFoundHandler() }
+func (m *benchMirror) Shown(string) string                          { return "" }
+func (m *benchMirror) ShownText(s string) string                    { return s }
 func (m *benchMirror) Remove(context.Context, string, string, string, func(string) bool) error {
 	return nil
 }

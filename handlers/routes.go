@@ -69,6 +69,11 @@ type Mirror interface {
 	// page's stream reads every second.
 	Flights() []mirror.Flight
 	Handler() http.Handler
+	// Shown is a path on the mirror relative to it, and ShownText text
+	// with every such path so: an answer never shows where this machine
+	// keeps a file.
+	Shown(local string) string
+	ShownText(text string) string
 }
 
 // Fleet is what the handlers show of the fleet (fleet.Fleet): the

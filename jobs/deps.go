@@ -38,6 +38,8 @@ type downloadChecker interface {
 // checking each against its published sha256 (mirror.Mirror).
 type Mirror interface {
 	Fetch(ctx context.Context, files []mirror.File, progress func(mirror.Progress)) ([]string, error)
+	// Remove takes a file off the mirror; inUse may be nil.
+	Remove(ctx context.Context, model, revision, path string, inUse func(local string) bool) error
 }
 
 // Catalog adds a model (catalog.Store). Add replaces a model of the same

@@ -345,6 +345,10 @@ func (p *pipeline) check(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
+		// No engine can run it, and a file with no GGUF header could be
+		// anything at all (a shared library, a script): it does not stay
+		// where a node, or anything that names a path, could reach it.
+		p.discard(ctx)
 		if msg, ok := operr.Sentence(err); ok {
 			// The file's own fault, said of the file.
 			return operr.Wrap(operr.Refused, err, "%s on the mirror cannot be served: %s", filepath.Base(p.paths[0]), msg)
@@ -410,6 +414,18 @@ func (p *pipeline) check(ctx context.Context) error {
 	p.s.step(p.l, StepCheck, Done, fmt.Sprintf("%s, needs %s %s (%s); %s",
 		or(h.Architecture, "architecture not read"), size(p.memBytes), where(p.layout), basis, slots))
 	return nil
+}
+
+// discard takes the set's files off the mirror, for a set that can never
+// be served; what cannot be removed is logged, and the job's sentence
+// stands either way.
+func (p *pipeline) discard(ctx context.Context) {
+	for _, f := range p.set.Files {
+		err := p.s.deps.Mirror.Remove(ctx, or(p.req.CanaryOf, p.name), p.repo.ShortCommit(), f.Path, nil)
+		if err != nil && !errors.Is(err, mirror.ErrNotFound) {
+			p.s.deps.Log.Warn("removing a file that failed its check from the mirror", "job", p.l.job.ID, "file", f.Path, "err", err)
+		}
+	}
 }
 
 // pool is the nodes a model is sized against; none when nothing says.

@@ -19,6 +19,7 @@ import (
 	"modelserve/catalog"
 	"modelserve/internal/auth"
 	"modelserve/internal/ggufgen"
+	"modelserve/internal/hf"
 	"modelserve/internal/hubtest"
 	"modelserve/internal/llamatest"
 	"modelserve/internal/store"
@@ -191,8 +192,10 @@ func TestServeThroughTheAPI(t *testing.T) {
 		m.Origin.Revision != hub.Commit("acme/Tiny-Llama-GGUF", "main") {
 		t.Errorf("catalog entry: %+v origin %+v", m, m.Origin)
 	}
-	if !strings.HasSuffix(m.Source, "Tiny-Llama-Q4_K_M.gguf") {
-		t.Errorf("source %q is not the mirrored file", m.Source)
+	// Where the mirror keeps it, relative to the mirror: never a path on
+	// this machine.
+	if want := "tiny-llama/" + hf.Short(hub.Commit("acme/Tiny-Llama-GGUF", "main")) + "/Tiny-Llama-Q4_K_M.gguf"; m.Source != want {
+		t.Errorf("source %q, want the mirrored file %q", m.Source, want)
 	}
 	args := strings.Join(m.Profiles[0].Args, " ")
 	if !strings.Contains(args, "--ctx-size 4096") || !strings.Contains(args, "--parallel 2") {

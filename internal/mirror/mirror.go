@@ -225,6 +225,25 @@ func (m *Mirror) LocalPath(model, revision, p string) (string, error) {
 	return filepath.Join(m.dir, model, revision, filepath.FromSlash(p)), nil
 }
 
+// Shown is a path on the mirror as an answer may show it: relative to the
+// mirror ("chatty/3f2a1b0/chatty-Q4_K_M.gguf", as GET /api/v1/mirror lists
+// its files), never where this machine keeps it. A path outside the mirror
+// shows as "".
+func (m *Mirror) Shown(local string) string {
+	rel, err := filepath.Rel(m.dir, local)
+	if err != nil || rel == "." || rel == ".." || strings.HasPrefix(rel, ".."+string(filepath.Separator)) || filepath.IsAbs(rel) {
+		return ""
+	}
+	return filepath.ToSlash(rel)
+}
+
+// ShownText is text that may quote paths on the mirror (an engine's log
+// line: "loading model '/srv/data/mirror/chatty/...'") with each written
+// relative to the mirror, as Shown writes one.
+func (m *Mirror) ShownText(text string) string {
+	return strings.ReplaceAll(text, m.dir+string(filepath.Separator), "")
+}
+
 var (
 	modelPattern    = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]*$`)
 	revisionPattern = regexp.MustCompile(`^[0-9a-f]{7,64}$`)
