@@ -272,3 +272,49 @@ func wideSuite() string {
 	}
 	return `{"cases": [` + strings.Join(cases, ",") + `]}`
 }
+
+// On a full data disk, putting a suite says the disk is full and what to
+// do, as serving does, rather than a 500; the suite kept before stays.
+func TestEvalSuiteOnAFullDisk(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("a size-limited filesystem is a tmpfs mounted by root, and this test runs as another user")
+	}
+	data := t.TempDir()
+	if err := syscall.Mount("tmpfs", data, "tmpfs", 0, fmt.Sprintf("size=%d,mode=0700", 20<<20)); err != nil {
+		t.Fatalf("mounting a 20 MB tmpfs on %s as root: %v", data, err)
+	}
+	t.Cleanup(func() {
+		if err := syscall.Unmount(data, 0); err != nil {
+			t.Errorf("unmounting the tmpfs on %s: %v", data, err)
+		}
+	})
+	hub := hubtest.New(t)
+	tinyRepo(t, hub, "acme/Tiny-GGUF", "tiny-Q4_K_M.gguf", ggufgen.Spec{})
+	s := startAPI(t, config{Addr: "127.0.0.1:0", Data: data, HFEndpoint: hub.URL()})
+	var job jobs.Job
+	if code := s.do("POST", "/api/v1/serve", map[string]any{"repo": "acme/Tiny-GGUF", "replicas": 0}, &job); code != http.StatusAccepted {
+		t.Fatalf("serve: %d", code)
+	}
+	if seen := s.watch(job.ID, time.Minute); seen[len(seen)-1].State != jobs.Done {
+		t.Fatalf("the tiny model's job ended %+v", seen[len(seen)-1])
+	}
+	b := &binaryServer{apiServer: s, data: data}
+	if code, body := putSuite(t, b, "tiny", `{"cases": [{"name": "a", "prompt": "p", "expect": {"regex": "."}}]}`); code != http.StatusOK {
+		t.Fatalf("PUT a suite: %d %s", code, body)
+	}
+	fillUp(t, data)
+	// Large enough that the database needs pages the disk does not have.
+	cases := make([]string, evals.MaxCases)
+	for i := range cases {
+		cases[i] = fmt.Sprintf(`{"name": "c%d", "prompt": %q, "expect": {"regex": "."}}`, i, strings.Repeat("x", 8000))
+	}
+	code, body := putSuite(t, b, "tiny", `{"cases": [`+strings.Join(cases, ",")+`]}`)
+	if code != http.StatusServiceUnavailable || !strings.Contains(body, `the eval suite of \"tiny\" could not be kept: modelserve's disk is full`) ||
+		!strings.Contains(body, "free some space") {
+		t.Errorf("PUT a suite on a full disk: %d %s; want 503 saying the disk is full", code, body)
+	}
+	var st evals.Stored
+	if code := s.do("GET", "/api/v1/catalog/tiny/evals", nil, &st); code != http.StatusOK || len(st.Suite.Cases) != 1 {
+		t.Errorf("after the full disk, GET answers %d with %d cases; want the suite kept before", code, len(st.Suite.Cases))
+	}
+}
