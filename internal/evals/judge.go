@@ -1,11 +1,13 @@
 package evals
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math"
 	"regexp"
 	"strings"
+	"sync"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
@@ -13,8 +15,10 @@ import (
 )
 
 // judge is the verdict on a chat case's answer: whether it passes, and
-// when it does not, why, in a sentence quoting the answer.
-func (c Case) judge(answer string) (bool, string) {
+// when it does not, why, in a sentence quoting the answer. A JSON Schema
+// case's check is bounded (see Case.validate); judging counts the checks
+// under way.
+func (c Case) judge(ctx context.Context, answer string, judging *sync.WaitGroup) (bool, string) {
 	switch c.Kind() {
 	case KindRegex:
 		if c.re.MatchString(answer) {
@@ -31,11 +35,22 @@ func (c Case) judge(answer string) (bool, string) {
 		}
 		return false, fmt.Sprintf("the answer is not %s: %s", operr.Quote(want), operr.Quote(got))
 	case KindJSONSchema:
-		v, err := jsonschema.UnmarshalJSON(strings.NewReader(unfence(answer)))
+		if c.unjudged != "" {
+			return false, "not judged: " + c.unjudged
+		}
+		text := unfence(answer)
+		if len(text) > MaxJudgedBytes {
+			return false, fmt.Sprintf("not judged: the answer is %d bytes, and a JSON Schema case checks at most %d: give the case a smaller max_tokens", len(text), MaxJudgedBytes)
+		}
+		v, err := jsonschema.UnmarshalJSON(strings.NewReader(text))
 		if err != nil {
 			return false, "the answer is not JSON: " + operr.Quote(answer)
 		}
-		if err := c.schema.Validate(v); err != nil {
+		err, unjudged := c.validate(ctx, v, judging)
+		if unjudged != "" {
+			return false, "not judged: " + unjudged
+		}
+		if err != nil {
 			var ve *jsonschema.ValidationError
 			why := "it is not valid"
 			if errors.As(err, &ve) {

@@ -72,6 +72,9 @@ type Runner struct {
 	active map[string]*active
 	closed bool
 	wg     sync.WaitGroup
+	// judging counts the checks of answers against schemas, which may
+	// outlive the case that gave up waiting for one (Case.validate).
+	judging sync.WaitGroup
 }
 
 // active is a run under way: its id, and how to stop it.
@@ -124,6 +127,7 @@ func (r *Runner) Close() {
 	}
 	r.mu.Unlock()
 	r.wg.Wait()
+	r.judging.Wait()
 }
 
 // Suite is the suite of the model named name, with no cases when it has
@@ -145,7 +149,7 @@ func (r *Runner) SetSuite(ctx context.Context, name string, data []byte, by stri
 	if err != nil {
 		return Stored{}, err
 	}
-	suite, err := Parse(data)
+	suite, err := parse(ctx, data, false)
 	if err != nil {
 		return Stored{}, err
 	}
@@ -408,6 +412,10 @@ type chatMessage struct {
 
 // chat asks a chat case and judges the answer.
 func (r *Runner) chat(ctx context.Context, target string, c Case) (answer string, pass bool, reason string, err error) {
+	if c.unjudged != "" {
+		// Its answer could not be judged: the model is not asked.
+		return "", false, "not asked: " + c.unjudged, nil
+	}
 	req := chatRequest{Model: target, MaxTokens: c.Tokens(), Temperature: 0, Seed: Seed}
 	if c.System != "" {
 		req.Messages = append(req.Messages, chatMessage{Role: "system", Content: c.System})
@@ -432,7 +440,7 @@ func (r *Runner) chat(ctx context.Context, target string, c Case) (answer string
 		return string(b), false, "the answer is not a chat completion: " + operr.Quote(string(b)), nil
 	}
 	answer = out.Choices[0].Message.Content
-	pass, reason = c.judge(answer)
+	pass, reason = c.judge(ctx, answer, &r.judging)
 	return answer, pass, reason, nil
 }
 

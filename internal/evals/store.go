@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"modelserve/internal/operr"
+	dbstore "modelserve/internal/store"
 )
 
 // store keeps suites, runs and results in SQLite (tables eval_suites,
@@ -30,7 +31,7 @@ func (s store) suite(ctx context.Context, model string) (Stored, bool, error) {
 	}
 	// What is kept was checked when it was put; it is read with the same
 	// rules, which compile its patterns and schemas again.
-	suite, err := Parse([]byte(text))
+	suite, err := parse(ctx, []byte(text), true)
 	if err != nil {
 		return Stored{}, false, fmt.Errorf("the eval suite kept for %s no longer reads: %w", model, err)
 	}
@@ -51,6 +52,10 @@ func (s store) setSuite(ctx context.Context, model string, suite Suite, at time.
 			`INSERT INTO eval_suites (model, cases, updated_at, updated_by) VALUES (?, ?, ?, ?)
 			 ON CONFLICT (model) DO UPDATE SET cases = excluded.cases, updated_at = excluded.updated_at, updated_by = excluded.updated_by`,
 			model, string(suite.JSON()), at.UTC().Format(time.RFC3339Nano), by)
+	}
+	if err != nil && dbstore.Full(err) {
+		return operr.Wrap(operr.Unavailable, err, "the eval suite of %s could not be kept: modelserve's disk is full; "+
+			"free some space in its data folder (the mirror page removes files), then save it again", operr.Quote(model))
 	}
 	if err != nil {
 		return fmt.Errorf("keep the eval suite of %s: %w", model, err)

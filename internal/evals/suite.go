@@ -2,6 +2,7 @@ package evals
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -46,9 +47,14 @@ type Case struct {
 	MaxTokens int    `json:"max_tokens,omitempty"`
 	Expect    Expect `json:"expect"`
 
-	// re and schema are Expect's pattern and schema, compiled once.
+	// re and schema are Expect's pattern and schema, compiled once; cost
+	// is the schema's expansion (the subschemas that can judge one value).
 	re     *regexp.Regexp
 	schema *jsonschema.Schema
+	cost   int
+	// unjudged is why a kept suite's schema, read again under bounds drawn
+	// after it was kept, is not checked: its answers fail, saying so.
+	unjudged string
 }
 
 // Expect is a case's one expectation.
@@ -123,8 +129,14 @@ const (
 // Parse reads and checks a suite. Every refusal is an operr.Invalid
 // sentence naming the case (by number, and by name once it has one) and
 // the field; nothing of an invalid suite is kept.
-func Parse(data []byte) (Suite, error) {
-	if len(data) > MaxSuiteBytes {
+func Parse(data []byte) (Suite, error) { return parse(context.Background(), data, false) }
+
+// parse is Parse, stopping when ctx ends. A kept suite (one read back from
+// the store) is read with the rules it was kept under: its size is not
+// checked again, and a case whose schema costs more than the bounds allow
+// is kept, to fail when it runs with the sentence why (Case.unjudged).
+func parse(ctx context.Context, data []byte, kept bool) (Suite, error) {
+	if len(data) > MaxSuiteBytes && !kept {
 		return Suite{}, invalid("the suite is %d bytes; it may be at most %d (1 MiB)", len(data), MaxSuiteBytes)
 	}
 	dec := json.NewDecoder(bytes.NewReader(data))
@@ -154,7 +166,10 @@ func Parse(data []byte) (Suite, error) {
 	s := Suite{Cases: make([]Case, 0, len(list))}
 	seen := map[string]int{}
 	for i, rc := range list {
-		c, err := parseCase(i+1, rc)
+		if err := ctx.Err(); err != nil {
+			return Suite{}, err
+		}
+		c, err := parseCase(i+1, rc, kept)
 		if err != nil {
 			return Suite{}, err
 		}
@@ -163,6 +178,11 @@ func Parse(data []byte) (Suite, error) {
 		}
 		seen[c.Name] = i + 1
 		s.Cases = append(s.Cases, c)
+	}
+	// The suite is kept written out, indented: deep schemas grow on the
+	// way, and what is kept must read again.
+	if n := len(s.JSON()); n > MaxSuiteBytes && !kept {
+		return Suite{}, invalid("the suite, written out as it is kept (indented), is %d bytes; it may be at most %d (1 MiB): drop cases, or make its schemas shallower", n, MaxSuiteBytes)
 	}
 	return s, nil
 }
@@ -177,7 +197,7 @@ var (
 )
 
 // parseCase reads and checks the case numbered n.
-func parseCase(n int, raw json.RawMessage) (Case, error) {
+func parseCase(n int, raw json.RawMessage, kept bool) (Case, error) {
 	var f map[string]json.RawMessage
 	if err := json.Unmarshal(raw, &f); err != nil || f == nil {
 		return Case{}, invalid("case %d is not an object: a case is {\"name\": ..., \"prompt\": ..., \"expect\": {...}}", n)
@@ -216,7 +236,7 @@ func parseCase(n int, raw json.RawMessage) (Case, error) {
 			return Case{}, err
 		}
 	}
-	if err := c.compile(at); err != nil {
+	if err := c.compile(at, kept); err != nil {
 		return Case{}, err
 	}
 	return c, nil
@@ -358,8 +378,8 @@ func parseSimilarity(at string, raw json.RawMessage) (Similarity, error) {
 	return s, nil
 }
 
-// compile compiles the case's pattern or schema.
-func (c *Case) compile(at string) error {
+// compile compiles the case's pattern or schema. kept is as parse's.
+func (c *Case) compile(at string, kept bool) error {
 	switch c.Kind() {
 	case KindRegex:
 		re, err := regexp.Compile(*c.Expect.Regex)
@@ -368,11 +388,16 @@ func (c *Case) compile(at string) error {
 		}
 		c.re = re
 	case KindJSONSchema:
-		sch, err := compileSchema(c.Expect.JSONSchema)
+		sch, cost, err := compileSchema(c.Expect.JSONSchema)
+		var over errBounds
+		if kept && errors.As(err, &over) {
+			c.unjudged = fmt.Sprintf("%s: expect.json_schema %s", at, over.msg)
+			return nil
+		}
 		if err != nil {
 			return invalid("%s: expect.json_schema %s", at, err)
 		}
-		c.schema = sch
+		c.schema, c.cost = sch, cost
 	}
 	return nil
 }
@@ -390,28 +415,41 @@ type noLoader struct{}
 
 func (noLoader) Load(string) (any, error) { return nil, errOutside }
 
-// compileSchema compiles raw, saying in a few words what is wrong with a
-// schema that does not compile.
-func compileSchema(raw []byte) (*jsonschema.Schema, error) {
+// compileSchema compiles raw (compact JSON) and counts its expansion,
+// saying in a few words what is wrong with a schema that does not compile
+// or costs too much (errBounds) to check an answer against. Its depth is
+// bounded before it is compiled, and its expansion after.
+func compileSchema(raw []byte) (*jsonschema.Schema, int, error) {
+	if d := schemaDepth(raw); d > MaxSchemaDepth {
+		return nil, 0, errBounds{fmt.Sprintf("nests %d levels deep; it may nest at most %d (objects and arrays, each properties or items taking two): make it shallower", d, MaxSchemaDepth)}
+	}
 	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(raw))
 	if err != nil {
-		return nil, errors.New("is not JSON")
+		return nil, 0, errors.New("is not JSON")
 	}
 	c := jsonschema.NewCompiler()
 	c.UseLoader(noLoader{})
 	c.DefaultDraft(jsonschema.Draft2020)
 	if err := c.AddResource(schemaURL, doc); err != nil {
-		return nil, errors.New("is not a schema that can be used here")
+		return nil, 0, errors.New("is not a schema that can be used here")
 	}
 	sch, err := c.Compile(schemaURL)
 	if err != nil {
 		var load *jsonschema.LoadURLError
 		if errors.As(err, &load) {
-			return nil, fmt.Errorf("refers to %s, outside itself: a schema here must be whole, with its definitions under $defs", operr.Quote(load.URL))
+			return nil, 0, fmt.Errorf("refers to %s, outside itself: a schema here must be whole, with its definitions under $defs", operr.Quote(load.URL))
 		}
-		return nil, fmt.Errorf("is not a valid JSON Schema: %s", schemaProblem(err))
+		return nil, 0, fmt.Errorf("is not a valid JSON Schema: %s", schemaProblem(err))
 	}
-	return sch, nil
+	cost, err := expansion(sch)
+	if err != nil {
+		return nil, 0, err
+	}
+	if cost > MaxSchemaExpansion {
+		return nil, 0, errBounds{fmt.Sprintf("expands to more than %d subschemas once each $ref is followed where it is used: "+
+			"checking one answer would cost too much; refer to fewer definitions, or to each from fewer places", MaxSchemaExpansion)}
+	}
+	return sch, cost, nil
 }
 
 // schemaProblem is the schema library's complaint, on one line, without

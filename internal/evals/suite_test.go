@@ -2,8 +2,10 @@ package evals
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"unicode/utf8"
 
@@ -167,7 +169,7 @@ func TestJudge(t *testing.T) {
 		{"JSON missing a property", "json", `{}`, false, `(at the top: missing property 'age')`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			pass, reason := c(tc.c).judge(tc.answer)
+			pass, reason := c(tc.c).judge(context.Background(), tc.answer, new(sync.WaitGroup))
 			if pass != tc.pass || !strings.Contains(reason, tc.reason) || (tc.pass && reason != "") {
 				t.Errorf("judge(%q) = %v, %q; want %v, %q", tc.answer, pass, reason, tc.pass, tc.reason)
 			}
@@ -215,6 +217,11 @@ func FuzzParse(f *testing.F) {
 		`{"cases": null}`,
 		`[]`,
 		"\xff",
+		hostileSuite(refChain(40)),
+		hostileSuite(notChain(2000)),
+		hostileSuite(`{"$defs": {"a": {"items": {"$ref": "#/$defs/a"}}}, "$ref": "#/$defs/a"}`),
+		hostileSuite(`{"$dynamicRef": "#/$defs/a", "$defs": {"a": {"$dynamicAnchor": "a"}}}`),
+		wideSuite(),
 	} {
 		f.Add([]byte(seed))
 	}
