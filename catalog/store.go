@@ -233,13 +233,9 @@ func scanModel(row interface{ Scan(...any) error }) (Model, error) {
 // one it does not have is an error matching ErrNotFound.
 func (s *Store) Remove(ctx context.Context, name string) error {
 	err := s.remove(ctx, name)
-	if err != nil && store.Full(err) {
-		// The disk's fault, not the program's: said, for the API and the
-		// console alike.
-		return operr.Wrap(operr.Unavailable, err, "%s could not be removed from the catalog: modelserve's disk is full; "+
-			"free some space in its data folder (the mirror page removes files), then remove it again", operr.Quote(name))
-	}
-	return err
+	// The disk's fault, not the program's: said, for the API and the
+	// console alike.
+	return store.FullError(err, fmt.Sprintf("%s could not be removed from the catalog", operr.Quote(name)))
 }
 
 func (s *Store) remove(ctx context.Context, name string) error {

@@ -2,6 +2,7 @@ package handlers
 
 import (
 	"context"
+	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"modelserve/internal/operr"
@@ -9,6 +10,7 @@ import (
 
 	"modelserve/internal/accesslog"
 	"modelserve/internal/auth"
+	"modelserve/internal/store"
 )
 
 // errorBody is every API error: one sentence the caller can act on.
@@ -21,6 +23,7 @@ type errorBody struct {
 // is logged once with its cause and answered with a generic sentence, so no
 // internal detail leaks into a response.
 func (s *Server) apiError(w http.ResponseWriter, r *http.Request, err error) {
+	err = store.FullError(err, "that could not be done")
 	if status, ok := operatorStatus(err); ok {
 		msg, _ := operr.Sentence(err)
 		writeJSON(w, status, errorBody{Error: msg})
@@ -110,3 +113,22 @@ func decodeJSON(w http.ResponseWriter, r *http.Request, v any) error {
 // badRequest is the operator's error for a request that says something
 // that cannot be taken as it is: 400, with the sentence.
 func badRequest(msg string) error { return operr.New(operr.Invalid, "%s", msg) }
+
+// metricsGuard lets a scraper read /metrics: anyone, as scrapers expect,
+// unless the operator gave a metrics token, which it then must send. The
+// figures name every model served, which not every operator wants open.
+func (s *Server) metricsGuard(next http.Handler) http.Handler {
+	want := s.deps.MetricsToken
+	if want == "" {
+		return next
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		tok, ok := auth.BearerToken(r.Header.Get("Authorization"))
+		if !ok || subtle.ConstantTimeCompare([]byte(tok), []byte(want)) != 1 {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="modelserve-metrics"`)
+			http.Error(w, "/metrics needs the metrics token the server was started with (--metrics-token): send Authorization: Bearer <token>", http.StatusUnauthorized)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/a-h/templ"
 
+	"modelserve/internal/store"
 	"modelserve/static"
 	"modelserve/views"
 )
@@ -92,6 +93,7 @@ func (s *Server) pageError(w http.ResponseWriter, r *http.Request, v visit, err 
 	if r.Context().Err() != nil {
 		return // the browser went away; nobody reads the answer
 	}
+	err = store.FullError(err, "that could not be done")
 	if status, ok := operatorStatus(err); ok {
 		msg, _ := operr.Sentence(err)
 		s.message(w, r, v, status, "Not done", msg)

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"modelserve/internal/auth"
+	"modelserve/internal/operr"
+	"modelserve/internal/store"
 	"modelserve/views"
 )
 
@@ -58,6 +60,13 @@ func (s *Server) loginSubmit(w http.ResponseWriter, r *http.Request, v visit) {
 	// names keeps its count, however many accounts of its own it has.
 	s.throttle.reset(keys[:1])
 	if err := s.signIn(w, r, user); err != nil {
+		// A session is a row: on a full disk, said on the sign-in form.
+		err = store.FullError(err, "you could not be signed in")
+		if status, ok := operatorStatus(err); ok {
+			msg, _ := operr.Sentence(err)
+			s.renderLogin(w, r, v, status, name, next, msg)
+			return
+		}
 		s.pageError(w, r, v, err)
 		return
 	}

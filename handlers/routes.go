@@ -141,9 +141,11 @@ type Deps struct {
 	Jobs    Jobs
 	Catalog Catalog
 	Mirror  Mirror
-	// Metrics serves /metrics; nil serves nothing there.
-	Metrics http.Handler
-	Log     *slog.Logger
+	// Metrics serves /metrics; nil serves nothing there. MetricsToken,
+	// when set, is the bearer token a scraper must send to read it.
+	Metrics      http.Handler
+	MetricsToken string
+	Log          *slog.Logger
 	// Registry reads a repository for the serve page and
 	// GET /api/v1/repos/ (hf.Registries).
 	Registry Registry
@@ -243,7 +245,7 @@ func (s *Server) routes() http.Handler {
 	// Browsers ask for it on every page; nothing rather than a 404 each time.
 	mux.HandleFunc("GET /favicon.ico", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) })
 	if s.deps.Metrics != nil {
-		mux.Handle("GET /metrics", s.deps.Metrics)
+		mux.Handle("GET /metrics", s.metricsGuard(s.deps.Metrics))
 	}
 
 	// The JSON API, for scripts: a bearer token on every request.

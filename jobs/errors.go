@@ -44,16 +44,5 @@ func failedAt(step string, err error) error {
 }
 
 // diskFull is err, or, when err is the database failing on a full disk,
-// the operator's sentence for it: what could not be done, and what frees
-// the disk. An operator's error already (the mirror's own "disk is full")
-// is kept as it is.
-func diskFull(err error, what string) error {
-	if err == nil {
-		return nil
-	}
-	if _, said := operr.As(err); said || !store.Full(err) {
-		return err
-	}
-	return operr.Wrap(operr.Unavailable, err, "modelserve's disk is full: %s; free some space in its data folder "+
-		"(the mirror page removes files), then try again", what)
-}
+// the operator's sentence for it (store.FullError).
+func diskFull(err error, what string) error { return store.FullError(err, what) }

@@ -31,6 +31,9 @@ type config struct {
 	TrustProxy      string
 	PublicURL       string
 	SessionSecret   string
+	// MetricsToken, when set, is what a scraper must present to read
+	// /metrics, which is otherwise open.
+	MetricsToken string
 	// How the log is written: text or json, and from which level.
 	LogFormat, LogLevel string
 	// HFOffline (HF_HUB_OFFLINE) asks nothing of the Hub; HFHubCache is
@@ -84,6 +87,7 @@ func (c *config) settings() []setting {
 		{"canary-requests", "MODELSERVE_CANARY_REQUESTS", "50", "how many requests a canary serves before it is judged on them", &c.CanaryRequestsText},
 		{"canary-window", "MODELSERVE_CANARY_WINDOW", "30m", "the longest a canary is tried before it is judged on what it served", &c.CanaryWindowText},
 		{"session-secret", "MODELSERVE_SESSION_SECRET", "", "secret (32+ characters) the session cookie keys are derived from, best given by the environment (a flag shows in process lists); empty keeps the keys in <data>/session.key", &c.SessionSecret},
+		{"metrics-token", "MODELSERVE_METRICS_TOKEN", "", "a bearer token /metrics asks of a scraper (Authorization: Bearer ...), best given by the environment; empty leaves /metrics open, as scrapers expect", &c.MetricsToken},
 		{"fleet", "MODELSERVE_FLEET", "", "where replicas run: local (engine processes on this machine; empty means local) or kubernetes (Deployments in a cluster)", &c.Fleet},
 		{"kubeconfig", "KUBECONFIG", "", "kubeconfig file for --fleet kubernetes; empty uses the in-cluster service account", &c.Kubeconfig},
 		{"namespace", "MODELSERVE_NAMESPACE", "", "namespace the kubernetes fleet's objects live in; empty means modelserve", &c.Namespace},

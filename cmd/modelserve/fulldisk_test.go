@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -37,6 +40,7 @@ func TestFullDataDiskThroughTheAPI(t *testing.T) {
 	})
 	hub := hubtest.New(t)
 	tinyRepo(t, hub, "acme/Tiny-GGUF", "tiny-Q4_K_M.gguf", ggufgen.Spec{})
+	mustRun(t, "a long enough password\n", "user", "add", "--data", data, "alice")
 	s := startAPI(t, config{Addr: "127.0.0.1:0", Data: data, HFEndpoint: hub.URL()})
 
 	// A model in the catalog, loaded on demand: something to remove later.
@@ -100,6 +104,20 @@ func TestFullDataDiskThroughTheAPI(t *testing.T) {
 		t.Logf("the database took the removal of a model on a full disk")
 	default:
 		t.Errorf("removing a model on a full disk: %d %q, want 503 saying the disk is full (or 204)", code, e.Error)
+	}
+
+	// Signing in writes a session: on a full disk the form says so.
+	c := newConsole(t, s.base, nil)
+	c.page("/login")
+	resp := c.do("POST", "/login", url.Values{"name": {"alice"}, "password": {"a long enough password"}, "csrf": {c.csrf}})
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	switch {
+	case resp.StatusCode == 503 && strings.Contains(string(b), "you could not be signed in: modelserve&#39;s disk is full"):
+	case resp.StatusCode == http.StatusSeeOther: // the database had room left in its log for it
+		t.Logf("the database took a session on a full disk")
+	default:
+		t.Errorf("signing in on a full disk: %s, want 503 saying the disk is full (or signed in):\n%.400s", resp.Status, b)
 	}
 
 	// Room again; then the process stops, as it may at any time.

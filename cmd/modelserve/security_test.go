@@ -559,3 +559,37 @@ func TestSessionCommandRefusals(t *testing.T) {
 		t.Fatalf("the generated password does not sign in: %v", err)
 	}
 }
+
+// TestMetricsToken: /metrics is open unless the operator gives a metrics
+// token, and then only a scraper that sends it reads the figures, which
+// name every model served.
+func TestMetricsToken(t *testing.T) {
+	get := func(base, auth string) (int, string) {
+		req, _ := http.NewRequest("GET", base+"/metrics", nil)
+		if auth != "" {
+			req.Header.Set("Authorization", auth)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	open := startServe(t, config{Data: t.TempDir()})
+	if code, body := get("http://"+open.addr, ""); code != 200 || !strings.Contains(body, "modelserve_") {
+		t.Errorf("/metrics without a metrics token set: %d, want the figures to anyone", code)
+	}
+	closed := startServe(t, config{Data: t.TempDir(), MetricsToken: "scrape-me-0123456789"})
+	base := "http://" + closed.addr
+	for _, auth := range []string{"", "Bearer wrong", "Basic c2NyYXBlLW1lLTAxMjM0NTY3ODk="} {
+		if code, body := get(base, auth); code != http.StatusUnauthorized || strings.Contains(body, "modelserve_") ||
+			!strings.Contains(body, "--metrics-token") {
+			t.Errorf("/metrics with %q: %d %q, want 401 naming --metrics-token and no figures", auth, code, body)
+		}
+	}
+	if code, body := get(base, "bearer scrape-me-0123456789"); code != 200 || !strings.Contains(body, "modelserve_") {
+		t.Errorf("/metrics with the token: %d, want the figures", code)
+	}
+}

@@ -54,8 +54,7 @@ func (s store) setSuite(ctx context.Context, model string, suite Suite, at time.
 			model, string(suite.JSON()), at.UTC().Format(time.RFC3339Nano), by)
 	}
 	if err != nil && dbstore.Full(err) {
-		return operr.Wrap(operr.Unavailable, err, "the eval suite of %s could not be kept: modelserve's disk is full; "+
-			"free some space in its data folder (the mirror page removes files), then save it again", operr.Quote(model))
+		return dbstore.FullError(err, fmt.Sprintf("the eval suite of %s could not be kept", operr.Quote(model)))
 	}
 	if err != nil {
 		return fmt.Errorf("keep the eval suite of %s: %w", model, err)
