@@ -30,7 +30,9 @@ func (w *updateWorld) canaryGone(t *testing.T, why string) {
 		t.Errorf("the canary's entry after its trial ended: %d, want gone", code)
 	}
 	waitUntil(t, time.Minute, "the canary's replica to go", func() bool {
-		var reps struct{ Replicas []struct{ Model, State string } }
+		var reps struct {
+			Replicas []struct{ Model, State string }
+		}
 		w.s.do("GET", "/api/v1/replicas", nil, &reps)
 		for _, r := range reps.Replicas {
 			if r.Model == name {
