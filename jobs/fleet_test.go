@@ -3,6 +3,7 @@ package jobs
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -10,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"modelserve/catalog"
 	"modelserve/internal/ggufgen"
 	"modelserve/internal/hubtest"
 )
@@ -152,9 +154,15 @@ func TestPlacementAndSmoke(t *testing.T) {
 			if err != nil || stored.State != tc.state {
 				t.Errorf("stored as %s (%v)", stored.State, err)
 			}
-			// Whatever the fleet did, the model is in the catalog.
-			if _, err := e.catalog.Get(context.Background(), "tiny"); err != nil {
+			// A job that serves it, or leaves it waiting for room, leaves
+			// the model in the catalog; one that fails takes out the
+			// entry it added, so nothing half-served stays behind.
+			_, err = e.catalog.Get(context.Background(), "tiny")
+			if tc.state == Done && err != nil {
 				t.Errorf("the model is not in the catalog: %v", err)
+			}
+			if tc.state == Failed && !errors.Is(err, catalog.ErrNotFound) {
+				t.Errorf("after the job failed the catalog has the model it added (%v)", err)
 			}
 		})
 	}

@@ -75,6 +75,10 @@ type Job struct {
 	TokensPerSecond float64 `json:"tokens_per_second,omitempty"`
 	// RetryOf is the job this one retries.
 	RetryOf string `json:"retry_of,omitempty"`
+	// Added is whether the job put Model's entry in the catalog, the name
+	// not being there before: what a job that ends without serving it
+	// takes out again (Server.undo), and nothing more.
+	Added bool `json:"-"`
 }
 
 // Ended is whether the job has stopped for good.

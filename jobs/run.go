@@ -102,7 +102,7 @@ func (s *Server) run(ctx context.Context, l *live) error {
 		s.step(l, StepSmoke, Skipped, "no replica was started to ask")
 		return nil
 	}
-	rep, err := s.waitReady(ctx, l, p.name, p.hardware)
+	rep, err := s.waitReady(ctx, l, p.name, p.hardware, p.req.CanaryOf)
 	if errors.Is(err, errBusy) {
 		// In the catalog, and the hardware for it exists: it starts when
 		// the hardware is free, with nothing more for anyone to do.
@@ -474,11 +474,32 @@ func (p *pipeline) addToCatalog(ctx context.Context) (bool, error) {
 	}
 	m.Origin = origin
 
+	// Whether the name is new to the catalog, recorded before the entry
+	// is written: a job that then ends without serving it takes out what
+	// it added (undo), and never an entry that was there before it.
+	j, _ := p.l.snapshot()
+	ours, marked := j.Added, false
+	if !ours {
+		_, err := p.s.deps.Catalog.Get(ctx, p.name)
+		switch {
+		case isNotFound(err):
+			p.s.mark(p.l, func(j *Job) { j.Added = true })
+			marked = true
+		case err != nil:
+			return false, err
+		}
+	}
 	add := p.s.deps.Catalog.Add
-	if req.IfAbsent {
+	if req.IfAbsent && !ours {
+		// An entry this job wrote before a restart is its own to write
+		// again; any other is left as it is.
 		add = p.s.deps.Catalog.AddNew
 	}
 	if err := add(ctx, m, req.By); err != nil {
+		if marked {
+			// Nothing written: an entry there now is someone else's.
+			p.s.mark(p.l, func(j *Job) { j.Added = false })
+		}
 		if req.CanaryOf != "" && errors.Is(err, catalog.ErrExists) {
 			return false, sentencef("%s is on trial already: promote or roll it back before serving it again", p.name)
 		}

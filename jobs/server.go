@@ -19,7 +19,6 @@ import (
 	"log/slog"
 	"modelserve/internal/canary"
 	"modelserve/internal/operr"
-	"modelserve/internal/store"
 	"runtime/debug"
 	"slices"
 	"sync"
@@ -174,17 +173,19 @@ func (s *Server) start(ctx context.Context, req Request, retryOf string) (Job, e
 	s.events.publish(Event{Seq: l.seq, Job: j.clone()})
 	// Should the server have closed since, the job is saved as running,
 	// and the next start carries it on.
-	s.launch(l)
+	s.launch(l, s.run)
 	return j, nil
 }
 
 // launch runs the job in a goroutine of its own, with a context of its own
-// that Cancel and Close end. It returns false when the server has closed.
-func (s *Server) launch(l *live) bool {
+// that Cancel and Close end: run, then finish, which every ending of a job
+// passes through. It returns false when the server has closed, or another
+// goroutine runs the job.
+func (s *Server) launch(l *live, run func(context.Context, *live) error) bool {
 	ctx, cancel := context.WithCancelCause(context.Background())
 	l.cancel, l.done, l.decisions = cancel, make(chan struct{}), make(chan decision, 1)
 	s.mu.Lock()
-	if s.closed {
+	if s.closed || s.live[l.job.ID] != nil {
 		s.mu.Unlock()
 		cancel(errShutdown)
 		return false
@@ -197,8 +198,7 @@ func (s *Server) launch(l *live) bool {
 		defer close(l.done)
 		defer s.forget(l)
 		defer cancel(nil)
-		defer s.recoverPanic(l)
-		s.finish(ctx, l, s.run(ctx, l))
+		s.finish(ctx, l, s.guard(ctx, l, run))
 	}()
 	return true
 }
@@ -301,25 +301,38 @@ func (s *Server) saveUnsaved() bool {
 	return left
 }
 
-// recoverPanic keeps a panic in a step from taking the process down or
-// leaving the job running forever: it is logged with its stack, and the job
-// fails with a generic sentence.
-func (s *Server) recoverPanic(l *live) {
-	r := recover()
-	if r == nil {
-		return
-	}
-	s.deps.Log.Error("a job stopped on a panic", "job", l.job.ID, "panic", r, "stack", string(debug.Stack()))
-	s.end(l, Failed, "", "the job stopped on an internal error; the server's log has the details")
+// errPanicked is a job whose run panicked (guard).
+var errPanicked = errors.New("the job stopped on a panic")
+
+// guard runs run, keeping a panic in a step from taking the process down
+// or leaving the job running forever: it is logged with its stack, and
+// the job fails (finish) with a generic sentence.
+func (s *Server) guard(ctx context.Context, l *live, run func(context.Context, *live) error) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			s.deps.Log.Error("a job stopped on a panic", "job", l.job.ID, "panic", r, "stack", string(debug.Stack()))
+			err = errPanicked
+		}
+	}()
+	return run(ctx, l)
 }
 
-// finish ends the job as run's result says.
+// finish ends the job as run's result says, and then takes back what a
+// job that did not serve its model had added (undo). Every ending of a job
+// passes through here, once its steps have stopped: done, failed, a panic,
+// a cancel, the poison-job guard; all but a stop of the server, after
+// which the job carries on.
 func (s *Server) finish(ctx context.Context, l *live, err error) {
+	defer s.undo(l)
 	if err == nil {
 		s.end(l, Done, "", "")
 		return
 	}
-	if ctx.Err() != nil {
+	if errors.Is(err, errPanicked) {
+		s.end(l, Failed, "", "the job stopped on an internal error; the server's log has the details")
+		return
+	}
+	if ctx.Err() != nil || !l.running() {
 		if context.Cause(ctx) == errShutdown {
 			// Left running in the database: the next start carries on,
 			// and this stop, being clean, does not count against it.
@@ -488,6 +501,22 @@ func (s *Server) set(l *live, edit func(j *Job)) {
 	s.publishLocked(l, -1)
 }
 
+// mark changes what the job records of itself, even once it has ended: a
+// step that finishes after a cancel still tells finish what it added.
+func (s *Server) mark(l *live, edit func(j *Job)) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	edit(&l.job)
+	s.publishLocked(l, -1)
+}
+
+// running is whether the job has not ended yet.
+func (l *live) running() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.job.State == Running
+}
+
 // snapshot is the job as it stands, and its change number.
 func (l *live) snapshot() (Job, int64) {
 	l.mu.Lock()
@@ -559,39 +588,33 @@ func (s *Server) Cancel(ctx context.Context, id string) (Job, error) {
 	return j, nil
 }
 
-// cancelStored cancels a job no goroutine of this process runs.
+// cancelStored cancels a job no goroutine of this process runs: ended
+// through a goroutine of its own that runs no step, so that what it had
+// added is taken back as any job's is (finish).
 func (s *Server) cancelStored(ctx context.Context, j Job) (Job, error) {
-	j.State, j.Error, j.Finished = Cancelled, "cancelled before it finished", time.Now().UTC()
-	i := slices.IndexFunc(j.Steps, func(st Step) bool { return st.State == Running })
-	if i >= 0 {
-		j.Steps[i].State, j.Steps[i].Detail, j.Steps[i].At = Failed, "cancelled", j.Finished
-	}
 	_, seq, err := load(ctx, s.deps.DB, j.ID)
 	if err != nil {
 		return Job{}, err
 	}
-	if err := save(ctx, s.deps.DB, j, seq+1, i); err != nil {
-		if !store.Full(err) {
-			return Job{}, err
-		}
-		// Cancelled all the same: kept in memory, where Get and List
-		// read it, and saved once the disk has room.
-		s.deps.Log.Error("saving a cancelled job; it is kept in memory and saved again later", "job", j.ID, "err", err)
-		done := make(chan struct{})
-		close(done)
-		l := &live{job: j.clone(), seq: seq + 1, cancel: func(error) {}, done: done, unsaved: true, finished: true}
-		s.mu.Lock()
-		if s.live[j.ID] == nil {
-			s.live[j.ID] = l
-			s.keepSavingLocked()
-		}
-		s.mu.Unlock()
+	l := &live{job: j, seq: seq}
+	cancelled := func(context.Context, *live) error {
+		s.end(l, Cancelled, "", "cancelled before it finished")
+		return errCancelled
 	}
-	s.events.publish(Event{Seq: seq + 1, Job: j.clone()})
-	if s.deps.Metrics != nil {
-		s.deps.Metrics.JobEnded(Cancelled)
+	if !s.launch(l, cancelled) {
+		if s.liveJob(j.ID) != nil {
+			// Resumed meanwhile: cancelled as a running job is.
+			return s.Cancel(ctx, j.ID)
+		}
+		return Job{}, operr.Wrap(operr.Unavailable, ErrClosed, "modelserve is shutting down: cancel job %s once it is back", j.ID)
 	}
-	return j, nil
+	select {
+	case <-l.done:
+	case <-ctx.Done():
+	}
+	out, _ := l.snapshot()
+	s.deps.Log.Info("job cancelled", "job", j.ID)
+	return out, nil
 }
 
 // Retry runs a failed or cancelled job again, as a new job with the same
@@ -642,7 +665,17 @@ func (s *Server) Resume(ctx context.Context) error {
 		if before >= maxUncleanStarts {
 			step := runningStep(j)
 			s.deps.Log.Error("a job stopped the server twice; it is failed, not resumed", "job", id, "step", step)
-			s.end(l, Failed, step, fmt.Sprintf("modelserve stopped twice while this job was in its %s step; it is not resumed again: retry it once the cause is fixed, or look at the server's log", step))
+			poisoned := func(context.Context, *live) error {
+				return failedAt(step, sentencef("modelserve stopped twice while this job was in its %s step; it is not resumed again: "+
+					"retry it once the cause is fixed, or look at the server's log", step))
+			}
+			// Failed through finish, which takes back what it had added
+			// (an update's canary among it); waited for, so that the job
+			// has ended when Resume returns.
+			if !s.launch(l, poisoned) {
+				return nil
+			}
+			<-l.done
 			continue
 		}
 		s.deps.Log.Info("resuming a job", "job", id, "repo", j.Request.Repo, "commit", j.Commit)
@@ -652,7 +685,7 @@ func (s *Server) Resume(ctx context.Context) error {
 			// over starts reads above 100% after a restart.
 			s.deps.Metrics.JobStarted()
 		}
-		if !s.launch(l) {
+		if !s.launch(l, s.run) {
 			return nil
 		}
 	}

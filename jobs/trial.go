@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"time"
 
-	"modelserve/catalog"
 	"modelserve/internal/canary"
 	"modelserve/internal/hf"
 	"modelserve/internal/operr"
@@ -24,7 +23,9 @@ import (
 //  3. verdict: promoted (the model's entry becomes the new version, its
 //     replicas restart on it while the canary takes every request, then
 //     the canary goes) or rolled back (the canary goes; the model never
-//     stopped serving). Nothing is deleted from the mirror.
+//     stopped serving). Nothing is deleted from the mirror. A trial that
+//     ends any other way (cancelled, failed, stopped by the poison-job
+//     guard) is rolled back too, as the job ends (undo.go).
 //
 // An operator may decide at any point (Promote, RollBack). A restart of
 // modelserve resumes the job: the canary keeps its entry and share, and
@@ -93,15 +94,15 @@ func (s *Server) trial(ctx context.Context, l *live, p *pipeline) error {
 		}
 	}
 	if err != nil {
-		if cause := context.Cause(ctx); cause == errCancelled {
-			// Cancelled by an operator: a roll-back, whatever it was at.
-			s.rollBack(context.WithoutCancel(ctx), p, "the update's job was cancelled")
-		}
+		// Cancelled, failed, or the server stopping: the job's end says
+		// which, and a trial that ends but in a promotion is rolled back
+		// there (undo), whatever it was at.
 		return err
 	}
 	if v == canary.RollBack {
+		// Rolled back as the job ends (undo), as any trial that is not
+		// promoted is.
 		s.step(l, StepVerdict, Running, "rolling "+name+" back: "+why)
-		s.rollBack(ctx, p, why)
 		return failedAt(StepVerdict, sentencef("%s rolled back, %s still serving %s: %s", name, of, was, why))
 	}
 	s.step(l, StepVerdict, Running, "promoting "+name+": "+why)
@@ -281,26 +282,6 @@ func (s *Server) waitRestarted(ctx context.Context, model string, since time.Tim
 		case <-tick.C:
 		}
 	}
-}
-
-// rollBack takes the canary out of the catalog, so its replicas stop and
-// its model's requests all go to the current version, and records why.
-// What fails here is logged: the verdict stands.
-func (s *Server) rollBack(ctx context.Context, p *pipeline, why string) {
-	of, name := p.req.CanaryOf, p.name
-	if err := s.deps.Catalog.Remove(ctx, name); err != nil && !isNotFound(err) {
-		s.deps.Log.Error("removing a rolled-back canary from the catalog", "canary", name, "err", err)
-	}
-	s.refresh()
-	if s.deps.Versions != nil {
-		if err := s.deps.Versions.EndVersion(ctx, of, p.repo.Commit, catalog.VersionRolledBack, why); err != nil {
-			s.deps.Log.Warn("could not record a version as rolled back", "model", of, "err", err)
-		}
-	}
-	if err := s.deps.Updates.SetState(ctx, p.req.UpdateID, updates.StateRolledBack); err != nil {
-		s.deps.Log.Warn("could not record an update as rolled back", "update", p.req.UpdateID, "err", err)
-	}
-	s.deps.Log.Info("update rolled back", "model", of, "commit", p.repo.Commit, "why", why)
 }
 
 func isNotFound(err error) bool {

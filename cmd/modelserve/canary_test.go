@@ -50,6 +50,13 @@ func newUpdateWorld(t *testing.T, policy canary.Policy) *updateWorld {
 // from next, chatty's update policy being updatePolicy.
 func newUpdateWorldTo(t *testing.T, policy canary.Policy, next ggufgen.Spec, updatePolicy string) *updateWorld {
 	t.Helper()
+	return newUpdateWorldServing(t, policy, next, updatePolicy, nil)
+}
+
+// newUpdateWorldServing is newUpdateWorldTo with chatty served with the
+// request's fields in also (memory_gb, ...).
+func newUpdateWorldServing(t *testing.T, policy canary.Policy, next ggufgen.Spec, updatePolicy string, also map[string]any) *updateWorld {
+	t.Helper()
 	engine := llamatest.Path(t)
 	w := &updateWorld{hub: hubtest.New(t)}
 	w.hub.AddRepo(updRepo, hubtest.RepoOptions{})
@@ -59,7 +66,11 @@ func newUpdateWorldTo(t *testing.T, policy canary.Policy, next ggufgen.Spec, upd
 	w.s = startAPI(t, w.cfg)
 
 	var job jobs.Job
-	if code := w.s.do("POST", "/api/v1/serve", map[string]any{"repo": updRepo, "replicas": 1, "context_length": 1024, "ctx_pool": 2048}, &job); code != http.StatusAccepted {
+	req := map[string]any{"repo": updRepo, "replicas": 1, "context_length": 1024, "ctx_pool": 2048}
+	for k, v := range also {
+		req[k] = v
+	}
+	if code := w.s.do("POST", "/api/v1/serve", req, &job); code != http.StatusAccepted {
 		t.Fatalf("serve: %d", code)
 	}
 	if seen := w.s.watch(job.ID, 3*time.Minute); seen[len(seen)-1].State != jobs.Done {

@@ -1,0 +1,146 @@
+package main
+
+import (
+	"context"
+	"math"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"modelserve/catalog"
+	"modelserve/internal/ggufgen"
+	"modelserve/internal/plan"
+	"modelserve/internal/store"
+	"modelserve/internal/updates"
+	"modelserve/jobs"
+)
+
+// canaryGone checks, as a user would, that the trial of w's update ended
+// rolled back with nothing of its canary left: no entry, no replica, its
+// version rolled_back with a reason saying why, the update rolled_back,
+// and chatty still serving its old commit.
+func (w *updateWorld) canaryGone(t *testing.T, why string) {
+	t.Helper()
+	name := catalog.CanaryName("chatty", w.moved)
+	if code := w.s.do("GET", "/api/v1/catalog/"+name, nil, nil); code != http.StatusNotFound {
+		t.Errorf("the canary's entry after its trial ended: %d, want gone", code)
+	}
+	waitUntil(t, time.Minute, "the canary's replica to go", func() bool {
+		var reps struct {
+			Replicas []struct{ Model, State string }
+		}
+		w.s.do("GET", "/api/v1/replicas", nil, &reps)
+		for _, r := range reps.Replicas {
+			if r.Model == name {
+				return false
+			}
+		}
+		return true
+	})
+	vs, canaryName, _ := w.versions(t)
+	if canaryName != "" || len(vs) != 2 || vs[0].Commit != w.moved || vs[0].State != catalog.VersionRolledBack ||
+		!strings.Contains(vs[0].Reason, why) || vs[1].State != catalog.VersionCurrent {
+		t.Errorf("versions after the trial ended: canary %q, %+v; want the new one rolled_back saying %q", canaryName, vs, why)
+	}
+	var up updates.Update
+	if w.s.do("GET", "/api/v1/updates/"+strconv.FormatInt(w.update.ID, 10), nil, &up); up.State != updates.StateRolledBack {
+		t.Errorf("the update is %s, want rolled_back", up.State)
+	}
+	var m catalog.Model
+	if w.s.do("GET", "/api/v1/catalog/chatty", nil, &m); m.Origin == nil || m.Origin.Revision != w.served {
+		t.Errorf("chatty after the trial ended runs %+v, want %s", m.Origin, w.served)
+	}
+	w.chat(t, 3)
+}
+
+// TestAPoisonedTrialIsRolledBack: modelserve dies twice in the middle of a
+// trial; the next start fails the job by the poison-job guard, and the
+// trial ends rolled back with its canary gone, rather than stranded with
+// an entry, a replica and an update running that nothing would end. A
+// retry of the job then tries the update again.
+func TestAPoisonedTrialIsRolledBack(t *testing.T) {
+	w := newUpdateWorld(t, testPolicy(200))
+	job := w.startUpdate(t)
+	if job.Ended() {
+		t.Fatalf("the update ended before its trial: %s %s", job.State, job.Error)
+	}
+	// Two processes that died running the job leave what a clean stop
+	// then two deaths would: the job running, counted twice unclean.
+	w.s.stop()
+	db, err := store.Open(context.Background(), filepath.Join(w.cfg.Data, "modelserve.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec(`UPDATE jobs SET unclean_starts = 2 WHERE id = ?`, job.ID); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	w.s = startAPI(t, w.cfg)
+
+	w.s.do("GET", "/api/v1/jobs/"+job.ID, nil, &job)
+	const why = "modelserve stopped twice while this job was in its canary step"
+	if job.State != jobs.Failed || !strings.HasPrefix(job.Error, why) {
+		t.Fatalf("after two deaths the update is %s: %q; want failed by the poison guard", job.State, job.Error)
+	}
+	w.canaryGone(t, why)
+
+	var again jobs.Job
+	if code := w.s.do("POST", "/api/v1/jobs/"+job.ID+"/retry", nil, &again); code != http.StatusAccepted {
+		t.Fatalf("retrying the poisoned update: %d", code)
+	}
+	waitUntil(t, 2*time.Minute, "the retried canary to be on trial", func() bool {
+		w.s.do("GET", "/api/v1/jobs/"+again.ID, nil, &again)
+		st, _ := again.Step(jobs.StepCanary)
+		return st.State != "" || again.Ended()
+	})
+	if again.Ended() {
+		t.Fatalf("the retry ended %s before its trial: %q\n%+v", again.State, again.Error, again.Steps)
+	}
+	if code := w.s.do("POST", "/api/v1/catalog/chatty/rollback", nil, &again); code != http.StatusOK || again.State != jobs.Failed {
+		t.Fatalf("rolling the retry back by hand: %d, %s %q", code, again.State, again.Error)
+	}
+	w.canaryGone(t, "rolled back by")
+}
+
+// TestACanaryWithNoRoomBesideItsModelIsRefused: chatty reserves most of
+// this machine's memory, so its canary cannot run beside it; the update
+// fails its placement saying so, and its trial is rolled back with the
+// canary gone, rather than ending done with no trial and the update
+// running for ever.
+func TestACanaryWithNoRoomBesideItsModelIsRefused(t *testing.T) {
+	f, err := os.Open("/proc/meminfo")
+	if err != nil {
+		t.Skip("no /proc/meminfo to size chatty by")
+	}
+	total, avail, err := plan.ParseMeminfo(f)
+	f.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// More than half the memory, so two cannot fit; less than what is
+	// free now, so one does.
+	gb := int(math.Ceil(float64(total) * 0.55 / (1 << 30)))
+	if int64(gb+1)<<30 > avail {
+		t.Skipf("this machine has %d GiB free: not enough for one replica of %d GiB", avail>>30, gb)
+	}
+	w := newUpdateWorldServing(t, testPolicy(20), ggufgen.Spec{ContextLength: 8192}, updates.PolicyManual, map[string]any{"memory_gb": gb})
+	var job jobs.Job
+	if code := w.s.do("POST", "/api/v1/catalog/chatty/update", nil, &job); code != http.StatusAccepted {
+		t.Fatalf("update: %d", code)
+	}
+	seen := w.s.watch(job.ID, 3*time.Minute)
+	last := seen[len(seen)-1]
+	const why = "there is no room beside chatty for its canary"
+	if last.State != jobs.Failed || !strings.HasPrefix(last.Error, why) {
+		t.Fatalf("the update ended %s: %q\n%+v", last.State, last.Error, last.Steps)
+	}
+	if st, _ := last.Step(jobs.StepPlacement); st.State != jobs.Failed {
+		t.Errorf("the placement step: %+v", st)
+	}
+	t.Logf("refused: %s", last.Error)
+	w.canaryGone(t, why)
+}
