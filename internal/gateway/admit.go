@@ -44,8 +44,9 @@ func wanted(p *pool, rs []fleet.Replica) int {
 // (Fleet.Hold) until release: the fleet retires it only once the request
 // is over. Replicas in avoid (by id and address: an engine started again
 // has a new one) already failed this request, and are not offered it
-// again; with none other ready, admit waits for one.
-func (g *Gateway) admit(ctx context.Context, m catalog.Model, key uint64, rs, avoid []fleet.Replica) (fleet.Replica, func(), *apiError) {
+// again; with none other ready, admit waits for one, but for a stand-in
+// (a canary), whose model answers instead at once.
+func (g *Gateway) admit(ctx context.Context, m catalog.Model, key uint64, rs, avoid []fleet.Replica, standIn bool) (fleet.Replica, func(), *apiError) {
 	p := g.pool(m.Name)
 	rs = without(rs, avoid)
 	var deadline <-chan time.Time
@@ -80,6 +81,13 @@ func (g *Gateway) admit(ctx context.Context, m catalog.Model, key uint64, rs, av
 			p.mu.Unlock()
 			leave()
 			return r, release, nil
+		}
+		if len(rs) == 0 && standIn {
+			// Its replica was retired (the canary promoted or rolled
+			// back) since the split chose it.
+			p.mu.Unlock()
+			leave()
+			return fleet.Replica{}, nil, unavailable("model_not_ready", m.Name+" has no replica ready")
 		}
 		if !queued {
 			if p.waiting >= g.opts.MaxQueue {

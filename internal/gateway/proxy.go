@@ -113,7 +113,7 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, m catalog.Model,
 	// request waits for one, as a first request waits for a cold start.
 	var tried []fleet.Replica
 	for range attempts {
-		rep, release, aerr := g.admit(ctx, m, req.affinity, rs, tried)
+		rep, release, aerr := g.admit(ctx, m, req.affinity, rs, tried, standIn)
 		if aerr != nil {
 			switch {
 			case ctx.Err() != nil:
