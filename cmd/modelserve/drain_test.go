@@ -152,6 +152,7 @@ func TestNoRequestLostWhileReplicasRetire(t *testing.T) {
 		}
 	}()
 	time.Sleep(time.Second) // traffic on both
+	began := time.Now()
 
 	// An operator's Stop: the fleet places another.
 	stopped := s.replicas("chatty")[0]
@@ -163,9 +164,12 @@ func TestNoRequestLostWhileReplicasRetire(t *testing.T) {
 		return s.settled("chatty", 2) && rs[0].ID != stopped.ID && rs[1].ID != stopped.ID
 	})
 
+	t.Logf("the Stop's replacement ready after %s", time.Since(began).Round(time.Millisecond))
+
 	// A scale-down.
 	scale(1)
 	waitUntil(t, time.Minute, "chatty down to one replica", func() bool { return s.settled("chatty", 1) })
+	t.Logf("scaled down after %s", time.Since(began).Round(time.Millisecond))
 
 	// An automatic promotion: the canary is judged on the traffic.
 	job := w.startUpdate(t)
@@ -173,6 +177,7 @@ func TestNoRequestLostWhileReplicasRetire(t *testing.T) {
 	if last := seen[len(seen)-1]; last.State != jobs.Done {
 		t.Fatalf("the update ended %s: %s\n%+v", last.State, last.Error, last.Steps)
 	}
+	t.Logf("promoted after %s", time.Since(began).Round(time.Millisecond))
 	time.Sleep(time.Second) // the canary's replica retired under traffic
 
 	sent, failed := l.end()
