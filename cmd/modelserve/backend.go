@@ -35,6 +35,7 @@ type fleetBackend interface {
 	Pool() []plan.Node
 	Serving(model string) []fleet.Replica
 	EngineKey(id string) string
+	Hold(id string) (release func(), ok bool)
 	Use(model string, replicas int) (release func())
 	Starts(ctx context.Context, limit int) ([]fleet.Start, error)
 }

@@ -112,6 +112,8 @@ func serve(ctx context.Context, cfg config, log *slog.Logger, ready func(addr st
 		return err
 	}
 	defer gw.Close()
+	// A catalog change reaches /v1/models and the routing at once.
+	cat.OnChange(gw.Refresh)
 
 	// The watcher for new weights checks the catalog's models served from
 	// a branch, each on its interval, in the background: it never holds

@@ -56,6 +56,11 @@ type Options struct {
 	// StopGrace is how long a stopping engine has between SIGTERM and
 	// SIGKILL: 5 s unless set.
 	StopGrace time.Duration
+	// DrainTimeout bounds how long a replica being retired (scaled down,
+	// idle, replaced, stopped by an operator) waits for the requests
+	// sent to it (Hold) to end before its engine is stopped anyway: the
+	// longest an answer is let run. 10 minutes unless set.
+	DrainTimeout time.Duration
 	// HealthEvery is how often a ready replica's /health is asked whether
 	// it still answers: 10 s unless set. An engine that misses
 	// healthMisses checks in a row is stopped and started again: a hung
@@ -87,6 +92,9 @@ const (
 	Loading State = "loading"
 	// Ready: /health answers 200; the replica serves.
 	Ready State = "ready"
+	// Draining: the replica is being retired: no new request is sent to
+	// it, and its engine is stopped once those it has end.
+	Draining State = "draining"
 	// Stopping: the engine was asked to stop and has not exited yet.
 	Stopping State = "stopping"
 	// Failed: the engine kept failing and its model is parked.
@@ -225,6 +233,9 @@ func New(opts Options) (*Fleet, error) {
 	}
 	if opts.StopGrace <= 0 {
 		opts.StopGrace = 5 * time.Second
+	}
+	if opts.DrainTimeout <= 0 {
+		opts.DrainTimeout = 10 * time.Minute
 	}
 	if opts.LoadEvery <= 0 {
 		opts.LoadEvery = 2 * time.Second

@@ -2,6 +2,8 @@ package fleet
 
 import (
 	"context"
+	"slices"
+	"sync"
 	"time"
 
 	"modelserve/catalog"
@@ -31,6 +33,9 @@ type Store interface {
 type NotifyingCatalog struct {
 	store Store
 	fleet Syncer
+
+	mu        sync.Mutex
+	listeners []func()
 }
 
 // Syncer is what NotifyingCatalog tells of a change (Fleet).
@@ -48,7 +53,27 @@ func NewNotifyingCatalog(store Store, f Syncer) *NotifyingCatalog {
 	return &NotifyingCatalog{store: store, fleet: f}
 }
 
+// OnChange has fn called after each change, before the fleet is waited
+// for: the gateway's names (gateway.Gateway.Refresh), which would
+// otherwise list a model removed, or miss one just served, for up to a
+// second.
+func (c *NotifyingCatalog) OnChange(fn func()) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.listeners = append(c.listeners, fn)
+}
+
+func (c *NotifyingCatalog) notify() {
+	c.mu.Lock()
+	fns := slices.Clone(c.listeners)
+	c.mu.Unlock()
+	for _, fn := range fns {
+		fn()
+	}
+}
+
 func (c *NotifyingCatalog) changed(ctx context.Context) {
+	c.notify()
 	ctx, cancel := context.WithTimeout(ctx, syncWait)
 	defer cancel()
 	_ = c.fleet.Sync(ctx)
@@ -81,10 +106,14 @@ func (c *NotifyingCatalog) Remove(ctx context.Context, name string) error {
 	return nil
 }
 
-// SetShare is Store.SetShare: the gateway reads it from the catalog; the
-// fleet has nothing to do.
+// SetShare is Store.SetShare, then the listeners hear of it: the gateway
+// reads the share from the catalog; the fleet has nothing to do.
 func (c *NotifyingCatalog) SetShare(ctx context.Context, name string, share float64) error {
-	return c.store.SetShare(ctx, name, share)
+	if err := c.store.SetShare(ctx, name, share); err != nil {
+		return err
+	}
+	c.notify()
+	return nil
 }
 
 // Get is Store.Get.

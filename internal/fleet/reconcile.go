@@ -226,22 +226,26 @@ func (f *Fleet) stateLocked(m catalog.Model, haveEngine bool) *modelState {
 	return st
 }
 
-// stopLocked asks r's engine to stop, saying why.
+// stopLocked retires r, saying why: it takes no new request, and its
+// engine stops once those it has end (drain.go).
 func (f *Fleet) stopLocked(r *replica, why string) {
-	if r.released {
-		return
-	}
-	if !r.stopping {
-		r.stopping, r.state, r.detail = true, Stopping, why
-	}
-	r.cancel()
+	f.retireLocked(r, why)
 }
 
+// stopAll stops every engine now: modelserve is going, and its gateway
+// with it.
 func (f *Fleet) stopAll(why string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for _, r := range f.replicas {
-		f.stopLocked(r, why)
+		if r.released {
+			continue
+		}
+		if r.drain != nil {
+			r.drain.Stop()
+		}
+		r.stopping, r.state, r.detail = true, Stopping, why
+		r.cancel()
 	}
 }
 

@@ -43,6 +43,12 @@ type replica struct {
 	rss      int64
 	load     *Load
 	stopping bool
+	// holds are the requests sent to r that have not ended (Hold); drain
+	// is the timer that stops a draining r anyway, and why the reason it
+	// is retired.
+	holds int
+	drain *time.Timer
+	why   string
 	// evictedFor is the critical model r is stopping to make room for:
 	// the room it gives back is that model's.
 	evictedFor string
@@ -98,7 +104,7 @@ func (f *Fleet) supervise(ctx context.Context, r *replica) {
 	defer f.wg.Done()
 	for {
 		out, why := f.attempt(ctx, r)
-		if out == stopped || ctx.Err() != nil {
+		if out == stopped || ctx.Err() != nil || f.retiring(r) {
 			f.end(r, Stopped, "")
 			return
 		}
@@ -123,6 +129,14 @@ func (f *Fleet) supervise(ctx context.Context, r *replica) {
 			t.Stop()
 		}
 	}
+}
+
+// retiring is whether r is being retired: an engine that ends while it
+// drains is not started again.
+func (f *Fleet) retiring(r *replica) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return r.stopping
 }
 
 // attempt starts r's engine once and follows it until it ends or r is

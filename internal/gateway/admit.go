@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	"modelserve/catalog"
@@ -39,9 +40,15 @@ func wanted(p *pool, rs []fleet.Replica) int {
 // says why there is none: the model is parked or cannot be placed (503),
 // too many requests wait already (429), none became ready in time (503),
 // or the client went away (ctx's error, nil apiError never). rs are m's
-// ready replicas as the caller last read them.
-func (g *Gateway) admit(ctx context.Context, m catalog.Model, key uint64, rs []fleet.Replica) (fleet.Replica, *apiError) {
+// ready replicas as the caller last read them. The replica chosen is held
+// (Fleet.Hold) until release: the fleet retires it only once the request
+// is over. Replicas in avoid (by id and address: an engine started again
+// has a new one) already failed this request, and are not offered it
+// again; with none other ready, admit waits for one, but for a stand-in
+// (a canary), whose model answers instead at once.
+func (g *Gateway) admit(ctx context.Context, m catalog.Model, key uint64, rs, avoid []fleet.Replica, standIn bool) (fleet.Replica, func(), *apiError) {
 	p := g.pool(m.Name)
+	rs = without(rs, avoid)
 	var deadline <-chan time.Time
 	queued := false
 	leave := func() {
@@ -57,19 +64,36 @@ func (g *Gateway) admit(ctx context.Context, m catalog.Model, key uint64, rs []f
 		p.mu.Lock()
 		if r, ok := p.pick(rs, key, now); ok {
 			p.take(r.ID)
+			p.mu.Unlock()
+			release, held := g.opts.Fleet.Hold(r.ID)
+			if !held {
+				// Retired since rs was read: it takes no request now.
+				p.give(r.ID, time.Time{})
+				avoid = append(slices.Clip(avoid), r)
+				rs = without(g.opts.Fleet.Serving(m.Name), avoid)
+				continue
+			}
+			p.mu.Lock()
 			if !p.coldSince.IsZero() {
 				g.metrics.coldStarted(m.Name, now.Sub(p.coldSince))
 				p.coldSince = time.Time{}
 			}
 			p.mu.Unlock()
 			leave()
-			return r, nil
+			return r, release, nil
+		}
+		if len(rs) == 0 && standIn {
+			// Its replica was retired (the canary promoted or rolled
+			// back) since the split chose it.
+			p.mu.Unlock()
+			leave()
+			return fleet.Replica{}, nil, unavailable("model_not_ready", m.Name+" has no replica ready")
 		}
 		if !queued {
 			if p.waiting >= g.opts.MaxQueue {
 				waiting := p.waiting
 				p.mu.Unlock()
-				return fleet.Replica{}, queueFull(m.Name, waiting)
+				return fleet.Replica{}, nil, queueFull(m.Name, waiting)
 			}
 			p.waiting++
 			queued = true
@@ -78,7 +102,7 @@ func (g *Gateway) admit(ctx context.Context, m catalog.Model, key uint64, rs []f
 			defer t.Stop()
 			deadline = t.C
 		}
-		if len(rs) == 0 && p.coldSince.IsZero() {
+		if len(rs) == 0 && len(avoid) == 0 && p.coldSince.IsZero() {
 			p.coldSince = now
 		}
 		wake := p.wake
@@ -92,7 +116,7 @@ func (g *Gateway) admit(ctx context.Context, m catalog.Model, key uint64, rs []f
 				p.coldSince = time.Time{}
 				p.mu.Unlock()
 				leave()
-				return fleet.Replica{}, aerr
+				return fleet.Replica{}, nil, aerr
 			}
 		}
 		t := time.NewTimer(poll)
@@ -103,21 +127,35 @@ func (g *Gateway) admit(ctx context.Context, m catalog.Model, key uint64, rs []f
 			t.Stop()
 			leave()
 			if len(rs) == 0 {
-				return fleet.Replica{}, unavailable("model_not_ready", m.Name+" has no replica ready after "+
+				return fleet.Replica{}, nil, unavailable("model_not_ready", m.Name+" has no replica ready after "+
 					g.opts.MaxWait.String()+" of waiting: the fleet page says how its start is going; retry later")
 			}
 			p.mu.Lock()
 			waiting := p.waiting
 			p.mu.Unlock()
-			return fleet.Replica{}, queueFull(m.Name, waiting)
+			return fleet.Replica{}, nil, queueFull(m.Name, waiting)
 		case <-ctx.Done():
 			t.Stop()
 			leave()
-			return fleet.Replica{}, unavailable("client_gone", "the request ended before a replica was free")
+			return fleet.Replica{}, nil, unavailable("client_gone", "the request ended before a replica was free")
 		}
 		t.Stop()
-		rs = g.opts.Fleet.Serving(m.Name)
+		rs = without(g.opts.Fleet.Serving(m.Name), avoid)
 	}
+}
+
+// without is rs but the replicas in avoid, told apart by id and address.
+func without(rs, avoid []fleet.Replica) []fleet.Replica {
+	if len(avoid) == 0 {
+		return rs
+	}
+	out := make([]fleet.Replica, 0, len(rs))
+	for _, r := range rs {
+		if !slices.ContainsFunc(avoid, func(a fleet.Replica) bool { return a.ID == r.ID && a.Endpoint == r.Endpoint }) {
+			out = append(out, r)
+		}
+	}
+	return out
 }
 
 // unstartable says why no replica of model will come: it is parked after

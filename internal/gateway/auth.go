@@ -28,10 +28,11 @@ func (g *Gateway) authenticate(r *http.Request) (auth.Token, *apiError) {
 	return who, nil
 }
 
-// mayUse refuses a token limited to other models, naming the model.
+// mayUse refuses a token limited to other models as if the model did not
+// exist: a 403 would tell the token which other models there are.
 func mayUse(who auth.Token, asked, name string) *apiError {
 	if who.MayUse(name, asked) {
 		return nil
 	}
-	return forbidden(`the token ` + who.Name + ` may not use the model "` + asked + `": ask for a token with --models including it`)
+	return modelNotFound(asked)
 }

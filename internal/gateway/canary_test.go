@@ -294,6 +294,13 @@ func (f ownEngineFleet) EngineKey(id string) string {
 	return f.Fleet.EngineKey(id)
 }
 
+func (f ownEngineFleet) Hold(id string) (func(), bool) {
+	if id == f.rep.ID {
+		return func() {}, true
+	}
+	return f.Fleet.Hold(id)
+}
+
 func (f ownEngineFleet) Use(model string, replicas int) func() {
 	if model == f.model {
 		return func() {}

@@ -5,6 +5,8 @@ import (
 	"net/http"
 	"strconv"
 	"time"
+
+	"modelserve/internal/operr"
 )
 
 // apiError is an answer in OpenAI's error shape, which the OpenAI clients
@@ -45,14 +47,10 @@ func unauthorized(msg string) *apiError {
 	return &apiError{status: http.StatusUnauthorized, Type: "invalid_request_error", Code: "invalid_api_key", Message: msg}
 }
 
-func forbidden(msg string) *apiError {
-	return &apiError{status: http.StatusForbidden, Type: "permission_error", Code: "model_not_allowed", Message: msg}
-}
-
 func modelNotFound(name string) *apiError {
 	param := "model"
 	return &apiError{status: http.StatusNotFound, Type: "invalid_request_error", Code: "model_not_found", Param: &param,
-		Message: `the model "` + name + `" does not exist; GET /v1/models lists them`}
+		Message: "the model " + operr.Quote(name) + " does not exist; GET /v1/models lists them"}
 }
 
 func tooLarge(limit int64) *apiError {

@@ -45,6 +45,10 @@ type Catalog interface {
 type Fleet interface {
 	// Serving are a model's ready replicas, with their engines' load.
 	Serving(model string) []fleet.Replica
+	// Hold says a request is being sent to replica id, which is not
+	// retired until release; ok is false for a replica no longer to send
+	// to (draining, gone), which the gateway then leaves alone.
+	Hold(id string) (release func(), ok bool)
 	// EngineKey is the key a replica's engine wants.
 	EngineKey(id string) string
 	// ModelHealth says which models are parked or unplaceable, and why.

@@ -175,7 +175,7 @@ func TestRefusals(t *testing.T) {
 		{"no model", "/v1/chat/completions", e.token, map[string]any{"messages": []any{}}, 400, "missing_model", "names no model"},
 		{"an unknown model", "/v1/chat/completions", e.token, map[string]any{"model": "gpt-9"}, 404, "model_not_found", `the model "gpt-9" does not exist; GET /v1/models lists them`},
 		{"too large", "/v1/completions", e.token, map[string]any{"model": "tiny", "prompt": strings.Repeat("x", 8<<10)}, 413, "request_too_large", "larger than"},
-		{"a model the token may not use", "/v1/chat/completions", onlyTiny, map[string]any{"model": "other"}, 403, "model_not_allowed", `may not use the model "other"`},
+		{"a model the token may not use", "/v1/chat/completions", onlyTiny, map[string]any{"model": "other"}, 404, "model_not_found", `the model "other" does not exist; GET /v1/models lists them`},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			resp, body := e.post(ctx, c.path, c.token, c.body)
@@ -467,6 +467,15 @@ func (f deadReplicaFleet) Serving(model string) []fleet.Replica {
 		rs = append(rs, f.dead)
 	}
 	return rs
+}
+
+// Hold lets requests go to the dead replica, which the fleet does not know
+// of.
+func (f deadReplicaFleet) Hold(id string) (func(), bool) {
+	if id == f.dead.ID {
+		return func() {}, true
+	}
+	return f.Fleet.Hold(id)
 }
 
 // TestAReplicaThatDoesNotAnswerIsAvoided: a request sent to a replica whose

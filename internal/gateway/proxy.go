@@ -107,9 +107,13 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, m catalog.Model,
 	rs := g.opts.Fleet.Serving(m.Name)
 	release := g.opts.Fleet.Use(m.Name, wanted(g.pool(m.Name), rs))
 	defer release()
-	var tried fleet.Replica
+	// A replica that did not answer at all (refused the connection, or
+	// closed it before a byte of the answer: an engine that just died or
+	// was retired) is not offered the request again; another is, or the
+	// request waits for one, as a first request waits for a cold start.
+	var tried []fleet.Replica
 	for range attempts {
-		rep, aerr := g.admit(ctx, m, req.affinity, rs)
+		rep, release, aerr := g.admit(ctx, m, req.affinity, rs, tried, standIn)
 		if aerr != nil {
 			switch {
 			case ctx.Err() != nil:
@@ -119,17 +123,25 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, m catalog.Model,
 				g.log.Warn("a canary could not take a request; its model does", "canary", m.Name, "model", answerAs, "why", aerr.Message)
 				g.ended(ending{model: m.Name, status: aerr.status})
 				return false
+			case len(tried) > 0:
+				// Counted already, as the replica's 502.
+				badGateway("the replica " + tried[len(tried)-1].ID + " of " + m.Name + " did not answer, and no other became ready: " +
+					aerr.Message).write(w)
+				return true
 			}
 			g.refuse(w, m.Name, aerr)
 			return true
 		}
-		if g.send(w, r, m, rep, body, start, rn) {
+		answered := g.send(w, r, m, rep, body, start, rn)
+		release()
+		if answered {
 			return true
 		}
-		tried = rep
-		// One replica, or the last: no other to offer it to (a failed
-		// one is offered again only when it is alone).
-		if rs = g.opts.Fleet.Serving(m.Name); len(rs) <= 1 {
+		tried = append(tried, rep)
+		rs = g.opts.Fleet.Serving(m.Name)
+		if standIn && len(without(rs, tried)) == 0 {
+			// A canary with no other replica ready gives the request to
+			// its model at once rather than wait for one of its own.
 			break
 		}
 	}
@@ -137,7 +149,7 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, m catalog.Model,
 		return false
 	}
 	// Counted already, as the replica's 502.
-	badGateway("the replica " + tried.ID + " of " + m.Name + " did not answer: the fleet page says why; retry in a moment").write(w)
+	badGateway("the replica " + tried[len(tried)-1].ID + " of " + m.Name + " did not answer: the fleet page says why; retry in a moment").write(w)
 	return true
 }
 
@@ -194,6 +206,11 @@ func (g *Gateway) send(w http.ResponseWriter, r *http.Request, m catalog.Model, 
 	defer resp.Body.Close()
 
 	first, tally, err := relay(w, resp, rn)
+	if err == nil && tally.stream && !tally.done && resp.StatusCode == http.StatusOK && endsInDone[r.URL.Path] {
+		// An engine killed mid-stream may end the body as if it were
+		// done: only the missing [DONE] tells.
+		err = errors.New("the stream ended without its closing [DONE]")
+	}
 	// The whole answer went out, or the whole of a stream: a client that
 	// closes its connection then (the OpenAI clients do, after a stream's
 	// [DONE] or beyond the connections they keep) cancels the request,
@@ -211,6 +228,14 @@ func (g *Gateway) send(w http.ResponseWriter, r *http.Request, m catalog.Model, 
 		status = http.StatusBadGateway
 		failedUntil = time.Now().Add(g.opts.FailCooldown)
 		g.log.Warn("a replica broke off its answer; it is avoided for a while", "model", m.Name, "replica", rep.ID, "err", err)
+		if tally.stream {
+			// The 200 has gone out: the client learns of the failure
+			// from an error event, as llama.cpp sends one, which the
+			// OpenAI clients raise; else the stream's end would read as
+			// a whole answer.
+			streamError(w, badGateway("the replica "+rep.ID+" of "+m.Name+
+				" broke off its answer before the end: retry; the fleet page says whether it is still ready"))
+		}
 	case resp.StatusCode >= 500:
 		failedUntil = time.Now().Add(g.opts.FailCooldown)
 		g.log.Warn("a replica failed a request; it is avoided for a while", "model", m.Name, "replica", rep.ID, "status", resp.StatusCode)
@@ -219,6 +244,22 @@ func (g *Gateway) send(w http.ResponseWriter, r *http.Request, m catalog.Model, 
 	g.ended(ending{model: m.Name, replica: rep.ID, status: status, start: start, first: first, end: time.Now(),
 		stream: tally.stream, counts: tally.counts()})
 	return true
+}
+
+// endsInDone are the routes whose event stream the engine closes with
+// "data: [DONE]" (OpenAI's chat and text completions).
+var endsInDone = map[string]bool{"/v1/chat/completions": true, "/v1/completions": true}
+
+// streamError writes aerr as an event of a stream already begun, in
+// OpenAI's error shape. The blank lines first end an event the engine
+// broke off in the middle, so the error is an event of its own.
+func streamError(w http.ResponseWriter, aerr *apiError) {
+	b, _ := json.Marshal(struct {
+		Error *apiError `json:"error"`
+	}{aerr})
+	if _, err := w.Write(append(append([]byte("\n\ndata: "), b...), "\n\n"...)); err == nil {
+		_ = http.NewResponseController(w).Flush()
+	}
 }
 
 // refuse answers with aerr and counts it.

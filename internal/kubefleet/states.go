@@ -244,3 +244,13 @@ func (f *Fleet) ModelHealth() []fleet.ModelHealth {
 	slices.SortFunc(out, func(a, b fleet.ModelHealth) int { return strings.Compare(a.Model, b.Model) })
 	return out
 }
+
+// Hold lets every request through and holds nothing: a pod being deleted
+// leaves Serving at once (it is no longer ready), and a request that meets
+// one already gone (its connection refused) is tried by the gateway on
+// another. The requests a deleted pod's engine has in flight are not
+// waited for: draining pods (a hold counted here, the delete made once it
+// is zero) is not done yet.
+func (f *Fleet) Hold(id string) (release func(), ok bool) {
+	return func() {}, true
+}

@@ -1,0 +1,87 @@
+package fleet
+
+import (
+	"fmt"
+	"sync"
+	"time"
+)
+
+// A replica is retired by draining it, as a proxy retires a backend: it
+// leaves the replicas the gateway may send to at once (Draining), the
+// requests it has go on to their end, and only then is its engine
+// stopped. Before, a scale-down, an idle stop, a promotion or an
+// operator's Stop killed the engine in the middle of the answers it was
+// writing, and the requests routed to it a moment before met a refused
+// connection.
+//
+// The requests are counted here, where the decision to stop is made: the
+// gateway holds a replica for each request it sends (Hold) and lets go
+// when the answer has ended. A hold asked of a replica already draining is
+// refused, so no request reaches an engine the fleet may have stopped.
+
+// Hold says that a request is being sent to replica id: the replica is
+// not stopped until release is called (or the drain timeout passes). ok
+// is false when the replica is not one to send to: it is draining,
+// stopping, not ready, or gone.
+func (f *Fleet) Hold(id string) (release func(), ok bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	r, found := f.replicas[id]
+	if !found || r.stopping || r.released || r.state != Ready {
+		return nil, false
+	}
+	r.holds++
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			f.mu.Lock()
+			defer f.mu.Unlock()
+			if r.holds--; r.holds == 0 && r.stopping {
+				f.drainedLocked(r)
+			}
+		})
+	}, true
+}
+
+// retireLocked stops r once the requests it holds have ended: at once when
+// it holds none, else when the last ends or Options.DrainTimeout has
+// passed.
+func (f *Fleet) retireLocked(r *replica, why string) {
+	if r.released || r.stopping {
+		return
+	}
+	r.stopping = true
+	if r.holds == 0 {
+		r.state, r.detail = Stopping, why
+		r.cancel()
+		return
+	}
+	r.state, r.detail = Draining, why+fmt.Sprintf("; draining: waiting for %d %s in flight to end",
+		r.holds, plural(r.holds, "request", "requests"))
+	r.log.Note("modelserve: " + r.detail)
+	r.why = why
+	r.drain = time.AfterFunc(f.opts.DrainTimeout, func() {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		if r.state != Draining {
+			return
+		}
+		r.state, r.detail = Stopping, fmt.Sprintf("%s; stopped with %d %s still in flight: %s of draining, the longest an answer may take, passed",
+			r.why, r.holds, plural(r.holds, "request", "requests"), f.opts.DrainTimeout)
+		r.log.Note("modelserve: " + r.detail)
+		f.log.Warn("a draining replica is stopped with requests in flight", "replica", r.id, "requests", r.holds, "drain_timeout", f.opts.DrainTimeout)
+		r.cancel()
+	})
+}
+
+// drainedLocked stops r, whose last request has ended.
+func (f *Fleet) drainedLocked(r *replica) {
+	if r.state != Draining {
+		return
+	}
+	if r.drain != nil {
+		r.drain.Stop()
+	}
+	r.state, r.detail = Stopping, r.why+"; drained: its requests had ended"
+	r.cancel()
+}

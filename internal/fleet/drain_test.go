@@ -1,0 +1,95 @@
+package fleet
+
+import (
+	"log/slog"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"modelserve/catalog"
+	"modelserve/internal/ggufgen"
+	"modelserve/internal/testlog"
+)
+
+// TestAStoppedReplicaDrainsFirst: a replica stopped while a request holds
+// it leaves Serving at once and is draining, its engine still running and
+// answering, and refuses new holds; its engine stops once the request ends.
+func TestAStoppedReplicaDrainsFirst(t *testing.T) {
+	cat := MustCatalog(t)
+	f := MustRun(t, cat, Options{})
+	MustAdd(t, f.notifying(cat), entry("tiny", MustWriteModel(t, "tiny.gguf", ggufgen.Spec{}), 1))
+	r := f.waitReady(t, "tiny", readyWithin)
+
+	release, ok := f.Hold(r.ID)
+	if !ok {
+		t.Fatalf("a ready replica refused a hold")
+	}
+	if err := f.Stop(r.ID); err != nil {
+		t.Fatal(err)
+	}
+	rs := f.replicasOf("tiny")
+	if len(rs) == 0 || rs[0].ID != r.ID || rs[0].State != Draining || !strings.Contains(rs[0].Detail, "waiting for 1 request in flight") {
+		t.Fatalf("after Stop with a request in flight: %+v, want %s draining", rs, r.ID)
+	}
+	for _, s := range f.Serving("tiny") {
+		if s.ID == r.ID {
+			t.Errorf("a draining replica is still served: %+v", s)
+		}
+	}
+	if _, ok := f.Hold(r.ID); ok {
+		t.Error("a draining replica took a new hold")
+	}
+	if code, body := chat(t, r.Endpoint, f.EngineKey(r.ID), "tiny"); code != 200 {
+		t.Errorf("the draining engine did not answer its request: %d %s", code, body)
+	}
+
+	release()
+	waitFor(t, 20*time.Second, r.ID+"'s engine stopped once drained", func() (bool, string) {
+		err := syscall.Kill(r.PID, 0)
+		return err == syscall.ESRCH, "kill 0: " + errString(err)
+	})
+}
+
+// TestADrainIsBounded: a request that never ends does not keep a retired
+// replica for ever: past the drain timeout its engine is stopped, and its
+// detail says so.
+func TestADrainIsBounded(t *testing.T) {
+	cat := MustCatalog(t)
+	var logs testlog.Buffer
+	f := MustRun(t, cat, Options{DrainTimeout: 300 * time.Millisecond, Log: slog.New(slog.NewTextHandler(&logs, nil))})
+	m := entry("tiny", MustWriteModel(t, "tiny.gguf", ggufgen.Spec{}), 1)
+	MustAdd(t, f.notifying(cat), m)
+	r := f.waitReady(t, "tiny", readyWithin)
+	if _, ok := f.Hold(r.ID); !ok {
+		t.Fatal("a ready replica refused a hold")
+	}
+	m.Scaling = catalog.Scaling{Min: 0, Max: 1}
+	MustAdd(t, f.notifying(cat), m)
+	sawDraining := false
+	waitFor(t, 20*time.Second, r.ID+" stopped past its drain timeout", func() (bool, string) {
+		for _, x := range f.Replicas() {
+			if x.ID == r.ID {
+				sawDraining = sawDraining || x.State == Draining
+				return false, string(x.State) + ": " + x.Detail
+			}
+		}
+		return true, ""
+	})
+	if err := syscall.Kill(r.PID, 0); err != syscall.ESRCH {
+		t.Errorf("the engine of %s is still there: %v", r.ID, err)
+	}
+	if !sawDraining {
+		t.Error("the replica was never draining")
+	}
+	if !strings.Contains(logs.String(), "a draining replica is stopped with requests in flight") {
+		t.Errorf("the stop past the drain timeout is not logged:\n%s", logs.String())
+	}
+}
+
+func errString(err error) string {
+	if err == nil {
+		return "alive"
+	}
+	return err.Error()
+}
