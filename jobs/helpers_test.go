@@ -83,6 +83,9 @@ func (g gatewayFleet) ModelHealth() []fleet.ModelHealth {
 
 func (g gatewayFleet) Use(string, int) func() { return func() {} }
 
+// Hold takes every request: the fake fleet retires no replica under one.
+func (g gatewayFleet) Hold(string) (func(), bool) { return func() {}, true }
+
 // noTokens knows no token: the smoke test asks as modelserve itself.
 type noTokens struct{}
 

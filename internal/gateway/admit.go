@@ -44,11 +44,24 @@ func wanted(p *pool, rs []fleet.Replica) int {
 // (Fleet.Hold) until release: the fleet retires it only once the request
 // is over. Replicas in avoid (by id and address: an engine started again
 // has a new one) already failed this request, and are not offered it
-// again; with none other ready, admit waits for one, but for a stand-in
-// (a canary), whose model answers instead at once.
+// again while another is ready; with none other ready, admit waits for
+// one (for reofferAfter, then offers a failed one the fleet still calls
+// ready once more), but for a stand-in (a canary), whose model answers
+// instead at once.
 func (g *Gateway) admit(ctx context.Context, m catalog.Model, key uint64, rs, avoid []fleet.Replica, standIn bool) (fleet.Replica, func(), *apiError) {
 	p := g.pool(m.Name)
-	rs = without(rs, avoid)
+	began := time.Now()
+	// offer is the ready replicas but those that failed this request; the
+	// fleet still calling one ready a while later (an engine that was not
+	// yet listening when its pod turned ready) offers it once more rather
+	// than keep the request waiting for another that may never come.
+	offer := func(ready []fleet.Replica) []fleet.Replica {
+		if others := without(ready, avoid); len(others) > 0 || time.Since(began) < reofferAfter {
+			return others
+		}
+		return ready
+	}
+	rs = offer(rs)
 	var deadline <-chan time.Time
 	queued := false
 	leave := func() {
@@ -70,7 +83,7 @@ func (g *Gateway) admit(ctx context.Context, m catalog.Model, key uint64, rs, av
 				// Retired since rs was read: it takes no request now.
 				p.give(r.ID, time.Time{})
 				avoid = append(slices.Clip(avoid), r)
-				rs = without(g.opts.Fleet.Serving(m.Name), avoid)
+				rs = offer(g.opts.Fleet.Serving(m.Name))
 				continue
 			}
 			p.mu.Lock()
@@ -140,9 +153,15 @@ func (g *Gateway) admit(ctx context.Context, m catalog.Model, key uint64, rs, av
 			return fleet.Replica{}, nil, unavailable("client_gone", "the request ended before a replica was free")
 		}
 		t.Stop()
-		rs = without(g.opts.Fleet.Serving(m.Name), avoid)
+		rs = offer(g.opts.Fleet.Serving(m.Name))
 	}
 }
+
+// reofferAfter is how long a request waits for another replica before it
+// is offered again to one that did not answer it and is still called
+// ready. A retired replica leaves the ready ones at once, so it is never
+// offered again.
+const reofferAfter = 500 * time.Millisecond
 
 // without is rs but the replicas in avoid, told apart by id and address.
 func without(rs, avoid []fleet.Replica) []fleet.Replica {

@@ -109,8 +109,9 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, m catalog.Model,
 	defer release()
 	// A replica that did not answer at all (refused the connection, or
 	// closed it before a byte of the answer: an engine that just died or
-	// was retired) is not offered the request again; another is, or the
-	// request waits for one, as a first request waits for a cold start.
+	// was retired) is not offered the request again while another is;
+	// else the request waits for one, as a first request waits for a cold
+	// start (admit says how long before it tries the same one again).
 	var tried []fleet.Replica
 	for range attempts {
 		rep, release, aerr := g.admit(ctx, m, req.affinity, rs, tried, standIn)
