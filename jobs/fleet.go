@@ -10,6 +10,7 @@ import (
 
 	"modelserve/internal/gateway"
 	"modelserve/internal/operr"
+	"modelserve/internal/words"
 )
 
 // Fleet is what a job watches once its model is in the catalog: the
@@ -67,7 +68,7 @@ func (s *Server) waitReady(ctx context.Context, l *live, name string, hardware b
 	for {
 		if h, ok := s.health(name); ok {
 			if h.Parked {
-				return Replica{}, sentencef("it failed to start %s and is parked: %s", plural(h.Failures, "once", fmt.Sprintf("%d times", h.Failures)), h.Reason)
+				return Replica{}, sentencef("it failed to start %s and is parked: %s", words.Plural(h.Failures, "once", fmt.Sprintf("%d times", h.Failures)), h.Reason)
 			}
 			if h.Unplaceable && h.NoHardware {
 				return Replica{}, sentencef("no node can host it:\n%s", h.Placement)

@@ -20,6 +20,7 @@ import (
 	"modelserve/internal/canary"
 	"modelserve/internal/operr"
 	"modelserve/internal/store"
+	"modelserve/internal/words"
 	"runtime/debug"
 	"slices"
 	"sync"
@@ -473,7 +474,7 @@ func (s *Server) progress(l *live, done, total int64) {
 	l.lastProgress = now
 	st := &l.job.Steps[i]
 	st.BytesDone, st.BytesTotal, st.At = done, total, now.UTC()
-	st.Detail = fmt.Sprintf("fetching: %s (%d%%)", sizeOf(done, total), done*100/total)
+	st.Detail = fmt.Sprintf("fetching: %s (%s)", words.SizeOf(done, total), words.Percent(float64(done)/float64(total)))
 	s.publishLocked(l, i)
 }
 
