@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"modelserve/internal/auth"
+	"modelserve/internal/words"
 	"modelserve/views"
 )
 
@@ -72,7 +73,7 @@ func tooMany(wait time.Duration) string {
 	if n > 60 {
 		n, one, many = int(math.Ceil(wait.Minutes())), "minute", "minutes"
 	}
-	return fmt.Sprintf("too many attempts; wait %s and try again", itoaPlural(n, one, many))
+	return fmt.Sprintf("too many attempts; wait %s and try again", words.Count(n, one, many))
 }
 
 // logout ends the session and shows the sign-in page.

@@ -15,6 +15,7 @@ import (
 	"github.com/a-h/templ"
 
 	"modelserve/internal/operr"
+	"modelserve/internal/words"
 	"modelserve/views"
 )
 
@@ -208,7 +209,7 @@ func (m *replyMeter) reply(done bool, errText string) views.Reply {
 	// The wall clock, prompt included, as the job's smoke test counts it:
 	// what a client waits for.
 	took := m.end.Sub(m.start)
-	r.Tokens = fmt.Sprintf("%s in %s", itoaPlural(tokens, "token", "tokens"), latencyText(took))
+	r.Tokens = fmt.Sprintf("%s in %s", words.Count(tokens, "token", "tokens"), latencyText(took))
 	if secs := took.Seconds(); secs > 0 {
 		r.TokensPerSecond = formatFloat(float64(tokens) / secs)
 	}
