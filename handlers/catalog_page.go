@@ -13,6 +13,7 @@ import (
 	"modelserve/internal/gateway"
 	"modelserve/internal/hf"
 	"modelserve/internal/updates"
+	"modelserve/internal/words"
 	"modelserve/views"
 )
 
@@ -95,7 +96,7 @@ func catalogView(m catalog.Model) views.CatalogModel {
 	if c := m.Canary; c != nil {
 		// Judged by its model's suite.
 		vm.Evals = evalsURL(c.Of)
-		vm.Trial = "new version of " + c.Of + " on trial: " + percentText(100*c.Share) + " of its requests"
+		vm.Trial = "new version of " + c.Of + " on trial: " + words.Percent(c.Share) + " of its requests"
 		if c.Share == 0 {
 			vm.Trial = "new version of " + c.Of + " on trial: none of its requests until its eval has passed"
 		}
@@ -117,7 +118,7 @@ func catalogView(m catalog.Model) views.CatalogModel {
 			}
 		}
 		if p.Memory() > 0 {
-			hw += ", " + sizeText(p.Memory())
+			hw += ", " + words.Size(p.Memory())
 		}
 		vm.Profiles = append(vm.Profiles, views.CatalogProfile{Name: p.Name, Engine: p.Engine, Hardware: hw, Args: strings.Join(p.Args, " ")})
 	}
@@ -147,7 +148,7 @@ func trafficText(t gateway.Traffic) (requests, latency string) {
 	if t.Requests == 0 {
 		return "none", ""
 	}
-	requests = itoaPlural(t.Requests, "request", "requests")
+	requests = words.Count(t.Requests, "request", "requests")
 	if t.Failed > 0 {
 		requests += fmt.Sprintf(", %d failed", t.Failed)
 	}

@@ -113,13 +113,13 @@ func TestFleetPageShowsTheFleet(t *testing.T) {
 		if got := cpu.Find(`[data-testid="node-ram"]`).Text(); got != "32 GB, 20 GB free" {
 			t.Errorf("cpu-1's RAM reads %q: want what the fleet has free", got)
 		}
-		if got := cpu.Find(`[data-testid="bar-text"]`).Text(); got != "small-1 4.0 GB estimated, tiny-1 1.5 GB measured, "+
+		if got := cpu.Find(`[data-testid="bar-text"]`).Text(); got != "small-1 4 GB estimated, tiny-1 1.5 GB measured, "+
 			"6.5 GB other programs and room held for replicas loading; 20 GB free of 32 GB" {
 			t.Errorf("cpu-1's memory reads %q", got)
 		}
 		var parts []string
 		cpu.Find(`[data-testid="bar-part"]`).Each(func(_ int, s *goquery.Selection) { parts = append(parts, s.AttrOr("title", "")) })
-		if want := []string{"small-1: 4.0 GB estimated", "tiny-1: 1.5 GB measured", "other: 6.5 GB", "free: 20 GB"}; !slices.Equal(parts, want) {
+		if want := []string{"small-1: 4 GB estimated", "tiny-1: 1.5 GB measured", "other: 6.5 GB", "free: 20 GB"}; !slices.Equal(parts, want) {
 			t.Errorf("cpu-1's memory bar parts %q, want %q", parts, want)
 		}
 		// A node the fleet does not run keeps the pool's figures.
@@ -134,7 +134,7 @@ func TestFleetPageShowsTheFleet(t *testing.T) {
 			`[data-testid="state"]`:          "✓ ready",
 			`[data-testid="endpoint"]`:       "http://127.0.0.1:4242",
 			`[data-testid="failures"]`:       "0",
-			`[data-testid="replica-memory"]`: "1.5 GB resident; estimated 2.0 GB",
+			`[data-testid="replica-memory"]`: "1.5 GB resident; estimated 2 GB",
 			`[data-testid="replica-load"]`:   "1 of 4 slots busy, 2 waiting; 4096 tokens a slot; 400 prompt tokens read (25% from its cache), 50 generated",
 		} {
 			if got := strings.Join(texts(tiny.Find(what)), " "); got != want {
@@ -207,8 +207,8 @@ func TestFleetPageShowsTheFleet(t *testing.T) {
 				s.Find(`[data-testid="start-estimate"]`).Text(), s.Find(`[data-testid="start-measured"]`).Text(), s.Find(`[data-testid="start-error"]`).Text()})
 		})
 		want := [][]string{
-			{"tiny-1", "16384 tokens in 4 slots", "2.0 GB", "1.5 GB", "measured 25% under"},
-			{"tiny-0", "4096 tokens in 1 slot", "1.0 GB", "1.2 GB", "measured 25% over"},
+			{"tiny-1", "16384 tokens in 4 slots", "2 GB", "1.5 GB", "measured 25% under"},
+			{"tiny-0", "4096 tokens in 1 slot", "1 GB", "1.3 GB", "measured 25% over"},
 		}
 		if !slices.EqualFunc(rows, want, slices.Equal) {
 			t.Errorf("the starts read %q, want %q", rows, want)
@@ -226,7 +226,7 @@ func TestFleetPageWithNothingRunning(t *testing.T) {
 	})
 	doc := mustStatus(t, e.signedIn().get("/fleet"), http.StatusOK)
 	// No pool, but the fleet's own node.
-	if got := doc.Find(`[data-node="solo"] [data-testid="bar-text"]`).Text(); got != "no replicas, 4.0 GB other programs and room held for replicas loading; 12 GB free of 16 GB" {
+	if got := doc.Find(`[data-node="solo"] [data-testid="bar-text"]`).Text(); got != "no replicas, 4 GB other programs and room held for replicas loading; 12 GB free of 16 GB" {
 		t.Errorf("solo's memory %q", got)
 	}
 	if doc.Find(`[data-testid="no-replicas"]`).Length() != 1 || doc.Find(`[data-testid="no-models"]`).Length() != 1 {

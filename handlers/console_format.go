@@ -2,45 +2,8 @@ package handlers
 
 import (
 	"fmt"
-	"math"
 	"time"
 )
-
-// Sizes as the jobs write them in step details ("4.4 GB", binary units),
-// so a page and a sentence beside it agree.
-var sizeUnits = []struct {
-	name string
-	size int64
-}{{"GB", 1 << 30}, {"MB", 1 << 20}, {"KB", 1 << 10}}
-
-func sizeText(b int64) string {
-	for _, u := range sizeUnits {
-		if b >= u.size {
-			return fmt.Sprintf("%.1f %s", float64(b)/float64(u.size), u.name)
-		}
-	}
-	return fmt.Sprintf("%d bytes", b)
-}
-
-// sizeOfText is how far a download is, in the total's unit: "3.1 of 4.9 GB".
-func sizeOfText(done, total int64) string {
-	for _, u := range sizeUnits {
-		if total >= u.size {
-			d := float64(u.size)
-			return fmt.Sprintf("%.1f of %.1f %s", float64(done)/d, float64(total)/d, u.name)
-		}
-	}
-	return fmt.Sprintf("%d of %d bytes", done, total)
-}
-
-// gbText is memory in GB, to a tenth: "15.9 GB of 16 GB" would say it
-// fits with nothing to spare when it leaves a tenth.
-func gbText(gb float64) string {
-	if gb == float64(int64(gb)) {
-		return fmt.Sprintf("%.0f GB", gb)
-	}
-	return fmt.Sprintf("%.1f GB", gb)
-}
 
 // durationText is a duration as a person says it: "0.4 s", "12 s",
 // "3 min 20 s", "2 h 5 min".
@@ -87,24 +50,4 @@ func timeText(t, now time.Time) string {
 	return t.Format("2006-01-02 15:04") + " UTC"
 }
 
-func percentText(share float64) string {
-	switch {
-	case share > 0 && share < 1:
-		return "<1%"
-	}
-	return fmt.Sprintf("%.0f%%", math.Round(share))
-}
-
-func plural(n int, one, many string) string {
-	if n == 1 {
-		return one
-	}
-	return many
-}
-
 func formatFloat(f float64) string { return fmt.Sprintf("%.1f", f) }
-
-// itoaPlural is "1 file", "3 files".
-func itoaPlural(n int, one, many string) string {
-	return fmt.Sprintf("%d %s", n, plural(n, one, many))
-}

@@ -101,21 +101,21 @@ func TestMemoryBar(t *testing.T) {
 			NeedBytes: 9*gib + kv, RoomBytes: room, Fit: fit,
 		}}
 	}
-	if b := memoryBar(sizing(2*gib, 11*gib+gib/10, plan.FitsNow)); b.Over || !strings.HasSuffix(b.Text, "= 11.0 GB of 11.1 GB free of the card: fits, 102.4 MB left") {
+	if b := memoryBar(sizing(2*gib, 11*gib+gib/10, plan.FitsNow)); b.Over || !strings.HasSuffix(b.Text, "= 11 GB of 11.1 GB free of the card: fits, 102.4 MB left") {
 		t.Fatalf("nearly full: %q", b.Text)
 	}
 	b := memoryBar(sizing(2*gib, 24*gib, plan.FitsNow))
-	if b.Over || b.Text != "weights 8.0 GB + KV cache 2.0 GB for 16384 tokens + engine 1.0 GB = 11.0 GB of 24.0 GB free of the card: fits, 13.0 GB left" {
+	if b.Over || b.Text != "weights 8 GB + KV cache 2 GB for 16384 tokens + engine 1 GB = 11 GB of 24 GB free of the card: fits, 13 GB left" {
 		t.Fatalf("%+v", b)
 	}
 	b = memoryBar(sizing(20*gib, 24*gib, plan.FitsNowhere))
-	if !b.Over || b.Capacity >= 100 || b.Text != "weights 8.0 GB + KV cache 20.0 GB for 16384 tokens + engine 1.0 GB = 29.0 GB, more than the 24.0 GB of the card: 5.0 GB too much" {
+	if !b.Over || b.Capacity >= 100 || b.Text != "weights 8 GB + KV cache 20 GB for 16384 tokens + engine 1 GB = 29 GB, more than the 24 GB of the card: 5 GB too much" {
 		t.Fatalf("%+v", b)
 	}
 	// Small figures keep their unit rather than rounding to "0 GB".
 	small := plan.Option{CPU: true, Engine: plan.EngineLlamaCpp, Sizing: plan.Sizing{CtxPool: 4096, WeightsBytes: 300 << 20,
 		KVBytes: 4 << 20, ComputeBytes: 150 << 20, NeedBytes: 454 << 20, RoomBytes: 8 * gib, Fit: plan.FitsNow}}
-	if b := memoryBar(small); !strings.HasPrefix(b.Text, "weights 300.0 MB + KV cache 4.0 MB for 4096 tokens + engine 150.0 MB = 454.0 MB of 8.0 GB free of a node's RAM") {
+	if b := memoryBar(small); !strings.HasPrefix(b.Text, "weights 300 MB + KV cache 4 MB for 4096 tokens + engine 150 MB = 454 MB of 8 GB free of a node's RAM") {
 		t.Fatalf("small: %q", b.Text)
 	}
 }

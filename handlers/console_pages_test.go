@@ -163,7 +163,7 @@ func TestFleetPage(t *testing.T) {
 		t.Errorf("RAM %q", got)
 	}
 	bars := texts(gpu.Find(`[data-testid="bar-text"]`))
-	if len(bars) != 3 || bars[0] != "56 GB in use, 200 GB free of 256 GB" || bars[1] != "0 GB in use, 24 GB free of 24 GB" {
+	if len(bars) != 3 || bars[0] != "56 GB in use, 200 GB free of 256 GB" || bars[1] != "0 bytes in use, 24 GB free of 24 GB" {
 		t.Errorf("memory bars %q: want the RAM and each of the two cards", bars)
 	}
 	if got := doc.Find(`[data-testid="replicas"]`).Text(); !strings.Contains(got, "No fleet is configured") {

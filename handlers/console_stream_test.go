@@ -64,8 +64,8 @@ func TestJobStream(t *testing.T) {
 	if p.AttrOr("max", "") != "5368709120" || p.AttrOr("value", "") == "0" {
 		t.Errorf("progress value %s of %s", p.AttrOr("value", ""), p.AttrOr("max", ""))
 	}
-	if got := withRate.Find(`[data-testid="progress-text"]`).Text(); !strings.HasSuffix(got, "of 5.0 GB (40%)") &&
-		!strings.HasSuffix(got, "of 5.0 GB (60%)") {
+	if got := withRate.Find(`[data-testid="progress-text"]`).Text(); !strings.HasSuffix(got, "of 5 GB (40%)") &&
+		!strings.HasSuffix(got, "of 5 GB (60%)") {
 		t.Errorf("progress says %q", got)
 	}
 	if rate := withRate.Find(`[data-testid="rate"]`).Text(); !strings.HasSuffix(rate, "GB/s") && !strings.HasSuffix(rate, "MB/s") {

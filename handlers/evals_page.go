@@ -11,6 +11,7 @@ import (
 	"modelserve/catalog"
 	"modelserve/internal/evals"
 	"modelserve/internal/hf"
+	"modelserve/internal/words"
 	"modelserve/views"
 )
 
@@ -37,7 +38,7 @@ func (s *Server) evalsPage(w http.ResponseWriter, r *http.Request, v visit) {
 	case q.Has("saved") && len(st.Suite.Cases) == 0:
 		p.Notice = "The suite is empty: " + p.Model + " has no cases to run."
 	case q.Has("saved"):
-		p.Notice = "The suite is saved: " + itoaPlural(len(st.Suite.Cases), "case", "cases") + "."
+		p.Notice = "The suite is saved: " + words.Count(len(st.Suite.Cases), "case", "cases") + "."
 	case q.Has("ran"):
 		for _, h := range p.Runs.Runs {
 			if h.ID == q.Get("ran") {
@@ -97,7 +98,7 @@ func suiteSummary(st evals.Stored, now time.Time) string {
 	if len(st.Suite.Cases) == 0 {
 		return "No suite yet: write one below, or PUT it to /api/v1/catalog/" + st.Model + "/evals."
 	}
-	text := itoaPlural(len(st.Suite.Cases), "case", "cases") + ", saved"
+	text := words.Count(len(st.Suite.Cases), "case", "cases") + ", saved"
 	if st.UpdatedBy != "" {
 		text += " by " + st.UpdatedBy
 	}

@@ -12,6 +12,7 @@ import (
 	"modelserve/internal/fleet"
 	"modelserve/internal/gateway"
 	"modelserve/internal/plan"
+	"modelserve/internal/words"
 	"modelserve/views"
 )
 
@@ -133,7 +134,7 @@ func nodeViews(pool []plan.Node, fleetNodes []fleet.NodeStatus, reps []fleet.Rep
 		if _, left := byName[fn.Name]; !left {
 			continue
 		}
-		vm := views.Node{Name: fn.Name, CPU: fmt.Sprintf("%d %s", fn.CPUCores, plural(fn.CPUCores, "core", "cores"))}
+		vm := views.Node{Name: fn.Name, CPU: fmt.Sprintf("%d %s", fn.CPUCores, words.Plural(fn.CPUCores, "core", "cores"))}
 		withFleet(&vm, fn, byID)
 		out = append(out, vm)
 	}
@@ -142,8 +143,8 @@ func nodeViews(pool []plan.Node, fleetNodes []fleet.NodeStatus, reps []fleet.Rep
 
 func nodeView(n plan.Node) views.Node {
 	vm := views.Node{
-		Name: n.Name, Local: n.Local, CPU: fmt.Sprintf("%d %s, %.0f GB/s to memory", n.CPUCores, plural(n.CPUCores, "core", "cores"), n.CPUBandwidthGBs),
-		RAM: gbText(n.RAMGB), FreeRAM: gbText(n.FreeRAMGB), Note: n.Note,
+		Name: n.Name, Local: n.Local, CPU: fmt.Sprintf("%d %s, %.0f GB/s to memory", n.CPUCores, words.Plural(n.CPUCores, "core", "cores"), n.CPUBandwidthGBs),
+		RAM: words.GB(n.RAMGB), FreeRAM: words.GB(n.FreeRAMGB), Note: n.Note,
 		Memory: usageBar("RAM", n.RAMGB, n.FreeRAMGB),
 	}
 	for _, g := range n.GPUs {
@@ -151,7 +152,7 @@ func nodeView(n plan.Node) views.Node {
 		if g.BandwidthEstimated {
 			bw += " (estimated)"
 		}
-		ng := views.NodeGPU{Class: g.Class, Count: fmt.Sprint(g.Count), Memory: gbText(g.MemoryGB), Bandwidth: bw}
+		ng := views.NodeGPU{Class: g.Class, Count: fmt.Sprint(g.Count), Memory: words.GB(g.MemoryGB), Bandwidth: bw}
 		for i, free := range g.FreeGB {
 			ng.Bars = append(ng.Bars, usageBar(fmt.Sprintf("%s #%d", g.Class, i), g.MemoryGB, free))
 		}
@@ -164,11 +165,11 @@ func nodeView(n plan.Node) views.Node {
 // counts it (what is free for another replica, once what is promised to
 // those loading is counted), split by replica, and who holds each card.
 func withFleet(vm *views.Node, n fleet.NodeStatus, reps map[string]fleet.Replica) {
-	vm.RAM, vm.FreeRAM = gbText(bytesGB(n.RAMBytes)), gbText(bytesGB(n.FreeBytes))
+	vm.RAM, vm.FreeRAM = words.Size(n.RAMBytes), words.Size(n.FreeBytes)
 	vm.Memory = replicaBar(n, reps)
 	vm.Cards = nil
 	for _, c := range n.GPUs {
-		vm.Cards = append(vm.Cards, views.NodeCard{Name: fmt.Sprintf("#%d %s, %s", c.Index, c.Class, gbText(bytesGB(c.MemoryBytes))), Holder: c.Replica})
+		vm.Cards = append(vm.Cards, views.NodeCard{Name: fmt.Sprintf("#%d %s, %s", c.Index, c.Class, words.Size(c.MemoryBytes)), Holder: c.Replica})
 	}
 }
 
@@ -182,7 +183,7 @@ func replicaBar(n fleet.NodeStatus, reps map[string]fleet.Replica) views.Bar {
 	total := float64(n.RAMBytes)
 	b := views.Bar{Label: "RAM", Capacity: 100}
 	var used int64
-	var words []string
+	var said []string
 	for i, id := range n.Replicas {
 		r, ok := reps[id]
 		if !ok {
@@ -191,20 +192,20 @@ func replicaBar(n fleet.NodeStatus, reps map[string]fleet.Replica) views.Bar {
 		mem, how := replicaMemory(r)
 		used += mem
 		b.Parts = append(b.Parts, views.BarPart{
-			Name: id, Key: fmt.Sprintf("replica-%d", i%4+1), Share: float64(mem) * 100 / total, Text: sizeText(mem) + " " + how,
+			Name: id, Key: fmt.Sprintf("replica-%d", i%4+1), Share: float64(mem) * 100 / total, Text: words.Size(mem) + " " + how,
 		})
-		words = append(words, fmt.Sprintf("%s %s %s", id, sizeText(mem), how))
+		said = append(said, fmt.Sprintf("%s %s %s", id, words.Size(mem), how))
 	}
 	free := min(max(n.FreeBytes, 0), n.RAMBytes)
 	if other := n.RAMBytes - used - free; other > 0 {
-		b.Parts = append(b.Parts, views.BarPart{Name: "other", Key: "used", Share: float64(other) * 100 / total, Text: sizeText(other)})
-		words = append(words, sizeText(other)+" other programs and room held for replicas loading")
+		b.Parts = append(b.Parts, views.BarPart{Name: "other", Key: "used", Share: float64(other) * 100 / total, Text: words.Size(other)})
+		said = append(said, words.Size(other)+" other programs and room held for replicas loading")
 	}
-	b.Parts = append(b.Parts, views.BarPart{Name: "free", Key: "free", Share: float64(free) * 100 / total, Text: gbText(bytesGB(free))})
+	b.Parts = append(b.Parts, views.BarPart{Name: "free", Key: "free", Share: float64(free) * 100 / total, Text: words.Size(free)})
 	if len(n.Replicas) == 0 {
-		words = append([]string{"no replicas"}, words...)
+		said = append([]string{"no replicas"}, said...)
 	}
-	b.Text = fmt.Sprintf("%s; %s free of %s", strings.Join(words, ", "), gbText(bytesGB(free)), gbText(bytesGB(n.RAMBytes)))
+	b.Text = fmt.Sprintf("%s; %s free of %s", strings.Join(said, ", "), words.Size(free), words.Size(n.RAMBytes))
 	if used > n.RAMBytes {
 		b.Over, b.Capacity = true, total*100/float64(used)
 		for i := range b.Parts {
@@ -236,9 +237,9 @@ func replicaView(r fleet.Replica, now time.Time) views.FleetReplica {
 	}
 	switch {
 	case r.RSSBytes > 0:
-		vm.Memory = fmt.Sprintf("%s resident; estimated %s", sizeText(r.RSSBytes), sizeText(r.EstimateBytes))
+		vm.Memory = fmt.Sprintf("%s resident; estimated %s", words.Size(r.RSSBytes), words.Size(r.EstimateBytes))
 	case r.EstimateBytes > 0:
-		vm.Memory = fmt.Sprintf("estimated %s; measured once ready", sizeText(r.EstimateBytes))
+		vm.Memory = fmt.Sprintf("estimated %s; measured once ready", words.Size(r.EstimateBytes))
 	default:
 		vm.Memory = "not known"
 	}
@@ -248,7 +249,7 @@ func replicaView(r fleet.Replica, now time.Time) views.FleetReplica {
 	if r.PID > 0 {
 		vm.Process, vm.PID = fmt.Sprintf("pid %d", r.PID), fmt.Sprint(r.PID)
 		if r.Threads > 0 {
-			vm.Process += fmt.Sprintf(", %d %s", r.Threads, plural(r.Threads, "thread", "threads"))
+			vm.Process += fmt.Sprintf(", %d %s", r.Threads, words.Plural(r.Threads, "thread", "threads"))
 		}
 	}
 	return vm
@@ -275,9 +276,6 @@ func modelStatus(h fleet.ModelHealth) (views.State, string) {
 	return views.StateOf("starting"), replicas
 }
 
-// bytesGB is bytes in GB, for gbText.
-func bytesGB(b int64) float64 { return float64(b) / (1 << 30) }
-
 // usageBar is memory in use against free.
 func usageBar(label string, totalGB, freeGB float64) views.Bar {
 	if totalGB <= 0 {
@@ -288,10 +286,10 @@ func usageBar(label string, totalGB, freeGB float64) views.Bar {
 	return views.Bar{
 		Label: label, Capacity: 100,
 		Parts: []views.BarPart{
-			{Name: "in use", Key: "used", Share: used * 100 / totalGB, Text: gbText(used)},
-			{Name: "free", Key: "free", Share: freeGB * 100 / totalGB, Text: gbText(freeGB)},
+			{Name: "in use", Key: "used", Share: used * 100 / totalGB, Text: words.GB(used)},
+			{Name: "free", Key: "free", Share: freeGB * 100 / totalGB, Text: words.GB(freeGB)},
 		},
-		Text: fmt.Sprintf("%s in use, %s free of %s", gbText(used), gbText(freeGB), gbText(totalGB)),
+		Text: fmt.Sprintf("%s in use, %s free of %s", words.GB(used), words.GB(freeGB), words.GB(totalGB)),
 	}
 }
 
@@ -301,16 +299,16 @@ func loadText(l fleet.Load) string {
 	if l.Deferred > 0 {
 		waiting = fmt.Sprintf("%d waiting", l.Deferred)
 	}
-	text := fmt.Sprintf("%d of %d %s busy, %s", l.SlotsBusy, l.Slots, plural(l.Slots, "slot", "slots"), waiting)
+	text := fmt.Sprintf("%d of %d %s busy, %s", l.SlotsBusy, l.Slots, words.Plural(l.Slots, "slot", "slots"), waiting)
 	if l.Context > 0 {
 		text += fmt.Sprintf("; %d tokens a slot", l.Context)
 	}
 	if l.KVCacheUsage != nil {
-		text += fmt.Sprintf("; KV cache %.0f%% full", *l.KVCacheUsage*100)
+		text += "; KV cache " + words.Percent(*l.KVCacheUsage) + " full"
 	}
 	if seen := l.PromptTokens + l.CachedTokens; seen > 0 || l.PredictedTokens > 0 {
-		text += fmt.Sprintf("; %d prompt tokens read (%.0f%% from its cache), %d generated",
-			seen, float64(l.CachedTokens)*100/float64(max(seen, 1)), l.PredictedTokens)
+		text += fmt.Sprintf("; %d prompt tokens read (%s from its cache), %d generated",
+			seen, words.Percent(float64(l.CachedTokens)/float64(max(seen, 1))), l.PredictedTokens)
 	}
 	return text
 }
@@ -320,16 +318,16 @@ func startView(st fleet.Start, now time.Time) views.FleetStart {
 	vm := views.FleetStart{
 		Replica: st.Replica, File: filepath.Base(st.File),
 		Ready: timeText(st.ReadyAt, now), ReadyISO: st.ReadyAt.UTC().Format(time.RFC3339),
-		Context:  fmt.Sprintf("%d tokens in %d %s", st.Context, st.Slots, plural(st.Slots, "slot", "slots")),
-		Estimate: sizeText(st.EstimateBytes), Measured: sizeText(st.RSSBytes),
+		Context:  fmt.Sprintf("%d tokens in %d %s", st.Context, st.Slots, words.Plural(st.Slots, "slot", "slots")),
+		Estimate: words.Size(st.EstimateBytes), Measured: words.Size(st.RSSBytes),
 	}
 	switch {
 	case st.RSSBytes <= 0 || st.EstimateBytes <= 0:
 		vm.Error = "not known"
 	case st.RSSBytes > st.EstimateBytes:
-		vm.Error = fmt.Sprintf("measured %.0f%% over", float64(st.RSSBytes-st.EstimateBytes)*100/float64(st.EstimateBytes))
+		vm.Error = "measured " + words.Percent(float64(st.RSSBytes-st.EstimateBytes)/float64(st.EstimateBytes)) + " over"
 	default:
-		vm.Error = fmt.Sprintf("measured %.0f%% under", float64(st.EstimateBytes-st.RSSBytes)*100/float64(st.EstimateBytes))
+		vm.Error = "measured " + words.Percent(float64(st.EstimateBytes-st.RSSBytes)/float64(st.EstimateBytes)) + " under"
 	}
 	return vm
 }

@@ -1,13 +1,11 @@
 package handlers
 
 import (
-	"bytes"
+	"context"
 	"net/http"
 	"slices"
 	"strconv"
 	"time"
-
-	"github.com/a-h/templ"
 
 	"modelserve/catalog"
 	"modelserve/internal/fleet"
@@ -25,12 +23,6 @@ const fleetEvery = time.Second
 // that the fleet's figures do not show (a new maximum above what runs).
 const fleetReread = 15 * time.Second
 
-// section is one part of a page, swapped by the event of its name.
-type section struct {
-	name string
-	data []byte
-}
-
 // fleetStream sends the fleet page's sections as they change: first all
 // of them, then each one whose rendering differs from what was last sent.
 // The catalog's scalings and the engine starts live in the database: they
@@ -41,70 +33,24 @@ func (s *Server) fleetStream(w http.ResponseWriter, r *http.Request, v visit) {
 		s.message(w, r, v, http.StatusNotFound, "No fleet", "this modelserve runs no fleet, so there is nothing to follow")
 		return
 	}
-	ctx := r.Context()
-	out := make(chan section)
-	go func() {
-		defer close(out)
-		sent := map[string][]byte{}
-		var (
-			scalings  map[string]catalog.Scaling
-			starts    []fleet.Start
-			modelsKey string
-			readyKey  string
-			readAt    time.Time
-		)
-		tick := time.NewTicker(fleetEvery)
-		defer tick.Stop()
-		for {
-			now := time.Now()
-			if mk, rk := fleetKeys(s.deps.Fleet); mk != modelsKey || rk != readyKey || now.Sub(readAt) >= fleetReread {
-				scalings, starts = s.scalings(ctx), s.recentStarts(ctx)
-				modelsKey, readyKey, readAt = mk, rk, now
-			}
-			p := s.fleetView(now, v.csrf, scalings, starts)
-			for _, sec := range []struct {
-				name string
-				c    func(views.FleetPage) templ.Component
-			}{
-				{"nodes", views.FleetNodes}, {"replicas", views.FleetReplicas},
-				{"models", views.FleetModels}, {"starts", views.FleetStarts},
-			} {
-				data, err := renderString(ctx, sec.c(p))
-				if err != nil {
-					return
-				}
-				if bytes.Equal(sent[sec.name], data) {
-					continue
-				}
-				select {
-				case out <- section{sec.name, data}:
-					sent[sec.name] = data
-				case <-ctx.Done():
-					return
-				}
-			}
-			select {
-			case <-tick.C:
-			case <-ctx.Done():
-				return
-			}
+	var (
+		scalings  map[string]catalog.Scaling
+		starts    []fleet.Start
+		modelsKey string
+		readyKey  string
+		readAt    time.Time
+	)
+	s.pollSections(w, r, fleetEvery, func(ctx context.Context, now time.Time) ([]part, bool) {
+		if mk, rk := fleetKeys(s.deps.Fleet); mk != modelsKey || rk != readyKey || now.Sub(readAt) >= fleetReread {
+			scalings, starts = s.scalings(ctx), s.recentStarts(ctx)
+			modelsKey, readyKey, readAt = mk, rk, now
 		}
-	}()
-	s.streamSections(w, r, out)
-}
-
-// streamSections streams each section sent on out as an event named
-// after it, numbered in order, until the client goes. The producer ends
-// with the request's context; what it was about to send is drained so it
-// never waits on a reader that has gone.
-func (s *Server) streamSections(w http.ResponseWriter, r *http.Request, out <-chan section) {
-	var n uint64
-	streamEach(s.events, w, r, out, func(sec section) ([]byte, string, string, error) {
-		n++
-		return sec.data, sec.name, strconv.FormatUint(n, 10), nil
+		p := s.fleetView(now, v.csrf, scalings, starts)
+		return []part{
+			{"nodes", views.FleetNodes(p)}, {"replicas", views.FleetReplicas(p)},
+			{"models", views.FleetModels(p)}, {"starts", views.FleetStarts(p)},
+		}, true
 	})
-	for range out {
-	}
 }
 
 // fleetKeys sum up what, when it changes, makes the catalog's scalings and

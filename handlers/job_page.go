@@ -13,6 +13,7 @@ import (
 
 	"modelserve/catalog"
 	"modelserve/internal/hf"
+	"modelserve/internal/words"
 	"modelserve/jobs"
 	"modelserve/views"
 )
@@ -274,7 +275,7 @@ func jobView(j jobs.Job, now time.Time, csrf string, meter *rateMeter) views.Job
 		}
 		vm.Timeline = append(vm.Timeline, views.Segment{
 			Name: st.Name, Key: views.StateOf(st.Name).Key, State: views.StateOf(st.State),
-			Took: durationText(d), Share: share, ShareText: percentText(share),
+			Took: durationText(d), Share: share, ShareText: words.Percent(share / 100),
 		})
 	}
 	return vm
@@ -284,8 +285,8 @@ func jobView(j jobs.Job, now time.Time, csrf string, meter *rateMeter) views.Job
 func progressView(st jobs.Step, meter *rateMeter) *views.Progress {
 	p := &views.Progress{
 		Done: st.BytesDone, Total: st.BytesTotal,
-		// The percentage cut down, as the step's own sentence has it.
-		Text: fmt.Sprintf("%s (%d%%)", sizeOfText(st.BytesDone, st.BytesTotal), st.BytesDone*100/st.BytesTotal),
+		// As the step's own sentence has it.
+		Text: fmt.Sprintf("%s (%s)", words.SizeOf(st.BytesDone, st.BytesTotal), words.Percent(float64(st.BytesDone)/float64(st.BytesTotal))),
 		Rate: "—", Left: "—",
 	}
 	if meter == nil {

@@ -10,6 +10,7 @@ import (
 	"modelserve/internal/auth"
 	"modelserve/internal/operr"
 	"modelserve/internal/store"
+	"modelserve/internal/words"
 	"modelserve/views"
 )
 
@@ -81,7 +82,7 @@ func tooMany(wait time.Duration) string {
 	if n > 60 {
 		n, one, many = int(math.Ceil(wait.Minutes())), "minute", "minutes"
 	}
-	return fmt.Sprintf("too many attempts; wait %s and try again", itoaPlural(n, one, many))
+	return fmt.Sprintf("too many attempts; wait %s and try again", words.Count(n, one, many))
 }
 
 // logout ends the session and shows the sign-in page.

@@ -12,6 +12,7 @@ import (
 
 	"modelserve/internal/fleet"
 	"modelserve/internal/mirror"
+	"modelserve/internal/words"
 	"modelserve/jobs"
 	"modelserve/views"
 )
@@ -71,7 +72,7 @@ func (s *Server) mirrorLive(entries []mirror.Entry, csrf string, meters map[stri
 		total += e.Size
 	}
 	if len(entries) > 0 {
-		p.Total = sizeText(total) + " in " + itoaPlural(len(entries), "file", "files") + "."
+		p.Total = words.Size(total) + " in " + words.Count(len(entries), "file", "files") + "."
 	}
 	return p
 }
@@ -115,14 +116,14 @@ func (s *Server) waitingJobs(ctx context.Context, entries []mirror.Entry) map[st
 
 func mirrorView(e mirror.Entry, canRemove bool) views.MirrorFile {
 	f := views.MirrorFile{
-		Model: e.Model, Revision: e.Revision, Path: e.Path, Size: sizeText(e.Size),
+		Model: e.Model, Revision: e.Revision, Path: e.Path, Size: words.Size(e.Size),
 		SHA256: e.SHA256, SHA256Short: shortSum(e.SHA256), State: views.StateOf(string(e.State)), Err: e.Err,
 		// A file being fetched is the job's until it ends.
 		Removable: canRemove && e.State != mirror.Fetching && e.State != mirror.Queued,
 	}
 	if e.State != mirror.Present && e.BytesTotal > 0 {
 		f.Progress = &views.Progress{Done: e.BytesDone, Total: e.BytesTotal, Rate: "—", Left: "—",
-			Text: sizeOfText(e.BytesDone, e.BytesTotal) + " (" + percentText(float64(e.BytesDone)*100/float64(e.BytesTotal)) + ")"}
+			Text: words.SizeOf(e.BytesDone, e.BytesTotal) + " (" + words.Percent(float64(e.BytesDone)/float64(e.BytesTotal)) + ")"}
 	}
 	return f
 }

@@ -1,7 +1,7 @@
 package handlers
 
 import (
-	"bytes"
+	"context"
 	"net/http"
 	"strconv"
 	"strings"
@@ -22,61 +22,36 @@ const mirrorEvery = time.Second
 // walked again (List), and the waiting jobs read, only when a download
 // starts or ends.
 func (s *Server) mirrorStream(w http.ResponseWriter, r *http.Request, v visit) {
-	ctx := r.Context()
-	out := make(chan section)
-	go func() {
-		defer close(out)
-		var (
-			last    []byte
-			keys    = "\x00" // never a real set of keys: the first look lists
-			entries []mirror.Entry
-			waiting map[string][]string
-			meters  = map[string]*rateMeter{}
-		)
-		tick := time.NewTicker(mirrorEvery)
-		defer tick.Stop()
-		for {
-			flights := s.deps.Mirror.Flights()
-			if k := flightKeys(flights); k != keys {
-				list, err := s.deps.Mirror.List(ctx)
-				if err != nil {
-					if ctx.Err() == nil {
-						s.deps.Log.Error("listing the mirror for its page", "err", err)
-					}
-					return // the browser reconnects and tries again
-				}
-				entries, waiting, keys = list, s.waitingJobs(ctx, list), k
-			} else {
-				byKey := make(map[string]mirror.Entry, len(flights))
-				for _, f := range flights {
-					byKey[mirrorKey(f.Entry)] = f.Entry
-				}
-				for i, e := range entries {
-					if f, ok := byKey[mirrorKey(e)]; ok {
-						entries[i] = f
-					}
-				}
-			}
-			data, err := renderString(ctx, views.MirrorLiveView(s.mirrorLive(entries, v.csrf, meters, waiting)))
+	var (
+		keys    = "\x00" // never a real set of keys: the first look lists
+		entries []mirror.Entry
+		waiting map[string][]string
+		meters  = map[string]*rateMeter{}
+	)
+	s.pollSections(w, r, mirrorEvery, func(ctx context.Context, _ time.Time) ([]part, bool) {
+		flights := s.deps.Mirror.Flights()
+		if k := flightKeys(flights); k != keys {
+			list, err := s.deps.Mirror.List(ctx)
 			if err != nil {
-				return
-			}
-			if !bytes.Equal(data, last) {
-				select {
-				case out <- section{"files", data}:
-					last = data
-				case <-ctx.Done():
-					return
+				if ctx.Err() == nil {
+					s.deps.Log.Error("listing the mirror for its page", "err", err)
 				}
+				return nil, false // the browser reconnects and tries again
 			}
-			select {
-			case <-tick.C:
-			case <-ctx.Done():
-				return
+			entries, waiting, keys = list, s.waitingJobs(ctx, list), k
+		} else {
+			byKey := make(map[string]mirror.Entry, len(flights))
+			for _, f := range flights {
+				byKey[mirrorKey(f.Entry)] = f.Entry
+			}
+			for i, e := range entries {
+				if f, ok := byKey[mirrorKey(e)]; ok {
+					entries[i] = f
+				}
 			}
 		}
-	}()
-	s.streamSections(w, r, out)
+		return []part{{"files", views.MirrorLiveView(s.mirrorLive(entries, v.csrf, meters, waiting))}}, true
+	})
 }
 
 // flightKeys names the set of files in flight and their states: when it

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"modelserve/catalog"
+	"modelserve/internal/chat"
 	"modelserve/views"
 )
 
@@ -27,9 +28,9 @@ func (s *Server) playgroundSend(w http.ResponseWriter, r *http.Request, v visit)
 		s.playgroundEmbed(w, r, p, m)
 		return
 	}
-	chat, history := readChat(r, m, &p.Form)
+	in, history := readChat(r, m, &p.Form)
 	p.Turns = history
-	if !chat.ok {
+	if !in.ok {
 		if isFragment(r) {
 			// The form again with its errors, in place of the form.
 			w.Header().Set("HX-Retarget", "#playground-form")
@@ -40,8 +41,8 @@ func (s *Server) playgroundSend(w http.ResponseWriter, r *http.Request, v visit)
 		s.render(w, r, http.StatusOK, views.PlaygroundPageView(p))
 		return
 	}
-	body := chat.body(m.Name)
-	user := views.Turn{Role: "user", Text: chat.message}
+	body := in.body(m.Name)
+	user := views.Turn{Role: "user", Text: in.message}
 	next := p.Form
 	next.Message = ""
 
@@ -61,7 +62,7 @@ func (s *Server) playgroundSend(w http.ResponseWriter, r *http.Request, v visit)
 	}
 
 	meter := newReplyMeter(time.Now())
-	err := s.deps.Gateway.AskStream(r.Context(), "/v1/chat/completions", body, meter.feed)
+	err := s.deps.Gateway.AskStream(r.Context(), chat.CompletionsPath, body, meter.feed)
 	if r.Context().Err() != nil {
 		return // the browser went away; nobody reads the answer
 	}
@@ -81,12 +82,7 @@ type chatInput struct {
 	temperature *float64
 	// history is the conversation before the message, as the engine
 	// reads it.
-	history []chatMessage
-}
-
-type chatMessage struct {
-	Role    string `json:"role"`
-	Content string `json:"content"`
+	history []chat.Message
 }
 
 // readChat reads the form into in and f (what to show again), and the
@@ -135,7 +131,7 @@ func readChat(r *http.Request, m catalog.Model, f *views.PlaygroundForm) (in cha
 		if n := len(in.history); role == "user" && n > 0 && in.history[n-1].Role == "user" {
 			in.history, turns = in.history[:n-1], turns[:n-1]
 		}
-		in.history = append(in.history, chatMessage{Role: role, Content: texts[i]})
+		in.history = append(in.history, chat.Message{Role: role, Content: texts[i]})
 		t := views.Turn{Role: role, Text: texts[i]}
 		if role == "assistant" {
 			t.Reply = views.Reply{Text: texts[i], Done: true}
@@ -148,24 +144,19 @@ func readChat(r *http.Request, m catalog.Model, f *views.PlaygroundForm) (in cha
 // body is the chat request for model: streamed, with the usage at its end
 // for the reply's tokens per second.
 func (in chatInput) body(model string) []byte {
-	var msgs []chatMessage
+	var msgs []chat.Message
 	if in.system != "" {
-		msgs = append(msgs, chatMessage{Role: "system", Content: in.system})
+		msgs = append(msgs, chat.System(in.system))
 	}
 	msgs = append(msgs, in.history...)
 	if n := len(msgs); n > 0 && msgs[n-1].Role == "user" {
 		msgs = msgs[:n-1] // its reply failed; this message stands for it
 	}
-	msgs = append(msgs, chatMessage{Role: "user", Content: in.message})
-	req := map[string]any{
-		"model": model, "messages": msgs, "max_tokens": in.maxTokens, "stream": true,
-		"stream_options": map[string]any{"include_usage": true},
-	}
-	if in.temperature != nil {
-		req["temperature"] = *in.temperature
-	}
-	b, _ := json.Marshal(req)
-	return b
+	msgs = append(msgs, chat.User(in.message))
+	return chat.Request{
+		Model: model, Messages: msgs, MaxTokens: in.maxTokens, Temperature: in.temperature,
+		Stream: true, StreamOptions: &chat.StreamOptions{IncludeUsage: true},
+	}.Body()
 }
 
 // playgroundEmbed embeds the form's text and shows the vector's length and
@@ -177,14 +168,10 @@ func (s *Server) playgroundEmbed(w http.ResponseWriter, r *http.Request, p views
 	if strings.TrimSpace(text) == "" {
 		res.Error = "type a text to embed"
 	} else {
-		body, _ := json.Marshal(map[string]any{"model": m.Name, "input": text})
+		body := chat.Embed(m.Name, text).Body()
 		start := time.Now()
-		var out struct {
-			Data []struct {
-				Embedding []float64 `json:"embedding"`
-			} `json:"data"`
-		}
-		err := s.deps.Gateway.AskStream(r.Context(), "/v1/embeddings", body, func(b []byte) error {
+		var out chat.Embeddings
+		err := s.deps.Gateway.AskStream(r.Context(), chat.EmbeddingsPath, body, func(b []byte) error {
 			return json.Unmarshal(b, &out)
 		})
 		if r.Context().Err() != nil {

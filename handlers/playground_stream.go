@@ -14,7 +14,9 @@ import (
 
 	"github.com/a-h/templ"
 
+	"modelserve/internal/chat"
 	"modelserve/internal/operr"
+	"modelserve/internal/words"
 	"modelserve/views"
 )
 
@@ -47,7 +49,7 @@ func (s *Server) playgroundStream(w http.ResponseWriter, r *http.Request, v visi
 	grew := make(chan struct{}, 1)
 	done := make(chan error, 1)
 	go func() {
-		done <- s.deps.Gateway.AskStream(ctx, "/v1/chat/completions", a.body, func(data []byte) error {
+		done <- s.deps.Gateway.AskStream(ctx, chat.CompletionsPath, a.body, func(data []byte) error {
 			err := meter.feed(data)
 			select {
 			case grew <- struct{}{}:
@@ -154,19 +156,7 @@ func newReplyMeter(start time.Time) *replyMeter { return &replyMeter{start: star
 
 // feed reads one chunk of a streamed answer, or a whole answer.
 func (m *replyMeter) feed(data []byte) error {
-	var c struct {
-		Choices []struct {
-			Delta struct {
-				Content string `json:"content"`
-			} `json:"delta"`
-			Message struct {
-				Content string `json:"content"`
-			} `json:"message"`
-		} `json:"choices"`
-		Usage *struct {
-			CompletionTokens int `json:"completion_tokens"`
-		} `json:"usage"`
-	}
+	var c chat.Completion
 	if err := json.Unmarshal(data, &c); err != nil {
 		return operr.New(operr.Unavailable, "the model's answer was not a chat completion: %.200s", data)
 	}
@@ -208,7 +198,7 @@ func (m *replyMeter) reply(done bool, errText string) views.Reply {
 	// The wall clock, prompt included, as the job's smoke test counts it:
 	// what a client waits for.
 	took := m.end.Sub(m.start)
-	r.Tokens = fmt.Sprintf("%s in %s", itoaPlural(tokens, "token", "tokens"), latencyText(took))
+	r.Tokens = fmt.Sprintf("%s in %s", words.Count(tokens, "token", "tokens"), latencyText(took))
 	if secs := took.Seconds(); secs > 0 {
 		r.TokensPerSecond = formatFloat(float64(tokens) / secs)
 	}

@@ -12,6 +12,7 @@ import (
 	"modelserve/catalog"
 	"modelserve/internal/hf"
 	"modelserve/internal/plan"
+	"modelserve/internal/words"
 	"modelserve/jobs"
 	"modelserve/views"
 )
@@ -251,7 +252,7 @@ func (s *Server) serveReport(ctx context.Context, f *views.ServeForm, pick strin
 		}
 	}
 	for _, p := range rep.Projectors {
-		vm.Projectors = append(vm.Projectors, views.Projector{Path: p.Path, Size: sizeText(p.Size)})
+		vm.Projectors = append(vm.Projectors, views.Projector{Path: p.Path, Size: words.Size(p.Size)})
 	}
 
 	chosen, haveChosen := chooseSet(f, rep, pick, l.planned)
@@ -278,7 +279,7 @@ func (s *Server) serveReport(ctx context.Context, f *views.ServeForm, pick strin
 		if slots <= 0 {
 			ctx, slots = plan.Ask{CtxPool: pool, Embeddings: f.Embeddings}.Shape()
 		}
-		vm.PerSlot = fmt.Sprintf("%d %s of %d tokens each", slots, plural(slots, "slot", "slots"), ctx)
+		vm.PerSlot = fmt.Sprintf("%d %s of %d tokens each", slots, words.Plural(slots, "slot", "slots"), ctx)
 	} else {
 		vm.PerSlot = "Worked out from the model and the memory where it runs"
 	}
@@ -389,7 +390,7 @@ func fitWord(o plan.Option) string {
 
 func setView(set plan.ReportSet, chosen bool) views.Set {
 	vm := views.Set{
-		Name: set.Name, Quant: or(set.Quant, "—"), Format: set.Format, Size: sizeText(set.Bytes),
+		Name: set.Name, Quant: or(set.Quant, "—"), Format: set.Format, Size: words.Size(set.Bytes),
 		Shards: strconv.Itoa(max(set.Shards, 1)), Architecture: set.Architecture, Recommended: set.Recommended,
 		Chosen: chosen, Planned: set.Planned, Note: set.Note, TokensPerSecond: "—",
 	}
@@ -503,21 +504,21 @@ func memoryBar(o plan.Option) views.Bar {
 	b := views.Bar{
 		Label: label, Capacity: float64(room) * 100 / scale, Over: room > 0 && need > room,
 		Parts: []views.BarPart{
-			{Name: "weights", Key: "weights", Share: float64(sz.WeightsBytes) * 100 / scale, Text: sizeText(sz.WeightsBytes)},
-			{Name: "KV cache", Key: "kv", Share: float64(sz.KVBytes) * 100 / scale, Text: sizeText(sz.KVBytes)},
-			{Name: "engine", Key: "engine", Share: float64(engine) * 100 / scale, Text: sizeText(engine)},
+			{Name: "weights", Key: "weights", Share: float64(sz.WeightsBytes) * 100 / scale, Text: words.Size(sz.WeightsBytes)},
+			{Name: "KV cache", Key: "kv", Share: float64(sz.KVBytes) * 100 / scale, Text: words.Size(sz.KVBytes)},
+			{Name: "engine", Key: "engine", Share: float64(engine) * 100 / scale, Text: words.Size(engine)},
 		},
 	}
 	sum := fmt.Sprintf("weights %s + KV cache %s for %d tokens + engine %s = %s",
-		sizeText(sz.WeightsBytes), sizeText(sz.KVBytes), sz.CtxPool, sizeText(engine), sizeText(need))
+		words.Size(sz.WeightsBytes), words.Size(sz.KVBytes), sz.CtxPool, words.Size(engine), words.Size(need))
 	switch {
 	case room <= 0:
 		b.Text = sum + "; the room there is not known"
 	case b.Over:
-		b.Text = fmt.Sprintf("%s, more than the %s %s: %s too much", sum, sizeText(room), where, sizeText(need-room))
+		b.Text = fmt.Sprintf("%s, more than the %s %s: %s too much", sum, words.Size(room), where, words.Size(need-room))
 	default:
-		b.Text = fmt.Sprintf("%s of %s %s: fits, %s left", sum, sizeText(room), where, sizeText(room-need))
-		b.Parts = append(b.Parts, views.BarPart{Name: "free", Key: "free", Share: float64(room-need) * 100 / scale, Text: sizeText(room - need)})
+		b.Text = fmt.Sprintf("%s of %s %s: fits, %s left", sum, words.Size(room), where, words.Size(room-need))
+		b.Parts = append(b.Parts, views.BarPart{Name: "free", Key: "free", Share: float64(room-need) * 100 / scale, Text: words.Size(room - need)})
 	}
 	if sz.Estimated {
 		b.Text += " (estimated: the file's header was not read)"

@@ -8,6 +8,7 @@ import (
 
 	"modelserve/internal/hf"
 	"modelserve/internal/operr"
+	"modelserve/internal/words"
 	"modelserve/views"
 )
 
@@ -53,8 +54,8 @@ func (s *Server) searchModels(r *http.Request) views.ServeSearch {
 	for _, f := range found {
 		ss.Results = append(ss.Results, views.Found{
 			ID: f.ID, Href: "/serve?repo=" + url.QueryEscape(f.ID),
-			Downloads: itoaPlural(int(f.Downloads), "download", "downloads"),
-			Likes:     itoaPlural(int(f.Likes), "like", "likes"),
+			Downloads: words.Count(int(f.Downloads), "download", "downloads"),
+			Likes:     words.Count(int(f.Likes), "like", "likes"),
 			Gated:     f.Gated, Private: f.Private, Local: f.Local,
 		})
 	}

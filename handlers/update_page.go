@@ -10,6 +10,7 @@ import (
 	"modelserve/catalog"
 	"modelserve/internal/hf"
 	"modelserve/internal/updates"
+	"modelserve/internal/words"
 	"modelserve/views"
 )
 
@@ -51,7 +52,7 @@ func (s *Server) updatePage(w http.ResponseWriter, r *http.Request, v visit) {
 		case job != "":
 			p.TrialURL, p.PromoteURL, p.RollBackURL = "/jobs/"+job, base+"/promote", base+"/rollback"
 		case u.State == updates.StateAvailable:
-			p.TryURL, p.Share = base+"/update", percentText(100*s.deps.CanaryShare)
+			p.TryURL, p.Share = base+"/update", words.Percent(s.deps.CanaryShare)
 		}
 	}
 	s.render(w, r, http.StatusOK, views.UpdatePageView(p))
@@ -85,7 +86,7 @@ func stateWord(state string) string {
 // files of "4.4 GB" can differ by a few bytes.
 func bytesText(b int64) string {
 	if b < 1<<10 {
-		return sizeText(b)
+		return words.Size(b)
 	}
-	return sizeText(b) + " (" + strconv.FormatInt(b, 10) + " bytes)"
+	return words.Size(b) + " (" + strconv.FormatInt(b, 10) + " bytes)"
 }

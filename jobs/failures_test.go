@@ -243,7 +243,7 @@ func TestFitsNowhereIsRefusedBeforeTheDownload(t *testing.T) {
 	st, _ := j.Step(StepPlan)
 	want := "big-Q4_K_M does not fit on the CPU: needs "
 	if j.State != Failed || st.State != Failed || !strings.HasPrefix(j.Error, want) ||
-		!strings.Contains(j.Error, "and the most any node has is 102 MB") {
+		!strings.Contains(j.Error, "and the most any node has is 102.4 MB") {
 		t.Fatalf("job ended %s at plan %s: %q; want it refused there: %q…", j.State, st.State, j.Error, want)
 	}
 	if mir, _ := j.Step(StepMirror); mir.State != "" && mir.State != Skipped {

@@ -2,14 +2,15 @@ package jobs
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
 	"time"
 
+	"modelserve/internal/chat"
 	"modelserve/internal/gateway"
 	"modelserve/internal/operr"
+	"modelserve/internal/words"
 )
 
 // Fleet is what a job watches once its model is in the catalog: the
@@ -70,7 +71,7 @@ func (s *Server) waitReady(ctx context.Context, l *live, name string, hardware b
 	for {
 		if h, ok := s.health(name); ok {
 			if h.Parked {
-				return Replica{}, sentencef("it failed to start %s and is parked: %s", plural(h.Failures, "once", fmt.Sprintf("%d times", h.Failures)), h.Reason)
+				return Replica{}, sentencef("it failed to start %s and is parked: %s", words.Plural(h.Failures, "once", fmt.Sprintf("%d times", h.Failures)), h.Reason)
 			}
 			if h.Unplaceable && h.NoHardware {
 				return Replica{}, sentencef("no node can host it:\n%s", h.Placement)
@@ -138,40 +139,25 @@ func (s *Server) smoke(ctx context.Context, name string, embeddings bool) (strin
 	// At temperature 0 with a seed: the same model says the same thing
 	// on every run, so a second serve is no surprise and an empty answer
 	// is the model's, not chance's.
-	body, _ := json.Marshal(map[string]any{
-		"model":       name,
-		"max_tokens":  32,
-		"temperature": 0,
-		"seed":        42,
-		"messages":    []map[string]string{{"role": "user", "content": "Say hello in one short sentence."}},
-	})
+	body := chat.Deterministic(name, 32, 42, chat.User("Say hello in one short sentence.")).Body()
 	start := time.Now()
-	b, err := s.ask(ctx, "/v1/chat/completions", body)
+	b, err := s.ask(ctx, chat.CompletionsPath, body)
 	if err != nil {
 		return "", 0, err
 	}
 	secs := time.Since(start).Seconds()
-	var out struct {
-		Choices []struct {
-			Message struct {
-				Content string `json:"content"`
-			} `json:"message"`
-		} `json:"choices"`
-		Usage struct {
-			CompletionTokens int `json:"completion_tokens"`
-		} `json:"usage"`
-	}
-	if err := json.Unmarshal(b, &out); err != nil || len(out.Choices) == 0 {
+	out, ok := chat.ReadCompletion(b)
+	if !ok {
 		return "", 0, sentencef("the replica's answer was not a completion: %s", clip(b))
 	}
 	// The wall clock, as a client sees it: the prompt, the generation and
 	// the way there. The engine's own figure counts the generation alone
 	// and flattered a replica that took seconds to read the prompt.
 	tps := 0.0
-	if secs > 0 {
+	if secs > 0 && out.Usage != nil {
 		tps = float64(out.Usage.CompletionTokens) / secs
 	}
-	return strings.TrimSpace(out.Choices[0].Message.Content), tps, nil
+	return strings.TrimSpace(out.Text()), tps, nil
 }
 
 // smokeReach is how long the smoke test asks again when no replica
@@ -201,17 +187,12 @@ func (s *Server) ask(ctx context.Context, route string, body []byte) ([]byte, er
 // smokeEmbeddings asks an embedding model for one vector and says its
 // length: an embedding model does not chat.
 func (s *Server) smokeEmbeddings(ctx context.Context, name string) (string, float64, error) {
-	body, _ := json.Marshal(map[string]any{"model": name, "input": "hello"})
-	b, err := s.ask(ctx, "/v1/embeddings", body)
+	b, err := s.ask(ctx, chat.EmbeddingsPath, chat.Embed(name, "hello").Body())
 	if err != nil {
 		return "", 0, err
 	}
-	var out struct {
-		Data []struct {
-			Embedding []float64 `json:"embedding"`
-		} `json:"data"`
-	}
-	if err := json.Unmarshal(b, &out); err != nil || len(out.Data) == 0 || len(out.Data[0].Embedding) == 0 {
+	out, ok := chat.ReadEmbeddings(b)
+	if !ok {
 		return "", 0, sentencef("the replica answered no vector: %s", clip(b))
 	}
 	return fmt.Sprintf("a vector of %d dimensions", len(out.Data[0].Embedding)), 0, nil

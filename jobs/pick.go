@@ -7,6 +7,7 @@ import (
 
 	"modelserve/internal/hf"
 	"modelserve/internal/plan"
+	"modelserve/internal/words"
 )
 
 // defaultQuant is the quantisation served when neither the request nor a
@@ -61,7 +62,7 @@ func pick(repo hf.Repo, req Request) (hf.FileSet, error) {
 	set := match[0]
 	if len(set.Missing) > 0 {
 		return hf.FileSet{}, sentencef("%s is split into %d shards and %s lacks %s %s: it cannot be served whole; pick another file",
-			set.Name, set.Shards, repo.ID, plural(len(set.Missing), "shard", "shards"), joinInts(set.Missing))
+			set.Name, set.Shards, repo.ID, words.Plural(len(set.Missing), "shard", "shards"), joinInts(set.Missing))
 	}
 	return set, nil
 }
@@ -76,7 +77,7 @@ func pickSafetensors(repo hf.Repo, _ Request) (hf.FileSet, error) {
 	set := *original
 	if len(set.Missing) > 0 {
 		return hf.FileSet{}, sentencef("%s is split into %d shards and %s lacks %s %s: it cannot be served whole",
-			set.Name, set.Shards, repo.ID, plural(len(set.Missing), "shard", "shards"), joinInts(set.Missing))
+			set.Name, set.Shards, repo.ID, words.Plural(len(set.Missing), "shard", "shards"), joinInts(set.Missing))
 	}
 	companions := hf.Companions(repo.Files)
 	if !slices.ContainsFunc(companions, func(f hf.File) bool { return f.Path == "config.json" }) {

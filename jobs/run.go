@@ -13,6 +13,7 @@ import (
 	"modelserve/internal/hf"
 	"modelserve/internal/mirror"
 	"modelserve/internal/plan"
+	"modelserve/internal/words"
 )
 
 // pipeline is what one run of a job has learnt so far, step by step.
@@ -160,7 +161,7 @@ func (p *pipeline) registry(ctx context.Context) error {
 		p.s.set(p.l, func(j *Job) { j.Commit = repo.Commit })
 	}
 	p.s.step(p.l, StepRegistry, Done, fmt.Sprintf("%s at %s: %d %s", repo.ID, repo.ShortCommit(),
-		len(repo.Files), plural(len(repo.Files), "file", "files")))
+		len(repo.Files), words.Plural(len(repo.Files), "file", "files")))
 	return nil
 }
 
@@ -269,14 +270,14 @@ func (p *pipeline) choose(ctx context.Context) error {
 	}
 	needs := ""
 	if sz := p.layout.Sizing; p.planned && sz.NeedBytes > 0 {
-		needs = fmt.Sprintf("; needs %s %s", size(sz.NeedBytes), where(p.layout))
+		needs = fmt.Sprintf("; needs %s %s", words.Size(sz.NeedBytes), where(p.layout))
 	}
 	runs := label(p.layout)
 	for _, o := range p.fallbacks {
 		runs += ", else " + label(o)
 	}
 	p.s.step(p.l, StepPlan, Done, fmt.Sprintf("%s, %s in %d %s, revision %s; runs on %s%s",
-		what, size(total), n, plural(n, "file", "files"), p.repo.ShortCommit(), runs, needs))
+		what, words.Size(total), n, words.Plural(n, "file", "files"), p.repo.ShortCommit(), runs, needs))
 	return nil
 }
 
@@ -324,9 +325,9 @@ func (p *pipeline) fetch(ctx context.Context) error {
 	sums := "checksums match the registry"
 	if unchecked > 0 {
 		sums = fmt.Sprintf("checksums match the registry (%d small %s it publishes none for: sizes match)",
-			unchecked, plural(unchecked, "file", "files"))
+			unchecked, words.Plural(unchecked, "file", "files"))
 	}
-	p.s.step(p.l, StepMirror, Done, fmt.Sprintf("%s on the mirror, %s", size(total), sums))
+	p.s.step(p.l, StepMirror, Done, fmt.Sprintf("%s on the mirror, %s", words.Size(total), sums))
 	return nil
 }
 
@@ -334,7 +335,7 @@ func (p *pipeline) check(ctx context.Context) error {
 	if p.req.Format == FormatSafetensors {
 		// vLLM reads the model's shape from its config.json, which came
 		// with the weights.
-		p.s.step(p.l, StepCheck, Done, fmt.Sprintf("%s of weights for vLLM", size(p.set.Bytes)))
+		p.s.step(p.l, StepCheck, Done, fmt.Sprintf("%s of weights for vLLM", words.Size(p.set.Bytes)))
 		return nil
 	}
 	p.s.step(p.l, StepCheck, Running, "reading its header from the mirror")
@@ -397,9 +398,9 @@ func (p *pipeline) check(ctx context.Context) error {
 		}
 	}
 	p.fallbacks = kept
-	basis := fmt.Sprintf("weights %s + KV cache %s for %d tokens + engine %s", size(sz.WeightsBytes), size(sz.KVBytes), sz.CtxPool, size(sz.ComputeBytes))
+	basis := fmt.Sprintf("weights %s + KV cache %s for %d tokens + engine %s", words.Size(sz.WeightsBytes), words.Size(sz.KVBytes), sz.CtxPool, words.Size(sz.ComputeBytes))
 	if sz.ProjectorBytes > 0 {
-		basis += " + projector " + size(sz.ProjectorBytes)
+		basis += " + projector " + words.Size(sz.ProjectorBytes)
 	}
 	if sz.Estimated {
 		basis = "weights plus half again plus two; the header gave no shape"
@@ -407,12 +408,12 @@ func (p *pipeline) check(ctx context.Context) error {
 	if req.MemoryGB > 0 {
 		p.memBytes, basis = int64(req.MemoryGB)<<30, "as asked, in place of "+basis
 	}
-	slots := fmt.Sprintf("%d %s of %d tokens", sz.Slots, plural(sz.Slots, "slot", "slots"), sz.ContextLength)
+	slots := fmt.Sprintf("%d %s of %d tokens", sz.Slots, words.Plural(sz.Slots, "slot", "slots"), sz.ContextLength)
 	if sz.Shrunk {
 		slots += ", cut to fit"
 	}
 	p.s.step(p.l, StepCheck, Done, fmt.Sprintf("%s, needs %s %s (%s); %s",
-		or(h.Architecture, "architecture not read"), size(p.memBytes), where(p.layout), basis, slots))
+		or(h.Architecture, "architecture not read"), words.Size(p.memBytes), where(p.layout), basis, slots))
 	return nil
 }
 
@@ -513,7 +514,7 @@ func (p *pipeline) addToCatalog(ctx context.Context) (bool, error) {
 		p.s.step(p.l, StepCatalog, Done, p.name+" added on demand: it loads when first asked for")
 		return false, nil
 	}
-	p.s.step(p.l, StepCatalog, Done, fmt.Sprintf("%s added, %d %s", p.name, req.Replicas, plural(req.Replicas, "replica", "replicas")))
+	p.s.step(p.l, StepCatalog, Done, fmt.Sprintf("%s added, %d %s", p.name, req.Replicas, words.Plural(req.Replicas, "replica", "replicas")))
 	return true, nil
 }
 

@@ -19,6 +19,7 @@ import (
 	"log/slog"
 	"modelserve/internal/canary"
 	"modelserve/internal/operr"
+	"modelserve/internal/words"
 	"runtime/debug"
 	"slices"
 	"sync"
@@ -486,7 +487,7 @@ func (s *Server) progress(l *live, done, total int64) {
 	l.lastProgress = now
 	st := &l.job.Steps[i]
 	st.BytesDone, st.BytesTotal, st.At = done, total, now.UTC()
-	st.Detail = fmt.Sprintf("fetching: %s (%d%%)", sizeOf(done, total), done*100/total)
+	st.Detail = fmt.Sprintf("fetching: %s (%s)", words.SizeOf(done, total), words.Percent(float64(done)/float64(total)))
 	s.publishLocked(l, i)
 }
 

@@ -9,6 +9,7 @@ import (
 	"modelserve/internal/hf"
 	"modelserve/internal/operr"
 	"modelserve/internal/updates"
+	"modelserve/internal/words"
 )
 
 // The trial of an update, once its canary answers the smoke test:
@@ -172,7 +173,7 @@ func (s *Server) watch(ctx context.Context, l *live, p *pipeline) (v canary.Verd
 		switch v {
 		case canary.Wait:
 			s.step(l, StepCanary, Running, fmt.Sprintf("%s of %s's requests: %s; failed: %d of its %d, against %d of the current version's %d",
-				pct(p.req.Share), of, why, n.Failed, n.Requests, c.Failed, c.Requests))
+				words.Percent(p.req.Share), of, why, n.Failed, n.Requests, c.Failed, c.Requests))
 		case canary.RollBack:
 			s.step(l, StepCanary, Failed, why)
 			return v, why, false, nil
@@ -288,5 +289,3 @@ func isNotFound(err error) bool {
 	e, ok := operr.As(err)
 	return ok && e.Kind == operr.NotFound
 }
-
-func pct(f float64) string { return fmt.Sprintf("%.0f%%", 100*f) }

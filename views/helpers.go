@@ -70,13 +70,6 @@ func clamp(v float64) float64 {
 
 func itoa(n int) string { return fmt.Sprint(n) }
 
-func pluralWord(n int, one, many string) string {
-	if n == 1 {
-		return one
-	}
-	return many
-}
-
 // joinLines is a log's lines as one text, for a <pre>.
 func joinLines(lines []string) string { return strings.Join(lines, "\n") }
 

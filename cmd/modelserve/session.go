@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"modelserve/internal/auth"
+	"modelserve/internal/words"
 )
 
 // sessionCmd runs `modelserve session list|revoke`: who is signed in to
@@ -72,7 +73,7 @@ func sessionCmd(ctx context.Context, args []string, getenv func(string) string, 
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(stderr, "%s of %s ended\n", itoaPlural(n, "session", "sessions"), user)
+		fmt.Fprintf(stderr, "%s of %s ended\n", words.Count(n, "session", "sessions"), user)
 	default:
 		if err := sessions.Revoke(ctx, fs.Arg(0)); err != nil {
 			return err
@@ -117,15 +118,8 @@ func keysCmd(ctx context.Context, args []string, getenv func(string) string, std
 		return err
 	}
 	fmt.Fprintf(stderr, "new session keys in %s; %s ended, so everyone signs in again (a running server uses the new keys from its next start)\n",
-		file, itoaPlural(n, "session", "sessions"))
+		file, words.Count(n, "session", "sessions"))
 	return nil
 }
 
 func when(t time.Time) string { return t.Local().Format(time.DateTime) }
-
-func itoaPlural(n int, one, many string) string {
-	if n == 1 {
-		return "1 " + one
-	}
-	return fmt.Sprintf("%d %s", n, many)
-}

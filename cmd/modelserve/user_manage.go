@@ -6,6 +6,7 @@ import (
 	"io"
 
 	"modelserve/internal/auth"
+	"modelserve/internal/words"
 )
 
 // userPasswd gives a user a new password, from the first line of standard
@@ -24,7 +25,7 @@ func userPasswd(ctx context.Context, users *auth.Users, name string, stdin io.Re
 	if generated {
 		fmt.Fprintln(stdout, password)
 	}
-	fmt.Fprintf(stderr, "password of %q changed; %s ended", name, itoaPlural(n, "session", "sessions"))
+	fmt.Fprintf(stderr, "password of %q changed; %s ended", name, words.Count(n, "session", "sessions"))
 	if generated {
 		fmt.Fprint(stderr, "; the password above is shown only this once")
 	}
@@ -38,6 +39,6 @@ func userRemove(ctx context.Context, users *auth.Users, name string, stderr io.W
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stderr, "user %q removed; %s ended\n", name, itoaPlural(n, "session", "sessions"))
+	fmt.Fprintf(stderr, "user %q removed; %s ended\n", name, words.Count(n, "session", "sessions"))
 	return nil
 }

@@ -10,6 +10,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"modelserve/internal/words"
 )
 
 // Arm is what one version's requests did over the window.
@@ -82,7 +84,7 @@ func (v Verdict) String() string {
 func (p Policy) Judge(cur, can Arm, elapsed time.Duration) (Verdict, string) {
 	errorsWorse := can.Failed > 0 && can.ErrorRate() > cur.ErrorRate()+p.ErrorMargin
 	errorsSaid := fmt.Sprintf("its error rate is %s (%d of %d requests) against %s for the current version",
-		pct(can.ErrorRate()), can.Failed, can.Requests, pct(cur.ErrorRate()))
+		words.Percent(can.ErrorRate()), can.Failed, can.Requests, words.Percent(cur.ErrorRate()))
 	if errorsWorse && can.Failed >= p.FailFast {
 		return RollBack, errorsSaid
 	}
@@ -106,7 +108,7 @@ func (p Policy) Judge(cur, can Arm, elapsed time.Duration) (Verdict, string) {
 		return Promote, fmt.Sprintf("no request reached it in %s, so it is promoted on its eval and smoke test alone", span(p.Window))
 	}
 	s := fmt.Sprintf("no worse than the current version over %d requests: errors %s against %s", can.Requests,
-		pct(can.ErrorRate()), pct(cur.ErrorRate()))
+		words.Percent(can.ErrorRate()), words.Percent(cur.ErrorRate()))
 	if timed {
 		s += fmt.Sprintf(", first token %s against %s, %.1f tokens/s against %.1f", can.TTFT.Round(time.Millisecond),
 			cur.TTFT.Round(time.Millisecond), can.TokensPerSecond, cur.TokensPerSecond)
@@ -133,8 +135,6 @@ func JudgeEval(cur, can Eval) (Verdict, string) {
 	}
 	return Promote, said
 }
-
-func pct(f float64) string { return fmt.Sprintf("%.1f%%", 100*f) }
 
 // span is a duration to the second as people write it: 30m, 1h30m, 45s.
 func span(d time.Duration) string {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"modelserve/catalog"
+	"modelserve/internal/chat"
 	"modelserve/internal/operr"
 )
 
@@ -394,52 +395,28 @@ func (r *Runner) failure(target string, c Case, err error) string {
 	return "the request failed; the server's log says why"
 }
 
-// chatRequest is a chat case's request: deterministic (temperature 0, a
-// fixed seed) and not streamed.
-type chatRequest struct {
-	Model       string        `json:"model"`
-	Messages    []chatMessage `json:"messages"`
-	MaxTokens   int           `json:"max_tokens"`
-	Temperature float64       `json:"temperature"`
-	Seed        int           `json:"seed"`
-	Stream      bool          `json:"stream"`
-}
-
-type chatMessage struct {
-	Role    string `json:"role"`
-	Content string `json:"content"`
-}
-
 // chat asks a chat case and judges the answer.
 func (r *Runner) chat(ctx context.Context, target string, c Case) (answer string, pass bool, reason string, err error) {
 	if c.unjudged != "" {
 		// Its answer could not be judged: the model is not asked.
 		return "", false, "not asked: " + c.unjudged, nil
 	}
-	req := chatRequest{Model: target, MaxTokens: c.Tokens(), Temperature: 0, Seed: Seed}
+	// Deterministic and not streamed: a case's answer is the model's,
+	// the same on every run.
+	var msgs []chat.Message
 	if c.System != "" {
-		req.Messages = append(req.Messages, chatMessage{Role: "system", Content: c.System})
+		msgs = append(msgs, chat.System(c.System))
 	}
-	req.Messages = append(req.Messages, chatMessage{Role: "user", Content: c.Prompt})
-	body, err := json.Marshal(req)
+	msgs = append(msgs, chat.User(c.Prompt))
+	b, err := r.deps.Asker.Ask(ctx, chat.CompletionsPath, chat.Deterministic(target, c.Tokens(), Seed, msgs...).Body())
 	if err != nil {
 		return "", false, "", err
 	}
-	b, err := r.deps.Asker.Ask(ctx, "/v1/chat/completions", body)
-	if err != nil {
-		return "", false, "", err
-	}
-	var out struct {
-		Choices []struct {
-			Message struct {
-				Content string `json:"content"`
-			} `json:"message"`
-		} `json:"choices"`
-	}
-	if err := json.Unmarshal(b, &out); err != nil || len(out.Choices) == 0 {
+	out, ok := chat.ReadCompletion(b)
+	if !ok {
 		return string(b), false, "the answer is not a chat completion: " + operr.Quote(string(b)), nil
 	}
-	answer = out.Choices[0].Message.Content
+	answer = out.Text()
 	pass, reason = c.judge(ctx, answer, &r.judging)
 	return answer, pass, reason, nil
 }
@@ -448,20 +425,11 @@ func (r *Runner) chat(ctx context.Context, target string, c Case) (answer string
 // in one request, and judges them.
 func (r *Runner) similarity(ctx context.Context, target string, c Case) (answer string, pass bool, reason string, err error) {
 	s := c.Expect.Similarity
-	body, err := json.Marshal(map[string]any{"model": target, "input": []string{s.Anchor, s.Closer, s.Farther}})
+	b, err := r.deps.Asker.Ask(ctx, chat.EmbeddingsPath, chat.Embed(target, s.Anchor, s.Closer, s.Farther).Body())
 	if err != nil {
 		return "", false, "", err
 	}
-	b, err := r.deps.Asker.Ask(ctx, "/v1/embeddings", body)
-	if err != nil {
-		return "", false, "", err
-	}
-	var out struct {
-		Data []struct {
-			Index     int       `json:"index"`
-			Embedding []float64 `json:"embedding"`
-		} `json:"data"`
-	}
+	var out chat.Embeddings
 	if err := json.Unmarshal(b, &out); err != nil || len(out.Data) != 3 {
 		return clipText(string(b), MaxAnswer), false, "the answer is not three embeddings: " + operr.Quote(string(b)), nil
 	}

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"modelserve/catalog"
+	"modelserve/internal/words"
 )
 
 // On demand: a model whose catalog entry keeps no replica (Scaling.Min 0)
@@ -144,7 +145,7 @@ func surplusReason(m catalog.Model, want int) string {
 	case want == 0:
 		return fmt.Sprintf("no request for %s in %s: stopped until it is asked for again", m.Name, idleAfter(m))
 	case want > m.Scaling.Min:
-		return fmt.Sprintf("%s needs %d %s for its requests now", m.Name, want, plural(want, "replica", "replicas"))
+		return fmt.Sprintf("%s needs %d %s for its requests now", m.Name, want, words.Plural(want, "replica", "replicas"))
 	}
-	return fmt.Sprintf("%s is to keep %d %s", m.Name, want, plural(want, "replica", "replicas"))
+	return fmt.Sprintf("%s is to keep %d %s", m.Name, want, words.Plural(want, "replica", "replicas"))
 }

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"modelserve/internal/words"
 )
 
 // A replica is retired by draining it, as a proxy retires a backend: it
@@ -56,8 +58,8 @@ func (f *Fleet) retireLocked(r *replica, why string) {
 		r.cancel()
 		return
 	}
-	r.state, r.detail = Draining, why+fmt.Sprintf("; draining: waiting for %d %s in flight to end",
-		r.holds, plural(r.holds, "request", "requests"))
+	r.state, r.detail = Draining, why+fmt.Sprintf("; draining: waiting for %s in flight to end",
+		words.Count(r.holds, "request", "requests"))
 	r.log.Note("modelserve: " + r.detail)
 	r.why = why
 	r.drain = time.AfterFunc(f.opts.DrainTimeout, func() {
@@ -66,8 +68,8 @@ func (f *Fleet) retireLocked(r *replica, why string) {
 		if r.state != Draining {
 			return
 		}
-		r.state, r.detail = Stopping, fmt.Sprintf("%s; stopped with %d %s still in flight: %s of draining, the longest an answer may take, passed",
-			r.why, r.holds, plural(r.holds, "request", "requests"), f.opts.DrainTimeout)
+		r.state, r.detail = Stopping, fmt.Sprintf("%s; stopped with %s still in flight: %s of draining, the longest an answer may take, passed",
+			r.why, words.Count(r.holds, "request", "requests"), f.opts.DrainTimeout)
 		r.log.Note("modelserve: " + r.detail)
 		f.log.Warn("a draining replica is stopped with requests in flight", "replica", r.id, "requests", r.holds, "drain_timeout", f.opts.DrainTimeout)
 		r.cancel()

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"modelserve/catalog"
+	"modelserve/internal/words"
 )
 
 // modelState is what the fleet remembers of a model between passes.
@@ -186,13 +187,6 @@ func compareIDs(a, b string) int {
 	na, _ := strconv.Atoi(a[strings.LastIndexByte(a, '-')+1:])
 	nb, _ := strconv.Atoi(b[strings.LastIndexByte(b, '-')+1:])
 	return cmp.Or(cmp.Compare(na, nb), strings.Compare(a, b))
-}
-
-func plural(n int, one, many string) string {
-	if n == 1 {
-		return one
-	}
-	return many
 }
 
 // stateLocked is the model's state, fresh for a model new to the fleet or
@@ -403,11 +397,11 @@ func (f *Fleet) placeLocked(ctx context.Context, m catalog.Model, caps []Capacit
 // memLine says why a node has no room for need bytes.
 func memLine(node string, need int64, a account) string {
 	if a.cap.RAMBytes < need {
-		return fmt.Sprintf("node %s: needs %s, it has %s in all", node, gb(need), gb(a.cap.RAMBytes))
+		return fmt.Sprintf("node %s: needs %s, it has %s in all", node, words.Size(need), words.Size(a.cap.RAMBytes))
 	}
-	s := fmt.Sprintf("node %s: needs %s, %s free", node, gb(need), gb(a.free))
+	s := fmt.Sprintf("node %s: needs %s, %s free", node, words.Size(need), words.Size(a.free))
 	for _, r := range a.holders {
-		s += fmt.Sprintf("; replica %s of %s uses %s", r.id, r.model, gb(r.memBytes))
+		s += fmt.Sprintf("; replica %s of %s uses %s", r.id, r.model, words.Size(r.memBytes))
 		if r.stopping {
 			s += " (stopping)"
 		}
@@ -423,22 +417,15 @@ func cardLine(node string, p catalog.Profile, a account, fit, free int) string {
 	want := max(p.GPUsPerNode, 1)
 	if fit < want {
 		return fmt.Sprintf("node %s: needs %d %s %s with %s each, it has %d", node, want, p.GPUClass,
-			plural(want, "card", "cards"), gb((p.Memory())/int64(want)), fit)
+			words.Plural(want, "card", "cards"), words.Size((p.Memory())/int64(want)), fit)
 	}
-	s := fmt.Sprintf("node %s: needs %d %s %s, %d free", node, want, p.GPUClass, plural(want, "card", "cards"), free)
+	s := fmt.Sprintf("node %s: needs %d %s %s, %d free", node, want, p.GPUClass, words.Plural(want, "card", "cards"), free)
 	for _, r := range a.holders {
 		if len(r.cards) > 0 {
 			s += fmt.Sprintf("; replica %s of %s uses %d", r.id, r.model, len(r.cards))
 		}
 	}
 	return s
-}
-
-// gb is bytes in GB for a sentence: "9 GB", "5.5 GB".
-func gb(b int64) string {
-	v := float64(b) / (1 << 30)
-	s := strconv.FormatFloat(v, 'f', 1, 64)
-	return strings.TrimSuffix(s, ".0") + " GB"
 }
 
 // makeRoomLocked finds room for m that replicas stopping will give back,

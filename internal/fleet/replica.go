@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"modelserve/internal/words"
 )
 
 // replica is one copy of a model, from its placement until its engine has
@@ -345,7 +347,7 @@ func (f *Fleet) failed(r *replica, out outcome, why string) (wait time.Duration,
 	if st.parked {
 		f.log.Error("model parked", "model", r.model, "failures", st.failedStarts, "reason", st.reason)
 		r.log.Note(fmt.Sprintf("modelserve: %s; %s is parked after %d failed %s in a row", why, r.model,
-			st.failedStarts, plural(st.failedStarts, "start", "starts")))
+			st.failedStarts, words.Plural(st.failedStarts, "start", "starts")))
 		return 0, true
 	}
 	wait = f.opts.Backoff << min(max(st.failedStarts-1, 0), 6)

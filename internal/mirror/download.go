@@ -13,13 +13,13 @@ import (
 	"os"
 	"path"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
 
 	"modelserve/internal/hf"
+	"modelserve/internal/words"
 )
 
 // bufSize is what one read from the network may fill before the bytes go to
@@ -87,7 +87,7 @@ func (m *Mirror) fetchFile(ctx context.Context, fl *flight) (string, error) {
 			if oe, ok := operr.As(r.err); ok {
 				kind = oe.Kind
 			}
-			return "", operr.Wrap(kind, r.err, "%s could not be fetched in %s: %s", name, plural(try, "try", "tries"), r.err)
+			return "", operr.Wrap(kind, r.err, "%s could not be fetched in %s: %s", name, words.Count(try, "try", "tries"), r.err)
 		}
 		wait := m.opts.Backoff
 		for i := 1; i < try && wait < time.Minute; i++ {
@@ -482,11 +482,4 @@ func writeErr(what, name string, err error) error {
 
 func sizeMismatch(name string, got, want int64) error {
 	return operr.New(operr.Refused, "%s is %d bytes at the registry, and the registry published %d; it was not kept", name, got, want)
-}
-
-func plural(n int, one, many string) string {
-	if n == 1 {
-		return "1 " + one
-	}
-	return strconv.Itoa(n) + " " + many
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"modelserve/internal/operr"
+	"modelserve/internal/words"
 	"net/url"
 	"os"
 	"path"
@@ -333,10 +334,10 @@ func (m *Mirror) checkSpaceLocked(files []File, locals []string) error {
 	if room < need {
 		held := ""
 		if promised > 0 {
-			held = fmt.Sprintf(" once the %s the fetches under way will still write are set aside", bytesText(promised))
+			held = fmt.Sprintf(" once the %s the fetches under way will still write are set aside", words.Size(promised))
 		}
 		return operr.New(operr.Unavailable, "the mirror's disk needs %s free to fetch %s, and has %s%s: free some space (the mirror page removes files), or give --data a larger disk",
-			bytesText(need), strings.Join(models, ", "), bytesText(max(room, 0)), held)
+			words.Size(need), strings.Join(models, ", "), words.Size(max(room, 0)), held)
 	}
 	return nil
 }
@@ -357,17 +358,3 @@ func short(sum string) string {
 
 // errStalled cancels a try on which no byte arrived for StallTimeout.
 var errStalled = errors.New("stalled")
-
-// bytesText is a size in the unit that fits it: "1.5 GB", "310.0 MB",
-// "12.0 KB"; "0.0 GB" said nothing of a small file.
-func bytesText(b int64) string {
-	switch {
-	case b >= 1<<30:
-		return fmt.Sprintf("%.1f GB", float64(b)/(1<<30))
-	case b >= 1<<20:
-		return fmt.Sprintf("%.1f MB", float64(b)/(1<<20))
-	case b >= 1<<10:
-		return fmt.Sprintf("%.1f KB", float64(b)/(1<<10))
-	}
-	return fmt.Sprintf("%d bytes", b)
-}

@@ -372,7 +372,7 @@ func TestFetchRefusesWhatWillNotFit(t *testing.T) {
 	}{
 		{name: "nothing fetched yet", free: 21 << 30 / 10, want: "the mirror's disk needs 4.9 GB free to fetch tiny, and has 2.1 GB: free some space (the mirror page removes files), or give --data a larger disk"},
 		{name: "a partial file counts", partial: 3 << 30, free: 15 << 30 / 10, want: "the mirror's disk needs 1.8 GB free to fetch tiny, and has 1.5 GB: free some space (the mirror page removes files), or give --data a larger disk"},
-		{name: "small figures in a unit that fits", partial: size - 1<<20, free: 300 << 10, want: "the mirror's disk needs 1.0 MB free to fetch tiny, and has 300.0 KB: free some space (the mirror page removes files), or give --data a larger disk"},
+		{name: "small figures in a unit that fits", partial: size - 1<<20, free: 300 << 10, want: "the mirror's disk needs 1 MB free to fetch tiny, and has 300 KB: free some space (the mirror page removes files), or give --data a larger disk"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			srv := newHub(t)

@@ -29,6 +29,7 @@ import (
 	"sync"
 
 	"modelserve/internal/hf"
+	"modelserve/internal/words"
 )
 
 // Formats and engines an option names.
@@ -159,12 +160,12 @@ func round2(gb float64) float64 { return math.Round(gb*100) / 100 }
 // A100-80GB cards (weights 69.9 GB + KV cache 10.0 GB for 32768 tokens +
 // engine 1.1 GB)".
 func (o Option) MemoryText() string {
-	basis := fmt.Sprintf("weights %.1f GB + KV cache %.1f GB for %d tokens + engine %.1f GB",
-		o.WeightsGB, o.KVGB, o.Context, o.OverheadGB)
+	basis := fmt.Sprintf("weights %s + KV cache %s for %d tokens + engine %s",
+		words.GB(o.WeightsGB), words.GB(o.KVGB), o.Context, words.GB(o.OverheadGB))
 	if o.Estimated {
-		basis = fmt.Sprintf("weights %.1f GB plus half again plus two; the header gave no shape", o.WeightsGB)
+		basis = fmt.Sprintf("weights %s plus half again plus two; the header gave no shape", words.GB(o.WeightsGB))
 	}
-	return fmt.Sprintf("%.1f GB %s (%s)", o.NeedGB, o.onWhat(), basis)
+	return fmt.Sprintf("%s %s (%s)", words.GB(o.NeedGB), o.onWhat(), basis)
 }
 
 // onWhat is where the memory is needed, for sentences.
@@ -664,9 +665,9 @@ func placeGPU(o Option, active float64, s *shape, weights int64, pl Plan, nodes 
 		rate *= float64(max(o.GPUsPerNode, 1))
 	}
 	o.TokensPerSecond = tokensPerSecond(rate, active)
-	busy := fmt.Sprintf("no node has %d %s card(s) with %.1f GB free each", o.GPUsPerNode, o.Class, o.NeedGB)
-	nowhere := fmt.Sprintf("needs %.1f GB a card with a %d-token pool; %s %s has %.0f GB",
-		o.NeedGB, o.Context, article(o.Class), o.Class, mem*usable)
+	busy := fmt.Sprintf("no node has %d %s card(s) with %s free each", o.GPUsPerNode, o.Class, words.GB(o.NeedGB))
+	nowhere := fmt.Sprintf("needs %s a card with a %d-token pool; %s %s has %s",
+		words.GB(o.NeedGB), o.Context, article(o.Class), o.Class, words.GB(mem*usable))
 	switch {
 	case mem*usable < o.NeedGB:
 	case max(o.Nodes, 1) > 1:

@@ -12,6 +12,7 @@ import (
 	"modelserve/internal/ggufgen"
 	"modelserve/internal/hf"
 	"modelserve/internal/hubtest"
+	"modelserve/internal/words"
 )
 
 // Pools the plans are made for, as nodes files declare them.
@@ -63,10 +64,10 @@ func TestPlanRecommends(t *testing.T) {
 			},
 			req:  Request{Context: 65536},
 			want: "Llama-3.1-70B-Instruct-Q8_0", label: "2×A100-80GB",
-			reason: "Q8_0 is the best quality in the repository, and it fits: %s GB with a 65536-token pool on 2 A100-80GB cards",
+			reason: "Q8_0 is the best quality in the repository, and it fits: %s with a 65536-token pool on 2 A100-80GB cards",
 			check: func(t *testing.T, pl Plan) {
 				one := option(t, pl, "Llama-3.1-70B-Instruct-Q8_0", "1×A100-80GB")
-				if one.Fit != FitsNowhere || !regexp.MustCompile(`^does not fit on an A100-80GB: needs \d+\.\d GB on the card for a 65536-token pool \(16 slots of 4096\), and the most any node has is 80\.0 GB$`).MatchString(one.Why) {
+				if one.Fit != FitsNowhere || !regexp.MustCompile(`^does not fit on an A100-80GB: needs \d+\.\d GB on the card for a 65536-token pool \(16 slots of 4096\), and the most any node has is 80 GB$`).MatchString(one.Why) {
 					t.Errorf("one card: fit %q, why %q; want it refused for its memory", one.Fit, one.Why)
 				}
 				// The weights and a 65536-token cache are more than a card;
@@ -80,14 +81,14 @@ func TestPlanRecommends(t *testing.T) {
 			name:  "8B at 32768 tokens: F16 fits a 24 GB card",
 			nodes: l4Node, files: llama8B, req: Request{Context: 32768},
 			want: "Llama-3.1-8B-Instruct-F16", label: "1×L4",
-			reason: "F16 is the best quality in the repository, and it fits: %s GB with a 32768-token pool on an L4",
+			reason: "F16 is the best quality in the repository, and it fits: %s with a 32768-token pool on an L4",
 		},
 		{
 			name:  "8B at 131072 tokens: only Q4_K_M leaves the card room for the cache",
 			nodes: l4Node, files: llama8B, req: Request{Context: 131072},
 			want: "Llama-3.1-8B-Instruct-Q4_K_M", label: "1×L4",
-			reason: "Q4_K_M is the best quality that fits: %s GB with a 131072-token pool on an L4; " +
-				"Q8_0 needs %s GB and no card holds it",
+			reason: "Q4_K_M is the best quality that fits: %s with a 131072-token pool on an L4; " +
+				"Q8_0 needs %s and no card holds it",
 			check: func(t *testing.T, pl Plan) {
 				for _, q := range []string{"Q8_0", "F16"} {
 					if o := option(t, pl, "Llama-3.1-8B-Instruct-"+q, "1×L4"); o.Fit != FitsNowhere || o.LongestContext >= 131072 {
@@ -105,7 +106,7 @@ func TestPlanRecommends(t *testing.T) {
 				{"Qwen2.5-7B-Instruct-Q8_0.gguf", withType(ggufgen.Qwen7B(), ggufgen.Q8_0)},
 			},
 			want: "Qwen2.5-7B-Instruct-Q8_0", label: "CPU",
-			reason: "Q8_0 is the best quality in the repository, and it fits: %s GB with a 16384-token pool on the CPU",
+			reason: "Q8_0 is the best quality in the repository, and it fits: %s with a 16384-token pool on the CPU",
 			check: func(t *testing.T, pl Plan) {
 				if i := slices.IndexFunc(pl.Options, func(o Option) bool { return !o.CPU }); i >= 0 {
 					t.Errorf("a pool without cards offered %s", pl.Options[i].Label())
@@ -124,7 +125,7 @@ func TestPlanRecommends(t *testing.T) {
 			nodes: cpuNode,
 			files: []repoFile{{"tiny-embedder-F32.gguf", embedder()}},
 			want:  "tiny-embedder-F32", label: "CPU",
-			reason: "F32 is the only GGUF file in the repository, and it fits: %s GB with a 16384-token pool on the CPU",
+			reason: "F32 is the only GGUF file in the repository, and it fits: %s with a 16384-token pool on the CPU",
 			check: func(t *testing.T, pl Plan) {
 				rec, _ := pl.Recommended()
 				if !pl.Embedding || pl.Context != 32768 || pl.Parallel != 32 || rec.TokensPerSecond != 0 || rec.LongestContext != 512 {
@@ -138,7 +139,7 @@ func TestPlanRecommends(t *testing.T) {
 			nodes: t4Node,
 			files: []repoFile{{"tiny-F16.gguf", tiny(ggufgen.F16)}},
 			want:  "tiny-F16", label: "1×T4",
-			reason: "F16 is the only GGUF file in the repository, and it fits: %s GB with a 16384-token pool on a T4",
+			reason: "F16 is the only GGUF file in the repository, and it fits: %s with a 16384-token pool on a T4",
 		},
 		{
 			name:  "F32 is left aside while anything else fits",
@@ -146,13 +147,13 @@ func TestPlanRecommends(t *testing.T) {
 			files: []repoFile{{"tiny-F32.gguf", tiny(ggufgen.F32)}, {"tiny-F16.gguf", tiny(ggufgen.F16)}},
 			want:  "tiny-F16", label: "1×T4",
 			reason: "F16 is the best quality that fits short of F32, which is served only when nothing else exists: " +
-				"%s GB with a 16384-token pool on a T4",
+				"%s with a 16384-token pool on a T4",
 		},
 		{
 			name:  "nothing fits a small pool",
 			nodes: cpuNode,
 			files: []repoFile{{"Llama-3.1-70B-Instruct-Q4_K_M.gguf", ggufgen.Llama70B()}},
-			reason: "no file fits this pool with a 16384-token pool: the smallest, Q4_K_M, needs %s GB, more than " +
+			reason: "no file fits this pool with a 16384-token pool: the smallest, Q4_K_M, needs %s, more than " +
 				"any node's memory or any card of the pool holds; ask for a shorter context, or add a node that holds it",
 		},
 	}
@@ -171,12 +172,12 @@ func TestPlanRecommends(t *testing.T) {
 			if got := rec.Artifact + " " + rec.Label(); ok != (tc.want != "") || (ok && got != tc.want+" "+tc.label) {
 				t.Fatalf("recommended %q (%v); want %q\noptions: %s", got, ok, tc.want+" "+tc.label, strings.Join(labels(pl.Options), "\n"))
 			}
-			pattern := "^" + strings.ReplaceAll(regexp.QuoteMeta(tc.reason), "%s", `\d+\.\d`) + "$"
+			pattern := "^" + strings.ReplaceAll(regexp.QuoteMeta(tc.reason), "%s", `\d+(\.\d)? [KMG]B`) + "$"
 			if !regexp.MustCompile(pattern).MatchString(pl.Reason) {
 				t.Errorf("reason:\n%s\nwant:\n%s", pl.Reason, tc.reason)
 			}
-			if ok && !strings.Contains(pl.Reason, fmt.Sprintf("%.1f GB", rec.NeedGB)) {
-				t.Errorf("the reason %q does not say the %.1f GB the option needs", pl.Reason, rec.NeedGB)
+			if ok && !strings.Contains(pl.Reason, words.GB(rec.NeedGB)) {
+				t.Errorf("the reason %q does not say the %s the option needs", pl.Reason, words.GB(rec.NeedGB))
 			}
 			if tc.check != nil {
 				tc.check(t, pl)
@@ -432,7 +433,7 @@ func TestChooseLayout(t *testing.T) {
 		{name: "unplanned GGUF runs on the CPU", req: LayoutRequest{}, set: q4, want: []string{"CPU"}},
 		{name: "a file that fits nowhere", req: LayoutRequest{}, plan: small, planned: true, set: q8,
 			err: "Llama-3.1-70B-Instruct-Q8_0 does not fit on an A100-80GB: needs 89.5 GB on the card for a 65536-token pool (16 slots of 4096), " +
-				"and the most any node has is 80.0 GB; `GET /api/v1/repos/acme/model` shows what each file needs"},
+				"and the most any node has is 80 GB; `GET /api/v1/repos/acme/model` shows what each file needs"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -460,7 +461,7 @@ func TestChooseLayout(t *testing.T) {
 func TestMemoryText(t *testing.T) {
 	o := Option{Artifact: "m", Class: "A100-80GB", GPUsPerNode: 2, Nodes: 1, WeightsGB: 69.82, OverheadGB: 0.78}
 	got := o.WithContext(327680, 32768).MemoryText()
-	want := "40.3 GB on each of 2 A100-80GB cards (weights 69.8 GB + KV cache 10.0 GB for 32768 tokens + engine 0.8 GB)"
+	want := "40.3 GB on each of 2 A100-80GB cards (weights 69.8 GB + KV cache 10 GB for 32768 tokens + engine 798.7 MB)"
 	if got != want {
 		t.Errorf("MemoryText = %q; want %q", got, want)
 	}

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"modelserve/internal/hf"
+	"modelserve/internal/words"
 )
 
 // candidate is a GGUF set and its best option.
@@ -103,9 +104,9 @@ func recommend(pl Plan) (*Option, string) {
 		return &o, reason(pl, all, chosen)
 	}
 	smallest := slices.MinFunc(all, func(a, b candidate) int { return cmp.Compare(a.totalGB(), b.totalGB()) })
-	return nil, fmt.Sprintf("no file fits this pool with a %d-token pool: the smallest, %s, needs %.1f GB, more than "+
+	return nil, fmt.Sprintf("no file fits this pool with a %d-token pool: the smallest, %s, needs %s, more than "+
 		"any node's memory or any card of the pool holds; ask for a shorter context, or add a node that holds it",
-		pl.Context, smallest.name(), smallest.totalGB())
+		pl.Context, smallest.name(), words.GB(smallest.totalGB()))
 }
 
 // reason is the sentence that says why the chosen file is the one.
@@ -113,7 +114,7 @@ func reason(pl Plan, all []candidate, chosen candidate) string {
 	o := chosen.best
 	// The option's own pool: for llama.cpp the one Size settled on, which
 	// may be the default cut to fit.
-	fits := fmt.Sprintf("%.1f GB with a %d-token pool %s", o.NeedGB, cmp.Or(o.Context, pl.Context), o.where())
+	fits := fmt.Sprintf("%s with a %d-token pool %s", words.GB(o.NeedGB), cmp.Or(o.Context, pl.Context), o.where())
 	if o.Fit == FitsHardware {
 		fits += ", though that hardware is in use now"
 	}
@@ -147,8 +148,8 @@ func reason(pl Plan, all []candidate, chosen candidate) string {
 	case !o.CPU && (runs(FitsNow, true) || runs(FitsHardware, true)):
 		why = "no card holds it"
 	}
-	return fmt.Sprintf("%s is the best quality that fits: %s; %s needs %.1f GB and %s",
-		chosen.name(), fits, next.name(), next.totalGB(), why)
+	return fmt.Sprintf("%s is the best quality that fits: %s; %s needs %s and %s",
+		chosen.name(), fits, next.name(), words.GB(next.totalGB()), why)
 }
 
 func isF32(q string) bool { return strings.EqualFold(q, "F32") }

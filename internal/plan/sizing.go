@@ -5,6 +5,7 @@ import (
 	"slices"
 
 	"modelserve/internal/gguf"
+	"modelserve/internal/words"
 )
 
 // Sizing has one owner, here. The serve page's headline, form and memory
@@ -143,9 +144,9 @@ func Size(m Model, o Option, ask Ask, nodes []Node) Sizing {
 		}
 		why := ""
 		if c*s < ctx*slots {
-			why = fmt.Sprintf("%s cut to %d %s of %d tokens to fit %s", poolWords(ctx, slots), s, plural(s, "slot", "slots"), c, gbWords(room))
+			why = fmt.Sprintf("%s cut to %d %s of %d tokens to fit %s", poolWords(ctx, slots), s, words.Plural(s, "slot", "slots"), c, words.Size(room))
 			if ask.Longest {
-				why = fmt.Sprintf("the longest context that fits %s: %d %s of %d tokens", gbWords(room), s, plural(s, "slot", "slots"), c)
+				why = fmt.Sprintf("the longest context that fits %s: %d %s of %d tokens", words.Size(room), s, words.Plural(s, "slot", "slots"), c)
 			}
 		}
 		out := sz.finish(c, s, now, all, why)
@@ -284,20 +285,20 @@ func (z sizer) finish(ctx, slots int, now, all int64, why string) Sizing {
 	}
 
 	where := z.o.where()
-	needs := fmt.Sprintf("needs %s %s for %s", gbWords(s.NeedBytes), z.onWhat(), poolWords(ctx, slots))
+	needs := fmt.Sprintf("needs %s %s for %s", words.Size(s.NeedBytes), z.onWhat(), poolWords(ctx, slots))
 	switch {
 	case now > 0 && s.NeedBytes <= now:
 		s.Fit, s.RoomBytes = FitsNow, now
-		s.Reason = fmt.Sprintf("runs %s: %s, and a host has %s free", where, needs, gbWords(now))
+		s.Reason = fmt.Sprintf("runs %s: %s, and a host has %s free", where, needs, words.Size(now))
 	case all > 0 && s.NeedBytes <= all:
 		s.Fit, s.RoomBytes = FitsHardware, all
-		s.Reason = fmt.Sprintf("runs %s when there is room: %s; a host has %s in all, less free now (%s)", where, needs, gbWords(all), gbWords(now))
+		s.Reason = fmt.Sprintf("runs %s when there is room: %s; a host has %s in all, less free now (%s)", where, needs, words.Size(all), words.Size(now))
 	case !z.known:
 		s.Fit = FitsNow
 		s.Reason = fmt.Sprintf("%s; what the nodes have free is not known", needs)
 	default:
 		s.Fit, s.RoomBytes = FitsNowhere, all
-		s.Reason = fmt.Sprintf("does not fit %s: %s, and the most any node has is %s", where, needs, gbWords(all))
+		s.Reason = fmt.Sprintf("does not fit %s: %s, and the most any node has is %s", where, needs, words.Size(all))
 		if all == 0 {
 			s.Reason = fmt.Sprintf("does not fit %s: no node of the pool has that hardware", where)
 		}
@@ -321,30 +322,12 @@ func (z sizer) onWhat() string {
 
 func gbBytes(gb float64) int64 { return int64(gb * (1 << 30)) }
 
-// gbWords is bytes in words, in units that fit: "6.1 GB", "310 MB".
-func gbWords(b int64) string {
-	switch {
-	case b >= 1<<30:
-		return fmt.Sprintf("%.1f GB", float64(b)/(1<<30))
-	case b >= 1<<20:
-		return fmt.Sprintf("%d MB", (b+1<<19)>>20)
-	}
-	return fmt.Sprintf("%d KB", (b+1<<9)>>10)
-}
-
 // poolWords is "a 16384-token pool (4 slots of 4096)".
 func poolWords(ctx, slots int) string {
 	if slots == 1 {
 		return fmt.Sprintf("one slot of %d tokens", ctx)
 	}
 	return fmt.Sprintf("a %d-token pool (%d slots of %d)", ctx*slots, slots, ctx)
-}
-
-func plural(n int, one, many string) string {
-	if n == 1 {
-		return one
-	}
-	return many
 }
 
 // mostThatFits is the largest k from lo to hi for which fits(k), found by

@@ -10,6 +10,7 @@ import (
 
 	"modelserve/internal/gguf"
 	"modelserve/internal/ggufgen"
+	"modelserve/internal/words"
 )
 
 var (
@@ -88,32 +89,32 @@ func TestSize(t *testing.T) {
 		{name: "8B on an idle 64 GiB node: the default pool",
 			m: llama8B, o: cpu, nodes: []Node{ramNode(64, 60)},
 			ctx: 4096, slots: 4, fit: FitsNow, needBelow: 8,
-			reason: []string{"runs on the CPU: needs ", " of a node's RAM for a 16384-token pool (4 slots of 4096), and a host has 60.0 GB free"}},
+			reason: []string{"runs on the CPU: needs ", " of a node's RAM for a 16384-token pool (4 slots of 4096), and a host has 60 GB free"}},
 		{name: "8B on a 16 GiB node with 6 GiB free: the default shrunk, never grown",
 			m: llama8B, o: cpu, nodes: []Node{ramNode(16, 6)},
 			ctx: 2048, slots: 4, fit: FitsNow, needBelow: 6, shrunk: true,
-			reason: []string{"a 16384-token pool (4 slots of 4096) cut to 4 slots of 2048 tokens to fit 6.0 GB"}},
+			reason: []string{"a 16384-token pool (4 slots of 4096) cut to 4 slots of 2048 tokens to fit 6 GB"}},
 		{name: "8B on a 16 GiB node with 6 GiB free, the longest that fits",
 			m: llama8B, o: cpu, ask: Ask{Longest: true}, nodes: []Node{ramNode(16, 6)},
 			ctx: 8192, slots: 1, fit: FitsNow, needBelow: 6, shrunk: true,
-			reason: []string{"the longest context that fits 6.0 GB: 1 slot of 8192 tokens"}},
+			reason: []string{"the longest context that fits 6 GB: 1 slot of 8192 tokens"}},
 		{name: "8B on a busy node: sized to fit when it is free",
 			m: llama8B, o: cpu, nodes: []Node{ramNode(16, 1)},
 			ctx: 4096, slots: 4, fit: FitsHardware,
-			reason: []string{"runs on the CPU when there is room", "a host has 16.0 GB in all, less free now (1.0 GB)"}},
+			reason: []string{"runs on the CPU when there is room", "a host has 16 GB in all, less free now (1 GB)"}},
 		{name: "8B on an L4, the default pool",
 			m: llama8B, o: cards("L4", 1), nodes: []Node{cardNode("L4", 1, 24)},
 			ctx: 4096, slots: 4, fit: FitsNow, needBelow: 8, reason: []string{"runs on an L4: needs ", " on the card for a 16384-token pool"}},
 		{name: "8B F16 on an L4 asked for 131072 tokens: kept as asked, and refused",
 			m: llama8BF16, o: cards("L4", 1), ask: Ask{CtxPool: 131072, ContextLength: 131072}, nodes: []Node{cardNode("L4", 1, 24)},
 			ctx: 131072, slots: 1, fit: FitsNowhere,
-			reason: []string{"does not fit on an L4: needs ", "on the card for one slot of 131072 tokens, and the most any node has is 24.0 GB"}},
+			reason: []string{"does not fit on an L4: needs ", "on the card for one slot of 131072 tokens, and the most any node has is 24 GB"}},
 		{name: "70B on 2 A100-80GB",
 			m: llama70B, o: cards("A100-80GB", 2), nodes: []Node{cardNode("A100-80GB", 2, 80)},
 			ctx: 4096, slots: 4, fit: FitsNow, needBelow: 40, reason: []string{"runs on 2 A100-80GB cards", "on each card"}},
 		{name: "70B on an L4 does not fit, even the smallest",
 			m: llama70B, o: cards("L4", 1), nodes: []Node{cardNode("L4", 2, 24)},
-			ctx: 1024, slots: 1, fit: FitsNowhere, reason: []string{"does not fit on an L4: needs ", "for one slot of 1024 tokens, and the most any node has is 24.0 GB"}},
+			ctx: 1024, slots: 1, fit: FitsNowhere, reason: []string{"does not fit on an L4: needs ", "for one slot of 1024 tokens, and the most any node has is 24 GB"}},
 		{name: "embedding model: many small slots, cut to its trained 512",
 			m: embed, o: cpu, nodes: []Node{ramNode(64, 60)},
 			ctx: 512, slots: 32, fit: FitsNow, needBelow: 1},
@@ -122,7 +123,7 @@ func TestSize(t *testing.T) {
 			ctx: 2048, slots: 4, fit: FitsNow, needBelow: 1},
 		{name: "a declared card the table does not know: its declared memory",
 			m: llama8B, o: cards("Z9-48GB", 1), nodes: []Node{cardNode("Z9-48GB", 1, 48)},
-			ctx: 4096, slots: 4, fit: FitsNow, reason: []string{"a host has 48.0 GB free"}},
+			ctx: 4096, slots: 4, fit: FitsNow, reason: []string{"a host has 48 GB free"}},
 		{name: "no pool to ask: sized as asked, not refused",
 			m: llama8B, o: cpu, ctx: 4096, slots: 4, fit: FitsNow, reason: []string{"what the nodes have free is not known"}},
 	}
@@ -142,7 +143,7 @@ func TestSize(t *testing.T) {
 				t.Errorf("parts %d + %d + %d + %d do not add up to the need %d", s.WeightsBytes, s.KVBytes, s.ComputeBytes, s.ProjectorBytes, s.NeedBytes)
 			}
 			if tc.needBelow > 0 && float64(s.NeedBytes) > tc.needBelow*(1<<30) {
-				t.Errorf("needs %s, more than %.0f GiB", gbWords(s.NeedBytes), tc.needBelow)
+				t.Errorf("needs %s, more than %.0f GiB", words.Size(s.NeedBytes), tc.needBelow)
 			}
 			if s.Fit == FitsNow && s.RoomBytes > 0 && s.NeedBytes > s.RoomBytes {
 				t.Errorf("fits now, but needs %d of %d", s.NeedBytes, s.RoomBytes)

@@ -1,0 +1,105 @@
+// Package words writes numbers the way modelserve's pages and sentences
+// say them: byte sizes, counts of things and percentages.
+//
+// Each of these was once written in five or six places that drifted
+// apart: one page said "9 GB" where the job's sentence beside it said
+// "9.0 GB", and a small model was "0.0 GB". Everything that puts a size,
+// a plural or a percentage in front of an operator asks this package.
+package words
+
+import (
+	"math"
+	"strconv"
+)
+
+// units are binary, as the engine and the mirror count bytes; named as
+// people read them.
+var units = []struct {
+	name string
+	size float64
+}{{"GB", 1 << 30}, {"MB", 1 << 20}, {"KB", 1 << 10}}
+
+// Size is a byte count in the largest unit it is at least one of, to a
+// tenth, without a tenth that is nothing: "9 GB", "4.4 GB", "310.5 MB",
+// "12 KB", "900 bytes". A tenth stays: "15.9 GB of 16 GB" says there is
+// room to spare.
+func Size(b int64) string {
+	name, div := unitOf(b)
+	if div == 1 {
+		return strconv.FormatInt(b, 10) + " bytes"
+	}
+	return tenth(float64(b)/div) + " " + name
+}
+
+// SizeOf is how far something of total bytes is, in the total's unit:
+// "3.1 of 4.9 GB", "0 of 310 MB".
+func SizeOf(done, total int64) string {
+	name, div := unitOf(total)
+	if div == 1 {
+		return strconv.FormatInt(done, 10) + " of " + strconv.FormatInt(total, 10) + " bytes"
+	}
+	return tenth(float64(done)/div) + " of " + tenth(float64(total)/div) + " " + name
+}
+
+// GB is a size given in (binary) gigabytes, as the hardware pool and the
+// plan count memory, in the same words as Size: "24 GB", "0.5 GB" is
+// "512 MB".
+func GB(gb float64) string { return Size(int64(math.Round(gb * (1 << 30)))) }
+
+// unitOf is the largest unit b is at least one of once written to a
+// tenth (1023.96 MB is "1 GB", not "1024 MB"), and its size; 1 for
+// bytes, which are counted exactly below a kilobyte.
+func unitOf(b int64) (string, float64) {
+	for _, u := range units {
+		if math.Round(float64(b)/u.size*10) >= 10 && b >= 1<<10 {
+			return u.name, u.size
+		}
+	}
+	return "bytes", 1
+}
+
+// tenth is v to a tenth, "9" rather than "9.0".
+func tenth(v float64) string {
+	return strconv.FormatFloat(math.Round(v*10)/10, 'f', -1, 64)
+}
+
+// Plural is one for a count of 1 and many for any other: "1 file",
+// "0 files", "3 files".
+func Plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
+}
+
+// Count is n and the word for that many: "1 file", "3 files".
+func Count(n int, one, many string) string {
+	return strconv.Itoa(n) + " " + Plural(n, one, many)
+}
+
+// Percent is a share (1 is the whole) as a percentage: whole percents
+// from 10% ("63%"), a tenth below it, where a tenth is news ("2.5%",
+// "0.4%"). A share that is not nothing is never "0%" ("<0.1%"), and one
+// short of the whole is never "100%" ("99%"): a download at 99.7% has
+// not arrived, and a canary that failed one request in ten thousand did
+// fail one.
+func Percent(share float64) string {
+	p := share * 100
+	switch {
+	case math.IsNaN(p) || math.IsInf(p, 0):
+		return "—"
+	case p < 0:
+		return "-" + Percent(-share)
+	case p == 0:
+		return "0%"
+	case p < 0.05:
+		return "<0.1%"
+	case p < 9.95:
+		return tenth(p) + "%"
+	}
+	r := math.Round(p)
+	if r == 100 && p < 100 {
+		r = 99
+	}
+	return strconv.FormatFloat(r, 'f', 0, 64) + "%"
+}

@@ -1,0 +1,118 @@
+package words
+
+import (
+	"math"
+	"testing"
+)
+
+func TestSize(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		b    int64
+		want string
+	}{
+		{"nothing", 0, "0 bytes"},
+		{"a few bytes", 900, "900 bytes"},
+		{"just short of a kilobyte", 1023, "1023 bytes"},
+		{"a kilobyte", 1 << 10, "1 KB"},
+		{"kilobytes to a tenth", 12*1<<10 + 300, "12.3 KB"},
+		{"a small model is megabytes, not 0.0 GB", 310 << 20, "310 MB"},
+		{"megabytes to a tenth", 310<<20 + 1<<19, "310.5 MB"},
+		{"a whole number of gigabytes has no .0", 9 << 30, "9 GB"},
+		{"gigabytes to a tenth", 4*1<<30 + 430<<20, "4.4 GB"},
+		{"a tenth short of a whole is said", 16<<30 - 100<<20, "15.9 GB"},
+		{"what rounds to 1024 MB is 1 GB", 1<<30 - 1<<10, "1 GB"},
+		{"hundreds of gigabytes", 405 << 30, "405 GB"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := Size(tc.b); got != tc.want {
+				t.Errorf("Size(%d) = %q, want %q", tc.b, got, tc.want)
+			}
+		})
+	}
+}
+
+func TestSizeOf(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		done, total int64
+		want        string
+	}{
+		{"started", 0, 5 << 30, "0 of 5 GB"},
+		{"in the total's unit", 310 << 20, 4*1<<30 + 920<<20, "0.3 of 4.9 GB"},
+		{"a small file", 1 << 20, 12 << 20, "1 of 12 MB"},
+		{"bytes", 10, 700, "10 of 700 bytes"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := SizeOf(tc.done, tc.total); got != tc.want {
+				t.Errorf("SizeOf(%d, %d) = %q, want %q", tc.done, tc.total, got, tc.want)
+			}
+		})
+	}
+}
+
+func TestGB(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		gb   float64
+		want string
+	}{
+		{"a card", 24, "24 GB"},
+		{"to a tenth", 15.9, "15.9 GB"},
+		{"under a gigabyte is megabytes", 0.5, "512 MB"},
+		{"none", 0, "0 bytes"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := GB(tc.gb); got != tc.want {
+				t.Errorf("GB(%v) = %q, want %q", tc.gb, got, tc.want)
+			}
+		})
+	}
+}
+
+func TestPluralAndCount(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		n           int
+		word, count string
+	}{
+		{"none", 0, "files", "0 files"},
+		{"one", 1, "file", "1 file"},
+		{"several", 3, "files", "3 files"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := Plural(tc.n, "file", "files"); got != tc.word {
+				t.Errorf("Plural(%d) = %q, want %q", tc.n, got, tc.word)
+			}
+			if got := Count(tc.n, "file", "files"); got != tc.count {
+				t.Errorf("Count(%d) = %q, want %q", tc.n, got, tc.count)
+			}
+		})
+	}
+}
+
+func TestPercent(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		share float64
+		want  string
+	}{
+		{"nothing", 0, "0%"},
+		{"something is never 0%", 0.0001, "<0.1%"},
+		{"a tenth below ten percent", 0.025, "2.5%"},
+		{"a whole share below ten has no .0", 0.02, "2%"},
+		{"whole percents from ten", 0.634, "63%"},
+		{"a canary's share", 0.1, "10%"},
+		{"short of the whole is never 100%", 0.997, "99%"},
+		{"the whole", 1, "100%"},
+		{"more than the whole", 1.3, "130%"},
+		{"below nothing", -0.25, "-25%"},
+		{"no share to say", math.NaN(), "—"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := Percent(tc.share); got != tc.want {
+				t.Errorf("Percent(%v) = %q, want %q", tc.share, got, tc.want)
+			}
+		})
+	}
+}
