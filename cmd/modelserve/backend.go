@@ -78,6 +78,11 @@ func newKubeFleet(cfg config, store *catalog.Store, log *slog.Logger) (*kubeflee
 	} else if rc, err = rest.InClusterConfig(); err != nil {
 		return nil, operr.Wrap(operr.Invalid, err, "--fleet kubernetes needs a cluster: pass --kubeconfig (or set KUBECONFIG), or run modelserve in a pod with its service account (deploy/)")
 	}
+	// client-go would hold the fleet to 5 requests a second, and serves
+	// at once wait on each other's passes over every model at that rate.
+	if rc.QPS == 0 {
+		rc.QPS, rc.Burst = kubefleet.ClientQPS, kubefleet.ClientBurst
+	}
 	client, err := kubernetes.NewForConfig(rc)
 	if err != nil {
 		return nil, err

@@ -589,3 +589,14 @@ func (f *Fleet) running() bool {
 // Starts are the engine starts with their memory; the cluster's pods are
 // not measured, so there are none.
 func (f *Fleet) Starts(context.Context, int) ([]fleet.Start, error) { return nil, nil }
+
+// The rate the fleet's client may call the API at: client-go's default for
+// a config that sets none is 5 requests a second (bursts of 10), at which a
+// pass over 20 models — a ConfigMap, a Service and a Deployment each —
+// takes 12 s, and 20 serves at once wait on each other's passes. A
+// controller of a few dozen objects is far below what an API server
+// serves; kubectl asks for as much.
+const (
+	ClientQPS   = 50
+	ClientBurst = 100
+)

@@ -2,6 +2,7 @@ package plan
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -62,4 +63,63 @@ func BenchmarkPlan20Files(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(w.served(repo)-before)/float64(b.N), "bytes-served/op")
+}
+
+// poolOf is n nodes of the few shapes a cluster is made of (kwok's nodes
+// are copies of a handful): CPU nodes, nodes of one L4 and nodes of eight
+// A100s, with a replica here and there using some of a node's memory or a
+// card, as 20 served models would. The first four nodes have every shape,
+// so a plan over them offers what a plan over a thousand does.
+func poolOf(n int) []Node {
+	nodes := make([]Node, 0, n)
+	for i := range n {
+		nd := Node{Name: fmt.Sprintf("node-%04d", i), CPUCores: 32, RAMGB: 128, FreeRAMGB: 128,
+			CPUBandwidthGBs: DefaultCPUBandwidthGBs, GPUs: []GPU{}}
+		switch i % 10 {
+		case 1, 2:
+			nd.CPUCores, nd.RAMGB, nd.FreeRAMGB = 8, 64, 64
+			nd.GPUs = []GPU{{Class: "L4", Count: 1, MemoryGB: 24, BandwidthGBs: 300, FreeGB: []float64{24}}}
+		case 3:
+			nd.GPUs = []GPU{{Class: "A100-80GB", Count: 8, MemoryGB: 80, BandwidthGBs: 2039,
+				FreeGB: []float64{80, 80, 80, 80, 80, 80, 80, 80}}}
+		}
+		if i%50 == 0 {
+			nd.FreeRAMGB -= 20
+			if len(nd.GPUs) > 0 {
+				nd.GPUs[0].FreeGB[0] = 0
+			}
+		}
+		nodes = append(nodes, nd)
+	}
+	return nodes
+}
+
+// BenchmarkPlanPool is one plan of the 20-file repository (headers
+// cached: what is left is the sizing) over a pool of 4 nodes and of 1,000
+// of the same shapes; the 1,000-node figure is also reported beside the
+// 4-node one measured in this run (x-of-4). The target is under 100 ms a plan at 1,000 nodes.
+func BenchmarkPlanPool(b *testing.B) {
+	w, repo := twentyFiles(b)
+	var at4 float64
+	for _, n := range []int{4, 1000} {
+		p := w.newPlanner(b, poolOf(n))
+		if _, err := p.Plan(context.Background(), repo, Request{}); err != nil {
+			b.Fatal(err)
+		}
+		b.Run(fmt.Sprintf("nodes=%d", n), func(b *testing.B) {
+			start := time.Now()
+			for b.Loop() {
+				if _, err := p.Plan(context.Background(), repo, Request{}); err != nil {
+					b.Fatal(err)
+				}
+			}
+			ms := float64(time.Since(start).Microseconds()) / 1000 / float64(b.N)
+			b.ReportMetric(ms, "ms/plan")
+			if n == 4 {
+				at4 = ms
+			} else if at4 > 0 {
+				b.ReportMetric(ms/at4, "x-of-4")
+			}
+		})
+	}
 }

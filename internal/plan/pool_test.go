@@ -183,3 +183,27 @@ func TestClassTable(t *testing.T) {
 		}
 	}
 }
+
+// TestLookupClassNames is what a nodes file or a node's label may call a
+// card: any case, spaces, dashes and underscores aside; and a name that is
+// only the start of another class's is not that class.
+func TestLookupClassNames(t *testing.T) {
+	for _, c := range []struct {
+		name, want string
+	}{
+		{"a100_80gb", "A100-80GB"},
+		{"  RTX 4090 ", "RTX-4090"},
+		{"rtx-6000-ada", "RTX-6000-Ada"},
+		{"L40", "L40"},
+		{"L40S", "L40S"},
+		{"A100", ""},
+		{"L4X", ""},
+		{"", ""},
+		{"--", ""},
+	} {
+		got, ok := LookupClass(c.name)
+		if got.Name != c.want || ok != (c.want != "") {
+			t.Errorf("LookupClass(%q) = %q, %v; want %q", c.name, got.Name, ok, c.want)
+		}
+	}
+}
