@@ -69,6 +69,22 @@ type Options struct {
 	// Parallel is how many files are fetched at once across all callers;
 	// default 4. More than a few only splits the same bandwidth.
 	Parallel int
+	// Connections is the most connections one file is fetched over at
+	// once, from a registry that serves Range; default 16. 1 fetches each
+	// file in one stream.
+	Connections int
+	// Adaptive starts a file with 2 connections and finds the count as it
+	// arrives (adapt.go); false runs Connections from the start.
+	Adaptive bool
+	// PartSize is how a ranged fetch cuts the file; default 64 MiB. A file
+	// smaller than two parts comes in one stream.
+	PartSize int64
+	// RateWindow is how often a ranged fetch measures its connections and
+	// chooses their count; default 1s.
+	RateWindow time.Duration
+	// DownloadRate caps the bytes a second all fetches together take from
+	// registries (--download-rate); 0 is no cap.
+	DownloadRate int64
 	// Metrics, when set, is told of bytes arriving and of files given up
 	// on (internal/metrics implements it).
 	Metrics Metrics
@@ -87,6 +103,8 @@ type Mirror struct {
 	opts  Options
 	log   *slog.Logger
 	slots chan struct{} // one token per file being fetched
+	// limiter holds every fetch together to DownloadRate; nil for none.
+	limiter *limiter
 
 	mu      sync.Mutex
 	flights map[string]*flight // local path → the fetch in progress
@@ -199,6 +217,15 @@ func New(o Options) (*Mirror, error) {
 	if o.Parallel <= 0 {
 		o.Parallel = 4
 	}
+	if o.Connections <= 0 {
+		o.Connections = 16
+	}
+	if o.PartSize <= 0 {
+		o.PartSize = 64 << 20
+	}
+	if o.RateWindow <= 0 {
+		o.RateWindow = time.Second
+	}
 	if o.Registry == nil {
 		o.Registry = hf.Registries{}
 	}
@@ -211,6 +238,7 @@ func New(o Options) (*Mirror, error) {
 		opts:    o,
 		log:     log,
 		slots:   make(chan struct{}, o.Parallel),
+		limiter: newLimiter(o.DownloadRate),
 		flights: map[string]*flight{},
 		failed:  map[string]failure{},
 	}, nil
@@ -291,5 +319,6 @@ func reserved(name string) bool {
 		return true
 	}
 	return strings.HasPrefix(name, ".") &&
-		(strings.HasSuffix(name, sidecarSuffix) || strings.HasSuffix(name, sidecarSuffix+tmpSuffix))
+		(strings.HasSuffix(name, sidecarSuffix) || strings.HasSuffix(name, sidecarSuffix+tmpSuffix) ||
+			strings.HasSuffix(name, partsSuffix) || strings.HasSuffix(name, partsSuffix+tmpSuffix))
 }
