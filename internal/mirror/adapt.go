@@ -28,12 +28,12 @@ type controller struct {
 }
 
 func newController(o Options, cap int) *controller {
-	return &controller{fixed: !o.Adaptive, ceiling: cap, doubling: true}
+	return &controller{fixed: o.Fixed, ceiling: cap, doubling: true}
 }
 
 // startConnections is the count a ranged fetch starts with.
 func (m *Mirror) startConnections() int {
-	if !m.opts.Adaptive {
+	if m.opts.Fixed {
 		return m.opts.Connections
 	}
 	return min(2, m.opts.Connections)

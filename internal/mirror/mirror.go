@@ -73,9 +73,9 @@ type Options struct {
 	// once, from a registry that serves Range; default 16. 1 fetches each
 	// file in one stream.
 	Connections int
-	// Adaptive starts a file with 2 connections and finds the count as it
-	// arrives (adapt.go); false runs Connections from the start.
-	Adaptive bool
+	// Fixed runs Connections from the start; by default a file starts
+	// with 2 and the count is found as it arrives (adapt.go).
+	Fixed bool
 	// PartSize is how a ranged fetch cuts the file; default 64 MiB. A file
 	// smaller than two parts comes in one stream.
 	PartSize int64

@@ -21,7 +21,7 @@ const testPart = 64 << 10
 func rangedMirror(t testing.TB, srv *hubtest.Server, edit func(*Options)) *Mirror {
 	t.Helper()
 	return newMirror(t, srv, func(o *Options) {
-		o.Connections, o.PartSize, o.RateWindow = 4, testPart, 20*time.Millisecond
+		o.Connections, o.PartSize, o.RateWindow, o.Fixed = 4, testPart, 20*time.Millisecond, true
 		if edit != nil {
 			edit(o)
 		}
@@ -216,7 +216,7 @@ func TestControllerFindsTheThrottle(t *testing.T) {
 		}
 		return float64(n) * 20e6
 	}
-	c := newController(Options{Adaptive: true}, 64)
+	c := newController(Options{}, 64)
 	n, above := 2, 0
 	for range 40 {
 		n = c.next(n, cdn(n))
@@ -229,7 +229,7 @@ func TestControllerFindsTheThrottle(t *testing.T) {
 	}
 
 	// A CDN that gives no more for a second connection keeps one.
-	c = newController(Options{Adaptive: true}, 64)
+	c = newController(Options{}, 64)
 	n = 2
 	for range 10 {
 		n = c.next(n, 50e6)
@@ -238,7 +238,7 @@ func TestControllerFindsTheThrottle(t *testing.T) {
 		t.Errorf("a flat rate grew to %d connections, want no more than 2", n)
 	}
 	// Each connection adds its share: the hard cap holds.
-	c = newController(Options{Adaptive: true}, 16)
+	c = newController(Options{}, 16)
 	n = 2
 	for range 20 {
 		if n = c.next(n, float64(n)*20e6); n > 16 {
