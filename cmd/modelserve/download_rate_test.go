@@ -1,3 +1,6 @@
+package main
+
+import "testing"
 
 func TestDownloadRateReadsAsBytesASecond(t *testing.T) {
 	for _, tc := range []struct {
