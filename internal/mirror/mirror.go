@@ -179,6 +179,9 @@ type Entry struct {
 	State      State  `json:"state"`
 	BytesDone  int64  `json:"bytes_done"`
 	BytesTotal int64  `json:"bytes_total"` // 0 when unknown (a partial file left by a restart)
+	// Connections is how many connections a file being fetched comes
+	// over now.
+	Connections int `json:"connections,omitempty"`
 	// Err is why the last fetch failed, for a Failed file.
 	Err      string    `json:"error,omitempty"`
 	Modified time.Time `json:"modified,omitzero"`
