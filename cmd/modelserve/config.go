@@ -47,6 +47,10 @@ type config struct {
 	// for new weights (0: never, unless a model has its own).
 	UpdateEvery    string
 	UpdateInterval time.Duration
+	// DownloadRateText is --download-rate as given, and DownloadRate what
+	// it reads as: bytes a second for all the mirror's fetches (0: no cap).
+	DownloadRateText string
+	DownloadRate     int64
 	// How an update's canary is tried (canary-*), as given and as read:
 	// the share of its model's requests it takes, and the requests and
 	// time its trial is bounded by.
@@ -83,6 +87,7 @@ func (c *config) settings() []setting {
 		{"log-format", "MODELSERVE_LOG_FORMAT", "text", "how the log is written: text (key=value lines) or json (one object a line)", &c.LogFormat},
 		{"log-level", "MODELSERVE_LOG_LEVEL", "info", "the least level logged: debug, info, warn or error", &c.LogLevel},
 		{"update-interval", "MODELSERVE_UPDATE_INTERVAL", "6h", "how often each served model's branch is checked for new weights (6h, 30m; 0 for never); a model may have its own (PUT /api/v1/catalog/{name}/updates)", &c.UpdateEvery},
+		{"download-rate", "MODELSERVE_DOWNLOAD_RATE", "", "the most the mirror fetches from registries a second, all fetches together (50MB, 1.5GB, 800KB); empty for no cap", &c.DownloadRateText},
 		{"canary-share", "MODELSERVE_CANARY_SHARE", "0.1", "the share of a model's requests an update's canary takes while it is judged (0.1 is 10%); an update may give its own", &c.CanaryShareText},
 		{"canary-requests", "MODELSERVE_CANARY_REQUESTS", "50", "how many requests a canary serves before it is judged on them", &c.CanaryRequestsText},
 		{"canary-window", "MODELSERVE_CANARY_WINDOW", "30m", "the longest a canary is tried before it is judged on what it served", &c.CanaryWindowText},
@@ -132,10 +137,31 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (co
 		return c, usageError{fmt.Errorf("--update-interval: %s", msg)}
 	}
 	c.UpdateInterval = d
+	if c.DownloadRate, err = parseRate(c.DownloadRateText); err != nil {
+		return c, usageError{err}
+	}
 	if err := c.readCanary(); err != nil {
 		return c, usageError{err}
 	}
 	return c, nil
+}
+
+// parseRate reads --download-rate: a number of bytes with a unit (B, KB,
+// MB, GB as powers of 1000; KiB, MiB, GiB of 1024), "" for no cap.
+func parseRate(s string) (int64, error) {
+	s = strings.TrimSpace(s)
+	if s == "" {
+		return 0, nil
+	}
+	num := strings.TrimRight(s, "BKMGTikmgti ")
+	unit := strings.ToUpper(strings.TrimSpace(s[len(num):]))
+	mult := map[string]float64{"": 1, "B": 1, "K": 1e3, "KB": 1e3, "M": 1e6, "MB": 1e6, "G": 1e9, "GB": 1e9,
+		"KIB": 1 << 10, "MIB": 1 << 20, "GIB": 1 << 30}[unit]
+	n, err := strconv.ParseFloat(strings.TrimSpace(num), 64)
+	if err != nil || mult == 0 || n*mult < 1024 || n*mult > 1e12 {
+		return 0, fmt.Errorf("--download-rate is bytes a second from 1KiB to 1TB, like 50MB or 1.5GB (empty for no cap), not %q", s)
+	}
+	return int64(n * mult), nil
 }
 
 // readCanary reads the canary-* settings, each bounded.

@@ -83,7 +83,7 @@ func serve(ctx context.Context, cfg config, log *slog.Logger, ready func(addr st
 	}
 	met.WatchFleet(fl)
 	mir, err := mirror.New(mirror.Options{Dir: filepath.Join(cfg.Data, "mirror"), Registry: regs, Metrics: met,
-		HFCache: cfg.HFHubCache, Log: log})
+		HFCache: cfg.HFHubCache, DownloadRate: cfg.DownloadRate, Log: log})
 	if err != nil {
 		return err
 	}

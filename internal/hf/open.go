@@ -89,8 +89,8 @@ func (c *Client) Open(ctx context.Context, downloadURL string, offset, n int64) 
 		b.Size = resp.ContentLength
 		if n > 0 && (offset > 0 || b.Size < 0 || b.Size > n) {
 			resp.Body.Close()
-			return nil, fmt.Errorf("%s does not answer Range requests for %s, so part of it cannot be read without all of it",
-				c.host(), s.name())
+			return nil, noRanges{fmt.Sprintf("%s does not answer Range requests for %s, so part of it cannot be read without all of it",
+				c.host(), s.name())}
 		}
 	case http.StatusRequestedRangeNotSatisfiable:
 		resp.Body.Close()
@@ -113,6 +113,16 @@ func (c *Client) Open(ctx context.Context, downloadURL string, offset, n int64) 
 	}
 	return b, nil
 }
+
+// ErrNoRanges is what a bounded read answered with the whole file is: the
+// registry does not serve Range, and a caller that wanted parts of the file
+// at once reads it in one stream instead.
+var ErrNoRanges = errors.New("the registry does not answer Range requests")
+
+type noRanges struct{ msg string }
+
+func (e noRanges) Error() string        { return e.msg }
+func (e noRanges) Is(target error) bool { return target == ErrNoRanges }
 
 // subjectOf names what a download URL of this client is about, for
 // sentences: DownloadURL's <endpoint>/<id>/resolve/<commit>/<path> read

@@ -22,6 +22,8 @@ type faults struct {
 	fails       int // answers still to fail with failStatus
 	bps         int64
 	ignoreRange bool
+	stallAfter  int64 // body bytes written before the response stops sending
+	stalls      int   // responses still to stall
 }
 
 // edit changes a file's faults under the lock, creating them if needed.
@@ -31,7 +33,7 @@ func (s *Server) edit(id, p string, fn func(*faults)) {
 	k := fileKey{id, p}
 	f := s.faults[k]
 	if f == nil {
-		f = &faults{flipAt: -1}
+		f = &faults{flipAt: -1, stallAfter: -1}
 		s.faults[k] = f
 	}
 	fn(f)
@@ -60,6 +62,13 @@ func (s *Server) FailNext(id, path string, status, k int) {
 // Trickle makes the CDN send the file at bytesPerSecond; 0 stops it.
 func (s *Server) Trickle(id, path string, bytesPerSecond int64) {
 	s.edit(id, path, func(f *faults) { f.bps = max(bytesPerSecond, 0) })
+}
+
+// StallNext makes the next k CDN responses with a body for the file stop
+// sending after after bytes of it, with the connection kept open, until the
+// client gives up on it.
+func (s *Server) StallNext(id, path string, after int64, k int) {
+	s.edit(id, path, func(f *faults) { f.stallAfter, f.stalls = after, k })
 }
 
 // IgnoreRange makes the CDN answer a Range request with 200 and the whole
@@ -96,13 +105,18 @@ func (s *Server) takeBodyFaults(k fileKey) faults {
 	defer s.mu.Unlock()
 	f := s.faults[k]
 	if f == nil {
-		return faults{flipAt: -1, cutAfter: -1}
+		return faults{flipAt: -1, cutAfter: -1, stallAfter: -1}
 	}
 	out := *f
 	if f.cuts > 0 {
 		f.cuts--
 	} else {
 		out.cutAfter = -1
+	}
+	if f.stalls > 0 {
+		f.stalls--
+	} else {
+		out.stallAfter = -1
 	}
 	return out
 }
@@ -151,7 +165,7 @@ func (s *Server) serveCDN(w http.ResponseWriter, r *http.Request) {
 	h.Set("Last-Modified", lastModified.Format(http.TimeFormat))
 	h.Set("Content-Disposition", fmt.Sprintf("inline; filename=%q", path.Base(ref.key.path)))
 
-	fl := faults{flipAt: -1, cutAfter: -1}
+	fl := faults{flipAt: -1, cutAfter: -1, stallAfter: -1}
 	if r.Method == http.MethodGet {
 		fl = s.takeBodyFaults(ref.key)
 	} else {
@@ -229,19 +243,23 @@ func parseRange(h string, size int64) (start, end int64, satisfiable, partial bo
 	return a, b, true, true
 }
 
-// stream writes bytes [start, end) of f, applying the faults.
+// stream writes bytes [start, end) of f, applying the faults and the CDN's
+// manners (manners.go).
 func (s *Server) stream(w http.ResponseWriter, r *http.Request, k fileKey, f *blobFile, start, end int64, fl faults) {
-	chunk := int64(32 << 10)
-	if fl.bps > 0 {
-		chunk = max(min(chunk, fl.bps/20), 1)
-	}
-	buf := make([]byte, chunk)
-	began := time.Now()
+	s.manners.enter()
+	defer s.manners.leave()
+	rate := s.manners.rate(fl.bps)
+	chunk := pace(rate)
+	buf := make([]byte, 1<<20)
+	due := time.Now()
 	var sent int64
 	for off := start; off < end; {
 		n := min(chunk, end-off)
 		if fl.cutAfter >= 0 {
 			n = min(n, fl.cutAfter-sent)
+		}
+		if fl.stallAfter >= 0 {
+			n = min(n, fl.stallAfter-sent)
 		}
 		if n > 0 {
 			p := buf[:n]
@@ -261,12 +279,24 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, k fileKey, f *bl
 			cut(w)
 			return
 		}
-		if fl.bps > 0 {
-			// A trickle must reach the client as it goes, not when the
-			// server's buffer happens to fill.
+		if fl.stallAfter >= 0 && sent >= fl.stallAfter {
+			// The connection stays open and sends nothing more, as a
+			// stuck CDN edge does, until the client gives up on it.
 			http.NewResponseController(w).Flush()
-			// Pace by the total so far, so timer slack does not add up.
-			due := began.Add(time.Duration(float64(sent) / float64(fl.bps) * float64(time.Second)))
+			select {
+			case <-r.Context().Done():
+			case <-s.done:
+			}
+			return
+		}
+		if rate > 0 {
+			// A paced body must reach the client as it goes, not when
+			// the server's buffer happens to fill.
+			http.NewResponseController(w).Flush()
+			// Each chunk is due after the one before at the rate in force
+			// now (a throttle comes and goes), so timer slack does not add
+			// up.
+			due = due.Add(time.Duration(float64(n) / float64(rate) * float64(time.Second)))
 			t := time.NewTimer(time.Until(due))
 			select {
 			case <-t.C:
@@ -277,8 +307,23 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, k fileKey, f *bl
 				t.Stop()
 				return
 			}
+			rate = s.manners.rate(fl.bps)
+			chunk = pace(rate)
+			if now := time.Now(); due.Before(now.Add(-time.Second)) {
+				due = now // a throttle lifted: no burst to make up for it
+			}
 		}
 	}
+}
+
+// pace is how many bytes are written at once at a rate: a twentieth of a
+// second's worth (at most 1 MiB), so that the pace is smooth without a timer
+// for every few kilobytes; unpaced, 32 KiB.
+func pace(rate int64) int64 {
+	if rate <= 0 {
+		return 32 << 10
+	}
+	return max(min(rate/20, 1<<20), 1)
 }
 
 // cut sends what has been written and closes the connection under the

@@ -62,6 +62,7 @@ type Server struct {
 	log        []LoggedRequest
 
 	cdnSawAuth atomic.Bool
+	manners    manners
 }
 
 // RepoOptions describe a repository when it is added.

@@ -2,6 +2,7 @@ package hubtest_test
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -674,4 +675,59 @@ func TestRefs(t *testing.T) {
 	if resp.StatusCode != 401 || resp.Header.Get("X-Error-Code") != "RepoNotFound" {
 		t.Errorf("refs of a missing repository, anonymous: %s %q", resp.Status, resp.Header.Get("X-Error-Code"))
 	}
+}
+
+func TestCDNManners(t *testing.T) {
+	s := hubtest.New(t)
+	s.AddRepo("acme/m", hubtest.RepoOptions{})
+	s.AddFile("acme/m", "m.gguf", make([]byte, 100_000))
+	loc := mustCDNURL(t, s, "acme/m", "main", "m.gguf")
+	get := func(ctx context.Context, rg string) (int, error) {
+		req, _ := http.NewRequestWithContext(ctx, "GET", loc, nil)
+		req.Header.Set("Range", rg)
+		resp, err := noFollow.Do(req)
+		if err != nil {
+			return 0, err
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		return len(b), err
+	}
+
+	t.Run("throttle slows every connection while too many run", func(t *testing.T) {
+		s.ConnRate(20_000)
+		s.Throttle(1, 10)
+		defer s.ConnRate(0)
+		defer s.Throttle(0, 1)
+		start := time.Now()
+		var wg sync.WaitGroup
+		for range 2 {
+			wg.Go(func() { get(context.Background(), "bytes=0-1999") })
+		}
+		wg.Wait()
+		// Alone, 2000 bytes at 20000/s take 100ms; two at once are each
+		// held to 2000/s.
+		if took := time.Since(start); took < 500*time.Millisecond {
+			t.Errorf("two throttled connections took %s for 2000 bytes each, want about 1s", took)
+		}
+		if _, most := s.Connections(); most != 2 {
+			t.Errorf("at most %d connections at once, want 2", most)
+		}
+		if s.Throttled() == 0 {
+			t.Error("the time above the throttle's count was not recorded")
+		}
+	})
+	t.Run("a stalled response sends nothing more until the client leaves", func(t *testing.T) {
+		s.StallNext("acme/m", "m.gguf", 300, 1)
+		defer s.ClearFaults("acme/m", "m.gguf")
+		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+		defer cancel()
+		n, err := get(ctx, "bytes=0-999")
+		if n != 300 || err == nil {
+			t.Errorf("read %d bytes, err %v; want 300 and the client's deadline", n, err)
+		}
+		if n, err := get(context.Background(), "bytes=0-999"); n != 1000 || err != nil {
+			t.Errorf("the next response sent %d bytes, err %v; want 1000", n, err)
+		}
+	})
 }

@@ -21,12 +21,14 @@ import (
 
 // Metrics holds the collectors. Its methods are safe for concurrent use.
 type Metrics struct {
-	reg          *prometheus.Registry
-	jobsStarted  prometheus.Counter
-	jobsEnded    *prometheus.CounterVec
-	stepSeconds  *prometheus.HistogramVec
-	mirrorBytes  prometheus.Counter
-	mirrorFailed prometheus.Counter
+	reg             *prometheus.Registry
+	jobsStarted     prometheus.Counter
+	jobsEnded       *prometheus.CounterVec
+	stepSeconds     *prometheus.HistogramVec
+	mirrorBytes     prometheus.Counter
+	mirrorFailed    prometheus.Counter
+	mirrorRefetched prometheus.Counter
+	mirrorConns     prometheus.Gauge
 	// updateChecks and updatesNoticed are the watcher's (package updates).
 	updateChecks   *prometheus.CounterVec
 	updatesNoticed prometheus.Counter
@@ -57,6 +59,12 @@ func New(catalogSize func(context.Context) (int, error)) *Metrics {
 		mirrorFailed: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "modelserve_mirror_failures_total", Help: "Files the mirror failed to fetch (after its retries).",
 		}),
+		mirrorRefetched: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "modelserve_mirror_parts_refetched_total", Help: "Parts of files the mirror fetched again over another connection, the first one having stalled or fallen far behind.",
+		}),
+		mirrorConns: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "modelserve_mirror_connections", Help: "Connections the mirror is fetching over now.",
+		}),
 		updateChecks: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "modelserve_update_checks_total", Help: "Checks of a served model's branch for new weights, by result (up_to_date, update_available, failed).",
 		}, []string{"result"}),
@@ -70,7 +78,7 @@ func New(catalogSize func(context.Context) (int, error)) *Metrics {
 			Name: "modelserve_eval_cases_total", Help: "Eval cases judged, by result (pass, fail).",
 		}, []string{"result"}),
 	}
-	m.reg.MustRegister(m.jobsStarted, m.jobsEnded, m.stepSeconds, m.mirrorBytes, m.mirrorFailed, m.updateChecks, m.updatesNoticed,
+	m.reg.MustRegister(m.jobsStarted, m.jobsEnded, m.stepSeconds, m.mirrorBytes, m.mirrorFailed, m.mirrorRefetched, m.mirrorConns, m.updateChecks, m.updatesNoticed,
 		m.evalRuns, m.evalCases, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if catalogSize != nil {
 		m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
@@ -112,6 +120,12 @@ func (m *Metrics) MirrorFetched(n int64) { m.mirrorBytes.Add(float64(n)) }
 
 // MirrorFailed counts a file the mirror gave up on.
 func (m *Metrics) MirrorFailed() { m.mirrorFailed.Inc() }
+
+// MirrorPartRefetched counts a part of a file fetched again.
+func (m *Metrics) MirrorPartRefetched() { m.mirrorRefetched.Inc() }
+
+// MirrorConnections moves the count of connections fetching now.
+func (m *Metrics) MirrorConnections(delta int) { m.mirrorConns.Add(float64(delta)) }
 
 // UpdateChecked counts a check for new weights by its result.
 func (m *Metrics) UpdateChecked(result string) { m.updateChecks.WithLabelValues(result).Inc() }

@@ -160,3 +160,18 @@ func TestEvalCounters(t *testing.T) {
 		}
 	}
 }
+
+// TestMirrorConnectionsAndRefetches: what a ranged fetch reports reaches
+// the scrape.
+func TestMirrorConnectionsAndRefetches(t *testing.T) {
+	m := metrics.New(nil)
+	m.MirrorConnections(3)
+	m.MirrorConnections(-1)
+	m.MirrorPartRefetched()
+	text := scrape(t, m)
+	for _, want := range []string{"modelserve_mirror_connections 2", "modelserve_mirror_parts_refetched_total 1"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("the scrape lacks %s", want)
+		}
+	}
+}

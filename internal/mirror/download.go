@@ -68,7 +68,9 @@ func (m *Mirror) fetchFile(ctx context.Context, fl *flight) (string, error) {
 		return sum, err
 	}
 
-	d := &download{m: m, fl: fl, name: name, part: partialPath(fl.local), h: sha256.New()}
+	d := &download{m: m, fl: fl, name: name, part: partialPath(fl.local), h: sha256.New(), ranges: m.rangedFor(fl.file)}
+	stop := fl.meter()
+	defer stop()
 	for try := 1; ; try++ {
 		err := d.try(ctx)
 		if err == nil {
@@ -104,6 +106,28 @@ func (m *Mirror) fetchFile(ctx context.Context, fl *flight) (string, error) {
 			return "", ctx.Err()
 		}
 	}
+}
+
+// meter keeps the flight's rate, once a second, until stop is called.
+func (fl *flight) meter() (stop func()) {
+	done := make(chan struct{})
+	go func() {
+		t := time.NewTicker(time.Second)
+		defer t.Stop()
+		last := fl.bytes.Load()
+		for {
+			select {
+			case <-done:
+				fl.rate.Store(0)
+				return
+			case <-t.C:
+				now := fl.bytes.Load()
+				fl.rate.Store(max(now-last, 0))
+				last = now
+			}
+		}
+	}()
+	return func() { close(done) }
 }
 
 // adopt takes a whole file already in place that has no verified sha256
@@ -149,6 +173,10 @@ type download struct {
 	part   string
 	h      hash.Hash
 	hashed int64
+	// ranges fetches the file in parts over several connections; r is
+	// the parts, once set up.
+	ranges bool
+	r      *ranged
 }
 
 // try makes one request for the bytes the partial file lacks and writes
@@ -160,6 +188,11 @@ func (d *download) try(ctx context.Context) error {
 		return writeErr("cannot write %s", d.name, err)
 	}
 	defer file.Close()
+	if d.ranges {
+		if err := d.tryRanges(ctx, file); !errors.Is(err, errNoRanges) {
+			return err
+		}
+	}
 	have, err := d.resume(ctx, file)
 	if err != nil {
 		return err
@@ -167,6 +200,8 @@ func (d *download) try(ctx context.Context) error {
 	if have == f.Size && have > 0 {
 		return nil
 	}
+	d.fl.conns.Store(1)
+	defer d.fl.conns.Store(0)
 
 	// The watchdog cancels the try when no byte arrives for StallTimeout,
 	// whether waiting for the answer or for the body.
@@ -206,6 +241,33 @@ func (d *download) try(ctx context.Context) error {
 		return writeErr("cannot write %s", d.name, err)
 	}
 	return d.copy(tctx, file, body, have, watchdog)
+}
+
+// tryRanges fetches the file in parts. A registry that turns out not to
+// serve Range leaves errNoRanges, with the partial file cut back to the
+// prefix the hash covers, for the single stream to carry on from.
+func (d *download) tryRanges(ctx context.Context, file *os.File) error {
+	if d.r == nil {
+		r, err := d.newRanged(ctx, file)
+		if err != nil {
+			return err
+		}
+		d.r = r
+	}
+	err := d.r.try(ctx, file)
+	if !errors.Is(err, errNoRanges) {
+		return err
+	}
+	d.m.log.Info("mirror fetching in one stream: the registry does not serve Range", "path", d.fl.file.Path)
+	d.ranges = false
+	hashed := d.r.hashed
+	d.r = nil
+	if err := file.Truncate(hashed); err != nil {
+		return writeErr("cannot write %s", d.name, err)
+	}
+	os.Remove(partsPath(d.fl.local))
+	d.hashed = hashed
+	return errNoRanges
 }
 
 // refused sorts out why the registry gave no bytes: what another try may
@@ -273,8 +335,14 @@ func (d *download) copy(tctx context.Context, file *os.File, body io.Reader, hav
 	kicked := have // bytes already handed to the disk's writeback
 	for {
 		bp := <-free
-		buf := (*bp)[:cap(*bp)]
+		buf := (*bp)[:min(int64(cap(*bp)), d.m.limiter.chunk())]
 		n, rerr := body.Read(buf)
+		if n > 0 {
+			if err := d.m.limiter.wait(tctx, n); err != nil {
+				free <- bp
+				return d.broke(tctx, err)
+			}
+		}
 		if n == 0 {
 			free <- bp
 		} else {
@@ -340,6 +408,8 @@ func (d *download) resume(ctx context.Context, file *os.File) (int64, error) {
 
 // restart empties the partial file and the hash.
 func (d *download) restart(file *os.File) error {
+	os.Remove(partsPath(d.fl.local))
+	d.r = nil
 	d.h.Reset()
 	d.hashed = 0
 	d.fl.bytes.Store(0)
@@ -352,6 +422,8 @@ func (d *download) restart(file *os.File) error {
 // discard deletes the partial file of a download that cannot succeed, so
 // that nothing half-right is left to be continued.
 func (d *download) discard() {
+	os.Remove(partsPath(d.fl.local))
+	d.r = nil
 	d.h.Reset()
 	d.hashed = 0
 	d.fl.bytes.Store(0)
@@ -376,7 +448,7 @@ func (d *download) finish() (string, error) {
 	f, local := d.fl.file, d.fl.local
 	sum := hex.EncodeToString(d.h.Sum(nil))
 	if f.SHA256 != "" && !strings.EqualFold(sum, f.SHA256) {
-		os.Remove(d.part)
+		d.discard()
 		return "", mismatch(f.Path, sum, f.SHA256)
 	}
 	if err := syncFile(d.part); err != nil {
@@ -385,6 +457,11 @@ func (d *download) finish() (string, error) {
 	// An old sidecar would vouch for the new file if a crash came before
 	// the new one is written; without one, the file is hashed again.
 	if err := os.Remove(sidecarPath(local)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return "", writeErr("cannot replace %s", d.name, err)
+	}
+	// Without its parts the whole partial file reads as a prefix: a crash
+	// here costs one hash of it, nothing fetched again.
+	if err := os.Remove(partsPath(local)); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return "", writeErr("cannot replace %s", d.name, err)
 	}
 	if err := os.Rename(d.part, local); err != nil {

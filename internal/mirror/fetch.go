@@ -29,6 +29,8 @@ type flight struct {
 
 	fetching atomic.Bool
 	bytes    atomic.Int64 // bytes of the file on disk so far
+	conns    atomic.Int32 // connections fetching it now
+	rate     atomic.Int64 // bytes a second over the last second
 
 	// Guarded by Mirror.mu.
 	waiters int
@@ -196,8 +198,8 @@ func (m *Mirror) startLocked(f File, local string) *flight {
 	if old := m.flights[local]; old != nil {
 		fl.prev = old
 	}
-	if st, err := os.Stat(partialPath(local)); err == nil && st.Size() <= f.Size {
-		fl.bytes.Store(st.Size())
+	if have, ok := partialHave(local, f.Size); ok {
+		fl.bytes.Store(have)
 	}
 	m.flights[local] = fl
 	delete(m.failed, local)
@@ -309,8 +311,8 @@ func (m *Mirror) checkSpaceLocked(files []File, locals []string) error {
 			continue
 		}
 		left := f.Size
-		if st, err := os.Stat(partialPath(locals[i])); err == nil && st.Size() <= f.Size {
-			left -= st.Size()
+		if have, ok := partialHave(locals[i], f.Size); ok {
+			left -= have
 		}
 		need += left
 		if !slices.Contains(models, f.Model) {

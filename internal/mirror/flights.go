@@ -27,7 +27,7 @@ func (m *Mirror) Flights() []Flight {
 		f := fl.file
 		out = append(out, Flight{
 			Entry: Entry{Model: f.Model, Revision: f.Revision, Path: f.Path, State: p.State,
-				Size: p.BytesDone, BytesDone: p.BytesDone, BytesTotal: p.BytesTotal},
+				Size: p.BytesDone, BytesDone: p.BytesDone, BytesTotal: p.BytesTotal, Connections: int(fl.conns.Load())},
 			Waiters: fl.waiters,
 		})
 	}

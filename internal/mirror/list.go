@@ -69,7 +69,11 @@ func (m *Mirror) List(ctx context.Context) ([]Entry, error) {
 		if isPartial {
 			e := add(local, Entry{Model: model, Revision: rev, Path: fpath, State: Partial})
 			if e.State == Partial {
-				e.Size, e.BytesDone, e.Modified = info.Size(), info.Size(), info.ModTime()
+				have := info.Size()
+				if n, ok := partialHave(local, -1); ok {
+					have = n
+				}
+				e.Size, e.BytesDone, e.Modified = have, have, info.ModTime()
 			}
 			return nil
 		}
@@ -137,7 +141,8 @@ func (m *Mirror) Remove(ctx context.Context, model, revision, p string, inUse fu
 	_, hadFailure := m.failed[local]
 	delete(m.failed, local)
 	removed := false
-	for _, name := range []string{local, sidecarPath(local), sidecarPath(local) + tmpSuffix, partialPath(local)} {
+	for _, name := range []string{local, sidecarPath(local), sidecarPath(local) + tmpSuffix, partialPath(local),
+		partsPath(local), partsPath(local) + tmpSuffix} {
 		err := os.Remove(name)
 		switch {
 		case err == nil:

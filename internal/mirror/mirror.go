@@ -69,6 +69,22 @@ type Options struct {
 	// Parallel is how many files are fetched at once across all callers;
 	// default 4. More than a few only splits the same bandwidth.
 	Parallel int
+	// Connections is the most connections one file is fetched over at
+	// once, from a registry that serves Range; default 16. 1 fetches each
+	// file in one stream.
+	Connections int
+	// Fixed runs Connections from the start; by default a file starts
+	// with 2 and the count is found as it arrives (adapt.go).
+	Fixed bool
+	// PartSize is how a ranged fetch cuts the file; default 64 MiB. A file
+	// smaller than two parts comes in one stream.
+	PartSize int64
+	// RateWindow is how often a ranged fetch measures its connections and
+	// chooses their count; default 1s.
+	RateWindow time.Duration
+	// DownloadRate caps the bytes a second all fetches together take from
+	// registries (--download-rate); 0 is no cap.
+	DownloadRate int64
 	// Metrics, when set, is told of bytes arriving and of files given up
 	// on (internal/metrics implements it).
 	Metrics Metrics
@@ -87,6 +103,8 @@ type Mirror struct {
 	opts  Options
 	log   *slog.Logger
 	slots chan struct{} // one token per file being fetched
+	// limiter holds every fetch together to DownloadRate; nil for none.
+	limiter *limiter
 
 	mu      sync.Mutex
 	flights map[string]*flight // local path → the fetch in progress
@@ -161,6 +179,9 @@ type Entry struct {
 	State      State  `json:"state"`
 	BytesDone  int64  `json:"bytes_done"`
 	BytesTotal int64  `json:"bytes_total"` // 0 when unknown (a partial file left by a restart)
+	// Connections is how many connections a file being fetched comes
+	// over now.
+	Connections int `json:"connections,omitempty"`
 	// Err is why the last fetch failed, for a Failed file.
 	Err      string    `json:"error,omitempty"`
 	Modified time.Time `json:"modified,omitzero"`
@@ -199,6 +220,15 @@ func New(o Options) (*Mirror, error) {
 	if o.Parallel <= 0 {
 		o.Parallel = 4
 	}
+	if o.Connections <= 0 {
+		o.Connections = 16
+	}
+	if o.PartSize <= 0 {
+		o.PartSize = 64 << 20
+	}
+	if o.RateWindow <= 0 {
+		o.RateWindow = time.Second
+	}
 	if o.Registry == nil {
 		o.Registry = hf.Registries{}
 	}
@@ -211,6 +241,7 @@ func New(o Options) (*Mirror, error) {
 		opts:    o,
 		log:     log,
 		slots:   make(chan struct{}, o.Parallel),
+		limiter: newLimiter(o.DownloadRate),
 		flights: map[string]*flight{},
 		failed:  map[string]failure{},
 	}, nil
@@ -291,5 +322,6 @@ func reserved(name string) bool {
 		return true
 	}
 	return strings.HasPrefix(name, ".") &&
-		(strings.HasSuffix(name, sidecarSuffix) || strings.HasSuffix(name, sidecarSuffix+tmpSuffix))
+		(strings.HasSuffix(name, sidecarSuffix) || strings.HasSuffix(name, sidecarSuffix+tmpSuffix) ||
+			strings.HasSuffix(name, partsSuffix) || strings.HasSuffix(name, partsSuffix+tmpSuffix))
 }

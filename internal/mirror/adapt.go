@@ -1,0 +1,209 @@
+package mirror
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"time"
+)
+
+// controller chooses how many connections a ranged fetch runs, one window
+// (Options.RateWindow) at a time, from the total rate the last window
+// measured. It doubles the count while the rate nearly doubles with it,
+// then adds one at a time while the rate still rises by a tenth; when a
+// connection more no longer pays, it goes back to the count before. When
+// the rate collapses (the CDN throttling every connection), it goes back to
+// the best count seen and never again goes as high as the count that
+// collapsed.
+type controller struct {
+	fixed    bool
+	ceiling  int
+	doubling bool
+	prev     float64 // the rate of the last window
+	prevN    int     // the count before the last change; 0: no change to judge
+	best     float64
+	bestN    int
+	held     bool // adding stopped: the count stays
+}
+
+func newController(o Options, cap int) *controller {
+	return &controller{fixed: o.Fixed, ceiling: cap, doubling: true}
+}
+
+// startConnections is the count a ranged fetch starts with.
+func (m *Mirror) startConnections() int {
+	if m.opts.Fixed {
+		return m.opts.Connections
+	}
+	return min(2, m.opts.Connections)
+}
+
+// next is the count for the next window, given the count n of this one and
+// its total rate.
+func (c *controller) next(n int, rate float64) int {
+	if c.fixed {
+		return n
+	}
+	if rate > c.best {
+		c.best, c.bestN = rate, n
+	}
+	switch {
+	case n > 1 && rate < c.best/2:
+		// Collapsed: more connections than the CDN allows.
+		c.ceiling = max(1, min(c.ceiling, n-1))
+		c.doubling, c.prevN = false, 0
+		c.prev = rate
+		return max(1, min(c.bestN, c.ceiling))
+	case c.prevN > 0 && rate < c.prev*1.1:
+		// The last connection added did not pay: back to the count before.
+		back := c.prevN
+		c.prevN, c.held = 0, true
+		c.prev = rate
+		return back
+	case c.held || n >= c.ceiling:
+		c.prevN = 0
+		c.prev = rate
+		return n
+	}
+	grow := n + 1
+	if c.doubling && (c.prevN == 0 || rate >= c.prev*1.6) {
+		grow = n * 2
+	} else {
+		c.doubling = false
+	}
+	c.prevN, c.prev = n, rate
+	return min(grow, c.ceiling)
+}
+
+// control runs once a window: it measures each connection, takes the part
+// of one far slower than the fastest (a stall on one connection, not the
+// CDN's pace) for another to fetch again, and sets the count.
+func (r *ranged) control(ctl *controller) {
+	window := r.d.m.opts.RateWindow.Seconds()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var total int64
+	var rates []int64
+	for c := range r.conns {
+		b := c.window.Swap(0)
+		c.last = b
+		total += b
+		c.windows++
+		if c.windows >= 2 {
+			rates = append(rates, b)
+		}
+	}
+	rate := float64(total) / window
+	if len(rates) > 0 {
+		r.fastest = max(r.fastest*15/16, slices.Max(rates))
+	} else {
+		r.fastest = r.fastest * 15 / 16
+	}
+	// A connection is measured against the others running (their median:
+	// a throttle that slows them all singles none out), or, with too few
+	// others, against the fastest part lately.
+	ref := r.fastest
+	if len(rates) >= 3 {
+		slices.Sort(rates)
+		ref = rates[len(rates)/2]
+	}
+	for c := range r.conns {
+		// Far slower than the fastest for a good while (five windows and
+		// half a second at least): a pause of the rate cap or of the
+		// CDN's pacing is not a stall.
+		if c.last*10 < ref {
+			c.slow++
+		} else {
+			c.slow = 0
+		}
+		slowFor := time.Duration(c.slow) * r.d.m.opts.RateWindow
+		if c.slow >= 5 && slowFor >= 500*time.Millisecond && c.cancel != nil && !c.leaving {
+			for _, p := range r.parts {
+				if p.conn == c {
+					p.gen++
+					p.busy, p.conn = false, nil
+				}
+			}
+			c.cancel(errTaken)
+			c.windows, c.slow = 0, 0
+		}
+	}
+	// A window in which fewer connections ran than wanted (the tail of
+	// the file) says nothing about the count.
+	running := 0
+	for c := range r.conns {
+		if !c.leaving {
+			running++
+		}
+	}
+	if running < r.want {
+		return
+	}
+	want := ctl.next(r.want, rate)
+	r.want = want
+	for c := range r.conns {
+		if running <= want {
+			break
+		}
+		if !c.leaving && c.cancel != nil {
+			c.leaving = true
+			c.cancel(errShed)
+			running--
+		}
+	}
+}
+
+// errShed ends a connection the controller no longer wants.
+var errShed = errors.New("one connection fewer")
+
+// limiter holds the mirror's fetches, all together, to a rate
+// (--download-rate). A nil limiter limits nothing.
+type limiter struct {
+	rate float64 // bytes a second
+	mu   sync.Mutex
+	next time.Time // when the bytes already let through are paid for
+}
+
+func newLimiter(bytesPerSecond int64) *limiter {
+	if bytesPerSecond <= 0 {
+		return nil
+	}
+	return &limiter{rate: float64(bytesPerSecond)}
+}
+
+// chunk is the most one read may ask for: a twentieth of a second's worth,
+// so that no read waits long and the connections share the rate evenly.
+func (l *limiter) chunk() int64 {
+	if l == nil {
+		return 1 << 62
+	}
+	return max(int64(l.rate/20), 4<<10)
+}
+
+// wait blocks until n more bytes fit in the rate. A tenth of a second of
+// idleness may be made up in a burst, no more.
+func (l *limiter) wait(ctx context.Context, n int) error {
+	if l == nil {
+		return nil
+	}
+	l.mu.Lock()
+	now := time.Now()
+	if floor := now.Add(-100 * time.Millisecond); l.next.Before(floor) {
+		l.next = floor
+	}
+	l.next = l.next.Add(time.Duration(float64(n) / l.rate * float64(time.Second)))
+	d := l.next.Sub(now)
+	l.mu.Unlock()
+	if d <= 0 {
+		return nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
