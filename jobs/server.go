@@ -324,13 +324,12 @@ func (s *Server) guard(ctx context.Context, l *live, run func(context.Context, *
 // a cancel, the poison-job guard; all but a stop of the server, after
 // which the job carries on.
 func (s *Server) finish(ctx context.Context, l *live, err error) {
-	defer s.undo(l)
 	if err == nil {
 		s.end(l, Done, "", "")
 		return
 	}
 	if errors.Is(err, errPanicked) {
-		s.end(l, Failed, "", "the job stopped on an internal error; the server's log has the details")
+		s.fail(l, "", "the job stopped on an internal error; the server's log has the details")
 		return
 	}
 	if ctx.Err() != nil || !l.running() {
@@ -343,8 +342,11 @@ func (s *Server) finish(ctx context.Context, l *live, err error) {
 				s.deps.Log.Warn("could not record that a job stopped cleanly", "job", l.job.ID, "err", err)
 			}
 			cancel()
+			return
 		}
-		// Cancelled: Cancel has recorded it already.
+		// Cancelled: Cancel has recorded it already, and what the job
+		// added goes now.
+		s.undo(l, "", "")
 		return
 	}
 	step := ""
@@ -359,6 +361,13 @@ func (s *Server) finish(ctx context.Context, l *live, err error) {
 	} else {
 		s.deps.Log.Warn("serving a model failed", "job", l.job.ID, "repo", l.job.Request.Repo, "step", step, "err", msg)
 	}
+	s.fail(l, step, msg)
+}
+
+// fail ends a running job failed at step with msg, once what it added is
+// taken back: whoever sees it failed finds nothing of it in the catalog.
+func (s *Server) fail(l *live, step, msg string) {
+	s.undo(l, Failed, msg)
 	s.end(l, Failed, step, msg)
 }
 

@@ -25,9 +25,14 @@ const undoTimeout = 30 * time.Second
 //   - a serve job cancelled or failed after its catalog step removes the
 //     entry it added, and never one that was there before it (Job.Added).
 //
-// What fails here is logged: the job's end stands.
-func (s *Server) undo(l *live) {
+// state and msg are the ending about to be recorded (a failure, undone
+// before it is said), or "" for one recorded already (a cancel). What
+// fails here is logged: the job's end stands.
+func (s *Server) undo(l *live, state, msg string) {
 	j, _ := l.snapshot()
+	if state != "" {
+		j.State, j.Error = state, msg
+	}
 	if j.State == Running || j.State == Done {
 		return
 	}
