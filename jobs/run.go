@@ -257,6 +257,14 @@ func (p *pipeline) choose(ctx context.Context) error {
 		// could ever host it as asked.
 		return sentencef("%s %s", p.set.Name, or(p.layout.Sizing.Reason, p.layout.Why))
 	}
+	if req.CanaryOf != "" && p.planned {
+		// A canary runs beside its model, or its trial never begins: said
+		// before a byte is fetched, rather than after a wait for room.
+		if why, ok := p.roomBeside(); !ok {
+			return sentencef("there is no room beside %s for its canary: %s; free that room (stop or scale down another model) "+
+				"and try the update again, or serve the new commit as %s in its place, without a trial", req.CanaryOf, why, req.CanaryOf)
+		}
+	}
 	p.name = or(req.Name, hf.ModelName(p.repo.ID))
 	p.s.set(p.l, func(j *Job) { j.Model = p.name })
 
@@ -279,6 +287,27 @@ func (p *pipeline) choose(ctx context.Context) error {
 	p.s.step(p.l, StepPlan, Done, fmt.Sprintf("%s, %s in %d %s, revision %s; runs on %s%s",
 		what, words.Size(total), n, words.Plural(n, "file", "files"), p.repo.ShortCommit(), runs, needs))
 	return nil
+}
+
+// roomBeside says whether the chosen layout has room now, beside what the
+// fleet has promised, and if not, why: the plan's own word, or for a
+// replica that reserves the memory its request named, the most any node
+// has free.
+func (p *pipeline) roomBeside() (string, bool) {
+	if p.req.MemoryGB > 0 && p.layout.CPU {
+		need, most := int64(p.req.MemoryGB)<<30, int64(0)
+		for _, n := range p.s.pool() {
+			most = max(most, int64(n.FreeRAMGB*(1<<30)))
+		}
+		if need > most {
+			return fmt.Sprintf("it reserves %s, and the most a node has free is %s", words.Size(need), words.Size(most)), false
+		}
+		return "", true
+	}
+	if p.layout.Fit == plan.FitsHardware {
+		return or(p.layout.Why, "the hardware it fits is in use"), false
+	}
+	return "", true
 }
 
 func (p *pipeline) fetch(ctx context.Context) error {

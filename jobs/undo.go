@@ -69,7 +69,9 @@ func (s *Server) endTrial(ctx context.Context, j Job) {
 	if j.Added {
 		s.removeEntry(ctx, name)
 	}
-	if s.deps.Versions != nil && commit != "" {
+	// A version is written with the canary's entry: one refused before
+	// that has none to end.
+	if s.deps.Versions != nil && commit != "" && j.Added {
 		if err := s.deps.Versions.EndVersion(ctx, of, commit, catalog.VersionRolledBack, why); err != nil {
 			s.deps.Log.Warn("could not record a version as rolled back", "model", of, "err", err)
 		}

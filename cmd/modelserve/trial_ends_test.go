@@ -23,7 +23,12 @@ import (
 // rolled back with nothing of its canary left: no entry, no replica, its
 // version rolled_back with a reason saying why, the update rolled_back,
 // and chatty still serving its old commit.
-func (w *updateWorld) canaryGone(t *testing.T, why string) {
+func (w *updateWorld) canaryGone(t *testing.T, why string) { w.trialEnded(t, why, true) }
+
+// trialEnded is canaryGone for a trial that ran (tried: the new version is
+// listed rolled back, saying why) or was refused before its canary was
+// added (only the current version is listed).
+func (w *updateWorld) trialEnded(t *testing.T, why string, tried bool) {
 	t.Helper()
 	name := catalog.CanaryName("chatty", w.moved)
 	if code := w.s.do("GET", "/api/v1/catalog/"+name, nil, nil); code != http.StatusNotFound {
@@ -42,8 +47,13 @@ func (w *updateWorld) canaryGone(t *testing.T, why string) {
 		return true
 	})
 	vs, canaryName, _ := w.versions(t)
-	if canaryName != "" || len(vs) != 2 || vs[0].Commit != w.moved || vs[0].State != catalog.VersionRolledBack ||
-		!strings.Contains(vs[0].Reason, why) || vs[1].State != catalog.VersionCurrent {
+	switch {
+	case !tried:
+		if canaryName != "" || len(vs) != 1 || vs[0].State != catalog.VersionCurrent {
+			t.Errorf("versions after the update was refused: canary %q, %+v; want only the current one", canaryName, vs)
+		}
+	case canaryName != "" || len(vs) != 2 || vs[0].Commit != w.moved || vs[0].State != catalog.VersionRolledBack ||
+		!strings.Contains(vs[0].Reason, why) || vs[1].State != catalog.VersionCurrent:
 		t.Errorf("versions after the trial ended: canary %q, %+v; want the new one rolled_back saying %q", canaryName, vs, why)
 	}
 	var up updates.Update
@@ -138,9 +148,14 @@ func TestACanaryWithNoRoomBesideItsModelIsRefused(t *testing.T) {
 	if last.State != jobs.Failed || !strings.HasPrefix(last.Error, why) {
 		t.Fatalf("the update ended %s: %q\n%+v", last.State, last.Error, last.Steps)
 	}
-	if st, _ := last.Step(jobs.StepPlacement); st.State != jobs.Failed {
-		t.Errorf("the placement step: %+v", st)
+	// Refused at once, at the plan step, before a byte of the new
+	// weights is fetched.
+	if st, _ := last.Step(jobs.StepPlan); st.State != jobs.Failed {
+		t.Errorf("the plan step: %+v, want it failed", st)
+	}
+	if st, _ := last.Step(jobs.StepMirror); st.State == jobs.Done || st.BytesDone > 0 {
+		t.Errorf("the mirror step: %+v, want nothing fetched", st)
 	}
 	t.Logf("refused: %s", last.Error)
-	w.canaryGone(t, why)
+	w.trialEnded(t, why, false)
 }
