@@ -61,12 +61,25 @@ type Model struct {
 	AddedAt time.Time `json:"added_at,omitzero"`
 }
 
-// Profile is one way a model runs: an engine, its arguments, and the
-// hardware it needs.
+// Profile is one way a model runs, said once: the engine, the context it
+// holds and how that is shared, the hardware and the memory of each part
+// of it. The job's check step sizes it (plan.Size) and the catalog keeps
+// it; both fleets place by it and write the engine's command line from it
+// at their edge (fleet.EngineArgs), and the pages say it in words. Nothing
+// reads it back out of engine arguments.
 type Profile struct {
-	Name   string   `json:"name"`
-	Engine string   `json:"engine"`
-	Args   []string `json:"args,omitempty"`
+	Name   string `json:"name"`
+	Engine string `json:"engine"`
+	// Pool is the tokens the engine holds (llama.cpp's --ctx-size), shared
+	// by Slots requests at once; Context is what each may use. A zero
+	// pool leaves the context to the engine: only for a profile nobody
+	// sized.
+	Pool  int `json:"pool,omitempty"`
+	Slots int `json:"slots,omitempty"`
+	// Embeddings serves /v1/embeddings rather than chat; Judge is a guard
+	// model, judging prompts for the guardrails.
+	Embeddings bool `json:"embeddings,omitempty"`
+	Judge      bool `json:"judge,omitempty"`
 	// GPUClass and GPUsPerNode are the cards on each node; empty runs on
 	// the CPU. Nodes is how many nodes one replica spans (0 or 1: one).
 	GPUClass    string `json:"gpu_class,omitempty"`
@@ -76,16 +89,14 @@ type Profile struct {
 	// split a model across cards and nodes.
 	TP int `json:"tp,omitempty"`
 	PP int `json:"pp,omitempty"`
-	// MinMemoryBytes is what a replica reserves on a node (for a GPU
-	// profile, what all its cards hold together): exactly what the check
-	// step sized the engine's context for, so a replica the job placed in
-	// free memory is placed there again. MinMemoryGB is the same in whole
-	// GB, from an operator's own figure or an older catalog; Memory says
-	// which counts. CPUCores is what it computes on (0: the engine's
-	// default).
-	MinMemoryBytes int64 `json:"min_memory_bytes,omitempty"`
-	MinMemoryGB    int   `json:"min_memory_gb,omitempty"`
-	CPUCores       int   `json:"cpu_cores,omitempty"`
+	// CardBytes is what a replica holds on each of its cards, and
+	// RAMBytes what it holds of a node's RAM (all of it, on the CPU):
+	// exactly what the check step sized the engine for, so a replica the
+	// job placed in free memory is placed there again. CPUCores is what
+	// it computes on (0: the engine's default).
+	CardBytes int64 `json:"card_bytes,omitempty"`
+	RAMBytes  int64 `json:"ram_bytes,omitempty"`
+	CPUCores  int   `json:"cpu_cores,omitempty"`
 	// Env is set in the engine's environment: the named engine settings
 	// only, each with a value it takes (engine_env.go).
 	Env map[string]string `json:"env,omitempty"`
@@ -98,13 +109,27 @@ type Profile struct {
 	StartupTimeout time.Duration `json:"startup_timeout,omitempty"`
 }
 
-// Memory is what a replica of the profile reserves, in bytes:
-// MinMemoryBytes when set, else MinMemoryGB.
-func (p Profile) Memory() int64 {
-	if p.MinMemoryBytes > 0 {
-		return p.MinMemoryBytes
+// Context is the tokens one request may use: the pool shared by its
+// slots. It is the one place a pool is divided by its slots.
+func (p Profile) Context() int {
+	if p.Pool <= 0 {
+		return 0
 	}
-	return int64(p.MinMemoryGB) << 30
+	return p.Pool / max(p.Slots, 1)
+}
+
+// Cards is how many cards a replica takes on each node: none on the CPU.
+func (p Profile) Cards() int {
+	if p.GPUClass == "" {
+		return 0
+	}
+	return max(p.GPUsPerNode, 1)
+}
+
+// Bytes is all the memory a replica holds, on its cards and in RAM: what
+// a page says it needs.
+func (p Profile) Bytes() int64 {
+	return p.CardBytes*int64(p.Cards()) + p.RAMBytes
 }
 
 // Scaling is how many replicas run: Min always (0 loads it on demand, when

@@ -117,10 +117,7 @@ func catalogView(m catalog.Model) views.CatalogModel {
 				hw = fmt.Sprintf("%d nodes × %s", p.Nodes, hw)
 			}
 		}
-		if p.Memory() > 0 {
-			hw += ", " + words.Size(p.Memory())
-		}
-		vm.Profiles = append(vm.Profiles, views.CatalogProfile{Name: p.Name, Engine: p.Engine, Hardware: hw, Args: strings.Join(p.Args, " ")})
+		vm.Profiles = append(vm.Profiles, views.CatalogProfile{Name: p.Name, Engine: p.Engine, Hardware: hw, Runs: runsText(p)})
 	}
 	caps := []string{"chat"}
 	switch {
@@ -258,4 +255,30 @@ func updateURL(st updates.Status) string {
 		return ""
 	}
 	return "/updates/" + strconv.FormatInt(st.Available.ID, 10)
+}
+
+// runsText says how a profile runs: "a 16384-token pool in 4 slots of 4096
+// tokens; 1.2 GB of RAM" or "...; 9.6 GB on each of 2 cards".
+func runsText(p catalog.Profile) string {
+	var parts []string
+	if p.Pool > 0 {
+		parts = append(parts, fmt.Sprintf("a %d-token pool in %s of %d tokens", p.Pool, words.Count(max(p.Slots, 1), "slot", "slots"), p.Context()))
+	}
+	if p.CardBytes > 0 {
+		each := "on its card"
+		if p.Cards() > 1 {
+			each = fmt.Sprintf("on each of %d cards", p.Cards())
+		}
+		parts = append(parts, words.Size(p.CardBytes)+" "+each)
+	}
+	if p.RAMBytes > 0 {
+		parts = append(parts, words.Size(p.RAMBytes)+" of RAM")
+	}
+	if p.Embeddings {
+		parts = append(parts, "embeddings")
+	}
+	if p.Judge {
+		parts = append(parts, "no prompt cache (a judge)")
+	}
+	return strings.Join(parts, "; ")
 }

@@ -23,7 +23,7 @@ func tinyModel(name string) catalog.Model {
 	return catalog.Model{
 		Name: name, Aliases: []string{name + "-chat"}, ContextLength: 4096, RoutingProfile: "chat",
 		Source:   "http://127.0.0.1:8080/mirror/" + name + "/c0ffee0/model-Q4_K_M.gguf",
-		Profiles: []catalog.Profile{{Name: "cpu", Engine: "llamacpp", Args: catalog.LlamaArgs(catalog.Sizing{CtxPool: 16384, ContextLength: 4096})}},
+		Profiles: []catalog.Profile{{Name: "cpu", Engine: "llamacpp", Pool: 16384, Slots: 4, RAMBytes: 1288490189}},
 		Scaling:  catalog.Scaling{Min: 1, Max: 2}, Capabilities: catalog.Capabilities{Tools: true},
 		Origin: &catalog.Origin{Repo: "test/" + name + "-GGUF", Revision: strings.Repeat("c0ffee", 7)[:40]},
 	}
@@ -47,7 +47,7 @@ func TestCatalogPage(t *testing.T) {
 	for what, want := range map[string]string{
 		`[data-testid="origin"]`: "test/tiny-GGUF",
 		`[data-testid="wanted"]`: "1 to 2",
-		"code.args":              "--ctx-size 16384 --parallel 4",
+		"[data-testid=runs]":     "a 16384-token pool in 4 slots of 4096 tokens; 1.2 GB of RAM",
 	} {
 		if got := row.Find(what).Text(); got != want {
 			t.Errorf("%s reads %q, want %q", what, got, want)

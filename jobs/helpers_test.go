@@ -272,12 +272,3 @@ func partials(t testing.TB, dir string) []string {
 	}
 	return out
 }
-
-func argValue(args []string, flag string) string {
-	for i, a := range args {
-		if a == flag && i+1 < len(args) {
-			return args[i+1]
-		}
-	}
-	return ""
-}

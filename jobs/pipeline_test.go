@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 
@@ -136,17 +135,16 @@ func TestServe(t *testing.T) {
 			if m.Scaling != (catalog.Scaling{Min: 1, Max: 1}) || len(m.Profiles) != 1 || m.Profiles[0].Name != "cpu" {
 				t.Fatalf("scaling %+v profiles %+v", m.Scaling, m.Profiles)
 			}
-			args := m.Profiles[0].Args
-			pool, _ := strconv.Atoi(argValue(args, "--ctx-size"))
-			parallel, _ := strconv.Atoi(argValue(args, "--parallel"))
-			if pool != m.ContextLength*parallel {
-				t.Errorf("--ctx-size %d is not %d slots of %d", pool, parallel, m.ContextLength)
+			prof := m.Profiles[0]
+			pool, parallel := prof.Pool, prof.Slots
+			if pool != m.ContextLength*parallel || prof.Context() != m.ContextLength {
+				t.Errorf("a pool of %d is not %d slots of %d", pool, parallel, m.ContextLength)
 			}
 			if m.MaxOutput != catalog.MaxOutput(m.ContextLength) {
 				t.Errorf("max output %d for a context of %d", m.MaxOutput, m.ContextLength)
 			}
-			if got := slices.Contains(args, "--embedding"); got != tc.wantEmbedding || m.Capabilities.Embeddings != tc.wantEmbedding {
-				t.Errorf("args %v, embeddings %v; want embedding %v", args, m.Capabilities.Embeddings, tc.wantEmbedding)
+			if prof.Embeddings != tc.wantEmbedding || m.Capabilities.Embeddings != tc.wantEmbedding {
+				t.Errorf("profile %+v, embeddings %v; want embedding %v", prof, m.Capabilities.Embeddings, tc.wantEmbedding)
 			}
 			// The reservation is the sizing the engine starts with, to the
 			// byte: what the fleet will place it by.
@@ -154,12 +152,12 @@ func TestServe(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if want := h.MemoryBytes(int64(len(content)), pool, parallel, 0); m.Profiles[0].MinMemoryBytes != want {
-				t.Errorf("the profile reserves %d bytes; the engine's pool needs %d", m.Profiles[0].MinMemoryBytes, want)
+			if want := h.MemoryBytes(int64(len(content)), pool, parallel, 0); prof.RAMBytes != want {
+				t.Errorf("the profile reserves %d bytes; the engine's pool needs %d", prof.RAMBytes, want)
 			}
 			if tc.wantCtx > 0 {
 				if m.ContextLength != tc.wantCtx || parallel != tc.wantParallel {
-					t.Errorf("context %d in %d slots, want %d in %d (args %v)", m.ContextLength, parallel, tc.wantCtx, tc.wantParallel, args)
+					t.Errorf("context %d in %d slots, want %d in %d", m.ContextLength, parallel, tc.wantCtx, tc.wantParallel)
 				}
 				return
 			}
@@ -290,8 +288,8 @@ func TestFallbacks(t *testing.T) {
 		t.Fatalf("profiles %+v; want gpu-1xl4 before cpu", m.Profiles)
 	}
 	for _, p := range m.Profiles {
-		if p.Memory() <= 0 || argValue(p.Args, "--ctx-size") != argValue(m.Profiles[0].Args, "--ctx-size") {
-			t.Errorf("profile %s reserves %d bytes with args %v; want each sized for the same context", p.Name, p.Memory(), p.Args)
+		if p.Bytes() <= 0 || p.Pool != m.Profiles[0].Pool || p.Slots != m.Profiles[0].Slots {
+			t.Errorf("profile %s holds %d bytes with a pool of %d in %d slots; want each sized for the same context", p.Name, p.Bytes(), p.Pool, p.Slots)
 		}
 	}
 }

@@ -51,8 +51,10 @@ type pipeline struct {
 	name     string
 	paths    []string // on the mirror: the weights', then the projector's
 	source   string
-	// memBytes is what a replica reserves: the check step's sizing.
+	// memBytes is what a replica reserves (of RAM, or on each card): the
+	// check step's sizing, whose slots it has.
 	memBytes int64
+	slots    int
 }
 
 // run takes the job through its steps. It returns nil when the job is done,
@@ -414,7 +416,7 @@ func (p *pipeline) check(ctx context.Context) error {
 		return sentencef("%s %s", p.set.Name, sz.Reason)
 	}
 	req.CtxPool, req.ContextLength = sz.CtxPool, sz.ContextLength
-	p.memBytes = sz.NeedBytes
+	p.memBytes, p.slots = sz.NeedBytes, sz.Slots
 	// Every profile serves the context the catalog promises: a fallback
 	// is sized for the first's, and left out when it cannot hold it.
 	var kept []plan.Option
@@ -564,26 +566,27 @@ func (p *pipeline) whyNoReplica() string {
 func (p *pipeline) profiles() []catalog.Profile {
 	out := []catalog.Profile{p.profile(p.layout, p.memBytes, 100)}
 	for i, o := range p.fallbacks {
-		sz := p.fallbackSizes[i]
-		out = append(out, p.profile(o, sz.NeedBytes*int64(max(o.GPUsPerNode, 1)), 90-10*i))
+		out = append(out, p.profile(o, p.fallbackSizes[i].NeedBytes, 90-10*i))
 	}
 	return out
 }
 
-// profile is one shape the model runs on, reserving memBytes (all its
-// cards together on cards).
+// profile is one shape the model runs on, holding memBytes: of a node's
+// RAM on the CPU, on each card on cards (as plan.Size sizes it).
 func (p *pipeline) profile(lay plan.Option, memBytes int64, priority int) catalog.Profile {
 	req := p.req
-	prof := catalog.Profile{Engine: EngineLlamaCpp, Env: req.Env, Priority: priority, Weight: 1, MinMemoryBytes: memBytes}
-	prof.Args = catalog.LlamaArgs(catalog.Sizing{CtxPool: req.CtxPool, ContextLength: req.ContextLength,
-		Embeddings: req.Embeddings, Judge: req.GuardFormat != ""})
+	prof := catalog.Profile{Engine: EngineLlamaCpp, Env: req.Env, Priority: priority, Weight: 1,
+		Pool: req.CtxPool, Slots: p.slots, Embeddings: req.Embeddings, Judge: req.GuardFormat != ""}
+	if prof.Pool > 0 {
+		prof.Slots = max(prof.Slots, 1)
+	}
 	if lay.CPU {
-		prof.Name, prof.CPUCores = "cpu", p.cores()
+		prof.Name, prof.CPUCores, prof.RAMBytes = "cpu", p.cores(), memBytes
 		return prof
 	}
 	cards := max(lay.GPUsPerNode, 1)
 	prof.Name = fmt.Sprintf("gpu-%dx%s", cards, strings.ToLower(lay.Class))
-	prof.GPUClass, prof.GPUsPerNode = lay.Class, cards
+	prof.GPUClass, prof.GPUsPerNode, prof.CardBytes = lay.Class, cards, memBytes
 	return prof
 }
 

@@ -199,7 +199,8 @@ type CatalogModel struct {
 
 // CatalogProfile is one way a model runs.
 type CatalogProfile struct {
-	Name, Engine, Hardware, Args string
+	// Runs says in words how it runs: its pool and slots, what it holds.
+	Name, Engine, Hardware, Runs string
 }
 
 // CatalogPage is the catalog page.

@@ -197,9 +197,8 @@ func TestServeThroughTheAPI(t *testing.T) {
 	if want := "tiny-llama/" + hf.Short(hub.Commit("acme/Tiny-Llama-GGUF", "main")) + "/Tiny-Llama-Q4_K_M.gguf"; m.Source != want {
 		t.Errorf("source %q, want the mirrored file %q", m.Source, want)
 	}
-	args := strings.Join(m.Profiles[0].Args, " ")
-	if !strings.Contains(args, "--ctx-size 4096") || !strings.Contains(args, "--parallel 2") {
-		t.Errorf("engine args %q, want a 4096 pool in 2 slots", args)
+	if p := m.Profiles[0]; p.Pool != 4096 || p.Slots != 2 || p.Context() != 2048 {
+		t.Errorf("profile %+v, want a 4096 pool in 2 slots of 2048", p)
 	}
 
 	var list struct {

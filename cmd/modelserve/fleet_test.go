@@ -62,14 +62,14 @@ func TestDefaultsPlaceOnANodeWithLittleFreeMemory(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := m.Profiles[0]
-	if p.Memory() <= 0 || p.Memory() > ram {
-		t.Errorf("the catalog reserves %d bytes on a node of %d", p.Memory(), ram)
+	if p.RAMBytes <= 0 || p.RAMBytes > ram {
+		t.Errorf("the catalog reserves %d bytes on a node of %d", p.RAMBytes, ram)
 	}
 	rs := w.fleet.Replicas()
-	if len(rs) != 1 || rs[0].State != fleet.Ready || rs[0].EstimateBytes != p.Memory() {
-		t.Errorf("replicas %+v: want one ready, placed by the catalog's %d bytes", rs, p.Memory())
+	if len(rs) != 1 || rs[0].State != fleet.Ready || rs[0].EstimateBytes != p.RAMBytes {
+		t.Errorf("replicas %+v: want one ready, placed by the catalog's %d bytes", rs, p.RAMBytes)
 	}
-	t.Logf("tiny model on a 180 MB node: %s; reserves %d bytes, measured %d", check.Detail, p.Memory(), rs[0].RSSBytes)
+	t.Logf("tiny model on a 180 MB node: %s; reserves %d bytes, measured %d", check.Detail, p.RAMBytes, rs[0].RSSBytes)
 }
 
 // serveWorld is a Hub with a tiny model, a real fleet on a local node as

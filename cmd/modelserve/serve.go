@@ -62,6 +62,11 @@ func serve(ctx context.Context, cfg config, log *slog.Logger, ready func(addr st
 		regs.Local = hf.NewLocal(cfg.ModelsDir, filepath.Join(cfg.Data, "local-registry-hashes.json"))
 	}
 
+	// Profiles an older release stored are read once more and written in
+	// today's fields, before anything reads the catalog.
+	if err := catalog.Upgrade(ctx, db); err != nil {
+		return fmt.Errorf("upgrading the catalog's profiles: %w", err)
+	}
 	store := catalog.NewStore(db)
 	met := metrics.New(func(ctx context.Context) (int, error) {
 		ms, err := store.List(ctx)

@@ -117,17 +117,15 @@ func (e *env) runner(db *sql.DB, asker evals.Asker, edit ...func(*evals.Deps)) *
 	return r
 }
 
-// tinyArgs keep a tiny model's context small: it loads faster.
-var tinyArgs = catalog.LlamaArgs(catalog.Sizing{CtxPool: 1024, ContextLength: 1024})
-
 // add puts a tiny model in the catalog, served from commit: a chat model,
 // or an embedding model.
 func (e *env) add(name, commit string, embeddings bool) {
 	e.t.Helper()
-	spec, args := ggufgen.Spec{}, tinyArgs
+	// A tiny model's context is kept small: it loads faster.
+	spec, prof := ggufgen.Spec{}, catalog.Profile{Name: "cpu", Engine: "llamacpp", Pool: 1024, Slots: 1, RAMBytes: 1 << 30, Priority: 100}
 	if embeddings {
 		spec = ggufgen.Spec{Pooling: new(uint32(1)), EmbeddingLength: 96, HeadCount: 6, HeadCountKV: 3}
-		args = catalog.LlamaArgs(catalog.Sizing{CtxPool: 1024, ContextLength: 256, Embeddings: true})
+		prof.Slots, prof.Embeddings = 4, true
 	}
 	path := filepath.Join(e.t.TempDir(), name+".gguf")
 	if err := ggufgen.WriteFile(path, spec); err != nil {
@@ -135,7 +133,7 @@ func (e *env) add(name, commit string, embeddings bool) {
 	}
 	m := catalog.Model{
 		Name: name, Source: path, ContextLength: 1024,
-		Profiles:     []catalog.Profile{{Name: "cpu", Engine: "llamacpp", Args: args, MinMemoryGB: 1, Priority: 100}},
+		Profiles:     []catalog.Profile{prof},
 		Scaling:      catalog.Scaling{Min: 1, Max: 1},
 		Capabilities: catalog.Capabilities{Embeddings: embeddings},
 		Origin:       &catalog.Origin{Repo: "acme/" + name, Revision: commit},

@@ -163,65 +163,45 @@ func StartupTimeout(p catalog.Profile, size int64) time.Duration {
 	return min(startupCapped, startupBase+time.Duration(gb)*startupPerGB)
 }
 
-// ownedFlags are the flags the fleet sets itself, with the value each
-// takes: the address, the key and the model are the replica's, whatever a
-// profile says.
-var ownedFlags = []string{"-m", "--model", "-mm", "--mmproj", "--host", "--port", "--api-key", "-a", "--alias"}
-
-var threadFlags = []string{"-t", "--threads"}
-
-// ownedSwitches are the fleet's flags that take no value: the engine's own
-// load figures (/metrics, /slots), which the fleet reads for each replica.
-var ownedSwitches = []string{"--metrics", "--slots", "--no-slots"}
-
-// without is args with the flags named (and their values) taken out.
-func without(args []string, flags []string) []string {
-	var out []string
-	for i := 0; i < len(args); i++ {
-		a := args[i]
-		name, _, hasValue := strings.Cut(a, "=")
-		if slices.Contains(flags, name) {
-			if !hasValue {
-				i++ // the value follows
-			}
-			continue
-		}
-		out = append(out, a)
-	}
-	return out
-}
-
-func hasFlag(args []string, flags []string) bool {
-	for _, a := range args {
-		name, _, _ := strings.Cut(a, "=")
-		if slices.Contains(flags, name) {
-			return true
-		}
-	}
-	return false
-}
-
-// EngineArgs are llama-server's arguments for a replica: the profile's own,
-// then what the fleet decides. threads is 0 when a --threads in the
-// profile's arguments is to stand. Both fleet backends start the engine
-// with them (the kubernetes one adds its address), so a profile runs the
-// same wherever it lands. The engine's key is never among them: any user
-// of the machine can read a process's arguments (ps), and with the key
-// reach the engine past modelserve's tokens, scopes and queues. Both
-// fleets hand it over in the engine's environment instead (KeyEnv), which
-// only the engine's own user can read, and a pod takes from a Secret.
+// EngineArgs are llama-server's arguments for a replica of m on profile
+// p: written from the profile here, at the fleet's edge, and nowhere else,
+// so both fleet backends start the same engine for it (the kubernetes one
+// adds its address). threads is 0 to leave them to the engine. The
+// engine's key is never among them: any user of the machine can read a
+// process's arguments (ps), and with the key reach the engine past
+// modelserve's tokens, scopes and queues. Both fleets hand it over in the
+// engine's environment instead (KeyEnv), which only the engine's own user
+// can read, and a pod takes from a Secret.
+//
+// The pool and the slots go together: llama.cpp divides --ctx-size among
+// --parallel slots. Left to its default of four slots, a 32768 pool became
+// slots of 8192, and requests the catalog said would fit were refused.
 func EngineArgs(m catalog.Model, p catalog.Profile, weights, projector string, threads int) []string {
-	args := without(p.Args, ownedFlags)
-	args = slices.DeleteFunc(args, func(a string) bool { return slices.Contains(ownedSwitches, a) })
-	if threads > 0 {
-		args = without(args, threadFlags)
+	var args []string
+	if p.Embeddings {
+		args = append(args, "--embedding")
+	}
+	if p.Pool > 0 {
+		args = append(args, "--ctx-size", strconv.Itoa(p.Pool), "--parallel", strconv.Itoa(max(p.Slots, 1)))
+		if p.Embeddings {
+			// A passage is embedded in a single batch, so the batch must
+			// hold a whole slot: at the default of 512, a 516-token
+			// passage was refused.
+			n := strconv.Itoa(p.Context())
+			args = append(args, "--batch-size", n, "--ubatch-size", n)
+		}
+	}
+	if p.Judge {
+		// No prompt cache for a judge: each prompt it sees is a new text
+		// that will not come again, and the default cache (up to 8 GB)
+		// only grows, by gigabytes over a day.
+		args = append(args, "--cache-ram", "0")
 	}
 	args = append(args, "-m", weights)
 	if projector != "" {
 		args = append(args, "--mmproj", projector)
 	}
-	args = append(args, "--alias", m.Name)
-	args = append(args, "--metrics", "--slots")
+	args = append(args, "--alias", m.Name, "--metrics", "--slots")
 	if threads > 0 {
 		args = append(args, "--threads", strconv.Itoa(threads))
 	}

@@ -102,7 +102,7 @@ func TestEmbeddingModelAnswersEmbeddings(t *testing.T) {
 	mean := uint32(1)
 	m := entry("embed", MustWriteModel(t, "embed.gguf", ggufgen.Spec{Pooling: &mean}), 1)
 	m.Capabilities.Embeddings = true
-	m.Profiles[0].Args = catalog.LlamaArgs(catalog.Sizing{CtxPool: 1024, ContextLength: 256, Embeddings: true})
+	m.Profiles[0].Pool, m.Profiles[0].Slots, m.Profiles[0].Embeddings = 1024, 4, true
 	MustAdd(t, fl.notifying(cat), m)
 
 	r := fl.waitReady(t, "embed", readyWithin)
@@ -533,7 +533,7 @@ func TestEnginesOwnFiguresAreReadAndKept(t *testing.T) {
 	fl := MustRun(t, cat, Options{History: NewHistory(db), LoadEvery: 50 * time.Millisecond})
 	path := MustWriteModel(t, "tiny.gguf", ggufgen.Spec{})
 	m := entry("tiny", path, 1)
-	m.Profiles[0].Args = catalog.LlamaArgs(catalog.Sizing{CtxPool: 2048, ContextLength: 1024})
+	m.Profiles[0].Pool, m.Profiles[0].Slots = 2048, 2
 	MustAdd(t, fl.notifying(cat), m)
 	r := fl.waitReady(t, "tiny", readyWithin)
 	if r.Load == nil || r.Load.Slots != 2 || r.Load.Context != 1024 || r.Load.SlotsBusy != 0 {

@@ -44,15 +44,12 @@ func MustWriteModel(t testing.TB, name string, spec ggufgen.Spec) string {
 	return path
 }
 
-// tinyArgs keep the tiny model's context small: it loads faster.
-var tinyArgs = catalog.LlamaArgs(catalog.Sizing{CtxPool: 1024, ContextLength: 1024})
-
 // entry is a catalog entry for the model at path, one replica, a CPU
 // profile needing memGB.
 func entry(name, path string, memGB int) catalog.Model {
 	return catalog.Model{
 		Name: name, Source: path, ContextLength: 1024,
-		Profiles: []catalog.Profile{{Name: "cpu", Engine: engineLlamaCpp, Args: tinyArgs, MinMemoryGB: memGB, Priority: 100}},
+		Profiles: []catalog.Profile{{Name: "cpu", Engine: engineLlamaCpp, Pool: 1024, Slots: 1, RAMBytes: int64(memGB) << 30, Priority: 100}},
 		Scaling:  catalog.Scaling{Min: 1, Max: 1},
 	}
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"strconv"
 	"time"
 )
 
@@ -18,7 +17,8 @@ type Start struct {
 	// File is the weights the engine loaded, as a path on its node.
 	File string `json:"file"`
 	// Context is the engine's whole context (--ctx-size) and Slots the
-	// requests it serves at once, as the engine itself reported them.
+	// requests it serves at once: its profile's, the slots as the engine
+	// itself reported them.
 	Context       int       `json:"context"`
 	Slots         int       `json:"slots"`
 	EstimateBytes int64     `json:"estimate_bytes"`
@@ -84,24 +84,4 @@ func (h *History) Recent(ctx context.Context, limit int) ([]Start, error) {
 		out = append(out, s)
 	}
 	return out, rows.Err()
-}
-
-// argValue is the value of the first of flags in args ("--ctx-size 4096"
-// or "--ctx-size=4096"), as a number; 0 when absent or not a number.
-func argValue(args []string, flags ...string) int {
-	for i, a := range args {
-		for _, f := range flags {
-			v, ok := "", false
-			if a == f && i+1 < len(args) {
-				v, ok = args[i+1], true
-			} else if len(a) > len(f) && a[:len(f)+1] == f+"=" {
-				v, ok = a[len(f)+1:], true
-			}
-			if ok {
-				n, _ := strconv.Atoi(v)
-				return n
-			}
-		}
-	}
-	return 0
 }

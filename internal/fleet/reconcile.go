@@ -282,12 +282,8 @@ func (f *Fleet) accountLocked(n Node, c Capacity) account {
 // cardsFor are the node's cards of p's class with the memory p needs on
 // each, and which of them are not promised.
 func cardsFor(p catalog.Profile, a account) (fit, free []int) {
-	perCard := int64(0)
-	if p.Memory() > 0 {
-		perCard = p.Memory() / int64(max(p.GPUsPerNode, 1))
-	}
 	for _, c := range a.cap.GPUs {
-		if c.Class != p.GPUClass || c.MemoryBytes < perCard {
+		if c.Class != p.GPUClass || c.MemoryBytes < p.CardBytes {
 			continue
 		}
 		fit = append(fit, c.Index)
@@ -315,10 +311,11 @@ func profiles(m catalog.Model) []catalog.Profile {
 // idle.
 func exists(p catalog.Profile, a account) bool {
 	if p.GPUClass != "" {
-		fit, _ := cardsFor(p, a)
-		return len(fit) >= max(p.GPUsPerNode, 1)
+		if fit, _ := cardsFor(p, a); len(fit) < p.Cards() {
+			return false
+		}
 	}
-	return a.cap.RAMBytes >= p.Memory()
+	return a.cap.RAMBytes >= p.RAMBytes
 }
 
 func (f *Fleet) hardwareLocked(m catalog.Model, caps []Capacity) bool {
@@ -360,10 +357,12 @@ func (f *Fleet) placeLocked(ctx context.Context, m catalog.Model, caps []Capacit
 		var best *choice
 		for i, n := range f.nodes {
 			a := f.accountLocked(n, caps[i])
-			need := p.Memory()
-			if p.GPUClass != "" {
+			// What it holds of the node's RAM (all of it on the CPU); on
+			// cards, whole cards with what it holds on each.
+			need := p.RAMBytes
+			if p.GPUClass != "" && a.free >= need {
 				fit, free := cardsFor(p, a)
-				want := max(p.GPUsPerNode, 1)
+				want := p.Cards()
 				if len(free) >= want {
 					if best == nil || len(free) > int(best.free) {
 						best = &choice{p: p, node: i, cards: free[:want], free: int64(len(free))}
@@ -417,7 +416,7 @@ func cardLine(node string, p catalog.Profile, a account, fit, free int) string {
 	want := max(p.GPUsPerNode, 1)
 	if fit < want {
 		return fmt.Sprintf("node %s: needs %d %s %s with %s each, it has %d", node, want, p.GPUClass,
-			words.Plural(want, "card", "cards"), words.Size((p.Memory())/int64(want)), fit)
+			words.Plural(want, "card", "cards"), words.Size(p.CardBytes), fit)
 	}
 	s := fmt.Sprintf("node %s: needs %d %s %s, %d free", node, want, p.GPUClass, words.Plural(want, "card", "cards"), free)
 	for _, r := range a.holders {
@@ -464,7 +463,7 @@ func (f *Fleet) makeRoomLocked(m catalog.Model, profs []catalog.Profile, caps []
 					}
 				}
 			} else {
-				have, need = a.free, p.Memory()
+				have, need = a.free, p.RAMBytes
 				for _, r := range a.holders {
 					if r.stopping && (r.evictedFor == "" || r.evictedFor == m.Name) {
 						have += r.memBytes
@@ -525,13 +524,13 @@ func (f *Fleet) startLocked(ctx context.Context, m catalog.Model, p catalog.Prof
 	caps []Capacity, weights, projector string) *replica {
 	f.seq[m.Name]++
 	id := m.Name + "-" + strconv.Itoa(f.seq[m.Name])
-	need := p.Memory()
+	need := p.RAMBytes
 
 	threads := f.opts.Threads
 	if threads <= 0 {
 		threads = p.CPUCores
 	}
-	if threads <= 0 && !hasFlag(p.Args, threadFlags) {
+	if threads <= 0 {
 		// Half the smallest node it fits on, as the job does when it sizes
 		// a profile: the same replica gets the same threads wherever it
 		// lands.
@@ -559,7 +558,7 @@ func (f *Fleet) startLocked(ctx context.Context, m catalog.Model, p catalog.Prof
 	rctx, cancel := context.WithCancel(ctx)
 	r := &replica{
 		id: id, model: m.Name, profile: p.Name, fingerprint: fingerprint(m), node: node,
-		memBytes: need, cards: cards, key: key, weights: weights, threads: threads,
+		memBytes: need, cards: cards, pool: p.Pool, slots: p.Slots, key: key, weights: weights, threads: threads,
 		args:    EngineArgs(m, p, weights, projector, threads),
 		env:     env,
 		startup: StartupTimeout(p, weightsBytes(m, weights)),

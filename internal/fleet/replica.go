@@ -20,8 +20,9 @@ type replica struct {
 	id, model, profile string
 	fingerprint        string
 	node               Node
-	memBytes           int64 // promised on the node
+	memBytes           int64 // of RAM, promised on the node
 	cards              []int // promised on the node
+	pool, slots        int   // the engine's context, as its profile sizes it
 	key                string
 	weights            string // the file the engine loads
 	threads            int
@@ -218,12 +219,12 @@ func (f *Fleet) attempt(ctx context.Context, r *replica) (outcome, string) {
 	f.mu.Unlock()
 	f.log.Info("replica ready", "replica", r.id, "node", r.node.Name(), "endpoint", r.endpoint,
 		"took", readyAt.Sub(r.started).Round(time.Millisecond), "rss_bytes", rss, "estimate_bytes", r.memBytes)
-	slots := load.Slots
+	slots := load.Slots // the engine's own word, when it says
 	if slots == 0 {
-		slots = argValue(r.args, "--parallel", "-np")
+		slots = r.slots
 	}
 	row, err := f.opts.History.record(ctx, Start{
-		Replica: r.id, Model: r.model, File: r.weights, Context: argValue(r.args, "--ctx-size", "-c"), Slots: slots,
+		Replica: r.id, Model: r.model, File: r.weights, Context: r.pool, Slots: slots,
 		EstimateBytes: r.memBytes, RSSBytes: rss, Started: r.started, ReadyAt: readyAt,
 	})
 	if err != nil {

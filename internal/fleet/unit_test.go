@@ -47,9 +47,12 @@ func (p *fakeProcess) Err() error            { return nil }
 func (p *fakeProcess) RSS() int64            { return 0 }
 func (p *fakeProcess) Stop(time.Duration)    { p.once.Do(func() { close(p.done) }) }
 
-func gpuEntry(t *testing.T, name, class string, cards, memGB int) catalog.Model {
-	m := entry(name, MustWriteModel(t, name+".gguf", ggufgen.Spec{}), memGB)
-	m.Profiles[0].Name, m.Profiles[0].GPUClass, m.Profiles[0].GPUsPerNode = "gpu", class, cards
+// gpuEntry is a model on cards of class, holding cardGB on each of them and
+// none of a node's RAM.
+func gpuEntry(t *testing.T, name, class string, cards, cardGB int) catalog.Model {
+	m := entry(name, MustWriteModel(t, name+".gguf", ggufgen.Spec{}), 0)
+	p := &m.Profiles[0]
+	p.Name, p.GPUClass, p.GPUsPerNode, p.CardBytes, p.RAMBytes = "gpu", class, cards, int64(cardGB)<<30, 0
 	return m
 }
 
@@ -67,7 +70,7 @@ func TestCardsArePromisedWhole(t *testing.T) {
 	t.Cleanup(func() { tf.stop(t) })
 	nc := tf.notifying(cat)
 
-	MustAdd(t, nc, gpuEntry(t, "big", "A100", 2, 100))
+	MustAdd(t, nc, gpuEntry(t, "big", "A100", 2, 50))
 	waitFor(t, 5*time.Second, "big placed", func() (bool, string) { return len(tf.replicasOf("big")) == 1, jsonOf(tf.Replicas()) })
 	MustAdd(t, nc, gpuEntry(t, "more", "A100", 1, 0))
 	MustAdd(t, nc, gpuEntry(t, "other", "H100", 1, 0))
@@ -96,6 +99,55 @@ func TestCardsArePromisedWhole(t *testing.T) {
 	ns := tf.Nodes()
 	if len(ns) != 1 || len(ns[0].GPUs) != 2 || ns[0].GPUs[0].Replica != "big-1" || ns[0].GPUs[1].Replica != "big-1" {
 		t.Errorf("nodes %s: want both cards held by big-1", jsonOf(ns))
+	}
+}
+
+// TestAProfileOnTwoCardsHoldsItsNeedOnEach: a profile on K cards needs
+// what it holds on each of K cards, not that divided by K, and what its
+// cards hold is not taken from the node's RAM. Before a profile said
+// which, a model's first profile on two cards was placed on cards half as
+// large as it needed, and its card memory was promised out of RAM too.
+func TestAProfileOnTwoCardsHoldsItsNeedOnEach(t *testing.T) {
+	small := &fakeNode{name: "small", cap: Capacity{CPUCores: 8, RAMBytes: 16 << 30, AvailableBytes: 16 << 30, GPUs: []Card{
+		{Index: 0, Class: "L4", MemoryBytes: 24 << 30}, {Index: 1, Class: "L4", MemoryBytes: 24 << 30},
+	}}}
+	large := &fakeNode{name: "large", cap: Capacity{CPUCores: 8, RAMBytes: 16 << 30, AvailableBytes: 16 << 30, GPUs: []Card{
+		{Index: 0, Class: "L4", MemoryBytes: 48 << 30}, {Index: 1, Class: "L4", MemoryBytes: 48 << 30},
+	}}}
+	cat := MustCatalog(t)
+	f, err := New(Options{Catalog: cat, Nodes: []Node{small, large}, Engine: "/bin/true", Log: testLog(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tf := &testFleet{Fleet: f}
+	tf.start()
+	t.Cleanup(func() { tf.stop(t) })
+	nc := tf.notifying(cat)
+
+	// 30 GB on each of two cards: only the large node's cards hold it.
+	MustAdd(t, nc, gpuEntry(t, "wide", "L4", 2, 30))
+	waitFor(t, 5*time.Second, "wide placed", func() (bool, string) { return len(tf.replicasOf("wide")) == 1, jsonOf(tf.Replicas()) })
+	if r := tf.replicasOf("wide")[0]; r.Node != "large" {
+		t.Errorf("wide is on %s, whose cards have 24 GB each: it needs 30 GB on each", r.Node)
+	}
+	// The large node's RAM is all still free: a CPU model of 12 GB fits
+	// beside wide there, and on the small node.
+	MustAdd(t, nc, entry("ram", MustWriteModel(t, "ram.gguf", ggufgen.Spec{}), 12))
+	MustAdd(t, nc, entry("ram2", MustWriteModel(t, "ram2.gguf", ggufgen.Spec{}), 12))
+	waitFor(t, 5*time.Second, "both CPU models placed", func() (bool, string) {
+		return len(tf.replicasOf("ram")) == 1 && len(tf.replicasOf("ram2")) == 1, jsonOf(tf.Replicas())
+	})
+	// A third two-card model of 30 GB a card has no room: the small
+	// node's cards are too small, the large one's are held; said per card.
+	MustAdd(t, nc, gpuEntry(t, "third", "L4", 2, 30))
+	var h ModelHealth
+	waitFor(t, 5*time.Second, "third unplaceable", func() (bool, string) {
+		h, _ = tf.health("third")
+		return h.Unplaceable, jsonOf(h)
+	})
+	if !strings.Contains(h.Placement, "node small: needs 2 L4 cards with 30 GB each, it has 0") ||
+		!strings.Contains(h.Placement, "node large: needs 2 L4 cards, 0 free") {
+		t.Errorf("third's placement %q: want each node's reason, per card", h.Placement)
 	}
 }
 
@@ -140,18 +192,36 @@ func TestFailureReasonPicksTheEnginesWords(t *testing.T) {
 	}
 }
 
-func TestEngineArgsKeepWhatTheFleetOwns(t *testing.T) {
+// TestEngineArgsFromTheProfile: the engine's command line is written from
+// the profile's fields, here only: the pool in its slots, what an
+// embedding model and a judge need, the weights, the alias, the load
+// figures the fleet reads, and never a key.
+func TestEngineArgsFromTheProfile(t *testing.T) {
 	m := catalog.Model{Name: "m"}
-	p := catalog.Profile{Args: []string{"--ctx-size", "4096", "--port", "9", "--no-slots", "--host=0.0.0.0", "-t", "8", "--api-key", "x", "--embedding"}}
-	got := strings.Join(EngineArgs(m, p, "/w.gguf", "", 2), " ")
-	want := "--ctx-size 4096 --embedding -m /w.gguf --alias m --metrics --slots --threads 2"
-	if got != want {
-		t.Errorf("args %q, want %q", got, want)
+	tests := []struct {
+		name    string
+		p       catalog.Profile
+		threads int
+		proj    string
+		want    string
+	}{
+		{"the default pool in four slots", catalog.Profile{Pool: 16384, Slots: 4}, 2, "",
+			"--ctx-size 16384 --parallel 4 -m /w.gguf --alias m --metrics --slots --threads 2"},
+		{"one long slot", catalog.Profile{Pool: 32768, Slots: 1}, 0, "",
+			"--ctx-size 32768 --parallel 1 -m /w.gguf --alias m --metrics --slots"},
+		{"an unsized profile leaves the context to the engine", catalog.Profile{}, 0, "/p.gguf",
+			"-m /w.gguf --mmproj /p.gguf --alias m --metrics --slots"},
+		{"embeddings batch a whole slot at once", catalog.Profile{Pool: 32768, Slots: 32, Embeddings: true}, 0, "",
+			"--embedding --ctx-size 32768 --parallel 32 --batch-size 1024 --ubatch-size 1024 -m /w.gguf --alias m --metrics --slots"},
+		{"a judge keeps no prompt cache", catalog.Profile{Pool: 8192, Slots: 1, Judge: true}, 0, "",
+			"--ctx-size 8192 --parallel 1 --cache-ram 0 -m /w.gguf --alias m --metrics --slots"},
 	}
-	// No threads decided: the profile's own --threads stands.
-	got = strings.Join(EngineArgs(m, catalog.Profile{Args: []string{"-t", "8"}}, "/w.gguf", "/p.gguf", 0), " ")
-	if want := "-t 8 -m /w.gguf --mmproj /p.gguf --alias m --metrics --slots"; got != want {
-		t.Errorf("args %q, want %q", got, want)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := strings.Join(EngineArgs(m, tt.p, "/w.gguf", tt.proj, tt.threads), " "); got != tt.want {
+				t.Errorf("args %q, want %q", got, tt.want)
+			}
+		})
 	}
 }
 
@@ -237,13 +307,12 @@ func TestEveryFlagIsOneTheEngineKnows(t *testing.T) {
 		t.Errorf("--help does not say --api-key is read from %s: the engines would start without their key", KeyEnv)
 	}
 	var passed []string
-	for _, s := range []catalog.Sizing{
+	for _, p := range []catalog.Profile{
 		{},
-		{CtxPool: 32768, ContextLength: 8192},
-		{Embeddings: true},
-		{Judge: true},
+		{Pool: 32768, Slots: 4},
+		{Pool: 4096, Slots: 4, Embeddings: true},
+		{Pool: 8192, Slots: 1, Judge: true},
 	} {
-		p := catalog.Profile{Args: catalog.LlamaArgs(s)}
 		passed = append(passed, EngineArgs(catalog.Model{Name: "m"}, p, "/w.gguf", "/p.gguf", 2)...)
 	}
 	passed = append(passed, "--host", "--port") // the local node's own (see process_linux.go)

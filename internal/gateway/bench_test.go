@@ -130,8 +130,8 @@ func first(a answer) time.Duration { return a.first }
 func BenchmarkOverhead(b *testing.B) {
 	e := mustEnv(b, Options{MaxQueue: 256})
 	m := chatModel(b, "tiny", ggufgen.Spec{})
-	m.Profiles[0].Args = catalog.LlamaArgs(catalog.Sizing{CtxPool: 4096, ContextLength: 1024}) // 4 slots
-	m.Profiles[0].MinMemoryGB = 0
+	m.Profiles[0].Pool, m.Profiles[0].Slots = 4096, 4
+	m.Profiles[0].RAMBytes = 0
 	e.mustAdd(m)
 	rep := e.waitServing("tiny", 1)[0]
 	key := e.fleet.EngineKey(rep.ID)
@@ -177,8 +177,8 @@ func BenchmarkPrefixAffinity(b *testing.B) {
 	for _, name := range []string{"rr", "aff"} {
 		m := chatModel(b, name, ggufgen.Spec{})
 		m.ContextLength = 4096
-		m.Profiles[0].Args = catalog.LlamaArgs(catalog.Sizing{CtxPool: 4096, ContextLength: 4096})
-		m.Profiles[0].MinMemoryGB = 0
+		m.Profiles[0].Pool, m.Profiles[0].Slots = 4096, 1
+		m.Profiles[0].RAMBytes = 0
 		m.Scaling = catalog.Scaling{Min: 4, Max: 4}
 		e.mustAdd(m)
 	}
@@ -253,7 +253,7 @@ func meanMS(as []answer) float64 {
 func BenchmarkColdStart(b *testing.B) {
 	e := mustEnv(b, Options{})
 	m := chatModel(b, "cold", ggufgen.Spec{})
-	m.Profiles[0].MinMemoryGB = 0
+	m.Profiles[0].RAMBytes = 0
 	m.Scaling = catalog.Scaling{Min: 0, Max: 1}
 
 	var engineLoad, coldFirst time.Duration
@@ -334,8 +334,8 @@ func BenchmarkCanaryOverhead(b *testing.B) {
 	e := mustEnv(b, Options{MaxQueue: 256})
 	tiny := func(name string) catalog.Model {
 		m := chatModel(b, name, ggufgen.Spec{})
-		m.Profiles[0].Args = catalog.LlamaArgs(catalog.Sizing{CtxPool: 4096, ContextLength: 1024}) // 4 slots
-		m.Profiles[0].MinMemoryGB = 0
+		m.Profiles[0].Pool, m.Profiles[0].Slots = 4096, 4
+		m.Profiles[0].RAMBytes = 0
 		return m
 	}
 	canary := func(of string, share float64) catalog.Model {

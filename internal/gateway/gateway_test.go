@@ -331,7 +331,7 @@ func TestParkedModelAnswers503WithItsReason(t *testing.T) {
 func longModel(t *testing.T, name string) catalog.Model {
 	m := chatModel(t, name, ggufgen.Spec{})
 	m.ContextLength = 4096
-	m.Profiles[0].Args = catalog.LlamaArgs(catalog.Sizing{CtxPool: 4096, ContextLength: 4096})
+	m.Profiles[0].Pool, m.Profiles[0].Slots = 4096, 1
 	return m
 }
 

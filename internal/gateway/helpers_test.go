@@ -113,8 +113,9 @@ func (e *env) mustToken(name string, lim auth.Limits) string {
 	return tok
 }
 
-// tinyArgs keep the tiny model's context small: it loads faster.
-var tinyArgs = catalog.LlamaArgs(catalog.Sizing{CtxPool: 1024, ContextLength: 1024})
+// tinyArgs keep the tiny model's context small, as its profile does: it
+// loads faster. For an engine a test starts by hand.
+var tinyArgs = []string{"--ctx-size", "1024", "--parallel", "1"}
 
 // chatModel is a catalog entry for a tiny chat model with one replica.
 func chatModel(t testing.TB, name string, spec ggufgen.Spec) catalog.Model {
@@ -125,7 +126,7 @@ func chatModel(t testing.TB, name string, spec ggufgen.Spec) catalog.Model {
 	}
 	return catalog.Model{
 		Name: name, Source: path, ContextLength: 1024,
-		Profiles: []catalog.Profile{{Name: "cpu", Engine: "llamacpp", Args: tinyArgs, MinMemoryGB: 1, Priority: 100}},
+		Profiles: []catalog.Profile{{Name: "cpu", Engine: "llamacpp", Pool: 1024, Slots: 1, RAMBytes: 1 << 30, Priority: 100}},
 		Scaling:  catalog.Scaling{Min: 1, Max: 1},
 	}
 }
@@ -134,7 +135,7 @@ func chatModel(t testing.TB, name string, spec ggufgen.Spec) catalog.Model {
 func embedModel(t testing.TB, name string) catalog.Model {
 	m := chatModel(t, name, ggufgen.Spec{Pooling: new(uint32(1)), EmbeddingLength: 96, HeadCount: 6, HeadCountKV: 3})
 	m.Capabilities.Embeddings = true
-	m.Profiles[0].Args = catalog.LlamaArgs(catalog.Sizing{CtxPool: 1024, ContextLength: 256, Embeddings: true})
+	m.Profiles[0].Pool, m.Profiles[0].Slots, m.Profiles[0].Embeddings = 1024, 4, true
 	return m
 }
 

@@ -53,7 +53,7 @@ func model(mirrorDir, name string, p catalog.Profile) catalog.Model {
 	if p.Name == "" {
 		p.Name = "cpu"
 	}
-	p.Args = catalog.LlamaArgs(catalog.Sizing{CtxPool: 4096, ContextLength: 2048})
+	p.Pool, p.Slots = 4096, 2
 	return catalog.Model{
 		Name: name, Source: filepath.Join(mirrorDir, name, "abc1234", "tiny-Q8_0.gguf"),
 		Profiles: []catalog.Profile{p}, Scaling: catalog.Scaling{Min: 1}, AddedAt: time.Now(),
@@ -96,7 +96,7 @@ func TestKubernetesFleet(t *testing.T) {
 	admin := c.Admin
 
 	t.Run("a served model is a Deployment running the engine's command line", func(t *testing.T) {
-		m := model(mirrorDir, "tiny", catalog.Profile{MinMemoryBytes: 2 << 30, CPUCores: 2})
+		m := model(mirrorDir, "tiny", catalog.Profile{RAMBytes: 2 << 30, CPUCores: 2})
 		cat.add(m)
 		f.Poke()
 		r := waitFor(t, "a ready replica of tiny", func() (fleet.Replica, bool) {
@@ -130,7 +130,7 @@ func TestKubernetesFleet(t *testing.T) {
 	})
 
 	t.Run("a GPU profile is placed on a node with the card", func(t *testing.T) {
-		cat.add(model(mirrorDir, "vision", catalog.Profile{Name: "l4", GPUClass: "L4", GPUsPerNode: 1, MinMemoryBytes: 8 << 30}))
+		cat.add(model(mirrorDir, "vision", catalog.Profile{Name: "l4", GPUClass: "L4", GPUsPerNode: 1, CardBytes: 8 << 30, RAMBytes: 2 << 30}))
 		f.Poke()
 		r := waitFor(t, "a ready replica of vision", func() (fleet.Replica, bool) {
 			rs := f.Serving("vision")
@@ -156,14 +156,32 @@ func TestKubernetesFleet(t *testing.T) {
 		for _, p := range pods.Items {
 			requested += p.Spec.Containers[0].Resources.Requests.Memory().Value()
 		}
-		if want := 64 - float64(requested)/(1<<30); pool[1].class != "L4" || pool[1].freeRAMGB != want || requested < 8<<30 {
+		if want := 64 - float64(requested)/(1<<30); pool[1].class != "L4" || pool[1].freeRAMGB != want || requested < 2<<30 {
 			t.Errorf("pool node %+v, want gpu-1's L4 and %.1f GB free after its pods' %d bytes", pool[1], want, requested)
 		}
 	})
 
 	t.Run("a model with no room is unplaceable in the scheduler's words", func(t *testing.T) {
-		cat.add(model(mirrorDir, "big", catalog.Profile{Name: "l4x2", GPUClass: "L4", GPUsPerNode: 2, MinMemoryBytes: 8 << 30}))
+		cat.add(model(mirrorDir, "big", catalog.Profile{Name: "l4x2", GPUClass: "L4", GPUsPerNode: 2, CardBytes: 8 << 30, RAMBytes: 3 << 30}))
 		f.Poke()
+		// Two whole cards, and RAM for what the engine holds in RAM: not
+		// the 16 GB its cards hold.
+		big := waitFor(t, "big's deployment", func() (appsv1.Deployment, bool) {
+			deps, _ := admin.AppsV1().Deployments(ns).List(context.Background(), metav1.ListOptions{LabelSelector: "app.kubernetes.io/managed-by=modelserve"})
+			if deps != nil {
+				for _, d := range deps.Items {
+					if strings.Contains(d.Name, "-big-") {
+						return d, true
+					}
+				}
+			}
+			return appsv1.Deployment{}, false
+		})
+		res := big.Spec.Template.Spec.Containers[0].Resources
+		if gpus := res.Requests[corev1.ResourceName("nvidia.com/gpu")]; gpus.Value() != 2 || res.Requests.Memory().Value() != 3<<30 ||
+			res.Limits.Memory().Value() != 3<<30 {
+			t.Errorf("big's engine asks for %v: want nvidia.com/gpu 2 and 3 GiB of memory", res)
+		}
 		h := waitFor(t, "big to be unplaceable", func() (fleet.ModelHealth, bool) {
 			h := health(f, "big")
 			return h, h.Unplaceable
@@ -178,7 +196,7 @@ func TestKubernetesFleet(t *testing.T) {
 	})
 
 	t.Run("an engine failing to start three times parks its model with its words", func(t *testing.T) {
-		cat.add(model(mirrorDir, "broken", catalog.Profile{MinMemoryBytes: 1 << 30, CPUCores: 1}))
+		cat.add(model(mirrorDir, "broken", catalog.Profile{RAMBytes: 1 << 30, CPUCores: 1}))
 		f.Poke()
 		r := waitFor(t, "a ready replica of broken", func() (fleet.Replica, bool) {
 			rs := f.Serving("broken")

@@ -199,8 +199,10 @@ func (f *Fleet) deployment(m catalog.Model, pi int, replicas int32, w weights, o
 	}
 
 	res := corev1.ResourceRequirements{Requests: corev1.ResourceList{}, Limits: corev1.ResourceList{}}
-	if mem := p.Memory(); mem > 0 {
-		q := *resource.NewQuantity(mem, resource.BinarySI)
+	// RAM for what the engine holds in RAM (all of it on the CPU), never
+	// what its cards hold: a pod on cards asks for the cards, whole.
+	if p.RAMBytes > 0 {
+		q := *resource.NewQuantity(p.RAMBytes, resource.BinarySI)
 		res.Requests[corev1.ResourceMemory], res.Limits[corev1.ResourceMemory] = q, q
 	}
 	if p.CPUCores > 0 {
@@ -208,7 +210,7 @@ func (f *Fleet) deployment(m catalog.Model, pi int, replicas int32, w weights, o
 	}
 	var affinity *corev1.Affinity
 	if p.GPUClass != "" {
-		q := *resource.NewQuantity(int64(max(1, p.GPUsPerNode)), resource.DecimalSI)
+		q := *resource.NewQuantity(int64(p.Cards()), resource.DecimalSI)
 		res.Requests[f.opts.GPUResource], res.Limits[f.opts.GPUResource] = q, q
 		affinity = &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{
 			RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{

@@ -135,10 +135,10 @@ func (f *Fleet) products(class string) []string {
 func (f *Fleet) hardwareExists(m catalog.Model) bool {
 	for _, n := range f.room() {
 		for _, p := range m.Profiles {
-			if n.mem < p.Memory() || n.cpu < int64(p.CPUCores) {
+			if n.mem < p.RAMBytes || n.cpu < int64(p.CPUCores) {
 				continue
 			}
-			if p.GPUClass == "" || (strings.EqualFold(n.class, classOf(p.GPUClass)) && n.gpus >= int64(max(1, p.GPUsPerNode))) {
+			if p.GPUClass == "" || (strings.EqualFold(n.class, classOf(p.GPUClass)) && n.gpus >= int64(p.Cards())) {
 				return true
 			}
 		}

@@ -94,7 +94,7 @@ func twentyServes(b *testing.B, c *kubetest.Cluster, namespace string, qps float
 	var wg sync.WaitGroup
 	for i := range 20 {
 		wg.Go(func() {
-			cat.add(model(mirrorDir, fmt.Sprintf("tiny-%02d", i), catalog.Profile{MinMemoryBytes: 2 << 30, CPUCores: 1}))
+			cat.add(model(mirrorDir, fmt.Sprintf("tiny-%02d", i), catalog.Profile{RAMBytes: 2 << 30, CPUCores: 1}))
 			sctx, stop := context.WithTimeout(ctx, 5*time.Second)
 			defer stop()
 			_ = f.Sync(sctx)
