@@ -110,12 +110,26 @@ type Profile struct {
 }
 
 // Context is the tokens one request may use: the pool shared by its
-// slots. It is the one place a pool is divided by its slots.
-func (p Profile) Context() int {
-	if p.Pool <= 0 {
+// slots.
+func (p Profile) Context() int { return SlotContext(p.Pool, p.Slots) }
+
+// SlotContext is the tokens each of slots requests may use of a pool of
+// tokens, and SlotsOf how many requests of ctx tokens a pool holds (at
+// least one): the one place a pool and its slots are divided, for a
+// profile, a request and the serve form alike.
+func SlotContext(pool, slots int) int {
+	if pool <= 0 {
 		return 0
 	}
-	return p.Pool / max(p.Slots, 1)
+	return pool / max(slots, 1)
+}
+
+// SlotsOf: see SlotContext.
+func SlotsOf(pool, ctx int) int {
+	if pool <= 0 {
+		return 0
+	}
+	return max(1, pool/max(ctx, 1))
 }
 
 // Cards is how many cards a replica takes on each node: none on the CPU.

@@ -144,7 +144,7 @@ func requestFrom(f views.ServeForm) (jobs.Request, error) {
 		// as it divides the API's: the form says what it will be below.
 		req.CtxPool = pool
 		if slots > 0 {
-			req.ContextLength = max(pool/slots, 1)
+			req.ContextLength = max(catalog.SlotContext(pool, slots), 1)
 		}
 	}
 	if req.Replicas, err = number("replicas", f.Replicas, 0); err != nil {
@@ -275,7 +275,7 @@ func (s *Server) serveReport(ctx context.Context, f *views.ServeForm, pick strin
 		vm.Memory = views.Memory{Note: "Choose a file to see the memory it needs."}
 	}
 	if pool, slots := atoi(f.CtxPool), atoi(f.Slots); pool > 0 {
-		ctx := pool / max(slots, 1)
+		ctx := catalog.SlotContext(pool, slots)
 		if slots <= 0 {
 			ctx, slots = plan.Ask{CtxPool: pool, Embeddings: f.Embeddings}.Shape()
 		}

@@ -200,9 +200,9 @@ func normalize(req Request) (Request, error) {
 			return req, invalid("%s is at most %d, not %d", b.name, b.most, b.value)
 		}
 	}
-	if req.CtxPool > 0 && req.ContextLength > 0 && req.CtxPool/req.ContextLength > plan.MaxSlots {
+	if slots := catalog.SlotsOf(req.CtxPool, req.ContextLength); req.ContextLength > 0 && slots > plan.MaxSlots {
 		return req, invalid("a pool of %d tokens in slots of %d is %d slots; an engine serves at most %d at once: give a larger context_length",
-			req.CtxPool, req.ContextLength, req.CtxPool/req.ContextLength, plan.MaxSlots)
+			req.CtxPool, req.ContextLength, slots, plan.MaxSlots)
 	}
 	if req.GPUClass != "" {
 		if _, known := plan.LookupClass(req.GPUClass); !known {

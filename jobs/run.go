@@ -201,7 +201,7 @@ func (p *pipeline) choose(ctx context.Context) error {
 		// defaults, shrunk to what fits where it runs.
 		preq := plan.Request{Format: req.Format, Longest: req.Longest}
 		if req.sized() {
-			preq.Context, preq.Parallel = req.pool(), req.pool()/req.context()
+			preq.Context, preq.Parallel = req.pool(), catalog.SlotsOf(req.pool(), req.context())
 		}
 		if req.Format == FormatSafetensors {
 			preq.Context, preq.Parallel = req.context(), 0

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 
+	"modelserve/catalog"
 	"modelserve/internal/gguf"
 	"modelserve/internal/words"
 )
@@ -175,7 +176,7 @@ func (a Ask) Shape() (ctx, slots int) {
 			ctx = min(pool, EmbedSlotTokens)
 		}
 	}
-	return ctx, min(max(1, pool/ctx), MaxSlots)
+	return ctx, min(catalog.SlotsOf(pool, ctx), MaxSlots)
 }
 
 type sizer struct {
