@@ -31,6 +31,12 @@ type Model struct {
 	// Source is where nodes fetch the weights from: the mirror's URL, or a
 	// repository an engine fetches by itself.
 	Source string `json:"source,omitempty"`
+	// Weights are the repository paths of the files the engine loads, the
+	// one it opens first (a split model's first shard) first; Projector is
+	// a vision model's projector, loaded beside them. Set by the job that
+	// served it: nothing guesses them from file names.
+	Weights   []string `json:"weights,omitempty"`
+	Projector string   `json:"projector,omitempty"`
 	// RoutingProfile is the kind of traffic it serves ("chat"); a judge
 	// has none.
 	RoutingProfile string `json:"routing_profile,omitempty"`

@@ -5,18 +5,22 @@ import (
 	"database/sql"
 	"encoding/json"
 	"fmt"
+	"path"
+	"slices"
 	"strconv"
+	"strings"
 )
 
-// Upgrade rewrites the profiles a catalog stored before a profile said how
-// it runs in fields of its own: they carried llama-server's arguments
+// Upgrade rewrites what a catalog stored before a model said how it runs
+// in fields of its own. Profiles carried llama-server's arguments
 // (--ctx-size, --parallel, ...) and one memory figure, which meant a
 // node's RAM on the CPU, what each card holds for a model's first profile
-// on cards, and all its cards together for its fallbacks. Each such
-// profile, in the catalog and in the versions kept of it, is read this one
-// time and written back in the new fields, so the replicas start as they
-// did. Profiles already upgraded are left alone: a second run changes
-// nothing.
+// on cards, and all its cards together for its fallbacks; and which of a
+// model's files were its weights and which its vision projector was told
+// by their names ("mmproj"). Each such entry, in the catalog and in the
+// versions kept of it, is read this one time and written back in the new
+// fields, so the replicas start as they did. What is upgraded already is
+// left alone: a second run changes nothing.
 func Upgrade(ctx context.Context, db *sql.DB) error {
 	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
@@ -91,6 +95,15 @@ func upgradeDoc(doc string, model bool) (string, bool, error) {
 		raw = []json.RawMessage{json.RawMessage(doc)}
 	}
 	changed := false
+	if model && m["weights"] == nil && m["origin"] != nil {
+		if w, proj, ok := weightsOfOrigin(m["origin"]); ok {
+			m["weights"], _ = json.Marshal(w)
+			if proj != "" {
+				m["projector"], _ = json.Marshal(proj)
+			}
+			changed = true
+		}
+	}
 	for i, r := range raw {
 		var old legacyProfile
 		if err := json.Unmarshal(r, &old); err != nil {
@@ -119,11 +132,13 @@ func upgradeDoc(doc string, model bool) (string, bool, error) {
 	if !model {
 		return string(raw[0]), true, nil
 	}
-	b, err := json.Marshal(raw)
-	if err != nil {
-		return "", false, err
+	if len(raw) > 0 {
+		b, err := json.Marshal(raw)
+		if err != nil {
+			return "", false, err
+		}
+		m["profiles"] = b
 	}
-	m["profiles"] = b
 	out, err := json.Marshal(m)
 	return string(out), true, err
 }
@@ -170,4 +185,32 @@ func upgradeProfile(p Profile, old legacyProfile, first bool) Profile {
 		p.CardBytes = mem / int64(max(p.GPUsPerNode, 1))
 	}
 	return p
+}
+
+// weightsOfOrigin tells an older entry's weights from its projector by
+// their names, as the fleets did before the catalog said: the file with
+// "mmproj" in its name is the projector, the GGUF files the weights, in
+// order (a split model's shards are numbered from 00001); a model of
+// original weights loads all its files.
+func weightsOfOrigin(origin json.RawMessage) (weights []string, projector string, ok bool) {
+	var o Origin
+	if json.Unmarshal(origin, &o) != nil || len(o.Files) == 0 {
+		return nil, "", false
+	}
+	var all []string
+	for _, f := range o.Files {
+		base := strings.ToLower(path.Base(f.Path))
+		switch {
+		case strings.Contains(base, "mmproj"):
+			projector = f.Path
+		case strings.HasSuffix(base, ".gguf"):
+			weights = append(weights, f.Path)
+		}
+		all = append(all, f.Path)
+	}
+	if len(weights) == 0 {
+		weights, projector = all, ""
+	}
+	slices.Sort(weights)
+	return weights, projector, true
 }

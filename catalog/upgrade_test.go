@@ -2,6 +2,7 @@ package catalog_test
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
@@ -22,7 +23,7 @@ func TestUpgradeReadsTheOldProfilesOnce(t *testing.T) {
 		{"chatty", `{"name":"chatty","source":"/srv/data/mirror/chatty/fb4f4f2/Chatty-Q4_K_M.gguf","context_length":1024,
 			"profiles":[{"name":"cpu","engine":"llamacpp","args":["--ctx-size","2048","--parallel","2"],"min_memory_bytes":174205856,"cpu_cores":1,"priority":100,"weight":1}],
 			"scaling":{"min":1,"max":1},"capabilities":{},
-			"origin":{"repo":"acme/Chatty-GGUF","revision":"fb4f4f2567ad63d4360c81998e25893938749b92","files":[{"path":"Chatty-Q4_K_M.gguf","bytes":477184}]}}`},
+			"origin":{"repo":"acme/Chatty-GGUF","revision":"fb4f4f2567ad63d4360c81998e25893938749b92","files":[{"path":"Q4/Chatty-Q4_K_M-00002-of-00002.gguf","bytes":477184},{"path":"Q4/Chatty-Q4_K_M-00001-of-00002.gguf","bytes":477184},{"path":"mmproj-Chatty-F16.gguf","bytes":1000}]}}`},
 		{"wide", `{"name":"wide","context_length":4096,
 			"profiles":[{"name":"gpu-2xl4","engine":"llamacpp","args":["--ctx-size","16384","--parallel","4"],"gpu_class":"L4","gpus_per_node":2,"min_memory_bytes":12884901888,"priority":100,"weight":1},
 			{"name":"gpu-4xl4","engine":"llamacpp","args":["--ctx-size","16384","--parallel","4"],"gpu_class":"L4","gpus_per_node":4,"min_memory_bytes":25769803776,"priority":90,"weight":1},
@@ -79,8 +80,18 @@ func TestUpgradeReadsTheOldProfilesOnce(t *testing.T) {
 				}
 			}
 		}
-		if m, _ := s.Get(ctx, "chatty"); m.Source == "" || m.Origin == nil || len(m.Origin.Files) != 1 || m.Scaling.Min != 1 {
+		m, _ := s.Get(ctx, "chatty")
+		if m.Source == "" || m.Origin == nil || len(m.Origin.Files) != 3 || m.Scaling.Min != 1 {
 			t.Errorf("%s: chatty lost what is not its profile: %+v", when, m)
+		}
+		// Its weights, first shard first, and its projector, told apart
+		// once by their names.
+		if !slices.Equal(m.Weights, []string{"Q4/Chatty-Q4_K_M-00001-of-00002.gguf", "Q4/Chatty-Q4_K_M-00002-of-00002.gguf"}) ||
+			m.Projector != "mmproj-Chatty-F16.gguf" {
+			t.Errorf("%s: chatty's weights %q and projector %q", when, m.Weights, m.Projector)
+		}
+		if m, _ := s.Get(ctx, "wide"); m.Weights != nil || m.Projector != "" {
+			t.Errorf("%s: wide, with no origin, has weights %q and projector %q", when, m.Weights, m.Projector)
 		}
 		vs, err := s.Versions(ctx, "chatty")
 		if err != nil || len(vs) != 1 || vs[0].Profile.Pool != 2048 || vs[0].Profile.Slots != 2 || vs[0].Profile.RAMBytes != 174205856 {
@@ -93,7 +104,7 @@ func TestUpgradeReadsTheOldProfilesOnce(t *testing.T) {
 	}
 	check("after a second upgrade")
 	var stale int
-	if err := db.QueryRow(`SELECT count(*) FROM models WHERE spec LIKE '%"args"%' OR spec LIKE '%min_memory%'`).Scan(&stale); err != nil || stale != 0 {
+	if err := db.QueryRow(`SELECT count(*) FROM models WHERE spec LIKE '%"args"%' OR spec LIKE '%min_memory%' OR (spec LIKE '%"origin"%' AND spec NOT LIKE '%"weights"%')`).Scan(&stale); err != nil || stale != 0 {
 		t.Errorf("%d stored models still hold the old fields (%v)", stale, err)
 	}
 }

@@ -481,6 +481,12 @@ func (p *pipeline) addToCatalog(ctx context.Context) (bool, error) {
 	p.s.step(p.l, StepCatalog, Running, "adding "+p.name)
 	m := catalogEntry(req, p.name)
 	m.Source = p.source
+	for _, f := range p.set.Files {
+		m.Weights = append(m.Weights, f.Path)
+	}
+	if p.proj != nil {
+		m.Projector = p.proj.Path
+	}
 	m.ContextLength, m.MaxOutput = req.context(), catalog.MaxOutput(req.context())
 	m.Capabilities.Embeddings = req.Embeddings
 	m.Profiles = p.profiles()

@@ -44,7 +44,7 @@ func TestADataFolderOfTheLastReleaseServesAsBefore(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := db.Exec(`UPDATE models SET spec = json_set(json_remove(spec, '$.profiles[0].pool', '$.profiles[0].slots', '$.profiles[0].ram_bytes'),
+	if _, err := db.Exec(`UPDATE models SET spec = json_set(json_remove(spec, '$.profiles[0].pool', '$.profiles[0].slots', '$.profiles[0].ram_bytes', '$.weights'),
 		'$.profiles[0].args', json('["--ctx-size","2048","--parallel","2"]'), '$.profiles[0].min_memory_bytes', ?) WHERE name = 'chatty'`,
 		before.Profiles[0].RAMBytes); err != nil {
 		t.Fatal(err)
@@ -52,7 +52,7 @@ func TestADataFolderOfTheLastReleaseServesAsBefore(t *testing.T) {
 	var old string
 	db.QueryRow(`SELECT spec FROM models WHERE name = 'chatty'`).Scan(&old)
 	db.Close()
-	if !strings.Contains(old, `"args":["--ctx-size","2048","--parallel","2"]`) || strings.Contains(old, `"pool"`) {
+	if !strings.Contains(old, `"args":["--ctx-size","2048","--parallel","2"]`) || strings.Contains(old, `"pool"`) || strings.Contains(old, `"weights"`) {
 		t.Fatalf("the entry was not written as the last release wrote it: %s", old)
 	}
 

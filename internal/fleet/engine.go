@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -50,9 +51,10 @@ func sentenceOf(err error) string {
 	return s
 }
 
-// weightsFiles are the files a model's engine opens: its weights (the file
-// itself, or the first shard of a directory) and its vision projector, if
-// it has one, on this machine's mirror.
+// weightsFiles are the files a model's engine opens on this machine's
+// mirror: its weights (the file itself, or in a directory the first of
+// the catalog's Weights, else its first GGUF file but the projector) and
+// its vision projector, the catalog's Projector, if it has one.
 func weightsFiles(m catalog.Model) (weights, projector string, err error) {
 	st, err := os.Stat(m.Source)
 	if err != nil {
@@ -60,61 +62,51 @@ func weightsFiles(m catalog.Model) (weights, projector string, err error) {
 	}
 	weights = m.Source
 	if st.IsDir() {
-		entries, err := os.ReadDir(m.Source)
-		if err != nil {
-			return "", "", fmt.Errorf("the weights folder of %s cannot be read: %w", m.Name, err)
+		if weights, err = firstWeights(m); err != nil {
+			return "", "", err
 		}
-		var names []string
-		for _, e := range entries {
-			lower := strings.ToLower(e.Name())
-			if !e.IsDir() && strings.HasSuffix(lower, ".gguf") && !strings.Contains(lower, "mmproj") {
-				names = append(names, e.Name())
-			}
-		}
-		if len(names) == 0 {
-			return "", "", fmt.Errorf("the weights folder of %s (%s) holds no GGUF file: serve it again to fetch them into the mirror", m.Name, m.Source)
-		}
-		// Split files are numbered from 00001, and the engine opens the
-		// first to find the rest.
-		slices.Sort(names)
-		weights = filepath.Join(m.Source, names[0])
 	}
-	proj := projectorOf(m)
-	if proj == "" {
+	if m.Projector == "" {
 		return weights, "", nil
 	}
 	// The mirror keeps a repository's files under one folder, in the
-	// repository's own paths: the weights' local path with its repository
-	// path taken off is that folder.
-	var candidates []string
-	local := filepath.ToSlash(weights)
-	for _, f := range m.Origin.Files {
-		if f.Path != proj && strings.HasSuffix(local, "/"+f.Path) {
-			root := strings.TrimSuffix(local, f.Path)
-			candidates = append(candidates, filepath.FromSlash(root+proj))
+	// repository's own paths: the weights' local path with their
+	// repository path taken off is that folder.
+	root := filepath.Dir(weights)
+	if len(m.Weights) > 0 {
+		if r, ok := strings.CutSuffix(filepath.ToSlash(weights), m.Weights[0]); ok {
+			root = filepath.FromSlash(r)
 		}
 	}
-	candidates = append(candidates, filepath.Join(filepath.Dir(weights), filepath.Base(proj)))
-	for _, c := range candidates {
-		if _, err := os.Stat(c); err == nil {
-			return weights, c, nil
-		}
+	projector = filepath.Join(root, filepath.FromSlash(m.Projector))
+	if _, err := os.Stat(projector); err != nil {
+		return "", "", fmt.Errorf("the vision projector %s of %s is not beside its weights on this node: serve it again to fetch it into the mirror", m.Projector, m.Name)
 	}
-	return "", "", fmt.Errorf("the vision projector %s of %s is not beside its weights on this node: serve it again to fetch it into the mirror", proj, m.Name)
+	return weights, projector, nil
 }
 
-// projectorOf is the repository path of the model's vision projector: the
-// file of its origin with "mmproj" in its name.
-func projectorOf(m catalog.Model) string {
-	if m.Origin == nil {
-		return ""
+// firstWeights is the file the engine opens in m's weights folder.
+func firstWeights(m catalog.Model) (string, error) {
+	if len(m.Weights) > 0 {
+		return filepath.Join(m.Source, path.Base(m.Weights[0])), nil
 	}
-	for _, f := range m.Origin.Files {
-		if strings.Contains(strings.ToLower(filepath.Base(f.Path)), "mmproj") {
-			return f.Path
+	entries, err := os.ReadDir(m.Source)
+	if err != nil {
+		return "", fmt.Errorf("the weights folder of %s cannot be read: %w", m.Name, err)
+	}
+	var names []string
+	for _, e := range entries {
+		if !e.IsDir() && strings.HasSuffix(strings.ToLower(e.Name()), ".gguf") && e.Name() != path.Base(m.Projector) {
+			names = append(names, e.Name())
 		}
 	}
-	return ""
+	if len(names) == 0 {
+		return "", fmt.Errorf("the weights folder of %s (%s) holds no GGUF file: serve it again to fetch them into the mirror", m.Name, m.Source)
+	}
+	// Split files are numbered from 00001, and the engine opens the
+	// first to find the rest.
+	slices.Sort(names)
+	return filepath.Join(m.Source, names[0]), nil
 }
 
 // weightsBytes is the size of what the engine loads: the origin's files

@@ -124,7 +124,8 @@ func TestVisionModelGetsItsProjector(t *testing.T) {
 	// The mirror's layout: <mirror>/<model>/<revision>/<path in the repository>.
 	root := filepath.Join(t.TempDir(), "vis", "abc1234")
 	weights := filepath.Join(root, "Q4", "vis-Q4.gguf")
-	proj := filepath.Join(root, "mmproj-vis-f16.gguf")
+	// A name that says nothing of what it is: the catalog says.
+	proj := filepath.Join(root, "vision-f16.gguf")
 	for p, spec := range map[string]ggufgen.Spec{weights: {}, proj: {Projector: true}} {
 		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 			t.Fatal(err)
@@ -138,8 +139,9 @@ func TestVisionModelGetsItsProjector(t *testing.T) {
 	m := entry("vis", weights, 1)
 	m.Capabilities.Vision = true
 	m.Origin = &catalog.Origin{Repo: "o/vis", Revision: "abc1234", Files: []catalog.OriginFile{
-		{Path: "Q4/vis-Q4.gguf"}, {Path: "mmproj-vis-f16.gguf"},
+		{Path: "Q4/vis-Q4.gguf"}, {Path: "vision-f16.gguf"},
 	}}
+	m.Weights, m.Projector = []string{"Q4/vis-Q4.gguf"}, "vision-f16.gguf"
 	MustAdd(t, fl.notifying(cat), m)
 
 	r := fl.waitReady(t, "vis", readyWithin)

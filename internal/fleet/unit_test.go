@@ -252,11 +252,16 @@ func TestWeightsOfASplitModelAreItsFirstShard(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	w, p, err := weightsFiles(catalog.Model{Name: "m", Source: dir})
-	if err != nil || w != filepath.Join(dir, "m-00001-of-00002.gguf") || p != "" {
-		t.Errorf("weightsFiles = %q, %q, %v; want the first shard", w, p, err)
+	// As the catalog names them, and for an entry that names none, the
+	// folder's first GGUF file but its projector.
+	named := catalog.Model{Name: "m", Source: dir, Weights: []string{"Q4_K_M/m-00001-of-00002.gguf", "Q4_K_M/m-00002-of-00002.gguf"}}
+	for _, m := range []catalog.Model{named, {Name: "m", Source: dir, Projector: "Q4_K_M/mmproj-m.gguf"}} {
+		w, _, err := weightsFiles(catalog.Model{Name: m.Name, Source: m.Source, Weights: m.Weights})
+		if err != nil || w != filepath.Join(dir, "m-00001-of-00002.gguf") {
+			t.Errorf("weightsFiles(%+v) = %q, %v; want the first shard", m, w, err)
+		}
 	}
-	_, _, err = weightsFiles(catalog.Model{Name: "m", Source: filepath.Join(dir, "nope.gguf")})
+	_, _, err := weightsFiles(catalog.Model{Name: "m", Source: filepath.Join(dir, "nope.gguf")})
 	if err == nil || !strings.Contains(err.Error(), "serve it again") {
 		t.Errorf("missing weights: %v", err)
 	}

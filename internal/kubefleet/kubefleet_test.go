@@ -55,7 +55,7 @@ func model(mirrorDir, name string, p catalog.Profile) catalog.Model {
 	}
 	p.Pool, p.Slots = 4096, 2
 	return catalog.Model{
-		Name: name, Source: filepath.Join(mirrorDir, name, "abc1234", "tiny-Q8_0.gguf"),
+		Name: name, Source: filepath.Join(mirrorDir, name, "abc1234", "tiny-Q8_0.gguf"), Weights: []string{"tiny-Q8_0.gguf"},
 		Profiles: []catalog.Profile{p}, Scaling: catalog.Scaling{Min: 1}, AddedAt: time.Now(),
 		Origin: &catalog.Origin{Repo: "org/tiny", Revision: "abc1234", Files: []catalog.OriginFile{
 			{Path: "tiny-Q8_0.gguf", Bytes: 3 << 30, SHA256: strings.Repeat("ab", 32)},

@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"path"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -123,24 +122,16 @@ func weightsOf(m catalog.Model, mirrorDir string) (weights, error) {
 	}
 	w.folder = parts[0] + "/" + parts[1]
 	w.files = m.Origin.Files
-	var ggufs []string
 	for _, f := range m.Origin.Files {
 		w.bytes += f.Bytes
-		lower := strings.ToLower(path.Base(f.Path))
-		switch {
-		case strings.Contains(lower, "mmproj"):
-			w.projector = weightsDir + "/" + f.Path
-		case strings.HasSuffix(lower, ".gguf"):
-			ggufs = append(ggufs, f.Path)
-		}
 	}
-	if len(ggufs) == 0 {
-		return w, fmt.Errorf("%s has no GGUF file for llama-server to load: serve a GGUF file of its repository", m.Name)
+	if len(m.Weights) == 0 {
+		return w, fmt.Errorf("%s names no weights for llama-server to load: serve a GGUF file of its repository again", m.Name)
 	}
-	// Split files are numbered from 00001, and the engine opens the first
-	// to find the rest.
-	slices.Sort(ggufs)
-	w.model = weightsDir + "/" + ggufs[0]
+	w.model = weightsDir + "/" + m.Weights[0]
+	if m.Projector != "" {
+		w.projector = weightsDir + "/" + m.Projector
+	}
 	return w, nil
 }
 
