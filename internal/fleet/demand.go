@@ -20,8 +20,9 @@ import (
 // next request when the catalog entry does not say (Scaling.IdleAfter):
 // long enough that someone reading an answer and asking again finds the
 // model loaded, short enough that a model tried once gives its memory back
-// within the hour.
-const DefaultIdleAfter = 15 * time.Minute
+// within the hour. The catalog owns it, as it owns the bounds an operator
+// may set.
+const DefaultIdleAfter = catalog.DefaultIdleAfter
 
 // demand is what has been asked of one model lately.
 type demand struct {
