@@ -134,4 +134,3 @@ func JudgeEval(cur, can Eval) (Verdict, string) {
 	}
 	return Promote, said
 }
-
