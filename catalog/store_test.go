@@ -107,7 +107,7 @@ func fullModel() catalog.Model {
 				RAMBytes: 6 << 30, CPUCores: 4, Priority: 90, Weight: 1,
 			},
 		},
-		Scaling:      catalog.Scaling{Min: 1, Max: 3},
+		Scaling:      catalog.Scaling{Min: 1, Max: 3, IdleAfter: 90 * time.Second},
 		Capabilities: catalog.Capabilities{Vision: true, Tools: true, Embeddings: true},
 		Origin: &catalog.Origin{
 			Repo: "Qwen/Qwen3Guard-Gen-4B-GGUF", Revision: "0123456789abcdef0123456789abcdef01234567",

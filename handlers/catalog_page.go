@@ -109,6 +109,12 @@ func catalogView(m catalog.Model) views.CatalogModel {
 	default:
 		vm.Wanted = fmt.Sprint(m.Scaling.Min)
 	}
+	if max(m.Scaling.Max, 1) > m.Scaling.Min {
+		vm.IdleAfter = "idle after " + durationText(catalog.DefaultIdleAfter) + " (the default)"
+		if d := m.Scaling.IdleAfter; d > 0 {
+			vm.IdleAfter = "idle after " + durationText(d)
+		}
+	}
 	for _, p := range m.Profiles {
 		hw := "CPU"
 		if p.GPUClass != "" {

@@ -9,7 +9,11 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
+	"github.com/PuerkitoBio/goquery"
+
+	"modelserve/catalog"
 	"modelserve/handlers"
 	"modelserve/internal/operr"
 )
@@ -161,6 +165,56 @@ func TestFleetPageOffersTheControls(t *testing.T) {
 			t.Errorf("the refusal leads to %q, want back to the fleet", got)
 		}
 	})
+	t.Run("idle after", func(t *testing.T) {
+		ctx := context.Background()
+		idleField := func() *goquery.Selection {
+			return mustStatus(t, b.get("/fleet"), http.StatusOK).Find(`[data-model="tiny"] [data-testid="scale-idle-after"]`)
+		}
+		if f := idleField(); f.AttrOr("value", "x") != "" || f.AttrOr("placeholder", "") != "15m (default)" {
+			t.Errorf("with the default the field holds %q (placeholder %q), want empty, saying 15m (default)", f.AttrOr("value", "x"), f.AttrOr("placeholder", ""))
+		}
+		scale := func(form url.Values) {
+			t.Helper()
+			resp := b.post("/fleet/models/tiny/scale", form)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusSeeOther {
+				t.Fatalf("scale %v: %s", form, resp.Status)
+			}
+		}
+		idle := func() time.Duration {
+			t.Helper()
+			m, err := e.catalog.Get(ctx, "tiny")
+			if err != nil {
+				t.Fatal(err)
+			}
+			return m.Scaling.IdleAfter
+		}
+
+		scale(url.Values{"min": {"0"}, "max": {"2"}, "idle_after": {"90s"}})
+		if got := idle(); got != 90*time.Second {
+			t.Errorf("tiny is idle after %v, want the 90s asked", got)
+		}
+		if got := idleField().AttrOr("value", ""); got != "1m30s" {
+			t.Errorf("the form shows an idle time of %q, want the catalog's 1m30s", got)
+		}
+		// A form without the field (an older page) leaves it be.
+		scale(url.Values{"min": {"0"}, "max": {"3"}})
+		if got := idle(); got != 90*time.Second {
+			t.Errorf("a form without idle_after made it %v, want it left at 90s", got)
+		}
+		msg := mustStatus(t, b.post("/fleet/models/tiny/scale", url.Values{"min": {"1"}, "max": {"1"}, "idle_after": {"soon"}}), http.StatusBadRequest)
+		if got := msg.Find(`[data-testid="message"] p`).First().Text(); !strings.Contains(got, "idle_after is a duration from 1s to 168h") {
+			t.Errorf("an idle time that is no duration says %q", got)
+		}
+		if m, _ := e.catalog.Get(ctx, "tiny"); m.Scaling != (catalog.Scaling{Min: 0, Max: 3, IdleAfter: 90 * time.Second}) {
+			t.Errorf("a refused idle time changed the scaling to %+v", m.Scaling)
+		}
+		// Emptied, it is the default again.
+		scale(url.Values{"min": {"0"}, "max": {"3"}, "idle_after": {""}})
+		if got := idle(); got != 0 {
+			t.Errorf("an emptied idle time is %v, want the default (0)", got)
+		}
+	})
 	t.Run("unpark", func(t *testing.T) {
 		resp := b.post("/fleet/models/broken/unpark", nil)
 		resp.Body.Close()
@@ -184,6 +238,13 @@ func TestAPIControls(t *testing.T) {
 		{"restart", "/api/v1/replicas/small-1/restart", nil, http.StatusAccepted, `"id":"small-1"`, "restart small-1"},
 		{"no such replica", "/api/v1/replicas/nope-1/stop", nil, http.StatusNotFound, `the fleet has no replica named \"nope-1\"`, ""},
 		{"scale", "/api/v1/catalog/tiny/scale", map[string]int{"min": 0, "max": 3}, http.StatusOK, `"scaling":{"min":0,"max":3}`, ""},
+		{"scale with an idle time", "/api/v1/catalog/tiny/scale", map[string]any{"min": 0, "max": 3, "idle_after": "30s"}, http.StatusOK, `"scaling":{"min":0,"max":3,"idle_after":"30s"}`, ""},
+		{"scale keeps the idle time", "/api/v1/catalog/tiny/scale", map[string]int{"min": 0, "max": 3}, http.StatusOK, `"scaling":{"min":0,"max":3,"idle_after":"30s"}`, ""},
+		{"scale idle time not a duration", "/api/v1/catalog/tiny/scale", map[string]any{"min": 0, "max": 3, "idle_after": "soon"}, http.StatusBadRequest, `idle_after is a duration from 1s to 168h (a week), such as 30s or 15m, or 0 for the default of 15m, not \"soon\"`, ""},
+		{"scale idle time too long", "/api/v1/catalog/tiny/scale", map[string]any{"min": 0, "max": 3, "idle_after": "200h"}, http.StatusBadRequest, "from 1s to 168h", ""},
+		{"scale idle time too short", "/api/v1/catalog/tiny/scale", map[string]any{"min": 0, "max": 3, "idle_after": "100ms"}, http.StatusBadRequest, "from 1s to 168h", ""},
+		{"scale idle time as a number", "/api/v1/catalog/tiny/scale", map[string]any{"min": 0, "max": 3, "idle_after": 30}, http.StatusBadRequest, "idle_after", ""},
+		{"scale idle time with bounds refused", "/api/v1/catalog/tiny/scale", map[string]any{"min": 2, "max": 1, "idle_after": "1m"}, http.StatusBadRequest, "fewer than the 2 it keeps", ""},
 		{"scale without max", "/api/v1/catalog/tiny/scale", map[string]int{"min": 1}, http.StatusBadRequest, "scaling needs both bounds", ""},
 		{"scale below min", "/api/v1/catalog/tiny/scale", map[string]int{"min": 2, "max": 1}, http.StatusBadRequest, "fewer than the 2 it keeps", ""},
 		{"scale too far", "/api/v1/catalog/tiny/scale", map[string]int{"min": 1, "max": 1000}, http.StatusBadRequest, "at most 64", ""},
@@ -207,8 +268,8 @@ func TestAPIControls(t *testing.T) {
 			}
 		})
 	}
-	if m, _ := e.catalog.Get(context.Background(), "tiny"); m.Scaling.Min != 0 || m.Scaling.Max != 3 {
-		t.Errorf("after the refused scalings tiny scales %+v, want 0 to 3", m.Scaling)
+	if m, _ := e.catalog.Get(context.Background(), "tiny"); m.Scaling != (catalog.Scaling{Min: 0, Max: 3, IdleAfter: 30 * time.Second}) {
+		t.Errorf("after the refused scalings tiny scales %+v, want 0 to 3, idle after 30s", m.Scaling)
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"modelserve/catalog"
 	"modelserve/handlers"
@@ -89,6 +90,32 @@ func TestCatalogPage(t *testing.T) {
 	doc = mustStatus(t, b.post("/catalog/nothing/remove", url.Values{"confirm": {"yes"}}), http.StatusNotFound)
 	if got := doc.Find(`[role="alert"]`).Text(); !strings.Contains(got, "nothing") {
 		t.Errorf("removing a missing model says %q", got)
+	}
+}
+
+func TestCatalogPageSaysTheIdleTime(t *testing.T) {
+	e := newConsoleEnv(t)
+	ctx := context.Background()
+	for name, sc := range map[string]catalog.Scaling{
+		"lazy":   {Min: 0, Max: 1, IdleAfter: 30 * time.Second},
+		"usual":  {Min: 1, Max: 2},
+		"pinned": {Min: 2, Max: 2, IdleAfter: time.Minute},
+	} {
+		m := tinyModel(name)
+		m.Aliases, m.Scaling = nil, sc
+		if err := e.catalog.Add(ctx, m, "test"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	doc := mustStatus(t, e.signedIn().get("/catalog"), http.StatusOK)
+	for name, want := range map[string]string{
+		"lazy":   "idle after 30 s",
+		"usual":  "idle after 15 min (the default)",
+		"pinned": "", // keeps every replica it may run: none stops idle
+	} {
+		if got := doc.Find(`[data-model="` + name + `"] [data-testid="idle-after"]`).Text(); got != want {
+			t.Errorf("%s: the catalog says %q, want %q", name, got, want)
+		}
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"net/url"
+	"time"
 
 	"modelserve/internal/fleet"
 )
@@ -20,7 +21,7 @@ type FleetControls interface {
 // Scaler changes how many replicas of a model run (catalog.Store, or the
 // fleet.NotifyingCatalog around it, which has the fleet act at once).
 type Scaler interface {
-	SetScaling(ctx context.Context, name string, min, max int) error
+	SetScaling(ctx context.Context, name string, min, max int, idleAfter *time.Duration) error
 }
 
 // fleetDone is what the fleet page says after a control, by the word the

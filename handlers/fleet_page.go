@@ -97,6 +97,10 @@ func (s *Server) fleetView(now time.Time, csrf string, scalings map[string]catal
 		}
 		if sc, ok := scalings[h.Model]; ok {
 			m.CanScale, m.Min, m.Max = true, sc.Min, sc.Max
+			m.IdleDefault = words.Span(catalog.DefaultIdleAfter)
+			if sc.IdleAfter > 0 {
+				m.IdleAfter = words.Span(sc.IdleAfter)
+			}
 		}
 		if s.deps.Gateway != nil {
 			m.Requests, _ = trafficText(traffic[h.Model])

@@ -59,7 +59,7 @@ type Catalog interface {
 	Get(ctx context.Context, name string) (catalog.Model, error)
 	Remove(ctx context.Context, name string) error
 	// SetScaling is the fleet page's and the API's scale control.
-	SetScaling(ctx context.Context, name string, min, max int) error
+	SetScaling(ctx context.Context, name string, min, max int, idleAfter *time.Duration) error
 }
 
 // Mirror is what the handlers need of the mirror.

@@ -54,6 +54,11 @@ func TestStartRefuses(t *testing.T) {
 		{"a backend library for the engine", Request{Repo: "acme/m", Env: map[string]string{"GGML_BACKEND_PATH": "/srv/x.so"}},
 			`"GGML_BACKEND_PATH" is not an engine setting a request may set`},
 		{"unknown engine", Request{Repo: "acme/m", Engine: "ollama"}, `the engine is llamacpp or vllm, not "ollama"`},
+		{"an idle time that is no duration", Request{Repo: "acme/m", IdleAfter: "a while"},
+			`idle_after is a duration from 1s to 168h (a week), such as 30s or 15m, or 0 for the default of 15m, not "a while"`},
+		{"an idle time without a unit", Request{Repo: "acme/m", IdleAfter: "30"}, `idle_after is a duration from 1s to 168h`},
+		{"an idle time below a second", Request{Repo: "acme/m", IdleAfter: "10ms"}, `not "10ms"`},
+		{"an idle time past a week", Request{Repo: "acme/m", IdleAfter: "8760h"}, `not "8760h"`},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -4,11 +4,13 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"modelserve/catalog"
 	"modelserve/internal/gguf"
@@ -197,6 +199,36 @@ func TestServeOnDemand(t *testing.T) {
 	}
 	if m.Scaling != (catalog.Scaling{Min: 0, Max: 1}) || !slices.Equal(m.Aliases, []string{"wee"}) {
 		t.Errorf("scaling %+v aliases %v", m.Scaling, m.Aliases)
+	}
+}
+
+// TestServeWithAnIdleTime writes the request's idle_after into the
+// catalog entry, where the fleet reads it; "0" is the default.
+func TestServeWithAnIdleTime(t *testing.T) {
+	e := newEnv(t, withNodeMemory(64<<30))
+	e.addModel("acme/Tiny-GGUF", hubtest.RepoOptions{}, map[string]ggufgen.Spec{"tiny-Q4_K_M.gguf": {}})
+	for _, tc := range []struct {
+		name, idle string
+		want       time.Duration
+	}{
+		{"quick", "30s", 30 * time.Second},
+		{"default", "0", 0},
+	} {
+		var req Request
+		body := `{"repo": "acme/Tiny-GGUF", "name": "` + tc.name + `", "replicas": 0, "idle_after": "` + tc.idle + `"}`
+		if err := json.Unmarshal([]byte(body), &req); err != nil {
+			t.Fatalf("%s: %v", body, err)
+		}
+		if j := MustEnd(t, e.srv, MustStart(t, e.srv, req).ID); j.State != Done {
+			t.Fatalf("%s: job ended %s: %s", tc.name, j.State, j.Error)
+		}
+		m, err := e.catalog.Get(context.Background(), tc.name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := (catalog.Scaling{Min: 0, Max: 1, IdleAfter: tc.want}); m.Scaling != want {
+			t.Errorf("%s: scaling %+v, want %+v", tc.name, m.Scaling, want)
+		}
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"modelserve/internal/operr"
 	"strings"
+	"time"
 
 	"modelserve/catalog"
 	"modelserve/internal/hf"
@@ -51,6 +52,10 @@ type Request struct {
 	Description string   `json:"description,omitempty"`
 	// Replicas to run; 0 makes it on demand, loaded when first asked for.
 	Replicas int `json:"replicas"`
+	// IdleAfter is how long replicas started on demand keep running with
+	// no request, as a duration ("30s", "15m", from 1s to 168h); left out
+	// or "0", the fleet's default. It is written into the catalog entry.
+	IdleAfter string `json:"idle_after,omitempty"`
 	// GuardFormat makes it a judge model for the guardrails: llamaguard3,
 	// qwen3guard, shieldgemma or json. Empty serves clients.
 	GuardFormat string `json:"guard_format,omitempty"`
@@ -176,6 +181,12 @@ func normalize(req Request) (Request, error) {
 	if req.Replicas < 0 {
 		return req, invalid("replicas cannot be negative: give 0 to load it on demand, or how many to keep running")
 	}
+	if req.IdleAfter = strings.TrimSpace(req.IdleAfter); req.IdleAfter != "" {
+		if _, err := catalog.ParseIdleAfter(req.IdleAfter); err != nil {
+			msg, _ := operr.Sentence(err)
+			return req, invalid("%s", msg)
+		}
+	}
 	if req.GPUsPerNode < 0 || req.Nodes < 0 || req.CPUCores < 0 || req.MemoryGB < 0 {
 		return req, invalid("gpus_per_node, nodes, cpu_cores and memory_gb cannot be negative: leave them out to have them worked out")
 	}
@@ -271,7 +282,7 @@ func catalogEntry(req Request, name string) catalog.Model {
 	m := catalog.Model{
 		Name: name, Aliases: req.Aliases, Description: req.Description, RoutingProfile: "chat",
 		Class:        req.Class,
-		Scaling:      catalog.Scaling{Min: req.Replicas, Max: max(req.Replicas, 1)},
+		Scaling:      catalog.Scaling{Min: req.Replicas, Max: max(req.Replicas, 1), IdleAfter: req.idleAfter()},
 		Capabilities: catalog.Capabilities{Vision: req.Projector != "", Tools: req.Tools, Embeddings: req.Embeddings},
 		// Placeholders, for Validate; the check and the plan replace them.
 		ContextLength: req.context(),
@@ -284,6 +295,17 @@ func catalogEntry(req Request, name string) catalog.Model {
 		m.Canary = &catalog.Canary{Of: req.CanaryOf}
 	}
 	return m
+}
+
+// idleAfter is the request's idle time for the catalog: zero (the
+// fleet's default) when it leaves it out. normalize has refused any the
+// catalog would not take.
+func (r Request) idleAfter() time.Duration {
+	if r.IdleAfter == "" {
+		return 0
+	}
+	d, _ := catalog.ParseIdleAfter(r.IdleAfter)
+	return d
 }
 
 // sized is whether the caller said how large the pool or a request's context

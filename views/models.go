@@ -171,8 +171,11 @@ type CatalogModel struct {
 	Role         string
 	Profiles     []CatalogProfile
 	// Wanted is the scaling ("1 to 2", "on demand"), Running how the
-	// fleet fares with it ("1 of 1 ready", "parked: <reason>").
+	// fleet fares with it ("1 of 1 ready", "parked: <reason>"). IdleAfter
+	// is how long its replicas on demand wait for a request ("idle after
+	// 15 min (the default)"), "" when it keeps every replica it may run.
 	Wanted       string
+	IdleAfter    string
 	Running      string
 	Capabilities []string
 	RemoveURL    string
@@ -406,9 +409,11 @@ type FleetModel struct {
 	// "" without a gateway.
 	Requests string
 	// Parked offers Unpark when CanControl; CanScale offers the scaling
-	// form with the catalog's Min and Max.
+	// form with the catalog's Min, Max and IdleAfter ("30s"; "" for the
+	// default, which IdleDefault says: "15m").
 	Parked, CanControl, CanScale bool
 	Min, Max                     int
+	IdleAfter, IdleDefault       string
 }
 
 // UpdatePage is the page of one update: a served model's branch moved to

@@ -34,6 +34,8 @@ type apiServer struct {
 	base  string
 	token string
 	stop  func()
+	// logs is what serve has logged so far.
+	logs *testlog.Buffer
 }
 
 func startAPI(t *testing.T, cfg config) *apiServer {
@@ -56,7 +58,7 @@ func startAPI(t *testing.T, cfg config) *apiServer {
 	var logs testlog.Buffer
 	log := slog.New(slog.NewTextHandler(&logs, nil))
 	go func() { done <- serve(ctx, cfg, log, func(a string) { addrc <- a }) }()
-	s := &apiServer{t: t, token: tok}
+	s := &apiServer{t: t, token: tok, logs: &logs}
 	select {
 	case a := <-addrc:
 		s.base = "http://" + a

@@ -8,7 +8,6 @@ package canary
 
 import (
 	"fmt"
-	"strings"
 	"time"
 
 	"modelserve/internal/words"
@@ -90,7 +89,7 @@ func (p Policy) Judge(cur, can Arm, elapsed time.Duration) (Verdict, string) {
 	}
 	if can.Requests < p.MinRequests && elapsed < p.Window {
 		return Wait, fmt.Sprintf("%d of the %d requests it is judged on, %s of %s", can.Requests, p.MinRequests,
-			span(elapsed), span(p.Window))
+			words.Span(elapsed), words.Span(p.Window))
 	}
 	if errorsWorse {
 		return RollBack, errorsSaid
@@ -105,7 +104,7 @@ func (p Policy) Judge(cur, can Arm, elapsed time.Duration) (Verdict, string) {
 			can.TokensPerSecond, cur.TokensPerSecond)
 	}
 	if can.Requests == 0 {
-		return Promote, fmt.Sprintf("no request reached it in %s, so it is promoted on its eval and smoke test alone", span(p.Window))
+		return Promote, fmt.Sprintf("no request reached it in %s, so it is promoted on its eval and smoke test alone", words.Span(p.Window))
 	}
 	s := fmt.Sprintf("no worse than the current version over %d requests: errors %s against %s", can.Requests,
 		words.Percent(can.ErrorRate()), words.Percent(cur.ErrorRate()))
@@ -134,16 +133,4 @@ func JudgeEval(cur, can Eval) (Verdict, string) {
 		return RollBack, said
 	}
 	return Promote, said
-}
-
-// span is a duration to the second as people write it: 30m, 1h30m, 45s.
-func span(d time.Duration) string {
-	s := d.Round(time.Second).String()
-	if strings.HasSuffix(s, "m0s") {
-		s = strings.TrimSuffix(s, "0s")
-	}
-	if strings.HasSuffix(s, "h0m") {
-		s = strings.TrimSuffix(s, "0m")
-	}
-	return s
 }

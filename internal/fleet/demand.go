@@ -20,8 +20,9 @@ import (
 // next request when the catalog entry does not say (Scaling.IdleAfter):
 // long enough that someone reading an answer and asking again finds the
 // model loaded, short enough that a model tried once gives its memory back
-// within the hour.
-const DefaultIdleAfter = 15 * time.Minute
+// within the hour. The catalog owns it, as it owns the bounds an operator
+// may set.
+const DefaultIdleAfter = catalog.DefaultIdleAfter
 
 // demand is what has been asked of one model lately.
 type demand struct {
@@ -38,6 +39,11 @@ type demand struct {
 	// burst are given back one window after the burst.
 	peak   int
 	window time.Time
+	// due has the fleet look again when the model may next fall idle:
+	// without it an idle time shorter than the fleet's Interval was
+	// waited out to the next tick, and a model set to stop after 1s of
+	// quiet ran on for up to 6.
+	due *time.Timer
 }
 
 // Use says that a request for model is being served and that replicas
@@ -120,8 +126,19 @@ func (f *Fleet) wantLocked(m catalog.Model, now time.Time) int {
 	}
 	idle := idleAfter(m)
 	if d.inUse == 0 && now.Sub(d.lastUse) >= idle {
-		delete(f.demands, m.Name)
+		f.dropDemandLocked(m.Name)
 		return m.Scaling.Min
+	}
+	// In use, it is idle an IdleAfter after its last request ends at the
+	// soonest; a look then finds whether it did.
+	next := d.lastUse.Add(idle).Sub(now)
+	if d.inUse > 0 {
+		next = idle
+	}
+	if d.due == nil {
+		d.due = time.AfterFunc(next, f.Poke)
+	} else {
+		d.due.Reset(next)
 	}
 	if now.Sub(d.window) >= idle {
 		d.want, d.peak, d.window = max(d.peak, 1), 0, now
@@ -134,9 +151,18 @@ func (f *Fleet) wantLocked(m catalog.Model, now time.Time) int {
 func (f *Fleet) forgetDemandsLocked(inCatalog map[string]catalog.Model) {
 	for name := range f.demands {
 		if _, ok := inCatalog[name]; !ok {
-			delete(f.demands, name)
+			f.dropDemandLocked(name)
 		}
 	}
+}
+
+// dropDemandLocked forgets what was asked of model, and the look it had
+// due.
+func (f *Fleet) dropDemandLocked(model string) {
+	if d := f.demands[model]; d != nil && d.due != nil {
+		d.due.Stop()
+	}
+	delete(f.demands, model)
 }
 
 // surplusReason says why a replica of m above the want is stopped.

@@ -83,6 +83,22 @@ func TestUseStartsOneReplicaAndIdleStopsIt(t *testing.T) {
 	}
 }
 
+// TestAnIdleTimeShorterThanTheIntervalIsKept: the fleet looks when the
+// model may fall idle, not at its next tick, so an idle time of a second
+// stops the replica though the fleet would otherwise look only hourly.
+func TestAnIdleTimeShorterThanTheIntervalIsKept(t *testing.T) {
+	cat := MustCatalog(t)
+	fl := MustRun(t, cat, Options{Interval: time.Hour})
+	MustAdd(t, fl.notifying(cat), onDemandEntry(t, "quick", 1, time.Second))
+	release := fl.Use("quick", 1)
+	fl.waitReady(t, "quick", readyWithin)
+	release()
+	waitFor(t, 30*time.Second, "quick stopped a second after its last request", func() (bool, string) {
+		rs := fl.replicasOf("quick")
+		return len(rs) == 0, fmt.Sprintf("%+v", rs)
+	})
+}
+
 func TestUseScalesUpToMaxAndBackDown(t *testing.T) {
 	cat := MustCatalog(t)
 	fl := MustRun(t, cat, Options{Interval: 50 * time.Millisecond})

@@ -53,6 +53,9 @@ func (f *Fleet) retireLocked(r *replica, why string) {
 		return
 	}
 	r.stopping = true
+	// Said once, in modelserve's log: the replica leaves the fleet's list
+	// when its engine has stopped, and this line is what is left of why.
+	f.log.Info("retiring a replica", "replica", r.id, "model", r.model, "why", why, "in_flight", r.holds)
 	if r.holds == 0 {
 		r.state, r.detail = Stopping, why
 		r.cancel()

@@ -291,6 +291,9 @@ func (f *Fleet) Run(ctx context.Context) error {
 		f.mu.Lock()
 		close(quit)
 		f.running = false
+		for name := range f.demands {
+			f.dropDemandLocked(name)
+		}
 		f.replicas, f.models, f.demands = map[string]*replica{}, map[string]*modelState{}, map[string]*demand{}
 		f.restored, f.unpark = nil, nil
 		f.mu.Unlock()

@@ -15,7 +15,7 @@ type Store interface {
 	Add(ctx context.Context, m catalog.Model, by string) error
 	AddNew(ctx context.Context, m catalog.Model, by string) error
 	Remove(ctx context.Context, name string) error
-	SetScaling(ctx context.Context, name string, min, max int) error
+	SetScaling(ctx context.Context, name string, min, max int, idleAfter *time.Duration) error
 	SetShare(ctx context.Context, name string, share float64) error
 	Get(ctx context.Context, name string) (catalog.Model, error)
 	List(ctx context.Context) ([]catalog.Model, error)

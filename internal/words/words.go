@@ -1,5 +1,5 @@
 // Package words writes numbers the way modelserve's pages and sentences
-// say them: byte sizes, counts of things and percentages.
+// say them: byte sizes, counts of things, percentages and spans of time.
 //
 // Each of these was once written in five or six places that drifted
 // apart: one page said "9 GB" where the job's sentence beside it said
@@ -10,6 +10,8 @@ package words
 import (
 	"math"
 	"strconv"
+	"strings"
+	"time"
 )
 
 // units are binary, as the engine and the mirror count bytes; named as
@@ -102,4 +104,17 @@ func Percent(share float64) string {
 		r = 99
 	}
 	return strconv.FormatFloat(r, 'f', 0, 64) + "%"
+}
+
+// Span is a duration to the second as people write it and as Go's
+// time.ParseDuration reads it back: "30m", "1h30m", "45s" (not "30m0s").
+func Span(d time.Duration) string {
+	s := d.Round(time.Second).String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
 }

@@ -3,6 +3,7 @@ package words
 import (
 	"math"
 	"testing"
+	"time"
 )
 
 func TestSize(t *testing.T) {
@@ -112,6 +113,31 @@ func TestPercent(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := Percent(tc.share); got != tc.want {
 				t.Errorf("Percent(%v) = %q, want %q", tc.share, got, tc.want)
+			}
+		})
+	}
+}
+
+func TestSpan(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		d    time.Duration
+		want string
+	}{
+		{"seconds", 30 * time.Second, "30s"},
+		{"whole minutes without 0s", 15 * time.Minute, "15m"},
+		{"whole hours without 0m", 168 * time.Hour, "168h"},
+		{"hours and minutes", 90 * time.Minute, "1h30m"},
+		{"minutes and seconds", 90 * time.Second, "1m30s"},
+		{"to the second", 1400 * time.Millisecond, "1s"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := Span(tc.d)
+			if got != tc.want {
+				t.Errorf("Span(%v) = %q, want %q", tc.d, got, tc.want)
+			}
+			if back, err := time.ParseDuration(got); err != nil || back != tc.d.Round(time.Second) {
+				t.Errorf("Span(%v) = %q reads back as %v, %v", tc.d, got, back, err)
 			}
 		})
 	}
