@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"modelserve/internal/operr"
 	"path/filepath"
-	"strings"
 
 	"modelserve/catalog"
 	"modelserve/internal/gguf"
@@ -33,28 +32,21 @@ type pipeline struct {
 	// refKind is what the request's revision is (hf.RefBranch, ...), for
 	// the catalog's origin.
 	refKind string
-	set     hf.FileSet // the weights
-	proj    *hf.File   // the vision projector, if asked for
 	plan    plan.Plan
 	planned bool
-	layout  plan.Option
-	// fallbacks are the next best shapes, when the request asked for
-	// them: the catalog keeps them as profiles after the first, and the
-	// fleet places a replica on one when the first has no room.
-	fallbacks []plan.Option
-	// fallbackSizes are the fallbacks' sizings for the first's context,
-	// from the check step; a fallback that cannot hold it is dropped.
-	fallbackSizes []plan.Sizing
+	// choice is the plan's: the weights, the vision projector if asked
+	// for, and where it runs (the first layout, then the fallbacks the
+	// request asked for, which the catalog keeps as lower profiles).
+	choice plan.Choice
 	// hardware is whether the cluster has what the layout needs, busy or
 	// not: a model that waits for it is not failing.
 	hardware bool
 	name     string
 	paths    []string // on the mirror: the weights', then the projector's
 	source   string
-	// memBytes is what a replica reserves (of RAM, or on each card): the
-	// check step's sizing, whose slots it has.
-	memBytes int64
-	slots    int
+	// profiles are how it runs, as the check step sized it from the
+	// header on the mirror.
+	profiles []catalog.Profile
 }
 
 // run takes the job through its steps. It returns nil when the job is done,
@@ -217,36 +209,15 @@ func (p *pipeline) choose(ctx context.Context) error {
 			p.s.deps.Log.Warn("planning a model", "repo", p.repo.ID, "err", err)
 		}
 	}
-	if req.Format == FormatGGUF && req.Quant == "" && req.File == "" {
-		if rec, ok := p.plan.Recommended(); p.planned && ok {
-			req.File = rec.Artifact
-		} else {
-			req.Quant = defaultQuant
-		}
-	}
-	var err error
-	if req.Format == FormatSafetensors {
-		p.set, err = pickSafetensors(p.repo, req)
-	} else {
-		p.set, err = pick(p.repo, req)
-	}
+	choice, err := plan.Choose(p.repo, p.plan, p.planned, plan.Want{File: req.File, Quant: req.Quant, Projector: req.Projector,
+		Layout: plan.LayoutRequest{CPU: req.CPU, GPUClass: req.GPUClass, GPUsPerNode: req.GPUsPerNode, Nodes: req.Nodes,
+			Format: req.Format, Fallbacks: req.Fallbacks}})
 	if err != nil {
 		return err
 	}
-	if req.Projector != "" {
-		f, err := projector(p.repo, req.Projector)
-		if err != nil {
-			return err
-		}
-		p.proj = &f
-	}
-	layout, err := plan.ChooseLayout(plan.LayoutRequest{CPU: req.CPU, GPUClass: req.GPUClass,
-		GPUsPerNode: req.GPUsPerNode, Nodes: req.Nodes, Format: req.Format, Fallbacks: req.Fallbacks}, p.plan, p.planned, p.set)
-	if err != nil {
-		return err
-	}
-	p.layout, p.fallbacks, p.hardware = layout[0], layout[1:], plan.HardwareExists(layout)
-	if !p.planned && p.layout.CPU {
+	p.choice = choice
+	p.hardware = plan.HardwareExists(choice.Layouts)
+	if !p.planned && p.choice.First().CPU {
 		p.hardware = true // this node's CPU
 	}
 	if req.Format == FormatSafetensors {
@@ -254,10 +225,10 @@ func (p *pipeline) choose(ctx context.Context) error {
 		// nothing here would start it.
 		return sentencef("original weights run on vLLM, which this fleet does not start: choose a GGUF file of %s instead", p.repo.ID)
 	}
-	if p.planned && p.layout.Fit == plan.FitsNowhere {
+	if p.planned && p.choice.First().Fit == plan.FitsNowhere {
 		// Before a byte of the weights is fetched: no node of the pool
 		// could ever host it as asked.
-		return sentencef("%s %s", p.set.Name, or(p.layout.Sizing.Reason, p.layout.Why))
+		return sentencef("%s %s", p.choice.Set.Name, or(p.choice.First().Sizing.Reason, p.choice.First().Why))
 	}
 	if req.CanaryOf != "" && p.planned {
 		// A canary runs beside its model, or its trial never begins: said
@@ -270,20 +241,20 @@ func (p *pipeline) choose(ctx context.Context) error {
 	p.name = or(req.Name, hf.ModelName(p.repo.ID))
 	p.s.set(p.l, func(j *Job) { j.Model = p.name })
 
-	what := or(p.set.Quant, p.set.Name)
+	what := or(p.choice.Set.Quant, p.choice.Set.Name)
 	if req.Format == FormatSafetensors {
 		what = "original weights"
 	}
-	total, n := p.set.Bytes, len(p.set.Files)
-	if p.proj != nil {
-		total, n = total+p.proj.Size, n+1
+	total, n := p.choice.Set.Bytes, len(p.choice.Set.Files)
+	if p.choice.Projector != nil {
+		total, n = total+p.choice.Projector.Size, n+1
 	}
 	needs := ""
-	if sz := p.layout.Sizing; p.planned && sz.NeedBytes > 0 {
-		needs = fmt.Sprintf("; needs %s %s", words.Size(sz.NeedBytes), where(p.layout))
+	if sz := p.choice.First().Sizing; p.planned && sz.NeedBytes > 0 {
+		needs = fmt.Sprintf("; needs %s %s", words.Size(sz.NeedBytes), where(p.choice.First()))
 	}
-	runs := label(p.layout)
-	for _, o := range p.fallbacks {
+	runs := label(p.choice.First())
+	for _, o := range p.choice.Layouts[1:] {
 		runs += ", else " + label(o)
 	}
 	p.s.step(p.l, StepPlan, Done, fmt.Sprintf("%s, %s in %d %s, revision %s; runs on %s%s",
@@ -296,7 +267,7 @@ func (p *pipeline) choose(ctx context.Context) error {
 // replica that reserves the memory its request named, the most any node
 // has free.
 func (p *pipeline) roomBeside() (string, bool) {
-	if p.req.MemoryGB > 0 && p.layout.CPU {
+	if p.req.MemoryGB > 0 && p.choice.First().CPU {
 		need, most := int64(p.req.MemoryGB)<<30, int64(0)
 		for _, n := range p.s.pool() {
 			most = max(most, int64(n.FreeRAMGB*(1<<30)))
@@ -306,17 +277,17 @@ func (p *pipeline) roomBeside() (string, bool) {
 		}
 		return "", true
 	}
-	if p.layout.Fit == plan.FitsHardware {
-		return or(p.layout.Why, "the hardware it fits is in use"), false
+	if p.choice.First().Fit == plan.FitsHardware {
+		return or(p.choice.First().Why, "the hardware it fits is in use"), false
 	}
 	return "", true
 }
 
 func (p *pipeline) fetch(ctx context.Context) error {
-	p.s.step(p.l, StepMirror, Running, "asking the mirror for "+p.set.Name)
-	all := p.set.Files
-	if p.proj != nil {
-		all = append(all[:len(all):len(all)], *p.proj)
+	p.s.step(p.l, StepMirror, Running, "asking the mirror for "+p.choice.Set.Name)
+	all := p.choice.Set.Files
+	if p.choice.Projector != nil {
+		all = append(all[:len(all):len(all)], *p.choice.Projector)
 	}
 	files := make([]mirror.File, 0, len(all))
 	unchecked := 0
@@ -346,7 +317,7 @@ func (p *pipeline) fetch(ctx context.Context) error {
 	// A node loads a single file by its path, and a split or safetensors
 	// model from its directory.
 	p.source = paths[0]
-	if len(p.set.Files) > 1 {
+	if len(p.choice.Set.Files) > 1 {
 		p.source = filepath.Dir(paths[0])
 	}
 	var total int64
@@ -366,7 +337,7 @@ func (p *pipeline) check(ctx context.Context) error {
 	if p.req.Format == FormatSafetensors {
 		// vLLM reads the model's shape from its config.json, which came
 		// with the weights.
-		p.s.step(p.l, StepCheck, Done, fmt.Sprintf("%s of weights for vLLM", words.Size(p.set.Bytes)))
+		p.s.step(p.l, StepCheck, Done, fmt.Sprintf("%s of weights for vLLM", words.Size(p.choice.Set.Bytes)))
 		return nil
 	}
 	p.s.step(p.l, StepCheck, Running, "reading its header from the mirror")
@@ -398,37 +369,23 @@ func (p *pipeline) check(ctx context.Context) error {
 	}
 	// Asked for the CPU, and slow there: said, not refused (the request
 	// named it), so the job says why its replies take minutes.
-	if msg, slow := plan.SlowCPU(p.layout); slow {
+	if msg, slow := plan.SlowCPU(p.choice.First()); slow {
 		p.s.step(p.l, StepCheck, Running, msg)
 	}
 	var mmproj int64
-	if p.proj != nil {
-		mmproj = p.proj.Size
-	}
-	if h.Embedding {
-		p.req.Embeddings = true
+	if p.choice.Projector != nil {
+		mmproj = p.choice.Projector.Size
 	}
 	// The sizing the plan step showed, now from the header on the mirror:
 	// what the engine is started with and the replica is placed by.
 	req := &p.req
-	sz := plan.Size(plan.Model{Header: h, WeightsBytes: p.set.Bytes, ProjectorBytes: mmproj}, p.layout, req.ask(), p.s.pool())
-	if sz.Fit == plan.FitsNowhere {
-		return sentencef("%s %s", p.set.Name, sz.Reason)
+	x := plan.Extra{Env: req.Env, Judge: req.GuardFormat != "", MemoryBytes: int64(req.MemoryGB) << 30, Cores: p.cores}
+	sz, profiles, err := p.choice.Serve(plan.Model{Header: h, WeightsBytes: p.choice.Set.Bytes, ProjectorBytes: mmproj}, req.ask(), p.s.pool(), x)
+	if err != nil {
+		return err
 	}
-	req.CtxPool, req.ContextLength = sz.CtxPool, sz.ContextLength
-	p.memBytes, p.slots = sz.NeedBytes, sz.Slots
-	// Every profile serves the context the catalog promises: a fallback
-	// is sized for the first's, and left out when it cannot hold it.
-	var kept []plan.Option
-	for _, o := range p.fallbacks {
-		fz := plan.Size(plan.Model{Header: h, WeightsBytes: p.set.Bytes, ProjectorBytes: mmproj}, o,
-			plan.Ask{CtxPool: sz.CtxPool, ContextLength: sz.ContextLength, Embeddings: req.Embeddings}, p.s.pool())
-		if fz.Fit != plan.FitsNowhere {
-			kept = append(kept, o)
-			p.fallbackSizes = append(p.fallbackSizes, fz)
-		}
-	}
-	p.fallbacks = kept
+	req.CtxPool, req.ContextLength, req.Embeddings = sz.CtxPool, sz.ContextLength, profiles[0].Embeddings
+	p.profiles = profiles
 	basis := fmt.Sprintf("weights %s + KV cache %s for %d tokens + engine %s", words.Size(sz.WeightsBytes), words.Size(sz.KVBytes), sz.CtxPool, words.Size(sz.ComputeBytes))
 	if sz.ProjectorBytes > 0 {
 		basis += " + projector " + words.Size(sz.ProjectorBytes)
@@ -437,14 +394,14 @@ func (p *pipeline) check(ctx context.Context) error {
 		basis = "weights plus half again plus two; the header gave no shape"
 	}
 	if req.MemoryGB > 0 {
-		p.memBytes, basis = int64(req.MemoryGB)<<30, "as asked, in place of "+basis
+		basis = "as asked, in place of " + basis
 	}
 	slots := fmt.Sprintf("%d %s of %d tokens", sz.Slots, words.Plural(sz.Slots, "slot", "slots"), sz.ContextLength)
 	if sz.Shrunk {
 		slots += ", cut to fit"
 	}
 	p.s.step(p.l, StepCheck, Done, fmt.Sprintf("%s, needs %s %s (%s); %s",
-		or(h.Architecture, "architecture not read"), words.Size(p.memBytes), where(p.layout), basis, slots))
+		or(h.Architecture, "architecture not read"), words.Size(max(profiles[0].RAMBytes, profiles[0].CardBytes)), where(p.choice.First()), basis, slots))
 	return nil
 }
 
@@ -452,7 +409,7 @@ func (p *pipeline) check(ctx context.Context) error {
 // be served; what cannot be removed is logged, and the job's sentence
 // stands either way.
 func (p *pipeline) discard(ctx context.Context) {
-	for _, f := range p.set.Files {
+	for _, f := range p.choice.Set.Files {
 		err := p.s.deps.Mirror.Remove(ctx, or(p.req.CanaryOf, p.name), p.repo.ShortCommit(), f.Path, nil)
 		if err != nil && !errors.Is(err, mirror.ErrNotFound) {
 			p.s.deps.Log.Warn("removing a file that failed its check from the mirror", "job", p.l.job.ID, "file", f.Path, "err", err)
@@ -481,18 +438,18 @@ func (p *pipeline) addToCatalog(ctx context.Context) (bool, error) {
 	p.s.step(p.l, StepCatalog, Running, "adding "+p.name)
 	m := catalogEntry(req, p.name)
 	m.Source = p.source
-	for _, f := range p.set.Files {
+	for _, f := range p.choice.Set.Files {
 		m.Weights = append(m.Weights, f.Path)
 	}
-	if p.proj != nil {
-		m.Projector = p.proj.Path
+	if p.choice.Projector != nil {
+		m.Projector = p.choice.Projector.Path
 	}
 	m.ContextLength, m.MaxOutput = req.context(), catalog.MaxOutput(req.context())
 	m.Capabilities.Embeddings = req.Embeddings
-	m.Profiles = p.profiles()
-	files := p.set.Files
-	if p.proj != nil {
-		files = append(files[:len(files):len(files)], *p.proj)
+	m.Profiles = p.profiles
+	files := p.choice.Set.Files
+	if p.choice.Projector != nil {
+		files = append(files[:len(files):len(files)], *p.choice.Projector)
 	}
 	origin := &catalog.Origin{Repo: p.repo.ID, Revision: p.repo.Commit, Ref: req.Revision, RefKind: p.refKind}
 	if req.CanaryOf != "" {
@@ -567,43 +524,14 @@ func (p *pipeline) whyNoReplica() string {
 		"ask for replicas 1 or more to have one running now"
 }
 
-// profiles are how the model runs, for its catalog entry: the chosen
-// shape first, then the fallbacks, each lower in priority.
-func (p *pipeline) profiles() []catalog.Profile {
-	out := []catalog.Profile{p.profile(p.layout, p.memBytes, 100)}
-	for i, o := range p.fallbacks {
-		out = append(out, p.profile(o, p.fallbackSizes[i].NeedBytes, 90-10*i))
-	}
-	return out
-}
-
-// profile is one shape the model runs on, holding memBytes: of a node's
-// RAM on the CPU, on each card on cards (as plan.Size sizes it).
-func (p *pipeline) profile(lay plan.Option, memBytes int64, priority int) catalog.Profile {
-	req := p.req
-	prof := catalog.Profile{Engine: EngineLlamaCpp, Env: req.Env, Priority: priority, Weight: 1,
-		Pool: req.CtxPool, Slots: p.slots, Embeddings: req.Embeddings, Judge: req.GuardFormat != ""}
-	if prof.Pool > 0 {
-		prof.Slots = max(prof.Slots, 1)
-	}
-	if lay.CPU {
-		prof.Name, prof.CPUCores, prof.RAMBytes = "cpu", p.cores(), memBytes
-		return prof
-	}
-	cards := max(lay.GPUsPerNode, 1)
-	prof.Name = fmt.Sprintf("gpu-%dx%s", cards, strings.ToLower(lay.Class))
-	prof.GPUClass, prof.GPUsPerNode, prof.CardBytes = lay.Class, cards, memBytes
-	return prof
-}
-
 // cores is what a CPU replica computes on: as asked, else half the smallest
 // node it fits on when the fleet can say, else the engine's default.
-func (p *pipeline) cores() int {
+func (p *pipeline) cores(need int64) int {
 	if p.req.CPUCores > 0 {
 		return p.req.CPUCores
 	}
 	if nc, ok := p.s.deps.Fleet.(interface{ NodeCPUs(memGB int) []int }); ok {
-		return catalog.SuggestCores(nc.NodeCPUs(int((p.memBytes + 1<<30 - 1) >> 30)))
+		return catalog.SuggestCores(nc.NodeCPUs(int((need + 1<<30 - 1) >> 30)))
 	}
 	return 0
 }

@@ -10,6 +10,7 @@ import (
 
 	"modelserve/internal/gguf"
 	"modelserve/internal/ggufgen"
+	"modelserve/internal/hf"
 	"modelserve/internal/words"
 )
 
@@ -231,5 +232,44 @@ func TestAskShape(t *testing.T) {
 		if ctx, slots := c.ask.Shape(); ctx != c.ctx || slots != c.slots {
 			t.Errorf("%+v: %d slots of %d, want %d of %d", c.ask, slots, ctx, c.slots, c.ctx)
 		}
+	}
+}
+
+// TestServeSizesEachProfileForItsCards: the catalog's profiles from one
+// choice are each sized for the first's context on their own hardware: on
+// K cards a profile holds its per-card need on each (not the cards' total,
+// nor the total split again), a fallback on a different card count holds
+// its own per-card need, a CPU fallback holds RAM, and the request's own
+// figure stands for the first profile only.
+func TestServeSizesEachProfileForItsCards(t *testing.T) {
+	m := mustModel(t, "serve-cards", ggufgen.Spec{ContextLength: 32768})
+	nodes := []Node{cardNode("L4", 4, 24), ramNode(64, 60)}
+	c := Choice{Set: hf.FileSet{Name: "m-Q4_K_M"}, Layouts: []Option{cards("L4", 2), cards("L4", 4), cpu}}
+	ask := Ask{CtxPool: 16384, ContextLength: 4096}
+	sz, profiles, err := c.Serve(m, ask, nodes, Extra{Judge: true, MemoryBytes: 8 << 30, Cores: func(int64) int { return 3 }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(profiles) != 3 {
+		t.Fatalf("profiles %+v, want the first and both fallbacks", profiles)
+	}
+	two, four, ram := profiles[0], profiles[1], profiles[2]
+	if two.Name != "gpu-2xl4" || two.Cards() != 2 || two.CardBytes != sz.NeedBytes || two.RAMBytes != 0 {
+		t.Errorf("the 2-card profile %+v, want %d bytes on each of 2 cards and no RAM", two, sz.NeedBytes)
+	}
+	want4 := Size(m, cards("L4", 4), ask, nodes).NeedBytes
+	if four.Name != "gpu-4xl4" || four.Cards() != 4 || four.CardBytes != want4 || four.CardBytes >= two.CardBytes {
+		t.Errorf("the 4-card fallback %+v, want its own %d bytes a card, less than the 2-card's %d", four, want4, two.CardBytes)
+	}
+	if ram.Name != "cpu" || ram.RAMBytes != Size(m, cpu, ask, nodes).NeedBytes || ram.CPUCores != 3 || ram.CardBytes != 0 {
+		t.Errorf("the CPU fallback %+v, want its RAM sizing (the request's figure is the first profile's) and 3 cores", ram)
+	}
+	for _, p := range profiles {
+		if p.Pool != 16384 || p.Slots != 4 || p.Context() != 4096 || !p.Judge || p.Priority == 0 {
+			t.Errorf("profile %s: pool %d in %d slots, judge %v, priority %d; want all sized for one context", p.Name, p.Pool, p.Slots, p.Judge, p.Priority)
+		}
+	}
+	if profiles[0].Priority <= profiles[1].Priority || profiles[1].Priority <= profiles[2].Priority {
+		t.Errorf("priorities %d, %d, %d: want the first highest", profiles[0].Priority, profiles[1].Priority, profiles[2].Priority)
 	}
 }
