@@ -5,8 +5,10 @@ import (
 	"errors"
 	"io"
 	"os"
+	"strings"
 	"time"
 
+	"modelserve/catalog"
 	"modelserve/internal/plan"
 )
 
@@ -31,6 +33,27 @@ type Capacity struct {
 	RAMBytes       int64
 	AvailableBytes int64
 	GPUs           []Card
+}
+
+// CouldHost is whether hardware of capacity c could host a replica of p,
+// were it idle: its cores, its RAM, and enough cards of p's class with
+// what p holds on each (a card whose memory is not known is taken to have
+// it). Both fleets ask it, so "no node could ever host it" means the same
+// on either.
+func CouldHost(p catalog.Profile, c Capacity) bool {
+	if p.CPUCores > 0 && c.CPUCores > 0 && c.CPUCores < p.CPUCores || c.RAMBytes < p.RAMBytes {
+		return false
+	}
+	if p.GPUClass == "" {
+		return true
+	}
+	n := 0
+	for _, card := range c.GPUs {
+		if strings.EqualFold(card.Class, p.GPUClass) && (card.MemoryBytes == 0 || card.MemoryBytes >= p.CardBytes) {
+			n++
+		}
+	}
+	return n >= p.Cards()
 }
 
 // Card is one GPU of a node.

@@ -309,14 +309,7 @@ func profiles(m catalog.Model) []catalog.Profile {
 
 // exists is whether node's hardware could host a replica of p, were it
 // idle.
-func exists(p catalog.Profile, a account) bool {
-	if p.GPUClass != "" {
-		if fit, _ := cardsFor(p, a); len(fit) < p.Cards() {
-			return false
-		}
-	}
-	return a.cap.RAMBytes >= p.RAMBytes
-}
+func exists(p catalog.Profile, a account) bool { return CouldHost(p, a.cap) }
 
 func (f *Fleet) hardwareLocked(m catalog.Model, caps []Capacity) bool {
 	for _, p := range profiles(m) {

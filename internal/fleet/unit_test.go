@@ -327,3 +327,40 @@ func TestEveryFlagIsOneTheEngineKnows(t *testing.T) {
 		}
 	}
 }
+
+// TestCouldHost is "does this hardware exist" for a profile, as both
+// fleets ask it.
+func TestCouldHost(t *testing.T) {
+	l4 := func(n int, gb int64) []Card {
+		var cs []Card
+		for i := range n {
+			cs = append(cs, Card{Index: i, Class: "L4", MemoryBytes: gb << 30})
+		}
+		return cs
+	}
+	node := Capacity{CPUCores: 16, RAMBytes: 64 << 30, GPUs: l4(2, 24)}
+	tests := []struct {
+		name string
+		p    catalog.Profile
+		c    Capacity
+		want bool
+	}{
+		{"the CPU with room", catalog.Profile{RAMBytes: 32 << 30, CPUCores: 8}, node, true},
+		{"more RAM than the node has", catalog.Profile{RAMBytes: 65 << 30}, node, false},
+		{"more cores than the node has", catalog.Profile{RAMBytes: 1 << 30, CPUCores: 32}, node, false},
+		{"two cards of its class, each large enough", catalog.Profile{GPUClass: "L4", GPUsPerNode: 2, CardBytes: 20 << 30}, node, true},
+		{"the class in another case", catalog.Profile{GPUClass: "l4", GPUsPerNode: 1, CardBytes: 20 << 30}, node, true},
+		{"cards too small for what it holds on each", catalog.Profile{GPUClass: "L4", GPUsPerNode: 2, CardBytes: 30 << 30}, node, false},
+		{"more cards than the node has", catalog.Profile{GPUClass: "L4", GPUsPerNode: 4, CardBytes: 1 << 30}, node, false},
+		{"another class", catalog.Profile{GPUClass: "H100", GPUsPerNode: 1}, node, false},
+		{"cards of unknown memory", catalog.Profile{GPUClass: "L4", GPUsPerNode: 2, CardBytes: 30 << 30},
+			Capacity{CPUCores: 16, RAMBytes: 64 << 30, GPUs: l4(2, 0)}, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := CouldHost(tt.p, tt.c); got != tt.want {
+				t.Errorf("CouldHost(%+v) = %v, want %v", tt.p, got, tt.want)
+			}
+		})
+	}
+}

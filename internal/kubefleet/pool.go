@@ -134,11 +134,13 @@ func (f *Fleet) products(class string) []string {
 // were it idle.
 func (f *Fleet) hardwareExists(m catalog.Model) bool {
 	for _, n := range f.room() {
+		c := fleet.Capacity{CPUCores: int(n.cpu), RAMBytes: n.mem}
+		for range n.gpus {
+			c.GPUs = append(c.GPUs, fleet.Card{Class: n.class, MemoryBytes: int64(n.cardGB * (1 << 30))})
+		}
 		for _, p := range m.Profiles {
-			if n.mem < p.RAMBytes || n.cpu < int64(p.CPUCores) {
-				continue
-			}
-			if p.GPUClass == "" || (strings.EqualFold(n.class, classOf(p.GPUClass)) && n.gpus >= int64(p.Cards())) {
+			p.GPUClass = classOf(p.GPUClass)
+			if fleet.CouldHost(p, c) {
 				return true
 			}
 		}
