@@ -99,7 +99,7 @@ func tokenName(ctx context.Context) string {
 
 // decodeJSON reads a request body of at most 1 MiB, one JSON value, into
 // v, refusing unknown fields: a misspelt field silently ignored would serve
-// the wrong thing (json_body.go).
+// the wrong thing (api_json_body.go).
 func decodeJSON(w http.ResponseWriter, r *http.Request, v any) error {
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<20))
 	dec.DisallowUnknownFields()

@@ -33,7 +33,7 @@ type events struct {
 	mu    sync.Mutex
 	ready map[string]chan struct{} // stream → closed once its subscriber is registered
 
-	// rates are the job streams' last download rates (job_rates.go).
+	// rates are the job streams' last download rates (stream_job_rates.go).
 	rates lastRates
 }
 
