@@ -4,11 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"modelserve/internal/operr"
 	"net/http"
 
 	"modelserve/internal/accesslog"
 	"modelserve/internal/auth"
+	"modelserve/internal/operr"
 	"modelserve/internal/store"
 )
 
@@ -30,31 +30,6 @@ func (s *Server) apiError(w http.ResponseWriter, r *http.Request, err error) {
 	}
 	s.deps.Log.Error("api request failed", "method", r.Method, "path", r.URL.Path, "err", err)
 	writeJSON(w, http.StatusInternalServerError, errorBody{Error: "modelserve could not do that; the server's log says why"})
-}
-
-// operatorStatus is the status an operator's error (operr) is answered
-// with, and false for any other error, which is logged and answered with a
-// generic sentence. It is the one place kinds become status codes, for the
-// API and the console alike.
-func operatorStatus(err error) (int, bool) {
-	e, ok := operr.As(err)
-	if !ok {
-		return 0, false
-	}
-	if status, ok := statusOf[e.Kind]; ok {
-		return status, true
-	}
-	return http.StatusBadRequest, true
-}
-
-var statusOf = map[operr.Kind]int{
-	operr.Invalid:     http.StatusBadRequest,
-	operr.NotFound:    http.StatusNotFound,
-	operr.Conflict:    http.StatusConflict,
-	operr.Forbidden:   http.StatusForbidden,
-	operr.Refused:     http.StatusUnprocessableEntity,
-	operr.Unavailable: http.StatusServiceUnavailable,
-	operr.Upstream:    http.StatusBadGateway,
 }
 
 // requireToken lets a request through with a valid bearer token, and
@@ -108,10 +83,6 @@ func decodeJSON(w http.ResponseWriter, r *http.Request, v any) error {
 	}
 	return oneValue(dec)
 }
-
-// badRequest is the operator's error for a request that says something
-// that cannot be taken as it is: 400, with the sentence.
-func badRequest(msg string) error { return operr.New(operr.Invalid, "%s", msg) }
 
 // writeJSON answers v as JSON with status: every API answer, and the
 // health check's.

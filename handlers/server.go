@@ -1,9 +1,3 @@
-// Package handlers is modelserve's HTTP face: the console's pages, the JSON
-// API under /api/v1/, the event streams, and what guards them.
-//
-// Every route is in the one table below, so what the server answers can be
-// read in one place. Handlers load, validate, act and render; how a job runs
-// is the jobs package's business, not theirs.
 package handlers
 
 import (
