@@ -2,14 +2,13 @@ package handlers
 
 import (
 	"context"
-	"crypto/subtle"
 	"encoding/json"
 	"errors"
-	"modelserve/internal/operr"
 	"net/http"
 
 	"modelserve/internal/accesslog"
 	"modelserve/internal/auth"
+	"modelserve/internal/operr"
 	"modelserve/internal/store"
 )
 
@@ -31,31 +30,6 @@ func (s *Server) apiError(w http.ResponseWriter, r *http.Request, err error) {
 	}
 	s.deps.Log.Error("api request failed", "method", r.Method, "path", r.URL.Path, "err", err)
 	writeJSON(w, http.StatusInternalServerError, errorBody{Error: "modelserve could not do that; the server's log says why"})
-}
-
-// operatorStatus is the status an operator's error (operr) is answered
-// with, and false for any other error, which is logged and answered with a
-// generic sentence. It is the one place kinds become status codes, for the
-// API and the console alike.
-func operatorStatus(err error) (int, bool) {
-	e, ok := operr.As(err)
-	if !ok {
-		return 0, false
-	}
-	if status, ok := statusOf[e.Kind]; ok {
-		return status, true
-	}
-	return http.StatusBadRequest, true
-}
-
-var statusOf = map[operr.Kind]int{
-	operr.Invalid:     http.StatusBadRequest,
-	operr.NotFound:    http.StatusNotFound,
-	operr.Conflict:    http.StatusConflict,
-	operr.Forbidden:   http.StatusForbidden,
-	operr.Refused:     http.StatusUnprocessableEntity,
-	operr.Unavailable: http.StatusServiceUnavailable,
-	operr.Upstream:    http.StatusBadGateway,
 }
 
 // requireToken lets a request through with a valid bearer token, and
@@ -100,7 +74,7 @@ func tokenName(ctx context.Context) string {
 
 // decodeJSON reads a request body of at most 1 MiB, one JSON value, into
 // v, refusing unknown fields: a misspelt field silently ignored would serve
-// the wrong thing (json_body.go).
+// the wrong thing (api_json_body.go).
 func decodeJSON(w http.ResponseWriter, r *http.Request, v any) error {
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<20))
 	dec.DisallowUnknownFields()
@@ -110,25 +84,10 @@ func decodeJSON(w http.ResponseWriter, r *http.Request, v any) error {
 	return oneValue(dec)
 }
 
-// badRequest is the operator's error for a request that says something
-// that cannot be taken as it is: 400, with the sentence.
-func badRequest(msg string) error { return operr.New(operr.Invalid, "%s", msg) }
-
-// metricsGuard lets a scraper read /metrics: anyone, as scrapers expect,
-// unless the operator gave a metrics token, which it then must send. The
-// figures name every model served, which not every operator wants open.
-func (s *Server) metricsGuard(next http.Handler) http.Handler {
-	want := s.deps.MetricsToken
-	if want == "" {
-		return next
-	}
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		tok, ok := auth.BearerToken(r.Header.Get("Authorization"))
-		if !ok || subtle.ConstantTimeCompare([]byte(tok), []byte(want)) != 1 {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="modelserve-metrics"`)
-			http.Error(w, "/metrics needs the metrics token the server was started with (--metrics-token): send Authorization: Bearer <token>", http.StatusUnauthorized)
-			return
-		}
-		next.ServeHTTP(w, r)
-	})
+// writeJSON answers v as JSON with status: every API answer, and the
+// health check's.
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	json.NewEncoder(w).Encode(v)
 }

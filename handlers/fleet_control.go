@@ -2,8 +2,6 @@ package handlers
 
 import (
 	"context"
-	"net/http"
-	"net/url"
 	"time"
 
 	"modelserve/internal/fleet"
@@ -22,23 +20,6 @@ type FleetControls interface {
 // fleet.NotifyingCatalog around it, which has the fleet act at once).
 type Scaler interface {
 	SetScaling(ctx context.Context, name string, min, max int, idleAfter *time.Duration) error
-}
-
-// fleetDone is what the fleet page says after a control, by the word the
-// control redirects with: the page builds the sentence, so a link cannot
-// make it say anything else.
-var fleetDone = map[string]string{
-	"stop":    "%s is stopping. If its model still wants as many replicas, the fleet places a new one; scale the model down to run fewer.",
-	"restart": "%s is restarting; the list below shows when it is ready again.",
-	"scale":   "%s is scaled; the fleet starts or stops replicas to match.",
-	"unpark":  "%s is unparked; the fleet starts it again when the catalog wants it.",
-}
-
-// toFleet sends the browser back to the fleet page after a control, saying
-// what was done to whom.
-func toFleet(w http.ResponseWriter, r *http.Request, done, who string) {
-	q := url.Values{"done": {done}, "who": {who}}
-	http.Redirect(w, r, "/fleet?"+q.Encode(), http.StatusSeeOther)
 }
 
 // replicaOf is the replica id as the fleet shows it now, engine keys taken
@@ -66,3 +47,14 @@ func (s *Server) modelHealthOf(model string) (fleet.ModelHealth, bool) {
 
 // noControls is the refusal when nothing runs replicas to control.
 const noControls = "this modelserve runs no fleet, so there is no replica or park to act on"
+
+// replicaAction is Stop or Restart, by the word in the route.
+func (s *Server) replicaAction(action string) func(string) error {
+	if s.deps.Controls == nil {
+		return nil
+	}
+	if action == "stop" {
+		return s.deps.Controls.Stop
+	}
+	return s.deps.Controls.Restart
+}

@@ -3,6 +3,7 @@ package handlers
 import (
 	"strings"
 
+	"context"
 	"modelserve/internal/fleet"
 )
 
@@ -65,3 +66,25 @@ func (s *Server) snapshot() (fleetSnapshot, bool) {
 	}
 	return snap, true
 }
+
+// recentStarts is the fleet's newest engine starts, never nil. Failing to
+// read them costs the page a section, not the page: it is logged.
+func (s *Server) recentStarts(ctx context.Context) []fleet.Start {
+	starts := []fleet.Start{}
+	if s.deps.Fleet == nil {
+		return starts
+	}
+	got, err := s.deps.Fleet.Starts(ctx, recentStarts)
+	if err != nil {
+		s.deps.Log.Error("reading the engine starts", "err", err)
+		return starts
+	}
+	for _, st := range got {
+		st.File = s.deps.Mirror.Shown(st.File)
+		starts = append(starts, st)
+	}
+	return starts
+}
+
+// recentStarts is how many engine starts the fleet page and the API show.
+const recentStarts = 50

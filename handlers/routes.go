@@ -1,254 +1,55 @@
-// Package handlers is modelserve's HTTP face: the console's pages, the JSON
-// API under /api/v1/, the event streams, and what guards them.
-//
-// Every route is in the one table below, so what the server answers can be
-// read in one place. Handlers load, validate, act and render; how a job runs
-// is the jobs package's business, not theirs.
 package handlers
 
 import (
-	"context"
-	"database/sql"
-	"encoding/json"
-	"errors"
-	"log/slog"
 	"net/http"
-	"net/netip"
-	"strings"
-	"time"
 
-	"github.com/gorilla/sessions"
-
-	"modelserve/catalog"
 	"modelserve/internal/accesslog"
-	"modelserve/internal/auth"
-	"modelserve/internal/evals"
-	"modelserve/internal/fleet"
-	"modelserve/internal/gateway"
-	"modelserve/internal/mirror"
-	"modelserve/internal/operr"
-	"modelserve/internal/updates"
-	"modelserve/jobs"
+	"modelserve/static"
 )
 
-// Jobs is what the handlers need of the job server.
-type Jobs interface {
-	Start(ctx context.Context, req jobs.Request) (jobs.Job, error)
-	Get(ctx context.Context, id string) (jobs.Job, error)
-	List(ctx context.Context, opts jobs.ListOptions) ([]jobs.Job, int, error)
-	Cancel(ctx context.Context, id string) (jobs.Job, error)
-	Retry(ctx context.Context, id string) (jobs.Job, error)
-	Subscribe(id string) (<-chan jobs.Event, func())
-	// Update serves a model's update beside it as its canary; Promote
-	// and RollBack decide its trial by hand.
-	Update(ctx context.Context, u jobs.UpdateRequest) (jobs.Job, error)
-	Promote(ctx context.Context, model, by string) (jobs.Job, error)
-	RollBack(ctx context.Context, model, by string) (jobs.Job, error)
-	// OnTrial is the job trying an update of model, "" for none.
-	OnTrial(model string) string
-}
-
-// Versions are each model's versions (catalog.Store).
-type Versions interface {
-	Versions(ctx context.Context, model string) ([]catalog.Version, error)
-}
-
-// Catalog is what the handlers need of the catalog.
-type Catalog interface {
-	List(ctx context.Context) ([]catalog.Model, error)
-	Get(ctx context.Context, name string) (catalog.Model, error)
-	Remove(ctx context.Context, name string) error
-	// SetScaling is the fleet page's and the API's scale control.
-	SetScaling(ctx context.Context, name string, min, max int, idleAfter *time.Duration) error
-}
-
-// Mirror is what the handlers need of the mirror.
-type Mirror interface {
-	List(ctx context.Context) ([]mirror.Entry, error)
-	// Flights are the files being fetched, from memory: what the mirror
-	// page's stream reads every second.
-	Flights() []mirror.Flight
-	Handler() http.Handler
-	// Shown is a path on the mirror relative to it, and ShownText text
-	// with every such path so: an answer never shows where this machine
-	// keeps a file.
-	Shown(local string) string
-	ShownText(text string) string
-}
-
-// Fleet is what the handlers show of the fleet (fleet.Fleet): the
-// replicas, how each model of the catalog fares, and the nodes with what
-// is promised on each.
-type Fleet interface {
-	Replicas() []fleet.Replica
-	ModelHealth() []fleet.ModelHealth
-	Nodes() []fleet.NodeStatus
-	// Starts are the newest engine starts, with their estimated and
-	// measured memory.
-	Starts(ctx context.Context, limit int) ([]fleet.Start, error)
-}
-
-// Gateway answers OpenAI-compatible requests under /v1/ by model name
-// (gateway.Gateway), checking API tokens itself: its errors are in
-// OpenAI's shape, which the OpenAI clients read.
-type Gateway interface {
-	ListModels(w http.ResponseWriter, r *http.Request)
-	ShowModel(w http.ResponseWriter, r *http.Request)
-	Forward(w http.ResponseWriter, r *http.Request)
-	NotFound(w http.ResponseWriter, r *http.Request)
-	// AskStream calls a model in-process for the console's playground,
-	// by the path a client's request takes, handing on each event's data
-	// as the engine writes it.
-	AskStream(ctx context.Context, route string, body []byte, each func(data []byte) error) error
-	// Traffic is each model's requests in the last minute, for the
-	// catalog page.
-	Traffic() map[string]gateway.Traffic
-}
-
-// Updates is what the handlers need of the watcher for new weights
-// (updates.Watcher).
-type Updates interface {
-	// Check checks a model's branch now.
-	Check(ctx context.Context, name string) (updates.Result, error)
-	Status(ctx context.Context, name string) (updates.Status, error)
-	// Statuses are the catalog page's: one for each model, in order.
-	Statuses(ctx context.Context, models []catalog.Model) ([]updates.Status, error)
-	// SetSettings gives a model its own interval between checks (nil
-	// returns it to the default) and its update policy.
-	SetSettings(ctx context.Context, name string, d *time.Duration, policy string) (updates.Status, error)
-	List(ctx context.Context, o updates.ListOptions) ([]updates.Update, error)
-	Get(ctx context.Context, id int64) (updates.Update, error)
-}
-
-// Evals is what the handlers need of the eval runner (evals.Runner).
-type Evals interface {
-	// Suite is a model's suite, with no cases when it has none.
-	Suite(ctx context.Context, name string) (evals.Stored, error)
-	// SetSuite replaces a model's suite with the JSON data holds, by
-	// whom; a refusal is a sentence naming the case and the field.
-	SetSuite(ctx context.Context, name string, data []byte, by string) (evals.Stored, error)
-	// Start runs a model's suite against a target in the background.
-	Start(ctx context.Context, model, target string) (evals.Run, error)
-	// Runs are a model's newest runs, without their results; Get is one
-	// run with them.
-	Runs(ctx context.Context, model string, limit int) ([]evals.Run, error)
-	Get(ctx context.Context, id int64) (evals.Run, error)
-}
-
-// Deps are what the handlers need. New refuses a missing one by name.
-type Deps struct {
-	DB      *sql.DB
-	Jobs    Jobs
-	Catalog Catalog
-	Mirror  Mirror
-	// Metrics serves /metrics; nil serves nothing there. MetricsToken,
-	// when set, is the bearer token a scraper must send to read it.
-	Metrics      http.Handler
-	MetricsToken string
-	Log          *slog.Logger
-	// Registry reads a repository for the serve page and
-	// GET /api/v1/repos/ (hf.Registries).
-	Registry Registry
-	// Updates checks served models for new weights, and keeps what it
-	// found (updates.Watcher).
-	Updates Updates
-	// Versions are the models' versions (catalog.Store); nil answers
-	// none.
-	Versions Versions
-	// CanaryShare is the share of a model's requests an update's canary
-	// takes unless it says (--canary-share), for the update page to say.
-	CanaryShare float64
-	// Evals keeps each model's eval suite and runs it (evals.Runner).
-	Evals Evals
-	// Finder searches the registries for the serve page's search box
-	// (hf.Registries); nil shows no search box.
-	Finder Finder
-	// Planner says where a repository's files fit (plan.Planner); nil
-	// shows the files without the plan's figures.
-	Planner Planner
-	// Pool is the hardware planned for (the fleet's nodes), shown on the fleet
-	// page and at GET /api/v1/nodes; nil shows no nodes.
-	Pool Pool
-	// Fleet runs the catalog's replicas, shown on the fleet and catalog
-	// pages and at GET /api/v1/replicas and /nodes; nil shows where they
-	// would be.
-	Fleet Fleet
-	// Controls stop and restart replicas and unpark models, from the
-	// fleet page and the API; nil takes Fleet's own when it has them
-	// (fleet.Fleet does), and without any the pages offer no controls.
-	Controls FleetControls
-	// Gateway serves /v1/ (the OpenAI-compatible API of the served
-	// models); nil serves nothing there.
-	Gateway Gateway
-	// Secure marks the session cookie Secure on plain HTTP too: for a
-	// console behind a proxy that ends TLS. Over TLS it is always Secure.
-	Secure bool
-	// PublicURL is modelserve's address as its users reach it
-	// (--public-url), which the "call it" panels put in their commands;
-	// empty, they use the address each request came to.
-	PublicURL string
-	// SessionKeys sign and encrypt the session cookie (auth.LoadKeyFile
-	// or auth.KeysFromSecret); none makes keys for this process alone, so
-	// a restart signs everyone out.
-	SessionKeys auth.SessionKeys
-	// TrustedProxies are the addresses whose X-Forwarded-For and
-	// X-Forwarded-Proto are believed (proxy.go); none believes nobody's.
-	TrustedProxies []netip.Prefix
-}
-
-// Server holds the handlers' dependencies.
-type Server struct {
-	deps   Deps
-	tokens *auth.Tokens
-	events *events
-	// The console's: its users, their sessions, the sign-in throttle and
-	// the repositories read a moment ago.
-	users    *auth.Users
-	sessions *sessions.CookieStore
-	live     *auth.Sessions
-	throttle *throttle
-	lookups  lookups
-	// asks are the playground's messages sent and not yet streamed.
-	asks *asks
-}
-
-// New builds the route table.
-func New(d Deps) (http.Handler, error) {
-	for name, missing := range map[string]bool{
-		"DB": d.DB == nil, "Jobs": d.Jobs == nil, "Catalog": d.Catalog == nil, "Mirror": d.Mirror == nil,
-		"Registry": d.Registry == nil, "Updates": d.Updates == nil, "Evals": d.Evals == nil,
-	} {
-		if missing {
-			return nil, errors.New("handlers: Deps." + name + " is required")
-		}
-	}
-	if d.Log == nil {
-		d.Log = slog.Default()
-	}
-	if d.Controls == nil {
-		d.Controls, _ = d.Fleet.(FleetControls)
-	}
-	if d.CanaryShare == 0 {
-		d.CanaryShare = jobs.DefaultShare
-	}
-	s := &Server{deps: d, tokens: auth.NewTokens(d.DB), events: newEvents(),
-		users: auth.NewUsers(d.DB), sessions: newSessionStore(newKeysIfNone(d.SessionKeys)), live: auth.NewSessions(d.DB),
-		throttle: newThrottle(), asks: newAsks()}
-	return s.routes(), nil
-}
-
+// routes is every route the server answers, in one table of three rooms
+// and what stands outside them:
+//
+//   - openRoutes: the health check, the favicon and /metrics, for
+//     supervisors and scrapers, which carry no session;
+//   - apiRoutes: the JSON API under /api/v1/, for scripts, behind a bearer
+//     token checked once for the whole room (api_*.go);
+//   - gatewayRoutes: the OpenAI-compatible API of the served models, and
+//     the mirror's files for nodes, each behind a token too;
+//   - consoleRoutes: the console's pages and the actions of its forms, for
+//     people, each behind the session (page_*.go);
+//   - streamRoutes: the console's event streams, which keep its pages live,
+//     behind the same session (stream_*.go).
+//
+// Go's mux picks the most specific pattern whatever the order, so the
+// rooms can be read apart: a route's room is where it is written.
 func (s *Server) routes() http.Handler {
 	mux := http.NewServeMux()
+	s.openRoutes(mux)
+	s.apiRoutes(mux)
+	s.gatewayRoutes(mux)
+	s.consoleRoutes(mux)
+	s.streamRoutes(mux)
+	// A line per request in the log, inside fromProxy so that it names
+	// the client rather than the proxy.
+	return s.fromProxy(accesslog.Handler(s.deps.Log, mux))
+}
 
-	// Open to anyone: supervisors and scrapers carry no credentials.
+// openRoutes are open to anyone: supervisors and scrapers carry no
+// credentials.
+func (s *Server) openRoutes(mux *http.ServeMux) {
 	mux.HandleFunc("GET /healthz", s.healthz)
 	// Browsers ask for it on every page; nothing rather than a 404 each time.
 	mux.HandleFunc("GET /favicon.ico", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) })
 	if s.deps.Metrics != nil {
 		mux.Handle("GET /metrics", s.metricsGuard(s.deps.Metrics))
 	}
+}
 
-	// The JSON API, for scripts: a bearer token on every request.
+// apiRoutes are the JSON API, for scripts: a mux of its own, behind one
+// bearer-token check (requireToken), with its own answer for what no route
+// takes (apiNotFound).
+func (s *Server) apiRoutes(mux *http.ServeMux) {
 	api := http.NewServeMux()
 	api.HandleFunc("POST /api/v1/serve", s.apiServe)
 	api.HandleFunc("GET /api/v1/jobs", s.apiJobList)
@@ -282,7 +83,11 @@ func (s *Server) routes() http.Handler {
 	api.HandleFunc("GET /api/v1/evals/runs/{id}", s.apiEvalRunShow)
 	api.Handle("/api/v1/", s.apiNotFound(api))
 	mux.Handle("/api/v1/", s.requireToken(api))
+}
 
+// gatewayRoutes are what other programs fetch and call: the served models
+// and the mirror's files.
+func (s *Server) gatewayRoutes(mux *http.ServeMux) {
 	// The gateway, for OpenAI clients: the served models by name, behind
 	// the same API tokens (internal/gateway). Any other POST /v1/ whose
 	// body names a model (rerank, responses, messages, ...) goes to that
@@ -302,69 +107,69 @@ func (s *Server) routes() http.Handler {
 	// Behind a token like the API: the files may be a gated repository's,
 	// which the registry gives only to accounts with access.
 	mux.Handle("GET /mirror/", s.requireToken(s.deps.Mirror.Handler()))
-
-	// The console, for people: pages behind a session (console_routes.go).
-	s.consoleRoutes(mux)
-	// A line per request in the log, inside fromProxy so that it names
-	// the client rather than the proxy.
-	return s.fromProxy(accesslog.Handler(s.deps.Log, mux))
 }
 
-// apiNotFound answers what no API route takes. The catch-all pattern
-// matches every method, so the mux's own 405 never happens under /api/v1/:
-// it asks the mux which methods the path has, and answers 405 with Allow
-// when it has some, so a script that used the wrong method is told so
-// rather than that the route does not exist.
-func (s *Server) apiNotFound(api *http.ServeMux) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
-		if allow := allowedMethods(api, r); len(allow) > 0 {
-			w.Header().Set("Allow", strings.Join(allow, ", "))
-			writeJSON(w, http.StatusMethodNotAllowed, errorBody{Error: operr.Quote(r.URL.Path) + " takes " +
-				strings.Join(allow, " or ") + ", not " + r.Method})
-			return
-		}
-		writeJSON(w, http.StatusNotFound, errorBody{Error: "no API route " + operr.Quote(r.Method+" "+r.URL.Path) + "; the README lists them"})
-	}
+// consoleRoutes are the console's pages and the actions of its forms, for
+// people. Every one is registered through signedIn or anyone, which read
+// the session, send anyone not signed in to the sign-in page (signedIn
+// only) and check the CSRF token of every request that changes something:
+// no console route can be added without them. The stylesheets and scripts
+// are open, as the sign-in page needs them.
+func (s *Server) consoleRoutes(mux *http.ServeMux) {
+	mux.Handle("GET /static/", static.Handler())
+
+	anyone := s.room(mux, false)
+	anyone("GET /login", s.loginPage)
+	anyone("POST /login", s.loginSubmit)
+
+	signedIn := s.room(mux, true)
+	signedIn("POST /logout", s.logout)
+
+	signedIn("GET /{$}", s.home)
+	signedIn("GET /serve", s.servePage)
+	signedIn("GET /serve/report", s.serveReportFragment)
+	signedIn("GET /serve/memory", s.serveMemory)
+	signedIn("GET /serve/search", s.serveSearch)
+	signedIn("POST /serve", s.serveSubmit)
+
+	signedIn("GET /jobs", s.jobsPage)
+	signedIn("GET /jobs/{id}", s.jobPage)
+	signedIn("POST /jobs/{id}/cancel", s.jobCancel)
+	signedIn("POST /jobs/{id}/retry", s.jobRetry)
+
+	signedIn("GET /catalog", s.catalogPage)
+	signedIn("POST /catalog/{name}/remove", s.catalogRemove)
+	signedIn("GET /catalog/{name}/playground", s.playgroundPage)
+	signedIn("POST /catalog/{name}/playground", s.playgroundSend)
+	signedIn("POST /catalog/{name}/check", s.modelCheck)
+	signedIn("POST /catalog/{name}/update", s.modelUpdate)
+	signedIn("POST /catalog/{name}/promote", s.modelPromote)
+	signedIn("POST /catalog/{name}/rollback", s.modelRollBack)
+	signedIn("GET /catalog/{name}/evals", s.evalsPage)
+	signedIn("POST /catalog/{name}/evals", s.evalsSave)
+	signedIn("POST /catalog/{name}/evals/run", s.evalsRun)
+	signedIn("GET /updates/{id}", s.updatePage)
+
+	// The page is /mirror; the files nodes fetch are below /mirror/.
+	signedIn("GET /mirror", s.mirrorPage)
+	signedIn("POST /mirror", s.mirrorRemove)
+
+	signedIn("GET /fleet", s.fleetPage)
+	signedIn("GET /fleet/replicas/{id}/log", s.replicaLogPage)
+	signedIn("POST /fleet/replicas/{id}/stop", s.replicaControl("stop"))
+	signedIn("POST /fleet/replicas/{id}/restart", s.replicaControl("restart"))
+	signedIn("POST /fleet/models/{name}/scale", s.modelScale)
+	signedIn("POST /fleet/models/{name}/unpark", s.modelUnpark)
 }
 
-// allowedMethods are the methods mux has a route other than its catch-all
-// for at r's path, in the order HTTP lists them.
-func allowedMethods(mux *http.ServeMux, r *http.Request) []string {
-	var allow []string
-	for _, m := range []string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete} {
-		probe := r.Clone(r.Context())
-		probe.Method = m
-		if _, pattern := mux.Handler(probe); pattern != "" && pattern != "/api/v1/" {
-			allow = append(allow, m)
-		}
-	}
-	return allow
-}
-
-func (s *Server) apiMirrorList(w http.ResponseWriter, r *http.Request) {
-	entries, err := s.deps.Mirror.List(r.Context())
-	if err != nil {
-		s.apiError(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"files": entries})
-}
-
-// healthz answers 200 while the database answers, so a supervisor restarts a
-// server whose state has gone away rather than one that is merely busy.
-func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {
-	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
-	defer cancel()
-	if err := s.deps.DB.PingContext(ctx); err != nil {
-		s.deps.Log.Error("health check: database", "err", err)
-		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "database unavailable"})
-		return
-	}
-	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
-}
-
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	json.NewEncoder(w).Encode(v)
+// streamRoutes are the console's server-sent event streams, which keep its
+// pages live: behind the session as the pages are, each next to the page
+// it feeds in the path.
+func (s *Server) streamRoutes(mux *http.ServeMux) {
+	signedIn := s.room(mux, true)
+	signedIn("GET /jobs/stream", s.jobsStream)
+	signedIn("GET /jobs/{id}/stream", s.jobStream)
+	signedIn("GET /catalog/{name}/playground/stream", s.playgroundStream)
+	signedIn("GET /mirror/stream", s.mirrorStream)
+	signedIn("GET /fleet/stream", s.fleetStream)
 }

@@ -184,16 +184,12 @@ func newToken() string {
 	return base64.RawURLEncoding.EncodeToString(b[:])
 }
 
-// anyone serves h to signed-in visitors and others alike (the sign-in
-// page), with the session read and CSRF checked.
-func (s *Server) anyone(h page) http.Handler {
-	return s.console(h, false)
-}
-
-// signedIn serves h to a signed-in user; anyone else is sent to sign in,
-// and brought back afterwards.
-func (s *Server) signedIn(h page) http.Handler {
-	return s.console(h, true)
+// room registers console handlers on mux, each behind the session read
+// and the CSRF check (console): for a signed-in user when needUser, anyone
+// else being sent to sign in and brought back afterwards; for anyone
+// otherwise (the sign-in page).
+func (s *Server) room(mux *http.ServeMux, needUser bool) func(pattern string, h page) {
+	return func(pattern string, h page) { mux.Handle(pattern, s.console(h, needUser)) }
 }
 
 func (s *Server) console(h page, needUser bool) http.Handler {

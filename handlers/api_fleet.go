@@ -1,7 +1,6 @@
 package handlers
 
 import (
-	"context"
 	"math"
 	"net/http"
 
@@ -23,28 +22,6 @@ func (s *Server) apiReplicas(w http.ResponseWriter, r *http.Request) {
 	starts := s.recentStarts(r.Context())
 	writeJSON(w, http.StatusOK, map[string]any{"replicas": snap.replicas, "models": snap.models, "starts": starts})
 }
-
-// recentStarts is the fleet's newest engine starts, never nil. Failing to
-// read them costs the page a section, not the page: it is logged.
-func (s *Server) recentStarts(ctx context.Context) []fleet.Start {
-	starts := []fleet.Start{}
-	if s.deps.Fleet == nil {
-		return starts
-	}
-	got, err := s.deps.Fleet.Starts(ctx, recentStarts)
-	if err != nil {
-		s.deps.Log.Error("reading the engine starts", "err", err)
-		return starts
-	}
-	for _, st := range got {
-		st.File = s.deps.Mirror.Shown(st.File)
-		starts = append(starts, st)
-	}
-	return starts
-}
-
-// recentStarts is how many engine starts the fleet page and the API show.
-const recentStarts = 50
 
 // apiNodes is the pool the planner plans for, and beside it the fleet's
 // nodes with what is promised to replicas on each and what is free for

@@ -14,6 +14,7 @@ import (
 	"modelserve/internal/plan"
 	"modelserve/internal/words"
 	"modelserve/views"
+	"net/url"
 )
 
 // fleetPage shows the nodes and what each has free, the replicas the fleet
@@ -334,4 +335,21 @@ func startView(st fleet.Start, now time.Time) views.FleetStart {
 		vm.Error = "measured " + words.Percent(float64(st.EstimateBytes-st.RSSBytes)/float64(st.EstimateBytes)) + " under"
 	}
 	return vm
+}
+
+// fleetDone is what the fleet page says after a control, by the word the
+// control redirects with: the page builds the sentence, so a link cannot
+// make it say anything else.
+var fleetDone = map[string]string{
+	"stop":    "%s is stopping. If its model still wants as many replicas, the fleet places a new one; scale the model down to run fewer.",
+	"restart": "%s is restarting; the list below shows when it is ready again.",
+	"scale":   "%s is scaled; the fleet starts or stops replicas to match.",
+	"unpark":  "%s is unparked; the fleet starts it again when the catalog wants it.",
+}
+
+// toFleet sends the browser back to the fleet page after a control, saying
+// what was done to whom.
+func toFleet(w http.ResponseWriter, r *http.Request, done, who string) {
+	q := url.Values{"done": {done}, "who": {who}}
+	http.Redirect(w, r, "/fleet?"+q.Encode(), http.StatusSeeOther)
 }

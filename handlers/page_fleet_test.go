@@ -4,8 +4,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
-	"io"
 	"net/http"
 	"net/url"
 	"os"
@@ -19,7 +17,6 @@ import (
 
 	"modelserve/catalog"
 	"modelserve/handlers"
-	"modelserve/internal/auth"
 	"modelserve/internal/fleet"
 	"modelserve/internal/mirror"
 )
@@ -267,113 +264,6 @@ func TestCatalogRunningColumn(t *testing.T) {
 			}
 		})
 	}
-}
-
-func TestAPIReplicas(t *testing.T) {
-	for _, tc := range []struct {
-		name     string
-		fleet    handlers.Fleet
-		replicas int
-		models   int
-	}{
-		{"without a fleet", nil, 0, 0},
-		{"with a fleet", busyFleet(), 2, 4},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			e := newConsoleEnv(t, func(d *handlers.Deps) { d.Fleet = tc.fleet })
-			raw := apiGet(t, e, "/api/v1/replicas")
-			if strings.Contains(raw, engineKey) || strings.Contains(raw, "an0th3rk3y") {
-				t.Fatal("the API shows an engine's key")
-			}
-			var out struct {
-				Replicas []map[string]any `json:"replicas"`
-				Models   []map[string]any `json:"models"`
-			}
-			if err := json.Unmarshal([]byte(raw), &out); err != nil {
-				t.Fatalf("%v\n%s", err, raw)
-			}
-			if out.Replicas == nil || out.Models == nil || len(out.Replicas) != tc.replicas || len(out.Models) != tc.models {
-				t.Fatalf("%d replicas and %d models, want lists of %d and %d:\n%s", len(out.Replicas), len(out.Models), tc.replicas, tc.models, raw)
-			}
-			if tc.replicas == 0 {
-				return
-			}
-			tiny := out.Replicas[1]
-			for _, field := range []string{"id", "model", "node", "endpoint", "state", "failures", "started", "log", "rss_bytes", "estimate_bytes"} {
-				if _, ok := tiny[field]; !ok {
-					t.Errorf("a replica has no %q: %v", field, tiny)
-				}
-			}
-			if tiny["id"] != "tiny-1" || tiny["state"] != "ready" || tiny["rss_bytes"] != float64(3*gib/2) || tiny["estimate_bytes"] != float64(2*gib) {
-				t.Errorf("tiny-1 %v", tiny)
-			}
-			for field := range tiny {
-				if strings.Contains(field, "key") {
-					t.Errorf("a replica has a field %q", field)
-				}
-			}
-			if log := tiny["log"].([]any); len(log) != 3 || log[0] != "main: starting llama-server --api-key [engine key]" {
-				t.Errorf("tiny-1's log %q", log)
-			}
-			broken, huge := out.Models[0], out.Models[1]
-			if broken["parked"] != true || !strings.Contains(broken["reason"].(string), "unknown model architecture") {
-				t.Errorf("broken %v: want parked with its reason", broken)
-			}
-			if huge["unplaceable"] != true || !strings.HasPrefix(huge["placement"].(string), "node cpu-1: needs 64 GB") {
-				t.Errorf("huge %v: want unplaceable with its placement", huge)
-			}
-		})
-	}
-}
-
-func TestAPINodesWithTheFleet(t *testing.T) {
-	e := newConsoleEnv(t, func(d *handlers.Deps) { d.Pool, d.Fleet = poolOf(t, twoNodes), busyFleet() })
-	var out struct {
-		Nodes []struct {
-			Name string `json:"name"`
-		} `json:"nodes"`
-		Fleet []struct {
-			Name          string   `json:"name"`
-			FreeBytes     int64    `json:"free_bytes"`
-			PromisedBytes int64    `json:"promised_bytes"`
-			Replicas      []string `json:"replicas"`
-		} `json:"fleet"`
-	}
-	raw := apiGet(t, e, "/api/v1/nodes")
-	if err := json.Unmarshal([]byte(raw), &out); err != nil {
-		t.Fatal(err)
-	}
-	if len(out.Nodes) != 2 || len(out.Fleet) != 1 {
-		t.Fatalf("want the pool's 2 nodes beside the fleet's 1:\n%s", raw)
-	}
-	if f := out.Fleet[0]; f.Name != "cpu-1" || f.FreeBytes != 20*gib || f.PromisedBytes != 6*gib || len(f.Replicas) != 2 {
-		t.Errorf("the fleet's node %+v", f)
-	}
-}
-
-// apiGet is a GET of the API with a fresh token; it fails the test unless
-// the answer is 200.
-func apiGet(t *testing.T, e *consoleEnv, path string) string {
-	t.Helper()
-	tok, err := auth.NewTokens(e.db).Create(context.Background(), "ci")
-	if err != nil {
-		t.Fatal(err)
-	}
-	req, _ := http.NewRequest(http.MethodGet, e.srv.URL+path, nil)
-	req.Header.Set("Authorization", "Bearer "+tok)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("GET %s: %s\n%s", path, resp.Status, b)
-	}
-	return string(b)
 }
 
 // TestMirrorRemoveRefusesAFileInUse: a file an engine reads from cannot be

@@ -1,0 +1,130 @@
+package handlers_test
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+
+	"modelserve/internal/evals"
+)
+
+func TestEvalsAPI(t *testing.T) {
+	e := newConsoleEnv(t)
+	ctx := context.Background()
+	for _, n := range []string{"tiny", "bare"} {
+		if err := e.catalog.Add(ctx, tinyModel(n), "test"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c := newAPIClient(t, e)
+	put := func(path, suite string) (*http.Response, []byte) {
+		t.Helper()
+		req, _ := http.NewRequest(http.MethodPut, e.srv.URL+path, strings.NewReader(suite))
+		req.Header.Set("Authorization", "Bearer "+c.tok)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp, b
+	}
+	type errorOut struct{ Error string }
+	sentence := func(b []byte) string {
+		var out errorOut
+		json.Unmarshal(b, &out)
+		return out.Error
+	}
+
+	resp, body := put("/api/v1/catalog/tiny/evals", twoCases)
+	var set struct {
+		Model     string
+		Suite     evals.Suite
+		Digest    string
+		UpdatedBy string `json:"updated_by"`
+		Runs      []evals.Run
+	}
+	if resp.StatusCode != http.StatusOK || json.Unmarshal(body, &set) != nil || set.Model != "tiny" || len(set.Suite.Cases) != 2 ||
+		!strings.HasPrefix(set.UpdatedBy, "token api-") || set.Runs == nil {
+		t.Fatalf("PUT a suite: %s %s", resp.Status, body)
+	}
+
+	for _, tc := range []struct {
+		name, path, suite string
+		status            int
+		want              string
+	}{
+		{"an unknown model", "/api/v1/catalog/nobody/evals", twoCases, http.StatusNotFound, `the catalog has no model named "nobody"`},
+		{"a bad pattern", "/api/v1/catalog/tiny/evals", `{"cases": [{"name": "capital", "prompt": "p", "expect": {"regex": "(?i)paris("}}]}`,
+			http.StatusBadRequest, `case 1 ("capital"): expect.regex is not a Go (RE2) regular expression`},
+		{"two expectations", "/api/v1/catalog/tiny/evals", `{"cases": [{"name": "a", "prompt": "p", "expect": {"regex": "x", "exact": "x"}}]}`,
+			http.StatusBadRequest, `case 1 ("a"): expect has 2 expectations`},
+		{"not JSON", "/api/v1/catalog/tiny/evals", `cases: []`, http.StatusBadRequest, "the suite is not a JSON object"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			resp, body := put(tc.path, tc.suite)
+			if resp.StatusCode != tc.status || !strings.Contains(sentence(body), tc.want) {
+				t.Errorf("%s, %s; want %d saying %q", resp.Status, body, tc.status, tc.want)
+			}
+		})
+	}
+	var got struct {
+		Suite  evals.Suite
+		Digest string
+	}
+	if resp, body := c.do(http.MethodGet, "/api/v1/catalog/tiny/evals", nil); resp.StatusCode != 200 || json.Unmarshal(body, &got) != nil ||
+		got.Digest != set.Digest || len(got.Suite.Cases) != 2 {
+		t.Errorf("after the refusals, GET answers %s %s; want the suite as it was put", resp.Status, body)
+	}
+	if resp, body := c.do(http.MethodGet, "/api/v1/catalog/nobody/evals", nil); resp.StatusCode != http.StatusNotFound {
+		t.Errorf("GET the evals of an unknown model: %s %s", resp.Status, body)
+	}
+
+	// Run: 202 with the run and where to follow it.
+	e.asker.set("Lyon", nil)
+	resp, body = c.do(http.MethodPost, "/api/v1/catalog/tiny/evals/run", nil)
+	var run evals.Run
+	if resp.StatusCode != http.StatusAccepted || json.Unmarshal(body, &run) != nil || run.ID == 0 || run.State != evals.StateRunning ||
+		resp.Header.Get("Location") != "/api/v1/evals/runs/"+itoa(int(run.ID)) {
+		t.Fatalf("POST run: %s %s, Location %q", resp.Status, body, resp.Header.Get("Location"))
+	}
+	e.waitRun(run.ID)
+	resp, body = c.do(http.MethodGet, "/api/v1/evals/runs/"+itoa(int(run.ID)), nil)
+	if resp.StatusCode != 200 || json.Unmarshal(body, &run) != nil || run.State != evals.StateDone || run.Passed != 0 || run.Total != 2 ||
+		run.Commit != tinyModel("tiny").Origin.Revision || len(run.Results) != 2 ||
+		run.Results[0].Reason != `the answer does not match (?i)paris: "Lyon"` || run.Results[1].Reason != `the answer is not "Paris": "Lyon"` {
+		t.Errorf("GET the run: %s %s", resp.Status, body)
+	}
+	if resp, body := c.do(http.MethodGet, "/api/v1/catalog/tiny/evals", nil); resp.StatusCode != 200 || !strings.Contains(string(body), `"runs":[{"id":`+itoa(int(run.ID))) {
+		t.Errorf("the model's evals do not list the run: %s", body)
+	}
+
+	for _, tc := range []struct {
+		name, method, path string
+		status             int
+		want               string
+	}{
+		{"run a model with no suite", http.MethodPost, "/api/v1/catalog/bare/evals/run", http.StatusConflict, "bare has no eval suite to run"},
+		{"run an unknown model", http.MethodPost, "/api/v1/catalog/nobody/evals/run", http.StatusNotFound, `no model named "nobody"`},
+		{"an unknown run", http.MethodGet, "/api/v1/evals/runs/999", http.StatusNotFound, "there is no eval run 999"},
+		{"a run id that is not one", http.MethodGet, "/api/v1/evals/runs/abc", http.StatusNotFound, `there is no eval run "abc"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			resp, body := c.do(tc.method, tc.path, nil)
+			if resp.StatusCode != tc.status || !strings.Contains(sentence(body), tc.want) {
+				t.Errorf("%s, %s; want %d saying %q", resp.Status, body, tc.status, tc.want)
+			}
+		})
+	}
+
+	// An empty list of cases removes the suite.
+	if resp, body := put("/api/v1/catalog/tiny/evals", `{"cases": []}`); resp.StatusCode != 200 || !strings.Contains(string(body), `"suite":{"cases":[]}`) {
+		t.Errorf("PUT an empty suite: %s %s", resp.Status, body)
+	}
+	if resp, body := c.do(http.MethodPost, "/api/v1/catalog/tiny/evals/run", nil); resp.StatusCode != http.StatusConflict {
+		t.Errorf("run a removed suite: %s %s", resp.Status, body)
+	}
+}

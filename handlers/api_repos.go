@@ -1,0 +1,64 @@
+package handlers
+
+import (
+	"modelserve/internal/operr"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"modelserve/internal/hf"
+	"modelserve/internal/plan"
+)
+
+// apiRepo is the serve page's report as JSON: GET
+// /api/v1/repos/{owner}/{name}?revision=&context= — the files, the sets,
+// and with a planner where each fits.
+func (s *Server) apiRepo(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("owner") + "/" + r.PathValue("name")
+	rev := or(strings.TrimSpace(r.URL.Query().Get("revision")), "main")
+	tokens := 0
+	if q := r.URL.Query().Get("context"); q != "" {
+		n, err := strconv.Atoi(q)
+		if err != nil || n < 0 {
+			s.apiError(w, r, badRequest("context is a whole number of tokens, 0 or more, not "+strconv.Quote(q)))
+			return
+		}
+		tokens = n
+	}
+	if err := hf.CheckRepoID(id); err != nil {
+		s.apiError(w, r, badRequest(strconv.Quote(id)+" is not a repository; it looks like owner/name, or local/<folder>"))
+		return
+	}
+	repo, err := s.deps.Registry.Repo(r.Context(), id, rev)
+	if err != nil {
+		s.apiError(w, r, err)
+		return
+	}
+	out := struct {
+		plan.Report
+		// DownloadRefused is the registry's sentence when its token may
+		// not download the files of a gated repository.
+		DownloadRefused string `json:"download_refused,omitempty"`
+	}{Report: unplannedReport(repo)}
+	if dc, ok := s.deps.Registry.(downloadChecker); ok && (repo.Gated != "" || repo.Private) {
+		if err := dc.CanDownload(r.Context(), repo, hf.FirstWeights(repo)); err != nil {
+			if _, said := operatorStatus(err); !said {
+				s.apiError(w, r, err)
+				return
+			}
+			out.DownloadRefused, _ = operr.Sentence(err)
+		}
+	}
+	if s.deps.Planner != nil {
+		rep, err := s.deps.Planner.RepoReport(r.Context(), repo, plan.Request{Context: tokens})
+		if err != nil {
+			if r.Context().Err() != nil {
+				return
+			}
+			s.apiError(w, r, err)
+			return
+		}
+		out.Report = rep
+	}
+	writeJSON(w, http.StatusOK, out)
+}
