@@ -91,22 +91,7 @@ func startLoad(base, token, model string, clients int) *load {
 				}
 				l.sent++
 				l.mu.Unlock()
-				params := openai.ChatCompletionNewParams{Model: model, MaxTokens: openai.Int(8),
-					Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage(fmt.Sprintf("client %d says %d", i, n))}}
-				var err error
-				if n%2 == 0 {
-					_, err = c.Chat.Completions.New(context.Background(), params)
-				} else {
-					st := c.Chat.Completions.NewStreaming(context.Background(), params)
-					chunks := 0
-					for st.Next() {
-						chunks++
-					}
-					if err = st.Err(); err == nil && chunks == 0 {
-						err = errors.New("a stream with no chunk")
-					}
-					st.Close()
-				}
+				err := askOnce(c, model, 8, i, n)
 				if err != nil {
 					l.mu.Lock()
 					l.failed = append(l.failed, err.Error())
@@ -324,4 +309,26 @@ func TestTheGatewayTellsATokenNothingOfOtherModels(t *testing.T) {
 	if listed() {
 		t.Error("tiny-llama is still listed by /v1/models right after it was removed")
 	}
+}
+
+// askOnce is client i's n-th request to model through the official client,
+// of at most most tokens: whole for an even n, streamed for an odd one. A
+// stream that ends without a chunk is a failure, though it ended cleanly.
+func askOnce(c openai.Client, model string, most int64, i, n int) error {
+	params := openai.ChatCompletionNewParams{Model: model, MaxTokens: openai.Int(most),
+		Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage(fmt.Sprintf("client %d says %d", i, n))}}
+	if n%2 == 0 {
+		_, err := c.Chat.Completions.New(context.Background(), params)
+		return err
+	}
+	st := c.Chat.Completions.NewStreaming(context.Background(), params)
+	defer st.Close()
+	chunks := 0
+	for st.Next() {
+		chunks++
+	}
+	if err := st.Err(); err != nil || chunks > 0 {
+		return err
+	}
+	return errors.New("a stream with no chunk")
 }

@@ -276,18 +276,7 @@ func wideSuite() string {
 // On a full data disk, putting a suite says the disk is full and what to
 // do, as serving does, rather than a 500; the suite kept before stays.
 func TestEvalSuiteOnAFullDisk(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("a size-limited filesystem is a tmpfs mounted by root, and this test runs as another user")
-	}
-	data := t.TempDir()
-	if err := syscall.Mount("tmpfs", data, "tmpfs", 0, fmt.Sprintf("size=%d,mode=0700", 20<<20)); err != nil {
-		t.Fatalf("mounting a 20 MB tmpfs on %s as root: %v", data, err)
-	}
-	t.Cleanup(func() {
-		if err := syscall.Unmount(data, 0); err != nil {
-			t.Errorf("unmounting the tmpfs on %s: %v", data, err)
-		}
-	})
+	data := smallDisk(t)
 	hub := hubtest.New(t)
 	tinyRepo(t, hub, "acme/Tiny-GGUF", "tiny-Q4_K_M.gguf", ggufgen.Spec{})
 	s := startAPI(t, config{Addr: "127.0.0.1:0", Data: data, HFEndpoint: hub.URL()})

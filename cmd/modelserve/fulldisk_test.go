@@ -26,18 +26,7 @@ import (
 // one and removing a model answer in sentences rather than 500, and once
 // there is room the database has the truth.
 func TestFullDataDiskThroughTheAPI(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("a size-limited filesystem is a tmpfs mounted by root, and this test runs as another user")
-	}
-	data := t.TempDir()
-	if err := syscall.Mount("tmpfs", data, "tmpfs", 0, fmt.Sprintf("size=%d,mode=0700", 20<<20)); err != nil {
-		t.Fatalf("mounting a 20 MB tmpfs on %s as root: %v", data, err)
-	}
-	t.Cleanup(func() {
-		if err := syscall.Unmount(data, 0); err != nil {
-			t.Errorf("unmounting the tmpfs on %s: %v", data, err)
-		}
-	})
+	data := smallDisk(t)
 	hub := hubtest.New(t)
 	tinyRepo(t, hub, "acme/Tiny-GGUF", "tiny-Q4_K_M.gguf", ggufgen.Spec{})
 	mustRun(t, "a long enough password\n", "user", "add", "--data", data, "alice")
@@ -140,6 +129,26 @@ func TestFullDataDiskThroughTheAPI(t *testing.T) {
 			t.Errorf("once there was room, the database has job %s %s (%q), want it failed as the API said", id, state, msg)
 		}
 	}
+}
+
+// smallDisk is a data folder on a 20 MB filesystem of its own, which a
+// test can fill: a tmpfs, which root mounts (the test is skipped for
+// another user).
+func smallDisk(t *testing.T) string {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("a size-limited filesystem is a tmpfs mounted by root, and this test runs as another user")
+	}
+	data := t.TempDir()
+	if err := syscall.Mount("tmpfs", data, "tmpfs", 0, fmt.Sprintf("size=%d,mode=0700", 20<<20)); err != nil {
+		t.Fatalf("mounting a 20 MB tmpfs on %s as root: %v", data, err)
+	}
+	t.Cleanup(func() {
+		if err := syscall.Unmount(data, 0); err != nil {
+			t.Errorf("unmounting the tmpfs on %s: %v", data, err)
+		}
+	})
+	return data
 }
 
 // waitUntil polls cond every 50ms until it holds, failing after limit.

@@ -1,9 +1,6 @@
 package main
 
 import (
-	"context"
-	"errors"
-	"fmt"
 	"math/rand/v2"
 	"net/http"
 	"strings"
@@ -75,22 +72,7 @@ func TestNoRequestLostToAnIdleStop(t *testing.T) {
 				}
 				sent++
 				mu.Unlock()
-				params := openai.ChatCompletionNewParams{Model: "tiny-llama", MaxTokens: openai.Int(4),
-					Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage(fmt.Sprintf("client %d says %d", i, n))}}
-				var err error
-				if n%2 == 0 {
-					_, err = c.Chat.Completions.New(context.Background(), params)
-				} else {
-					st := c.Chat.Completions.NewStreaming(context.Background(), params)
-					chunks := 0
-					for st.Next() {
-						chunks++
-					}
-					if err = st.Err(); err == nil && chunks == 0 {
-						err = errors.New("a stream with no chunk")
-					}
-					st.Close()
-				}
+				err := askOnce(c, "tiny-llama", 4, i, n)
 				if err != nil {
 					mu.Lock()
 					failed = append(failed, err.Error())
