@@ -15,6 +15,7 @@ import (
 
 	"modelserve/internal/ggufgen"
 	"modelserve/internal/hubtest"
+	"modelserve/internal/words"
 )
 
 // The steps of a job, in the order the job page lists them.
@@ -202,4 +203,37 @@ func changes(ss []sample) int {
 		}
 	}
 	return n
+}
+
+// TestLongestThatFitsIsOneClick: the serve form is filled with the default
+// pool the API serves with, and the longest context that fits is offered
+// beside it: one click puts it in the form, slots and all.
+func TestLongestThatFitsIsOneClick(t *testing.T) {
+	e := setup(t)
+	const repo, set = "acme/Long-GGUF", "Long-Q4_K_M"
+	e.hub.AddRepo(repo, hubtest.RepoOptions{})
+	e.hub.AddFile(repo, set+".gguf", ggufgen.Bytes(ggufgen.Spec{ContextLength: 65536}))
+
+	tb := e.newTab(t)
+	tb.open("/serve")
+	tb.typeRepo(repo)
+	row := tb.loc(fmt.Sprintf("[data-testid=set-row][data-set=%q]", set))
+	tb.must(row.GetByRole("button", playwright.LocatorGetByRoleOptions{Name: "Choose"}).Click(), "choosing %s", set)
+	pool, slots := tb.loc("[data-testid=ctx-pool]"), tb.loc("[data-testid=slots]")
+	tb.must(tb.expect().Locator(pool).ToHaveValue("16384"), "the form filled with the default pool")
+	longest := tb.loc("[data-testid=longest]")
+	want, err := longest.GetAttribute("data-fill-pool")
+	tb.must(err, "reading the longest pool offered")
+	wantSlots, err := longest.GetAttribute("data-fill-slots")
+	tb.must(err, "reading the longest pool's slots")
+	if n, _ := strconv.Atoi(want); n <= 16384 {
+		t.Fatalf("the longest that fits is offered as %q tokens, not more than the default", want)
+	}
+	tb.must(longest.Click(), "taking the longest that fits")
+	tb.must(tb.expect().Locator(pool).ToHaveValue(want), "the pool set to the longest that fits")
+	tb.must(tb.expect().Locator(slots).ToHaveValue(wantSlots), "the slots set with it")
+	n, _ := strconv.Atoi(want)
+	k, _ := strconv.Atoi(wantSlots)
+	tb.must(tb.expect().Locator(tb.loc("[data-testid=per-slot]")).ToHaveText(fmt.Sprintf("%s of %d tokens each", words.Count(k, "slot", "slots"), n/max(k, 1))),
+		"the slots' sentence following the pool")
 }

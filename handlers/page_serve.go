@@ -1,6 +1,8 @@
 package handlers
 
 import (
+	"github.com/a-h/templ"
+
 	"context"
 	"fmt"
 	"modelserve/internal/operr"
@@ -56,7 +58,7 @@ func (s *Server) serveMemory(w http.ResponseWriter, r *http.Request, v visit) {
 			mem = s.memoryView(r.Context(), l, f.Chosen, atoi(f.CtxPool), atoi(f.Slots))
 		}
 	}
-	s.render(w, r, http.StatusOK, views.MemoryView(mem))
+	s.render(w, r, http.StatusOK, templ.Join(views.MemoryView(mem), views.PerSlotUpdate(perSlotText(f))))
 }
 
 // serveSubmit starts a job with the form's request and shows it. A request
@@ -271,20 +273,29 @@ func (s *Server) serveReport(ctx context.Context, f *views.ServeForm, pick strin
 			vm.Where = append(vm.Where, views.Choice{Value: w, Label: optionLabel(o), Selected: w == f.Where})
 		}
 		vm.Memory = s.memoryView(ctx, l, chosen.Name, atoi(f.CtxPool), atoi(f.Slots))
+		if best, ok := bestOption(chosen); ok && l.planned && best.LongestContext > 0 && best.LongestSlots > 0 {
+			vm.LongestPool, vm.LongestSlots = best.LongestContext*best.LongestSlots, best.LongestSlots
+		}
 	} else {
 		vm.Memory = views.Memory{Note: "Choose a file to see the memory it needs."}
 	}
-	if pool, slots := atoi(f.CtxPool), atoi(f.Slots); pool > 0 {
-		ctx := catalog.SlotContext(pool, slots)
-		if slots <= 0 {
-			ctx, slots = plan.Ask{CtxPool: pool, Embeddings: f.Embeddings}.Shape()
-		}
-		vm.PerSlot = fmt.Sprintf("%d %s of %d tokens each", slots, words.Plural(slots, "slot", "slots"), ctx)
-	} else {
-		vm.PerSlot = "Worked out from the model and the memory where it runs"
-	}
+	vm.PerSlot = perSlotText(*f)
 	vm.Blocked = blocked(vm, chosen, haveChosen, l.planned)
 	return vm
+}
+
+// perSlotText says what each request may use of the pool the form holds,
+// divided as the job divides it.
+func perSlotText(f views.ServeForm) string {
+	pool, slots := atoi(f.CtxPool), atoi(f.Slots)
+	if pool <= 0 {
+		return "Worked out from the model and the memory where it runs"
+	}
+	ctx := catalog.SlotContext(pool, slots)
+	if slots <= 0 {
+		ctx, slots = plan.Ask{CtxPool: pool, Embeddings: f.Embeddings}.Shape()
+	}
+	return fmt.Sprintf("%d %s of %d tokens each", slots, words.Plural(slots, "slot", "slots"), ctx)
 }
 
 // blocked is why the form cannot serve what it shows, "" when it can: a
@@ -337,8 +348,11 @@ func chooseSet(f *views.ServeForm, rep plan.Report, pick string, planned bool) (
 }
 
 // fillSizing fills the sizing fields for set: where its best option runs,
-// and the longest context that fits there, in as many slots as fit
-// (plan.Size's, as the job will size it if taken).
+// and the pool and slots the job gives a request that names none (the
+// default, shrunk to fit: plan.Size's), so the console and the API serve
+// the same model the same way. The longest context that fits is offered
+// beside it (Report.LongestPool), not filled in: filled, a second model
+// served from the console found no room.
 func fillSizing(f *views.ServeForm, set plan.ReportSet, pl plan.Plan) {
 	best, ok := bestOption(set)
 	if !ok {
@@ -346,11 +360,9 @@ func fillSizing(f *views.ServeForm, set plan.ReportSet, pl plan.Plan) {
 	}
 	f.Where = where(best)
 	f.Embeddings = f.Embeddings || pl.Embedding
-	if best.LongestContext <= 0 || best.LongestSlots <= 0 {
-		return
+	if sz := best.Sizing; sz.CtxPool > 0 && sz.Slots > 0 {
+		f.CtxPool, f.Slots = strconv.Itoa(sz.CtxPool), strconv.Itoa(sz.Slots)
 	}
-	f.CtxPool = strconv.Itoa(best.LongestContext * best.LongestSlots)
-	f.Slots = strconv.Itoa(best.LongestSlots)
 }
 
 // bestOption is the set's first option that fits anywhere (options come

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -156,9 +157,18 @@ func TestServePageShowsThePlan(t *testing.T) {
 	if got := doc.Find(`[data-testid="chosen"]`).Text(); got != "Llama-3.1-8B-Instruct-Q8_0" {
 		t.Errorf("chosen %q", got)
 	}
+	// Filled with the default the API serves with, not the longest that
+	// fits: a model served from the console left a second no room. The
+	// longest is offered beside it, larger.
 	pool := doc.Find(`input[name="ctx_pool"]`).AttrOr("value", "")
-	if pool == "" || pool == "0" {
-		t.Errorf("the context pool was not filled: %q", pool)
+	slots := doc.Find(`input[name="slots"]`).AttrOr("value", "")
+	if pool != "16384" || slots != "4" {
+		t.Errorf("the form is filled with a pool of %q in %q slots, want the default 16384 in 4", pool, slots)
+	}
+	longest := doc.Find(`[data-testid="longest"]`)
+	if lp, _ := strconv.Atoi(longest.AttrOr("data-fill-pool", "")); lp <= 16384 || longest.AttrOr("data-fill-slots", "") == "" ||
+		!strings.Contains(longest.Text(), "Longest that fits: "+strconv.Itoa(lp)+" tokens") {
+		t.Errorf("the longest that fits is offered as %q (pool %q): want a larger pool, one click away", strings.TrimSpace(longest.Text()), longest.AttrOr("data-fill-pool", ""))
 	}
 	if got := doc.Find(`select[name="where"] option[selected]`).Text(); !strings.HasPrefix(got, "1×T4") {
 		t.Errorf("runs on %q", got)
@@ -240,6 +250,11 @@ func TestServeFragments(t *testing.T) {
 		return doc.Find(`[data-testid="bar-text"]`).First().Text()
 	}
 	small, large := memory("8192"), memory("131072")
+	// The slots' sentence follows what is typed, beside the memory.
+	m := url.Values{"repo": {llamaRepo}, "chosen": {"Llama-3.1-8B-Instruct-Q4_K_M"}, "ctx_pool": {"65536"}, "slots": {"2"}}
+	if got := mustStatus(t, b.get("/serve/memory?"+m.Encode(), htmx...), http.StatusOK).Find(`[data-testid="per-slot"][hx-swap-oob]`).Text(); got != "2 slots of 32768 tokens each" {
+		t.Errorf("typing 65536 in 2 slots says %q under the slots", got)
+	}
 	if !strings.Contains(small, "for 8192 tokens") || !strings.Contains(large, "for 131072 tokens") || small == large {
 		t.Errorf("memory at 8192: %q\nat 131072: %q", small, large)
 	}

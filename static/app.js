@@ -75,6 +75,22 @@
     }
     steps = now;
   });
+  // The serve form's "longest that fits" fills the pool and the slots with
+  // it, and the memory below is asked again as if they were typed.
+  document.addEventListener("click", function (e) {
+    var b = e.target.closest && e.target.closest("[data-fill-pool]");
+    if (!b || !b.form) {
+      return;
+    }
+    var pool = b.form.querySelector('input[name="ctx_pool"]');
+    var slots = b.form.querySelector('input[name="slots"]');
+    if (!pool || !slots) {
+      return;
+    }
+    slots.value = b.dataset.fillSlots;
+    pool.value = b.dataset.fillPool;
+    pool.dispatchEvent(new Event("input", { bubbles: true }));
+  });
   document.addEventListener("DOMContentLoaded", function () {
     if (document.getElementById("job-live")) {
       steps = stepStates();

@@ -96,6 +96,10 @@ type Report struct {
 	// PerSlot says what each request can use: "each of 4 slots holds
 	// 4096 tokens".
 	PerSlot string
+	// LongestPool in LongestSlots slots is the longest context that fits
+	// where the chosen set runs best, offered beside the default the form
+	// is filled with; 0 when nothing says.
+	LongestPool, LongestSlots int
 	// Blocked says why Serve is disabled ("This file fits no node of the
 	// pool: …"), "" when the form can serve what it shows.
 	Blocked string
