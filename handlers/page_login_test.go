@@ -165,6 +165,13 @@ func TestSignInThrottle(t *testing.T) {
 		if got := doc.Find(`[role="alert"]`).Text(); !strings.Contains(got, "do not match") {
 			t.Fatalf("failure %d says %q", i, got)
 		}
+		// The name kept, the focus on the password to type again.
+		if _, on := doc.Find(`#login-password`).Attr("autofocus"); !on || doc.Find(`#login-name`).AttrOr("value", "") != testUser {
+			t.Errorf("after failure %d the focus is not on the password beside the name kept", i)
+		}
+		if _, on := doc.Find(`#login-name`).Attr("autofocus"); on {
+			t.Errorf("after failure %d the focus is on the name, typed already", i)
+		}
 	}
 	// The sixth attempt from the same address is refused even with the
 	// right password, for the first step of the backoff.

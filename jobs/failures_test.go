@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"modelserve/internal/ggufgen"
+	"modelserve/internal/hf"
 	"modelserve/internal/hubtest"
 	"modelserve/internal/operr"
 	"modelserve/internal/plan"
@@ -162,6 +163,10 @@ func TestStepFailures(t *testing.T) {
 			}
 			if j.Error != st.Detail {
 				t.Errorf("the job's error %q is not its step's %q", j.Error, st.Detail)
+			}
+			// Whatever step it failed at, it says which model it was for.
+			if want := hf.ModelName(tc.req.Repo); j.Model != want {
+				t.Errorf("the failed job names the model %q, want %q", j.Model, want)
 			}
 			for _, other := range j.Steps {
 				if other.Name != tc.step && other.State != Done {

@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"log/slog"
 	"modelserve/internal/canary"
+	"modelserve/internal/hf"
 	"modelserve/internal/operr"
 	"modelserve/internal/words"
 	"runtime/debug"
@@ -153,7 +154,9 @@ func (s *Server) start(ctx context.Context, req Request, retryOf string) (Job, e
 	if req.CanaryOf != "" {
 		kind = KindUpdate
 	}
-	l := &live{job: Job{ID: newID(kind, now), Kind: kind, Request: req, State: Running,
+	// The model it serves is named from the start, so a job that fails
+	// before its plan still says which model it was for.
+	l := &live{job: Job{ID: newID(kind, now), Kind: kind, Request: req, State: Running, Model: or(req.Name, hf.ModelName(req.Repo)),
 		Steps: []Step{}, Started: now, RetryOf: retryOf}, seq: 1}
 	// Saved before it runs, so that no step can be reported of a job the
 	// database does not have.
