@@ -1555,20 +1555,20 @@ func ServeSearchForm(s ServeSearch) templ.Component {
 		}
 		ctx = templ.InitializeContext(ctx)
 		ctx = templ.ClearChildren(ctx)
-		templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 153, "<form method=\"get\" action=\"/serve\" role=\"search\" class=\"model-search\" data-testid=\"search-form\"><label>Find a model <input name=\"q\" type=\"search\" value=\"")
+		templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 153, "<search><form method=\"get\" action=\"/serve\" class=\"model-search\" data-testid=\"search-form\"><label for=\"search-query\">Find a model</label><fieldset role=\"group\"><input id=\"search-query\" name=\"q\" type=\"search\" value=\"")
 		if templ_7745c5c3_Err != nil {
 			return templ_7745c5c3_Err
 		}
 		var templ_7745c5c3_Var69 string
 		templ_7745c5c3_Var69, templ_7745c5c3_Err = templruntime.NewAttributeExpression(s.Query).Resolve(ctx)
 		if templ_7745c5c3_Err != nil {
-			return templ.Error{Err: templ_7745c5c3_Err, FileName: `serve.templ`, Line: 356, Col: 48}
+			return templ.Error{Err: templ_7745c5c3_Err, FileName: `serve.templ`, Line: 360, Col: 67}
 		}
 		_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ_7745c5c3_Var69)
 		if templ_7745c5c3_Err != nil {
 			return templ_7745c5c3_Err
 		}
-		templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 154, "\" maxlength=\"200\" placeholder=\"a word of its name: qwen, llama\" autocomplete=\"off\" spellcheck=\"false\" aria-describedby=\"search-help\" data-testid=\"search-query\" hx-get=\"/serve/search\" hx-trigger=\"input changed delay:400ms, search\" hx-target=\"#search-results\" hx-sync=\"this:replace\" hx-indicator=\"#search-busy\"> <small id=\"search-help\">GGUF repositories on the Hub, and folders of the models directory</small></label> <button type=\"submit\" class=\"secondary outline\">Search</button> <span id=\"search-busy\" class=\"htmx-indicator\" aria-busy=\"true\">Searching…</span></form><div id=\"search-results\" aria-live=\"polite\">")
+		templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 154, "\" maxlength=\"200\" placeholder=\"a word of its name: qwen, llama\" autocomplete=\"off\" spellcheck=\"false\" aria-describedby=\"search-help\" data-testid=\"search-query\" hx-get=\"/serve/search\" hx-trigger=\"input changed delay:400ms, search\" hx-target=\"#search-results\" hx-sync=\"this:replace\" hx-indicator=\"#search-busy\"> <button type=\"submit\" class=\"secondary\">Search</button></fieldset><small id=\"search-help\">GGUF repositories on the Hub, and folders of the models directory</small> <span id=\"search-busy\" class=\"htmx-indicator\" aria-busy=\"true\">Searching…</span></form></search><div id=\"search-results\" aria-live=\"polite\">")
 		if templ_7745c5c3_Err != nil {
 			return templ_7745c5c3_Err
 		}
@@ -1618,7 +1618,7 @@ func ServeSearchResults(s ServeSearch) templ.Component {
 			var templ_7745c5c3_Var71 string
 			templ_7745c5c3_Var71, templ_7745c5c3_Err = templ.JoinStringErrs(s.Query)
 			if templ_7745c5c3_Err != nil {
-				return templ.Error{Err: templ_7745c5c3_Err, FileName: `serve.templ`, Line: 375, Col: 56}
+				return templ.Error{Err: templ_7745c5c3_Err, FileName: `serve.templ`, Line: 380, Col: 56}
 			}
 			_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var71))
 			if templ_7745c5c3_Err != nil {
@@ -1642,7 +1642,7 @@ func ServeSearchResults(s ServeSearch) templ.Component {
 				var templ_7745c5c3_Var72 string
 				templ_7745c5c3_Var72, templ_7745c5c3_Err = templruntime.NewAttributeExpression(f.ID).Resolve(ctx)
 				if templ_7745c5c3_Err != nil {
-					return templ.Error{Err: templ_7745c5c3_Err, FileName: `serve.templ`, Line: 380, Col: 52}
+					return templ.Error{Err: templ_7745c5c3_Err, FileName: `serve.templ`, Line: 385, Col: 52}
 				}
 				_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ_7745c5c3_Var72)
 				if templ_7745c5c3_Err != nil {
@@ -1655,7 +1655,7 @@ func ServeSearchResults(s ServeSearch) templ.Component {
 				var templ_7745c5c3_Var73 string
 				templ_7745c5c3_Var73, templ_7745c5c3_Err = templruntime.NewAttributeExpression(templ.SafeURL(f.Href)).ResolveURL(ctx)
 				if templ_7745c5c3_Err != nil {
-					return templ.Error{Err: templ_7745c5c3_Err, FileName: `serve.templ`, Line: 381, Col: 36}
+					return templ.Error{Err: templ_7745c5c3_Err, FileName: `serve.templ`, Line: 386, Col: 36}
 				}
 				_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ_7745c5c3_Var73)
 				if templ_7745c5c3_Err != nil {
@@ -1668,7 +1668,7 @@ func ServeSearchResults(s ServeSearch) templ.Component {
 				var templ_7745c5c3_Var74 string
 				templ_7745c5c3_Var74, templ_7745c5c3_Err = templ.JoinStringErrs(f.ID)
 				if templ_7745c5c3_Err != nil {
-					return templ.Error{Err: templ_7745c5c3_Err, FileName: `serve.templ`, Line: 381, Col: 73}
+					return templ.Error{Err: templ_7745c5c3_Err, FileName: `serve.templ`, Line: 386, Col: 73}
 				}
 				_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var74))
 				if templ_7745c5c3_Err != nil {
@@ -1691,7 +1691,7 @@ func ServeSearchResults(s ServeSearch) templ.Component {
 					var templ_7745c5c3_Var75 string
 					templ_7745c5c3_Var75, templ_7745c5c3_Err = templ.JoinStringErrs(f.Downloads)
 					if templ_7745c5c3_Err != nil {
-						return templ.Error{Err: templ_7745c5c3_Err, FileName: `serve.templ`, Line: 385, Col: 55}
+						return templ.Error{Err: templ_7745c5c3_Err, FileName: `serve.templ`, Line: 390, Col: 55}
 					}
 					_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var75))
 					if templ_7745c5c3_Err != nil {
@@ -1704,7 +1704,7 @@ func ServeSearchResults(s ServeSearch) templ.Component {
 					var templ_7745c5c3_Var76 string
 					templ_7745c5c3_Var76, templ_7745c5c3_Err = templ.JoinStringErrs(f.Likes)
 					if templ_7745c5c3_Err != nil {
-						return templ.Error{Err: templ_7745c5c3_Err, FileName: `serve.templ`, Line: 385, Col: 70}
+						return templ.Error{Err: templ_7745c5c3_Err, FileName: `serve.templ`, Line: 390, Col: 70}
 					}
 					_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var76))
 					if templ_7745c5c3_Err != nil {
@@ -1731,7 +1731,7 @@ func ServeSearchResults(s ServeSearch) templ.Component {
 					var templ_7745c5c3_Var77 string
 					templ_7745c5c3_Var77, templ_7745c5c3_Err = templ.JoinStringErrs(f.Gated)
 					if templ_7745c5c3_Err != nil {
-						return templ.Error{Err: templ_7745c5c3_Err, FileName: `serve.templ`, Line: 388, Col: 85}
+						return templ.Error{Err: templ_7745c5c3_Err, FileName: `serve.templ`, Line: 393, Col: 85}
 					}
 					_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var77))
 					if templ_7745c5c3_Err != nil {
