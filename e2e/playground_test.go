@@ -93,9 +93,10 @@ func TestPlayground(t *testing.T) {
 	}
 	t.Logf("%s answered %q at %s tokens/s; the reply's events, with its length at each: %s", model, text, tps, raw)
 
-	// A second message goes with the conversation so far.
+	// A second message goes with the conversation so far, sent from the
+	// keyboard.
 	tb.must(tb.page.GetByLabel("Message").Fill("Again."), "typing the second message")
-	tb.must(tb.page.GetByRole("button", playwright.PageGetByRoleOptions{Name: "Send"}).Click(), "pressing Send again")
+	tb.must(tb.page.GetByLabel("Message").Press("Control+Enter"), "sending it with Ctrl+Enter")
 	tb.must(tb.expect().Locator(tb.loc("[data-testid=turn][data-role=assistant] [data-testid=reply][data-done=true]")).ToHaveCount(2, playwright.LocatorAssertionsToHaveCountOptions{Timeout: playwright.Float(60000)}), "the second reply's end")
 	tb.must(tb.expect().Locator(tb.loc("[data-testid=turn]")).ToHaveCount(4), "two messages and two replies")
 	tb.screenshot("playground.png")
@@ -104,6 +105,16 @@ func TestPlayground(t *testing.T) {
 	// command, run as written with a token, answers.
 	curl, err := tb.loc("[data-testid=call-it] [data-testid=call-curl]").InnerText()
 	tb.must(err, "reading the curl command")
+	// Its Copy button puts it on the clipboard, whole.
+	tb.must(tb.page.Context().GrantPermissions([]string{"clipboard-read", "clipboard-write"}), "letting the page use the clipboard")
+	copyCurl := tb.loc("[data-testid=call-it] pre:has([data-testid=call-curl]) [data-testid=copy]")
+	tb.must(copyCurl.Click(), "pressing Copy beside the curl command")
+	tb.must(tb.expect().Locator(copyCurl).ToHaveText("Copied"), "the button saying it copied")
+	copied, err := tb.page.Evaluate(`() => navigator.clipboard.readText()`)
+	tb.must(err, "reading the clipboard")
+	if strings.TrimSpace(copied.(string)) != strings.TrimSpace(curl) {
+		t.Errorf("the clipboard holds %q, not the curl command %q", copied, curl)
+	}
 	for _, want := range []string{"curl " + e.front.URL + "/v1/chat/completions", `"model": "` + model + `"`, "$MODELSERVE_TOKEN"} {
 		if !strings.Contains(curl, want) {
 			t.Errorf("the curl command has no %q:\n%s", want, curl)

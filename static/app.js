@@ -91,7 +91,53 @@
     pool.value = b.dataset.fillPool;
     pool.dispatchEvent(new Event("input", { bubbles: true }));
   });
+  // Every command and snippet on a page gets a Copy button; its label
+  // says when the text is on the clipboard.
+  function copyButtons(root) {
+    (root.querySelectorAll ? root : document).querySelectorAll("main pre").forEach(function (pre) {
+      if (pre.querySelector("button.copy") || !pre.querySelector("code")) {
+        return;
+      }
+      var b = document.createElement("button");
+      b.type = "button";
+      b.className = "copy secondary outline";
+      b.dataset.testid = "copy";
+      b.textContent = "Copy";
+      b.setAttribute("aria-label", "Copy " + (pre.getAttribute("aria-label") || "the text"));
+      pre.appendChild(b);
+    });
+  }
+  document.addEventListener("click", function (e) {
+    var b = e.target.closest && e.target.closest("pre > button.copy");
+    if (!b) {
+      return;
+    }
+    var text = b.parentElement.querySelector("code").innerText;
+    var done = function () {
+      b.textContent = "Copied";
+      setTimeout(function () { b.textContent = "Copy"; }, 2000);
+    };
+    if (navigator.clipboard && navigator.clipboard.writeText) {
+      navigator.clipboard.writeText(text).then(done, function () { b.textContent = "Select it and copy"; });
+    } else {
+      b.textContent = "Select it and copy";
+    }
+  });
+  document.addEventListener("htmx:afterSettle", function (e) { copyButtons(e.target); });
+
+  // In the playground, Ctrl+Enter (Cmd+Enter) sends the message.
+  document.addEventListener("keydown", function (e) {
+    if (e.key !== "Enter" || !(e.ctrlKey || e.metaKey) || !e.target.matches || !e.target.matches("#pg-message")) {
+      return;
+    }
+    e.preventDefault();
+    if (e.target.form) {
+      e.target.form.requestSubmit();
+    }
+  });
+
   document.addEventListener("DOMContentLoaded", function () {
+    copyButtons(document);
     if (document.getElementById("job-live")) {
       steps = stepStates();
     }
