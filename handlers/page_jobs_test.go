@@ -68,6 +68,28 @@ func TestJobPageDone(t *testing.T) {
 	}
 }
 
+// TestJobPageOnDemand: a job that added its model on demand says so, and
+// how it loads, rather than "Served." over steps that started nothing.
+func TestJobPageOnDemand(t *testing.T) {
+	e := newConsoleEnv(t)
+	j := doneJob("serve-2-demand", time.Now().Add(-time.Minute))
+	j.Request.Replicas, j.Reply, j.TokensPerSecond = 0, "", 0
+	j.Steps[5] = jobs.Step{Name: jobs.StepPlacement, State: jobs.Skipped, Detail: "no replica started: tiny-llama is on demand", At: j.Steps[4].At}
+	j.Steps[6] = jobs.Step{Name: jobs.StepSmoke, State: jobs.Skipped, Detail: "no replica was started to ask", At: j.Steps[4].At}
+	mustInsertJob(t, e.db, j)
+	doc := mustStatus(t, e.signedIn().get("/jobs/serve-2-demand"), http.StatusOK)
+	got := strings.Join(strings.Fields(doc.Find(`[data-testid="outcome"]`).Text()), " ")
+	if doc.Find(`[data-testid="on-demand"]`).Length() != 1 || strings.Contains(got, "Served.") ||
+		!strings.Contains(got, "the first request for tiny-llama, or a first message in its playground, loads it") {
+		t.Errorf("the outcome of a job that added its model on demand says %q", got)
+	}
+	// One that started its replica is served.
+	mustInsertJob(t, e.db, doneJob("serve-3-done", time.Now().Add(-time.Minute)))
+	if got := mustStatus(t, e.signedIn().get("/jobs/serve-3-done"), http.StatusOK).Find(`[data-testid="outcome"]`).Text(); !strings.Contains(got, "Served.") {
+		t.Errorf("a served job's outcome says %q", got)
+	}
+}
+
 func TestJobPageFailed(t *testing.T) {
 	e := newConsoleEnv(t)
 	j := doneJob("serve-1-failed", time.Now().Add(-time.Minute))

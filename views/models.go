@@ -102,6 +102,9 @@ type Job struct {
 	Took       string
 	Steps      []Step
 	Timeline   []Segment
+	// OnDemand is a job done without starting a replica: its model was
+	// added to load when first asked for.
+	OnDemand bool
 	// Reply and TokensPerSecond are the smoke test's answer, once done.
 	Reply           string
 	TokensPerSecond string
