@@ -162,6 +162,11 @@ type Scaling struct {
 	IdleAfter time.Duration `json:"idle_after,omitempty"`
 }
 
+// UpTo is the most replicas the fleets run: Max, but never fewer than Min,
+// and a model on demand with no Max gets one when asked for. Pages and
+// forms say this figure, so they say what the fleets do.
+func (s Scaling) UpTo() int { return max(s.Max, s.Min, 1) }
+
 // Capabilities are what clients may ask of the model beyond text.
 type Capabilities struct {
 	Vision     bool `json:"vision,omitempty"`

@@ -103,13 +103,13 @@ func catalogView(m catalog.Model) views.CatalogModel {
 	}
 	switch {
 	case m.Scaling.Min == 0:
-		vm.Wanted = fmt.Sprintf("on demand, up to %d", max(m.Scaling.Max, 1))
+		vm.Wanted = fmt.Sprintf("on demand, up to %d", m.Scaling.UpTo())
 	case m.Scaling.Max > m.Scaling.Min:
 		vm.Wanted = fmt.Sprintf("%d to %d", m.Scaling.Min, m.Scaling.Max)
 	default:
 		vm.Wanted = fmt.Sprint(m.Scaling.Min)
 	}
-	if max(m.Scaling.Max, 1) > m.Scaling.Min {
+	if m.Scaling.UpTo() > m.Scaling.Min {
 		vm.IdleAfter = "idle after " + durationText(catalog.DefaultIdleAfter) + " (the default)"
 		if d := m.Scaling.IdleAfter; d > 0 {
 			vm.IdleAfter = "idle after " + durationText(d)

@@ -97,7 +97,7 @@ func (s *Server) fleetView(now time.Time, csrf string, scalings map[string]catal
 			m.Placement = strings.Split(h.Placement, "\n")
 		}
 		if sc, ok := scalings[h.Model]; ok {
-			m.CanScale, m.Min, m.Max = true, sc.Min, sc.Max
+			m.CanScale, m.Min, m.Max = true, sc.Min, sc.UpTo()
 			m.IdleDefault = words.Span(catalog.DefaultIdleAfter)
 			if sc.IdleAfter > 0 {
 				m.IdleAfter = words.Span(sc.IdleAfter)

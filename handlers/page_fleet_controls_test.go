@@ -146,6 +146,15 @@ func TestFleetPageOffersTheControls(t *testing.T) {
 			t.Errorf("a forged restart: %s, calls %q", resp.Status, c.calls())
 		}
 	})
+	t.Run("on demand, the form and the catalog say the same most", func(t *testing.T) {
+		resp := b.post("/fleet/models/tiny/scale", url.Values{"min": {"0"}, "max": {"0"}})
+		resp.Body.Close()
+		fleetMax := mustStatus(t, b.get("/fleet"), http.StatusOK).Find(`[data-model="tiny"] [data-testid="scale-max"]`).AttrOr("value", "")
+		wanted := strings.TrimSpace(mustStatus(t, b.get("/catalog"), http.StatusOK).Find(`[data-model="tiny"] [data-testid="wanted"]`).Text())
+		if fleetMax != "1" || !strings.Contains(wanted, "up to 1") {
+			t.Errorf("on demand with no maximum: the fleet's form says up to %q, the catalog %q; want both 1, as the fleet runs", fleetMax, wanted)
+		}
+	})
 	t.Run("scale", func(t *testing.T) {
 		resp := b.post("/fleet/models/tiny/scale", url.Values{"min": {"2"}, "max": {"4"}})
 		resp.Body.Close()

@@ -143,7 +143,7 @@ func (f *Fleet) wantLocked(m catalog.Model, now time.Time) int {
 	if now.Sub(d.window) >= idle {
 		d.want, d.peak, d.window = max(d.peak, 1), 0, now
 	}
-	return max(m.Scaling.Min, min(d.want, max(m.Scaling.Max, m.Scaling.Min, 1)))
+	return max(m.Scaling.Min, min(d.want, m.Scaling.UpTo()))
 }
 
 // forgetDemandsLocked drops what was asked of models no longer in the

@@ -274,5 +274,5 @@ func (f *Fleet) want(m catalog.Model, now time.Time) int {
 		delete(f.demands, m.Name)
 		return m.Scaling.Min
 	}
-	return max(m.Scaling.Min, min(d.want, max(m.Scaling.Max, m.Scaling.Min, 1)))
+	return max(m.Scaling.Min, min(d.want, m.Scaling.UpTo()))
 }
