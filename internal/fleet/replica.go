@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -216,7 +217,11 @@ func (f *Fleet) attempt(ctx context.Context, r *replica) (outcome, string) {
 	if !r.stopping {
 		r.state = Ready
 	}
+	told := slices.Clone(f.onReady)
 	f.mu.Unlock()
+	for _, fn := range told {
+		fn(r.model)
+	}
 	f.log.Info("replica ready", "replica", r.id, "node", r.node.Name(), "endpoint", r.endpoint,
 		"took", readyAt.Sub(r.started).Round(time.Millisecond), "rss_bytes", rss, "estimate_bytes", r.memBytes)
 	slots := load.Slots // the engine's own word, when it says

@@ -111,6 +111,16 @@ type Gateway struct {
 	// (split.go); meters are the running Meters (meter.go).
 	splits splits
 	meters meters
+	// readyTold says the fleet tells when a replica becomes ready
+	// (readyTeller): a request waiting for a cold start is woken then,
+	// rather than look every pollCold.
+	readyTold bool
+}
+
+// readyTeller is a fleet that calls fn with a replica's model when the
+// replica becomes ready (fleet.Fleet.OnReady).
+type readyTeller interface {
+	OnReady(fn func(model string))
 }
 
 // New returns a gateway over opts' catalog, fleet and tokens.
@@ -156,7 +166,7 @@ func New(opts Options) (*Gateway, error) {
 	tr.MaxIdleConns = 1024
 	// Bytes are relayed as the engine wrote them, never decoded here.
 	tr.DisableCompression = true
-	return &Gateway{
+	g := &Gateway{
 		opts: opts, log: opts.Log, metrics: m,
 		// No timeout: an answer streams for as long as the engine writes
 		// it, and ends when the client goes.
@@ -164,7 +174,23 @@ func New(opts Options) (*Gateway, error) {
 		names:    names{catalog: opts.Catalog, every: opts.CatalogEvery},
 		pools:    map[string]*pool{},
 		splits:   splits{byModel: map[string]*splitCount{}},
-	}, nil
+	}
+	if rt, ok := opts.Fleet.(readyTeller); ok {
+		rt.OnReady(g.replicaReady)
+		g.readyTold = true
+	}
+	return g, nil
+}
+
+// replicaReady wakes the requests waiting for a replica of model: one
+// became ready.
+func (g *Gateway) replicaReady(model string) {
+	g.mu.Lock()
+	p := g.pools[model]
+	g.mu.Unlock()
+	if p != nil {
+		p.lookAgain()
+	}
 }
 
 // Close lets go of the kept connections to engines.
