@@ -93,6 +93,10 @@ type Options struct {
 	// known is looked up at once, so a model just added is found by its
 	// first request.
 	CatalogEvery time.Duration
+	// TokenEvery is how long an API token that passed is taken as
+	// passing before the token store is asked again: 1 s unless set, so a
+	// revoked token is refused within a second.
+	TokenEvery time.Duration
 }
 
 // Gateway serves the /v1/ routes. Its methods are safe for concurrent use.
@@ -103,6 +107,7 @@ type Gateway struct {
 	upstream *http.Client
 	metrics  *metrics
 	names    names
+	tokens   tokens
 
 	mu    sync.Mutex
 	pools map[string]*pool // by catalog name
@@ -151,6 +156,9 @@ func New(opts Options) (*Gateway, error) {
 	if opts.CatalogEvery <= 0 {
 		opts.CatalogEvery = time.Second
 	}
+	if opts.TokenEvery <= 0 {
+		opts.TokenEvery = time.Second
+	}
 	m, err := newMetrics(opts.Metrics)
 	if err != nil {
 		return nil, err
@@ -172,6 +180,7 @@ func New(opts Options) (*Gateway, error) {
 		// it, and ends when the client goes.
 		upstream: &http.Client{Transport: tr},
 		names:    names{catalog: opts.Catalog, every: opts.CatalogEvery},
+		tokens:   tokens{every: opts.TokenEvery},
 		pools:    map[string]*pool{},
 		splits:   splits{byModel: map[string]*splitCount{}},
 	}
