@@ -47,6 +47,13 @@ func slotsOf(r fleet.Replica) int {
 	return 1
 }
 
+// depthOf is how many requests the gateway sends a replica at once: one
+// waiting in the engine's own queue for each of its slots, beyond those
+// its slots serve. The engine starts a request it holds the moment a slot
+// frees, where one held here would first cross to it; more than one per
+// slot would only keep requests from a replica that frees sooner.
+func depthOf(r fleet.Replica) int { return 2 * slotsOf(r) }
+
 // loadOf is how busy a replica is: the gateway's own requests on it, or
 // what its engine last said it serves and holds back, whichever is more.
 // The engine's figure counts requests that did not come through the
@@ -100,7 +107,7 @@ func (p *pool) pick(rs []fleet.Replica, key uint64, now time.Time) (fleet.Replic
 	total := 0
 	for _, r := range rs {
 		total += p.loadOf(r)
-		if p.inFlight[r.ID] < slotsOf(r) {
+		if p.inFlight[r.ID] < depthOf(r) {
 			free = append(free, r)
 		}
 	}
@@ -118,7 +125,7 @@ func (p *pool) pick(rs []fleet.Replica, key uint64, now time.Time) (fleet.Replic
 		})
 		for _, r := range ranked {
 			if p.loadOf(r)+1 <= bound {
-				if p.inFlight[r.ID] < slotsOf(r) {
+				if p.inFlight[r.ID] < depthOf(r) {
 					return r, true
 				}
 				return fleet.Replica{}, false

@@ -3,6 +3,8 @@ package gateway
 import (
 	"context"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"sync"
 	"testing"
 	"time"
@@ -57,8 +59,10 @@ func TestWaitersGetSlotsInArrivalOrder(t *testing.T) {
 	ctx := context.Background()
 	p := g.pool("m")
 
-	if _, _, aerr := g.admit(ctx, m, 0, f.ready, nil, false); aerr != nil {
-		t.Fatal(aerr)
+	for range depthOf(rep) { // its slot, and its engine's queue
+		if _, _, aerr := g.admit(ctx, m, 0, f.ready, nil, false); aerr != nil {
+			t.Fatal(aerr)
+		}
 	}
 	const n = 6
 	served := make(chan int, n+1)
@@ -140,4 +144,61 @@ func TestColdWaiterIsWokenByTheFleet(t *testing.T) {
 	if asked > 1 {
 		t.Errorf("the fleet was asked for ready replicas %d times while the request waited for it to tell", asked)
 	}
+}
+
+// countingTokens passes one token, "good", until revoked, and counts how
+// often it is asked.
+type countingTokens struct {
+	mu      sync.Mutex
+	asked   int
+	revoked bool
+}
+
+func (c *countingTokens) Check(_ context.Context, tok string) (auth.Token, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.asked++
+	if tok != "good" || c.revoked {
+		return auth.Token{}, auth.ErrBadToken
+	}
+	return auth.Token{Name: "ci"}, nil
+}
+
+// TestATokenIsReadOnceAWhileAndRefusedOnceRevoked: a client's requests
+// cost the token store one read per TokenEvery, not one each, and a
+// token revoked is refused once that while is over; a bad token is asked
+// about every time.
+func TestATokenIsReadOnceAWhileAndRefusedOnceRevoked(t *testing.T) {
+	f := &stubFleet{}
+	toks := &countingTokens{}
+	g, err := New(Options{Catalog: f, Fleet: f, Tokens: toks, TokenEvery: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ask := func(tok string) *apiError {
+		r := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", nil)
+		r.Header.Set("Authorization", "Bearer "+tok)
+		_, aerr := g.authenticate(r)
+		return aerr
+	}
+	for i := range 10 {
+		if aerr := ask("good"); aerr != nil {
+			t.Fatalf("request %d: %v", i, aerr.Message)
+		}
+	}
+	for range 3 {
+		if ask("bad") == nil {
+			t.Fatal("a bad token passed")
+		}
+	}
+	toks.mu.Lock()
+	if toks.asked != 4 {
+		t.Errorf("the token store was asked %d times for 10 requests with a good token and 3 with a bad one, want 4", toks.asked)
+	}
+	toks.revoked = true
+	toks.mu.Unlock()
+	waitFor(t, 5*time.Second, "the revoked token refused", func() (bool, string) {
+		aerr := ask("good")
+		return aerr != nil && aerr.status == http.StatusUnauthorized, "it still passes"
+	})
 }
