@@ -89,10 +89,11 @@ const (
 const stableAfter = time.Minute
 
 // Health is polled fast while an engine loads, so a replica is seen ready
-// within a poll of its engine being ready, and then slower for an engine
-// that takes minutes.
+// within a poll of its engine being ready (a request waiting for a cold
+// start waits for that poll: at 50 ms it was most of modelserve's own part
+// of a cold start), and then slower for an engine that takes minutes.
 const (
-	fastPoll    = 50 * time.Millisecond
+	fastPoll    = 10 * time.Millisecond
 	fastFor     = 10 * time.Second
 	slowPoll    = 500 * time.Millisecond
 	rssInterval = 5 * time.Second
