@@ -114,7 +114,7 @@ func (g *Gateway) admit(ctx context.Context, m catalog.Model, key uint64, rs, av
 			p.mu.Lock()
 		}
 		if !p.coldSince.IsZero() {
-			g.metrics.coldStarted(m.Name, now.Sub(p.coldSince))
+			g.metrics.coldStarted(m.Name, time.Since(p.coldSince))
 			p.coldSince = time.Time{}
 		}
 		p.mu.Unlock()

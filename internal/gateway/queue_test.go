@@ -9,6 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+
 	"modelserve/catalog"
 	"modelserve/internal/auth"
 	"modelserve/internal/fleet"
@@ -117,7 +120,10 @@ func TestWaitersGetSlotsInArrivalOrder(t *testing.T) {
 // for ready replicas on a timer meanwhile.
 func TestColdWaiterIsWokenByTheFleet(t *testing.T) {
 	f := &stubFleet{}
-	g := stubGateway(t, f)
+	g, err := New(Options{Catalog: f, Fleet: f, Tokens: f, Metrics: prometheus.NewRegistry()})
+	if err != nil {
+		t.Fatal(err)
+	}
 	got := make(chan fleet.Replica, 1)
 	go func() {
 		r, _, aerr := g.admit(context.Background(), catalog.Model{Name: "m"}, 0, nil, nil, false)
@@ -143,6 +149,14 @@ func TestColdWaiterIsWokenByTheFleet(t *testing.T) {
 	}
 	if asked > 1 {
 		t.Errorf("the fleet was asked for ready replicas %d times while the request waited for it to tell", asked)
+	}
+	// The cold start is counted as long as the request waited.
+	var cold dto.Metric
+	if err := g.metrics.coldTime.WithLabelValues("m").(prometheus.Metric).Write(&cold); err != nil {
+		t.Fatal(err)
+	}
+	if h := cold.GetHistogram(); h.GetSampleCount() != 1 || h.GetSampleSum() < 0.15 {
+		t.Errorf("cold starts counted: %d, lasting %.3fs in all; want one of at least 0.15s", h.GetSampleCount(), h.GetSampleSum())
 	}
 }
 
