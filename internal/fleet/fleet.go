@@ -209,6 +209,17 @@ type Fleet struct {
 	unpark   []string
 	// wg is the replicas' supervisors, which Run waits for.
 	wg sync.WaitGroup
+	// onReady are told the model of each replica that becomes ready.
+	onReady []func(model string)
+}
+
+// OnReady has fn called with a replica's model each time a replica
+// becomes ready, so a request waiting for it (the gateway's) goes at once
+// rather than at its next look. fn must not block.
+func (f *Fleet) OnReady(fn func(model string)) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.onReady = append(f.onReady, fn)
 }
 
 // New returns a fleet that runs opts.Catalog once Run is called.

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -88,10 +89,11 @@ const (
 const stableAfter = time.Minute
 
 // Health is polled fast while an engine loads, so a replica is seen ready
-// within a poll of its engine being ready, and then slower for an engine
-// that takes minutes.
+// within a poll of its engine being ready (a request waiting for a cold
+// start waits for that poll: at 50 ms it was most of modelserve's own part
+// of a cold start), and then slower for an engine that takes minutes.
 const (
-	fastPoll    = 50 * time.Millisecond
+	fastPoll    = 10 * time.Millisecond
 	fastFor     = 10 * time.Second
 	slowPoll    = 500 * time.Millisecond
 	rssInterval = 5 * time.Second
@@ -216,7 +218,11 @@ func (f *Fleet) attempt(ctx context.Context, r *replica) (outcome, string) {
 	if !r.stopping {
 		r.state = Ready
 	}
+	told := slices.Clone(f.onReady)
 	f.mu.Unlock()
+	for _, fn := range told {
+		fn(r.model)
+	}
 	f.log.Info("replica ready", "replica", r.id, "node", r.node.Name(), "endpoint", r.endpoint,
 		"took", readyAt.Sub(r.started).Round(time.Millisecond), "rss_bytes", rss, "estimate_bytes", r.memBytes)
 	slots := load.Slots // the engine's own word, when it says

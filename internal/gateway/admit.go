@@ -9,10 +9,12 @@ import (
 	"modelserve/internal/fleet"
 )
 
-// Waiting requests look again whenever a slot frees, and besides every
-// pollCold while no replica is ready (a model loading: the fleet sees it
-// ready within its own 50 ms poll) or pollBusy while replicas exist but
-// are full (a replica added by scaling up).
+// A request waiting for a slot is handed one by the request that frees
+// it (pool.grant), and one waiting for a replica to start is woken when
+// the fleet says a replica is ready (Gateway.replicaReady). Besides, it
+// reads the ready replicas again every pollCold while none is ready and
+// the fleet does not tell (a fleet without OnReady), and every pollBusy
+// in any case: a replica gone from the fleet's ready ones.
 const (
 	pollCold = 20 * time.Millisecond
 	pollBusy = 250 * time.Millisecond
@@ -62,99 +64,113 @@ func (g *Gateway) admit(ctx context.Context, m catalog.Model, key uint64, rs, av
 		return ready
 	}
 	rs = offer(rs)
+	w := newWaiter(key)
 	var deadline <-chan time.Time
 	queued := false
 	leave := func() {
+		p.leave(w)
 		if queued {
-			p.mu.Lock()
-			p.waiting--
-			p.mu.Unlock()
 			g.metrics.queued(m.Name, -1)
 		}
 	}
 	for {
 		now := time.Now()
 		p.mu.Lock()
-		if r, ok := p.pick(rs, key, now); ok {
-			p.take(r.ID)
+		r, ok := p.enqueue(w, rs, now)
+		if !ok {
+			if len(rs) == 0 && standIn {
+				// Its replica was retired (the canary promoted or rolled
+				// back) since the split chose it.
+				p.mu.Unlock()
+				leave()
+				return fleet.Replica{}, nil, unavailable("model_not_ready", m.Name+" has no replica ready")
+			}
+			if !queued {
+				if waiting := len(p.queue) - 1; waiting >= g.opts.MaxQueue {
+					p.mu.Unlock()
+					leave()
+					return fleet.Replica{}, nil, queueFull(m.Name, waiting)
+				}
+				queued = true
+				g.metrics.queued(m.Name, 1)
+				t := time.NewTimer(g.opts.MaxWait)
+				defer t.Stop()
+				deadline = t.C
+			}
+			if len(rs) == 0 && len(avoid) == 0 && p.coldSince.IsZero() {
+				p.coldSince = now
+			}
+			wake := p.wake
 			p.mu.Unlock()
-			release, held := g.opts.Fleet.Hold(r.ID)
-			if !held {
-				// Retired since rs was read: it takes no request now.
-				p.give(r.ID, time.Time{})
-				avoid = append(slices.Clip(avoid), r)
+			var aerr *apiError
+			if r, ok, aerr = g.await(ctx, p, w, m.Name, len(rs) == 0, wake, deadline); aerr != nil {
+				leave()
+				return fleet.Replica{}, nil, aerr
+			}
+			if !ok {
 				rs = offer(g.opts.Fleet.Serving(m.Name))
 				continue
 			}
 			p.mu.Lock()
-			if !p.coldSince.IsZero() {
-				g.metrics.coldStarted(m.Name, now.Sub(p.coldSince))
-				p.coldSince = time.Time{}
-			}
-			p.mu.Unlock()
-			leave()
-			return r, release, nil
 		}
-		if len(rs) == 0 && standIn {
-			// Its replica was retired (the canary promoted or rolled
-			// back) since the split chose it.
-			p.mu.Unlock()
-			leave()
-			return fleet.Replica{}, nil, unavailable("model_not_ready", m.Name+" has no replica ready")
+		if !p.coldSince.IsZero() {
+			g.metrics.coldStarted(m.Name, time.Since(p.coldSince))
+			p.coldSince = time.Time{}
 		}
-		if !queued {
-			if p.waiting >= g.opts.MaxQueue {
-				waiting := p.waiting
-				p.mu.Unlock()
-				return fleet.Replica{}, nil, queueFull(m.Name, waiting)
-			}
-			p.waiting++
-			queued = true
-			g.metrics.queued(m.Name, 1)
-			t := time.NewTimer(g.opts.MaxWait)
-			defer t.Stop()
-			deadline = t.C
-		}
-		if len(rs) == 0 && len(avoid) == 0 && p.coldSince.IsZero() {
-			p.coldSince = now
-		}
-		wake := p.wake
 		p.mu.Unlock()
-
-		poll := pollBusy
-		if len(rs) == 0 {
-			poll = pollCold
-			if aerr := g.unstartable(m.Name); aerr != nil {
-				p.mu.Lock()
-				p.coldSince = time.Time{}
-				p.mu.Unlock()
-				leave()
-				return fleet.Replica{}, nil, aerr
-			}
+		release, held := g.opts.Fleet.Hold(r.ID)
+		if !held {
+			// Retired since rs was read: it takes no request now. The
+			// request keeps its place in the queue.
+			p.give(r.ID, time.Time{})
+			avoid = append(slices.Clip(avoid), r)
+			rs = offer(g.opts.Fleet.Serving(m.Name))
+			continue
 		}
-		t := time.NewTimer(poll)
-		select {
-		case <-wake:
-		case <-t.C:
-		case <-deadline:
-			t.Stop()
-			leave()
-			if len(rs) == 0 {
-				return fleet.Replica{}, nil, unavailable("model_not_ready", m.Name+" has no replica ready after "+
-					g.opts.MaxWait.String()+" of waiting: the fleet page says how its start is going; retry later")
-			}
-			p.mu.Lock()
-			waiting := p.waiting
-			p.mu.Unlock()
-			return fleet.Replica{}, nil, queueFull(m.Name, waiting)
-		case <-ctx.Done():
-			t.Stop()
-			leave()
-			return fleet.Replica{}, nil, unavailable("client_gone", "the request ended before a replica was free")
+		if queued {
+			g.metrics.queued(m.Name, -1)
 		}
-		t.Stop()
-		rs = offer(g.opts.Fleet.Serving(m.Name))
+		return r, release, nil
 	}
+}
+
+// await waits, as w in p's queue, for the replica a freed slot hands it
+// (ok), or until the replicas are to be read again (not ok, no error): one
+// became ready (wake), or a poll's time passed. It says why the request
+// is to wait no longer: cold, the model has no replica ready, and the
+// fleet says none will start; the deadline passed; or the client went
+// away.
+func (g *Gateway) await(ctx context.Context, p *pool, w *waiter, model string, cold bool, wake <-chan struct{}, deadline <-chan time.Time) (fleet.Replica, bool, *apiError) {
+	poll := pollBusy
+	if cold {
+		if !g.readyTold {
+			poll = pollCold
+		}
+		if aerr := g.unstartable(model); aerr != nil {
+			p.mu.Lock()
+			p.coldSince = time.Time{}
+			p.mu.Unlock()
+			return fleet.Replica{}, false, aerr
+		}
+	}
+	t := time.NewTimer(poll)
+	defer t.Stop()
+	select {
+	case r := <-w.got:
+		return r, true, nil
+	case <-wake:
+	case <-t.C:
+	case <-deadline:
+		if cold {
+			return fleet.Replica{}, false, unavailable("model_not_ready", model+" has no replica ready after "+
+				g.opts.MaxWait.String()+" of waiting: the fleet page says how its start is going; retry later")
+		}
+		_, waiting := p.counts()
+		return fleet.Replica{}, false, queueFull(model, waiting-1)
+	case <-ctx.Done():
+		return fleet.Replica{}, false, unavailable("client_gone", "the request ended before a replica was free")
+	}
+	return fleet.Replica{}, false, nil
 }
 
 // reofferAfter is how long a request waits for another replica before it

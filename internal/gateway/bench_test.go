@@ -140,7 +140,7 @@ func BenchmarkOverhead(b *testing.B) {
 			"messages": []map[string]string{{"role": "user", "content": "Say hello."}}})
 		direct := func(int) (string, string, []byte) { return rep.Endpoint + "/v1/chat/completions", key, body }
 		gateway := func(int) (string, string, []byte) { return e.url + "/v1/chat/completions", e.token, body }
-		for _, conc := range []int{1, 16, 64} {
+		for _, conc := range []int{1, 8, 64} {
 			b.Run(fmt.Sprintf("stream=%v/conc=%d", stream, conc), func(b *testing.B) {
 				n := max(conc*4, b.N)
 				runLoad(b, conc, conc, gateway) // warm the connections

@@ -93,6 +93,10 @@ type Options struct {
 	// known is looked up at once, so a model just added is found by its
 	// first request.
 	CatalogEvery time.Duration
+	// TokenEvery is how long an API token that passed is taken as
+	// passing before the token store is asked again: 1 s unless set, so a
+	// revoked token is refused within a second.
+	TokenEvery time.Duration
 }
 
 // Gateway serves the /v1/ routes. Its methods are safe for concurrent use.
@@ -103,6 +107,7 @@ type Gateway struct {
 	upstream *http.Client
 	metrics  *metrics
 	names    names
+	tokens   tokens
 
 	mu    sync.Mutex
 	pools map[string]*pool // by catalog name
@@ -111,6 +116,16 @@ type Gateway struct {
 	// (split.go); meters are the running Meters (meter.go).
 	splits splits
 	meters meters
+	// readyTold says the fleet tells when a replica becomes ready
+	// (readyTeller): a request waiting for a cold start is woken then,
+	// rather than look every pollCold.
+	readyTold bool
+}
+
+// readyTeller is a fleet that calls fn with a replica's model when the
+// replica becomes ready (fleet.Fleet.OnReady).
+type readyTeller interface {
+	OnReady(fn func(model string))
 }
 
 // New returns a gateway over opts' catalog, fleet and tokens.
@@ -141,6 +156,9 @@ func New(opts Options) (*Gateway, error) {
 	if opts.CatalogEvery <= 0 {
 		opts.CatalogEvery = time.Second
 	}
+	if opts.TokenEvery <= 0 {
+		opts.TokenEvery = time.Second
+	}
 	m, err := newMetrics(opts.Metrics)
 	if err != nil {
 		return nil, err
@@ -156,15 +174,32 @@ func New(opts Options) (*Gateway, error) {
 	tr.MaxIdleConns = 1024
 	// Bytes are relayed as the engine wrote them, never decoded here.
 	tr.DisableCompression = true
-	return &Gateway{
+	g := &Gateway{
 		opts: opts, log: opts.Log, metrics: m,
 		// No timeout: an answer streams for as long as the engine writes
 		// it, and ends when the client goes.
 		upstream: &http.Client{Transport: tr},
 		names:    names{catalog: opts.Catalog, every: opts.CatalogEvery},
+		tokens:   tokens{every: opts.TokenEvery},
 		pools:    map[string]*pool{},
 		splits:   splits{byModel: map[string]*splitCount{}},
-	}, nil
+	}
+	if rt, ok := opts.Fleet.(readyTeller); ok {
+		rt.OnReady(g.replicaReady)
+		g.readyTold = true
+	}
+	return g, nil
+}
+
+// replicaReady wakes the requests waiting for a replica of model: one
+// became ready.
+func (g *Gateway) replicaReady(model string) {
+	g.mu.Lock()
+	p := g.pools[model]
+	g.mu.Unlock()
+	if p != nil {
+		p.lookAgain()
+	}
 }
 
 // Close lets go of the kept connections to engines.

@@ -373,9 +373,9 @@ func (e *env) startStream(body any) (context.CancelFunc, <-chan error) {
 	return cancel, done
 }
 
-// TestQueueFullAnswers429: beyond the slots and the queue, a request is
-// refused at once with Retry-After; the one queued is served when the slot
-// frees.
+// TestQueueFullAnswers429: beyond the slots, the engine's queue (one
+// request per slot) and the gateway's queue, a request is refused at once
+// with Retry-After; those queued are served when the slot frees.
 func TestQueueFullAnswers429(t *testing.T) {
 	e := mustEnv(t, Options{MaxQueue: 1})
 	e.mustAdd(longModel(t, "long"))
@@ -384,15 +384,17 @@ func TestQueueFullAnswers429(t *testing.T) {
 
 	cancel, _ := e.startStream(long)
 	defer cancel()
-	queued := make(chan int, 1)
-	go func() {
-		resp, _ := e.post(ctx, "/v1/chat/completions", e.token, map[string]any{"model": "long", "max_tokens": 2,
-			"messages": []map[string]string{{"role": "user", "content": "hi"}}})
-		queued <- resp.StatusCode
-	}()
-	waitFor(t, 5*time.Second, "one request queued", func() (bool, string) {
-		_, waiting := e.gw.pool("long").counts()
-		return waiting == 1, fmt.Sprintf("%d waiting", waiting)
+	queued := make(chan int, 2)
+	for range 2 {
+		go func() {
+			resp, _ := e.post(ctx, "/v1/chat/completions", e.token, map[string]any{"model": "long", "max_tokens": 2,
+				"messages": []map[string]string{{"role": "user", "content": "hi"}}})
+			queued <- resp.StatusCode
+		}()
+	}
+	waitFor(t, 5*time.Second, "one request in the engine's queue and one in the gateway's", func() (bool, string) {
+		inFlight, waiting := e.gw.pool("long").counts()
+		return inFlight == 2 && waiting == 1, fmt.Sprintf("%d sent, %d waiting", inFlight, waiting)
 	})
 
 	_, err := e.client(e.token).Chat.Completions.New(ctx, hello("long", 2))
@@ -404,14 +406,16 @@ func TestQueueFullAnswers429(t *testing.T) {
 		t.Errorf("429 says %q", ae.Message)
 	}
 
-	cancel() // the slot frees: the queued request is served
-	select {
-	case status := <-queued:
-		if status != http.StatusOK {
-			t.Errorf("the queued request: %d", status)
+	cancel() // the slot frees: the queued requests are served
+	for range 2 {
+		select {
+		case status := <-queued:
+			if status != http.StatusOK {
+				t.Errorf("a queued request: %d", status)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatal("the queued requests were not served once the slot freed")
 		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("the queued request was not served once the slot freed")
 	}
 }
 

@@ -20,9 +20,14 @@ type pool struct {
 	mu       sync.Mutex
 	inFlight map[string]int       // by replica id
 	failed   map[string]time.Time // until when a replica is avoided
-	waiting  int
-	// wake is closed, and replaced, whenever a slot frees: every waiter
-	// looks again.
+	// queue are the requests waiting for a slot, in the order they came:
+	// a slot that frees is given to the first of them that may take it,
+	// by the request that freed it, so none waits on a timer and none
+	// that came later goes before.
+	queue []*waiter
+	seq   uint64 // of the last waiter queued
+	// wake is closed, and replaced, when the fleet says a replica became
+	// ready: every waiter reads the ready replicas again.
 	wake chan struct{}
 	// coldSince is when the model was first asked for with no replica
 	// ready; zero when one is ready.
@@ -41,6 +46,13 @@ func slotsOf(r fleet.Replica) int {
 	}
 	return 1
 }
+
+// depthOf is how many requests the gateway sends a replica at once: one
+// waiting in the engine's own queue for each of its slots, beyond those
+// its slots serve. The engine starts a request it holds the moment a slot
+// frees, where one held here would first cross to it; more than one per
+// slot would only keep requests from a replica that frees sooner.
+func depthOf(r fleet.Replica) int { return 2 * slotsOf(r) }
 
 // loadOf is how busy a replica is: the gateway's own requests on it, or
 // what its engine last said it serves and holds back, whichever is more.
@@ -95,7 +107,7 @@ func (p *pool) pick(rs []fleet.Replica, key uint64, now time.Time) (fleet.Replic
 	total := 0
 	for _, r := range rs {
 		total += p.loadOf(r)
-		if p.inFlight[r.ID] < slotsOf(r) {
+		if p.inFlight[r.ID] < depthOf(r) {
 			free = append(free, r)
 		}
 	}
@@ -113,7 +125,7 @@ func (p *pool) pick(rs []fleet.Replica, key uint64, now time.Time) (fleet.Replic
 		})
 		for _, r := range ranked {
 			if p.loadOf(r)+1 <= bound {
-				if p.inFlight[r.ID] < slotsOf(r) {
+				if p.inFlight[r.ID] < depthOf(r) {
 					return r, true
 				}
 				return fleet.Replica{}, false
@@ -136,7 +148,7 @@ func (p *pool) pick(rs []fleet.Replica, key uint64, now time.Time) (fleet.Replic
 func (p *pool) take(id string) { p.inFlight[id]++ }
 
 // give counts a request to replica id done, marking the replica when it
-// failed, and wakes the waiters: a slot is free.
+// failed, and hands the free slot to the first waiter that may take it.
 func (p *pool) give(id string, failedUntil time.Time) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -146,6 +158,101 @@ func (p *pool) give(id string, failedUntil time.Time) {
 	if !failedUntil.IsZero() {
 		p.failed[id] = failedUntil
 	}
+	p.grant(time.Now())
+}
+
+// waiter is a request waiting for a slot: the prefix key and replicas it
+// is picked with, and where it is handed the replica whose slot it was
+// given (taken for it already).
+type waiter struct {
+	seq uint64
+	key uint64
+	rs  []fleet.Replica
+	got chan fleet.Replica // buffered: the giver never waits
+}
+
+func newWaiter(key uint64) *waiter {
+	return &waiter{key: key, got: make(chan fleet.Replica, 1)}
+}
+
+// enqueue puts w in the queue in its place by arrival (a waiter whose
+// replica was retired under it goes back where it was), with rs as the
+// replicas it may go to now, and gives out what slots are free. It says
+// the replica w was given, if any. p.mu is held.
+func (p *pool) enqueue(w *waiter, rs []fleet.Replica, now time.Time) (fleet.Replica, bool) {
+	w.rs = rs
+	if !slices.Contains(p.queue, w) {
+		if w.seq == 0 {
+			p.seq++
+			w.seq = p.seq
+		}
+		i, _ := slices.BinarySearchFunc(p.queue, w.seq, func(q *waiter, seq uint64) int { return cmp.Compare(q.seq, seq) })
+		p.queue = slices.Insert(p.queue, i, w)
+	}
+	p.grant(now)
+	select {
+	case r := <-w.got:
+		return r, true
+	default:
+		return fleet.Replica{}, false
+	}
+}
+
+// leave takes w out of the queue, and gives back a slot it was given
+// meanwhile, to the next waiter.
+func (p *pool) leave(w *waiter) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.queue = slices.DeleteFunc(p.queue, func(q *waiter) bool { return q == w })
+	select {
+	case r := <-w.got:
+		if p.inFlight[r.ID]--; p.inFlight[r.ID] <= 0 {
+			delete(p.inFlight, r.ID)
+		}
+		p.grant(time.Now())
+	default:
+	}
+}
+
+// grant gives free slots to the waiters in arrival order: each that pick
+// finds a replica for is taken out of the queue and handed it. A waiter
+// whose prefix keeps it on a busy replica is passed over, as it would
+// be had it come alone. p.mu is held.
+func (p *pool) grant(now time.Time) {
+	for i := 0; i < len(p.queue); {
+		w := p.queue[i]
+		if !p.roomIn(w.rs) {
+			// Of the 60 waiting at 64 requests at once, nearly all:
+			// passed over without pick's work.
+			i++
+			continue
+		}
+		r, ok := p.pick(w.rs, w.key, now)
+		if !ok {
+			i++
+			continue
+		}
+		p.take(r.ID)
+		p.queue = slices.Delete(p.queue, i, i+1)
+		w.got <- r
+	}
+}
+
+// roomIn is whether any of rs may be sent another request. p.mu is held.
+func (p *pool) roomIn(rs []fleet.Replica) bool {
+	for _, r := range rs {
+		if p.inFlight[r.ID] < depthOf(r) {
+			return true
+		}
+	}
+	return false
+}
+
+// lookAgain wakes every waiter to read the ready replicas again: one
+// became ready.
+func (p *pool) lookAgain() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	close(p.wake)
 	p.wake = make(chan struct{})
 }
@@ -157,7 +264,7 @@ func (p *pool) counts() (inFlight, waiting int) {
 	for _, n := range p.inFlight {
 		inFlight += n
 	}
-	return inFlight, p.waiting
+	return inFlight, len(p.queue)
 }
 
 // rendezvous is the rank of replica id for key: a hash of both, mixed so

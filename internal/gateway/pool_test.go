@@ -105,11 +105,13 @@ func TestPickBoundsTheLoad(t *testing.T) {
 		}
 	}
 
-	// Every slot taken: nothing to pick, the request waits.
+	// Every slot taken, and as many waiting in the engine's queue:
+	// nothing to pick, the request waits.
 	full := newPool()
 	one := replicas(1, 2)
-	full.take("m-1")
-	full.take("m-1")
+	for range 4 {
+		full.take("m-1")
+	}
 	if r, ok := full.pick(one, key, time.Now()); ok {
 		t.Errorf("picked %s with no free slot", r.ID)
 	}

@@ -10,6 +10,7 @@ import (
 	"modelserve/internal/auth"
 	"net/http"
 	"strconv"
+	"sync"
 	"time"
 
 	"modelserve/catalog"
@@ -296,7 +297,9 @@ func relay(w http.ResponseWriter, resp *http.Response, rn *renamer) (first time.
 	w.WriteHeader(resp.StatusCode)
 	t.stream = isEventStream(resp.Header.Get("Content-Type"))
 	rc := http.NewResponseController(w)
-	buf := make([]byte, 32<<10)
+	bp := relayBufs.Get().(*[]byte)
+	defer relayBufs.Put(bp)
+	buf := *bp
 	for {
 		n, rerr := resp.Body.Read(buf)
 		if n > 0 {
@@ -336,6 +339,11 @@ func relay(w http.ResponseWriter, resp *http.Response, rn *renamer) (first time.
 		}
 	}
 }
+
+// relayBufs are relay's read buffers, kept from one answer to the next:
+// 32 KiB made afresh for every request was most of what a request
+// allocated.
+var relayBufs = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
 
 // errClientGone is relay's error when writing to the client failed: the
 // client went away, which is no fault of the engine's.

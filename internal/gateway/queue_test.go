@@ -1,0 +1,218 @@
+package gateway
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+
+	"modelserve/catalog"
+	"modelserve/internal/auth"
+	"modelserve/internal/fleet"
+)
+
+// stubFleet serves its replicas as given, counts how often it is asked
+// for them, and tells its OnReady listeners when told to.
+type stubFleet struct {
+	mu    sync.Mutex
+	ready []fleet.Replica
+	asked int
+	tell  []func(string)
+}
+
+func (f *stubFleet) Serving(string) []fleet.Replica {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.asked++
+	return f.ready
+}
+func (f *stubFleet) Hold(string) (func(), bool)                    { return func() {}, true }
+func (f *stubFleet) EngineKey(string) string                       { return "k" }
+func (f *stubFleet) ModelHealth() []fleet.ModelHealth              { return nil }
+func (f *stubFleet) Use(string, int) func()                        { return func() {} }
+func (f *stubFleet) OnReady(fn func(string))                       { f.tell = append(f.tell, fn) }
+func (f *stubFleet) List(context.Context) ([]catalog.Model, error) { return nil, nil }
+func (f *stubFleet) Check(context.Context, string) (auth.Token, error) {
+	return auth.Token{}, auth.ErrBadToken
+}
+
+func stubGateway(t *testing.T, f *stubFleet) *Gateway {
+	t.Helper()
+	g, err := New(Options{Catalog: f, Fleet: f, Tokens: f})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g
+}
+
+// TestWaitersGetSlotsInArrivalOrder: requests waiting for a model's one
+// slot are served in the order they came as the slot frees, and one that
+// comes as the slot frees waits behind them rather than take it.
+func TestWaitersGetSlotsInArrivalOrder(t *testing.T) {
+	rep := fleet.Replica{ID: "m-1", Model: "m", Endpoint: "http://127.0.0.1:1", Load: &fleet.Load{Slots: 1}}
+	f := &stubFleet{ready: []fleet.Replica{rep}}
+	g := stubGateway(t, f)
+	m := catalog.Model{Name: "m"}
+	ctx := context.Background()
+	p := g.pool("m")
+
+	for range depthOf(rep) { // its slot, and its engine's queue
+		if _, _, aerr := g.admit(ctx, m, 0, f.ready, nil, false); aerr != nil {
+			t.Fatal(aerr)
+		}
+	}
+	const n = 6
+	served := make(chan int, n+1)
+	admitted := make([]chan struct{}, n+1)
+	for i := range n {
+		admitted[i] = make(chan struct{})
+		go func() {
+			if _, _, aerr := g.admit(ctx, m, 0, f.Serving("m"), nil, false); aerr != nil {
+				t.Error(aerr)
+			}
+			served <- i
+			<-admitted[i] // holds the slot until told
+			p.give(rep.ID, time.Time{})
+		}()
+		waitFor(t, 5*time.Second, fmt.Sprint(i+1, " waiting"), func() (bool, string) {
+			_, w := p.counts()
+			return w == i+1, fmt.Sprint(w, " waiting")
+		})
+	}
+	p.give(rep.ID, time.Time{}) // the first request's slot frees
+	// One that comes now, with the slot just given, waits behind the six.
+	late := make(chan struct{})
+	go func() {
+		if _, _, aerr := g.admit(ctx, m, 0, f.Serving("m"), nil, false); aerr != nil {
+			t.Error(aerr)
+		}
+		served <- n
+		close(late)
+	}()
+	waitFor(t, 5*time.Second, "the late one waiting", func() (bool, string) {
+		_, w := p.counts()
+		return w == n, fmt.Sprint(w, " waiting")
+	})
+	var order []int
+	for range n + 1 {
+		i := <-served
+		order = append(order, i)
+		if i < n {
+			close(admitted[i])
+		}
+	}
+	<-late
+	for i, got := range order {
+		if got != i {
+			t.Fatalf("served in the order %v, want 0 to %d as they came", order, n)
+		}
+	}
+}
+
+// TestColdWaiterIsWokenByTheFleet: a request waiting for a model's first
+// replica goes when the fleet says one is ready, without asking the fleet
+// for ready replicas on a timer meanwhile.
+func TestColdWaiterIsWokenByTheFleet(t *testing.T) {
+	f := &stubFleet{}
+	g, err := New(Options{Catalog: f, Fleet: f, Tokens: f, Metrics: prometheus.NewRegistry()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan fleet.Replica, 1)
+	go func() {
+		r, _, aerr := g.admit(context.Background(), catalog.Model{Name: "m"}, 0, nil, nil, false)
+		if aerr != nil {
+			t.Error(aerr)
+		}
+		got <- r
+	}()
+	waitFor(t, 5*time.Second, "the request waiting", func() (bool, string) {
+		_, w := g.pool("m").counts()
+		return w == 1, fmt.Sprint(w, " waiting")
+	})
+	time.Sleep(150 * time.Millisecond) // a cold start's while
+	f.mu.Lock()
+	f.ready = []fleet.Replica{{ID: "m-1", Model: "m", Endpoint: "http://127.0.0.1:1"}}
+	asked := f.asked
+	f.mu.Unlock()
+	for _, fn := range f.tell {
+		fn("m")
+	}
+	if r := <-got; r.ID != "m-1" {
+		t.Fatalf("admitted to %q, want m-1", r.ID)
+	}
+	if asked > 1 {
+		t.Errorf("the fleet was asked for ready replicas %d times while the request waited for it to tell", asked)
+	}
+	// The cold start is counted as long as the request waited.
+	var cold dto.Metric
+	if err := g.metrics.coldTime.WithLabelValues("m").(prometheus.Metric).Write(&cold); err != nil {
+		t.Fatal(err)
+	}
+	if h := cold.GetHistogram(); h.GetSampleCount() != 1 || h.GetSampleSum() < 0.15 {
+		t.Errorf("cold starts counted: %d, lasting %.3fs in all; want one of at least 0.15s", h.GetSampleCount(), h.GetSampleSum())
+	}
+}
+
+// countingTokens passes one token, "good", until revoked, and counts how
+// often it is asked.
+type countingTokens struct {
+	mu      sync.Mutex
+	asked   int
+	revoked bool
+}
+
+func (c *countingTokens) Check(_ context.Context, tok string) (auth.Token, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.asked++
+	if tok != "good" || c.revoked {
+		return auth.Token{}, auth.ErrBadToken
+	}
+	return auth.Token{Name: "ci"}, nil
+}
+
+// TestATokenIsReadOnceAWhileAndRefusedOnceRevoked: a client's requests
+// cost the token store one read per TokenEvery, not one each, and a
+// token revoked is refused once that while is over; a bad token is asked
+// about every time.
+func TestATokenIsReadOnceAWhileAndRefusedOnceRevoked(t *testing.T) {
+	f := &stubFleet{}
+	toks := &countingTokens{}
+	g, err := New(Options{Catalog: f, Fleet: f, Tokens: toks, TokenEvery: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ask := func(tok string) *apiError {
+		r := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", nil)
+		r.Header.Set("Authorization", "Bearer "+tok)
+		_, aerr := g.authenticate(r)
+		return aerr
+	}
+	for i := range 10 {
+		if aerr := ask("good"); aerr != nil {
+			t.Fatalf("request %d: %v", i, aerr.Message)
+		}
+	}
+	for range 3 {
+		if ask("bad") == nil {
+			t.Fatal("a bad token passed")
+		}
+	}
+	toks.mu.Lock()
+	if toks.asked != 4 {
+		t.Errorf("the token store was asked %d times for 10 requests with a good token and 3 with a bad one, want 4", toks.asked)
+	}
+	toks.revoked = true
+	toks.mu.Unlock()
+	waitFor(t, 5*time.Second, "the revoked token refused", func() (bool, string) {
+		aerr := ask("good")
+		return aerr != nil && aerr.status == http.StatusUnauthorized, "it still passes"
+	})
+}
