@@ -40,7 +40,7 @@ func (s *Server) requireToken(next http.Handler) http.Handler {
 		if !ok {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="modelserve"`)
 			writeJSON(w, http.StatusUnauthorized, errorBody{Error: "the API needs a token: send Authorization: Bearer <token>, " +
-				"made with modelserve token create NAME"})
+				"made with " + s.tokenCreate("NAME")})
 			return
 		}
 		who, err := s.tokens.Check(r.Context(), tok)
@@ -50,7 +50,7 @@ func (s *Server) requireToken(next http.Handler) http.Handler {
 				return
 			}
 			w.Header().Set("WWW-Authenticate", `Bearer realm="modelserve", error="invalid_token"`)
-			writeJSON(w, http.StatusUnauthorized, errorBody{Error: err.Error() + ": make a new one with modelserve token create NAME"})
+			writeJSON(w, http.StatusUnauthorized, errorBody{Error: err.Error() + ": make a new one with " + s.tokenCreate("NAME")})
 			return
 		}
 		accesslog.SetToken(r.Context(), who.Name)

@@ -114,7 +114,7 @@ var listeningAt = regexp.MustCompile(`msg="modelserve listening" addr=(\S+)`)
 // test kills it and fails. The largest seen is in the returned value.
 func startBinary(t *testing.T, hub *hubtest.Server, engine string) (*binaryServer, *atomic.Int64) {
 	t.Helper()
-	dir := t.TempDir()
+	dir := madeDataDir(t)
 	bin := filepath.Join(dir, "modelserve")
 	if out, err := exec.Command("go", "build", "-o", bin, "modelserve/cmd/modelserve").CombinedOutput(); err != nil {
 		t.Fatalf("building modelserve: %v\n%s", err, out)

@@ -29,7 +29,7 @@ func TestFullDataDiskThroughTheAPI(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("a size-limited filesystem is a tmpfs mounted by root, and this test runs as another user")
 	}
-	data := t.TempDir()
+	data := madeDataDir(t)
 	if err := syscall.Mount("tmpfs", data, "tmpfs", 0, fmt.Sprintf("size=%d,mode=0700", 20<<20)); err != nil {
 		t.Fatalf("mounting a 20 MB tmpfs on %s as root: %v", data, err)
 	}
