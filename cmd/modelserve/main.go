@@ -67,12 +67,16 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 		return sessionCmd(ctx, args, getenv, stdout, stderr)
 	case "keys":
 		return keysCmd(ctx, args, getenv, stdout, stderr)
+	case "model":
+		return modelCmd(ctx, args, getenv, stdout, stderr)
+	case "chat":
+		return chatCmd(ctx, args, getenv, stdin, stdout, stderr)
 	case "help":
 		fmt.Fprint(stdout, usage)
 		return nil
 	default:
 		fmt.Fprint(stderr, usage)
-		return usageError{fmt.Errorf("%q is not a command; the commands are serve, token, user, session, keys, version and help", cmd)}
+		return usageError{fmt.Errorf("%q is not a command; the commands are serve, model, chat, token, user, session, keys, version and help", cmd)}
 	}
 }
 
@@ -85,6 +89,9 @@ Usage:
                                user passwd NAME, user remove NAME (both end the user's sessions)
   modelserve session list [NAME]  console sessions; session revoke ID|--user NAME ends them
   modelserve keys rotate       new session cookie keys; everyone signs in again
+  modelserve model plan|serve|list  against a running server (MODELSERVE_URL, MODELSERVE_TOKEN):
+                               where a repository's files fit, serve one (--wait follows the job), the catalog
+  modelserve chat MODEL [MESSAGE]  talk with a served model, the reply streamed
   modelserve version           modelserve's version and commit, Go's, and the engine build it finds
                                (also modelserve --version)
   modelserve help              this text
