@@ -21,6 +21,9 @@ func TestTokenCommandsNameTheDataDirectory(t *testing.T) {
 	if got := doc.Find(`[data-testid="call-token"]`).Text(); got != want+" --models tiny my-app" {
 		t.Errorf("the panel's token command is %q, want %q", got, want+" --models tiny my-app")
 	}
+	if doc.Find(`[data-testid="call-tokens-page"][href="/tokens"]`).Length() != 1 {
+		t.Error("the panel does not point to the Tokens page")
+	}
 
 	for _, tc := range []struct{ name, header string }{
 		{"no token", ""},

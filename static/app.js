@@ -81,3 +81,16 @@
     }
   });
 })();
+
+// A button with data-copy copies the text of the element it names (the
+// tokens page's new token) and says so on itself.
+document.addEventListener("click", function (e) {
+  var b = e.target.closest && e.target.closest("[data-copy]");
+  var el = b && document.getElementById(b.dataset.copy);
+  if (!el || !navigator.clipboard) {
+    return;
+  }
+  navigator.clipboard.writeText(el.textContent).then(function () {
+    b.textContent = "Copied";
+  });
+});
