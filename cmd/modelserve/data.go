@@ -51,7 +51,7 @@ func openExisting(ctx context.Context, dir string) (*sql.DB, error) {
 			where = dir + " (" + abs + ")"
 		}
 		return nil, fmt.Errorf("there is no modelserve database in %s: give --data (or MODELSERVE_DATA) the folder the server runs with, "+
-			"or start the server once with --data %s to make one there", where, dir)
+			"or make one there with modelserve init --data %s", where, dir)
 	} else if err != nil {
 		return nil, fmt.Errorf("cannot read the data directory %s: %w", dir, err)
 	}

@@ -114,12 +114,12 @@ var listeningAt = regexp.MustCompile(`msg="modelserve listening" addr=(\S+)`)
 // test kills it and fails. The largest seen is in the returned value.
 func startBinary(t *testing.T, hub *hubtest.Server, engine string) (*binaryServer, *atomic.Int64) {
 	t.Helper()
-	dir := madeDataDir(t)
+	dir := t.TempDir()
 	bin := filepath.Join(dir, "modelserve")
 	if out, err := exec.Command("go", "build", "-o", bin, "modelserve/cmd/modelserve").CombinedOutput(); err != nil {
 		t.Fatalf("building modelserve: %v\n%s", err, out)
 	}
-	data := filepath.Join(dir, "data")
+	data := mustMakeData(t, filepath.Join(dir, "data"))
 	env := []string{"HF_HOME=" + filepath.Join(dir, "hf-home")}
 	for _, kv := range os.Environ() {
 		if k, _, _ := strings.Cut(kv, "="); !strings.HasPrefix(k, "HF_") && !strings.HasPrefix(k, "HUGGING_FACE") && !strings.HasPrefix(k, "MODELSERVE_") {

@@ -29,7 +29,7 @@ func TestFullDataDiskThroughTheAPI(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("a size-limited filesystem is a tmpfs mounted by root, and this test runs as another user")
 	}
-	data := madeDataDir(t)
+	data := t.TempDir()
 	if err := syscall.Mount("tmpfs", data, "tmpfs", 0, fmt.Sprintf("size=%d,mode=0700", 20<<20)); err != nil {
 		t.Fatalf("mounting a 20 MB tmpfs on %s as root: %v", data, err)
 	}
@@ -40,6 +40,7 @@ func TestFullDataDiskThroughTheAPI(t *testing.T) {
 	})
 	hub := hubtest.New(t)
 	tinyRepo(t, hub, "acme/Tiny-GGUF", "tiny-Q4_K_M.gguf", ggufgen.Spec{})
+	mustMakeData(t, data)
 	mustRun(t, "a long enough password\n", "user", "add", "--data", data, "alice")
 	s := startAPI(t, config{Addr: "127.0.0.1:0", Data: data, HFEndpoint: hub.URL()})
 

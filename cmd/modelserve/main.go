@@ -59,6 +59,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 		return serve(ctx, cfg, log, nil)
 	case "version":
 		return versionCmd(ctx, args, getenv, stdout, stderr)
+	case "init":
+		return initCmd(ctx, args, getenv, stderr)
 	case "token":
 		return tokenCmd(ctx, args, getenv, stdout, stderr)
 	case "user":
@@ -76,7 +78,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 		return nil
 	default:
 		fmt.Fprint(stderr, usage)
-		return usageError{fmt.Errorf("%q is not a command; the commands are serve, model, chat, token, user, session, keys, version and help", cmd)}
+		return usageError{fmt.Errorf("%q is not a command; the commands are serve, model, chat, init, token, user, session, keys, version and help", cmd)}
 	}
 }
 
@@ -84,6 +86,8 @@ const usage = `modelserve takes a language model from a registry repository to a
 
 Usage:
   modelserve [serve] [flags]   run the server (the default)
+  modelserve init              make the data directory's database before the first start
+                               (the commands below refuse a folder without one)
   modelserve token create NAME  print a new API token (once); also token list, token revoke NAME
   modelserve user add NAME     add a console user, password from stdin or generated; also user list,
                                user passwd NAME, user remove NAME (both end the user's sessions)
