@@ -4,9 +4,12 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"io"
 	"net/http"
+	"net/http/httptest"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 
 	"modelserve/internal/ggufgen"
@@ -153,5 +156,48 @@ func TestReadSSE(t *testing.T) {
 	long := "data: " + strings.Repeat("x", maxStreamLine+1) + "\n\n"
 	if err := readSSE(strings.NewReader(long), func(string, []byte) error { return nil }); err == nil {
 		t.Error("an event longer than the bound was read")
+	}
+}
+
+// TestServeWaitFollowsAStreamThatBreaks: --wait opens the job's events
+// again when they stop before the job ends, and gives up, saying so, when
+// they keep stopping with nothing new.
+func TestServeWaitFollowsAStreamThatBreaks(t *testing.T) {
+	running := `{"id":"j1","state":"running","steps":[{"name":"registry","state":"running"}]}`
+	done := `{"id":"j1","state":"done","model":"tiny","steps":[{"name":"registry","state":"done"}]}`
+	var mu sync.Mutex
+	opened := 0
+	ends := true
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/api/v1/serve":
+			w.WriteHeader(http.StatusAccepted)
+			io.WriteString(w, running)
+		case "/api/v1/jobs/j1/events":
+			mu.Lock()
+			opened++
+			n, end := opened, ends
+			mu.Unlock()
+			w.Header().Set("Content-Type", "text/event-stream")
+			io.WriteString(w, "event: job\ndata: "+running+"\n\n")
+			if end && n == 2 {
+				io.WriteString(w, "event: end\ndata: "+done+"\n\n")
+			}
+		}
+	}))
+	defer srv.Close()
+	s := &apiServer{t: t, base: srv.URL, token: "ms_x"}
+
+	out, _, err := s.client("", "model", "serve", "--wait", "acme/Tiny-GGUF")
+	if err != nil || !strings.Contains(out, "registry   done") || opened != 2 {
+		t.Fatalf("a stream that broke once: %v after %d connections\n%s", err, opened, out)
+	}
+
+	mu.Lock()
+	opened, ends = 0, false
+	mu.Unlock()
+	_, _, err = s.client("", "model", "serve", "--wait", "acme/Tiny-GGUF")
+	if err == nil || !strings.Contains(err.Error(), "stopped 5 times before it ended") || opened != 6 {
+		t.Errorf("a stream that never ends: %v after %d connections, want an error after 6", err, opened)
 	}
 }

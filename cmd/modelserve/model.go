@@ -188,7 +188,8 @@ func modelList(ctx context.Context, c *client, stdout io.Writer) error {
 // watcher that fell behind, or restarted) is opened again, a few times.
 func followJob(ctx context.Context, c *client, id string, stdout io.Writer) error {
 	shown := map[string]string{}
-	show := func(j jobs.Job) {
+	// show prints what changed, and says whether anything did.
+	show := func(j jobs.Job) (changed bool) {
 		for _, st := range j.Steps {
 			line := st.State
 			if st.Detail != "" {
@@ -199,11 +200,20 @@ func followJob(ctx context.Context, c *client, id string, stdout io.Writer) erro
 			}
 			shown[st.Name] = line
 			fmt.Fprintf(stdout, "%-10s %s\n", st.Name, line)
+			changed = true
 		}
+		return changed
 	}
 	var last jobs.Job
 	for tries := 0; ; tries++ {
-		ended, err := readJobEvents(ctx, c, id, func(j jobs.Job) { last = j; show(j); tries = 0 })
+		// A stream that brought news earns its reconnects afresh; one
+		// that repeats the job as it stood does not.
+		ended, err := readJobEvents(ctx, c, id, func(j jobs.Job) {
+			last = j
+			if show(j) {
+				tries = 0
+			}
+		})
 		if err != nil && (ctx.Err() != nil || tries >= maxReconnects) {
 			return err
 		}
