@@ -226,6 +226,7 @@ func startServer(t *testing.T, hub *hubtest.Server) *server {
 		}
 		return strings.TrimSpace(string(out))
 	}
+	cli("", "init", "--data", s.data)
 	cli(password+"\n", "user", "add", "--data", s.data, operator)
 	s.token = cli("", "token", "create", "--data", s.data, "e2e")
 

@@ -34,13 +34,17 @@ func (s *Server) apiError(w http.ResponseWriter, r *http.Request, err error) {
 
 // requireToken lets a request through with a valid bearer token, and
 // answers anything else 401 with a sentence saying how to get one.
+//
+// The sentence names the data directory as a word, not where it is: it
+// goes to anyone, and an answer never shows a path on this machine. The
+// console, signed in, shows the command with the path (tokenCreate).
 func (s *Server) requireToken(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		tok, ok := auth.BearerToken(r.Header.Get("Authorization"))
 		if !ok {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="modelserve"`)
 			writeJSON(w, http.StatusUnauthorized, errorBody{Error: "the API needs a token: send Authorization: Bearer <token>, " +
-				"made with modelserve token create NAME"})
+				"made with " + noTokenCreate})
 			return
 		}
 		who, err := s.tokens.Check(r.Context(), tok)
@@ -50,7 +54,7 @@ func (s *Server) requireToken(next http.Handler) http.Handler {
 				return
 			}
 			w.Header().Set("WWW-Authenticate", `Bearer realm="modelserve", error="invalid_token"`)
-			writeJSON(w, http.StatusUnauthorized, errorBody{Error: err.Error() + ": make a new one with modelserve token create NAME"})
+			writeJSON(w, http.StatusUnauthorized, errorBody{Error: err.Error() + ": make a new one with " + noTokenCreate})
 			return
 		}
 		accesslog.SetToken(r.Context(), who.Name)
@@ -91,3 +95,7 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.WriteHeader(status)
 	json.NewEncoder(w).Encode(v)
 }
+
+// noTokenCreate is how an unauthenticated caller is told to make a token.
+const noTokenCreate = "modelserve token create --data DIR NAME, DIR being the server's data directory (its --data), " +
+	"or on the console's Tokens page"

@@ -30,14 +30,38 @@ func (s *Server) publicBase(r *http.Request) string {
 	return scheme + "://" + r.Host
 }
 
-// callItView is the panel for model m, called at base.
-func callItView(base string, m catalog.Model) views.CallIt {
+// tokenCreate is the command that makes an API token named name in this
+// server's data directory: run from any folder, it reaches the database the
+// server reads. args go before the name.
+func (s *Server) tokenCreate(name string, args ...string) string {
+	cmd := "modelserve token create"
+	if s.deps.DataDir != "" {
+		cmd += " --data " + shellWord(s.deps.DataDir)
+	}
+	for _, a := range args {
+		cmd += " " + a
+	}
+	return cmd + " " + name
+}
+
+// shellWord is s as it can be typed in a shell: as it is when it holds
+// nothing a shell reads specially, else single-quoted.
+func shellWord(s string) string {
+	if s != "" && strings.Trim(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789/._-+:,@") == "" {
+		return s
+	}
+	return shellQuote(s)
+}
+
+// callItView is the panel for model m, called at base; tokenCommand makes
+// a token for it.
+func callItView(base string, m catalog.Model, tokenCommand func(name string, args ...string) string) views.CallIt {
 	api := base + "/v1"
 	name := jsonString(m.Name)
 	c := views.CallIt{
 		Model: m.Name, BaseURL: api, Token: tokenPlaceholder,
 		// --models limits the token to this model and to the gateway.
-		TokenCommand: "modelserve token create --models " + m.Name + " my-app",
+		TokenCommand: tokenCommand("my-app", "--models", shellWord(m.Name)),
 	}
 	if m.Capabilities.Embeddings {
 		c.Curl = "curl " + api + "/embeddings \\\n" +

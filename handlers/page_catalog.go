@@ -64,7 +64,7 @@ func (s *Server) renderCatalog(w http.ResponseWriter, r *http.Request, v visit, 
 			vm.Traffic, vm.Latency = trafficText(traffic[m.Name])
 			vm.Playground = playgroundURL(m.Name)
 		}
-		vm.CallIt = callItView(base, m)
+		vm.CallIt = callItView(base, m, s.tokenCreate)
 		if m.Canary != nil {
 			// Reached through its model, by its share: no client calls it.
 			vm.Playground = ""

@@ -60,7 +60,7 @@ func (s *Server) withCallIt(r *http.Request, j jobs.Job, vm *views.Job) {
 		}
 		return
 	}
-	c := callItView(s.publicBase(r), m)
+	c := callItView(s.publicBase(r), m, s.tokenCreate)
 	vm.CallIt = &c
 	if s.deps.Gateway != nil {
 		vm.Playground = playgroundURL(m.Name)

@@ -60,7 +60,7 @@ func (s *Server) playgroundView(r *http.Request, v visit, m catalog.Model) views
 			MaxTokens: fmt.Sprint(min(defaultMaxTokens, maxTokensLimit(m))), Temperature: defaultTemperature,
 			MaxTokensLimit: fmt.Sprint(maxTokensLimit(m)),
 		},
-		CallIt: callItView(s.publicBase(r), m),
+		CallIt: callItView(s.publicBase(r), m, s.tokenCreate),
 	}
 	if snap, ok := s.snapshot(); ok {
 		var health fleet.ModelHealth

@@ -160,6 +160,10 @@ func (s *Server) consoleRoutes(mux *http.ServeMux) {
 	signedIn("POST /fleet/replicas/{id}/restart", s.replicaControl("restart"))
 	signedIn("POST /fleet/models/{name}/scale", s.modelScale)
 	signedIn("POST /fleet/models/{name}/unpark", s.modelUnpark)
+
+	signedIn("GET /tokens", s.tokensPage)
+	signedIn("POST /tokens", s.tokensSubmit)
+	signedIn("POST /tokens/{name}/revoke", s.tokensRevoke)
 }
 
 // streamRoutes are the console's server-sent event streams, which keep its

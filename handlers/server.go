@@ -177,6 +177,9 @@ type Deps struct {
 	// (--public-url), which the "call it" panels put in their commands;
 	// empty, they use the address each request came to.
 	PublicURL string
+	// DataDir is the server's data directory, which the token commands
+	// the console and the 401 sentences give must name (--data).
+	DataDir string
 	// SessionKeys sign and encrypt the session cookie (auth.LoadKeyFile
 	// or auth.KeysFromSecret); none makes keys for this process alone, so
 	// a restart signs everyone out.

@@ -11,6 +11,7 @@ import (
 	"modelserve/internal/gguf"
 	"modelserve/internal/hf"
 	"modelserve/internal/mirror"
+	"modelserve/internal/notify"
 	"modelserve/internal/plan"
 )
 
@@ -121,6 +122,9 @@ type Deps struct {
 	UnplacedGrace time.Duration
 	// Metrics, when set, is told of jobs and steps.
 	Metrics Metrics
+	// Notify is told of jobs failed and updates promoted or rolled back
+	// (--notify-url); nil tells no one.
+	Notify *notify.Notifier
 
 	// What an update needs (Server.Update): the updates noticed, and
 	// where versions end. Without Updates no update is served.

@@ -19,6 +19,7 @@ import (
 	"log/slog"
 	"modelserve/internal/canary"
 	"modelserve/internal/hf"
+	"modelserve/internal/notify"
 	"modelserve/internal/operr"
 	"modelserve/internal/words"
 	"runtime/debug"
@@ -372,6 +373,7 @@ func (s *Server) finish(ctx context.Context, l *live, err error) {
 func (s *Server) fail(l *live, step, msg string) {
 	s.undo(l, Failed, msg)
 	s.end(l, Failed, step, msg)
+	s.deps.Notify.Send(notify.JobFailed(l.job.ID, l.job.Model, l.job.Request.Repo, step, msg))
 }
 
 // end gives a running job its final state. With failed steps, the step named

@@ -7,6 +7,7 @@ import (
 
 	"modelserve/internal/canary"
 	"modelserve/internal/hf"
+	"modelserve/internal/notify"
 	"modelserve/internal/operr"
 	"modelserve/internal/updates"
 	"modelserve/internal/words"
@@ -258,6 +259,7 @@ func (s *Server) promote(ctx context.Context, l *live, p *pipeline) error {
 		s.deps.Log.Warn("could not record an update as promoted", "update", p.req.UpdateID, "err", err)
 	}
 	s.deps.Log.Info("update promoted", "model", of, "commit", p.repo.Commit)
+	s.deps.Notify.Send(notify.Promoted(of, hf.Short(p.repo.Commit)))
 	return nil
 }
 

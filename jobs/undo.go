@@ -6,6 +6,7 @@ import (
 
 	"modelserve/catalog"
 	"modelserve/internal/hf"
+	"modelserve/internal/notify"
 	"modelserve/internal/updates"
 )
 
@@ -60,6 +61,7 @@ func (s *Server) endTrial(ctx context.Context, j Job) {
 		}
 		s.setUpdate(ctx, id, updates.StatePromoted)
 		s.deps.Log.Info("update promoted, its job having failed after the catalog took it", "job", j.ID, "model", of, "commit", commit)
+		s.deps.Notify.Send(notify.Promoted(of, hf.Short(commit)))
 		return
 	}
 	why := j.Error
@@ -78,6 +80,7 @@ func (s *Server) endTrial(ctx context.Context, j Job) {
 	}
 	s.setUpdate(ctx, id, updates.StateRolledBack)
 	s.deps.Log.Info("update rolled back", "job", j.ID, "model", of, "commit", hf.Short(commit), "why", why)
+	s.deps.Notify.Send(notify.RolledBack(of, hf.Short(commit), why))
 }
 
 // removeEntry takes name out of the catalog, so its replicas stop, and has

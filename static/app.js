@@ -107,12 +107,18 @@
       pre.appendChild(b);
     });
   }
+  // A Copy button copies its command, or with data-copy the text of the
+  // element it names (the tokens page's new token), and says so.
   document.addEventListener("click", function (e) {
-    var b = e.target.closest && e.target.closest("pre > button.copy");
+    var b = e.target.closest && e.target.closest("pre > button.copy, button[data-copy]");
     if (!b) {
       return;
     }
-    var text = b.parentElement.querySelector("code").innerText;
+    var src = b.dataset.copy ? document.getElementById(b.dataset.copy) : b.parentElement.querySelector("code");
+    if (!src) {
+      return;
+    }
+    var text = src.innerText;
     var done = function () {
       b.textContent = "Copied";
       setTimeout(function () { b.textContent = "Copy"; }, 2000);
@@ -143,3 +149,4 @@
     }
   });
 })();
+

@@ -14,6 +14,7 @@ import (
 	"modelserve/catalog"
 	"modelserve/internal/fleet"
 	"modelserve/internal/kubefleet"
+	"modelserve/internal/notify"
 	"modelserve/internal/operr"
 	"modelserve/internal/plan"
 	"modelserve/jobs"
@@ -47,10 +48,10 @@ var (
 
 // newBackend is the fleet cfg.Fleet names, with the catalog to hand to
 // whatever changes it (it pokes the fleet) and the fleet as jobs watch it.
-func newBackend(cfg config, enginePath string, store *catalog.Store, db *sql.DB, log *slog.Logger) (fleetBackend, *fleet.NotifyingCatalog, jobs.Fleet, error) {
+func newBackend(cfg config, enginePath string, store *catalog.Store, db *sql.DB, notifier *notify.Notifier, log *slog.Logger) (fleetBackend, *fleet.NotifyingCatalog, jobs.Fleet, error) {
 	switch cfg.Fleet {
 	case "", "local":
-		f, cat, jf, err := newFleet(enginePath, store, db, log)
+		f, cat, jf, err := newFleet(enginePath, store, db, notifier, log)
 		if err != nil {
 			return nil, nil, nil, err
 		}

@@ -10,6 +10,7 @@ import (
 
 	"modelserve/internal/canary"
 	"modelserve/internal/hf"
+	"modelserve/internal/notify"
 	"modelserve/internal/operr"
 	"modelserve/internal/updates"
 )
@@ -31,6 +32,9 @@ type config struct {
 	TrustProxy      string
 	PublicURL       string
 	SessionSecret   string
+	// NotifyURL, when set, is the webhook told of updates noticed,
+	// promoted and rolled back, models parked and jobs failed.
+	NotifyURL string
 	// MetricsToken, when set, is what a scraper must present to read
 	// /metrics, which is otherwise open.
 	MetricsToken string
@@ -92,6 +96,7 @@ func (c *config) settings() []setting {
 		{"canary-requests", "MODELSERVE_CANARY_REQUESTS", "50", "how many requests a canary serves before it is judged on them", &c.CanaryRequestsText},
 		{"canary-window", "MODELSERVE_CANARY_WINDOW", "30m", "the longest a canary is tried before it is judged on what it served", &c.CanaryWindowText},
 		{"session-secret", "MODELSERVE_SESSION_SECRET", "", "secret (32+ characters) the session cookie keys are derived from, best given by the environment (a flag shows in process lists); empty keeps the keys in <data>/session.key", &c.SessionSecret},
+		{"notify-url", "MODELSERVE_NOTIFY_URL", "", "a webhook told, by a JSON POST with a text field (chat webhooks show it), of new weights noticed, updates promoted and rolled back, models parked and jobs failed; empty tells no one", &c.NotifyURL},
 		{"metrics-token", "MODELSERVE_METRICS_TOKEN", "", "a bearer token /metrics asks of a scraper (Authorization: Bearer ...), best given by the environment; empty leaves /metrics open, as scrapers expect", &c.MetricsToken},
 		{"fleet", "MODELSERVE_FLEET", "", "where replicas run: local (engine processes on this machine; empty means local) or kubernetes (Deployments in a cluster)", &c.Fleet},
 		{"kubeconfig", "KUBECONFIG", "", "kubeconfig file for --fleet kubernetes; empty uses the in-cluster service account", &c.Kubeconfig},
@@ -142,6 +147,11 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (co
 	}
 	if err := c.readCanary(); err != nil {
 		return c, usageError{err}
+	}
+	if c.NotifyURL != "" {
+		if err := notify.CheckURL(c.NotifyURL); err != nil {
+			return c, usageError{err}
+		}
 	}
 	return c, nil
 }

@@ -237,7 +237,7 @@ func TestAStreamCutByADyingEngineEndsInAnError(t *testing.T) {
 func TestTheGatewayTellsATokenNothingOfOtherModels(t *testing.T) {
 	hub := hubtest.New(t)
 	tinyRepo(t, hub, "acme/Tiny-Llama-GGUF", "Tiny-Llama-Q4_K_M.gguf", ggufgen.Spec{ContextLength: 8192})
-	data := t.TempDir()
+	data := madeDataDir(t)
 	s := startAPI(t, config{Addr: "127.0.0.1:0", Data: data, HFEndpoint: hub.URL()})
 	var job jobs.Job
 	if code := s.do("POST", "/api/v1/serve", map[string]any{"repo": "acme/Tiny-Llama-GGUF", "replicas": 0, "context_length": 2048, "ctx_pool": 2048}, &job); code != http.StatusAccepted {

@@ -119,7 +119,7 @@ func startBinary(t *testing.T, hub *hubtest.Server, engine string) (*binaryServe
 	if out, err := exec.Command("go", "build", "-o", bin, "modelserve/cmd/modelserve").CombinedOutput(); err != nil {
 		t.Fatalf("building modelserve: %v\n%s", err, out)
 	}
-	data := filepath.Join(dir, "data")
+	data := mustMakeData(t, filepath.Join(dir, "data"))
 	env := []string{"HF_HOME=" + filepath.Join(dir, "hf-home")}
 	for _, kv := range os.Environ() {
 		if k, _, _ := strings.Cut(kv, "="); !strings.HasPrefix(k, "HF_") && !strings.HasPrefix(k, "HUGGING_FACE") && !strings.HasPrefix(k, "MODELSERVE_") {

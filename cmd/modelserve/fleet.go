@@ -11,6 +11,7 @@ import (
 	"modelserve/internal/evals"
 	"modelserve/internal/fleet"
 	"modelserve/internal/gateway"
+	"modelserve/internal/notify"
 	"modelserve/internal/operr"
 	"modelserve/internal/plan"
 	"modelserve/jobs"
@@ -52,9 +53,9 @@ func (a jobsFleet) NodeCPUs(memGB int) []int { return a.f.NodeCPUs(memGB) }
 // Each engine start's estimated and measured memory is kept in db, and so
 // are the models parked, which a restart must not start again.
 // The caller runs the fleet (Run) and waits for it on shutdown.
-func newFleet(engine string, store *catalog.Store, db *sql.DB, log *slog.Logger) (*fleet.Fleet, *fleet.NotifyingCatalog, jobs.Fleet, error) {
+func newFleet(engine string, store *catalog.Store, db *sql.DB, notifier *notify.Notifier, log *slog.Logger) (*fleet.Fleet, *fleet.NotifyingCatalog, jobs.Fleet, error) {
 	f, err := fleet.New(fleet.Options{Catalog: store, Engine: engine, History: fleet.NewHistory(db), Parks: fleet.NewParks(db),
-		Log: log.With("part", "fleet")})
+		Notify: notifier, Log: log.With("part", "fleet")})
 	if err != nil {
 		return nil, nil, nil, err
 	}

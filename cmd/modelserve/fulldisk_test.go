@@ -29,6 +29,7 @@ func TestFullDataDiskThroughTheAPI(t *testing.T) {
 	data := smallDisk(t)
 	hub := hubtest.New(t)
 	tinyRepo(t, hub, "acme/Tiny-GGUF", "tiny-Q4_K_M.gguf", ggufgen.Spec{})
+	mustMakeData(t, data)
 	mustRun(t, "a long enough password\n", "user", "add", "--data", data, "alice")
 	s := startAPI(t, config{Addr: "127.0.0.1:0", Data: data, HFEndpoint: hub.URL()})
 

@@ -26,7 +26,7 @@ import (
 func TestGatewayServesWhatAJobServed(t *testing.T) {
 	hub := hubtest.New(t)
 	tinyRepo(t, hub, "acme/Tiny-Llama-GGUF", "Tiny-Llama-Q4_K_M.gguf", ggufgen.Spec{ContextLength: 8192})
-	data := t.TempDir()
+	data := madeDataDir(t)
 	s := startAPI(t, config{Addr: "127.0.0.1:0", Data: data, HFEndpoint: hub.URL()})
 
 	var job jobs.Job

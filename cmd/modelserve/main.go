@@ -59,6 +59,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 		return serve(ctx, cfg, log, nil)
 	case "version":
 		return versionCmd(ctx, args, getenv, stdout, stderr)
+	case "init":
+		return initCmd(ctx, args, getenv, stderr)
 	case "token":
 		return tokenCmd(ctx, args, getenv, stdout, stderr)
 	case "user":
@@ -67,12 +69,16 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 		return sessionCmd(ctx, args, getenv, stdout, stderr)
 	case "keys":
 		return keysCmd(ctx, args, getenv, stdout, stderr)
+	case "model":
+		return modelCmd(ctx, args, getenv, stdout, stderr)
+	case "chat":
+		return chatCmd(ctx, args, getenv, stdin, stdout, stderr)
 	case "help":
 		fmt.Fprint(stdout, usage)
 		return nil
 	default:
 		fmt.Fprint(stderr, usage)
-		return usageError{fmt.Errorf("%q is not a command; the commands are serve, token, user, session, keys, version and help", cmd)}
+		return usageError{fmt.Errorf("%q is not a command; the commands are serve, model, chat, init, token, user, session, keys, version and help", cmd)}
 	}
 }
 
@@ -80,11 +86,16 @@ const usage = `modelserve takes a language model from a registry repository to a
 
 Usage:
   modelserve [serve] [flags]   run the server (the default)
+  modelserve init              make the data directory's database before the first start
+                               (the commands below refuse a folder without one)
   modelserve token create NAME  print a new API token (once); also token list, token revoke NAME
   modelserve user add NAME     add a console user, password from stdin or generated; also user list,
                                user passwd NAME, user remove NAME (both end the user's sessions)
   modelserve session list [NAME]  console sessions; session revoke ID|--user NAME ends them
   modelserve keys rotate       new session cookie keys; everyone signs in again
+  modelserve model plan|serve|list  against a running server (MODELSERVE_URL, MODELSERVE_TOKEN):
+                               where a repository's files fit, serve one (--wait follows the job), the catalog
+  modelserve chat MODEL [MESSAGE]  talk with a served model, the reply streamed
   modelserve version           modelserve's version and commit, Go's, and the engine build it finds
                                (also modelserve --version)
   modelserve help              this text

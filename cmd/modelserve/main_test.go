@@ -152,7 +152,7 @@ func TestServeAndShutDown(t *testing.T) {
 }
 
 func TestTokenCommands(t *testing.T) {
-	dir := t.TempDir()
+	dir := madeDataDir(t)
 	ctx := context.Background()
 	env := func(string) string { return "" }
 	var out, errb bytes.Buffer

@@ -177,7 +177,7 @@ func mustRun(t *testing.T, stdin string, args ...string) (stdout, stderr string)
 }
 
 func TestSignOutEndsTheSession(t *testing.T) {
-	dir := t.TempDir()
+	dir := madeDataDir(t)
 	mustRun(t, "a long password\n", "user", "add", "--data", dir, "ada")
 	s := startServe(t, config{Data: dir})
 	base := "http://" + s.addr
@@ -286,7 +286,7 @@ func TestDataFolderOfAnOlderStartIsMadePrivate(t *testing.T) {
 }
 
 func TestKeysRotateSignsEveryoneOut(t *testing.T) {
-	dir := t.TempDir()
+	dir := madeDataDir(t)
 	mustRun(t, "a long password\n", "user", "add", "--data", dir, "ada")
 	s := startServe(t, config{Data: dir})
 	b := newConsole(t, "http://"+s.addr, nil)
@@ -322,7 +322,7 @@ func TestKeysRotateSignsEveryoneOut(t *testing.T) {
 func TestSessionSecretKeepsSessionsAcrossDataDirectories(t *testing.T) {
 	// Two servers given one secret read each other's cookies, and no key
 	// file is written.
-	dir := t.TempDir()
+	dir := madeDataDir(t)
 	mustRun(t, "a long password\n", "user", "add", "--data", dir, "ada")
 	secret := strings.Repeat("correct-horse-", 4)
 	s := startServe(t, config{Data: dir, SessionSecret: secret})
@@ -384,7 +384,7 @@ func selfSigned(t *testing.T) (certFile, keyFile string, pool *x509.CertPool) {
 
 func TestServeHTTPS(t *testing.T) {
 	certFile, keyFile, pool := selfSigned(t)
-	dir := t.TempDir()
+	dir := madeDataDir(t)
 	mustRun(t, "a long password\n", "user", "add", "--data", dir, "ada")
 	s := startServe(t, config{Data: dir, TLSCert: certFile, TLSKey: keyFile})
 
@@ -518,7 +518,7 @@ func TestAPIRequestBounds(t *testing.T) {
 }
 
 func TestSessionCommandRefusals(t *testing.T) {
-	dir := t.TempDir()
+	dir := madeDataDir(t)
 	mustRun(t, "a long password\n", "user", "add", "--data", dir, "ada")
 	for _, tc := range []struct {
 		name  string

@@ -23,6 +23,7 @@ import (
 	"modelserve/internal/hf"
 	"modelserve/internal/metrics"
 	"modelserve/internal/mirror"
+	"modelserve/internal/notify"
 	"modelserve/internal/plan"
 	"modelserve/internal/updates"
 	"modelserve/jobs"
@@ -82,7 +83,15 @@ func serve(ctx context.Context, cfg config, log *slog.Logger, ready func(addr st
 	} else {
 		enginePath, version = findEngine(ctx, cfg.LlamaServer, log)
 	}
-	fl, cat, jobsFleet, err := newBackend(cfg, enginePath, store, db, log)
+	// Notices of what modelserve did on its own go to --notify-url, from a
+	// queue of their own: a webhook that is slow or down holds up nothing.
+	var notifier *notify.Notifier
+	if cfg.NotifyURL != "" {
+		if notifier, err = notify.New(cfg.NotifyURL, met.Registerer(), notify.Options{Log: log.With("part", "notify")}); err != nil {
+			return err
+		}
+	}
+	fl, cat, jobsFleet, err := newBackend(cfg, enginePath, store, db, notifier, log)
 	if err != nil {
 		return err
 	}
@@ -123,7 +132,7 @@ func serve(ctx context.Context, cfg config, log *slog.Logger, ready func(addr st
 	// The watcher for new weights checks the catalog's models served from
 	// a branch, each on its interval, in the background: it never holds
 	// the start, and a registry that fails is a model's check result.
-	watcher, err := updates.New(updates.Deps{DB: db, Catalog: store, Registry: regs, Metrics: met,
+	watcher, err := updates.New(updates.Deps{DB: db, Catalog: store, Registry: regs, Metrics: met, Notify: notifier,
 		Interval: cfg.UpdateInterval, Log: log.With("part", "updates")})
 	if err != nil {
 		return err
@@ -146,7 +155,7 @@ func serve(ctx context.Context, cfg config, log *slog.Logger, ready func(addr st
 	js, err := jobs.New(jobs.Deps{
 		DB: db, Registry: regs, Mirror: mir, Catalog: cat, Planner: planner, Fleet: jobsFleet, Gateway: gw,
 		EngineBuild: version.Build, Architectures: known, Pool: fl.Pool,
-		Log: log, Metrics: met,
+		Log: log, Metrics: met, Notify: notifier,
 		Updates: watcher, Versions: store, Share: share, Policy: cfg.CanaryPolicy, Meters: gatewayMeters{gw}, Evals: jobsEvals{runner},
 	})
 	if err != nil {
@@ -165,8 +174,15 @@ func serve(ctx context.Context, cfg config, log *slog.Logger, ready func(addr st
 	var wg sync.WaitGroup
 	fctx, stopFleet := context.WithCancel(context.Background())
 	wctx, stopWatcher := context.WithCancel(context.Background())
+	nctx, stopNotifier := context.WithCancel(context.Background())
 	ran := make(chan error, 1)
-	wg.Add(2)
+	wg.Add(3)
+	go func() {
+		defer wg.Done()
+		if notifier != nil {
+			notifier.Run(nctx)
+		}
+	}()
 	go func() {
 		defer wg.Done()
 		err := fl.Run(fctx)
@@ -188,6 +204,7 @@ func serve(ctx context.Context, cfg config, log *slog.Logger, ready func(addr st
 		stopWatcher()
 		js.Close()
 		stopFleet()
+		stopNotifier()
 		wg.Wait()
 	}()
 	// A fleet on a cluster knows the nodes once its caches hold them;
@@ -213,7 +230,7 @@ func serve(ctx context.Context, cfg config, log *slog.Logger, ready func(addr st
 	h, err := handlers.New(handlers.Deps{
 		DB: db, Jobs: js, Catalog: cat, Mirror: mir, Metrics: met.Handler(), MetricsToken: cfg.MetricsToken, Log: log,
 		Registry: regs, Finder: regs, Updates: watcher, Versions: store, CanaryShare: share, Evals: runner, Planner: planner, Pool: poolOf(fl.Pool), Fleet: fl, Gateway: gw,
-		SessionKeys: site.keys, Secure: site.secure, TrustedProxies: site.trusted, PublicURL: cfg.PublicURL,
+		SessionKeys: site.keys, Secure: site.secure, TrustedProxies: site.trusted, PublicURL: cfg.PublicURL, DataDir: absDir(cfg.Data),
 	})
 	if err != nil {
 		return err

@@ -48,7 +48,7 @@ func sessionCmd(ctx context.Context, args []string, getenv func(string) string, 
 	default:
 		return fmt.Errorf("%q is not a session command; use list or revoke", sub)
 	}
-	db, err := openData(ctx, data)
+	db, err := openExisting(ctx, data)
 	if err != nil {
 		return err
 	}
@@ -104,7 +104,7 @@ func keysCmd(ctx context.Context, args []string, getenv func(string) string, std
 	if getenv("MODELSERVE_SESSION_SECRET") != "" {
 		return fmt.Errorf("the session keys come from MODELSERVE_SESSION_SECRET, not a key file: give the server a new secret and restart it to rotate them")
 	}
-	db, err := openData(ctx, data)
+	db, err := openExisting(ctx, data)
 	if err != nil {
 		return err
 	}

@@ -37,7 +37,7 @@ func tokenCmd(ctx context.Context, args []string, getenv func(string) string, st
 	if err != nil {
 		return err
 	}
-	db, err := openData(ctx, data)
+	db, err := openExisting(ctx, data)
 	if err != nil {
 		return err
 	}

@@ -8,7 +8,7 @@ import (
 )
 
 func TestTokenCreateWithLimits(t *testing.T) {
-	dir := t.TempDir()
+	dir := madeDataDir(t)
 	ctx := context.Background()
 	env := func(string) string { return "" }
 	var out, errb bytes.Buffer

@@ -39,7 +39,7 @@ func userCmd(ctx context.Context, args []string, getenv func(string) string, std
 	if sub != "list" && fs.NArg() != 1 {
 		return fmt.Errorf("user %s takes one name: modelserve user %s NAME", sub, sub)
 	}
-	db, err := openData(ctx, data)
+	db, err := openExisting(ctx, data)
 	if err != nil {
 		return err
 	}

@@ -13,7 +13,7 @@ import (
 
 func TestUserAdd(t *testing.T) {
 	ctx := context.Background()
-	dir := t.TempDir()
+	dir := madeDataDir(t)
 	getenv := func(string) string { return "" }
 	signIn := func(t *testing.T, name, password string) {
 		t.Helper()

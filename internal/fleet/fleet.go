@@ -26,6 +26,7 @@ import (
 	"time"
 
 	"modelserve/catalog"
+	"modelserve/internal/notify"
 )
 
 // Catalog is what the fleet runs: the catalog's models (catalog.Store, or
@@ -44,6 +45,8 @@ type Options struct {
 	// Nodes run the replicas; none means this machine (Local).
 	Nodes []Node
 	Log   *slog.Logger
+	// Notify is told of each model parked (--notify-url); nil tells no one.
+	Notify *notify.Notifier
 	// Interval is how often the catalog is compared with what runs when
 	// nothing pokes the fleet: 5 s unless set.
 	Interval time.Duration

@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"modelserve/internal/notify"
 )
 
 // Parks keeps in SQLite (the table parked_models) the models the fleet
@@ -112,6 +114,7 @@ func (f *Fleet) keepPark(r *replica) {
 	}
 	pk := park{key: parkKey(r.fingerprint, st.addedAt), reason: st.reason, failures: st.failedStarts, at: time.Now()}
 	f.mu.Unlock()
+	f.opts.Notify.Send(notify.Parked(r.model, pk.reason))
 	// Not the replica's context: it ends as the model is parked.
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

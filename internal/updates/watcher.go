@@ -12,6 +12,7 @@ import (
 
 	"modelserve/catalog"
 	"modelserve/internal/hf"
+	"modelserve/internal/notify"
 	"modelserve/internal/operr"
 )
 
@@ -43,7 +44,9 @@ type Deps struct {
 	Registry Registry
 	// Metrics, when set, is told of checks and updates.
 	Metrics Metrics
-	Log     *slog.Logger
+	// Notify is told of each update noticed (--notify-url); nil tells no one.
+	Notify *notify.Notifier
+	Log    *slog.Logger
 	// Interval is the time between two checks of a model that has none of
 	// its own; 0 checks none but those that have.
 	Interval time.Duration
@@ -218,6 +221,7 @@ func (w *Watcher) check(ctx context.Context, m catalog.Model) (Result, error) {
 		if added {
 			w.deps.Log.Info("new weights noticed", "model", m.Name, "repo", o.Repo, "ref", o.Ref,
 				"from", hf.Short(o.Revision), "to", hf.Short(u.NewCommit), "files", len(u.Files), "update", u.ID)
+			w.deps.Notify.Send(notify.UpdateNoticed(m.Name, o.Repo, hf.Short(o.Revision), hf.Short(u.NewCommit)))
 			w.auto(ctx, u)
 		}
 	}

@@ -1,0 +1,152 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"modelserve/internal/operr"
+)
+
+// The client commands (model plan|serve|list, chat) drive a running
+// server from a terminal, through the same JSON API and gateway scripts
+// use: the address from --url or MODELSERVE_URL, the token from --token or
+// MODELSERVE_TOKEN.
+
+const defaultURL = "http://127.0.0.1:8080"
+
+// Bounds on what a server's answers may make the client hold: a JSON
+// answer, one line of an event stream, and the reconnects of a stream that
+// closes before its job ends.
+const (
+	maxAnswer     = 32 << 20
+	maxStreamLine = 4 << 20
+	maxReconnects = 5
+)
+
+// client is a running server, as the client commands reach it.
+type client struct {
+	base  string
+	token string
+	http  *http.Client
+}
+
+// clientFlags parses a client command's flags: --url and --token, with the
+// command's own defined by extra.
+func clientFlags(name string, args []string, getenv func(string) string, stderr io.Writer, usage string, extra ...func(*flag.FlagSet)) (*flag.FlagSet, *client, error) {
+	fs := newFlagSet(name)
+	base := fs.String("url", or(getenv("MODELSERVE_URL"), defaultURL), "the server's address (env MODELSERVE_URL)")
+	token := fs.String("token", getenv("MODELSERVE_TOKEN"), "API token, from modelserve token create (env MODELSERVE_TOKEN; a flag shows in process lists)")
+	for _, define := range extra {
+		define(fs)
+	}
+	if err := parseFlags(fs, args, stderr, usage); err != nil {
+		return nil, nil, err
+	}
+	u, err := url.Parse(strings.TrimRight(*base, "/"))
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, nil, usageError{fmt.Errorf("%s is not a server's address: give --url or MODELSERVE_URL as http://host:port", operr.Quote(*base))}
+	}
+	if *token == "" {
+		return nil, nil, errors.New("no API token: set MODELSERVE_TOKEN (or --token) to one made with modelserve token create --data DIR NAME on the server")
+	}
+	// No overall timeout: a job's events and a reply stream for as long as
+	// they take. Connecting and the answer's headers are bounded.
+	tr := &http.Transport{
+		Proxy:                 http.ProxyFromEnvironment,
+		DialContext:           (&net.Dialer{Timeout: 10 * time.Second}).DialContext,
+		TLSHandshakeTimeout:   10 * time.Second,
+		ResponseHeaderTimeout: 5 * time.Minute, // a model loaded on demand answers late
+	}
+	return fs, &client{base: u.String(), token: *token, http: &http.Client{Transport: tr}}, nil
+}
+
+// send makes a request with the token; body, when not nil, goes as JSON.
+// An answer of 4xx or 5xx is an error with the server's sentence.
+func (c *client) send(ctx context.Context, method, path string, body any) (*http.Response, error) {
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return nil, err
+		}
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, rd)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Authorization", "Bearer "+c.token)
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, fmt.Errorf("cannot reach modelserve at %s (is it running? MODELSERVE_URL or --url says where): %w", c.base, err)
+	}
+	if resp.StatusCode >= 400 {
+		defer resp.Body.Close()
+		return nil, c.refusal(resp)
+	}
+	return resp, nil
+}
+
+// refusal is the error of a 4xx or 5xx answer: the server's sentence, and
+// for a 401 where to get a token.
+func (c *client) refusal(resp *http.Response) error {
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	var e struct {
+		Error any `json:"error"`
+	}
+	msg := ""
+	if json.Unmarshal(b, &e) == nil {
+		switch v := e.Error.(type) {
+		case string:
+			msg = v
+		case map[string]any: // the gateway answers in OpenAI's shape
+			msg, _ = v["message"].(string)
+		}
+	}
+	if msg == "" {
+		msg = strings.TrimSpace(string(b))
+		if len(msg) > 200 {
+			msg = msg[:200] + "…"
+		}
+	}
+	if msg == "" {
+		msg = resp.Status
+	}
+	if resp.StatusCode == http.StatusUnauthorized {
+		return fmt.Errorf("%s refused the token (401): %s", c.base, msg)
+	}
+	return fmt.Errorf("%s (%d)", msg, resp.StatusCode)
+}
+
+// do sends a request and reads its answer into v (nil: the answer is not
+// read).
+func (c *client) do(ctx context.Context, method, path string, body, v any) error {
+	resp, err := c.send(ctx, method, path, body)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if v == nil {
+		return nil
+	}
+	if err := json.NewDecoder(io.LimitReader(resp.Body, maxAnswer)).Decode(v); err != nil {
+		return fmt.Errorf("%s %s answered what is not the JSON expected: %w", method, path, err)
+	}
+	return nil
+}

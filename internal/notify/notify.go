@@ -1,0 +1,264 @@
+// Package notify tells an operator's webhook what modelserve did on its
+// own: new weights noticed, an update promoted or rolled back, a model
+// parked, a job failed. Without it, an operator learned of these only by
+// looking at the console, often long after.
+//
+// Each notice is a JSON POST with a text field (which Slack, Mattermost,
+// Discord-compatible and most chat webhooks show as it is) beside fields a
+// script can read. Sending never holds up the work it reports: a notice
+// goes into a bounded queue and a single sender posts it, retrying a few
+// times with a growing wait; a notice that finds the queue full, or fails
+// every try, is dropped and counted in /metrics.
+package notify
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// The kinds of notice.
+const (
+	KindUpdateNoticed = "update_noticed"
+	KindPromoted      = "promoted"
+	KindRolledBack    = "rolled_back"
+	KindParked        = "parked"
+	KindJobFailed     = "job_failed"
+)
+
+// Event is one notice, as it is posted.
+type Event struct {
+	Kind string `json:"event"`
+	// Text is the notice in a sentence, for a chat to show.
+	Text  string    `json:"text"`
+	Model string    `json:"model,omitempty"`
+	Job   string    `json:"job,omitempty"`
+	At    time.Time `json:"at"`
+}
+
+// maxText bounds a notice's sentence: the reasons in it come from engines
+// and registries.
+const maxText = 2000
+
+// UpdateNoticed is the notice of new weights on a served model's branch.
+func UpdateNoticed(model, repo, from, to string) Event {
+	return Event{Kind: KindUpdateNoticed, Model: model,
+		Text: fmt.Sprintf("modelserve: new weights for %s: %s moved from %s to %s", model, repo, from, to)}
+}
+
+// Promoted is the notice of an update that became its model.
+func Promoted(model, commit string) Event {
+	return Event{Kind: KindPromoted, Model: model,
+		Text: fmt.Sprintf("modelserve: %s promoted: it now serves %s", model, commit)}
+}
+
+// RolledBack is the notice of an update taken back, and why.
+func RolledBack(model, commit, why string) Event {
+	return Event{Kind: KindRolledBack, Model: model,
+		Text: fmt.Sprintf("modelserve: the update of %s to %s was rolled back: %s", model, commit, why)}
+}
+
+// Parked is the notice of a model the fleet stopped starting, its engine
+// having failed again and again.
+func Parked(model, why string) Event {
+	return Event{Kind: KindParked, Model: model,
+		Text: fmt.Sprintf("modelserve: %s is parked, no replica starts until it is unparked: %s", model, why)}
+}
+
+// JobFailed is the notice of a job that failed, at which step and why.
+func JobFailed(job, model, repo, step, why string) Event {
+	what := repo
+	if model != "" {
+		what = model + " (" + repo + ")"
+	}
+	return Event{Kind: KindJobFailed, Model: model, Job: job,
+		Text: fmt.Sprintf("modelserve: job %s serving %s failed at the %s step: %s", job, what, step, why)}
+}
+
+// Options tune a Notifier; the zero value is the defaults.
+type Options struct {
+	// Queue is how many notices may wait to be sent; 256 unless set.
+	Queue int
+	// Attempts is how many times a notice is tried; 5 unless set.
+	Attempts int
+	// Backoff is the wait after the first failed try, doubled after each
+	// (up to a minute); a second unless set.
+	Backoff time.Duration
+	// Timeout bounds one try; 10 seconds unless set.
+	Timeout time.Duration
+	// Client sends the notices; a plain one unless set.
+	Client *http.Client
+	Log    *slog.Logger
+}
+
+// Notifier posts notices to one webhook. A nil *Notifier sends nothing,
+// so whoever holds one calls Send without asking whether there is one.
+type Notifier struct {
+	url   string
+	opts  Options
+	queue chan Event
+	sent  prometheus.Counter
+	lost  *prometheus.CounterVec
+}
+
+// New is a Notifier posting to rawURL, its counts registered with reg
+// (nil: not counted). It sends nothing until Run.
+func New(rawURL string, reg prometheus.Registerer, o Options) (*Notifier, error) {
+	if err := CheckURL(rawURL); err != nil {
+		return nil, err
+	}
+	if o.Queue <= 0 {
+		o.Queue = 256
+	}
+	if o.Attempts <= 0 {
+		o.Attempts = 5
+	}
+	if o.Backoff <= 0 {
+		o.Backoff = time.Second
+	}
+	if o.Timeout <= 0 {
+		o.Timeout = 10 * time.Second
+	}
+	if o.Client == nil {
+		o.Client = &http.Client{}
+	}
+	if o.Log == nil {
+		o.Log = slog.New(slog.DiscardHandler)
+	}
+	n := &Notifier{url: rawURL, opts: o, queue: make(chan Event, o.Queue),
+		sent: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "modelserve_notices_sent_total", Help: "Notices the webhook (--notify-url) took.",
+		}),
+		lost: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "modelserve_notice_failures_total", Help: "Notices never delivered, by reason: failed (every try refused or unanswered) or queue_full.",
+		}, []string{"reason"}),
+	}
+	// Both reasons are there from the start, at 0, for an alert on rate.
+	n.lost.WithLabelValues("failed")
+	n.lost.WithLabelValues("queue_full")
+	if reg != nil {
+		for _, c := range []prometheus.Collector{n.sent, n.lost} {
+			if err := reg.Register(c); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return n, nil
+}
+
+// CheckURL refuses what is not an http or https address.
+func CheckURL(rawURL string) error {
+	u, err := url.Parse(rawURL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return fmt.Errorf("--notify-url %q is not a webhook's address: give an http:// or https:// URL", truncate(rawURL, 100))
+	}
+	return nil
+}
+
+// Send queues e and returns at once; with the queue full, e is dropped and
+// counted.
+func (n *Notifier) Send(e Event) {
+	if n == nil {
+		return
+	}
+	if e.At.IsZero() {
+		e.At = time.Now().UTC()
+	}
+	e.Text = truncate(e.Text, maxText)
+	select {
+	case n.queue <- e:
+	default:
+		n.lost.WithLabelValues("queue_full").Inc()
+		n.opts.Log.Warn("a notice was dropped: the webhook's queue is full", "event", e.Kind, "model", e.Model)
+	}
+}
+
+// Run sends the queued notices, one at a time, until ctx ends.
+func (n *Notifier) Run(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case e := <-n.queue:
+			n.deliver(ctx, e)
+		}
+	}
+}
+
+// deliver tries e until the webhook takes it (2xx), a try answers what no
+// retry mends (4xx but 408 and 429), or the tries run out.
+func (n *Notifier) deliver(ctx context.Context, e Event) {
+	body, err := json.Marshal(e)
+	if err != nil {
+		n.lost.WithLabelValues("failed").Inc()
+		return
+	}
+	wait := n.opts.Backoff
+	for try := 1; ; try++ {
+		err := n.post(ctx, body)
+		if err == nil {
+			n.sent.Inc()
+			return
+		}
+		var final finalError
+		if try >= n.opts.Attempts || errors.As(err, &final) || ctx.Err() != nil {
+			n.lost.WithLabelValues("failed").Inc()
+			n.opts.Log.Warn("a notice was not delivered", "event", e.Kind, "model", e.Model, "tries", try, "err", err)
+			return
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			n.lost.WithLabelValues("failed").Inc()
+			return
+		case <-t.C:
+		}
+		wait = min(2*wait, time.Minute)
+	}
+}
+
+// finalError is a refusal another try would get again.
+type finalError struct{ error }
+
+func (n *Notifier) post(ctx context.Context, body []byte) error {
+	ctx, cancel := context.WithTimeout(ctx, n.opts.Timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, n.url, bytes.NewReader(body))
+	if err != nil {
+		return finalError{err}
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := n.opts.Client.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+	switch {
+	case resp.StatusCode < 300:
+		return nil
+	case resp.StatusCode >= 400 && resp.StatusCode < 500 && resp.StatusCode != http.StatusRequestTimeout && resp.StatusCode != http.StatusTooManyRequests:
+		return finalError{fmt.Errorf("the webhook refused the notice: %s", resp.Status)}
+	default:
+		return fmt.Errorf("the webhook answered %s", resp.Status)
+	}
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	// A rune cut in two is dropped.
+	return strings.ToValidUTF8(s[:n], "") + "…"
+}
