@@ -82,7 +82,7 @@ func serve(ctx context.Context, cfg config, log *slog.Logger, ready func(addr st
 	} else {
 		enginePath, version = findEngine(ctx, cfg.LlamaServer, log)
 	}
-	fl, cat, jobsFleet, err := newBackend(cfg, enginePath, store, db, log)
+	fl, cat, jobsFleet, err := newBackend(ctx, cfg, enginePath, store, db, log)
 	if err != nil {
 		return err
 	}
