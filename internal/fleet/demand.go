@@ -33,6 +33,9 @@ type demand struct {
 	// first was asked (the demand is forgotten when the model falls idle or
 	// is given back).
 	lastUse, since time.Time
+	// lastAsk is when the last request began: one after another model
+	// began to wait for this one's room is behind it (swap.go).
+	lastAsk time.Time
 	// want is the replicas wanted, before the catalog's bounds: the most
 	// asked for in this window or the one before it.
 	want int
@@ -72,7 +75,7 @@ func (f *Fleet) Use(model string, replicas int) (release func()) {
 		f.demands[model] = d
 	}
 	d.inUse++
-	d.lastUse = now
+	d.lastUse, d.lastAsk = now, now
 	d.peak = max(d.peak, replicas)
 	more := replicas > d.want
 	d.want = max(d.want, replicas)

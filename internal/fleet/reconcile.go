@@ -475,7 +475,7 @@ func (f *Fleet) makeRoomLocked(m catalog.Model, profs []catalog.Profile, caps []
 					continue
 				}
 				switch f.giveLocked(r, m) {
-				case idleGive:
+				case idleGive, drainGive:
 					givable += h
 					victims = append(victims, r)
 				case busyGive:
@@ -493,7 +493,7 @@ func (f *Fleet) makeRoomLocked(m catalog.Model, profs []catalog.Profile, caps []
 				}
 				continue
 			}
-			f.victimOrderLocked(victims)
+			f.victimOrderLocked(victims, m)
 			var stopped []*replica
 			for _, r := range victims {
 				if have >= need {

@@ -17,16 +17,22 @@ import (
 // before standard. This is the one rule of which replica may be stopped to
 // make room (makeRoomLocked asks it); never a critical model's, never one
 // its model's Scaling.Min keeps, never one answering or about to answer a
-// request. A critical model may also take the room of opportunistic
-// replicas that are busy: they drain first (drain.go).
+// request. Requests waiting for room are served in the order they came:
+// models are placed in the order they were first asked for, and a busy
+// replica whose model was asked for again after another model began to
+// wait for its room is given back once the answers it has end (it drains,
+// drain.go), so a model asked for again and again does not starve a
+// waiting one. A critical model may also take the room of opportunistic
+// replicas that are busy: they drain first.
 
 // give is what a replica is to a model that needs its room.
 type give int
 
 const (
-	keep     give = iota // never given back for it
-	idleGive             // idle on demand: given back now
-	busyGive             // on demand, but answering or about to: given back once idle
+	keep      give = iota // never given back for it
+	idleGive              // idle on demand: given back now
+	busyGive              // on demand, but answering or about to: given back once idle
+	drainGive             // answering, and asked for again after m began to wait: given back once its answers end
 )
 
 // giveLocked is what r is to m, which needs its room.
@@ -46,6 +52,9 @@ func (f *Fleet) giveLocked(r *replica, m catalog.Model) give {
 	}
 	d := f.demands[r.model]
 	if r.state != Ready || r.holds > 0 || d != nil && d.inUse > 0 {
+		if w := f.demands[m.Name]; r.state == Ready && r.holds > 0 && d != nil && w != nil && d.lastAsk.After(w.since) {
+			return drainGive
+		}
 		return busyGive
 	}
 	return idleGive
@@ -60,11 +69,12 @@ func (f *Fleet) lastUsedLocked(r *replica) time.Time {
 	return time.Time{}
 }
 
-// victimOrder sorts the replicas to give back: opportunistic before
-// standard, then the least recently used first.
-func (f *Fleet) victimOrderLocked(rs []*replica) {
+// victimOrder sorts the replicas to give back for m: idle before busy,
+// opportunistic before standard, then the least recently used first.
+func (f *Fleet) victimOrderLocked(rs []*replica, m catalog.Model) {
+	busy := func(r *replica) int { return boolRank(f.giveLocked(r, m) != idleGive || r.holds > 0) }
 	slices.SortStableFunc(rs, func(x, y *replica) int {
-		return cmp.Or(cmp.Compare(classOrder(f.models[x.model].class), classOrder(f.models[y.model].class)),
+		return cmp.Or(cmp.Compare(busy(x), busy(y)), cmp.Compare(classOrder(f.models[x.model].class), classOrder(f.models[y.model].class)),
 			f.lastUsedLocked(x).Compare(f.lastUsedLocked(y)), compareIDs(x.id, y.id))
 	})
 }
@@ -86,13 +96,24 @@ func (f *Fleet) giveBackLocked(r *replica, m catalog.Model, now time.Time) {
 	} else if last := f.lastUsedLocked(r); !last.IsZero() {
 		why += " for " + words.Span(now.Sub(last))
 	}
+	if d := f.demands[r.model]; r.holds > 0 || d != nil && d.inUse > 0 {
+		// Given back busy: its model's requests still to come are behind
+		// m's, so its wait begins now.
+		if reason == "swap" {
+			why = "given back for " + m.Name + " once the answers it has end"
+		}
+		if d != nil {
+			d.since = now
+		}
+	} else {
+		f.dropDemandLocked(r.model)
+	}
 	f.stopLocked(r, why)
 	r.evictedFor = m.Name
 	if st := f.models[r.model]; st != nil {
 		st.lastStop = r.id + ": " + why
 	}
 	f.countEvictionLocked(r.model, reason)
-	f.dropDemandLocked(r.model)
 }
 
 // Eviction counts the replicas of a model given back to make room, by why:

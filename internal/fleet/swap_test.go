@@ -136,3 +136,87 @@ func TestBusyReplicaIsNeverGivenBack(t *testing.T) {
 	fl.waitReady(t, "beta", readyWithin)
 	assertGone(t, []int{a.PID})
 }
+
+// TestWaitersForRoomAreServedInArrivalOrder: two models wait for a busy
+// replica's room; when it falls idle the one asked for first (zeta, though
+// it sorts after beta by name) is placed first, and the other once zeta is
+// idle in its turn.
+func TestWaitersForRoomAreServedInArrivalOrder(t *testing.T) {
+	cat := MustCatalog(t)
+	fl := MustRun(t, cat, Options{Nodes: []Node{smallNode(t)}, Interval: time.Hour})
+	nc := fl.notifying(cat)
+	for _, n := range []string{"alpha", "beta", "zeta"} {
+		MustAdd(t, nc, swapEntry(t, n, 5))
+	}
+	a := fl.ask(t, "alpha")
+	useA := fl.Use("alpha", 1)
+	holdA, _ := fl.Hold(a.ID)
+	useZ := fl.Use("zeta", 1)
+	time.Sleep(5 * time.Millisecond)
+	useB := fl.Use("beta", 1)
+	defer useB()
+	fl.Poke()
+	waitFor(t, 5*time.Second, "zeta and beta waiting", func() (bool, string) {
+		z, _ := fl.health("zeta")
+		b, _ := fl.health("beta")
+		return strings.Contains(z.Placement, "waiting for alpha-1") && strings.Contains(b.Placement, "waiting for alpha-1"), z.Placement + " | " + b.Placement
+	})
+	holdA()
+	useA()
+	fl.waitReady(t, "zeta", readyWithin)
+	if rs := fl.replicasOf("beta"); len(rs) != 0 {
+		t.Errorf("beta, asked after zeta, started with it: %+v", rs)
+	}
+	useZ()
+	fl.waitReady(t, "beta", readyWithin)
+}
+
+// TestModelAskedAgainAndAgainDoesNotStarveAWaitingOne: alpha answers
+// request after request, never idle; beta, asked in between, does not wait
+// for ever: alpha's replica is given back once the answers it has end (it
+// drains, none is cut), beta is placed, and alpha's later request is served
+// after beta's.
+func TestModelAskedAgainAndAgainDoesNotStarveAWaitingOne(t *testing.T) {
+	cat := MustCatalog(t)
+	fl := MustRun(t, cat, Options{Nodes: []Node{smallNode(t)}, Interval: time.Hour})
+	nc := fl.notifying(cat)
+	MustAdd(t, nc, swapEntry(t, "alpha", 5))
+	MustAdd(t, nc, swapEntry(t, "beta", 5))
+	a := fl.ask(t, "alpha")
+	use1 := fl.Use("alpha", 1)
+	hold1, _ := fl.Hold(a.ID)
+	useB := fl.Use("beta", 1)
+	defer useB()
+	fl.Poke()
+	waitFor(t, 5*time.Second, "beta waiting for alpha-1", func() (bool, string) {
+		h, _ := fl.health("beta")
+		return strings.Contains(h.Placement, "waiting for alpha-1"), h.Placement
+	})
+	// alpha is asked again, after beta: its replica has answers on, but
+	// beta is ahead of this request.
+	use2 := fl.Use("alpha", 1)
+	hold2, ok := fl.Hold(a.ID)
+	if !ok {
+		t.Fatal("alpha-1 refused a request before beta's look")
+	}
+	fl.Poke()
+	waitFor(t, 5*time.Second, "alpha-1 draining for beta", func() (bool, string) {
+		rs := fl.replicasOf("alpha")
+		return len(rs) == 1 && rs[0].State == Draining, jsonOf(rs)
+	})
+	if rs := fl.replicasOf("alpha"); !strings.Contains(rs[0].Detail, "given back for beta once the answers it has end") {
+		t.Errorf("alpha-1 draining says %q", rs[0].Detail)
+	}
+	hold1()
+	use1()
+	time.Sleep(200 * time.Millisecond)
+	if rs := fl.replicasOf("alpha"); len(rs) != 1 || rs[0].State != Draining {
+		t.Fatalf("alpha-1 stopped with an answer still on: %s", jsonOf(rs))
+	}
+	hold2()
+	fl.waitReady(t, "beta", readyWithin)
+	use2()
+	if h, _ := fl.health("alpha"); h.Want != 1 {
+		t.Errorf("alpha, still asked for, wants %d replicas; want 1 (its request waits behind beta's)", h.Want)
+	}
+}
