@@ -138,6 +138,12 @@ func (f *Fleet) reconcile(ctx context.Context) {
 				active = append(active, r)
 			}
 		}
+		if len(active) == 0 && st.want > m.Scaling.Min && f.abandonedLocked(m.Name) {
+			// Its requests all went away before a replica of it was
+			// placed: nobody is stopped, nothing started, on their behalf.
+			f.dropDemandLocked(m.Name)
+			st.want = m.Scaling.Min
+		}
 		if len(active) > st.want {
 			// The ones not yet serving go first, then the newest.
 			slices.SortFunc(active, func(a, b *replica) int {

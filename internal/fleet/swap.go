@@ -153,3 +153,10 @@ func (f *Fleet) waitingLocked() bool {
 	}
 	return false
 }
+
+// abandonedLocked is whether every request that asked for model has gone
+// (served, or its client gave up).
+func (f *Fleet) abandonedLocked(model string) bool {
+	d := f.demands[model]
+	return d != nil && d.inUse == 0
+}

@@ -220,3 +220,33 @@ func TestModelAskedAgainAndAgainDoesNotStarveAWaitingOne(t *testing.T) {
 		t.Errorf("alpha, still asked for, wants %d replicas; want 1 (its request waits behind beta's)", h.Want)
 	}
 }
+
+// TestAClientThatGivesUpWaitingCostsNothing: a request for beta waiting for
+// alpha's room goes away; when alpha falls idle, it is not given back for
+// a request nobody waits on any more, and beta starts nothing.
+func TestAClientThatGivesUpWaitingCostsNothing(t *testing.T) {
+	cat := MustCatalog(t)
+	fl := MustRun(t, cat, Options{Nodes: []Node{smallNode(t)}, Interval: 100 * time.Millisecond})
+	nc := fl.notifying(cat)
+	MustAdd(t, nc, swapEntry(t, "alpha", 5))
+	MustAdd(t, nc, swapEntry(t, "beta", 5))
+	a := fl.ask(t, "alpha")
+	useA := fl.Use("alpha", 1)
+	holdA, _ := fl.Hold(a.ID)
+	useB := fl.Use("beta", 1)
+	waitFor(t, 5*time.Second, "beta waiting for alpha-1", func() (bool, string) {
+		h, _ := fl.health("beta")
+		return strings.Contains(h.Placement, "waiting for alpha-1"), h.Placement
+	})
+	useB() // its client gave up
+	holdA()
+	useA()
+	time.Sleep(500 * time.Millisecond) // five ticks
+	if len(fl.Serving("alpha")) != 1 || len(fl.replicasOf("beta")) != 0 || len(fl.Evictions()) != 0 {
+		t.Errorf("after beta's client gave up: alpha serving %d, beta %s, evictions %+v; want alpha kept and nothing started",
+			len(fl.Serving("alpha")), jsonOf(fl.replicasOf("beta")), fl.Evictions())
+	}
+	if h, _ := fl.health("beta"); h.Want != 0 {
+		t.Errorf("beta wants %d replicas with nobody asking", h.Want)
+	}
+}
