@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"modelserve/catalog"
+	"modelserve/internal/ggufgen"
 )
 
 // swapEntry is an on-demand model needing memGB, that stays loaded long
@@ -249,4 +250,48 @@ func TestAClientThatGivesUpWaitingCostsNothing(t *testing.T) {
 	if h, _ := fl.health("beta"); h.Want != 0 {
 		t.Errorf("beta wants %d replicas with nobody asking", h.Want)
 	}
+}
+
+// BenchmarkSwapCycle swaps two on-demand models in memory for one, A → B →
+// A, and reports the fleet's own time per swap: from the request to the
+// asked model's replica serving, less its engine's load (from its start to
+// its /health answering), which is the engine's and not ours. The goal is
+// under 200 ms of our own time a swap.
+func BenchmarkSwapCycle(b *testing.B) {
+	cat := MustCatalog(b)
+	node := MustLocalNode(b, LocalConfig{Name: "small", CPUCores: 2, RAMBytes: 8 << 30, GPUs: []Card{}})
+	fl := MustRun(b, cat, Options{Nodes: []Node{node}, Interval: time.Hour})
+	nc := fl.notifying(cat)
+	for _, n := range []string{"alpha", "beta"} {
+		m := entry(n, MustWriteModel(b, n+".gguf", ggufgen.Spec{}), 5)
+		m.Scaling = catalog.Scaling{Min: 0, Max: 1, IdleAfter: time.Hour}
+		MustAdd(b, nc, m)
+	}
+	release := fl.Use("alpha", 1)
+	fl.waitReady(b, "alpha", readyWithin)
+	release()
+	var own time.Duration
+	b.ResetTimer()
+	for i := range b.N {
+		model := []string{"beta", "alpha"}[i%2]
+		began := time.Now()
+		release := fl.Use(model, 1)
+		var r []Replica
+		for deadline := began.Add(readyWithin); len(r) == 0; r = fl.Serving(model) {
+			if time.Now().After(deadline) {
+				b.Fatalf("%s did not swap in within %s", model, readyWithin)
+			}
+			time.Sleep(time.Millisecond)
+		}
+		took := time.Since(began)
+		release()
+		var load time.Duration
+		for _, v := range fl.replicasOf(model) {
+			if v.ID == r[0].ID {
+				load = v.ReadyAt.Sub(v.Started)
+			}
+		}
+		own += took - load
+	}
+	b.ReportMetric(float64(own.Milliseconds())/float64(b.N), "own-ms/swap")
 }
