@@ -8,6 +8,7 @@ import (
 	"io"
 	"io/fs"
 	"log/slog"
+	"math/rand/v2"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -327,5 +328,64 @@ func TestStreamingReplicaIsNotStoppedForAnotherModel(t *testing.T) {
 		}
 	case <-time.After(2 * time.Minute):
 		t.Fatal("beta was not answered within 2 minutes of alpha's answer ending")
+	}
+}
+
+// TestThreeModelsInMemoryForOneAnswerEveryRequest: three models on demand
+// in memory for one, asked in random order by four clients at once, so
+// requests keep arriving for models whose replicas are being given back or
+// are still loading: every request is answered, none meets a refused
+// connection, a 502 or a 503.
+func TestThreeModelsInMemoryForOneAnswerEveryRequest(t *testing.T) {
+	s, c, _ := startSwapWorld(t, "alpha", "beta", "gamma")
+	models := []string{"alpha", "beta", "gamma"}
+	const (
+		clients = 4
+		each    = 12 // bounded: 48 requests
+	)
+	deadline := time.Now().Add(2 * time.Minute)
+	var (
+		mu     sync.Mutex
+		failed []string
+		sent   int
+		wg     sync.WaitGroup
+	)
+	for i := range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for n := range each {
+				if time.Now().After(deadline) {
+					return
+				}
+				model := models[rand.N(len(models))]
+				err := askModel(c, model, fmt.Sprintf("client %d request %d", i, n))
+				mu.Lock()
+				sent++
+				if err != nil {
+					var apiErr *openai.Error
+					if errors.As(err, &apiErr) {
+						err = fmt.Errorf("%d %s", apiErr.StatusCode, apiErr.RawJSON())
+					}
+					failed = append(failed, model+": "+err.Error())
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	swaps := 0
+	for _, model := range models {
+		swaps += s.fleet().starts(model)
+	}
+	t.Logf("%d requests, %d failed, %d engine starts", sent, len(failed), swaps)
+	if len(failed) > 0 {
+		t.Errorf("%d of %d requests failed; the first: %s", len(failed), sent, failed[0])
+	}
+	if sent < clients*each {
+		t.Errorf("only %d of %d requests were sent within the bound", sent, clients*each)
+	}
+	if swaps < 4 {
+		t.Errorf("%d engine starts: the requests did not make the models swap", swaps)
 	}
 }

@@ -480,6 +480,13 @@ func (f *Fleet) makeRoomLocked(m catalog.Model, profs []catalog.Profile, caps []
 					stopping = append(stopping, r)
 					continue
 				}
+				if r.stopping {
+					// Its room is another model's, asked for before m: m's
+					// turn comes once that one is idle in its turn.
+					later += h
+					busy = append(busy, r)
+					continue
+				}
 				switch f.giveLocked(r, m) {
 				case idleGive, drainGive:
 					givable += h
