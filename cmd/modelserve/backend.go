@@ -13,10 +13,12 @@ import (
 
 	"modelserve/catalog"
 	"modelserve/internal/fleet"
+	"modelserve/internal/gguf"
 	"modelserve/internal/kubefleet"
 	"modelserve/internal/notify"
 	"modelserve/internal/operr"
 	"modelserve/internal/plan"
+	"modelserve/internal/words"
 	"modelserve/jobs"
 )
 
@@ -48,10 +50,13 @@ var (
 
 // newBackend is the fleet cfg.Fleet names, with the catalog to hand to
 // whatever changes it (it pokes the fleet) and the fleet as jobs watch it.
-func newBackend(cfg config, enginePath string, store *catalog.Store, db *sql.DB, notifier *notify.Notifier, log *slog.Logger) (fleetBackend, *fleet.NotifyingCatalog, jobs.Fleet, error) {
+func newBackend(ctx context.Context, cfg config, enginePath string, store *catalog.Store, db *sql.DB, notifier *notify.Notifier, log *slog.Logger) (fleetBackend, *fleet.NotifyingCatalog, jobs.Fleet, error) {
 	switch cfg.Fleet {
 	case "", "local":
-		f, cat, jf, err := newFleet(enginePath, store, db, notifier, log)
+		if err := checkLocalMemory(ctx, cfg.LocalMemory, store); err != nil {
+			return nil, nil, nil, err
+		}
+		f, cat, jf, err := newFleet(enginePath, cfg.LocalMemory, store, db, notifier, log)
 		if err != nil {
 			return nil, nil, nil, err
 		}
@@ -64,6 +69,34 @@ func newBackend(cfg config, enginePath string, store *catalog.Store, db *sql.DB,
 		return f, fleet.NewNotifyingCatalog(store, f), jobsFleet{f}, nil
 	}
 	return nil, nil, nil, operr.New(operr.Invalid, "--fleet %q is not a fleet modelserve runs: use local (engine processes on this machine) or kubernetes", cfg.Fleet)
+}
+
+// checkLocalMemory refuses a --local-memory that could not hold even the
+// smallest model: not the engine alone, nor any model of the catalog.
+func checkLocalMemory(ctx context.Context, budget int64, store *catalog.Store) error {
+	if budget == 0 {
+		return nil
+	}
+	if budget < gguf.RAMFootprint {
+		return operr.New(operr.Invalid, "--local-memory %s cannot hold any model: llama-server alone takes %s; give the fleet more", words.Size(budget), words.Size(gguf.RAMFootprint))
+	}
+	models, err := store.List(ctx)
+	if err != nil {
+		return err
+	}
+	var smallest catalog.Model
+	least := int64(-1)
+	for _, m := range models {
+		for _, p := range m.Profiles {
+			if p.RAMBytes > 0 && (least < 0 || p.RAMBytes < least) {
+				smallest, least = m, p.RAMBytes
+			}
+		}
+	}
+	if least > budget {
+		return operr.New(operr.Invalid, "--local-memory %s cannot hold even the smallest model of the catalog: %s needs %s; give the fleet more, or serve a smaller model", words.Size(budget), smallest.Name, words.Size(least))
+	}
+	return nil
 }
 
 // newKubeFleet is the kubernetes fleet: its client from --kubeconfig

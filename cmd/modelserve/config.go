@@ -1,9 +1,11 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -55,6 +57,11 @@ type config struct {
 	// it reads as: bytes a second for all the mirror's fetches (0: no cap).
 	DownloadRateText string
 	DownloadRate     int64
+	// LocalMemoryText is --local-memory as given, and LocalMemory what it
+	// reads as: the bytes the local fleet may promise its replicas on this
+	// machine (0: what the machine has).
+	LocalMemoryText string
+	LocalMemory     int64
 	// How an update's canary is tried (canary-*), as given and as read:
 	// the share of its model's requests it takes, and the requests and
 	// time its trial is bounded by.
@@ -92,6 +99,7 @@ func (c *config) settings() []setting {
 		{"log-level", "MODELSERVE_LOG_LEVEL", "info", "the least level logged: debug, info, warn or error", &c.LogLevel},
 		{"update-interval", "MODELSERVE_UPDATE_INTERVAL", "6h", "how often each served model's branch is checked for new weights (6h, 30m; 0 for never); a model may have its own (PUT /api/v1/catalog/{name}/updates)", &c.UpdateEvery},
 		{"download-rate", "MODELSERVE_DOWNLOAD_RATE", "", "the most the mirror fetches from registries a second, all fetches together (50MB, 1.5GB, 800KB); empty for no cap", &c.DownloadRateText},
+		{"local-memory", "MODELSERVE_LOCAL_MEMORY", "", "the memory the local fleet may promise its replicas on this machine (12GiB, 350MB, or bytes): the node's memory as the planner, the serve form and placement see it; empty for what the machine has", &c.LocalMemoryText},
 		{"canary-share", "MODELSERVE_CANARY_SHARE", "0.1", "the share of a model's requests an update's canary takes while it is judged (0.1 is 10%); an update may give its own", &c.CanaryShareText},
 		{"canary-requests", "MODELSERVE_CANARY_REQUESTS", "50", "how many requests a canary serves before it is judged on them", &c.CanaryRequestsText},
 		{"canary-window", "MODELSERVE_CANARY_WINDOW", "30m", "the longest a canary is tried before it is judged on what it served", &c.CanaryWindowText},
@@ -145,6 +153,9 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (co
 	if c.DownloadRate, err = parseRate(c.DownloadRateText); err != nil {
 		return c, usageError{err}
 	}
+	if c.LocalMemory, err = parseSize(c.LocalMemoryText, 1<<20, 1<<50); err != nil {
+		return c, usageError{fmt.Errorf("--local-memory is the memory the local fleet may promise, from 1MiB to 1PiB, like 12GiB or 350MB (empty for what the machine has), not %s", operr.Quote(c.LocalMemoryText))}
+	}
 	if err := c.readCanary(); err != nil {
 		return c, usageError{err}
 	}
@@ -156,20 +167,33 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (co
 	return c, nil
 }
 
-// parseRate reads --download-rate: a number of bytes with a unit (B, KB,
-// MB, GB as powers of 1000; KiB, MiB, GiB of 1024), "" for no cap.
+// parseRate reads --download-rate: bytes a second (parseSize), "" for no
+// cap.
 func parseRate(s string) (int64, error) {
+	n, err := parseSize(s, 1024, 1e12)
+	if err != nil {
+		return 0, fmt.Errorf("--download-rate is bytes a second from 1KiB to 1TB, like 50MB or 1.5GB (empty for no cap), not %q", strings.TrimSpace(s))
+	}
+	return n, nil
+}
+
+// parseSize reads a number of bytes with a unit (B, KB, MB, GB, TB as
+// powers of 1000; KiB, MiB, GiB, TiB of 1024), from lo to hi; "" is 0.
+func parseSize(s string, lo, hi float64) (int64, error) {
 	s = strings.TrimSpace(s)
 	if s == "" {
 		return 0, nil
 	}
+	if len(s) > 40 {
+		return 0, errors.New("too long for a size")
+	}
 	num := strings.TrimRight(s, "BKMGTikmgti ")
 	unit := strings.ToUpper(strings.TrimSpace(s[len(num):]))
-	mult := map[string]float64{"": 1, "B": 1, "K": 1e3, "KB": 1e3, "M": 1e6, "MB": 1e6, "G": 1e9, "GB": 1e9,
-		"KIB": 1 << 10, "MIB": 1 << 20, "GIB": 1 << 30}[unit]
+	mult := map[string]float64{"": 1, "B": 1, "K": 1e3, "KB": 1e3, "M": 1e6, "MB": 1e6, "G": 1e9, "GB": 1e9, "T": 1e12, "TB": 1e12,
+		"KIB": 1 << 10, "MIB": 1 << 20, "GIB": 1 << 30, "TIB": 1 << 40}[unit]
 	n, err := strconv.ParseFloat(strings.TrimSpace(num), 64)
-	if err != nil || mult == 0 || n*mult < 1024 || n*mult > 1e12 {
-		return 0, fmt.Errorf("--download-rate is bytes a second from 1KiB to 1TB, like 50MB or 1.5GB (empty for no cap), not %q", s)
+	if err != nil || mult == 0 || math.IsNaN(n) || n*mult < lo || n*mult > hi {
+		return 0, fmt.Errorf("not a size from %.0f to %.0f bytes", lo, hi)
 	}
 	return int64(n * mult), nil
 }

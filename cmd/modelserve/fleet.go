@@ -53,8 +53,14 @@ func (a jobsFleet) NodeCPUs(memGB int) []int { return a.f.NodeCPUs(memGB) }
 // Each engine start's estimated and measured memory is kept in db, and so
 // are the models parked, which a restart must not start again.
 // The caller runs the fleet (Run) and waits for it on shutdown.
-func newFleet(engine string, store *catalog.Store, db *sql.DB, notifier *notify.Notifier, log *slog.Logger) (*fleet.Fleet, *fleet.NotifyingCatalog, jobs.Fleet, error) {
-	f, err := fleet.New(fleet.Options{Catalog: store, Engine: engine, History: fleet.NewHistory(db), Parks: fleet.NewParks(db),
+// budget, when not 0, is the memory the fleet may promise on this machine
+// (--local-memory).
+func newFleet(engine string, budget int64, store *catalog.Store, db *sql.DB, notifier *notify.Notifier, log *slog.Logger) (*fleet.Fleet, *fleet.NotifyingCatalog, jobs.Fleet, error) {
+	node, err := fleet.Local(fleet.LocalConfig{Budget: budget})
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	f, err := fleet.New(fleet.Options{Catalog: store, Engine: engine, Nodes: []fleet.Node{node}, History: fleet.NewHistory(db), Parks: fleet.NewParks(db),
 		Notify: notifier, Log: log.With("part", "fleet")})
 	if err != nil {
 		return nil, nil, nil, err

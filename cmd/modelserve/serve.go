@@ -91,7 +91,7 @@ func serve(ctx context.Context, cfg config, log *slog.Logger, ready func(addr st
 			return err
 		}
 	}
-	fl, cat, jobsFleet, err := newBackend(cfg, enginePath, store, db, notifier, log)
+	fl, cat, jobsFleet, err := newBackend(ctx, cfg, enginePath, store, db, notifier, log)
 	if err != nil {
 		return err
 	}

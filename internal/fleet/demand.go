@@ -29,8 +29,13 @@ type demand struct {
 	// inUse is the requests being served now: a model is never idle in
 	// the middle of an answer, however long it streams.
 	inUse int
-	// lastUse is when the last request began or ended.
-	lastUse time.Time
+	// lastUse is when the last request began or ended; since when the
+	// first was asked (the demand is forgotten when the model falls idle or
+	// is given back).
+	lastUse, since time.Time
+	// lastAsk is when the last request began: one after another model
+	// began to wait for this one's room is behind it (swap.go).
+	lastAsk time.Time
 	// want is the replicas wanted, before the catalog's bounds: the most
 	// asked for in this window or the one before it.
 	want int
@@ -66,11 +71,11 @@ func (f *Fleet) Use(model string, replicas int) (release func()) {
 	}
 	d := f.demands[model]
 	if d == nil {
-		d = &demand{window: now}
+		d = &demand{window: now, since: now}
 		f.demands[model] = d
 	}
 	d.inUse++
-	d.lastUse = now
+	d.lastUse, d.lastAsk = now, now
 	d.peak = max(d.peak, replicas)
 	more := replicas > d.want
 	d.want = max(d.want, replicas)
@@ -82,12 +87,19 @@ func (f *Fleet) Use(model string, replicas int) (release func()) {
 	return func() {
 		once.Do(func() {
 			f.mu.Lock()
-			defer f.mu.Unlock()
 			// The demand may have been dropped meanwhile (a new Run, the
 			// model removed): this release is then about nothing.
+			look := false
 			if f.demands[model] == d {
 				d.inUse--
 				d.lastUse = time.Now()
+				// Its replicas may be idle now, and another model waits
+				// for their room.
+				look = d.inUse == 0 && f.waitingLocked()
+			}
+			f.mu.Unlock()
+			if look {
+				f.Poke()
 			}
 		})
 	}
@@ -106,6 +118,15 @@ func (f *Fleet) Serving(model string) []Replica {
 		}
 	}
 	return out
+}
+
+// askedAtLocked is since when model has been asked for: the zero time for
+// a model nobody asks for now.
+func (f *Fleet) askedAtLocked(model string) time.Time {
+	if d := f.demands[model]; d != nil {
+		return d.since
+	}
+	return time.Time{}
 }
 
 // idleAfter is how long m's replicas above Min wait for a request.

@@ -37,9 +37,14 @@ func (f *Fleet) Hold(id string) (release func(), ok bool) {
 	return func() {
 		once.Do(func() {
 			f.mu.Lock()
-			defer f.mu.Unlock()
-			if r.holds--; r.holds == 0 && r.stopping {
+			r.holds--
+			look := r.holds == 0 && !r.stopping && f.waitingLocked()
+			if r.holds == 0 && r.stopping {
 				f.drainedLocked(r)
+			}
+			f.mu.Unlock()
+			if look {
+				f.Poke() // another model may wait for its room
 			}
 		})
 	}, true

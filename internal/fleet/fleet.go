@@ -159,6 +159,10 @@ type ModelHealth struct {
 	// HardwareExists is whether some node could host it were it idle:
 	// false means waiting will not help.
 	HardwareExists bool `json:"hardware_exists"`
+	// LastStop is the last of its replicas given back to make room for
+	// another model, and why: "tiny-1: given back for chatty, idle for 4
+	// min".
+	LastStop string `json:"last_stop,omitempty"`
 }
 
 // NodeStatus is one node, as the API shows it.
@@ -175,6 +179,11 @@ type NodeStatus struct {
 	PromisedBytes  int64       `json:"promised_bytes"`
 	GPUs           []GPUStatus `json:"gpus,omitempty"`
 	Replicas       []string    `json:"replicas"`
+	// Reclaimable are the replicas that would be given back for a model
+	// that needs their room (idle, on demand: swap.go), and
+	// ReclaimableBytes the memory they hold.
+	Reclaimable      []string `json:"reclaimable,omitempty"`
+	ReclaimableBytes int64    `json:"reclaimable_bytes"`
 }
 
 // GPUStatus is one card of a node and the replica holding it.
@@ -206,6 +215,8 @@ type Fleet struct {
 	seq      map[string]int
 	// demands are what the gateway asked of each model lately (Use).
 	demands map[string]*demand
+	// evictions count the replicas given back to make room (swap.go).
+	evictions map[[2]string]int
 	// restored are the parks Run read from Options.Parks that no model's
 	// state has taken up yet; unpark the kept parks to forget.
 	restored map[string]park
@@ -402,7 +413,7 @@ func (f *Fleet) ModelHealth() []ModelHealth {
 		h := ModelHealth{
 			Model: name, Class: st.class, Want: st.want,
 			Parked: st.parked, Failures: st.failedStarts, Reason: st.reason,
-			Unplaceable: st.unplaceable, Placement: st.placement, HardwareExists: st.hardware,
+			Unplaceable: st.unplaceable, Placement: st.placement, HardwareExists: st.hardware, LastStop: st.lastStop,
 		}
 		for _, r := range f.replicas {
 			if r.model == name && r.state == Ready {
@@ -450,6 +461,10 @@ func (f *Fleet) Nodes() []NodeStatus {
 		}
 		for _, r := range a.holders {
 			ns.Replicas = append(ns.Replicas, r.id)
+			if f.giveLocked(r, catalog.Model{}) == idleGive {
+				ns.Reclaimable = append(ns.Reclaimable, r.id)
+				ns.ReclaimableBytes += r.memBytes
+			}
 		}
 		out = append(out, ns)
 	}

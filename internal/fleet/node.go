@@ -106,6 +106,11 @@ type LocalConfig struct {
 	RAMBytes int64
 	// GPUs, when not nil, replace the cards read from nvidia-smi.
 	GPUs []Card
+	// Budget, when set, is the memory the fleet may promise on this
+	// machine (--local-memory): the node's memory in the pool. Unlike
+	// RAMBytes the machine is still measured, and no more than the kernel
+	// has available is promised, for a machine shared with other programs.
+	Budget int64
 }
 
 // LocalNode runs engines as child processes of this one, on loopback.
@@ -114,14 +119,15 @@ type LocalNode struct {
 	cores    int
 	ram      int64
 	measured bool // read MemAvailable on each look, rather than RAMBytes
+	budget   int64
 	gpus     []Card
 }
 
 // Local is this machine as a node: its cores, memory and cards as
 // internal/plan reads them, with what cfg sets in their place.
 func Local(cfg LocalConfig) (*LocalNode, error) {
-	n := &LocalNode{name: cfg.Name, cores: cfg.CPUCores, ram: cfg.RAMBytes, gpus: cfg.GPUs}
-	if n.name != "" && n.cores > 0 && n.ram > 0 && n.gpus != nil {
+	n := &LocalNode{name: cfg.Name, cores: cfg.CPUCores, ram: cfg.RAMBytes, gpus: cfg.GPUs, budget: max(cfg.Budget, 0)}
+	if n.name != "" && n.cores > 0 && n.ram > 0 && n.gpus != nil && n.budget == 0 {
 		return n, nil
 	}
 	pn, err := plan.LocalNode()
@@ -164,6 +170,9 @@ func (n *LocalNode) Capacity() Capacity {
 			}
 			f.Close()
 		}
+	}
+	if n.budget > 0 {
+		c.RAMBytes, c.AvailableBytes = n.budget, min(n.budget, c.AvailableBytes)
 	}
 	return c
 }

@@ -1,6 +1,8 @@
 package fleet
 
 import (
+	"slices"
+
 	"modelserve/internal/plan"
 )
 
@@ -8,15 +10,17 @@ import (
 // so that what the serve page says fits and where the job places a replica
 // are decided on the same nodes and the same free memory. Free memory is
 // what a new replica can be promised (the kernel's available memory, less
-// what replicas still loading were promised); a card is free while no
-// replica holds it.
+// what replicas still loading were promised, and with what idle replicas
+// of models on demand would give back for a model that needs their room:
+// swap.go); a card is free while no replica holds it, or an idle one on
+// demand does.
 func (f *Fleet) Pool() []plan.Node {
 	out := []plan.Node{}
 	for i, ns := range f.Nodes() {
 		_, local := f.nodes[i].(*LocalNode)
 		n := plan.Node{
 			Name: ns.Name, Local: local,
-			CPUCores: ns.CPUCores, RAMGB: gib(ns.RAMBytes), FreeRAMGB: gib(max(ns.FreeBytes, 0)),
+			CPUCores: ns.CPUCores, RAMGB: gib(ns.RAMBytes), FreeRAMGB: gib(max(min(ns.FreeBytes+ns.ReclaimableBytes, ns.RAMBytes), 0)),
 			CPUBandwidthGBs: plan.DefaultCPUBandwidthGBs, GPUs: []plan.GPU{},
 		}
 		for _, c := range ns.GPUs {
@@ -32,7 +36,7 @@ func (f *Fleet) Pool() []plan.Node {
 				j++
 			}
 			free := gib(c.MemoryBytes)
-			if c.Replica != "" {
+			if c.Replica != "" && !slices.Contains(ns.Reclaimable, c.Replica) {
 				free = 0
 			}
 			n.GPUs[j].Count++

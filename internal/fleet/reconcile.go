@@ -30,9 +30,15 @@ type modelState struct {
 	// lasting is a model parked for its engine's failures to start: the
 	// park is kept (Options.Parks) and outlasts a restart.
 	lasting     bool
+	min         int
 	unplaceable bool
-	placement   string
-	hardware    bool
+	// waitsForIdle is a model waiting for busy replicas of others to fall
+	// idle and give back their room (swap.go).
+	waitsForIdle bool
+	// lastStop says which of its replicas was last given back, and why.
+	lastStop  string
+	placement string
+	hardware  bool
 }
 
 // classRank orders the models for placement: the critical first, since
@@ -117,8 +123,10 @@ func (f *Fleet) reconcile(ctx context.Context) {
 	f.forgetDemandsLocked(byName)
 
 	// 2. Each model to as many replicas as it wants.
+	// Within a class, the models asked for first are placed first: requests
+	// waiting for room are served in the order they came.
 	slices.SortFunc(models, func(a, b catalog.Model) int {
-		return cmp.Or(cmp.Compare(classRank(a), classRank(b)), strings.Compare(a.Name, b.Name))
+		return cmp.Or(cmp.Compare(classRank(a), classRank(b)), f.askedAtLocked(a.Name).Compare(f.askedAtLocked(b.Name)), strings.Compare(a.Name, b.Name))
 	})
 	now := time.Now()
 	for _, m := range models {
@@ -129,6 +137,12 @@ func (f *Fleet) reconcile(ctx context.Context) {
 			if r.model == m.Name && !r.released && !r.stopping {
 				active = append(active, r)
 			}
+		}
+		if len(active) == 0 && st.want > m.Scaling.Min && f.abandonedLocked(m.Name) {
+			// Its requests all went away before a replica of it was
+			// placed: nobody is stopped, nothing started, on their behalf.
+			f.dropDemandLocked(m.Name)
+			st.want = m.Scaling.Min
 		}
 		if len(active) > st.want {
 			// The ones not yet serving go first, then the newest.
@@ -143,7 +157,7 @@ func (f *Fleet) reconcile(ctx context.Context) {
 		if st.parked {
 			continue
 		}
-		st.unplaceable, st.placement = false, ""
+		st.unplaceable, st.placement, st.waitsForIdle = false, "", false
 		st.hardware = f.hardwareLocked(m, caps)
 		if len(active) >= st.want {
 			continue
@@ -216,7 +230,7 @@ func (f *Fleet) stateLocked(m catalog.Model, haveEngine bool) *modelState {
 		}
 		f.models[m.Name] = st
 	}
-	st.class = m.ClassOrDefault()
+	st.class, st.min = m.ClassOrDefault(), m.Scaling.Min
 	return st
 }
 
@@ -421,86 +435,98 @@ func cardLine(node string, p catalog.Profile, a account, fit, free int) string {
 }
 
 // makeRoomLocked finds room for m that replicas stopping will give back,
-// and for a critical model stops opportunistic replicas for it. It returns
-// what it waits for.
+// or that replicas given back (swap.go) will: it stops as few as will do,
+// and says what it waits for. A model whose room is held by replicas that
+// will be given back once idle waits for them too: it is not unplaceable.
 func (f *Fleet) makeRoomLocked(m catalog.Model, profs []catalog.Profile, caps []Capacity) (string, bool) {
-	critical := m.ClassOrDefault() == catalog.ClassCritical
+	now := time.Now()
+	var busyText string
 	for _, p := range profs {
 		for i, n := range f.nodes {
 			a := f.accountLocked(n, caps[i])
 			if !exists(p, a) {
 				continue
 			}
-			var have, need int64
-			var stopping, victims []*replica
-			var evictable int64
+			var have, need, givable, later int64
+			var stopping, victims, busy []*replica
+			var fit []int
 			if p.GPUClass != "" {
-				fit, free := cardsFor(p, a)
+				var free []int
+				fit, free = cardsFor(p, a)
 				have, need = int64(len(free)), int64(max(p.GPUsPerNode, 1))
-				for _, r := range a.holders {
-					held := int64(0)
-					for _, c := range r.cards {
-						if slices.Contains(fit, c) {
-							held++
-						}
-					}
-					if held == 0 {
-						continue
-					}
-					if r.stopping && (r.evictedFor == "" || r.evictedFor == m.Name) {
-						have += held
-						stopping = append(stopping, r)
-					} else if !r.stopping && critical && opportunistic(f, r) {
-						evictable += held
-						victims = append(victims, r)
-					}
-				}
 			} else {
 				have, need = a.free, p.RAMBytes
-				for _, r := range a.holders {
-					if r.stopping && (r.evictedFor == "" || r.evictedFor == m.Name) {
-						have += r.memBytes
-						stopping = append(stopping, r)
-					} else if !r.stopping && critical && opportunistic(f, r) {
-						victims = append(victims, r)
+			}
+			// What r holds of what m needs on this node.
+			held := func(r *replica) int64 {
+				if p.GPUClass == "" {
+					return r.memBytes
+				}
+				k := int64(0)
+				for _, c := range r.cards {
+					if slices.Contains(fit, c) {
+						k++
 					}
 				}
-				// The largest first: as few stopped as will do.
-				slices.SortFunc(victims, func(x, y *replica) int { return cmp.Compare(y.memBytes, x.memBytes) })
-				for _, r := range victims {
-					evictable += r.memBytes
+				return k
+			}
+			for _, r := range a.holders {
+				h := held(r)
+				if h == 0 {
+					continue
+				}
+				if r.stopping && (r.evictedFor == "" || r.evictedFor == m.Name) {
+					have += h
+					stopping = append(stopping, r)
+					continue
+				}
+				if r.stopping {
+					// Its room is another model's, asked for before m: m's
+					// turn comes once that one is idle in its turn.
+					later += h
+					busy = append(busy, r)
+					continue
+				}
+				switch f.giveLocked(r, m) {
+				case idleGive, drainGive:
+					givable += h
+					victims = append(victims, r)
+				case busyGive:
+					later += h
+					busy = append(busy, r)
 				}
 			}
 			if have >= need && len(stopping) > 0 {
 				return fmt.Sprintf("%s on node %s: waiting for %s to stop", makingRoom, n.Name(), ids(stopping)), true
 			}
-			if !critical || have+evictable < need {
+			if have+givable < need {
+				if have+givable+later >= need && busyText == "" {
+					busyText = fmt.Sprintf("%s on node %s: waiting for %s to finish the requests %s",
+						makingRoom, n.Name(), ids(busy), words.Plural(len(busy), "it answers", "they answer"))
+				}
 				continue
 			}
+			f.victimOrderLocked(victims, m)
 			var stopped []*replica
 			for _, r := range victims {
 				if have >= need {
 					break
 				}
-				f.stopLocked(r, fmt.Sprintf("stopped to make room for %s, a critical model", m.Name))
-				r.evictedFor = m.Name
+				f.giveBackLocked(r, m, now)
 				stopped = append(stopped, r)
-				if p.GPUClass != "" {
-					have += int64(len(r.cards))
-				} else {
-					have += r.memBytes
-				}
+				have += held(r)
 			}
-			f.log.Info("stopping opportunistic replicas for a critical model", "model", m.Name, "node", n.Name(), "replicas", ids(stopped))
-			return fmt.Sprintf("%s on node %s: stopping %s (opportunistic)", makingRoom, n.Name(), ids(stopped)), true
+			f.log.Info("giving back replicas to make room", "model", m.Name, "node", n.Name(), "replicas", ids(stopped))
+			return fmt.Sprintf("%s on node %s: giving back %s", makingRoom, n.Name(), ids(stopped)), true
 		}
 	}
+	if busyText != "" {
+		if st := f.models[m.Name]; st != nil {
+			st.waitsForIdle = true
+		}
+		return busyText, true
+	}
 	return "", false
-}
-
-func opportunistic(f *Fleet, r *replica) bool {
-	st := f.models[r.model]
-	return st != nil && st.class == catalog.ClassOpportunistic
 }
 
 func ids(rs []*replica) string {

@@ -17,6 +17,10 @@ const (
 	vramFootprint = 250 << 20
 )
 
+// RAMFootprint is the RAM llama.cpp's process takes before any model: no
+// memory smaller than it runs a model.
+const RAMFootprint = ramFootprint
+
 var errNoShape = errors.New("the header gives no shape")
 
 // KVBytesPerToken is the size of one token's keys and values in every layer,

@@ -29,6 +29,13 @@ type fleetCollector struct {
 	f                                            Fleet
 	replicas, nodeMemory, nodeFree, nodePromised *prometheus.Desc
 	estimate, resident                           *prometheus.Desc
+	evictions                                    *prometheus.Desc
+}
+
+// evictor is a fleet that gives replicas back to make room and counts
+// them (the local one does; fleet.Fleet.Evictions).
+type evictor interface {
+	Evictions() []fleet.Eviction
 }
 
 func newFleetCollector(f Fleet) fleetCollector {
@@ -48,11 +55,14 @@ func newFleetCollector(f Fleet) fleetCollector {
 			"The memory each replica was placed by: the check step's estimate.", []string{"model", "replica"}, nil),
 		resident: prometheus.NewDesc("modelserve_replica_memory_resident_bytes",
 			"Each ready replica's engine's resident memory, measured, beside its estimate.", []string{"model", "replica"}, nil),
+		evictions: prometheus.NewDesc("modelserve_fleet_evictions_total",
+			"Replicas given back to make room for another model, by model and why: swap (idle, on demand) or critical "+
+				"(opportunistic, for a critical model).", []string{"model", "reason"}, nil),
 	}
 }
 
 func (c fleetCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.replicas, c.nodeMemory, c.nodeFree, c.nodePromised, c.estimate, c.resident} {
+	for _, d := range []*prometheus.Desc{c.replicas, c.nodeMemory, c.nodeFree, c.nodePromised, c.estimate, c.resident, c.evictions} {
 		ch <- d
 	}
 }
@@ -88,5 +98,10 @@ func (c fleetCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.nodeMemory, prometheus.GaugeValue, float64(n.RAMBytes), n.Name)
 		ch <- prometheus.MustNewConstMetric(c.nodeFree, prometheus.GaugeValue, float64(n.FreeBytes), n.Name)
 		ch <- prometheus.MustNewConstMetric(c.nodePromised, prometheus.GaugeValue, float64(n.PromisedBytes), n.Name)
+	}
+	if e, ok := c.f.(evictor); ok {
+		for _, ev := range e.Evictions() {
+			ch <- prometheus.MustNewConstMetric(c.evictions, prometheus.CounterValue, float64(ev.Count), ev.Model, ev.Reason)
+		}
 	}
 }

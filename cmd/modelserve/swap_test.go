@@ -1,0 +1,391 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
+
+	"modelserve/internal/ggufgen"
+	"modelserve/internal/hubtest"
+	"modelserve/internal/llamatest"
+	"modelserve/jobs"
+)
+
+// TestLocalMemoryIsTheNodesMemory: with --local-memory the local node has
+// that much memory in the pool, and a serve with the defaults is sized to
+// it: the check step cuts the default pool to fit, and the replica starts
+// and answers.
+func TestLocalMemoryIsTheNodesMemory(t *testing.T) {
+	hub := hubtest.New(t)
+	tinyRepo(t, hub, "acme/Tiny-Llama-GGUF", "Tiny-Llama-Q4_K_M.gguf", ggufgen.Spec{ContextLength: 32768})
+	const budget = 180 << 20 // the tiny model needs about 200 MB with the default 16384-token pool
+	s := startAPI(t, config{Addr: "127.0.0.1:0", Data: t.TempDir(), HFEndpoint: hub.URL(), LlamaServer: llamatest.Path(t),
+		LocalMemory: budget})
+	var nodes struct {
+		Nodes []struct {
+			RAMBytes int64 `json:"ram_bytes"`
+		} `json:"nodes"`
+	}
+	if code := s.do("GET", "/api/v1/nodes", nil, &nodes); code != http.StatusOK || len(nodes.Nodes) != 1 || nodes.Nodes[0].RAMBytes != budget {
+		t.Fatalf("the nodes: %d %+v; want one with %d bytes", code, nodes, budget)
+	}
+	var job jobs.Job
+	if code := s.do("POST", "/api/v1/serve", map[string]any{"repo": "acme/Tiny-Llama-GGUF", "replicas": 1}, &job); code != http.StatusAccepted {
+		t.Fatalf("serve: %d %+v", code, job)
+	}
+	seen := s.watch(job.ID, 2*time.Minute)
+	last := seen[len(seen)-1]
+	if last.State != jobs.Done || last.Reply == "" {
+		t.Fatalf("serving ended %s: %s; steps %+v", last.State, last.Error, last.Steps)
+	}
+	if check, _ := last.Step(jobs.StepCheck); !strings.Contains(check.Detail, "cut to fit") {
+		t.Errorf("the check step says %q; want the default pool cut to fit the budget", check.Detail)
+	}
+}
+
+// TestLocalMemoryTooSmallIsASentence: a --local-memory no model can run in
+// stops the start with a sentence naming the figures, not a crash or a
+// fleet that never places anything.
+func TestLocalMemoryTooSmallIsASentence(t *testing.T) {
+	cfg, err := parseServe([]string{"--local-memory", "100MB", "--data", t.TempDir(), "--addr", "127.0.0.1:0"},
+		func(string) string { return "" }, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = serve(context.Background(), cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), func(string) {})
+	if err == nil || !strings.Contains(err.Error(), "cannot hold any model: llama-server alone takes") {
+		t.Errorf("serve with 100MB: %v; want a sentence that it cannot hold any model", err)
+	}
+	for _, bad := range []string{"lots", "-1GB", "NaN", "5PB", "12XB"} {
+		if _, err := parseServe([]string{"--local-memory", bad}, func(string) string { return "" }, io.Discard); err == nil ||
+			!strings.Contains(err.Error(), "--local-memory is the memory") {
+			t.Errorf("--local-memory %q: %v; want it refused in a sentence", bad, err)
+		}
+	}
+	cfg, err = parseServe(nil, func(k string) string {
+		if k == "MODELSERVE_LOCAL_MEMORY" {
+			return "12GiB"
+		}
+		return ""
+	}, io.Discard)
+	if err != nil || cfg.LocalMemory != 12<<30 {
+		t.Errorf("MODELSERVE_LOCAL_MEMORY=12GiB reads as %d, %v", cfg.LocalMemory, err)
+	}
+}
+
+// swapBudget is a --local-memory that holds one tiny model at a 2048-token
+// pool (the check step sizes it at about 170 MB) and never two: llama-server
+// alone takes 150 MiB of each.
+const swapBudget = 300e6
+
+// startSwapWorld is modelserve with swapBudget of memory and the tiny
+// models names served on demand, each idle for an hour (only a swap stops
+// one within a test), an OpenAI client of its gateway, and its data folder.
+func startSwapWorld(t *testing.T, names ...string) (*apiServer, openai.Client, string) {
+	t.Helper()
+	hub := hubtest.New(t)
+	data := t.TempDir()
+	s := startAPI(t, config{Addr: "127.0.0.1:0", Data: data, HFEndpoint: hub.URL(), LlamaServer: llamatest.Path(t),
+		LocalMemory: swapBudget})
+	for _, name := range names {
+		repo := "acme/" + name + "-GGUF"
+		tinyRepo(t, hub, repo, name+"-Q4_K_M.gguf", ggufgen.Spec{ContextLength: 4096})
+		var job jobs.Job
+		if code := s.do("POST", "/api/v1/serve", map[string]any{"repo": repo, "name": name, "replicas": 0, "idle_after": "1h",
+			"context_length": 2048, "ctx_pool": 2048}, &job); code != http.StatusAccepted {
+			t.Fatalf("serve %s: %d %+v", name, code, job)
+		}
+		if seen := s.watch(job.ID, 2*time.Minute); seen[len(seen)-1].State != jobs.Done {
+			last := seen[len(seen)-1]
+			t.Fatalf("serving %s ended %s: %s; steps %+v", name, last.State, last.Error, last.Steps)
+		}
+	}
+	c := openai.NewClient(option.WithBaseURL(s.base+"/v1/"), option.WithAPIKey(s.token), option.WithMaxRetries(0),
+		option.WithRequestTimeout(2*time.Minute))
+	return s, c, data
+}
+
+func askModel(c openai.Client, model, text string) error {
+	_, err := c.Chat.Completions.New(context.Background(), openai.ChatCompletionNewParams{Model: model, MaxTokens: openai.Int(4),
+		Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage(text)}})
+	return err
+}
+
+// fleetView is GET /api/v1/replicas as these tests read it.
+type fleetView struct {
+	Replicas []struct {
+		ID, Model, State, Detail string
+	} `json:"replicas"`
+	Models []struct {
+		Model    string `json:"model"`
+		LastStop string `json:"last_stop"`
+	} `json:"models"`
+	Starts []struct {
+		Model string `json:"model"`
+	} `json:"starts"`
+}
+
+func (s *apiServer) fleet() fleetView {
+	s.t.Helper()
+	var v fleetView
+	if code := s.do("GET", "/api/v1/replicas", nil, &v); code != http.StatusOK {
+		s.t.Fatalf("GET /api/v1/replicas: %d", code)
+	}
+	return v
+}
+
+func (v fleetView) running(model string) int {
+	n := 0
+	for _, r := range v.Replicas {
+		if r.Model == model && r.State != "stopping" && r.State != "draining" {
+			n++
+		}
+	}
+	return n
+}
+
+func (v fleetView) starts(model string) int {
+	n := 0
+	for _, st := range v.Starts {
+		if st.Model == model {
+			n++
+		}
+	}
+	return n
+}
+
+// TestSwapBetweenTwoModelsThatDoNotFitTogether: two tiny models on demand
+// in memory for one. Each request for the one not loaded gives back the
+// other's idle replica and is answered; the API says why the replica
+// stopped and /metrics counts it.
+func TestSwapBetweenTwoModelsThatDoNotFitTogether(t *testing.T) {
+	s, c, _ := startSwapWorld(t, "alpha", "beta")
+	for i, model := range []string{"alpha", "beta", "alpha"} {
+		if err := askModel(c, model, fmt.Sprintf("swap %d", i)); err != nil {
+			t.Fatalf("request %d for %s: %v", i, model, err)
+		}
+		if v := s.fleet(); v.running(model) != 1 || v.running(map[string]string{"alpha": "beta", "beta": "alpha"}[model]) != 0 {
+			t.Fatalf("after asking %s: %+v; want it alone loaded", model, v.Replicas)
+		}
+	}
+	var stop string
+	for _, m := range s.fleet().Models {
+		if m.Model == "beta" {
+			stop = m.LastStop
+		}
+	}
+	if !strings.Contains(stop, "given back for alpha, idle for") {
+		t.Errorf("beta's last stop %q; want it given back for alpha, idle", stop)
+	}
+	resp, err := http.Get(s.base + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(b), `modelserve_fleet_evictions_total{model="beta",reason="swap"} 1`) ||
+		!strings.Contains(string(b), `modelserve_fleet_evictions_total{model="alpha",reason="swap"}`) {
+		t.Errorf("/metrics lacks the evictions of alpha and beta:\n%s", grepLines(string(b), "evictions"))
+	}
+}
+
+func grepLines(text, word string) string {
+	var out []string
+	for _, l := range strings.Split(text, "\n") {
+		if strings.Contains(l, word) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
+}
+
+// TestConcurrentFirstRequestsSwapInOneEngine: eight requests at once for a
+// model whose room another's idle replica holds start one engine between
+// them, and all are answered.
+func TestConcurrentFirstRequestsSwapInOneEngine(t *testing.T) {
+	s, c, _ := startSwapWorld(t, "alpha", "beta")
+	if err := askModel(c, "alpha", "load alpha"); err != nil {
+		t.Fatal(err)
+	}
+	before := s.fleet().starts("beta")
+	var wg sync.WaitGroup
+	errs := make([]error, 8)
+	for i := range errs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = askModel(c, "beta", fmt.Sprintf("client %d", i))
+		}()
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Errorf("request %d: %v", i, err)
+		}
+	}
+	if n := s.fleet().starts("beta") - before; n != 1 {
+		t.Errorf("eight first requests started %d engines of beta; want one", n)
+	}
+}
+
+// TestSwapToAnEngineThatFailsAnswers503: when the model swapped in cannot
+// start (its weights broken on disk), the request waiting for it is
+// answered 503 with the fleet's reason, not left hanging, and the next
+// request for the model given back swaps it in again and is answered.
+func TestSwapToAnEngineThatFailsAnswers503(t *testing.T) {
+	_, c, data := startSwapWorld(t, "alpha", "beta")
+	if err := askModel(c, "alpha", "load alpha"); err != nil {
+		t.Fatal(err)
+	}
+	breakWeights(t, data, "beta-Q4_K_M.gguf")
+
+	err := askModel(c, "beta", "start a broken engine")
+	var apiErr *openai.Error
+	if !errors.As(err, &apiErr) {
+		t.Fatalf("the request for beta, whose engine cannot start: %v; want a 503", err)
+	}
+	if apiErr.StatusCode != http.StatusServiceUnavailable || !strings.Contains(apiErr.Message, "beta is parked") {
+		t.Fatalf("the request for beta, whose engine cannot start: %v (%s); want 503 saying it is parked and why", err, apiErr.RawJSON())
+	}
+	if err := askModel(c, "alpha", "alpha again"); err != nil {
+		t.Errorf("alpha, given back for beta, asked again: %v; want it swapped in and answered", err)
+	}
+}
+
+// breakWeights overwrites the mirror's files named name in the data folder
+// with bytes no engine loads, keeping their size.
+func breakWeights(t *testing.T, data, name string) {
+	t.Helper()
+	n := 0
+	err := filepath.WalkDir(data, func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || d.Name() != name {
+			return err
+		}
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		n++
+		return os.WriteFile(path, bytes.Repeat([]byte{0x5a}, int(info.Size())), 0o644)
+	})
+	if err != nil || n == 0 {
+		t.Fatalf("breaking %s in %s: %v (%d files)", name, data, err, n)
+	}
+}
+
+// TestStreamingReplicaIsNotStoppedForAnotherModel: while alpha streams a
+// long answer, a request for beta (which needs alpha's room) waits; alpha's
+// answer runs to its end, whole, and beta is answered after it.
+func TestStreamingReplicaIsNotStoppedForAnotherModel(t *testing.T) {
+	_, c, _ := startSwapWorld(t, "alpha", "beta")
+	if err := askModel(c, "alpha", "load alpha"); err != nil {
+		t.Fatal(err)
+	}
+	st := c.Chat.Completions.NewStreaming(context.Background(), openai.ChatCompletionNewParams{Model: "alpha", MaxTokens: openai.Int(1500),
+		Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("a long answer")}}, option.WithJSONSet("ignore_eos", true))
+	defer st.Close()
+	if !st.Next() {
+		t.Fatalf("alpha's stream gave no first chunk: %v", st.Err())
+	}
+	betaDone := make(chan time.Time, 1)
+	var betaErr error
+	go func() {
+		betaErr = askModel(c, "beta", "while alpha streams")
+		betaDone <- time.Now()
+	}()
+	chunks := 1
+	for st.Next() {
+		chunks++
+		if chunks%100 == 0 {
+			time.Sleep(50 * time.Millisecond) // a slow reader: the answer outlasts beta's arrival
+		}
+	}
+	streamEnd := time.Now()
+	if err := st.Err(); err != nil || chunks < 1000 {
+		t.Errorf("alpha's stream ended after %d chunks with %v; want the whole answer", chunks, err)
+	}
+	select {
+	case at := <-betaDone:
+		if betaErr != nil {
+			t.Errorf("beta, asked while alpha streamed: %v", betaErr)
+		} else if at.Before(streamEnd.Add(-time.Second)) {
+			t.Errorf("beta was answered %s before alpha's answer ended: alpha's room was taken mid-answer", streamEnd.Sub(at))
+		}
+	case <-time.After(2 * time.Minute):
+		t.Fatal("beta was not answered within 2 minutes of alpha's answer ending")
+	}
+}
+
+// TestThreeModelsInMemoryForOneAnswerEveryRequest: three models on demand
+// in memory for one, asked in random order by four clients at once, so
+// requests keep arriving for models whose replicas are being given back or
+// are still loading: every request is answered, none meets a refused
+// connection, a 502 or a 503.
+func TestThreeModelsInMemoryForOneAnswerEveryRequest(t *testing.T) {
+	s, c, _ := startSwapWorld(t, "alpha", "beta", "gamma")
+	models := []string{"alpha", "beta", "gamma"}
+	const (
+		clients = 4
+		each    = 12 // bounded: 48 requests
+	)
+	deadline := time.Now().Add(2 * time.Minute)
+	var (
+		mu     sync.Mutex
+		failed []string
+		sent   int
+		wg     sync.WaitGroup
+	)
+	for i := range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for n := range each {
+				if time.Now().After(deadline) {
+					return
+				}
+				model := models[rand.N(len(models))]
+				err := askModel(c, model, fmt.Sprintf("client %d request %d", i, n))
+				mu.Lock()
+				sent++
+				if err != nil {
+					var apiErr *openai.Error
+					if errors.As(err, &apiErr) {
+						err = fmt.Errorf("%d %s", apiErr.StatusCode, apiErr.RawJSON())
+					}
+					failed = append(failed, model+": "+err.Error())
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	swaps := 0
+	for _, model := range models {
+		swaps += s.fleet().starts(model)
+	}
+	t.Logf("%d requests, %d failed, %d engine starts", sent, len(failed), swaps)
+	if len(failed) > 0 {
+		t.Errorf("%d of %d requests failed; the first: %s", len(failed), sent, failed[0])
+	}
+	if sent < clients*each {
+		t.Errorf("only %d of %d requests were sent within the bound", sent, clients*each)
+	}
+	if swaps < 4 {
+		t.Errorf("%d engine starts: the requests did not make the models swap", swaps)
+	}
+}

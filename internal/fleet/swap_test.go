@@ -1,0 +1,297 @@
+package fleet
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"modelserve/catalog"
+	"modelserve/internal/ggufgen"
+)
+
+// swapEntry is an on-demand model needing memGB, that stays loaded long
+// after its last request: only a swap stops it within a test.
+func swapEntry(t *testing.T, name string, memGB int) catalog.Model {
+	t.Helper()
+	m := onDemandEntry(t, name, 1, time.Hour)
+	m.Profiles[0].RAMBytes = int64(memGB) << 30
+	return m
+}
+
+// ask is a request for model that ends once a replica of it is ready.
+func (tf *testFleet) ask(t *testing.T, model string) Replica {
+	t.Helper()
+	release := tf.Use(model, 1)
+	defer release()
+	return tf.waitReady(t, model, readyWithin)
+}
+
+// TestIdleOnDemandReplicaIsGivenBack: on a node with room for one of two
+// on-demand models, asking for the other gives back the idle one, says why,
+// counts it, and asking for the first again swaps back.
+func TestIdleOnDemandReplicaIsGivenBack(t *testing.T) {
+	cat := MustCatalog(t)
+	fl := MustRun(t, cat, Options{Nodes: []Node{smallNode(t)}, Interval: time.Hour})
+	nc := fl.notifying(cat)
+	MustAdd(t, nc, swapEntry(t, "alpha", 5))
+	MustAdd(t, nc, swapEntry(t, "beta", 5))
+
+	a := fl.ask(t, "alpha")
+	if ns := fl.Nodes(); len(ns[0].Reclaimable) != 1 || ns[0].ReclaimableBytes != 5<<30 {
+		t.Errorf("the node with alpha idle: %+v; want its 5 GB reclaimable", ns[0])
+	}
+	if p := fl.Pool(); p[0].FreeRAMGB < 7.9 {
+		t.Errorf("the pool says %.1f GB free; want alpha's idle room counted as free", p[0].FreeRAMGB)
+	}
+	fl.ask(t, "beta")
+	assertGone(t, []int{a.PID})
+	h, _ := fl.health("alpha")
+	if !strings.HasPrefix(h.LastStop, "alpha-1: given back for beta, idle for ") {
+		t.Errorf("alpha's last stop %q; want it given back for beta, and for how long idle", h.LastStop)
+	}
+	if h.Want != 0 {
+		t.Errorf("alpha given back still wants %d replicas: it would take the room back at once", h.Want)
+	}
+	b := fl.Serving("beta")
+	fl.ask(t, "alpha")
+	if len(b) != 1 || len(fl.Serving("beta")) != 0 {
+		t.Errorf("beta still serves after alpha was asked again: %+v", fl.Serving("beta"))
+	}
+	ev := fl.Evictions()
+	if len(ev) != 2 || ev[0] != (Eviction{"alpha", "swap", 1}) || ev[1] != (Eviction{"beta", "swap", 1}) {
+		t.Errorf("evictions %+v; want alpha and beta given back once each", ev)
+	}
+}
+
+// TestSwapTakesTheLeastRecentlyUsedAndOpportunisticFirst: of two idle
+// replicas, the one asked for longest ago is given back, and as few as will
+// do; an opportunistic one goes before a standard one however recent; a
+// replica kept by scaling.min is never given back.
+func TestSwapTakesTheLeastRecentlyUsedAndOpportunisticFirst(t *testing.T) {
+	cat := MustCatalog(t)
+	node := MustLocalNode(t, LocalConfig{Name: "mid", CPUCores: 2, RAMBytes: 10 << 30, GPUs: []Card{}})
+	fl := MustRun(t, cat, Options{Nodes: []Node{node}, Interval: time.Hour})
+	nc := fl.notifying(cat)
+	for _, n := range []string{"old", "new", "third"} {
+		MustAdd(t, nc, swapEntry(t, n, 4))
+	}
+	fl.ask(t, "old")
+	fl.ask(t, "new")
+	fl.ask(t, "third") // room for two: the least recently used goes
+	if len(fl.Serving("old")) != 0 || len(fl.Serving("new")) != 1 {
+		t.Fatalf("old serving %d, new %d: want the least recently used given back, and only it",
+			len(fl.Serving("old")), len(fl.Serving("new")))
+	}
+
+	spare := swapEntry(t, "spare", 4)
+	spare.Class = catalog.ClassOpportunistic
+	MustAdd(t, nc, spare)
+	fl.ask(t, "spare") // third (older) goes, the standard least recently used
+	fl.ask(t, "new")   // already loaded
+	fl.ask(t, "old")   // spare is used more recently than new, but opportunistic
+	if len(fl.Serving("spare")) != 0 || len(fl.Serving("new")) != 1 {
+		t.Errorf("spare serving %d, new %d: want the opportunistic one given back first", len(fl.Serving("spare")), len(fl.Serving("new")))
+	}
+
+	pinned := entry("pinned", spare.Source, 4) // scaling.min 1
+	MustAdd(t, nc, pinned)
+	fl.waitReady(t, "pinned", readyWithin)
+	fl.ask(t, "third")
+	if len(fl.Serving("pinned")) != 1 {
+		t.Errorf("a replica kept by scaling.min was given back")
+	}
+}
+
+// TestBusyReplicaIsNeverGivenBack: a replica answering a request is not
+// stopped for another model; the other waits (not unplaceable, so the
+// gateway keeps its request waiting) and is placed the moment the answer
+// ends.
+func TestBusyReplicaIsNeverGivenBack(t *testing.T) {
+	cat := MustCatalog(t)
+	fl := MustRun(t, cat, Options{Nodes: []Node{smallNode(t)}, Interval: time.Hour})
+	nc := fl.notifying(cat)
+	MustAdd(t, nc, swapEntry(t, "alpha", 5))
+	MustAdd(t, nc, swapEntry(t, "beta", 5))
+	a := fl.ask(t, "alpha")
+	useA := fl.Use("alpha", 1)
+	holdA, ok := fl.Hold(a.ID)
+	if !ok {
+		t.Fatal("alpha's ready replica cannot be held")
+	}
+	release := fl.Use("beta", 1)
+	defer release()
+	waitFor(t, 5*time.Second, "beta waiting for alpha's answer", func() (bool, string) {
+		h, _ := fl.health("beta")
+		return strings.Contains(h.Placement, "waiting for alpha-1 to finish"), h.Placement
+	})
+	if h, _ := fl.health("beta"); h.Unplaceable {
+		t.Errorf("beta waiting for a busy replica is called unplaceable: %+v", h)
+	}
+	time.Sleep(300 * time.Millisecond)
+	if len(fl.Serving("alpha")) != 1 {
+		t.Fatal("alpha's replica answering a request was stopped for beta")
+	}
+	holdA()
+	useA()
+	// No tick comes (Interval is an hour): the answer ending is the look.
+	fl.waitReady(t, "beta", readyWithin)
+	assertGone(t, []int{a.PID})
+}
+
+// TestWaitersForRoomAreServedInArrivalOrder: two models wait for a busy
+// replica's room; when it falls idle the one asked for first (zeta, though
+// it sorts after beta by name) is placed first, and the other once zeta is
+// idle in its turn.
+func TestWaitersForRoomAreServedInArrivalOrder(t *testing.T) {
+	cat := MustCatalog(t)
+	fl := MustRun(t, cat, Options{Nodes: []Node{smallNode(t)}, Interval: time.Hour})
+	nc := fl.notifying(cat)
+	for _, n := range []string{"alpha", "beta", "zeta"} {
+		MustAdd(t, nc, swapEntry(t, n, 5))
+	}
+	a := fl.ask(t, "alpha")
+	useA := fl.Use("alpha", 1)
+	holdA, _ := fl.Hold(a.ID)
+	useZ := fl.Use("zeta", 1)
+	time.Sleep(5 * time.Millisecond)
+	useB := fl.Use("beta", 1)
+	defer useB()
+	fl.Poke()
+	waitFor(t, 5*time.Second, "zeta and beta waiting", func() (bool, string) {
+		z, _ := fl.health("zeta")
+		b, _ := fl.health("beta")
+		return strings.Contains(z.Placement, "waiting for alpha-1") && strings.Contains(b.Placement, "waiting for alpha-1"), z.Placement + " | " + b.Placement
+	})
+	holdA()
+	useA()
+	fl.waitReady(t, "zeta", readyWithin)
+	if rs := fl.replicasOf("beta"); len(rs) != 0 {
+		t.Errorf("beta, asked after zeta, started with it: %+v", rs)
+	}
+	useZ()
+	fl.waitReady(t, "beta", readyWithin)
+}
+
+// TestModelAskedAgainAndAgainDoesNotStarveAWaitingOne: alpha answers
+// request after request, never idle; beta, asked in between, does not wait
+// for ever: alpha's replica is given back once the answers it has end (it
+// drains, none is cut), beta is placed, and alpha's later request is served
+// after beta's.
+func TestModelAskedAgainAndAgainDoesNotStarveAWaitingOne(t *testing.T) {
+	cat := MustCatalog(t)
+	fl := MustRun(t, cat, Options{Nodes: []Node{smallNode(t)}, Interval: time.Hour})
+	nc := fl.notifying(cat)
+	MustAdd(t, nc, swapEntry(t, "alpha", 5))
+	MustAdd(t, nc, swapEntry(t, "beta", 5))
+	a := fl.ask(t, "alpha")
+	use1 := fl.Use("alpha", 1)
+	hold1, _ := fl.Hold(a.ID)
+	useB := fl.Use("beta", 1)
+	defer useB()
+	fl.Poke()
+	waitFor(t, 5*time.Second, "beta waiting for alpha-1", func() (bool, string) {
+		h, _ := fl.health("beta")
+		return strings.Contains(h.Placement, "waiting for alpha-1"), h.Placement
+	})
+	// alpha is asked again, after beta: its replica has answers on, but
+	// beta is ahead of this request.
+	use2 := fl.Use("alpha", 1)
+	hold2, ok := fl.Hold(a.ID)
+	if !ok {
+		t.Fatal("alpha-1 refused a request before beta's look")
+	}
+	fl.Poke()
+	waitFor(t, 5*time.Second, "alpha-1 draining for beta", func() (bool, string) {
+		rs := fl.replicasOf("alpha")
+		return len(rs) == 1 && rs[0].State == Draining, jsonOf(rs)
+	})
+	if rs := fl.replicasOf("alpha"); !strings.Contains(rs[0].Detail, "given back for beta once the answers it has end") {
+		t.Errorf("alpha-1 draining says %q", rs[0].Detail)
+	}
+	hold1()
+	use1()
+	time.Sleep(200 * time.Millisecond)
+	if rs := fl.replicasOf("alpha"); len(rs) != 1 || rs[0].State != Draining {
+		t.Fatalf("alpha-1 stopped with an answer still on: %s", jsonOf(rs))
+	}
+	hold2()
+	fl.waitReady(t, "beta", readyWithin)
+	use2()
+	if h, _ := fl.health("alpha"); h.Want != 1 {
+		t.Errorf("alpha, still asked for, wants %d replicas; want 1 (its request waits behind beta's)", h.Want)
+	}
+}
+
+// TestAClientThatGivesUpWaitingCostsNothing: a request for beta waiting for
+// alpha's room goes away; when alpha falls idle, it is not given back for
+// a request nobody waits on any more, and beta starts nothing.
+func TestAClientThatGivesUpWaitingCostsNothing(t *testing.T) {
+	cat := MustCatalog(t)
+	fl := MustRun(t, cat, Options{Nodes: []Node{smallNode(t)}, Interval: 100 * time.Millisecond})
+	nc := fl.notifying(cat)
+	MustAdd(t, nc, swapEntry(t, "alpha", 5))
+	MustAdd(t, nc, swapEntry(t, "beta", 5))
+	a := fl.ask(t, "alpha")
+	useA := fl.Use("alpha", 1)
+	holdA, _ := fl.Hold(a.ID)
+	useB := fl.Use("beta", 1)
+	waitFor(t, 5*time.Second, "beta waiting for alpha-1", func() (bool, string) {
+		h, _ := fl.health("beta")
+		return strings.Contains(h.Placement, "waiting for alpha-1"), h.Placement
+	})
+	useB() // its client gave up
+	holdA()
+	useA()
+	time.Sleep(500 * time.Millisecond) // five ticks
+	if len(fl.Serving("alpha")) != 1 || len(fl.replicasOf("beta")) != 0 || len(fl.Evictions()) != 0 {
+		t.Errorf("after beta's client gave up: alpha serving %d, beta %s, evictions %+v; want alpha kept and nothing started",
+			len(fl.Serving("alpha")), jsonOf(fl.replicasOf("beta")), fl.Evictions())
+	}
+	if h, _ := fl.health("beta"); h.Want != 0 {
+		t.Errorf("beta wants %d replicas with nobody asking", h.Want)
+	}
+}
+
+// BenchmarkSwapCycle swaps two on-demand models in memory for one, A → B →
+// A, and reports the fleet's own time per swap: from the request to the
+// asked model's replica serving, less its engine's load (from its start to
+// its /health answering), which is the engine's and not ours. The goal is
+// under 200 ms of our own time a swap.
+func BenchmarkSwapCycle(b *testing.B) {
+	cat := MustCatalog(b)
+	node := MustLocalNode(b, LocalConfig{Name: "small", CPUCores: 2, RAMBytes: 8 << 30, GPUs: []Card{}})
+	fl := MustRun(b, cat, Options{Nodes: []Node{node}, Interval: time.Hour})
+	nc := fl.notifying(cat)
+	for _, n := range []string{"alpha", "beta"} {
+		m := entry(n, MustWriteModel(b, n+".gguf", ggufgen.Spec{}), 5)
+		m.Scaling = catalog.Scaling{Min: 0, Max: 1, IdleAfter: time.Hour}
+		MustAdd(b, nc, m)
+	}
+	release := fl.Use("alpha", 1)
+	fl.waitReady(b, "alpha", readyWithin)
+	release()
+	var own time.Duration
+	b.ResetTimer()
+	for i := range b.N {
+		model := []string{"beta", "alpha"}[i%2]
+		began := time.Now()
+		release := fl.Use(model, 1)
+		var r []Replica
+		for deadline := began.Add(readyWithin); len(r) == 0; r = fl.Serving(model) {
+			if time.Now().After(deadline) {
+				b.Fatalf("%s did not swap in within %s", model, readyWithin)
+			}
+			time.Sleep(time.Millisecond)
+		}
+		took := time.Since(began)
+		release()
+		var load time.Duration
+		for _, v := range fl.replicasOf(model) {
+			if v.ID == r[0].ID {
+				load = v.ReadyAt.Sub(v.Started)
+			}
+		}
+		own += took - load
+	}
+	b.ReportMetric(float64(own.Milliseconds())/float64(b.N), "own-ms/swap")
+}
