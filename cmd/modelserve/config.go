@@ -11,6 +11,7 @@ import (
 	"modelserve/internal/canary"
 	"modelserve/internal/hf"
 	"modelserve/internal/operr"
+	"modelserve/internal/trace"
 	"modelserve/internal/updates"
 )
 
@@ -62,6 +63,9 @@ type config struct {
 	Fleet, Kubeconfig, Namespace            string
 	EngineImage, FetchImage, WeightsVolume  string
 	MirrorURL, MirrorToken, GPUProductLabel string
+	// OTel is the OTEL_* variables tracing is set up from
+	// (internal/trace).
+	OTel trace.Env
 }
 
 // setting ties a flag to its environment variable, so both are documented
@@ -127,6 +131,7 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (co
 		}
 	}
 	c.HFEndpoint = strings.TrimRight(c.HFEndpoint, "/")
+	c.OTel = trace.ReadEnv(getenv)
 	// The token may also come from HUGGING_FACE_HUB_TOKEN or the token
 	// file huggingface_hub writes, as every Hub tool reads it.
 	c.HFToken = hf.ResolveToken(c.HFToken, getenv)

@@ -24,6 +24,7 @@ import (
 	"modelserve/internal/metrics"
 	"modelserve/internal/mirror"
 	"modelserve/internal/plan"
+	"modelserve/internal/trace"
 	"modelserve/internal/updates"
 	"modelserve/jobs"
 )
@@ -72,6 +73,22 @@ func serve(ctx context.Context, cfg config, log *slog.Logger, ready func(addr st
 		ms, err := store.List(ctx)
 		return len(ms), err
 	})
+	// Traces go to the collector the OTEL_* variables name, or nowhere.
+	// At a stop, what is queued is sent within a few seconds, or dropped.
+	tracing, err := trace.FromEnv(cfg.OTel, trace.Options{Registerer: met.Registerer()})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := tracing.Shutdown(sctx); err != nil {
+			log.Warn("traces still queued at the stop were dropped", "endpoint", tracing.Endpoint, "err", err)
+		}
+	}()
+	if tracing.On() {
+		log.Info("tracing", "endpoint", tracing.Endpoint)
+	}
 	// The fleet runs what the catalog asks for. Everything that changes
 	// the catalog goes through cat, which tells the fleet at once.
 	enginePath, version := "", engine.ImageVersion(cfg.EngineImage)
