@@ -177,6 +177,9 @@ type Deps struct {
 	// (--public-url), which the "call it" panels put in their commands;
 	// empty, they use the address each request came to.
 	PublicURL string
+	// TraceURL is where a job's trace is shown (--trace-url): a template
+	// with {trace_id}; empty shows the trace id without a link.
+	TraceURL string
 	// SessionKeys sign and encrypt the session cookie (auth.LoadKeyFile
 	// or auth.KeysFromSecret); none makes keys for this process alone, so
 	// a restart signs everyone out.

@@ -3,6 +3,7 @@ package jobs
 import (
 	"context"
 	"database/sql"
+	"go.opentelemetry.io/otel/trace"
 	"log/slog"
 	"time"
 
@@ -121,6 +122,8 @@ type Deps struct {
 	UnplacedGrace time.Duration
 	// Metrics, when set, is told of jobs and steps.
 	Metrics Metrics
+	// Tracer, when set, records each run of a job as a trace (trace.go).
+	Tracer trace.Tracer
 
 	// What an update needs (Server.Update): the updates noticed, and
 	// where versions end. Without Updates no update is served.

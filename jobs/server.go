@@ -16,6 +16,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"go.opentelemetry.io/otel/trace"
 	"log/slog"
 	"modelserve/internal/canary"
 	"modelserve/internal/operr"
@@ -57,6 +58,10 @@ type live struct {
 	lastProgress time.Time
 	// began is when each step started running, for Metrics.
 	began map[string]time.Time
+	// root is the span of this run of the job, and steps the spans of
+	// its steps still running (trace.go).
+	root  trace.Span
+	steps map[string]trace.Span
 
 	cancel context.CancelCauseFunc
 	done   chan struct{}
@@ -199,6 +204,8 @@ func (s *Server) launch(l *live, run func(context.Context, *live) error) bool {
 		defer close(l.done)
 		defer s.forget(l)
 		defer cancel(nil)
+		ctx := s.startTrace(ctx, l)
+		defer s.endTrace(l)
 		s.finish(ctx, l, s.guard(ctx, l, run))
 	}()
 	return true
@@ -398,6 +405,7 @@ func (s *Server) end(l *live, state, step, msg string) bool {
 				st.Detail = msg
 			}
 			changed = i
+			s.traceStepLocked(l, i)
 		}
 	}
 	l.job.State, l.job.Error, l.job.Finished = state, msg, now
@@ -474,6 +482,7 @@ func (s *Server) step(l *live, name, state, detail string) {
 		}
 	}
 	st.State, st.Detail, st.At = state, detail, now
+	s.traceStepLocked(l, i)
 	s.publishLocked(l, i)
 }
 

@@ -4,6 +4,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -63,6 +64,8 @@ type config struct {
 	Fleet, Kubeconfig, Namespace            string
 	EngineImage, FetchImage, WeightsVolume  string
 	MirrorURL, MirrorToken, GPUProductLabel string
+	// TraceURL is --trace-url: a template with {trace_id}.
+	TraceURL string
 	// OTel is the OTEL_* variables tracing is set up from
 	// (internal/trace).
 	OTel trace.Env
@@ -105,6 +108,7 @@ func (c *config) settings() []setting {
 		{"weights-volume", "MODELSERVE_WEIGHTS_VOLUME", "", "where pods keep weights: empty for an emptyDir, pvc:<claim> or hostPath:<folder> to keep them across pods", &c.WeightsVolume},
 		{"mirror-url", "MODELSERVE_MIRROR_URL", "", "modelserve's address as the cluster's nodes reach it, to fetch weights from /mirror/; empty uses --public-url", &c.MirrorURL},
 		{"mirror-token", "MODELSERVE_MIRROR_TOKEN", "", "API token (modelserve token create) the nodes fetch weights with, written to the Secret modelserve-mirror; empty leaves that Secret to the operator", &c.MirrorToken},
+		{"trace-url", "MODELSERVE_TRACE_URL", "", "where a trace viewer shows a trace, with {trace_id} (e.g. http://jaeger:16686/trace/{trace_id}): the job page links each job's trace there", &c.TraceURL},
 		{"gpu-product-label", "MODELSERVE_GPU_PRODUCT_LABEL", "", "node label naming a node's card, which GPU profiles are placed by; empty means nvidia.com/gpu.product", &c.GPUProductLabel},
 	}
 }
@@ -144,6 +148,12 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (co
 	c.UpdateInterval = d
 	if c.DownloadRate, err = parseRate(c.DownloadRateText); err != nil {
 		return c, usageError{err}
+	}
+	if t := strings.TrimSpace(c.TraceURL); t != "" {
+		if u, err := url.Parse(t); err != nil || (u.Scheme != "http" && u.Scheme != "https") || !strings.Contains(t, "{trace_id}") {
+			return c, usageError{fmt.Errorf("--trace-url is an http:// or https:// address with {trace_id} in it, like http://jaeger:16686/trace/{trace_id}, not %q", t)}
+		}
+		c.TraceURL = t
 	}
 	if err := c.readCanary(); err != nil {
 		return c, usageError{err}

@@ -13,6 +13,8 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
+
 	"modelserve/catalog"
 	"modelserve/handlers"
 	"modelserve/internal/auth"
@@ -51,18 +53,6 @@ func serve(ctx context.Context, cfg config, log *slog.Logger, ready func(addr st
 	}
 
 	// The registries: the Hub, and a folder of local repositories.
-	hub, err := hf.NewClient(hf.Options{Endpoint: cfg.HFEndpoint, Token: cfg.HFToken, Offline: cfg.HFOffline})
-	if err != nil {
-		return err
-	}
-	regs := hf.Registries{Hub: hub}
-	if cfg.HFOffline {
-		log.Info("HF_HUB_OFFLINE is set: nothing is asked of the Hub; the mirror and --models-dir serve", "hub", cfg.HFEndpoint)
-	}
-	if cfg.ModelsDir != "" {
-		regs.Local = hf.NewLocal(cfg.ModelsDir, filepath.Join(cfg.Data, "local-registry-hashes.json"))
-	}
-
 	// Profiles an older release stored are read once more and written in
 	// today's fields, before anything reads the catalog.
 	if err := catalog.Upgrade(ctx, db); err != nil {
@@ -89,6 +79,27 @@ func serve(ctx context.Context, cfg config, log *slog.Logger, ready func(addr st
 	if tracing.On() {
 		log.Info("tracing", "endpoint", tracing.Endpoint)
 	}
+
+	// The registries: the Hub, and a folder of local repositories. With
+	// tracing on, each request to the Hub is a client span of the job
+	// step that asked.
+	hubHTTP := (*http.Client)(nil)
+	if tracing.On() {
+		hubHTTP = &http.Client{Transport: otelhttp.NewTransport(http.DefaultTransport,
+			otelhttp.WithTracerProvider(tracing.Provider), otelhttp.WithPropagators(tracing.Propagator))}
+	}
+	hub, err := hf.NewClient(hf.Options{Endpoint: cfg.HFEndpoint, Token: cfg.HFToken, Offline: cfg.HFOffline, HTTP: hubHTTP})
+	if err != nil {
+		return err
+	}
+	regs := hf.Registries{Hub: hub}
+	if cfg.HFOffline {
+		log.Info("HF_HUB_OFFLINE is set: nothing is asked of the Hub; the mirror and --models-dir serve", "hub", cfg.HFEndpoint)
+	}
+	if cfg.ModelsDir != "" {
+		regs.Local = hf.NewLocal(cfg.ModelsDir, filepath.Join(cfg.Data, "local-registry-hashes.json"))
+	}
+
 	// The fleet runs what the catalog asks for. Everything that changes
 	// the catalog goes through cat, which tells the fleet at once.
 	enginePath, version := "", engine.ImageVersion(cfg.EngineImage)
@@ -163,7 +174,7 @@ func serve(ctx context.Context, cfg config, log *slog.Logger, ready func(addr st
 	js, err := jobs.New(jobs.Deps{
 		DB: db, Registry: regs, Mirror: mir, Catalog: cat, Planner: planner, Fleet: jobsFleet, Gateway: gw,
 		EngineBuild: version.Build, Architectures: known, Pool: fl.Pool,
-		Log: log, Metrics: met,
+		Log: log, Metrics: met, Tracer: tracing.Tracer("modelserve/jobs"),
 		Updates: watcher, Versions: store, Share: share, Policy: cfg.CanaryPolicy, Meters: gatewayMeters{gw}, Evals: jobsEvals{runner},
 	})
 	if err != nil {
@@ -231,6 +242,7 @@ func serve(ctx context.Context, cfg config, log *slog.Logger, ready func(addr st
 		DB: db, Jobs: js, Catalog: cat, Mirror: mir, Metrics: met.Handler(), MetricsToken: cfg.MetricsToken, Log: log,
 		Registry: regs, Finder: regs, Updates: watcher, Versions: store, CanaryShare: share, Evals: runner, Planner: planner, Pool: poolOf(fl.Pool), Fleet: fl, Gateway: gw,
 		SessionKeys: site.keys, Secure: site.secure, TrustedProxies: site.trusted, PublicURL: cfg.PublicURL,
+		TraceURL: cfg.TraceURL,
 	})
 	if err != nil {
 		return err
