@@ -138,9 +138,13 @@ func serve(ctx context.Context, cfg config, log *slog.Logger, ready func(addr st
 	// The gateway sends OpenAI clients' requests to the replicas by model
 	// name (and the job's smoke test through the same path). It runs nothing in the background; Close lets go of the
 	// connections it keeps to the engines.
-	gw, err := gateway.New(gateway.Options{
+	gwOpts := gateway.Options{
 		Catalog: store, Fleet: fl, Tokens: auth.NewTokens(db), Metrics: met.Registerer(), Log: log.With("part", "gateway"),
-	})
+	}
+	if tracing.On() {
+		gwOpts.Tracer, gwOpts.Propagator = tracing.Tracer("modelserve/gateway"), tracing.Propagator
+	}
+	gw, err := gateway.New(gwOpts)
 	if err != nil {
 		return err
 	}

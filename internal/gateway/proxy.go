@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"go.opentelemetry.io/otel/trace"
 	"hash/fnv"
 	"io"
 	"modelserve/internal/auth"
@@ -65,6 +66,10 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, who auth.Token
 		g.refuse(w, "", modelNotFound(req.model))
 		return
 	}
+	if r2, span := g.startRequest(r, req.model); span != nil {
+		defer span.End()
+		r = r2
+	}
 	if aerr := mayUse(who, req.model, m.Name); aerr != nil {
 		g.refuse(w, m.Name, aerr)
 		return
@@ -114,7 +119,9 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, m catalog.Model,
 	// start (admit says how long before it tries the same one again).
 	var tried []fleet.Replica
 	for range attempts {
+		wait := g.startWait(ctx, m.Name, len(rs), tried, standIn)
 		rep, release, aerr := g.admit(ctx, m, req.affinity, rs, tried, standIn)
+		endWait(wait, rep, aerr, len(rs) == 0)
 		if aerr != nil {
 			switch {
 			case ctx.Err() != nil:
@@ -191,6 +198,10 @@ func (g *Gateway) send(w http.ResponseWriter, r *http.Request, m catalog.Model, 
 	// generated twice; without it one request in a few failed on a
 	// connection the engine had just closed.
 	up.Header["X-Idempotency-Key"] = nil
+	var call trace.Span
+	if _, call = g.startCall(ctx, up, m.Name, rep, rn.answering()); call != nil {
+		defer func() { endCall(ctx, call, m.Name, http.StatusBadGateway, start, time.Time{}, counts{}) }()
+	}
 
 	resp, err := g.upstream.Do(up)
 	if err != nil {
@@ -242,6 +253,8 @@ func (g *Gateway) send(w http.ResponseWriter, r *http.Request, m catalog.Model, 
 		g.log.Warn("a replica failed a request; it is avoided for a while", "model", m.Name, "replica", rep.ID, "status", resp.StatusCode)
 	}
 	p.give(rep.ID, failedUntil)
+	endCall(ctx, call, m.Name, status, start, first, tally.counts())
+	call = nil
 	g.ended(ending{model: m.Name, replica: rep.ID, status: status, start: start, first: first, end: time.Now(),
 		stream: tally.stream, counts: tally.counts()})
 	return true
