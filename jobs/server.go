@@ -363,10 +363,10 @@ func (s *Server) finish(ctx context.Context, l *live, err error) {
 	}
 	msg, shown := operr.Sentence(diskFull(err, fmt.Sprintf("the %s step could not write to its database", step)))
 	if !shown {
-		s.deps.Log.Error("a job step failed", "job", l.job.ID, "step", step, "err", err)
+		s.deps.Log.ErrorContext(ctx, "a job step failed", "job", l.job.ID, "step", step, "err", err)
 		msg = fmt.Sprintf("the %s step failed on an unexpected error; the server's log has the details (job %s)", step, l.job.ID)
 	} else {
-		s.deps.Log.Warn("serving a model failed", "job", l.job.ID, "repo", l.job.Request.Repo, "step", step, "err", msg)
+		s.deps.Log.WarnContext(ctx, "serving a model failed", "job", l.job.ID, "repo", l.job.Request.Repo, "step", step, "err", msg)
 	}
 	s.fail(l, step, msg)
 }

@@ -211,7 +211,7 @@ func (g *Gateway) send(w http.ResponseWriter, r *http.Request, m catalog.Model, 
 			return true
 		}
 		p.give(rep.ID, time.Now().Add(g.opts.FailCooldown))
-		g.log.Warn("a replica did not answer; it is avoided for a while", "model", m.Name, "replica", rep.ID, "err", err)
+		g.log.WarnContext(ctx, "a replica did not answer; it is avoided for a while", "model", m.Name, "replica", rep.ID, "err", err)
 		g.ended(ending{model: m.Name, replica: rep.ID, status: http.StatusBadGateway, start: start})
 		return false
 	}
@@ -239,7 +239,7 @@ func (g *Gateway) send(w http.ResponseWriter, r *http.Request, m catalog.Model, 
 		// out as 200), and the next requests go elsewhere for a while.
 		status = http.StatusBadGateway
 		failedUntil = time.Now().Add(g.opts.FailCooldown)
-		g.log.Warn("a replica broke off its answer; it is avoided for a while", "model", m.Name, "replica", rep.ID, "err", err)
+		g.log.WarnContext(ctx, "a replica broke off its answer; it is avoided for a while", "model", m.Name, "replica", rep.ID, "err", err)
 		if tally.stream {
 			// The 200 has gone out: the client learns of the failure
 			// from an error event, as llama.cpp sends one, which the
@@ -250,7 +250,7 @@ func (g *Gateway) send(w http.ResponseWriter, r *http.Request, m catalog.Model, 
 		}
 	case resp.StatusCode >= 500:
 		failedUntil = time.Now().Add(g.opts.FailCooldown)
-		g.log.Warn("a replica failed a request; it is avoided for a while", "model", m.Name, "replica", rep.ID, "status", resp.StatusCode)
+		g.log.WarnContext(ctx, "a replica failed a request; it is avoided for a while", "model", m.Name, "replica", rep.ID, "status", resp.StatusCode)
 	}
 	p.give(rep.ID, failedUntil)
 	endCall(ctx, call, m.Name, status, start, first, tally.counts())
