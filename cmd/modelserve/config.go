@@ -66,6 +66,10 @@ type config struct {
 	MirrorURL, MirrorToken, GPUProductLabel string
 	// TraceURL is --trace-url: a template with {trace_id}.
 	TraceURL string
+	// TraceContentText is --trace-content as given, and TraceContent
+	// what it reads as.
+	TraceContentText string
+	TraceContent     bool
 	// OTel is the OTEL_* variables tracing is set up from
 	// (internal/trace).
 	OTel trace.Env
@@ -109,6 +113,7 @@ func (c *config) settings() []setting {
 		{"mirror-url", "MODELSERVE_MIRROR_URL", "", "modelserve's address as the cluster's nodes reach it, to fetch weights from /mirror/; empty uses --public-url", &c.MirrorURL},
 		{"mirror-token", "MODELSERVE_MIRROR_TOKEN", "", "API token (modelserve token create) the nodes fetch weights with, written to the Secret modelserve-mirror; empty leaves that Secret to the operator", &c.MirrorToken},
 		{"trace-url", "MODELSERVE_TRACE_URL", "", "where a trace viewer shows a trace, with {trace_id} (e.g. http://jaeger:16686/trace/{trace_id}): the job page links each job's trace there", &c.TraceURL},
+		{"trace-content", "MODELSERVE_TRACE_CONTENT", "", "true records the gateway's prompts (up to 16 KiB) on their traces; off by default, as prompts may hold what should not leave", &c.TraceContentText},
 		{"gpu-product-label", "MODELSERVE_GPU_PRODUCT_LABEL", "", "node label naming a node's card, which GPU profiles are placed by; empty means nvidia.com/gpu.product", &c.GPUProductLabel},
 	}
 }
@@ -154,6 +159,11 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (co
 			return c, usageError{fmt.Errorf("--trace-url is an http:// or https:// address with {trace_id} in it, like http://jaeger:16686/trace/{trace_id}, not %q", t)}
 		}
 		c.TraceURL = t
+	}
+	if t := strings.TrimSpace(c.TraceContentText); t == "" {
+		c.TraceContent = false
+	} else if c.TraceContent, err = strconv.ParseBool(t); err != nil {
+		return c, usageError{fmt.Errorf("--trace-content is true or false, not %q", c.TraceContentText)}
 	}
 	if err := c.readCanary(); err != nil {
 		return c, usageError{err}

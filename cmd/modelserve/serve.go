@@ -143,6 +143,7 @@ func serve(ctx context.Context, cfg config, log *slog.Logger, ready func(addr st
 	}
 	if tracing.On() {
 		gwOpts.Tracer, gwOpts.Propagator = tracing.Tracer("modelserve/gateway"), tracing.Propagator
+		gwOpts.TraceContent = cfg.TraceContent
 	}
 	gw, err := gateway.New(gwOpts)
 	if err != nil {

@@ -69,6 +69,7 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, who auth.Token
 	if r2, span := g.startRequest(r, req.model); span != nil {
 		defer span.End()
 		r = r2
+		g.recordContent(span, req)
 	}
 	if aerr := mayUse(who, req.model, m.Name); aerr != nil {
 		g.refuse(w, m.Name, aerr)

@@ -143,3 +143,23 @@ func (rn *renamer) answering() string {
 	}
 	return s
 }
+
+// maxTracedContent bounds the text --trace-content puts on a span.
+const maxTracedContent = 16 << 10
+
+// recordContent puts the request's messages, prompt or input on its span,
+// when the operator asked for it, cut to maxTracedContent.
+func (g *Gateway) recordContent(span trace.Span, req request) {
+	if !g.opts.TraceContent {
+		return
+	}
+	for _, f := range []string{"messages", "prompt", "input"} {
+		if raw, ok := req.fields[f]; ok {
+			if len(raw) > maxTracedContent {
+				raw = raw[:maxTracedContent]
+			}
+			span.SetAttributes(attribute.String("gen_ai.input.messages", string(raw)))
+			return
+		}
+	}
+}

@@ -66,3 +66,26 @@ func TestAStreamedChatIsATraceContinuingTheCallers(t *testing.T) {
 		}
 	}
 }
+
+func TestTraceContentRecordsThePromptWhenAsked(t *testing.T) {
+	rcv := otlptest.Start(t)
+	tr, err := trace.New(func(k string) string {
+		return map[string]string{"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": rcv.URL}[k]
+	}, trace.Options{Every: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Shutdown(context.Background())
+	e := mustEnv(t, Options{Tracer: tr.Tracer("modelserve/gateway"), Propagator: tr.Propagator, TraceContent: true})
+	e.mustAdd(chatModel(t, "tiny", ggufgen.Spec{}))
+	e.waitServing("tiny", 1)
+	_, err = e.client(e.mustToken("app", auth.Limits{})).Chat.Completions.New(context.Background(), openai.ChatCompletionNewParams{
+		Model: "tiny", Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("tell me of zebras")}, MaxTokens: openai.Int(4),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := rcv.WaitFor(t, "chat tiny").Attrs["gen_ai.input.messages"]; !strings.Contains(got, "tell me of zebras") {
+		t.Fatalf("gen_ai.input.messages %q; want the prompt, --trace-content being on", got)
+	}
+}
