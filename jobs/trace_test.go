@@ -53,6 +53,7 @@ func TestAServeJobIsATraceWithASpanPerStep(t *testing.T) {
 	if got, _ := e.srv.Get(context.Background(), j.ID); got.TraceID != end.TraceID {
 		t.Fatalf("the stored job's trace id is %q, want %q", got.TraceID, end.TraceID)
 	}
+	e.srv.Close() // the job's goroutine has ended its spans
 	flush()
 	root := rcv.WaitFor(t, "serve job")
 	if root.TraceID != end.TraceID || root.Attrs["modelserve.job.id"] != j.ID || root.Attrs["modelserve.job.state"] != Done {
@@ -103,6 +104,7 @@ func TestAFailedStepSpanCarriesTheSentence(t *testing.T) {
 	if end.State != Failed {
 		t.Fatalf("job ended %s, want failed", end.State)
 	}
+	e.srv.Close()
 	flush()
 	sp := rcv.WaitFor(t, StepRegistry)
 	if !sp.StatusError || sp.StatusMessage != end.Error || sp.Attrs["modelserve.step.state"] != Failed {
@@ -120,4 +122,42 @@ func TestWithoutATracerAJobHasNoTraceID(t *testing.T) {
 	if end := MustEnd(t, e.srv, j.ID); end.TraceID != "" {
 		t.Fatalf("job has trace id %q with tracing off", end.TraceID)
 	}
+}
+
+func TestAResumedJobsTraceLinksToTheRunBefore(t *testing.T) {
+	rcv := otlptest.Start(t)
+	opt, flush := withTracing(rcv)
+	e := newEnv(t, withNodeMemory(64<<30), opt)
+	e.hub.AddRepo(tinyRepo, hubtest.RepoOptions{})
+	e.hub.AddFile(tinyRepo, tinyFile, ggufgen.Bytes(ggufgen.Spec{}))
+	e.hub.Trickle(tinyRepo, tinyFile, 256<<10)
+	j := MustStart(t, e.srv, Request{Repo: tinyRepo, Replicas: 1})
+	waitFetching(t, e.srv, j.ID, 0.2)
+	e.srv.Close()
+	first, _, err := load(context.Background(), e.db, j.ID)
+	if err != nil || first.TraceID == "" {
+		t.Fatalf("the stopped job's trace id %q (err %v)", first.TraceID, err)
+	}
+	e.hub.ClearFaults(tinyRepo, tinyFile)
+	d := e.deps
+	d.Mirror = MustMirror(t, e.mirrorDir, e.client)
+	again := MustServer(t, d)
+	if err := again.Resume(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	end := MustEnd(t, again, j.ID)
+	if end.State != Done || end.TraceID == first.TraceID || end.TraceID == "" {
+		t.Fatalf("resumed job ended %s with trace %q (first %q); want done in a trace of its own", end.State, end.TraceID, first.TraceID)
+	}
+	again.Close() // the job's goroutine has ended its spans
+	flush()
+	for _, s := range rcv.Spans() {
+		if s.Name == "serve job" && s.TraceID == end.TraceID {
+			if len(s.Links) != 1 || s.Links[0] != first.TraceID || s.Attrs["modelserve.job.resumed"] != "true" {
+				t.Fatalf("resumed run's root %+v; want a link to the first run's trace %s", s, first.TraceID)
+			}
+			return
+		}
+	}
+	t.Fatalf("no root span of the resumed run's trace %s", end.TraceID)
 }
