@@ -11,9 +11,10 @@ ADDR    ?= 127.0.0.1:8080
 DATA    ?= ./data
 INSTALL_ENGINE := internal/engine/install-llama-server.sh
 INSTALL_KUBE   := internal/kubetest/install.sh
+INSTALL_JAEGER := internal/trace/jaegertest/install.sh
 TEMPL   := github.com/a-h/templ/cmd/templ@v0.3.1100
 
-.PHONY: build run test vet unit fuzz e2e deps kube bench generate templ-check clean
+.PHONY: build run test vet unit fuzz e2e deps kube jaeger bench generate templ-check clean
 
 build:
 	$(GO) build -o $(BIN) ./cmd/modelserve
@@ -33,8 +34,8 @@ vet:
 
 # Under make test a test that needs the engine fails when it is missing;
 # a bare go test skips it and says why.
-unit: deps kube
-	MODELSERVE_REQUIRE_ENGINE=1 MODELSERVE_REQUIRE_KUBE=1 $(GO) test -race -count=1 ./...
+unit: deps kube jaeger
+	MODELSERVE_REQUIRE_ENGINE=1 MODELSERVE_REQUIRE_KUBE=1 MODELSERVE_REQUIRE_JAEGER=1 $(GO) test -race -count=1 ./...
 
 # fuzz runs each fuzz target of what parses untrusted input for a bounded
 # number of inputs, beyond the seeds go test runs as cases. A count, not a
@@ -71,6 +72,13 @@ kube:
 	@./$(INSTALL_KUBE) >/dev/null
 	@command -v busybox >/dev/null || { [ "$$(id -u)" = 0 ] || { echo "busybox is missing: apt-get install -y busybox (as root)"; exit 1; }; \
 		DEBIAN_FRONTEND=noninteractive apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq busybox >/dev/null; }
+
+# jaeger builds the trace backend the tracing is tested against (Jaeger's
+# all-in-one v2 binary, in-memory storage) from the Go module proxy into a
+# cache folder outside the tree; the tests start it on loopback ports. The
+# first build takes minutes; a second run costs nothing.
+jaeger:
+	@./$(INSTALL_JAEGER) >/dev/null
 
 # bench prints each benchmark beside the baseline it is measured against in
 # the same run; see the ratios, not the absolute times.

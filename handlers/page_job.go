@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
+	"strings"
 	"time"
 
 	"modelserve/catalog"
@@ -38,6 +39,7 @@ func (s *Server) jobPage(w http.ResponseWriter, r *http.Request, v visit) {
 	}
 	now := time.Now()
 	vm := jobView(j, now, v.csrf, nil)
+	vm.TraceID, vm.TraceURL = j.TraceID, traceLink(s.deps.TraceURL, j.TraceID)
 	s.events.rates.fill(j.ID, mirrorProgress(&vm), now)
 	s.withCallIt(r, j, &vm)
 	s.render(w, r, http.StatusOK, views.JobPageView(views.JobPage{
@@ -233,4 +235,14 @@ func (m *rateMeter) rate() (float64, bool) {
 func (m *rateMeter) steady() bool {
 	n := len(m.samples)
 	return n >= 3 && m.samples[n-1].at.Sub(m.samples[0].at) >= time.Second
+}
+
+// traceLink is where the operator's trace viewer shows a trace: the
+// --trace-url template with {trace_id} filled in, or "" without one. A
+// trace id is 32 hex digits, nothing else.
+func traceLink(template, traceID string) string {
+	if template == "" || len(traceID) != 32 || strings.Trim(traceID, "0123456789abcdef") != "" {
+		return ""
+	}
+	return strings.ReplaceAll(template, "{trace_id}", traceID)
 }

@@ -180,6 +180,9 @@ type Deps struct {
 	// DataDir is the server's data directory, which the token commands
 	// the console and the 401 sentences give must name (--data).
 	DataDir string
+	// TraceURL is where a job's trace is shown (--trace-url): a template
+	// with {trace_id}; empty shows the trace id without a link.
+	TraceURL string
 	// SessionKeys sign and encrypt the session cookie (auth.LoadKeyFile
 	// or auth.KeysFromSecret); none makes keys for this process alone, so
 	// a restart signs everyone out.

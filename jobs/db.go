@@ -43,14 +43,14 @@ func saveSteps(ctx context.Context, db *sql.DB, j Job, seq int64, positions ...i
 	defer tx.Rollback()
 	if _, err := tx.ExecContext(ctx, `
 		INSERT INTO jobs (id, kind, state, request, requested_by, if_absent, error, model, commit_sha,
-			reply, tokens_per_second, retry_of, seq, started, finished, added_model)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+			reply, tokens_per_second, retry_of, seq, started, finished, added_model, trace_id, trace_span)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 		ON CONFLICT (id) DO UPDATE SET state = excluded.state, error = excluded.error,
 			model = excluded.model, commit_sha = excluded.commit_sha, reply = excluded.reply,
 			tokens_per_second = excluded.tokens_per_second, seq = excluded.seq, finished = excluded.finished,
-			added_model = excluded.added_model`,
+			added_model = excluded.added_model, trace_id = excluded.trace_id, trace_span = excluded.trace_span`,
 		j.ID, j.Kind, j.State, string(req), j.Request.By, j.Request.IfAbsent, j.Error, j.Model, j.Commit,
-		j.Reply, j.TokensPerSecond, j.RetryOf, seq, j.Started.UnixNano(), nanos(j.Finished), j.Added); err != nil {
+		j.Reply, j.TokensPerSecond, j.RetryOf, seq, j.Started.UnixNano(), nanos(j.Finished), j.Added, j.TraceID, j.TraceSpan); err != nil {
 		return fmt.Errorf("save job %s: %w", j.ID, err)
 	}
 	for _, step := range positions {
@@ -82,7 +82,7 @@ func nanos(t time.Time) any {
 func fromNanos(n int64) time.Time { return time.Unix(0, n).UTC() }
 
 const jobColumns = `id, kind, state, request, requested_by, if_absent, error, model, commit_sha,
-	reply, tokens_per_second, retry_of, seq, started, finished, added_model`
+	reply, tokens_per_second, retry_of, seq, started, finished, added_model, trace_id, trace_span`
 
 // scanJob reads the columns of jobColumns, and the job's change number.
 func scanJob(row interface{ Scan(...any) error }) (Job, int64, error) {
@@ -95,7 +95,7 @@ func scanJob(row interface{ Scan(...any) error }) (Job, int64, error) {
 		ifAbsent     bool
 	)
 	if err := row.Scan(&j.ID, &j.Kind, &j.State, &req, &requestedBy, &ifAbsent, &j.Error, &j.Model, &j.Commit,
-		&j.Reply, &j.TokensPerSecond, &j.RetryOf, &seq, &started, &finished, &j.Added); err != nil {
+		&j.Reply, &j.TokensPerSecond, &j.RetryOf, &seq, &started, &finished, &j.Added, &j.TraceID, &j.TraceSpan); err != nil {
 		return Job{}, 0, err
 	}
 	if err := json.Unmarshal([]byte(req), &j.Request); err != nil {

@@ -3,6 +3,7 @@ package jobs
 import (
 	"context"
 	"database/sql"
+	"go.opentelemetry.io/otel/trace"
 	"log/slog"
 	"time"
 
@@ -125,6 +126,8 @@ type Deps struct {
 	// Notify is told of jobs failed and updates promoted or rolled back
 	// (--notify-url); nil tells no one.
 	Notify *notify.Notifier
+	// Tracer, when set, records each run of a job as a trace (trace.go).
+	Tracer trace.Tracer
 
 	// What an update needs (Server.Update): the updates noticed, and
 	// where versions end. Without Updates no update is served.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"go.opentelemetry.io/otel/attribute"
 	"strings"
 	"time"
 
@@ -97,6 +98,7 @@ func (s *Server) waitReady(ctx context.Context, l *live, name string, hardware b
 				continue
 			}
 			if r.State == ReplicaReady {
+				s.annotate(l, StepPlacement, attribute.String("modelserve.replica", r.ID), attribute.String("modelserve.node", r.Node))
 				s.step(l, StepPlacement, Done, fmt.Sprintf("%s ready on %s at %s", r.ID, r.Node, r.Endpoint))
 				return r, nil
 			}

@@ -75,6 +75,11 @@ type Job struct {
 	TokensPerSecond float64 `json:"tokens_per_second,omitempty"`
 	// RetryOf is the job this one retries.
 	RetryOf string `json:"retry_of,omitempty"`
+	// TraceID is the trace of the job's latest run (empty with tracing
+	// off), and TraceSpan that run's root span: the next run, should the
+	// job be resumed, links to it.
+	TraceID   string `json:"trace_id,omitempty"`
+	TraceSpan string `json:"-"`
 	// Added is whether the job put Model's entry in the catalog, the name
 	// not being there before: what a job that ends without serving it
 	// takes out again (Server.undo), and nothing more.

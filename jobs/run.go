@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"go.opentelemetry.io/otel/attribute"
 	"modelserve/internal/operr"
 	"path/filepath"
 
@@ -134,6 +135,7 @@ func (p *pipeline) registry(ctx context.Context) error {
 		rev = p.commit
 	}
 	p.s.step(p.l, StepRegistry, Running, fmt.Sprintf("reading %s at %s", p.req.Repo, rev))
+	ctx = p.s.inStep(ctx, p.l, StepRegistry)
 	repo, err := p.s.deps.Registry.Repo(ctx, p.req.Repo, rev)
 	if err != nil {
 		return err
@@ -285,6 +287,10 @@ func (p *pipeline) roomBeside() (string, bool) {
 
 func (p *pipeline) fetch(ctx context.Context) error {
 	p.s.step(p.l, StepMirror, Running, "asking the mirror for "+p.choice.Set.Name)
+	ctx = p.s.inStep(ctx, p.l, StepMirror)
+	if len(p.choice.Set.Files) > 0 {
+		p.s.annotate(p.l, StepMirror, attribute.String("modelserve.file", p.choice.Set.Files[0].Path))
+	}
 	all := p.choice.Set.Files
 	if p.choice.Projector != nil {
 		all = append(all[:len(all):len(all)], *p.choice.Projector)

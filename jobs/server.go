@@ -16,6 +16,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"go.opentelemetry.io/otel/trace"
 	"log/slog"
 	"modelserve/internal/canary"
 	"modelserve/internal/hf"
@@ -59,6 +60,10 @@ type live struct {
 	lastProgress time.Time
 	// began is when each step started running, for Metrics.
 	began map[string]time.Time
+	// root is the span of this run of the job, and steps the spans of
+	// its steps still running (trace.go).
+	root  trace.Span
+	steps map[string]trace.Span
 
 	cancel context.CancelCauseFunc
 	done   chan struct{}
@@ -203,6 +208,8 @@ func (s *Server) launch(l *live, run func(context.Context, *live) error) bool {
 		defer close(l.done)
 		defer s.forget(l)
 		defer cancel(nil)
+		ctx := s.startTrace(ctx, l)
+		defer s.endTrace(l)
 		s.finish(ctx, l, s.guard(ctx, l, run))
 	}()
 	return true
@@ -360,10 +367,10 @@ func (s *Server) finish(ctx context.Context, l *live, err error) {
 	}
 	msg, shown := operr.Sentence(diskFull(err, fmt.Sprintf("the %s step could not write to its database", step)))
 	if !shown {
-		s.deps.Log.Error("a job step failed", "job", l.job.ID, "step", step, "err", err)
+		s.deps.Log.ErrorContext(ctx, "a job step failed", "job", l.job.ID, "step", step, "err", err)
 		msg = fmt.Sprintf("the %s step failed on an unexpected error; the server's log has the details (job %s)", step, l.job.ID)
 	} else {
-		s.deps.Log.Warn("serving a model failed", "job", l.job.ID, "repo", l.job.Request.Repo, "step", step, "err", msg)
+		s.deps.Log.WarnContext(ctx, "serving a model failed", "job", l.job.ID, "repo", l.job.Request.Repo, "step", step, "err", msg)
 	}
 	s.fail(l, step, msg)
 }
@@ -403,6 +410,7 @@ func (s *Server) end(l *live, state, step, msg string) bool {
 				st.Detail = msg
 			}
 			changed = i
+			s.traceStepLocked(l, i)
 		}
 	}
 	l.job.State, l.job.Error, l.job.Finished = state, msg, now
@@ -479,6 +487,7 @@ func (s *Server) step(l *live, name, state, detail string) {
 		}
 	}
 	st.State, st.Detail, st.At = state, detail, now
+	s.traceStepLocked(l, i)
 	s.publishLocked(l, i)
 }
 

@@ -114,6 +114,9 @@ type Job struct {
 	CanCancel  bool
 	CanRetry   bool
 	RetryOf    string
+	// TraceID is the trace of the job's latest run, and TraceURL where
+	// the operator's trace viewer shows it (empty without --trace-url).
+	TraceID, TraceURL string
 	// CSRF is the token the Cancel and Retry forms carry: they are part of
 	// what an event swaps.
 	CSRF string

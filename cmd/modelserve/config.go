@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"modelserve/internal/hf"
 	"modelserve/internal/notify"
 	"modelserve/internal/operr"
+	"modelserve/internal/trace"
 	"modelserve/internal/updates"
 )
 
@@ -73,6 +75,15 @@ type config struct {
 	Fleet, Kubeconfig, Namespace            string
 	EngineImage, FetchImage, WeightsVolume  string
 	MirrorURL, MirrorToken, GPUProductLabel string
+	// TraceURL is --trace-url: a template with {trace_id}.
+	TraceURL string
+	// TraceContentText is --trace-content as given, and TraceContent
+	// what it reads as.
+	TraceContentText string
+	TraceContent     bool
+	// OTel is the OTEL_* variables tracing is set up from
+	// (internal/trace).
+	OTel trace.Env
 }
 
 // setting ties a flag to its environment variable, so both are documented
@@ -114,6 +125,8 @@ func (c *config) settings() []setting {
 		{"weights-volume", "MODELSERVE_WEIGHTS_VOLUME", "", "where pods keep weights: empty for an emptyDir, pvc:<claim> or hostPath:<folder> to keep them across pods", &c.WeightsVolume},
 		{"mirror-url", "MODELSERVE_MIRROR_URL", "", "modelserve's address as the cluster's nodes reach it, to fetch weights from /mirror/; empty uses --public-url", &c.MirrorURL},
 		{"mirror-token", "MODELSERVE_MIRROR_TOKEN", "", "API token (modelserve token create) the nodes fetch weights with, written to the Secret modelserve-mirror; empty leaves that Secret to the operator", &c.MirrorToken},
+		{"trace-url", "MODELSERVE_TRACE_URL", "", "where a trace viewer shows a trace, with {trace_id} (e.g. http://jaeger:16686/trace/{trace_id}): the job page links each job's trace there", &c.TraceURL},
+		{"trace-content", "MODELSERVE_TRACE_CONTENT", "", "true records the gateway's prompts (up to 16 KiB) on their traces; off by default, as prompts may hold what should not leave", &c.TraceContentText},
 		{"gpu-product-label", "MODELSERVE_GPU_PRODUCT_LABEL", "", "node label naming a node's card, which GPU profiles are placed by; empty means nvidia.com/gpu.product", &c.GPUProductLabel},
 	}
 }
@@ -140,6 +153,7 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (co
 		}
 	}
 	c.HFEndpoint = strings.TrimRight(c.HFEndpoint, "/")
+	c.OTel = trace.ReadEnv(getenv)
 	// The token may also come from HUGGING_FACE_HUB_TOKEN or the token
 	// file huggingface_hub writes, as every Hub tool reads it.
 	c.HFToken = hf.ResolveToken(c.HFToken, getenv)
@@ -155,6 +169,17 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (co
 	}
 	if c.LocalMemory, err = parseSize(c.LocalMemoryText, 1<<20, 1<<50); err != nil {
 		return c, usageError{fmt.Errorf("--local-memory is the memory the local fleet may promise, from 1MiB to 1PiB, like 12GiB or 350MB (empty for what the machine has), not %s", operr.Quote(c.LocalMemoryText))}
+	}
+	if t := strings.TrimSpace(c.TraceURL); t != "" {
+		if u, err := url.Parse(t); err != nil || (u.Scheme != "http" && u.Scheme != "https") || !strings.Contains(t, "{trace_id}") {
+			return c, usageError{fmt.Errorf("--trace-url is an http:// or https:// address with {trace_id} in it, like http://jaeger:16686/trace/{trace_id}, not %q", t)}
+		}
+		c.TraceURL = t
+	}
+	if t := strings.TrimSpace(c.TraceContentText); t == "" {
+		c.TraceContent = false
+	} else if c.TraceContent, err = strconv.ParseBool(t); err != nil {
+		return c, usageError{fmt.Errorf("--trace-content is true or false, not %q", c.TraceContentText)}
 	}
 	if err := c.readCanary(); err != nil {
 		return c, usageError{err}

@@ -218,16 +218,18 @@ func TestAStreamCutByADyingEngineEndsInAnError(t *testing.T) {
 		t.Fatalf("after %d chunks the stream ended with %v; want the gateway's error event", chunks, err)
 	}
 
-	resp, err := http.Get(s.base + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	text, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
+	// The gateway counts a request as it ends, which may be a moment
+	// after the client read the error event.
 	want := `modelserve_gateway_requests_total{model="tiny-llama",replica="` + rs[0].ID + `",status="502"} 1`
-	if !strings.Contains(string(text), want) {
-		t.Errorf("/metrics lacks %s", want)
-	}
+	waitUntil(t, 10*time.Second, "/metrics to count the cut stream as 502", func() bool {
+		resp, err := http.Get(s.base + "/metrics")
+		if err != nil {
+			return false
+		}
+		text, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		return strings.Contains(string(text), want)
+	})
 }
 
 // TestTheGatewayTellsATokenNothingOfOtherModels: a token limited to other

@@ -5,6 +5,8 @@ import (
 	"io"
 	"log/slog"
 	"strings"
+
+	"modelserve/internal/trace"
 )
 
 // newLogger is serve's log: --log-format text (key=value, for a person at a
@@ -27,9 +29,9 @@ func newLogger(w io.Writer, format, level string) (*slog.Logger, error) {
 	opts := &slog.HandlerOptions{Level: lv}
 	switch strings.ToLower(strings.TrimSpace(format)) {
 	case "", "text":
-		return slog.New(slog.NewTextHandler(w, opts)), nil
+		return slog.New(trace.LogHandler(slog.NewTextHandler(w, opts))), nil
 	case "json":
-		return slog.New(slog.NewJSONHandler(w, opts)), nil
+		return slog.New(trace.LogHandler(slog.NewJSONHandler(w, opts))), nil
 	}
 	return nil, usageError{fmt.Errorf("--log-format is text or json, not %q", format)}
 }

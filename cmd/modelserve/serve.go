@@ -13,6 +13,8 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
+
 	"modelserve/catalog"
 	"modelserve/handlers"
 	"modelserve/internal/auth"
@@ -25,6 +27,7 @@ import (
 	"modelserve/internal/mirror"
 	"modelserve/internal/notify"
 	"modelserve/internal/plan"
+	"modelserve/internal/trace"
 	"modelserve/internal/updates"
 	"modelserve/jobs"
 )
@@ -51,7 +54,42 @@ func serve(ctx context.Context, cfg config, log *slog.Logger, ready func(addr st
 	}
 
 	// The registries: the Hub, and a folder of local repositories.
-	hub, err := hf.NewClient(hf.Options{Endpoint: cfg.HFEndpoint, Token: cfg.HFToken, Offline: cfg.HFOffline})
+	// Profiles an older release stored are read once more and written in
+	// today's fields, before anything reads the catalog.
+	if err := catalog.Upgrade(ctx, db); err != nil {
+		return fmt.Errorf("upgrading the catalog's profiles: %w", err)
+	}
+	store := catalog.NewStore(db)
+	met := metrics.New(func(ctx context.Context) (int, error) {
+		ms, err := store.List(ctx)
+		return len(ms), err
+	})
+	// Traces go to the collector the OTEL_* variables name, or nowhere.
+	// At a stop, what is queued is sent within a few seconds, or dropped.
+	tracing, err := trace.FromEnv(cfg.OTel, trace.Options{Registerer: met.Registerer()})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := tracing.Shutdown(sctx); err != nil {
+			log.Warn("traces still queued at the stop were dropped", "endpoint", tracing.Endpoint, "err", err)
+		}
+	}()
+	if tracing.On() {
+		log.Info("tracing", "endpoint", tracing.Endpoint)
+	}
+
+	// The registries: the Hub, and a folder of local repositories. With
+	// tracing on, each request to the Hub is a client span of the job
+	// step that asked.
+	hubHTTP := (*http.Client)(nil)
+	if tracing.On() {
+		hubHTTP = &http.Client{Transport: otelhttp.NewTransport(http.DefaultTransport,
+			otelhttp.WithTracerProvider(tracing.Provider), otelhttp.WithPropagators(tracing.Propagator))}
+	}
+	hub, err := hf.NewClient(hf.Options{Endpoint: cfg.HFEndpoint, Token: cfg.HFToken, Offline: cfg.HFOffline, HTTP: hubHTTP})
 	if err != nil {
 		return err
 	}
@@ -63,16 +101,6 @@ func serve(ctx context.Context, cfg config, log *slog.Logger, ready func(addr st
 		regs.Local = hf.NewLocal(cfg.ModelsDir, filepath.Join(cfg.Data, "local-registry-hashes.json"))
 	}
 
-	// Profiles an older release stored are read once more and written in
-	// today's fields, before anything reads the catalog.
-	if err := catalog.Upgrade(ctx, db); err != nil {
-		return fmt.Errorf("upgrading the catalog's profiles: %w", err)
-	}
-	store := catalog.NewStore(db)
-	met := metrics.New(func(ctx context.Context) (int, error) {
-		ms, err := store.List(ctx)
-		return len(ms), err
-	})
 	// The fleet runs what the catalog asks for. Everything that changes
 	// the catalog goes through cat, which tells the fleet at once.
 	enginePath, version := "", engine.ImageVersion(cfg.EngineImage)
@@ -119,9 +147,14 @@ func serve(ctx context.Context, cfg config, log *slog.Logger, ready func(addr st
 	// The gateway sends OpenAI clients' requests to the replicas by model
 	// name (and the job's smoke test through the same path). It runs nothing in the background; Close lets go of the
 	// connections it keeps to the engines.
-	gw, err := gateway.New(gateway.Options{
+	gwOpts := gateway.Options{
 		Catalog: store, Fleet: fl, Tokens: auth.NewTokens(db), Metrics: met.Registerer(), Log: log.With("part", "gateway"),
-	})
+	}
+	if tracing.On() {
+		gwOpts.Tracer, gwOpts.Propagator = tracing.Tracer("modelserve/gateway"), tracing.Propagator
+		gwOpts.TraceContent = cfg.TraceContent
+	}
+	gw, err := gateway.New(gwOpts)
 	if err != nil {
 		return err
 	}
@@ -155,7 +188,7 @@ func serve(ctx context.Context, cfg config, log *slog.Logger, ready func(addr st
 	js, err := jobs.New(jobs.Deps{
 		DB: db, Registry: regs, Mirror: mir, Catalog: cat, Planner: planner, Fleet: jobsFleet, Gateway: gw,
 		EngineBuild: version.Build, Architectures: known, Pool: fl.Pool,
-		Log: log, Metrics: met, Notify: notifier,
+		Log: log, Metrics: met, Notify: notifier, Tracer: tracing.Tracer("modelserve/jobs"),
 		Updates: watcher, Versions: store, Share: share, Policy: cfg.CanaryPolicy, Meters: gatewayMeters{gw}, Evals: jobsEvals{runner},
 	})
 	if err != nil {
@@ -231,6 +264,7 @@ func serve(ctx context.Context, cfg config, log *slog.Logger, ready func(addr st
 		DB: db, Jobs: js, Catalog: cat, Mirror: mir, Metrics: met.Handler(), MetricsToken: cfg.MetricsToken, Log: log,
 		Registry: regs, Finder: regs, Updates: watcher, Versions: store, CanaryShare: share, Evals: runner, Planner: planner, Pool: poolOf(fl.Pool), Fleet: fl, Gateway: gw,
 		SessionKeys: site.keys, Secure: site.secure, TrustedProxies: site.trusted, PublicURL: cfg.PublicURL, DataDir: absDir(cfg.Data),
+		TraceURL: cfg.TraceURL,
 	})
 	if err != nil {
 		return err

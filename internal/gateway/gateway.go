@@ -23,6 +23,8 @@ package gateway
 import (
 	"context"
 	"errors"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 	"io"
 	"log/slog"
 	"net/http"
@@ -72,6 +74,14 @@ type Options struct {
 	// none.
 	Metrics prometheus.Registerer
 	Log     *slog.Logger
+	// Tracer, when set, records each request as a trace continuing the
+	// caller's (Propagator: W3C traceparent unless set); trace.go.
+	Tracer     trace.Tracer
+	Propagator propagation.TextMapPropagator
+	// TraceContent records the request's messages (or prompt, or input)
+	// on its span, up to 16 KiB: off unless an operator turns it on, as
+	// the GenAI conventions advise (--trace-content).
+	TraceContent bool
 	// MaxBody bounds a request body: 16 MiB unless set. Long prompts and
 	// images in base64 are large, but not larger.
 	MaxBody int64

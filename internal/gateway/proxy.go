@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"go.opentelemetry.io/otel/trace"
 	"hash/fnv"
 	"io"
 	"modelserve/internal/auth"
@@ -66,6 +67,11 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, who auth.Token
 		g.refuse(w, "", modelNotFound(req.model))
 		return
 	}
+	if r2, span := g.startRequest(r, req.model); span != nil {
+		defer span.End()
+		r = r2
+		g.recordContent(span, req)
+	}
 	if aerr := mayUse(who, req.model, m.Name); aerr != nil {
 		g.refuse(w, m.Name, aerr)
 		return
@@ -115,7 +121,9 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, m catalog.Model,
 	// start (admit says how long before it tries the same one again).
 	var tried []fleet.Replica
 	for range attempts {
+		wait := g.startWait(ctx, m.Name, len(rs), tried, standIn)
 		rep, release, aerr := g.admit(ctx, m, req.affinity, rs, tried, standIn)
+		endWait(wait, rep, aerr, len(rs) == 0)
 		if aerr != nil {
 			switch {
 			case ctx.Err() != nil:
@@ -192,6 +200,10 @@ func (g *Gateway) send(w http.ResponseWriter, r *http.Request, m catalog.Model, 
 	// generated twice; without it one request in a few failed on a
 	// connection the engine had just closed.
 	up.Header["X-Idempotency-Key"] = nil
+	var call trace.Span
+	if _, call = g.startCall(ctx, up, m.Name, rep, rn.answering()); call != nil {
+		defer func() { endCall(ctx, call, m.Name, http.StatusBadGateway, start, time.Time{}, counts{}) }()
+	}
 
 	resp, err := g.upstream.Do(up)
 	if err != nil {
@@ -201,7 +213,7 @@ func (g *Gateway) send(w http.ResponseWriter, r *http.Request, m catalog.Model, 
 			return true
 		}
 		p.give(rep.ID, time.Now().Add(g.opts.FailCooldown))
-		g.log.Warn("a replica did not answer; it is avoided for a while", "model", m.Name, "replica", rep.ID, "err", err)
+		g.log.WarnContext(ctx, "a replica did not answer; it is avoided for a while", "model", m.Name, "replica", rep.ID, "err", err)
 		g.ended(ending{model: m.Name, replica: rep.ID, status: http.StatusBadGateway, start: start})
 		return false
 	}
@@ -229,7 +241,7 @@ func (g *Gateway) send(w http.ResponseWriter, r *http.Request, m catalog.Model, 
 		// out as 200), and the next requests go elsewhere for a while.
 		status = http.StatusBadGateway
 		failedUntil = time.Now().Add(g.opts.FailCooldown)
-		g.log.Warn("a replica broke off its answer; it is avoided for a while", "model", m.Name, "replica", rep.ID, "err", err)
+		g.log.WarnContext(ctx, "a replica broke off its answer; it is avoided for a while", "model", m.Name, "replica", rep.ID, "err", err)
 		if tally.stream {
 			// The 200 has gone out: the client learns of the failure
 			// from an error event, as llama.cpp sends one, which the
@@ -240,9 +252,11 @@ func (g *Gateway) send(w http.ResponseWriter, r *http.Request, m catalog.Model, 
 		}
 	case resp.StatusCode >= 500:
 		failedUntil = time.Now().Add(g.opts.FailCooldown)
-		g.log.Warn("a replica failed a request; it is avoided for a while", "model", m.Name, "replica", rep.ID, "status", resp.StatusCode)
+		g.log.WarnContext(ctx, "a replica failed a request; it is avoided for a while", "model", m.Name, "replica", rep.ID, "status", resp.StatusCode)
 	}
 	p.give(rep.ID, failedUntil)
+	endCall(ctx, call, m.Name, status, start, first, tally.counts())
+	call = nil
 	g.ended(ending{model: m.Name, replica: rep.ID, status: status, start: start, first: first, end: time.Now(),
 		stream: tally.stream, counts: tally.counts()})
 	return true

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	oteltrace "go.opentelemetry.io/otel/trace"
 	"modelserve/internal/operr"
 	"modelserve/internal/words"
 	"net/url"
@@ -97,7 +98,7 @@ func (m *Mirror) Fetch(ctx context.Context, files []File, progress func(Progress
 		if _, ok := m.presentLocked(locals[i], f); ok {
 			continue
 		}
-		fl := m.startLocked(f, locals[i])
+		fl := m.startLocked(ctx, f, locals[i])
 		fl.subs = append(fl.subs, ended)
 		slots[i] = fl
 		pending++
@@ -189,9 +190,10 @@ func checkSource(f File) error {
 	return nil
 }
 
-// startLocked starts a flight for a file; m.mu is held.
-func (m *Mirror) startLocked(f File, local string) *flight {
-	ctx, cancel := context.WithCancel(context.Background())
+// startLocked starts a flight for a file; m.mu is held. Its requests are
+// traced as the caller's who started it (a flight outlives its waiters).
+func (m *Mirror) startLocked(from context.Context, f File, local string) *flight {
+	ctx, cancel := context.WithCancel(oteltrace.ContextWithSpan(context.Background(), oteltrace.SpanFromContext(from)))
 	fl := &flight{file: f, local: local, ctx: ctx, cancel: cancel, done: make(chan struct{}), waiters: 1}
 	// A flight nobody waits for any more is cancelled but may still be
 	// closing the partial file; the new one starts after it.

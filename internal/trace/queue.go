@@ -1,0 +1,163 @@
+package trace
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+)
+
+// queue is the span processor: a finished span goes into a bounded channel
+// without waiting (or is dropped and counted when it is full), and one
+// goroutine sends batches to the exporter, each export bounded in time.
+type queue struct {
+	exp     sdktrace.SpanExporter
+	spans   chan sdktrace.ReadOnlySpan
+	batch   int
+	every   time.Duration
+	timeout time.Duration
+	flush   chan chan struct{}
+	stop    chan struct{}
+	stopped chan struct{}
+	once    sync.Once
+
+	dropped  prometheus.Counter
+	exported prometheus.Counter
+	failed   prometheus.Counter
+}
+
+func newQueue(exp sdktrace.SpanExporter, o Options) *queue {
+	if o.QueueSize <= 0 {
+		o.QueueSize = 2048
+	}
+	if o.BatchSize <= 0 {
+		o.BatchSize = 512
+	}
+	if o.Every <= 0 {
+		o.Every = time.Second
+	}
+	if o.ExportTimeout <= 0 {
+		o.ExportTimeout = 10 * time.Second
+	}
+	q := &queue{
+		exp: exp, spans: make(chan sdktrace.ReadOnlySpan, o.QueueSize), batch: o.BatchSize, every: o.Every, timeout: o.ExportTimeout,
+		flush: make(chan chan struct{}), stop: make(chan struct{}), stopped: make(chan struct{}),
+		dropped: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "modelserve_trace_spans_dropped_total", Help: "Finished spans not exported: the export queue was full (a collector down or slow), an export failed, or the process stopped first.",
+		}),
+		exported: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "modelserve_trace_spans_exported_total", Help: "Spans the collector took.",
+		}),
+		failed: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "modelserve_trace_exports_failed_total", Help: "Exports of a batch of spans that failed (their spans are counted dropped).",
+		}),
+	}
+	go q.loop()
+	return q
+}
+
+func (q *queue) register(r prometheus.Registerer) error {
+	for _, c := range []prometheus.Collector{q.dropped, q.exported, q.failed} {
+		if err := r.Register(c); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (q *queue) OnStart(context.Context, sdktrace.ReadWriteSpan) {}
+
+func (q *queue) OnEnd(s sdktrace.ReadOnlySpan) {
+	if !s.SpanContext().IsSampled() {
+		return
+	}
+	select {
+	case q.spans <- s:
+	default:
+		q.dropped.Inc()
+	}
+}
+
+func (q *queue) loop() {
+	defer close(q.stopped)
+	tick := time.NewTicker(q.every)
+	defer tick.Stop()
+	buf := make([]sdktrace.ReadOnlySpan, 0, q.batch)
+	send := func() {
+		if len(buf) == 0 {
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), q.timeout)
+		if err := q.exp.ExportSpans(ctx, buf); err != nil {
+			q.failed.Inc()
+			q.dropped.Add(float64(len(buf)))
+		} else {
+			q.exported.Add(float64(len(buf)))
+		}
+		cancel()
+		clear(buf)
+		buf = buf[:0]
+	}
+	drain := func() {
+		for {
+			select {
+			case s := <-q.spans:
+				if buf = append(buf, s); len(buf) == q.batch {
+					send()
+				}
+			default:
+				send()
+				return
+			}
+		}
+	}
+	for {
+		select {
+		case s := <-q.spans:
+			if buf = append(buf, s); len(buf) == q.batch {
+				send()
+			}
+		case <-tick.C:
+			send()
+		case done := <-q.flush:
+			drain()
+			close(done)
+		case <-q.stop:
+			drain()
+			return
+		}
+	}
+}
+
+// ForceFlush exports what is queued now, waiting at most until ctx ends.
+func (q *queue) ForceFlush(ctx context.Context) error {
+	done := make(chan struct{})
+	select {
+	case q.flush <- done:
+	case <-q.stopped:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Shutdown exports what is queued and stops, waiting at most until ctx
+// ends; what is left then is counted dropped.
+func (q *queue) Shutdown(ctx context.Context) error {
+	q.once.Do(func() { close(q.stop) })
+	select {
+	case <-q.stopped:
+	case <-ctx.Done():
+		q.dropped.Add(float64(len(q.spans)))
+		return ctx.Err()
+	}
+	return q.exp.Shutdown(ctx)
+}
