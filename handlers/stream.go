@@ -92,6 +92,8 @@ func streamEach[T any](e *events, w http.ResponseWriter, r *http.Request, ch <-c
 	// one way to close a stream without leaving that goroutine behind.
 	ctx, end := context.WithCancel(r.Context())
 	defer end()
+	sent := &sentWriter{ResponseWriter: w, seen: make(chan struct{}, 1)}
+	var last string // the id of the last event published
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -111,6 +113,10 @@ func streamEach[T any](e *events, w http.ResponseWriter, r *http.Request, ch <-c
 				}
 			case ev, ok := <-ch:
 				if !ok {
+					// The library writes what was published on its own
+					// goroutine, which ending the stream stops: the last
+					// event is let out first, or it was lost now and then.
+					sent.await(last, time.Second)
 					return
 				}
 				data, name, evID, err := render(ev)
@@ -119,10 +125,12 @@ func streamEach[T any](e *events, w http.ResponseWriter, r *http.Request, ch <-c
 				}
 				// Never block on a stalled client: end its stream instead,
 				// and it reconnects to a fresh snapshot.
+				sent.expect(evID)
 				if !e.sse.TryPublish(id, &sse.Event{ID: []byte(evID), Event: []byte(name),
 					Data: []byte(lineEnds.Replace(string(data))), Retry: reconnectAfter}) {
 					return
 				}
+				last = evID
 			case <-ctx.Done():
 				return
 			}
@@ -137,8 +145,66 @@ func streamEach[T any](e *events, w http.ResponseWriter, r *http.Request, ch <-c
 	// off; the snapshot already brings the client up to date.
 	r2.Header.Del("Last-Event-ID")
 	w.Header().Set("X-Accel-Buffering", "no")
-	e.sse.ServeHTTP(w, r2)
+	e.sse.ServeHTTP(sent, r2)
 	<-done
+}
+
+// sentWriter is a stream's writer that tells when the event it expects has
+// gone out: the library writes an event's id line first, then the rest of
+// it before it looks again at whether the stream has ended.
+type sentWriter struct {
+	http.ResponseWriter
+	mu   sync.Mutex
+	want string
+	out  bool
+	seen chan struct{}
+}
+
+func (s *sentWriter) expect(id string) {
+	s.mu.Lock()
+	s.want, s.out = "id: "+id+"\n", false
+	s.mu.Unlock()
+}
+
+func (s *sentWriter) Write(b []byte) (int, error) {
+	s.mu.Lock()
+	if !s.out && s.want != "" && strings.Contains(string(b), s.want) {
+		s.out = true
+		select {
+		case s.seen <- struct{}{}:
+		default:
+		}
+	}
+	s.mu.Unlock()
+	return s.ResponseWriter.Write(b)
+}
+
+func (s *sentWriter) Flush() {
+	if f, ok := s.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+// await waits, at most limit, for the event id to have gone out.
+func (s *sentWriter) await(id string, limit time.Duration) {
+	if id == "" {
+		return
+	}
+	t := time.NewTimer(limit)
+	defer t.Stop()
+	for {
+		s.mu.Lock()
+		out := s.out
+		s.mu.Unlock()
+		if out {
+			return
+		}
+		select {
+		case <-s.seen:
+		case <-t.C:
+			return
+		}
+	}
 }
 
 // lineEnds makes every line end a "\n". An event stream also ends a line at
