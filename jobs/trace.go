@@ -6,7 +6,8 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
-	"go.opentelemetry.io/otel/trace/noop"
+
+	tracing "modelserve/internal/trace"
 )
 
 // A job is a trace: a root span for each run of it (a resumed job's run
@@ -14,12 +15,7 @@ import (
 // its outcome. The spans live in the job's live record, guarded by its mu.
 
 // tracer is the jobs' tracer, the no-op one when Deps has none.
-func (s *Server) tracer() trace.Tracer {
-	if s.deps.Tracer == nil {
-		return noop.NewTracerProvider().Tracer("")
-	}
-	return s.deps.Tracer
-}
+func (s *Server) tracer() trace.Tracer { return tracing.Or(s.deps.Tracer) }
 
 // startTrace begins the run's root span, and records its trace on the job
 // (saved with the job's next change).

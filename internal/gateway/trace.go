@@ -11,9 +11,9 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
-	"go.opentelemetry.io/otel/trace/noop"
 
 	"modelserve/internal/fleet"
+	tracing "modelserve/internal/trace"
 )
 
 // A gateway request is a trace: it continues the caller's traceparent,
@@ -22,12 +22,7 @@ import (
 // the trace on. Attributes follow OpenTelemetry's GenAI conventions; the
 // prompt and the answer are never recorded.
 
-func (g *Gateway) tracer() trace.Tracer {
-	if g.opts.Tracer == nil {
-		return noop.NewTracerProvider().Tracer("")
-	}
-	return g.opts.Tracer
-}
+func (g *Gateway) tracer() trace.Tracer { return tracing.Or(g.opts.Tracer) }
 
 func (g *Gateway) propagator() propagation.TextMapPropagator {
 	if g.opts.Propagator == nil {

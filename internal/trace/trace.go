@@ -56,9 +56,21 @@ func (t *Tracing) On() bool { return t != nil && t.sdk != nil }
 // Tracer is the named tracer of a part of modelserve.
 func (t *Tracing) Tracer(name string) oteltrace.Tracer {
 	if t == nil {
-		return noop.NewTracerProvider().Tracer(name)
+		return off
 	}
 	return t.Provider.Tracer(name)
+}
+
+// off is the tracer that records nothing.
+var off = noop.NewTracerProvider().Tracer("")
+
+// Or is t, or for a part given none, the tracer that records nothing:
+// what every part that may be given a tracer asks.
+func Or(t oteltrace.Tracer) oteltrace.Tracer {
+	if t == nil {
+		return off
+	}
+	return t
 }
 
 // Options bound the export queue; zero values take the defaults.
