@@ -86,7 +86,9 @@ func TestClientCommands(t *testing.T) {
 		t.Fatalf("model serve --wait: %v\n%s%s", err, out, said)
 	}
 	lines := strings.Split(strings.TrimSpace(out), "\n")
-	for _, want := range []string{"registry   running", "registry   done", "mirror     done", "smoke test done"} {
+	// Each step as it ends; a step's running line shows only when the
+	// stream is open before it ends, which a fast job outruns.
+	for _, want := range []string{"registry   done", "mirror     done", "smoke test done"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("model serve --wait did not show %q:\n%s", want, out)
 		}
