@@ -6,6 +6,7 @@ import (
 
 	"modelserve/catalog"
 	"modelserve/internal/auth"
+	"modelserve/internal/fleet"
 )
 
 // modelEntry is one model in OpenAI's list shape, with what modelserve
@@ -28,11 +29,66 @@ type modelExtra struct {
 	Role       string `json:"role,omitempty"`
 	Embeddings bool   `json:"embeddings,omitempty"`
 	Context    int    `json:"context_length"`
-	// Ready is whether a replica answers now; Replicas how many. A model
-	// loaded on demand (OnDemand) is not ready until asked for.
-	Ready    bool `json:"ready"`
-	Replicas int  `json:"replicas"`
-	OnDemand bool `json:"on_demand,omitempty"`
+	// Ready is whether a replica answers now; Replicas how many run
+	// (ready, answering). A model loaded on demand (OnDemand) is not ready
+	// until asked for. State says the same in a word a client can show:
+	// Loaded, Loading or Unloaded.
+	Ready    bool   `json:"ready"`
+	Replicas int    `json:"replicas"`
+	OnDemand bool   `json:"on_demand,omitempty"`
+	State    string `json:"state"`
+}
+
+// A model's state, as /v1/models says it.
+const (
+	// Loaded: a replica answers now.
+	Loaded = "loaded"
+	// Loading: none answers yet, and one is on its way: the fleet wants
+	// one (kept by scaling.min, or asked for on demand) and has not parked
+	// it nor found no room for it, or a request waits for its cold start.
+	Loading = "loading"
+	// Unloaded: none answers and none is on its way; a model loaded on
+	// demand starts with its first request.
+	Unloaded = "unloaded"
+)
+
+// State is model's state (a catalog name): Loaded, Loading or Unloaded.
+// The console's playground says "loading" by it while a reply waits.
+func (g *Gateway) State(model string) string {
+	return g.state(model, len(g.opts.Fleet.Serving(model)), g.opts.Fleet.ModelHealth())
+}
+
+// state is model's state with ready replicas, by the fleet's health of
+// every model.
+func (g *Gateway) state(model string, ready int, health []fleet.ModelHealth) string {
+	if ready > 0 {
+		return Loaded
+	}
+	if g.coldWait(model) {
+		return Loading
+	}
+	for _, h := range health {
+		if h.Model == model {
+			if h.Want > 0 && !h.Parked && !h.Unplaceable {
+				return Loading
+			}
+			break
+		}
+	}
+	return Unloaded
+}
+
+// coldWait is whether a request waits for model's first replica to start.
+func (g *Gateway) coldWait(model string) bool {
+	g.mu.Lock()
+	p := g.pools[model]
+	g.mu.Unlock()
+	if p == nil {
+		return false
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return !p.coldSince.IsZero() && len(p.queue) > 0
 }
 
 // ListModels answers GET /v1/models: the catalog's models and their
@@ -51,13 +107,14 @@ func (g *Gateway) ListModels(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	data := []modelEntry{}
+	health := g.opts.Fleet.ModelHealth()
 	for _, m := range models {
 		// A canary is its model's new version, reached through the model
 		// by its share: no client names it.
 		if m.Canary != nil {
 			continue
 		}
-		data = append(data, g.entries(m, who)...)
+		data = append(data, g.entries(m, who, health)...)
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": data})
 }
@@ -84,7 +141,7 @@ func (g *Gateway) ShowModel(w http.ResponseWriter, r *http.Request) {
 		aerr.write(w)
 		return
 	}
-	for _, e := range g.entries(m, auth.Token{}) {
+	for _, e := range g.entries(m, auth.Token{}, g.opts.Fleet.ModelHealth()) {
 		if e.ID == asked {
 			writeJSON(w, http.StatusOK, e)
 			return
@@ -92,12 +149,13 @@ func (g *Gateway) ShowModel(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// entries are m's name and aliases as the token may see them.
-func (g *Gateway) entries(m catalog.Model, who auth.Token) []modelEntry {
+// entries are m's name and aliases as the token may see them, health the
+// fleet's of every model.
+func (g *Gateway) entries(m catalog.Model, who auth.Token, health []fleet.ModelHealth) []modelEntry {
 	ready := len(g.opts.Fleet.Serving(m.Name))
 	extra := modelExtra{
 		Aliases: m.Aliases, Role: m.Role, Embeddings: m.Capabilities.Embeddings, Context: m.ContextLength,
-		Ready: ready > 0, Replicas: ready, OnDemand: m.Scaling.Min == 0,
+		Ready: ready > 0, Replicas: ready, OnDemand: m.Scaling.Min == 0, State: g.state(m.Name, ready, health),
 	}
 	var out []modelEntry
 	for i, id := range append([]string{m.Name}, m.Aliases...) {
