@@ -75,9 +75,13 @@ func (s *Server) playgroundView(r *http.Request, v visit, m catalog.Model) views
 	return p
 }
 
-// maxTokensLimit is the most a reply may be: the model's context, which
-// the prompt shares.
+// maxTokensLimit is the most a reply may be: the catalog's longest answer,
+// which the gateway holds every request to, else the model's context,
+// which the prompt shares.
 func maxTokensLimit(m catalog.Model) int {
+	if m.MaxOutput > 0 {
+		return m.MaxOutput
+	}
 	if m.ContextLength > 0 {
 		return m.ContextLength
 	}

@@ -103,7 +103,7 @@ func readChat(r *http.Request, m catalog.Model, f *views.PlaygroundForm) (in cha
 	if f.MaxTokens != "" {
 		n, err := strconv.Atoi(f.MaxTokens)
 		if err != nil || n < 1 || n > limit {
-			f.MaxTokensError, in.ok = fmt.Sprintf("max tokens is a whole number from 1 to %d, the model's context", limit), false
+			f.MaxTokensError, in.ok = fmt.Sprintf("max tokens is a whole number from 1 to %d, the longest reply the model may give", limit), false
 		}
 		in.maxTokens = n
 	}

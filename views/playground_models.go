@@ -44,7 +44,7 @@ type PlaygroundForm struct {
 	Embeddings             bool
 	Message, System        string
 	MaxTokens, Temperature string
-	// MaxTokensLimit is the model's context, the largest max tokens.
+	// MaxTokensLimit is the largest max tokens: the model's longest answer.
 	MaxTokensLimit string
 	// The errors of each field, and of the whole ("the model is parked:
 	// ...").

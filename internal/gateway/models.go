@@ -29,6 +29,8 @@ type modelExtra struct {
 	Role       string `json:"role,omitempty"`
 	Embeddings bool   `json:"embeddings,omitempty"`
 	Context    int    `json:"context_length"`
+	// MaxOutput is the longest answer a request may ask for (suits.go).
+	MaxOutput int `json:"max_output,omitempty"`
 	// Ready is whether a replica answers now; Replicas how many run
 	// (ready, answering). A model loaded on demand (OnDemand) is not ready
 	// until asked for. State says the same in a word a client can show:
@@ -154,7 +156,7 @@ func (g *Gateway) ShowModel(w http.ResponseWriter, r *http.Request) {
 func (g *Gateway) entries(m catalog.Model, who auth.Token, health []fleet.ModelHealth) []modelEntry {
 	ready := len(g.opts.Fleet.Serving(m.Name))
 	extra := modelExtra{
-		Aliases: m.Aliases, Role: m.Role, Embeddings: m.Capabilities.Embeddings, Context: m.ContextLength,
+		Aliases: m.Aliases, Role: m.Role, Embeddings: m.Capabilities.Embeddings, Context: m.ContextLength, MaxOutput: m.MaxOutput,
 		Ready: ready > 0, Replicas: ready, OnDemand: m.Scaling.Min == 0, State: g.state(m.Name, ready, health),
 	}
 	var out []modelEntry

@@ -76,6 +76,11 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, who auth.Token
 		g.refuse(w, m.Name, aerr)
 		return
 	}
+	// What m does not serve is refused in the gateway's words (suits.go).
+	if body, aerr = suit(r.URL.Path, m, &req, body); aerr != nil {
+		g.refuse(w, m.Name, aerr)
+		return
+	}
 	if c, ok := g.canaryFor(m); ok {
 		if g.serve(w, r, c, req, body, start, m.Name) {
 			return
