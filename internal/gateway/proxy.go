@@ -255,7 +255,7 @@ func (g *Gateway) send(w http.ResponseWriter, r *http.Request, m catalog.Model, 
 			streamError(w, badGateway("the replica "+rep.ID+" of "+m.Name+
 				" broke off its answer before the end: retry; the fleet page says whether it is still ready"))
 		}
-	case resp.StatusCode >= 500:
+	case resp.StatusCode >= 500 && failedStatus(resp.StatusCode): // not a 501: stats.go
 		failedUntil = time.Now().Add(g.opts.FailCooldown)
 		g.log.WarnContext(ctx, "a replica failed a request; it is avoided for a while", "model", m.Name, "replica", rep.ID, "status", resp.StatusCode)
 	}

@@ -135,8 +135,16 @@ func (r *recent) read(now time.Time) map[string]Traffic {
 
 // failedStatus is whether a request that ended with status failed: the
 // gateway or its engine failed it (5xx, 502 for no answer), or there was no
-// room for it (429). The same rule for Traffic and Measure.
-func failedStatus(status int) bool { return status >= 500 || status == http.StatusTooManyRequests }
+// room for it (429). The same rule for Traffic and Measure, and for the
+// replicas a failure has avoided for a while (proxy.go).
+//
+// What the client did is not the model's failure: a bad request or token,
+// an unknown route (4xx), a client that went away (499), and llama.cpp's
+// 501, its answer to a route it was not started for (reranking of a model
+// not served for it), which nothing but another request mends.
+func failedStatus(status int) bool {
+	return (status >= 500 && status != http.StatusNotImplemented) || status == http.StatusTooManyRequests
+}
 
 // answeredStatus is whether a request a replica took, ending with status,
 // was answered: a client gone before the end, or a replica that failed,

@@ -39,6 +39,13 @@ func suit(path string, m catalog.Model, req *request, body []byte) ([]byte, *api
 		return nil, unsuited(m.Name + " is an embedding model and generates no text: ask it at POST /v1/embeddings, " +
 			"or ask a chat model GET /v1/models lists for " + path)
 	}
+	// llama.cpp answers tools that are not a list with a 500, as if it had
+	// failed.
+	if raw, ok := req.fields["tools"]; ok && len(raw) > 0 && raw[0] != '[' && string(raw) != "null" {
+		param := "tools"
+		return nil, &apiError{status: 400, Type: "invalid_request_error", Code: "invalid_type", Param: &param,
+			Message: `"tools" is not a list: send it as a JSON array of tool definitions, or leave it out`}
+	}
 	limit := m.MaxOutput
 	if !generating[path] || limit <= 0 {
 		return body, nil
