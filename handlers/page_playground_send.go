@@ -57,6 +57,7 @@ func (s *Server) playgroundSend(w http.ResponseWriter, r *http.Request, v visit)
 		}
 		s.render(w, r, http.StatusOK, views.PlaygroundSentView(views.PlaygroundSent{
 			User: user, Stream: playgroundURL(m.Name) + "/stream?ask=" + url.QueryEscape(id), Form: next,
+			Loading: s.loading(m.Name),
 		}))
 		return
 	}

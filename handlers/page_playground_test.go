@@ -28,6 +28,8 @@ type fakeGateway struct {
 	chunks  []string
 	err     error
 	traffic map[string]gateway.Traffic
+	// state is what State says of every model: loaded unless set.
+	state string
 	// hold, when set, is waited on before the chunks: a model loading;
 	// stopped is closed when the call is cancelled while held.
 	hold, stopped chan struct{}
@@ -48,6 +50,14 @@ func (f *fakeGateway) NotFound(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusTeapot)
 }
 func (f *fakeGateway) Traffic() map[string]gateway.Traffic { return f.traffic }
+func (f *fakeGateway) State(model string) string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.state != "" {
+		return f.state
+	}
+	return gateway.Loaded
+}
 
 func (f *fakeGateway) AskStream(ctx context.Context, route string, body []byte, each func([]byte) error) error {
 	var b map[string]any
@@ -521,5 +531,37 @@ func TestPlaygroundClosedMidReply(t *testing.T) {
 	case <-gw.stopped:
 	case <-time.After(5 * time.Second):
 		t.Fatal("the call went on after the page went away")
+	}
+}
+
+// TestPlaygroundSaysLoadingWhileTheModelStarts: a message sent to a model
+// that is not loaded says "Loading tiny…" until the model has started,
+// then that it waits for the reply, which then comes.
+func TestPlaygroundSaysLoadingWhileTheModelStarts(t *testing.T) {
+	gw := &fakeGateway{chunks: chatChunks("Hi"), hold: make(chan struct{}), stopped: make(chan struct{}), state: gateway.Loading}
+	e := newPlaygroundEnv(t, gw)
+	b := e.signedIn()
+	resp := b.do(http.MethodPost, "/catalog/tiny/playground", url.Values{"message": {"Hello"}, "csrf": {b.csrf}}, htmx)
+	sent := mustStatus(t, resp, http.StatusOK)
+	if got := sent.Find(`[data-testid="reply-waiting"]`).Text(); !strings.HasPrefix(got, "Loading tiny…") {
+		t.Errorf("the reply to come says %q; want Loading tiny…", got)
+	}
+	// The model has started a moment later; its reply comes a moment
+	// after that.
+	time.AfterFunc(400*time.Millisecond, func() {
+		gw.mu.Lock()
+		gw.state = gateway.Loaded
+		gw.mu.Unlock()
+	})
+	time.AfterFunc(1200*time.Millisecond, func() { close(gw.hold) })
+	resp = b.get(sent.Find(`[sse-connect]`).AttrOr("sse-connect", ""))
+	defer resp.Body.Close()
+	var said []string
+	for ev := range readEvents(t, resp.Body) {
+		doc, _ := goquery.NewDocumentFromReader(strings.NewReader(ev.data))
+		said = append(said, ev.name+": "+strings.TrimSpace(doc.Find(`[data-testid="reply-waiting"],[data-testid="reply-text"]`).First().Text()))
+	}
+	if len(said) < 2 || said[0] != "reply: Waiting for the model…" || said[len(said)-1] != "end: Hi" {
+		t.Errorf("the stream said %q; want that it waits for the model once loaded, then the reply", said)
 	}
 }

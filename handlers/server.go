@@ -93,6 +93,9 @@ type Gateway interface {
 	// Traffic is each model's requests in the last minute, for the
 	// catalog page.
 	Traffic() map[string]gateway.Traffic
+	// State is whether a model is loaded, loading or unloaded
+	// (gateway.Loaded...): the playground says "loading" by it.
+	State(model string) string
 }
 
 // Updates is what the handlers need of the watcher for new weights

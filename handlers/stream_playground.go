@@ -15,6 +15,7 @@ import (
 	"github.com/a-h/templ"
 
 	"modelserve/internal/chat"
+	"modelserve/internal/gateway"
 	"modelserve/internal/operr"
 	"modelserve/internal/words"
 	"modelserve/views"
@@ -69,8 +70,25 @@ func (s *Server) playgroundStream(w http.ResponseWriter, r *http.Request, v visi
 	}()
 	beat := time.NewTicker(s.events.heartbeat)
 	defer beat.Stop()
+	// Until the first token, the reply says whether it waits for the
+	// model to load: "loading chatty…" while it starts.
+	look := time.NewTicker(lookEvery)
+	defer look.Stop()
+	shown := s.loading(name)
 	for {
 		select {
+		case <-look.C:
+			waiting := meter.reply(false, "")
+			if !waiting.Waiting {
+				look.Stop()
+				continue
+			}
+			if now := s.loading(name); now != shown {
+				shown, waiting.Loading = now, now
+				if es.send(r.Context(), "reply", views.ReplyView(waiting)) != nil {
+					return
+				}
+			}
 		case err := <-done:
 			finished = true
 			if r.Context().Err() != nil {
@@ -102,8 +120,22 @@ func (s *Server) playgroundStream(w http.ResponseWriter, r *http.Request, v visi
 	}
 }
 
-// replyEvery is the least time between two events of a reply.
-const replyEvery = 50 * time.Millisecond
+// replyEvery is the least time between two events of a reply; lookEvery
+// how often a reply waiting for its first token asks whether its model is
+// loading.
+const (
+	replyEvery = 50 * time.Millisecond
+	lookEvery  = 200 * time.Millisecond
+)
+
+// loading is model's name when it is not loaded (a message sent to it
+// waits for it to start), else "".
+func (s *Server) loading(model string) string {
+	if s.deps.Gateway == nil || s.deps.Gateway.State(model) == gateway.Loaded {
+		return ""
+	}
+	return model
+}
 
 // eventWriter writes server-sent events by hand: a reply's stream has one
 // reader and one writer, and no snapshot to start again from, which is

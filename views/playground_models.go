@@ -64,8 +64,10 @@ type Turn struct {
 // each event of the reply's stream swaps, the last one included.
 type Reply struct {
 	Text string
-	// Waiting is true before the first token: the model may be loading.
+	// Waiting is true before the first token; Loading, then, is the
+	// model's name while the reply waits for it to load (a cold start).
 	Waiting bool
+	Loading string
 	// Done is true once the answer has ended, well or not.
 	Done bool
 	// Tokens is "24 tokens in 0.3 s", TokensPerSecond "77.4", and
@@ -81,6 +83,9 @@ type Reply struct {
 type PlaygroundSent struct {
 	User   Turn
 	Stream string
+	// Loading is the model's name when it is not loaded as the message
+	// goes: the reply waits for it to load.
+	Loading string
 	// Form is the form again, emptied of the message and keeping its
 	// parameters.
 	Form PlaygroundForm

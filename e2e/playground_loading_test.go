@@ -1,0 +1,79 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/playwright-community/playwright-go"
+
+	"modelserve/internal/ggufgen"
+	"modelserve/internal/hubtest"
+)
+
+// waitingRecorder keeps, from inside the page, every text the reply to
+// come says while it waits: the cold start's "Loading chatty…" is there for
+// as long as the engine takes to load, which may be a fraction of a
+// second, so it is recorded as it appears rather than looked for after.
+const waitingRecorder = `() => {
+	window.__waiting = [];
+	const note = () => document.querySelectorAll('[data-testid=reply-waiting]').forEach(el => {
+		const t = el.textContent.trim();
+		if (window.__waiting[window.__waiting.length - 1] !== t) window.__waiting.push(t);
+	});
+	new MutationObserver(note).observe(document.body, {childList: true, subtree: true, characterData: true});
+}`
+
+// TestPlaygroundSaysLoadingOnAColdStart: a model loaded on demand, with no
+// replica running, is sent a message from its playground:
+// the reply says "Loading <model>…" while the engine starts, and then the
+// reply comes.
+func TestPlaygroundSaysLoadingOnAColdStart(t *testing.T) {
+	e := setup(t)
+	const repo = "acme/Chatty-GGUF"
+	e.hub.AddRepo(repo, hubtest.RepoOptions{})
+	e.hub.AddFile(repo, "Chatty-Q8_0.gguf", ggufgen.Bytes(ggufgen.Spec{}))
+	var job apiJob
+	e.srv.api("POST", "/api/v1/serve", map[string]any{"repo": repo, "replicas": 0, "idle_after": "1s"}, &job)
+	if err := poll(jobLimit, func() bool {
+		job = e.srv.job(job.ID)
+		return job.State != "running"
+	}); err != nil || job.State != "done" {
+		t.Fatalf("the job did not serve the model within %s: %s %s", jobLimit, job.State, job.Error)
+	}
+	model := job.Model
+	// Served on demand, it runs no replica until asked (or a second after
+	// a smoke test's).
+	if err := poll(time.Minute, func() bool {
+		var fl struct{ Replicas []struct{ Model string } }
+		e.srv.api("GET", "/api/v1/replicas", nil, &fl)
+		return len(fl.Replicas) == 0
+	}); err != nil {
+		t.Fatalf("%s's replica was not stopped once idle: %v", model, err)
+	}
+
+	tb := e.newTab(t)
+	tb.open("/catalog/" + model + "/playground")
+	_, err := tb.page.Evaluate(waitingRecorder)
+	tb.must(err, "starting the recorder")
+	tb.must(tb.page.GetByLabel("Message").Fill("Say hello."), "typing the message")
+	tb.must(tb.page.GetByLabel("Max tokens").Fill("8"), "setting max tokens")
+	tb.must(tb.page.GetByRole("button", playwright.PageGetByRoleOptions{Name: "Send"}).Click(), "pressing Send")
+	reply := tb.loc("[data-testid=turn][data-role=assistant] [data-testid=reply][data-done=true]")
+	tb.must(reply.WaitFor(playwright.LocatorWaitForOptions{Timeout: playwright.Float(60000)}), "the reply's end")
+	if n, _ := reply.Locator("[data-testid=reply-error]").Count(); n > 0 {
+		msg, _ := reply.Locator("[data-testid=reply-error]").InnerText()
+		t.Fatalf("the reply failed: %s", msg)
+	}
+	seen, err := tb.page.Evaluate(`() => window.__waiting`)
+	tb.must(err, "reading what the reply said while it waited")
+	said, _ := seen.([]any)
+	if len(said) == 0 || !strings.HasPrefix(said[0].(string), "Loading "+model+"…") {
+		t.Errorf("while the model started the reply said %q; want first \"Loading %s…\"", said, model)
+	}
+	if n, _ := tb.loc("[data-testid=reply-waiting]").Count(); n != 0 {
+		t.Error("the reply still says it waits once it has come")
+	}
+}
