@@ -79,7 +79,7 @@ func (s *Server) trial(ctx context.Context, l *live, p *pipeline) error {
 	if parent.Origin != nil {
 		was = hf.Short(parent.Origin.Revision)
 	}
-	v, why, err := s.evaluate(ctx, l, p, "before it takes any request")
+	v, why, err := s.evaluate(ctx, l, p, StepEval, "before it takes any request")
 	byHand := false
 	if err == nil && v != canary.RollBack {
 		v, why, byHand, err = s.watch(ctx, l, p)
@@ -87,12 +87,17 @@ func (s *Server) trial(ctx context.Context, l *live, p *pipeline) error {
 	if err == nil && v == canary.Promote && !byHand {
 		// Its share ends first: the suite asks each version alone.
 		if err := s.setShare(ctx, name, 0); err != nil {
-			return failedAt(StepEval, err)
+			return failedAt(StepVerdict, err)
 		}
-		if ev, evWhy, eerr := s.evaluate(ctx, l, p, "after serving its share"); eerr != nil {
+		// Run under the verdict it decides: under the eval step, which
+		// ended before the canary began, the page counted the canary's
+		// minutes as the eval's, and the canary's as none.
+		if ev, evWhy, eerr := s.evaluate(ctx, l, p, StepVerdict, "after serving its share"); eerr != nil {
 			err = eerr
 		} else if ev == canary.RollBack {
 			v, why = ev, evWhy
+		} else if evWhy != "" {
+			why += "; " + evWhy
 		}
 	}
 	if err != nil {
@@ -116,33 +121,42 @@ func (s *Server) trial(ctx context.Context, l *live, p *pipeline) error {
 }
 
 // evaluate runs the model's eval suite on both versions, when it has one
-// and an Evals runs it, and says whether the canary did worse.
-func (s *Server) evaluate(ctx context.Context, l *live, p *pipeline, when string) (canary.Verdict, string, error) {
+// and an Evals runs it, and says whether the canary did worse. step is the
+// step it is told under: the eval step before the canary's share, the
+// verdict after it.
+func (s *Server) evaluate(ctx context.Context, l *live, p *pipeline, step, when string) (canary.Verdict, string, error) {
+	final := step != StepEval
 	if s.deps.Evals == nil {
-		s.step(l, StepEval, Skipped, "this modelserve runs no eval suites")
+		if !final {
+			s.step(l, step, Skipped, "this modelserve runs no eval suites")
+		}
 		return canary.Promote, "", nil
 	}
 	of, name := p.req.CanaryOf, p.name
-	s.step(l, StepEval, Running, fmt.Sprintf("running %s's eval suite on %s and on %s, %s", of, of, name, when))
+	s.step(l, step, Running, fmt.Sprintf("running %s's eval suite on %s and on %s, %s", of, of, name, when))
 	cur, ok, err := s.deps.Evals.Run(ctx, of, of)
 	if err != nil {
-		return canary.Wait, "", failedAt(StepEval, err)
+		return canary.Wait, "", failedAt(step, err)
 	}
 	if !ok {
-		s.step(l, StepEval, Skipped, fmt.Sprintf("%s has no eval suite: PUT /api/v1/catalog/%s/evals gives it one, which updates are then judged by", of, of))
+		if !final {
+			s.step(l, step, Skipped, fmt.Sprintf("%s has no eval suite: PUT /api/v1/catalog/%s/evals gives it one, which updates are then judged by", of, of))
+		}
 		return canary.Promote, "", nil
 	}
 	can, _, err := s.deps.Evals.Run(ctx, of, name)
 	if err != nil {
-		return canary.Wait, "", failedAt(StepEval, err)
+		return canary.Wait, "", failedAt(step, err)
 	}
 	v, why := canary.JudgeEval(cur, can)
-	state := Done
-	if v == canary.RollBack {
-		state = Failed
+	if !final {
+		state := Done
+		if v == canary.RollBack {
+			state = Failed
+		}
+		s.step(l, step, state, why+", "+when)
 	}
-	s.step(l, StepEval, state, why+", "+when)
-	return v, why, nil
+	return v, why + ", " + when, nil
 }
 
 // watch sends the canary its share of the model's requests and measures

@@ -156,6 +156,12 @@ func (w *updateWorld) ask(t *testing.T, n int) (failed int) {
 func TestUpdateTriedAsACanaryThenPromoted(t *testing.T) {
 	policy := testPolicy(20)
 	w := newUpdateWorld(t, policy)
+	// A suite any answer passes: the trial runs it before the canary's
+	// share and after.
+	suite := map[string]any{"cases": []map[string]any{{"name": "any", "prompt": "Say hello.", "max_tokens": 4, "expect": map[string]any{"regex": "(?s).*"}}}}
+	if code := w.s.do("PUT", "/api/v1/catalog/chatty/evals", suite, nil); code != http.StatusOK {
+		t.Fatalf("PUT the suite: %d", code)
+	}
 	job := w.startUpdate(t)
 	if job.Ended() {
 		t.Fatalf("the update ended before its trial: %s %s\n%+v", job.State, job.Error, job.Steps)
@@ -171,8 +177,20 @@ func TestUpdateTriedAsACanaryThenPromoted(t *testing.T) {
 	if last.State != jobs.Done {
 		t.Fatalf("the update ended %s: %s\n%+v", last.State, last.Error, last.Steps)
 	}
-	if v, _ := last.Step(jobs.StepVerdict); !strings.Contains(v.Detail, "promoted: chatty now serves "+w.moved[:7]) {
-		t.Errorf("verdict: %+v", v)
+	if v, _ := last.Step(jobs.StepVerdict); !strings.Contains(v.Detail, "promoted: chatty now serves "+w.moved[:7]) ||
+		!strings.Contains(v.Detail, "after serving its share") {
+		t.Errorf("verdict: %+v; want the promotion and the eval after the share", v)
+	}
+	// The steps ran one after another, each ending no sooner than the one
+	// before: the job page's step times are each step's own (the eval's
+	// second run, after the canary's share, is the verdict's).
+	for i := 1; i < len(last.Steps); i++ {
+		if a, b := last.Steps[i-1], last.Steps[i]; b.At.Before(a.At) {
+			t.Errorf("step %s ended at %s, before %s before it (%s)", b.Name, b.At.Format(time.StampMilli), a.Name, a.At.Format(time.StampMilli))
+		}
+	}
+	if e, _ := last.Step(jobs.StepEval); e.State != jobs.Done || !strings.Contains(e.Detail, "before it takes any request") {
+		t.Errorf("the eval step: %+v", e)
 	}
 	// 10% of 200 requests, exactly: the gateway splits by count.
 	if c, _ := last.Step(jobs.StepCanary); !strings.Contains(c.Detail, "no worse than the current version over 20 requests") {
