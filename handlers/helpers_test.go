@@ -2,6 +2,7 @@ package handlers_test
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"database/sql"
 	"encoding/json"
@@ -368,9 +369,10 @@ func insertJob(t testing.TB, tx *sql.Tx, j jobs.Job) {
 	if !j.Finished.IsZero() {
 		finished = j.Finished.UnixNano()
 	}
+	kind := cmp.Or(j.Kind, jobs.KindServe)
 	if _, err := tx.Exec(`INSERT INTO jobs (id, kind, state, request, error, model, commit_sha, reply,
 		tokens_per_second, retry_of, seq, started, finished) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-		j.ID, jobs.KindServe, j.State, string(req), j.Error, j.Model, j.Commit, j.Reply, j.TokensPerSecond,
+		j.ID, kind, j.State, string(req), j.Error, j.Model, j.Commit, j.Reply, j.TokensPerSecond,
 		j.RetryOf, len(j.Steps)+1, j.Started.UnixNano(), finished); err != nil {
 		t.Fatal(err)
 	}

@@ -54,11 +54,17 @@ func (s *Server) withCallIt(r *http.Request, j jobs.Job, vm *views.Job) {
 	if j.State != jobs.Done || j.Model == "" {
 		return
 	}
-	m, err := s.deps.Catalog.Get(r.Context(), j.Model)
+	name := j.Model
+	if vm.Of != "" {
+		// A promoted version is its model now: the version's own name is
+		// gone.
+		name = vm.Of
+	}
+	m, err := s.deps.Catalog.Get(r.Context(), name)
 	if err != nil {
 		// Removed since, or unreadable: the page shows the job without.
 		if !errors.Is(err, catalog.ErrNotFound) && r.Context().Err() == nil {
-			s.deps.Log.Error("reading a served model for its job page", "model", j.Model, "err", err)
+			s.deps.Log.Error("reading a served model for its job page", "model", name, "err", err)
 		}
 		return
 	}
@@ -87,6 +93,10 @@ func jobView(j jobs.Job, now time.Time, csrf string, meter *rateMeter) views.Job
 	}
 	if st, ok := j.Step(jobs.StepPlacement); ok && j.State == jobs.Done && st.State == jobs.Skipped && j.Request.Replicas == 0 {
 		vm.OnDemand = true
+	}
+	if j.Kind == jobs.KindUpdate && j.State == jobs.Done {
+		// Done is promoted, for an update: a roll-back ends it failed.
+		vm.Of = j.Request.CanaryOf
 	}
 	if j.State == jobs.Failed {
 		vm.Error = j.Error

@@ -296,3 +296,36 @@ func nextEvent(t *testing.T, events <-chan sseEvent) sseEvent {
 	}
 	return sseEvent{}
 }
+
+// TestJobPageOfAPromotedUpdate: the job of an update promoted says
+// "Promoted." with its mark, and its links lead to the model, which runs
+// the new version, not to the version's own name, gone from the catalog.
+func TestJobPageOfAPromotedUpdate(t *testing.T) {
+	e := newConsoleEnv(t)
+	if err := e.catalog.Add(context.Background(), tinyModel("tiny-llama"), "test"); err != nil {
+		t.Fatal(err)
+	}
+	j := doneJob("update-1-promoted", time.Now().Add(-time.Minute))
+	j.Kind, j.Model = jobs.KindUpdate, "tiny-llama@c0ffee0"
+	j.Request.CanaryOf, j.Request.Share = "tiny-llama", 0.1
+	j.Steps = append(j.Steps,
+		jobs.Step{Name: jobs.StepEval, State: jobs.Done, Detail: "its eval passed 1 of 1", At: j.Finished},
+		jobs.Step{Name: jobs.StepCanary, State: jobs.Done, Detail: "no worse", At: j.Finished},
+		jobs.Step{Name: jobs.StepVerdict, State: jobs.Done, Detail: "tiny-llama@c0ffee0 promoted: tiny-llama now serves c0ffee0", At: j.Finished})
+	mustInsertJob(t, e.db, j)
+	doc := mustStatus(t, e.signedIn().get("/jobs/update-1-promoted"), http.StatusOK)
+	outcome := doc.Find(`[data-testid="outcome"]`)
+	if got := strings.Join(strings.Fields(outcome.Text()), " "); outcome.Find(`[data-testid="promoted"] .state-promoted`).Length() != 1 ||
+		strings.Contains(got, "Served.") || !strings.Contains(got, "✓ Promoted. tiny-llama now runs the new version") {
+		t.Errorf("a promoted update's outcome says %q", got)
+	}
+	if got := outcome.Find(`[data-testid="model-link"]`).Text(); got != "See tiny-llama in the catalog" {
+		t.Errorf("the outcome's link reads %q; want the model", got)
+	}
+	if got := outcome.Find(`[data-testid="playground-link"]`).AttrOr("href", ""); got != "" && got != "/catalog/tiny-llama/playground" {
+		t.Errorf("the playground link leads to %q; want the model's", got)
+	}
+	if doc.Find(`[data-testid="call-it"][data-model="tiny-llama"]`).Length() != 1 {
+		t.Error("no call-it panel for the model promoted")
+	}
+}

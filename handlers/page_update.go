@@ -42,6 +42,18 @@ func (s *Server) updatePage(w http.ResponseWriter, r *http.Request, v visit) {
 	case st.Commit == "":
 		p.ModelURL = "/catalog"
 		p.Note = u.Model + " is in the catalog now without the repository it came from."
+	case u.State == updates.StatePromoted:
+		p.ModelURL, p.CheckURL, p.Promoted = "/catalog", checkURL(st), true
+		p.Note = "Promoted: " + u.Model + " runs " + p.NewShort + " now, in place of " + p.OldShort + "."
+		if st.Commit != u.NewCommit {
+			p.Note = "Promoted, and " + u.Model + " has been served again since: it runs commit " + hf.Short(st.Commit) + " now."
+		}
+	case u.State == updates.StateRolledBack:
+		p.ModelURL, p.CheckURL = "/catalog", checkURL(st)
+		p.Note = "Rolled back: " + u.Model + " kept " + p.OldShort + "; the job that tried " + p.NewShort + " says why."
+		if st.Commit != u.OldCommit {
+			p.Note = "Rolled back; " + u.Model + " has been served again since, and runs commit " + hf.Short(st.Commit) + " now."
+		}
 	case st.Commit != u.OldCommit:
 		p.ModelURL, p.CheckURL = "/catalog", checkURL(st)
 		p.Note = u.Model + " has been served again since, and runs commit " + hf.Short(st.Commit) + " now."

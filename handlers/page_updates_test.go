@@ -8,6 +8,7 @@ import (
 
 	"modelserve/catalog"
 	"modelserve/internal/hf"
+	"modelserve/internal/updates"
 )
 
 // The commits of the updates tests' repository: the one served, and the
@@ -193,5 +194,57 @@ func TestCatalogShowsACanaryOnTrial(t *testing.T) {
 	}
 	if doc.Find(`[data-testid="call-it"][data-model="tiny"]`).Length() != 1 {
 		t.Error("tiny itself lost its Call it")
+	}
+}
+
+// TestUpdatePageAfterItsVerdict: once an update is promoted the page says
+// so, in its words and with its own mark, and that the model runs the new
+// commit, not the old; a rolled back one says the model kept its commit.
+func TestUpdatePageAfterItsVerdict(t *testing.T) {
+	e := newConsoleEnv(t)
+	ctx := context.Background()
+	servedFromBranch(t, e, "tiny")
+	servedFromBranch(t, e, "steady")
+	b := e.signedIn()
+	for _, name := range []string{"tiny", "steady"} {
+		moveBranch(e, name)
+		resp := b.post("/catalog/"+name+"/check", nil)
+		resp.Body.Close()
+	}
+	// tiny's update (1) promoted: tiny runs the new commit; steady's (2)
+	// rolled back.
+	m, _ := e.catalog.Get(ctx, "tiny")
+	m.Origin.Revision = movedCommit
+	if err := e.catalog.Add(ctx, m, "test"); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.updates.SetState(ctx, 1, updates.StatePromoted); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.updates.SetState(ctx, 2, updates.StateRolledBack); err != nil {
+		t.Fatal(err)
+	}
+
+	page := mustStatus(t, b.get("/updates/1"), http.StatusOK)
+	state := page.Find(`[data-testid="state"] .state`)
+	if got := strings.TrimSpace(state.Text()); got != "✓ promoted" || !state.HasClass("state-promoted") {
+		t.Errorf("the promoted update's state reads %q (class %q)", got, state.AttrOr("class", ""))
+	}
+	if got := page.Find(`[data-testid="note"]`).Text(); got != "Promoted: tiny runs "+movedCommit[:7]+" now, in place of "+servedCommit[:7]+"." {
+		t.Errorf("the promoted update's note: %q", got)
+	}
+	if got := page.Find(`[data-testid="update"]`).Text(); strings.Contains(got, "what the model runs") || !strings.Contains(got, "what it runs since the promotion") {
+		t.Errorf("the promoted update still says the old commit is what the model runs: %q", got)
+	}
+	if page.Find(`form[data-testid="try-update"]`).Length() != 0 {
+		t.Error("a promoted update is offered to be tried")
+	}
+
+	page = mustStatus(t, b.get("/updates/2"), http.StatusOK)
+	if got := strings.TrimSpace(page.Find(`[data-testid="state"]`).Text()); got != "↺ rolled back" {
+		t.Errorf("the rolled back update's state reads %q", got)
+	}
+	if got := page.Find(`[data-testid="note"]`).Text(); got != "Rolled back: steady kept "+servedCommit[:7]+"; the job that tried "+movedCommit[:7]+" says why." {
+		t.Errorf("the rolled back update's note: %q", got)
 	}
 }

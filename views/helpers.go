@@ -29,7 +29,7 @@ func jsonVals(kv ...string) string {
 // lets the eye find it.
 func stateIcon(key string) string {
 	switch key {
-	case "done", "fits-now", "ready":
+	case "done", "fits-now", "ready", "promoted":
 		return "✓"
 	case "failed", "does-not-fit", "parked", "no-node-fits":
 		return "✗"
@@ -37,6 +37,8 @@ func stateIcon(key string) string {
 		return "▶"
 	case "skipped":
 		return "↷"
+	case "rolled-back":
+		return "↺"
 	case "cancelled", "stopping", "stopped":
 		return "■"
 	case "fits-when-free", "partial", "queued", "starting", "loading", "waiting-for-room":

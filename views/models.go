@@ -105,6 +105,10 @@ type Job struct {
 	// OnDemand is a job done without starting a replica: its model was
 	// added to load when first asked for.
 	OnDemand bool
+	// Of is the model an update's job tried a new version of (Model is
+	// the version's own name, gone from the catalog once the verdict is
+	// in); "" for a job that served a model.
+	Of string
 	// Reply and TokensPerSecond are the smoke test's answer, once done.
 	Reply           string
 	TokensPerSecond string
@@ -440,9 +444,12 @@ type UpdatePage struct {
 	Noticed, NoticedISO  string
 	State                State
 	Files                []UpdateFile
-	// Note says how the update stands against the model now: served again
-	// since, or removed.
+	// Note says how the update stands against the model now: promoted,
+	// rolled back, served again since, or removed.
 	Note string
+	// Promoted is an update the model took: the old commit is what it
+	// ran, the new what it runs.
+	Promoted bool
 	// CheckURL is the Check now form's action, "" when the model is not
 	// watched.
 	CheckURL string

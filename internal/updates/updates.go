@@ -176,17 +176,26 @@ func notWatched(m catalog.Model) string {
 	case o == nil || o.Repo == "":
 		return fmt.Sprintf("%s was added without a repository it came from: there is nothing to watch", m.Name)
 	case o.Ref == "":
-		return fmt.Sprintf("%s was served before modelserve recorded the branch it came from: serve it again to have it watched for new weights", m.Name)
+		return fmt.Sprintf("%s was served before modelserve recorded the branch it came from: %s", m.Name, serveAgain(m))
 	case o.RefKind == "":
-		return fmt.Sprintf("%s was served from %s, and the registry would not say then whether that is a branch: serve it again to have it watched for new weights", m.Name, o.Ref)
+		return fmt.Sprintf("%s was served from %s, and the registry would not say then whether that is a branch: %s", m.Name, o.Ref, serveAgain(m))
 	case hf.IsCommit(o.Ref) || o.RefKind == hf.RefCommit:
-		return fmt.Sprintf("%s is pinned to the commit %s and is never updated: serve it from a branch to have it watched", m.Name, hf.Short(o.Ref))
+		return fmt.Sprintf("%s is pinned to the commit %s and is never updated: %s", m.Name, hf.Short(o.Ref), serveAgain(m))
 	case o.RefKind == hf.RefTag:
-		return fmt.Sprintf("%s is pinned to the tag %s and is never updated: serve it from a branch to have it watched", m.Name, o.Ref)
+		return fmt.Sprintf("%s is pinned to the tag %s and is never updated: %s", m.Name, o.Ref, serveAgain(m))
 	case o.RefKind != hf.RefBranch:
-		return fmt.Sprintf("%s is pinned to %s, which is not a branch, and is never updated: serve it from a branch to have it watched", m.Name, o.Ref)
+		return fmt.Sprintf("%s is pinned to %s, which is not a branch, and is never updated: %s", m.Name, o.Ref, serveAgain(m))
 	}
 	return ""
+}
+
+// serveAgain is the remedy for a model not watched for want of a branch:
+// served again from one. Its name is taken while it is in the catalog (a
+// serve under it is refused), so the new one is served under another
+// name, or it is removed first.
+func serveAgain(m catalog.Model) string {
+	return fmt.Sprintf("to have it watched for new weights, serve %s from a branch (revision main) under another name, "+
+		"or remove %s from the catalog and serve it from one as %s again", m.Origin.Repo, m.Name, m.Name)
 }
 
 // changed are the files the model uses (used) that differ in now: by size,

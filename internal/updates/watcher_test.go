@@ -312,7 +312,7 @@ func TestPinnedModelsNeverAskTheRegistry(t *testing.T) {
 	for name, want := range map[string]string{
 		"at-commit":    "at-commit is pinned to the commit " + commit[:7] + " and is never updated",
 		"at-tag":       "at-tag is pinned to the tag v1.0 and is never updated",
-		"before-refs":  "served before modelserve recorded the branch it came from: serve it again to have it watched",
+		"before-refs":  "served before modelserve recorded the branch it came from: to have it watched for new weights, serve ",
 		"kind-unknown": "kind-unknown was served from main, and the registry would not say then whether that is a branch",
 	} {
 		_, err := w.Check(context.Background(), name)
