@@ -81,6 +81,12 @@ func (s *Server) loadEvals(ctx context.Context, v visit, name string) (views.Eva
 			Action: evalsURL(m.Name), CSRF: v.csrf, Placeholder: exampleSuite(m), Summary: suiteSummary(st, now),
 		},
 		Runs: evalRunsTable(st, runs, now),
+		AddCase: views.AddCaseForm{
+			Action: evalsURL(m.Name) + "/cases", CSRF: v.csrf, Embeddings: m.Capabilities.Embeddings, Kind: evals.KindRegex,
+		},
+	}
+	if m.Capabilities.Embeddings {
+		p.AddCase.Kind = evals.KindSimilarity
 	}
 	if len(st.Suite.Cases) > 0 {
 		p.Form.Suite = string(st.Suite.JSON())

@@ -147,6 +147,7 @@ func (s *Server) consoleRoutes(mux *http.ServeMux) {
 	signedIn("POST /catalog/{name}/rollback", s.modelRollBack)
 	signedIn("GET /catalog/{name}/evals", s.evalsPage)
 	signedIn("POST /catalog/{name}/evals", s.evalsSave)
+	signedIn("POST /catalog/{name}/evals/cases", s.evalsAddCase)
 	signedIn("POST /catalog/{name}/evals/run", s.evalsRun)
 	signedIn("GET /updates/{id}", s.updatePage)
 

@@ -12,6 +12,8 @@ type EvalsPage struct {
 	// refused.
 	Notice, RunError string
 	Form             EvalsForm
+	// AddCase is the form that adds one case to the kept suite.
+	AddCase AddCaseForm
 	// RunURL is the Run now form's action, "" when there is no suite to
 	// run.
 	RunURL string
@@ -74,4 +76,26 @@ type EvalCell struct {
 	// Reason is why it failed; Answer what the model answered (cut);
 	// Latency how long it took ("340 ms").
 	Reason, Answer, Latency string
+}
+
+// AddCaseForm adds one case to a model's kept suite, field by field: its
+// name, what it asks, and what the answer is held to. A case refused comes
+// back in it with the sentence why and what was typed.
+type AddCaseForm struct {
+	Action, CSRF string
+	// Embeddings: the model embeds, and its cases are similarity cases.
+	Embeddings bool
+	Name       string
+	// Kind is the expectation: regex, exact, json_schema or similarity
+	// (evals.Kind*).
+	Kind           string
+	System, Prompt string
+	MaxTokens      string
+	// Expect is the pattern, the exact text or the schema, by Kind;
+	// IgnoreCase is an exact text's.
+	Expect     string
+	IgnoreCase bool
+	// Anchor, Closer and Farther are a similarity case's texts.
+	Anchor, Closer, Farther string
+	Error                   string
 }
