@@ -27,8 +27,9 @@ var lengthFields = []string{"max_tokens", "max_completion_tokens", "n_predict"}
 
 // suit checks req, sent to path, against what m serves, and gives a
 // generating request that names no length m's longest answer
-// (catalog.Model.MaxOutput): the engine would otherwise generate until the
-// context is full. It returns the body to send, req's fields updated alike.
+// (catalog.Model.MaxOutput) when that is shorter than a request's context
+// (ContextLength): the engine would otherwise generate until the context
+// is full. It returns the body to send, req's fields updated alike.
 func suit(path string, m catalog.Model, req *request, body []byte) ([]byte, *apiError) {
 	embeds := m.Capabilities.Embeddings
 	switch {
@@ -70,7 +71,9 @@ func suit(path string, m catalog.Model, req *request, body []byte) ([]byte, *api
 			Message: f + " " + string(raw) + " is more than " + m.Name + "'s longest answer, " + strconv.Itoa(limit) +
 				" tokens: ask for " + strconv.Itoa(limit) + " or fewer, or leave it out to have that many at most"}
 	}
-	if named {
+	if named || (m.ContextLength > 0 && limit >= m.ContextLength) {
+		// Named, and checked; or the engine stops at the end of a
+		// request's context before the limit anyway.
 		return body, nil
 	}
 	n := strconv.Itoa(limit)
