@@ -58,6 +58,15 @@ func TestAnUpdateTriedFromTheConsole(t *testing.T) {
 	}
 	tb.must(tb.expect().Locator(tb.loc("[data-testid=step][data-step=verdict] [data-testid=detail]")).
 		ToContainText("promoted: "+model+" now serves "+moved[:7]), "the verdict on the page")
+	// Said as promoted, leading to the model rather than the version's
+	// trial name, which is gone.
+	tb.must(tb.expect().Locator(tb.loc("[data-testid=outcome] [data-testid=promoted]")).ToContainText("Promoted."), "the job's outcome says promoted")
+	tb.must(tb.expect().Locator(tb.loc("[data-testid=outcome] [data-testid=model-link]")).ToHaveText("See "+model+" in the catalog"), "the outcome leads to the model")
+	tb.must(tb.expect().Locator(tb.loc("[data-testid=outcome] [data-testid=playground-link]")).ToHaveAttribute("href", "/catalog/"+model+"/playground"), "the model's playground")
+
+	tb.open("/updates/1")
+	tb.must(tb.expect().Locator(tb.loc("[data-testid=state]")).ToHaveText("✓ promoted"), "the update page's state")
+	tb.must(tb.expect().Locator(tb.loc("[data-testid=note]")).ToContainText("Promoted: "+model+" runs "+moved[:7]+" now"), "the update page says what the model runs")
 
 	tb.open("/catalog")
 	tb.must(tb.expect().Locator(row.Locator("code").First()).ToHaveText(moved[:7]), "the catalog's model at the new commit")
