@@ -199,7 +199,7 @@ func TestAStreamCutByADyingEngineEndsInAnError(t *testing.T) {
 	c := openai.NewClient(option.WithBaseURL(s.base+"/v1/"), option.WithAPIKey(s.token), option.WithMaxRetries(0),
 		option.WithRequestTimeout(2*time.Minute))
 	st := c.Chat.Completions.NewStreaming(context.Background(), openai.ChatCompletionNewParams{
-		Model: "tiny-llama", MaxTokens: openai.Int(3000),
+		Model: "tiny-llama", MaxTokens: openai.Int(1024), // its longest answer (max_output)
 		Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("Tell a long story.")},
 	}, option.WithJSONSet("ignore_eos", true))
 	defer st.Close()
