@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"modelserve/catalog"
 	"modelserve/internal/evals"
 )
 
@@ -218,4 +219,65 @@ func runNow(t *testing.T, b *browser, e *consoleEnv, model string) evals.Run {
 		t.Errorf("the notice after Run now: %q", n)
 	}
 	return e.waitRun(id)
+}
+
+// TestEvalsAddCase: the add-case form puts a case at the end of the kept
+// suite; a schema that is not JSON, or a case the suite refuses, comes
+// back in the form with the sentence and what was typed, and nothing is
+// changed; an embedding model's form asks for a similarity's three texts.
+func TestEvalsAddCase(t *testing.T) {
+	e := newConsoleEnv(t)
+	ctx := context.Background()
+	if err := e.catalog.Add(ctx, tinyModel("tiny"), "test"); err != nil {
+		t.Fatal(err)
+	}
+	embed := tinyModel("embed")
+	embed.Aliases, embed.Capabilities = nil, catalog.Capabilities{Embeddings: true}
+	if err := e.catalog.Add(ctx, embed, "test"); err != nil {
+		t.Fatal(err)
+	}
+	b := e.signedIn()
+	if _, err := e.evals.SetSuite(ctx, "tiny", []byte(twoCases), "ada"); err != nil {
+		t.Fatal(err)
+	}
+	add := func(model string, f url.Values) *http.Response {
+		return b.post("/catalog/"+model+"/evals/cases", f)
+	}
+
+	resp := add("tiny", url.Values{"case_name": {"order"}, "prompt": {"Give the order as JSON."}, "kind": {"json_schema"},
+		"expect": {`{"type": "object"`}})
+	doc := mustStatus(t, resp, http.StatusOK)
+	if got := doc.Find(`[data-testid="add-case-error"]`).Text(); !strings.Contains(got, "schema is not JSON") ||
+		doc.Find(`[data-testid="case-expect"]`).Text() != `{"type": "object"` {
+		t.Errorf("a schema that is not JSON: %q, the form holding %q", got, doc.Find(`[data-testid="case-expect"]`).Text())
+	}
+	doc = mustStatus(t, add("tiny", url.Values{"case_name": {"capital"}, "prompt": {"Again?"}, "kind": {"regex"}, "expect": {"x"}}), http.StatusOK)
+	if got := doc.Find(`[data-testid="add-case-error"]`).Text(); !strings.Contains(got, `case 3 ("capital")`) {
+		t.Errorf("a second case of the same name: %q; want the suite's sentence naming case 3", got)
+	}
+	if st, _ := e.evals.Suite(ctx, "tiny"); len(st.Suite.Cases) != 2 {
+		t.Fatalf("a refused case changed the suite: %d cases", len(st.Suite.Cases))
+	}
+
+	resp = add("tiny", url.Values{"case_name": {"order"}, "prompt": {"Give the order as JSON."}, "kind": {"json_schema"},
+		"expect": {`{"type": "object"}`}, "max_tokens": {"128"}, "system": {"Answer in JSON."}})
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusSeeOther || resp.Header.Get("Location") != "/catalog/tiny/evals?saved=1" {
+		t.Fatalf("adding a good case: %s to %q", resp.Status, resp.Header.Get("Location"))
+	}
+	st, _ := e.evals.Suite(ctx, "tiny")
+	if n := len(st.Suite.Cases); n != 3 || st.Suite.Cases[2].Name != "order" || st.Suite.Cases[2].Kind() != evals.KindJSONSchema ||
+		st.Suite.Cases[2].MaxTokens != 128 || st.Suite.Cases[2].System != "Answer in JSON." || st.Suite.Cases[0].Name != "capital" {
+		t.Errorf("the suite after the case was added: %+v", st.Suite.Cases)
+	}
+
+	doc = mustStatus(t, b.get("/catalog/embed/evals"), http.StatusOK)
+	if doc.Find(`[data-testid="add-case-form"] input[name="anchor"]`).Length() != 1 || doc.Find(`[data-testid="case-prompt"]`).Length() != 0 {
+		t.Error("an embedding model's form does not ask for a similarity's texts")
+	}
+	resp = add("embed", url.Values{"case_name": {"cats"}, "kind": {"similarity"}, "anchor": {"a cat"}, "closer": {"a kitten"}, "farther": {"an invoice"}})
+	resp.Body.Close()
+	if st, _ := e.evals.Suite(ctx, "embed"); resp.StatusCode != http.StatusSeeOther || len(st.Suite.Cases) != 1 || st.Suite.Cases[0].Kind() != evals.KindSimilarity {
+		t.Errorf("a similarity case: %s, suite %+v", resp.Status, st.Suite.Cases)
+	}
 }
