@@ -56,6 +56,8 @@ func TestPlaygroundSaysLoadingOnAColdStart(t *testing.T) {
 
 	tb := e.newTab(t)
 	tb.open("/catalog/" + model + "/playground")
+	tb.must(tb.expect().Locator(tb.loc("[data-testid=loads-on-first]")).ToContainText(model+" is not loaded now: the first message loads it"),
+		"the page says the first message loads the model")
 	_, err := tb.page.Evaluate(waitingRecorder)
 	tb.must(err, "starting the recorder")
 	tb.must(tb.page.GetByLabel("Message").Fill("Say hello."), "typing the message")

@@ -8,6 +8,7 @@ import (
 
 	"modelserve/catalog"
 	"modelserve/internal/fleet"
+	"modelserve/internal/gateway"
 	"modelserve/views"
 )
 
@@ -72,6 +73,7 @@ func (s *Server) playgroundView(r *http.Request, v visit, m catalog.Model) views
 		}
 		p.Running = runningText(health, looked)
 	}
+	p.Unloaded = s.deps.Gateway != nil && s.deps.Gateway.State(m.Name) == gateway.Unloaded
 	return p
 }
 

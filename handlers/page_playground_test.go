@@ -538,9 +538,20 @@ func TestPlaygroundClosedMidReply(t *testing.T) {
 // that is not loaded says "Loading tiny…" until the model has started,
 // then that it waits for the reply, which then comes.
 func TestPlaygroundSaysLoadingWhileTheModelStarts(t *testing.T) {
-	gw := &fakeGateway{chunks: chatChunks("Hi"), hold: make(chan struct{}), stopped: make(chan struct{}), state: gateway.Loading}
+	gw := &fakeGateway{chunks: chatChunks("Hi"), hold: make(chan struct{}), stopped: make(chan struct{}), state: gateway.Unloaded}
 	e := newPlaygroundEnv(t, gw)
 	b := e.signedIn()
+	// Not loaded, the page says the first message loads it.
+	page := mustStatus(t, b.get("/catalog/tiny/playground"), http.StatusOK)
+	if got := strings.Join(strings.Fields(page.Find(`[data-testid="loads-on-first"]`).Text()), " "); got != "tiny is not loaded now: the first message loads it, and its reply waits while it starts." {
+		t.Errorf("the page of a model not loaded says %q", got)
+	}
+	gw.mu.Lock()
+	gw.state = gateway.Loading
+	gw.mu.Unlock()
+	if mustStatus(t, b.get("/catalog/tiny/playground"), http.StatusOK).Find(`[data-testid="loads-on-first"]`).Length() != 0 {
+		t.Error("the page of a model already loading says the first message loads it")
+	}
 	resp := b.do(http.MethodPost, "/catalog/tiny/playground", url.Values{"message": {"Hello"}, "csrf": {b.csrf}}, htmx)
 	sent := mustStatus(t, resp, http.StatusOK)
 	if got := sent.Find(`[data-testid="reply-waiting"]`).Text(); !strings.HasPrefix(got, "Loading tiny…") {

@@ -26,8 +26,11 @@ type PlaygroundPage struct {
 	// Running is how the fleet fares with it ("1 of 1 ready", "on
 	// demand"), "" without a fleet.
 	Running string
-	Turns   []Turn
-	Form    PlaygroundForm
+	// Unloaded is a model with no replica running nor starting: the first
+	// message (or text) loads it, and its reply waits while it starts.
+	Unloaded bool
+	Turns    []Turn
+	Form     PlaygroundForm
 	// Status is the last reply's summary, said to screen readers when it
 	// changes.
 	Status    string
