@@ -180,6 +180,7 @@ func withFleet(vm *views.Node, n fleet.NodeStatus, reps map[string]fleet.Replica
 
 // replicaBar is a node's RAM split by replica (what each uses once
 // measured, what it was placed by before), then what else is used, then
+// what is kept free for the system (the headroom, never promised), then
 // what is free for another replica.
 func replicaBar(n fleet.NodeStatus, reps map[string]fleet.Replica) views.Bar {
 	if n.RAMBytes <= 0 {
@@ -202,15 +203,25 @@ func replicaBar(n fleet.NodeStatus, reps map[string]fleet.Replica) views.Bar {
 		said = append(said, fmt.Sprintf("%s %s %s", id, words.Size(mem), how))
 	}
 	free := min(max(n.FreeBytes, 0), n.RAMBytes)
-	if other := n.RAMBytes - used - free; other > 0 {
+	other := n.RAMBytes - used - free
+	kept := min(max(n.HeadroomBytes, 0), max(other, 0))
+	if other -= kept; other > 0 {
 		b.Parts = append(b.Parts, views.BarPart{Name: "other", Key: "used", Share: float64(other) * 100 / total, Text: words.Size(other)})
 		said = append(said, words.Size(other)+" other programs and room held for replicas loading")
+	}
+	if kept > 0 {
+		b.Parts = append(b.Parts, views.BarPart{Name: "kept free", Key: "kept", Share: float64(kept) * 100 / total, Text: words.Size(kept)})
 	}
 	b.Parts = append(b.Parts, views.BarPart{Name: "free", Key: "free", Share: float64(free) * 100 / total, Text: words.Size(free)})
 	if len(n.Replicas) == 0 {
 		said = append([]string{"no replicas"}, said...)
 	}
 	b.Text = fmt.Sprintf("%s; %s free of %s", strings.Join(said, ", "), words.Size(free), words.Size(n.RAMBytes))
+	if n.HeadroomBytes > 0 {
+		// Said whole even when the kernel's own use has eaten into it:
+		// it is the rule, not a part that happens to be empty.
+		b.Text += fmt.Sprintf(", %s kept free for the system", words.Size(n.HeadroomBytes))
+	}
 	if used > n.RAMBytes {
 		b.Over, b.Capacity = true, total*100/float64(used)
 		for i := range b.Parts {
