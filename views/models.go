@@ -114,6 +114,11 @@ type Job struct {
 	CanCancel  bool
 	CanRetry   bool
 	RetryOf    string
+	// Refused is a job refused as it asked (jobs.Job.Refused): not
+	// retried, as it would fail the same way; Offers are what would fit
+	// in its place, as the plan says now.
+	Refused bool
+	Offers  []Offer
 	// TraceID is the trace of the job's latest run, and TraceURL where
 	// the operator's trace viewer shows it (empty without --trace-url).
 	TraceID, TraceURL string
@@ -125,6 +130,14 @@ type Job struct {
 	// catalog still has.
 	Playground string
 	CallIt     *CallIt
+}
+
+// Offer is a request that would fit in place of one refused: What says
+// it in a sentence, Button takes it, and Fields are the serve form's
+// values it posts.
+type Offer struct {
+	What, Button string
+	Fields       []Field
 }
 
 // JobPage is the job page.
