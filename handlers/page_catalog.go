@@ -48,8 +48,10 @@ func (s *Server) renderCatalog(w http.ResponseWriter, r *http.Request, v visit, 
 	}
 	base := s.publicBase(r)
 	now := time.Now()
+	speeds := s.speeds(r.Context(), models)
 	for i, m := range models {
 		vm := catalogView(s.shownModel(m))
+		vm.Speed = speeds[m.Name]
 		vm.Watch, vm.CheckURL, vm.UpdateURL = watchText(watch[i], now), checkURL(watch[i]), updateURL(watch[i])
 		// Said only of a model the catalog has, and as its last check
 		// stands: a link cannot make the page claim a check.

@@ -140,6 +140,14 @@ type Offer struct {
 	Fields       []Field
 }
 
+// Speed is a model's tokens a second: the plan's estimate and what it is
+// from, and once a job has served it, what its smoke test measured (By,
+// and the job at JobURL). Each is "" when not known.
+type Speed struct {
+	Estimate, From      string
+	Measured, By, JobURL string
+}
+
 // JobPage is the job page.
 type JobPage struct {
 	Layout Layout
@@ -202,6 +210,8 @@ type CatalogModel struct {
 	// failed", "none") and Latency their median ("p50 340 ms"), "" when
 	// not known; both "" without a gateway.
 	Traffic, Latency string
+	// Speed is its tokens a second, estimated and measured.
+	Speed Speed
 	// Playground is the URL of its playground, and CallIt how to call it
 	// from code.
 	Playground string
@@ -433,6 +443,8 @@ type FleetModel struct {
 	Parked, CanControl, CanScale bool
 	Min, Max                     int
 	IdleAfter, IdleDefault       string
+	// Speed is its tokens a second, estimated and measured.
+	Speed Speed
 }
 
 // UpdatePage is the page of one update: a served model's branch moved to
