@@ -242,6 +242,9 @@ type CatalogPage struct {
 	Notice string
 	// TrafficWindow is how far back Traffic looks ("the last minute").
 	TrafficWindow string
+	// Stream is the page's event stream, which swaps CatalogModels as
+	// it changes.
+	Stream string
 }
 
 // Confirm asks whether to do something that cannot be undone, for a
