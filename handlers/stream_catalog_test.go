@@ -8,8 +8,8 @@ import (
 	"github.com/PuerkitoBio/goquery"
 
 	"modelserve/catalog"
-	"modelserve/internal/fleet"
 	"modelserve/handlers"
+	"modelserve/internal/fleet"
 )
 
 // TestCatalogStreamRedraws: the catalog page's stream sends its table at
