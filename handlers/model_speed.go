@@ -60,7 +60,7 @@ func (s *Server) speeds(ctx context.Context, models []catalog.Model) map[string]
 		}
 		if j, ok := measured[m.Name]; ok {
 			sp.Measured = speedText(j.TokensPerSecond) + " measured"
-			sp.By = "by the smoke test of " + j.ID
+			sp.By = "by its smoke test"
 			sp.JobURL = "/jobs/" + j.ID
 		}
 		if sp != (views.Speed{}) {

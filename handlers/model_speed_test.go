@@ -61,8 +61,11 @@ func TestSpeedMeasuredBesideTheEstimate(t *testing.T) {
 		if got := tiny.Find(`[data-testid="speed-measured"]`).Text(); got != "812 tokens/s measured" {
 			t.Errorf("%s: tiny measured %q", tt.page, got)
 		}
+		if got := tiny.Find(`a[href="/jobs/serve-1-done"]`).Length(); got != 1 {
+			t.Errorf("%s: tiny's measured speed links its job %d times, want once", tt.page, got)
+		}
 		got := tiny.Text()
-		for _, want := range []string{"by the smoke test of serve-1-done", estimate, "from 20 GB/s of memory bandwidth over 1.9 MB of weights a token"} {
+		for _, want := range []string{"by its smoke test", estimate, "from 20 GB/s of memory bandwidth over 1.9 MB of weights a token"} {
 			if !strings.Contains(got, want) {
 				t.Errorf("%s: tiny's speed says %q; want %q in it", tt.page, got, want)
 			}
