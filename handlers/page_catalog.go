@@ -1,6 +1,7 @@
 package handlers
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -25,18 +26,56 @@ func (s *Server) catalogPage(w http.ResponseWriter, r *http.Request, v visit) {
 }
 
 func (s *Server) renderCatalog(w http.ResponseWriter, r *http.Request, v visit, removed, checked string) {
-	models, err := s.deps.Catalog.List(r.Context())
+	read, err := s.readCatalog(r.Context())
 	if err != nil {
 		s.pageError(w, r, v, err)
 		return
 	}
-	watch, err := s.deps.Updates.Statuses(r.Context(), models)
-	if err != nil {
-		s.pageError(w, r, v, err)
-		return
-	}
-	p := views.CatalogPage{Layout: s.layout(v, "catalog", "Catalog"), TrafficWindow: "last minute"}
+	p := s.catalogNow(read, s.publicBase(r), time.Now())
+	p.Layout = s.layout(v, "catalog", "Catalog")
+	p.Stream = "/catalog/stream"
 	gone := removed != "" && len(removed) <= 64 && strings.Trim(removed, "abcdefghijklmnopqrstuvwxyz0123456789._-") == ""
+	for i, m := range read.models {
+		// Said only of a model the catalog has, and as its last check
+		// stands: a link cannot make the page claim a check.
+		if m.Name == checked && read.watch[i].LastCheck != nil {
+			p.Notice = "Checked " + m.Name + ": " + lastCheckText(read.watch[i], time.Now()) + "."
+		}
+		gone = gone && m.Name != removed
+	}
+	// Said only of a name the catalog could hold and does not: a link
+	// cannot make the page claim a model it has was removed.
+	if gone {
+		p.Notice = removed + " was removed from the catalog."
+	}
+	s.render(w, r, http.StatusOK, views.CatalogPageView(p))
+}
+
+// catalogRead is what the catalog page shows that lives in the database:
+// the models, what the watcher knows of each, and their speeds. The page's
+// stream reads it again now and then, not at every look.
+type catalogRead struct {
+	models []catalog.Model
+	watch  []updates.Status
+	speeds map[string]views.Speed
+}
+
+func (s *Server) readCatalog(ctx context.Context) (catalogRead, error) {
+	models, err := s.deps.Catalog.List(ctx)
+	if err != nil {
+		return catalogRead{}, err
+	}
+	watch, err := s.deps.Updates.Statuses(ctx, models)
+	if err != nil {
+		return catalogRead{}, err
+	}
+	return catalogRead{models: models, watch: watch, speeds: s.speeds(ctx, models)}, nil
+}
+
+// catalogNow is the catalog as of now: read's models with what the fleet
+// and the gateway hold in memory of each.
+func (s *Server) catalogNow(read catalogRead, base string, now time.Time) views.CatalogPage {
+	p := views.CatalogPage{TrafficWindow: "last minute"}
 	snap, hasFleet := s.snapshot()
 	health := map[string]fleet.ModelHealth{}
 	for _, h := range snap.models {
@@ -46,16 +85,10 @@ func (s *Server) renderCatalog(w http.ResponseWriter, r *http.Request, v visit, 
 	if s.deps.Gateway != nil {
 		traffic = s.deps.Gateway.Traffic()
 	}
-	base := s.publicBase(r)
-	now := time.Now()
-	for i, m := range models {
+	for i, m := range read.models {
 		vm := catalogView(s.shownModel(m))
-		vm.Watch, vm.CheckURL, vm.UpdateURL = watchText(watch[i], now), checkURL(watch[i]), updateURL(watch[i])
-		// Said only of a model the catalog has, and as its last check
-		// stands: a link cannot make the page claim a check.
-		if m.Name == checked && watch[i].LastCheck != nil {
-			p.Notice = "Checked " + m.Name + ": " + lastCheckText(watch[i], now) + "."
-		}
+		vm.Speed = read.speeds[m.Name]
+		vm.Watch, vm.CheckURL, vm.UpdateURL = watchText(read.watch[i], now), checkURL(read.watch[i]), updateURL(read.watch[i])
 		if hasFleet {
 			h, looked := health[m.Name]
 			vm.Running = runningText(h, looked)
@@ -70,14 +103,8 @@ func (s *Server) renderCatalog(w http.ResponseWriter, r *http.Request, v visit, 
 			vm.Playground = ""
 		}
 		p.Models = append(p.Models, vm)
-		gone = gone && m.Name != removed
 	}
-	// Said only of a name the catalog could hold and does not: a link
-	// cannot make the page claim a model it has was removed.
-	if gone {
-		p.Notice = removed + " was removed from the catalog."
-	}
-	s.render(w, r, http.StatusOK, views.CatalogPageView(p))
+	return p
 }
 
 func catalogView(m catalog.Model) views.CatalogModel {

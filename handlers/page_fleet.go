@@ -23,7 +23,7 @@ import (
 // nodes and keeps the replicas' place.
 func (s *Server) fleetPage(w http.ResponseWriter, r *http.Request, v visit) {
 	now := time.Now()
-	p := s.fleetView(now, v.csrf, s.scalings(r.Context()), s.recentStarts(r.Context()))
+	p := s.fleetView(now, v.csrf, s.fleetCatalog(r.Context()), s.recentStarts(r.Context()))
 	p.Layout = s.layout(v, "fleet", "Fleet")
 	if p.HasFleet {
 		p.Stream = "/fleet/stream"
@@ -35,29 +35,36 @@ func (s *Server) fleetPage(w http.ResponseWriter, r *http.Request, v visit) {
 	s.render(w, r, http.StatusOK, views.FleetPageView(p))
 }
 
-// scalings are the catalog's models' scaling, by name, for the scale
-// forms; nil when the catalog cannot be read, which costs the page its
-// forms and is logged.
-func (s *Server) scalings(ctx context.Context) map[string]catalog.Scaling {
+// fleetFigures are what the fleet page shows of the catalog's models, by
+// name: each one's scaling, for the scale forms, and its speed.
+type fleetFigures struct {
+	scalings map[string]catalog.Scaling
+	speeds   map[string]views.Speed
+}
+
+// fleetCatalog reads the catalog's models' figures for the fleet page;
+// none when the catalog cannot be read, which costs the page its forms
+// and is logged.
+func (s *Server) fleetCatalog(ctx context.Context) fleetFigures {
 	models, err := s.deps.Catalog.List(ctx)
 	if err != nil {
 		if ctx.Err() == nil {
 			s.deps.Log.Error("reading the catalog for the fleet page", "err", err)
 		}
-		return nil
+		return fleetFigures{}
 	}
-	out := make(map[string]catalog.Scaling, len(models))
+	out := fleetFigures{scalings: make(map[string]catalog.Scaling, len(models)), speeds: s.speeds(ctx, models)}
 	for _, m := range models {
-		out[m.Name] = m.Scaling
+		out.scalings[m.Name] = m.Scaling
 	}
 	return out
 }
 
 // fleetView is the fleet page as of now, from what the fleet, the pool and
-// the gateway hold in memory; the catalog's scalings and the engine starts,
+// the gateway hold in memory; the catalog's figures and the engine starts,
 // which live in the database, are read by the caller as often as it sees
 // fit.
-func (s *Server) fleetView(now time.Time, csrf string, scalings map[string]catalog.Scaling, starts []fleet.Start) views.FleetPage {
+func (s *Server) fleetView(now time.Time, csrf string, figures fleetFigures, starts []fleet.Start) views.FleetPage {
 	p := views.FleetPage{AsOf: timeText(now, now), CSRF: csrf}
 	var pool []plan.Node
 	if s.deps.Pool != nil {
@@ -96,7 +103,8 @@ func (s *Server) fleetView(now time.Time, csrf string, scalings map[string]catal
 		} else if h.Placement != "" {
 			m.Placement = strings.Split(h.Placement, "\n")
 		}
-		if sc, ok := scalings[h.Model]; ok {
+		m.Speed = figures.speeds[h.Model]
+		if sc, ok := figures.scalings[h.Model]; ok {
 			m.CanScale, m.Min, m.Max = true, sc.Min, sc.UpTo()
 			m.IdleDefault = words.Span(catalog.DefaultIdleAfter)
 			if sc.IdleAfter > 0 {
@@ -180,6 +188,7 @@ func withFleet(vm *views.Node, n fleet.NodeStatus, reps map[string]fleet.Replica
 
 // replicaBar is a node's RAM split by replica (what each uses once
 // measured, what it was placed by before), then what else is used, then
+// what is kept free for the system (the headroom, never promised), then
 // what is free for another replica.
 func replicaBar(n fleet.NodeStatus, reps map[string]fleet.Replica) views.Bar {
 	if n.RAMBytes <= 0 {
@@ -202,15 +211,25 @@ func replicaBar(n fleet.NodeStatus, reps map[string]fleet.Replica) views.Bar {
 		said = append(said, fmt.Sprintf("%s %s %s", id, words.Size(mem), how))
 	}
 	free := min(max(n.FreeBytes, 0), n.RAMBytes)
-	if other := n.RAMBytes - used - free; other > 0 {
+	other := n.RAMBytes - used - free
+	kept := min(max(n.HeadroomBytes, 0), max(other, 0))
+	if other -= kept; other > 0 {
 		b.Parts = append(b.Parts, views.BarPart{Name: "other", Key: "used", Share: float64(other) * 100 / total, Text: words.Size(other)})
 		said = append(said, words.Size(other)+" other programs and room held for replicas loading")
+	}
+	if kept > 0 {
+		b.Parts = append(b.Parts, views.BarPart{Name: "kept free", Key: "kept", Share: float64(kept) * 100 / total, Text: words.Size(kept)})
 	}
 	b.Parts = append(b.Parts, views.BarPart{Name: "free", Key: "free", Share: float64(free) * 100 / total, Text: words.Size(free)})
 	if len(n.Replicas) == 0 {
 		said = append([]string{"no replicas"}, said...)
 	}
 	b.Text = fmt.Sprintf("%s; %s free of %s", strings.Join(said, ", "), words.Size(free), words.Size(n.RAMBytes))
+	if n.HeadroomBytes > 0 {
+		// Said whole even when the kernel's own use has eaten into it:
+		// it is the rule, not a part that happens to be empty.
+		b.Text += fmt.Sprintf(", %s kept free for the system", words.Size(n.HeadroomBytes))
+	}
 	if used > n.RAMBytes {
 		b.Over, b.Capacity = true, total*100/float64(used)
 		for i := range b.Parts {

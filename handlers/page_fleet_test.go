@@ -308,3 +308,20 @@ func TestMirrorRemoveRefusesAFileInUse(t *testing.T) {
 		t.Errorf("the file is still there: %v", err)
 	}
 }
+
+// TestFleetBarSaysWhatIsKeptFree: the memory a node keeps free for the
+// system (--headroom) is its own part of the bar, and said in words.
+func TestFleetBarSaysWhatIsKeptFree(t *testing.T) {
+	e := newConsoleEnv(t, func(d *handlers.Deps) {
+		d.Fleet = &fakeFleet{nodes: []fleet.NodeStatus{{Name: "solo", CPUCores: 4, RAMBytes: 16 * gib, FreeBytes: 11 * gib, HeadroomBytes: gib}}}
+	})
+	doc := mustStatus(t, e.signedIn().get("/fleet"), http.StatusOK)
+	if got := doc.Find(`[data-node="solo"] [data-testid="bar-text"]`).Text(); got != "no replicas, 4 GB other programs and room held for replicas loading; 11 GB free of 16 GB, 1 GB kept free for the system" {
+		t.Errorf("solo's memory %q", got)
+	}
+	var parts []string
+	doc.Find(`[data-node="solo"] [data-testid="bar-part"]`).Each(func(_ int, s *goquery.Selection) { parts = append(parts, s.AttrOr("title", "")) })
+	if want := []string{"other: 4 GB", "kept free: 1 GB", "free: 11 GB"}; !slices.Equal(parts, want) {
+		t.Errorf("solo's bar parts %q, want %q", parts, want)
+	}
+}

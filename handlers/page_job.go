@@ -42,6 +42,7 @@ func (s *Server) jobPage(w http.ResponseWriter, r *http.Request, v visit) {
 	vm.TraceID, vm.TraceURL = j.TraceID, traceLink(s.deps.TraceURL, j.TraceID)
 	s.events.rates.fill(j.ID, mirrorProgress(&vm), now)
 	s.withCallIt(r, j, &vm)
+	s.withOffers(r, j, &vm)
 	s.render(w, r, http.StatusOK, views.JobPageView(views.JobPage{
 		Layout: s.layout(v, "jobs", title), Job: vm, Stream: stream,
 	}))
@@ -86,7 +87,8 @@ func jobView(j jobs.Job, now time.Time, csrf string, meter *rateMeter) views.Job
 		ID: j.ID, Model: j.Model, Repo: j.Request.Repo, Revision: j.Request.Revision, Commit: hf.Short(j.Commit),
 		State: views.StateOf(j.State), Started: timeText(j.Started, now), StartedISO: j.Started.UTC().Format(time.RFC3339),
 		Took: durationText(end.Sub(j.Started)), Reply: j.Reply, RetryOf: j.RetryOf, CSRF: csrf,
-		CanCancel: j.State == jobs.Running, CanRetry: j.State == jobs.Failed || j.State == jobs.Cancelled,
+		CanCancel: j.State == jobs.Running, CanRetry: (j.State == jobs.Failed || j.State == jobs.Cancelled) && !j.Refused(),
+		Refused: j.Refused(),
 	}
 	if j.TokensPerSecond > 0 {
 		vm.TokensPerSecond = formatFloat(j.TokensPerSecond)

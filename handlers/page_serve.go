@@ -466,6 +466,7 @@ func (s *Server) memoryView(ctx context.Context, l *lookup, name string, pool, s
 	}
 	m := views.Memory{}
 	seen := map[string]bool{}
+	ram, card := s.headroom()
 	for _, o := range set.Options {
 		if seen[o.Label()] {
 			continue
@@ -475,7 +476,11 @@ func (s *Server) memoryView(ctx context.Context, l *lookup, name string, pool, s
 			continue
 		}
 		m.Context = strconv.Itoa(o.Sizing.CtxPool)
-		m.Bars = append(m.Bars, memoryBar(o))
+		kept := ram
+		if !o.CPU {
+			kept = card
+		}
+		m.Bars = append(m.Bars, memoryBar(o, kept))
 	}
 	if rep.Plan.KVBytesPerToken == 0 {
 		m.Note = "The model's shape could not be read, so the KV cache does not follow the context."
@@ -494,9 +499,23 @@ func (s *Server) lookupSentenceCtx(ctx context.Context, err error) string {
 	return "the memory could not be worked out; the server's log says why"
 }
 
+// headroom is what the fleet keeps free of a node's RAM and of each card
+// for the system, never promised (the most any node keeps); none without
+// a fleet.
+func (s *Server) headroom() (ram, card int64) {
+	if s.deps.Fleet == nil {
+		return 0, 0
+	}
+	for _, n := range s.deps.Fleet.Nodes() {
+		ram, card = max(ram, n.HeadroomBytes), max(card, n.CardHeadroomBytes)
+	}
+	return ram, card
+}
+
 // memoryBar is an option's sizing as a bar: weights, KV cache and engine
-// (with the projector), against the room a host of that shape has.
-func memoryBar(o plan.Option) views.Bar {
+// (with the projector), against the room a host of that shape has, which
+// is what is left once kept bytes are kept free for the system.
+func memoryBar(o plan.Option, kept int64) views.Bar {
 	sz := o.Sizing
 	room := sz.RoomBytes
 	label := o.Label()
@@ -531,6 +550,9 @@ func memoryBar(o plan.Option) views.Bar {
 	default:
 		b.Text = fmt.Sprintf("%s of %s %s: fits, %s left", sum, words.Size(room), where, words.Size(room-need))
 		b.Parts = append(b.Parts, views.BarPart{Name: "free", Key: "free", Share: float64(room-need) * 100 / scale, Text: words.Size(room - need)})
+	}
+	if kept > 0 && room > 0 {
+		b.Text += fmt.Sprintf(", %s kept free for the system", words.Size(kept))
 	}
 	if sz.Estimated {
 		b.Text += " (estimated: the file's header was not read)"

@@ -177,4 +177,5 @@ func (s *Server) streamRoutes(mux *http.ServeMux) {
 	signedIn("GET /catalog/{name}/playground/stream", s.playgroundStream)
 	signedIn("GET /mirror/stream", s.mirrorStream)
 	signedIn("GET /fleet/stream", s.fleetStream)
+	signedIn("GET /catalog/stream", s.catalogStream)
 }

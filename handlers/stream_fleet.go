@@ -7,7 +7,6 @@ import (
 	"strconv"
 	"time"
 
-	"modelserve/catalog"
 	"modelserve/internal/fleet"
 	"modelserve/views"
 )
@@ -34,7 +33,7 @@ func (s *Server) fleetStream(w http.ResponseWriter, r *http.Request, v visit) {
 		return
 	}
 	var (
-		scalings  map[string]catalog.Scaling
+		figures   fleetFigures
 		starts    []fleet.Start
 		modelsKey string
 		readyKey  string
@@ -42,10 +41,10 @@ func (s *Server) fleetStream(w http.ResponseWriter, r *http.Request, v visit) {
 	)
 	s.pollSections(w, r, fleetEvery, func(ctx context.Context, now time.Time) ([]part, bool) {
 		if mk, rk := fleetKeys(s.deps.Fleet); mk != modelsKey || rk != readyKey || now.Sub(readAt) >= fleetReread {
-			scalings, starts = s.scalings(ctx), s.recentStarts(ctx)
+			figures, starts = s.fleetCatalog(ctx), s.recentStarts(ctx)
 			modelsKey, readyKey, readAt = mk, rk, now
 		}
-		p := s.fleetView(now, v.csrf, scalings, starts)
+		p := s.fleetView(now, v.csrf, figures, starts)
 		return []part{
 			{"nodes", views.FleetNodes(p)}, {"replicas", views.FleetReplicas(p)},
 			{"models", views.FleetModels(p)}, {"starts", views.FleetStarts(p)},

@@ -35,6 +35,7 @@ func (s *Server) jobStream(w http.ResponseWriter, r *http.Request, v visit) {
 			s.events.rates.put(ev.Job.ID, p, now)
 		}
 		s.withCallIt(r, ev.Job, &vm)
+		s.withOffers(r, ev.Job, &vm)
 		data, err := renderString(r.Context(), views.JobLive(vm))
 		if ev.Job.Ended() {
 			return data, "end", err

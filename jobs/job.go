@@ -89,6 +89,26 @@ type Job struct {
 // Ended is whether the job has stopped for good.
 func (j Job) Ended() bool { return j.State != Running }
 
+// Refused is whether the job was refused as it asked: a serve that failed
+// at its plan step, before a byte was fetched (no file matches, none fits
+// the pool at its context, no node could ever host it, original weights
+// with no vLLM). The same request fails the same way again, so it is not
+// retried. A failure at another step may not happen twice: the registry
+// or the mirror was away, the engine was missing and has been installed,
+// there was no room. An update's plan step can fail for want of room
+// beside its model, which an operator can make.
+func (j Job) Refused() bool {
+	if j.State != Failed || j.Kind == KindUpdate {
+		return false
+	}
+	for _, st := range j.Steps {
+		if st.State == Failed {
+			return st.Name == StepPlan
+		}
+	}
+	return false
+}
+
 // Step returns the job's step of that name, if it reached it.
 func (j Job) Step(name string) (Step, bool) {
 	i := slices.IndexFunc(j.Steps, func(s Step) bool { return s.Name == name })

@@ -651,6 +651,10 @@ func (s *Server) Retry(ctx context.Context, id string) (Job, error) {
 	if j.State != Failed && j.State != Cancelled {
 		return Job{}, operr.Wrap(operr.Conflict, ErrConflict, "job %s is %s: only a failed or cancelled job is retried", id, j.State)
 	}
+	if j.Refused() {
+		return Job{}, operr.Wrap(operr.Conflict, ErrConflict, "job %s was refused as it asked, and would be refused the same way again: "+
+			"serve it again with what its sentence says to change", id)
+	}
 	return s.start(ctx, j.Request, j.ID)
 }
 

@@ -131,6 +131,32 @@
   });
   document.addEventListener("htmx:afterSettle", function (e) { copyButtons(e.target); });
 
+  // A live section is swapped whole when it changes: a replica's details
+  // an operator opened would close under them at the next figure. Those
+  // opened stay open across swaps, by their id.
+  var opened = {};
+  document.addEventListener("toggle", function (e) {
+    var d = e.target;
+    if (d.tagName !== "DETAILS" || !d.id) {
+      return;
+    }
+    if (d.open) {
+      opened[d.id] = true;
+    } else {
+      delete opened[d.id];
+    }
+  }, true);
+  function reopen() {
+    Object.keys(opened).forEach(function (id) {
+      var d = document.getElementById(id);
+      if (d && d.tagName === "DETAILS" && !d.open) {
+        d.open = true;
+      }
+    });
+  }
+  document.addEventListener("htmx:afterSwap", reopen);
+  document.addEventListener("htmx:sseMessage", reopen);
+
   // In the playground, Ctrl+Enter (Cmd+Enter) sends the message.
   document.addEventListener("keydown", function (e) {
     if (e.key !== "Enter" || !(e.ctrlKey || e.metaKey) || !e.target.matches || !e.target.matches("#pg-message")) {

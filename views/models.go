@@ -118,6 +118,11 @@ type Job struct {
 	CanCancel  bool
 	CanRetry   bool
 	RetryOf    string
+	// Refused is a job refused as it asked (jobs.Job.Refused): not
+	// retried, as it would fail the same way; Offers are what would fit
+	// in its place, as the plan says now.
+	Refused bool
+	Offers  []Offer
 	// TraceID is the trace of the job's latest run, and TraceURL where
 	// the operator's trace viewer shows it (empty without --trace-url).
 	TraceID, TraceURL string
@@ -129,6 +134,22 @@ type Job struct {
 	// catalog still has.
 	Playground string
 	CallIt     *CallIt
+}
+
+// Offer is a request that would fit in place of one refused: What says
+// it in a sentence, Button takes it, and Fields are the serve form's
+// values it posts.
+type Offer struct {
+	What, Button string
+	Fields       []Field
+}
+
+// Speed is a model's tokens a second: the plan's estimate and what it is
+// from, and once a job has served it, what its smoke test measured (By,
+// and the job at JobURL). Each is "" when not known.
+type Speed struct {
+	Estimate, From      string
+	Measured, By, JobURL string
 }
 
 // JobPage is the job page.
@@ -193,6 +214,8 @@ type CatalogModel struct {
 	// failed", "none") and Latency their median ("p50 340 ms"), "" when
 	// not known; both "" without a gateway.
 	Traffic, Latency string
+	// Speed is its tokens a second, estimated and measured.
+	Speed Speed
 	// Playground is the URL of its playground, and CallIt how to call it
 	// from code.
 	Playground string
@@ -223,6 +246,9 @@ type CatalogPage struct {
 	Notice string
 	// TrafficWindow is how far back Traffic looks ("the last minute").
 	TrafficWindow string
+	// Stream is the page's event stream, which swaps CatalogModels as
+	// it changes.
+	Stream string
 }
 
 // Confirm asks whether to do something that cannot be undone, for a
@@ -424,6 +450,8 @@ type FleetModel struct {
 	Parked, CanControl, CanScale bool
 	Min, Max                     int
 	IdleAfter, IdleDefault       string
+	// Speed is its tokens a second, estimated and measured.
+	Speed Speed
 }
 
 // UpdatePage is the page of one update: a served model's branch moved to

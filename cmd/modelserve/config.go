@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"modelserve/internal/canary"
+	"modelserve/internal/fleet"
 	"modelserve/internal/hf"
 	"modelserve/internal/notify"
 	"modelserve/internal/operr"
@@ -64,6 +65,11 @@ type config struct {
 	// machine (0: what the machine has).
 	LocalMemoryText string
 	LocalMemory     int64
+	// HeadroomText is --headroom as given, and Headroom what it reads as:
+	// the bytes kept free of each device (a node's RAM, each card) for the
+	// system and other programs, never promised to a replica.
+	HeadroomText string
+	Headroom     int64
 	// How an update's canary is tried (canary-*), as given and as read:
 	// the share of its model's requests it takes, and the requests and
 	// time its trial is bounded by.
@@ -111,6 +117,7 @@ func (c *config) settings() []setting {
 		{"update-interval", "MODELSERVE_UPDATE_INTERVAL", "6h", "how often each served model's branch is checked for new weights (6h, 30m; 0 for never); a model may have its own (PUT /api/v1/catalog/{name}/updates)", &c.UpdateEvery},
 		{"download-rate", "MODELSERVE_DOWNLOAD_RATE", "", "the most the mirror fetches from registries a second, all fetches together (50MB, 1.5GB, 800KB); empty for no cap", &c.DownloadRateText},
 		{"local-memory", "MODELSERVE_LOCAL_MEMORY", "", "the memory the local fleet may promise its replicas on this machine (12GiB, 350MB, or bytes): the node's memory as the planner, the serve form and placement see it; empty for what the machine has", &c.LocalMemoryText},
+		{"headroom", "MODELSERVE_HEADROOM", "", "memory kept free on each device (a node's RAM, each GPU) for the system and other programs, never promised to a replica (1GiB, 512MiB, 0 for none); empty for 1GiB, or none beside --local-memory, which is the operator's margin already", &c.HeadroomText},
 		{"canary-share", "MODELSERVE_CANARY_SHARE", "0.1", "the share of a model's requests an update's canary takes while it is judged (0.1 is 10%); an update may give its own", &c.CanaryShareText},
 		{"canary-requests", "MODELSERVE_CANARY_REQUESTS", "50", "how many requests a canary serves before it is judged on them", &c.CanaryRequestsText},
 		{"canary-window", "MODELSERVE_CANARY_WINDOW", "30m", "the longest a canary is tried before it is judged on what it served", &c.CanaryWindowText},
@@ -169,6 +176,12 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (co
 	}
 	if c.LocalMemory, err = parseSize(c.LocalMemoryText, 1<<20, 1<<50); err != nil {
 		return c, usageError{fmt.Errorf("--local-memory is the memory the local fleet may promise, from 1MiB to 1PiB, like 12GiB or 350MB (empty for what the machine has), not %s", operr.Quote(c.LocalMemoryText))}
+	}
+	if c.Headroom, err = parseSize(c.HeadroomText, 0, 1<<40); err != nil {
+		return c, usageError{fmt.Errorf("--headroom is the memory kept free on each device, from 0 to 1TiB, like 1GiB or 512MiB, not %s", operr.Quote(c.HeadroomText))}
+	}
+	if strings.TrimSpace(c.HeadroomText) == "" && c.LocalMemory == 0 {
+		c.Headroom = fleet.DefaultHeadroom
 	}
 	if t := strings.TrimSpace(c.TraceURL); t != "" {
 		if u, err := url.Parse(t); err != nil || (u.Scheme != "http" && u.Scheme != "https") || !strings.Contains(t, "{trace_id}") {

@@ -32,6 +32,7 @@ func TestConfigPrecedence(t *testing.T) {
 	canaryDefaults := func(c config) config {
 		c.CanaryShareText, c.CanaryRequestsText, c.CanaryWindowText = "0.1", "50", "30m"
 		c.CanaryShare, c.CanaryPolicy = 0.1, policy
+		c.Headroom = 1 << 30 // --headroom's default, as read
 		return c
 	}
 	tests := []struct {

@@ -82,6 +82,10 @@ type Options struct {
 	// profile says: tests on a small machine, where llama.cpp spins on
 	// more threads than there are idle cores.
 	Threads int
+	// Headroom is kept free on every node, of its RAM and of each card,
+	// for the system and other programs: nothing is promised from it.
+	// None unless set (the command's --headroom sets it).
+	Headroom Headroom
 }
 
 // State is where a replica is in its life.
@@ -174,11 +178,15 @@ type NodeStatus struct {
 	// FreeBytes what a new replica can be promised, once the promises to
 	// replicas still loading are counted; PromisedBytes is the sum of the
 	// replicas' memory figures.
-	AvailableBytes int64       `json:"available_bytes"`
-	FreeBytes      int64       `json:"free_bytes"`
-	PromisedBytes  int64       `json:"promised_bytes"`
-	GPUs           []GPUStatus `json:"gpus,omitempty"`
-	Replicas       []string    `json:"replicas"`
+	AvailableBytes int64 `json:"available_bytes"`
+	FreeBytes      int64 `json:"free_bytes"`
+	PromisedBytes  int64 `json:"promised_bytes"`
+	// HeadroomBytes is what is kept free of RAMBytes, and
+	// CardHeadroomBytes of each card's memory: never promised.
+	HeadroomBytes     int64       `json:"headroom_bytes"`
+	CardHeadroomBytes int64       `json:"card_headroom_bytes,omitempty"`
+	GPUs              []GPUStatus `json:"gpus,omitempty"`
+	Replicas          []string    `json:"replicas"`
 	// Reclaimable are the replicas that would be given back for a model
 	// that needs their room (idle, on demand: swap.go), and
 	// ReclaimableBytes the memory they hold.
@@ -454,7 +462,7 @@ func (f *Fleet) Nodes() []NodeStatus {
 		ns := NodeStatus{
 			Name: n.Name(), CPUCores: caps[i].CPUCores, RAMBytes: caps[i].RAMBytes,
 			AvailableBytes: caps[i].AvailableBytes, FreeBytes: a.free, PromisedBytes: a.promised,
-			Replicas: []string{},
+			HeadroomBytes: caps[i].RAMBytes - a.cap.RAMBytes, CardHeadroomBytes: f.opts.Headroom.Card, Replicas: []string{},
 		}
 		for _, c := range caps[i].GPUs {
 			ns.GPUs = append(ns.GPUs, GPUStatus{Index: c.Index, Class: c.Class, MemoryBytes: c.MemoryBytes, Replica: a.cardHolder[c.Index]})
@@ -477,7 +485,7 @@ func (f *Fleet) Nodes() []NodeStatus {
 func (f *Fleet) NodeCPUs(memGB int) []int {
 	var out []int
 	for _, c := range f.capacities() {
-		if c.RAMBytes >= int64(memGB)<<30 {
+		if c = f.opts.Headroom.keep(c); c.RAMBytes >= int64(memGB)<<30 {
 			out = append(out, c.CPUCores)
 		}
 	}

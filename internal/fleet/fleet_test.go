@@ -581,3 +581,37 @@ func TestEnginesOwnFiguresAreReadAndKept(t *testing.T) {
 		t.Errorf("after a restart the history holds %s (%v)", jsonOf(kept), err)
 	}
 }
+
+// TestHeadroomIsNeverPromised: with 1 GB kept free on an 8 GB node, a
+// model of 7 GB is placed, one more of 1 GB waits though 8 − 7 would
+// seem to leave it room, one of 8 GB can never be placed and the fleet
+// says why, and the pool the planner sizes by has 7 GB to give.
+func TestHeadroomIsNeverPromised(t *testing.T) {
+	cat := MustCatalog(t)
+	fl := MustRun(t, cat, Options{Nodes: []Node{smallNode(t)}, Headroom: Headroom{RAM: 1 << 30}})
+	nc := fl.notifying(cat)
+	path := MustWriteModel(t, "m.gguf", ggufgen.Spec{})
+	MustAdd(t, nc, entry("a", path, 7))
+	fl.waitReady(t, "a", readyWithin)
+
+	MustAdd(t, nc, entry("b", path, 1))
+	MustAdd(t, nc, entry("whole", path, 8))
+	var b, whole ModelHealth
+	waitFor(t, 5*time.Second, "b and whole unplaceable", func() (bool, string) {
+		b, _ = fl.health("b")
+		whole, _ = fl.health("whole")
+		return b.Unplaceable && whole.Unplaceable, jsonOf([]ModelHealth{b, whole})
+	})
+	if want := "node small: needs 1 GB, 0 bytes free; replica a-1 of a uses 7 GB"; b.Placement != want {
+		t.Errorf("b's placement %q, want %q", b.Placement, want)
+	}
+	if want := "node small: needs 8 GB, it has 7 GB in all once 1 GB is kept free for the system (--headroom)"; !strings.Contains(whole.Placement, want) || whole.HardwareExists {
+		t.Errorf("whole's placement %q (hardware %v), want it to say %q", whole.Placement, whole.HardwareExists, want)
+	}
+	if n := fl.Nodes()[0]; n.RAMBytes != 8<<30 || n.HeadroomBytes != 1<<30 || n.FreeBytes != 0 {
+		t.Errorf("the node reads %d bytes, %d kept free, %d free; want 8 GiB, 1 GiB kept, none free", n.RAMBytes, n.HeadroomBytes, n.FreeBytes)
+	}
+	if p := fl.Pool()[0]; p.RAMGB != 7 || p.FreeRAMGB != 0 {
+		t.Errorf("the planner's pool has %.2f GB, %.2f free; want 7 and 0", p.RAMGB, p.FreeRAMGB)
+	}
+}

@@ -259,7 +259,9 @@ func (f *Fleet) stopAll(why string) {
 
 // account is a node's room as the fleet counts it.
 type account struct {
+	// cap is the node's capacity less the headroom: what it may promise.
 	cap      Capacity
+	kept     int64 // the headroom taken off its RAM
 	promised int64 // to its replicas, stopping ones included
 	// free is what a new replica can be promised: the node's memory less
 	// what is promised, and no more than the kernel has available less
@@ -272,7 +274,9 @@ type account struct {
 }
 
 func (f *Fleet) accountLocked(n Node, c Capacity) account {
-	a := account{cap: c, cardHolder: map[int]string{}}
+	kept := f.opts.Headroom.keep(c)
+	a := account{cap: kept, kept: c.RAMBytes - kept.RAMBytes, cardHolder: map[int]string{}}
+	c = kept
 	var outstanding int64
 	for _, r := range f.replicas {
 		if r.released || r.node != n {
@@ -403,6 +407,9 @@ func (f *Fleet) placeLocked(ctx context.Context, m catalog.Model, caps []Capacit
 // memLine says why a node has no room for need bytes.
 func memLine(node string, need int64, a account) string {
 	if a.cap.RAMBytes < need {
+		if a.kept > 0 {
+			return fmt.Sprintf("node %s: needs %s, it has %s in all once %s is kept free for the system (--headroom)", node, words.Size(need), words.Size(a.cap.RAMBytes), words.Size(a.kept))
+		}
 		return fmt.Sprintf("node %s: needs %s, it has %s in all", node, words.Size(need), words.Size(a.cap.RAMBytes))
 	}
 	s := fmt.Sprintf("node %s: needs %s, %s free", node, words.Size(need), words.Size(a.free))

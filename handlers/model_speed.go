@@ -1,0 +1,146 @@
+package handlers
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"modelserve/catalog"
+	"modelserve/internal/hf"
+	"modelserve/internal/plan"
+	"modelserve/internal/words"
+	"modelserve/jobs"
+	"modelserve/views"
+)
+
+// speedJobs is how many of the newest jobs are read for the models'
+// measured speeds: the smoke test of the newest that served each.
+const speedJobs = 500
+
+// measuredTTL is how long the measured speeds are kept before the jobs are
+// read again. Reading 500 jobs with their steps took 22 ms where the rest
+// of the catalog page took 0.7: the catalog's and the fleet's streams,
+// each client's, would pay it every few seconds for figures that change
+// only when a job ends.
+const measuredTTL = 10 * time.Second
+
+// measures are the newest done job of each model with a measured speed,
+// by model, as read at at.
+type measures struct {
+	mu   sync.Mutex
+	at   time.Time
+	jobs map[string]jobs.Job
+}
+
+// measured is each model's newest done job with a measured speed, read
+// again once measuredTTL has passed; what cannot be read is logged, and
+// the figures read last stand.
+func (s *Server) measured(ctx context.Context) map[string]jobs.Job {
+	m := &s.measures
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.jobs != nil && time.Since(m.at) < measuredTTL {
+		return m.jobs
+	}
+	list, _, err := s.deps.Jobs.List(ctx, jobs.ListOptions{Limit: speedJobs})
+	if err != nil {
+		if ctx.Err() == nil {
+			s.deps.Log.Error("reading the jobs for the models' measured speeds", "err", err)
+		}
+		return m.jobs
+	}
+	out := map[string]jobs.Job{}
+	for _, j := range list { // newest first
+		if _, seen := out[j.Model]; !seen && j.State == jobs.Done && j.TokensPerSecond > 0 && j.Model != "" {
+			out[j.Model] = j
+		}
+	}
+	m.jobs, m.at = out, time.Now()
+	return out
+}
+
+// speeds are each model's tokens a second, by name: the plan's estimate
+// (what the serve page showed, and what it is from) and, once a job has
+// served the model, what its smoke test measured beside it. An embedding
+// model generates no tokens and has neither. What cannot be read (the
+// jobs, the mirror) costs the figures it would have given and is logged.
+func (s *Server) speeds(ctx context.Context, models []catalog.Model) map[string]views.Speed {
+	measured := s.measured(ctx)
+	sizes := map[[3]string]int64{}
+	if s.deps.Mirror != nil {
+		if files, err := s.deps.Mirror.List(ctx); err == nil {
+			for _, f := range files {
+				sizes[[3]string{f.Model, f.Revision, f.Path}] = f.Size
+			}
+		} else if ctx.Err() == nil {
+			s.deps.Log.Error("reading the mirror for the models' estimated speeds", "err", err)
+		}
+	}
+	var pool []plan.Node
+	if s.deps.Pool != nil {
+		pool = s.deps.Pool.Nodes()
+	}
+	out := make(map[string]views.Speed, len(models))
+	for _, m := range models {
+		if m.Capabilities.Embeddings {
+			continue
+		}
+		var sp views.Speed
+		if w := weightsBytes(m, sizes); w > 0 && len(m.Profiles) > 0 {
+			if tps, bw := plan.ServedSpeed(firstProfile(m), w, pool); tps > 0 {
+				sp.Estimate = fmt.Sprintf("≈ %s estimated", speedText(tps))
+				sp.From = fmt.Sprintf("from %.0f GB/s of memory bandwidth over %s of weights a token", bw, words.Size(w))
+			}
+		}
+		if j, ok := measured[m.Name]; ok {
+			sp.Measured = speedText(j.TokensPerSecond) + " measured"
+			sp.By = "by its smoke test"
+			sp.JobURL = "/jobs/" + j.ID
+		}
+		if sp != (views.Speed{}) {
+			out[m.Name] = sp
+		}
+	}
+	return out
+}
+
+// weightsBytes is the size of the files a model's engine loads, as the
+// mirror holds them at the commit it runs; 0 when one is missing.
+func weightsBytes(m catalog.Model, sizes map[[3]string]int64) int64 {
+	if m.Origin == nil || len(m.Weights) == 0 {
+		return 0
+	}
+	owner := m.Name
+	if m.Canary != nil {
+		owner = m.Canary.Of // its files are kept under its model's name
+	}
+	var total int64
+	for _, p := range m.Weights {
+		n, ok := sizes[[3]string{owner, hf.Short(m.Origin.Revision), p}]
+		if !ok {
+			return 0
+		}
+		total += n
+	}
+	return total
+}
+
+// firstProfile is the profile the fleet starts a model with first.
+func firstProfile(m catalog.Model) catalog.Profile {
+	best := m.Profiles[0]
+	for _, p := range m.Profiles[1:] {
+		if p.Priority > best.Priority {
+			best = p
+		}
+	}
+	return best
+}
+
+// speedText is tokens a second in words: "812 tokens/s", "3.4 tokens/s".
+func speedText(tps float64) string {
+	if tps < 10 {
+		return fmt.Sprintf("%.1f tokens/s", tps)
+	}
+	return fmt.Sprintf("%.0f tokens/s", tps)
+}
