@@ -249,12 +249,19 @@ func (f *Fleet) Use(model string, replicas int) (release func()) {
 	done := false
 	return func() {
 		f.mu.Lock()
-		defer f.mu.Unlock()
+		look := false
 		if !done && f.demands[model] == d {
 			d.inUse--
 			d.lastUse = time.Now()
+			// Its pods may be idle now, and another model waits for
+			// their room.
+			look = d.inUse == 0 && len(f.waiting) > 0
 		}
 		done = true
+		f.mu.Unlock()
+		if look {
+			f.Poke()
+		}
 	}
 }
 
