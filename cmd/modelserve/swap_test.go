@@ -98,10 +98,16 @@ const swapBudget = 300e6
 // one within a test), an OpenAI client of its gateway, and its data folder.
 func startSwapWorld(t *testing.T, names ...string) (*apiServer, openai.Client, string) {
 	t.Helper()
-	hub := hubtest.New(t)
+	return startSwapWorldOn(t, hubtest.New(t), swapBudget, names...)
+}
+
+// startSwapWorldOn is startSwapWorld on the registry hub, which a test
+// adds more repositories to, with budget of memory.
+func startSwapWorldOn(t *testing.T, hub *hubtest.Server, budget int64, names ...string) (*apiServer, openai.Client, string) {
+	t.Helper()
 	data := t.TempDir()
 	s := startAPI(t, config{Addr: "127.0.0.1:0", Data: data, HFEndpoint: hub.URL(), LlamaServer: llamatest.Path(t),
-		LocalMemory: swapBudget})
+		LocalMemory: budget})
 	for _, name := range names {
 		repo := "acme/" + name + "-GGUF"
 		tinyRepo(t, hub, repo, name+"-Q4_K_M.gguf", ggufgen.Spec{ContextLength: 4096})
@@ -387,5 +393,60 @@ func TestThreeModelsInMemoryForOneAnswerEveryRequest(t *testing.T) {
 	}
 	if swaps < 4 {
 		t.Errorf("%d engine starts: the requests did not make the models swap", swaps)
+	}
+}
+
+// TestServeJobTakesTheRoomOfIdleReplicas: with the memory held by an idle
+// replica of a model on demand, a serve of another model is sized to the
+// room that replica would give back, not to what is left beside it (its
+// default pool is not cut), placed once the replica is given back, and
+// its smoke test answered.
+func TestServeJobTakesTheRoomOfIdleReplicas(t *testing.T) {
+	hub := hubtest.New(t)
+	// alpha at a 2048-token pool is promised about 174 MB; beta's default
+	// pool needs about 199 MB, and its smallest a little less: beside
+	// alpha, 197.5 MB is left, room for beta only with its pool cut.
+	const budget = 174.2e6 + 197.5e6
+	s, c, _ := startSwapWorldOn(t, hub, budget, "alpha")
+	if err := askModel(c, "alpha", "load alpha"); err != nil {
+		t.Fatal(err)
+	}
+	// The request's end reaches the fleet a moment after its answer.
+	var nodes struct {
+		Nodes []struct {
+			FreeBytes        int64 `json:"free_bytes"`
+			ReclaimableBytes int64 `json:"reclaimable_bytes"`
+		} `json:"fleet"`
+	}
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		code := s.do("GET", "/api/v1/nodes", nil, &nodes)
+		if code == http.StatusOK && len(nodes.Nodes) == 1 && nodes.Nodes[0].ReclaimableBytes > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the node with alpha idle: %d %+v; want alpha's room reclaimable; replicas %+v", code, nodes, s.fleet())
+		}
+	}
+	tinyRepo(t, hub, "acme/beta-GGUF", "beta-Q4_K_M.gguf", ggufgen.Spec{ContextLength: 4096})
+	var job jobs.Job
+	if code := s.do("POST", "/api/v1/serve", map[string]any{"repo": "acme/beta-GGUF", "name": "beta", "replicas": 1}, &job); code != http.StatusAccepted {
+		t.Fatalf("serve beta: %d %+v", code, job)
+	}
+	seen := s.watch(job.ID, 2*time.Minute)
+	last := seen[len(seen)-1]
+	if last.State != jobs.Done || last.Reply == "" {
+		t.Fatalf("serving beta beside idle alpha ended %s: %s; steps %+v", last.State, last.Error, last.Steps)
+	}
+	if check, _ := last.Step(jobs.StepCheck); strings.Contains(check.Detail, "cut to") || !strings.Contains(check.Detail, "16384 tokens") {
+		t.Errorf("the check step says %q; want beta's default pool, sized to the room alpha gives back", check.Detail)
+	}
+	v := s.fleet()
+	if v.running("beta") != 1 || v.running("alpha") != 0 {
+		t.Errorf("after serving beta: %+v; want beta alone loaded", v.Replicas)
+	}
+	for _, m := range v.Models {
+		if m.Model == "alpha" && !strings.Contains(m.LastStop, "given back for beta") {
+			t.Errorf("alpha's last stop %q; want it given back for beta", m.LastStop)
+		}
 	}
 }
