@@ -216,6 +216,8 @@ func (f *Fleet) Evictions() []fleet.Eviction {
 	for k, n := range f.evictions {
 		out = append(out, fleet.Eviction{Model: k[0], Reason: k[1], Count: n})
 	}
-	slices.SortFunc(out, func(a, b fleet.Eviction) int { return cmp.Or(cmp.Compare(a.Model, b.Model), cmp.Compare(a.Reason, b.Reason)) })
+	slices.SortFunc(out, func(a, b fleet.Eviction) int {
+		return cmp.Or(cmp.Compare(a.Model, b.Model), cmp.Compare(a.Reason, b.Reason))
+	})
 	return out
 }
