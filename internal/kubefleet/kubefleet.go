@@ -132,6 +132,8 @@ type Fleet struct {
 	// lastStops say, by model, which of its pods was last given back to
 	// make room, and why; evictions count them by model and why; waiting
 	// are the models waiting for busy pods of others to fall idle (swap.go).
+	// known is the catalog as the last pass read it, by name.
+	known     map[string]catalog.Model
 	lastStops map[string]string
 	evictions map[[2]string]int
 	waiting   map[string]bool
@@ -360,6 +362,7 @@ func (f *Fleet) reconcileAll(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("reading the catalog: %w", err)
 	}
+	f.remember(models)
 	names := map[string]bool{}
 	for _, m := range models {
 		names[m.Name] = true
@@ -386,12 +389,25 @@ func (f *Fleet) reconcileModel(ctx context.Context, name string) error {
 	if err != nil {
 		return fmt.Errorf("reading the catalog: %w", err)
 	}
+	f.remember(models)
 	for _, m := range models {
 		if m.Name == name {
 			return f.reconcile(ctx, m, models)
 		}
 	}
 	return f.remove(ctx, name)
+}
+
+// remember keeps the catalog as read, for what the nodes could give back
+// (Pool, Nodes) between passes.
+func (f *Fleet) remember(models []catalog.Model) {
+	byName := make(map[string]catalog.Model, len(models))
+	for _, m := range models {
+		byName[m.Name] = m
+	}
+	f.mu.Lock()
+	f.known = byName
+	f.mu.Unlock()
 }
 
 // remove deletes a model's owner; the garbage collector removes what it

@@ -67,14 +67,22 @@ func (f *Fleet) wantsRoom(m catalog.Model, want int) bool {
 	return placed < want
 }
 
-// holders are the fleet's pods on each node as the swap rule sees them,
-// for a pod of p, and what the pods already going will give back there.
-// byName is the catalog: a pod of a model no longer in it, or of one no
-// longer wanted (asked for by nobody lately, and kept by no Min), is
-// going already.
-func (f *Fleet) holders(p catalog.Profile, byName map[string]catalog.Model) (map[string][]fleet.Holder, map[string]int64) {
+// holding is one of the fleet's pods on a node, as the swap rule sees it,
+// with the memory and cards it asks for; going is a pod that gives its
+// room back already.
+type holding struct {
+	fleet.Holder
+	node      string
+	mem, gpus int64
+	going     bool
+}
+
+// holdings are the fleet's pods bound to nodes. byName is the catalog: a
+// pod of a model no longer in it, or of one no longer wanted (asked for by
+// nobody lately, and kept by no Min), is going already.
+func (f *Fleet) holdings(byName map[string]catalog.Model) []holding {
 	pods, _ := f.pods.Pods(f.opts.Namespace).List(labels.SelectorFromSet(labels.Set{labelManagedBy: managedBy}))
-	out, going := map[string][]fleet.Holder{}, map[string]int64{}
+	var out []holding
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for _, pod := range pods {
@@ -82,31 +90,71 @@ func (f *Fleet) holders(p catalog.Profile, byName map[string]catalog.Model) (map
 			continue
 		}
 		_, mem, gpus := requests(pod, f.opts.GPUResource)
-		held := mem
-		if p.GPUClass != "" {
-			held = gpus
-		}
-		if held == 0 {
-			continue
-		}
 		name := pod.Annotations[annotationModel]
 		m, ok := byName[name]
 		d := f.demands[name]
-		if pod.DeletionTimestamp != nil || !ok || d == nil && m.Scaling.Min == 0 {
-			going[pod.Spec.NodeName] += held
-			continue
-		}
-		h := fleet.Holder{ID: pod.Name, Model: name, Class: m.ClassOrDefault(), Min: m.Scaling.Min, Held: held,
-			Busy: !isReady(pod) || d != nil && d.inUse > 0}
+		h := holding{node: pod.Spec.NodeName, mem: mem, gpus: gpus,
+			going: pod.DeletionTimestamp != nil || !ok || d == nil && m.Scaling.Min == 0,
+			Holder: fleet.Holder{ID: pod.Name, Model: name, Class: m.ClassOrDefault(), Min: m.Scaling.Min,
+				Busy: !isReady(pod) || d != nil && d.inUse > 0}}
 		if d != nil {
 			h.LastUsed = d.lastUse
 		}
-		if h.Min > 0 {
-			continue // kept by its Min: the local rule's critical exception is the scheduler's here
+		out = append(out, h)
+	}
+	return out
+}
+
+// holders are the holdings by node as the swap rule sees them, holding
+// what a pod of p needs (memory, or cards), and what those going will
+// give back on each node.
+func holders(hs []holding, p catalog.Profile) (map[string][]fleet.Holder, map[string]int64) {
+	out, going := map[string][]fleet.Holder{}, map[string]int64{}
+	for _, h := range hs {
+		h.Held = h.mem
+		if p.GPUClass != "" {
+			h.Held = h.gpus
 		}
-		out[pod.Spec.NodeName] = append(out[pod.Spec.NodeName], h)
+		switch {
+		case h.Held == 0:
+		case h.going:
+			going[h.node] += h.Held
+		case h.Min > 0:
+			// Kept by its Min: the local rule's one exception (a critical
+			// model's room) is the scheduler's here.
+		default:
+			out[h.node] = append(out[h.node], h.Holder)
+		}
 	}
 	return out, going
+}
+
+// giveable is what a node could give a new model: what the pods the swap
+// rule would give back for a model that needs their room hold
+// (fleet.Reclaimable), and those going already.
+type giveable struct {
+	mem, gpus int64
+	pods      []string
+}
+
+// reclaimable is, by node, the room it could give a new model.
+func (f *Fleet) reclaimable() map[string]giveable {
+	f.mu.Lock()
+	byName := f.known
+	f.mu.Unlock()
+	out := map[string]giveable{}
+	for _, h := range f.holdings(byName) {
+		if !h.going && (h.Min > 0 || !fleet.Reclaimable(h.Holder)) {
+			continue
+		}
+		g := out[h.node]
+		g.mem, g.gpus = g.mem+h.mem, g.gpus+h.gpus
+		if !h.going {
+			g.pods = append(g.pods, h.ID)
+		}
+		out[h.node] = g
+	}
+	return out
 }
 
 // makeRoom gives back, by the swap rule, the idle on-demand models whose
@@ -131,7 +179,7 @@ func (f *Fleet) makeRoom(m catalog.Model, want int, models []catalog.Model, now 
 	for _, mm := range models {
 		byName[mm.Name] = mm
 	}
-	hs, going := f.holders(p, byName)
+	hs, going := holders(f.holdings(byName), p)
 	var busyText string
 	for _, n := range nodes {
 		if !fits(p, n, false) {

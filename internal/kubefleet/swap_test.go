@@ -79,6 +79,16 @@ func TestKubernetesSwap(t *testing.T) {
 	alpha := ready("alpha")
 	release()
 
+	t.Run("an idle model's pods are room the planner may count", func(t *testing.T) {
+		ns := f.Nodes()
+		if len(ns) != 1 || len(ns[0].Reclaimable) != 1 || ns[0].Reclaimable[0] != alpha.ID || ns[0].ReclaimableBytes != 4<<30 {
+			t.Errorf("the node with alpha idle: %+v; want alpha's pod and its 4 GiB reclaimable", ns)
+		}
+		if p := poolOf(f); len(p) != 1 || p[0].freeRAMGB != 6 {
+			t.Errorf("the pool with alpha idle: %+v; want all 6 GB free to the planner", p)
+		}
+	})
+
 	t.Run("an idle model on demand is scaled to 0 for another asked for", func(t *testing.T) {
 		release := f.Use("beta", 1)
 		defer release()
@@ -136,6 +146,9 @@ func TestKubernetesSwap(t *testing.T) {
 		}
 		if len(f.Serving("pinned")) != 1 {
 			t.Errorf("the pinned model was given back for alpha")
+		}
+		if p := poolOf(f); len(p) != 1 || p[0].freeRAMGB != 2 {
+			t.Errorf("the pool with the pinned model: %+v; want 2 GB free, its room not the planner's", p)
 		}
 	})
 }
