@@ -450,3 +450,63 @@ func TestServeJobTakesTheRoomOfIdleReplicas(t *testing.T) {
 		}
 	}
 }
+
+// TestRemovedWhileWaitingAnswers404: a request waiting for room for beta
+// (alpha, answering a long stream, holds it) when beta is removed from the
+// catalog is answered 404 at once, not left to wait out its time or
+// answered 503.
+func TestRemovedWhileWaitingAnswers404(t *testing.T) {
+	s, c, _ := startSwapWorld(t, "alpha", "beta")
+	if err := askModel(c, "alpha", "load alpha"); err != nil {
+		t.Fatal(err)
+	}
+	st := c.Chat.Completions.NewStreaming(context.Background(), openai.ChatCompletionNewParams{Model: "alpha", MaxTokens: openai.Int(1500),
+		Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("a long answer")}}, option.WithJSONSet("ignore_eos", true))
+	defer st.Close()
+	if !st.Next() {
+		t.Fatalf("alpha's stream gave no first chunk: %v", st.Err())
+	}
+	betaErr := make(chan error, 1)
+	go func() { betaErr <- askModel(c, "beta", "while alpha streams") }()
+	// beta waits for alpha's room.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		var h struct {
+			Models []struct {
+				Model     string `json:"model"`
+				Placement string `json:"placement"`
+			} `json:"models"`
+		}
+		s.do("GET", "/api/v1/replicas", nil, &h)
+		waits := false
+		for _, m := range h.Models {
+			waits = waits || m.Model == "beta" && strings.Contains(m.Placement, "waiting for alpha-1")
+		}
+		if waits {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("beta did not come to wait for alpha's room: %+v", h)
+		}
+	}
+	removed := time.Now()
+	if code := s.do("DELETE", "/api/v1/catalog/beta", nil, nil); code != http.StatusOK && code != http.StatusNoContent {
+		t.Fatalf("removing beta: %d", code)
+	}
+	select {
+	case err := <-betaErr:
+		var apiErr *openai.Error
+		if !errors.As(err, &apiErr) || apiErr.StatusCode != http.StatusNotFound || !strings.Contains(apiErr.Message, "was removed from the catalog") {
+			t.Errorf("the request waiting for beta, removed: %v; want 404 saying it was removed", err)
+		}
+		if took := time.Since(removed); took > 5*time.Second {
+			t.Errorf("the waiter for beta was answered %s after its removal", took)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the request waiting for beta, removed, was not answered within 30 s")
+	}
+	for st.Next() {
+	}
+	if err := st.Err(); err != nil {
+		t.Errorf("alpha's stream: %v", err)
+	}
+}
