@@ -178,7 +178,7 @@ func (v fleetView) starts(model string) int {
 // TestSwapBetweenTwoModelsThatDoNotFitTogether: two tiny models on demand
 // in memory for one. Each request for the one not loaded gives back the
 // other's idle replica and is answered; the API says why the replica
-// stopped and /metrics counts it.
+// stopped and /metrics counts it, and the time each waited for memory.
 func TestSwapBetweenTwoModelsThatDoNotFitTogether(t *testing.T) {
 	s, c, _ := startSwapWorld(t, "alpha", "beta")
 	for i, model := range []string{"alpha", "beta", "alpha"} {
@@ -207,6 +207,11 @@ func TestSwapBetweenTwoModelsThatDoNotFitTogether(t *testing.T) {
 	if !strings.Contains(string(b), `modelserve_fleet_evictions_total{model="beta",reason="swap"} 1`) ||
 		!strings.Contains(string(b), `modelserve_fleet_evictions_total{model="alpha",reason="swap"}`) {
 		t.Errorf("/metrics lacks the evictions of alpha and beta:\n%s", grepLines(string(b), "evictions"))
+	}
+	// beta waited for alpha's room, then alpha for beta's.
+	if !strings.Contains(string(b), "modelserve_fleet_memory_wait_seconds_count 2\n") ||
+		!strings.Contains(string(b), `modelserve_fleet_memory_wait_seconds_bucket{le="+Inf"} 2`) {
+		t.Errorf("/metrics does not count the two waits for memory:\n%s", grepLines(string(b), "memory_wait"))
 	}
 }
 

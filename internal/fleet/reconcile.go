@@ -117,6 +117,7 @@ func (f *Fleet) reconcile(ctx context.Context) {
 			if st.lasting {
 				f.unparkLocked(name)
 			}
+			f.memWaits.Forget(name)
 			delete(f.models, name)
 		}
 	}
@@ -142,6 +143,7 @@ func (f *Fleet) reconcile(ctx context.Context) {
 			// Its requests all went away before a replica of it was
 			// placed: nobody is stopped, nothing started, on their behalf.
 			f.dropDemandLocked(m.Name)
+			f.memWaits.Forget(m.Name)
 			st.want = m.Scaling.Min
 		}
 		if len(active) > st.want {
@@ -182,8 +184,14 @@ func (f *Fleet) reconcile(ctx context.Context) {
 				// Waiting for replicas to stop and give back their room
 				// is not being unplaceable.
 				st.unplaceable = !strings.HasPrefix(text, makingRoom)
+				if st.unplaceable {
+					f.memWaits.Forget(m.Name)
+				} else {
+					f.memWaits.Waiting(m.Name, now)
+				}
 				break
 			}
+			f.memWaits.Placed(m.Name, time.Now())
 			active = append(active, r)
 		}
 	}

@@ -137,6 +137,7 @@ type Fleet struct {
 	lastStops map[string]string
 	evictions map[[2]string]int
 	waiting   map[string]bool
+	memWaits  fleet.Waits
 	// begun and done count the passes over all models; passed is closed
 	// (and replaced) at the end of each, for Sync.
 	begun, done int
@@ -420,6 +421,7 @@ func (f *Fleet) remove(ctx context.Context, name string) error {
 	delete(f.lastStops, name)
 	delete(f.waiting, name)
 	f.mu.Unlock()
+	f.memWaits.Forget(name)
 	if _, err := f.configMaps.ConfigMaps(f.opts.Namespace).Get(objName(name)); apierrors.IsNotFound(err) {
 		return nil
 	}
@@ -523,8 +525,14 @@ func (f *Fleet) reconcile(ctx context.Context, m catalog.Model, models []catalog
 	case making != "":
 		// Waiting for room being made is not being unplaceable.
 		h.Placement = making
+		f.memWaits.Waiting(m.Name, now)
 	case obs.placement != "" && !h.Parked && obs.scheduled < h.Want:
 		h.Unplaceable, h.Placement = true, obs.placement
+		f.memWaits.Forget(m.Name)
+	case h.Want == 0:
+		f.memWaits.Forget(m.Name) // nobody waits for it now
+	case obs.scheduled >= h.Want:
+		f.memWaits.Placed(m.Name, time.Now()) // a wait it had ends as its pod is placed
 	}
 	// Profiles no longer in the entry.
 	deps, err := f.deployments.Deployments(ns).List(labels.SelectorFromSet(labels.Set{labelModel: objName(m.Name)}))

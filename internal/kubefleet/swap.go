@@ -269,3 +269,8 @@ func (f *Fleet) Evictions() []fleet.Eviction {
 	})
 	return out
 }
+
+// MemoryWaits are the waits for memory since the fleet was made, for
+// /metrics (as fleet.Fleet.MemoryWaits): from the pass that first gave
+// back pods for a model, or waited for them, to its pod's placing.
+func (f *Fleet) MemoryWaits() fleet.WaitTally { return f.memWaits.Tally() }
