@@ -96,14 +96,14 @@ const swapBudget = 300e6
 // startSwapWorld is modelserve with swapBudget of memory and the tiny
 // models names served on demand, each idle for an hour (only a swap stops
 // one within a test), an OpenAI client of its gateway, and its data folder.
-func startSwapWorld(t *testing.T, names ...string) (*apiServer, openai.Client, string) {
+func startSwapWorld(t testing.TB, names ...string) (*apiServer, openai.Client, string) {
 	t.Helper()
 	return startSwapWorldOn(t, hubtest.New(t), swapBudget, names...)
 }
 
 // startSwapWorldOn is startSwapWorld on the registry hub, which a test
 // adds more repositories to, with budget of memory.
-func startSwapWorldOn(t *testing.T, hub *hubtest.Server, budget int64, names ...string) (*apiServer, openai.Client, string) {
+func startSwapWorldOn(t testing.TB, hub *hubtest.Server, budget int64, names ...string) (*apiServer, openai.Client, string) {
 	t.Helper()
 	data := t.TempDir()
 	s := startAPI(t, config{Addr: "127.0.0.1:0", Data: data, HFEndpoint: hub.URL(), LlamaServer: llamatest.Path(t),
