@@ -165,3 +165,52 @@ func TestARequestForAStoppingReplicaWaitsForANewOne(t *testing.T) {
 		t.Errorf("%d starts of alpha; want alpha-2 started for the request", v.starts("alpha"))
 	}
 }
+
+// TestAModelAskedAgainAndAgainDoesNotStarveAWaitingOne: six clients ask
+// alpha back to back, so its replica is never idle; a request for beta,
+// which needs alpha's room, is answered within seconds all the same (alpha
+// is given back once the answers it has end), and so is every request for
+// alpha, those that came after beta's waiting for alpha's next replica.
+func TestAModelAskedAgainAndAgainDoesNotStarveAWaitingOne(t *testing.T) {
+	_, c, _ := startSwapWorld(t, "alpha", "beta")
+	if err := askModel(c, "alpha", "load alpha"); err != nil {
+		t.Fatal(err)
+	}
+	const clients = 6 // never all between requests at once: alpha is never idle
+	stop := make(chan struct{})
+	errs := make(chan error, clients)
+	for range clients {
+		go func() {
+			var first error
+			for end := time.Now().Add(15 * time.Second); time.Now().Before(end); { // bounded, whatever happens
+				select {
+				case <-stop:
+					errs <- first
+					return
+				default:
+				}
+				if err := askModel(c, "alpha", "again"); err != nil && first == nil {
+					first = err
+				}
+			}
+			errs <- first
+		}()
+	}
+	time.Sleep(200 * time.Millisecond) // alpha busy, back to back
+	began := time.Now()
+	err := askModel(c, "beta", "while alpha is asked again and again")
+	took := time.Since(began)
+	close(stop)
+	for range clients {
+		if err := <-errs; err != nil {
+			t.Errorf("a request for alpha: %v", err)
+		}
+	}
+	if err != nil {
+		t.Fatalf("beta, asked while alpha was asked again and again: %v", err)
+	}
+	if took > 5*time.Second {
+		t.Errorf("beta waited %s for alpha's room; want it given back once its answers end", took)
+	}
+	t.Logf("beta answered after %s", took.Round(time.Millisecond))
+}
