@@ -159,7 +159,8 @@ func (f *Fleet) reclaimable() map[string]giveable {
 
 // makeRoom gives back, by the swap rule, the idle on-demand models whose
 // pods hold the room m needs for the pods it wants, when no node has room
-// for one. It returns the models given back (their Deployments are to be
+// for one of its preferred profile (the one its wanted pods are asked of
+// first: the others take only those the scheduler could not place). It returns the models given back (their Deployments are to be
 // scaled to 0 before m's is scaled up) and what m waits for, "" when it
 // waits for nothing of ours: there is room, or none can be made.
 func (f *Fleet) makeRoom(m catalog.Model, want int, models []catalog.Model, now time.Time) (given []catalog.Model, text string) {
