@@ -129,11 +129,12 @@ type Fleet struct {
 	// they were parked for: the owner's annotation says the same, but the
 	// cache may not have seen it yet when the crashed pod is already gone.
 	parks map[string]park
+	// known is the catalog as the last pass read it, by name.
+	known map[string]catalog.Model
 	// lastStops say, by model, which of its pods was last given back to
 	// make room, and why; evictions count them by model and why; waiting
-	// are the models waiting for busy pods of others to fall idle (swap.go).
-	// known is the catalog as the last pass read it, by name.
-	known     map[string]catalog.Model
+	// are the models waiting for busy pods of others to fall idle; memWaits
+	// how long models waited for room (swap.go).
 	lastStops map[string]string
 	evictions map[[2]string]int
 	waiting   map[string]bool
