@@ -3,8 +3,12 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
+	"net/http"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -48,10 +52,7 @@ func BenchmarkThreeModelsInMemoryForOne(b *testing.B) {
 	}
 	b.ResetTimer()
 	for range b.N {
-		startsBefore := 0
-		for _, m := range models {
-			startsBefore += s.fleet().starts(m)
-		}
+		swapsBefore := s.evictions()
 		var (
 			mu   sync.Mutex
 			all  []sent
@@ -117,10 +118,7 @@ func BenchmarkThreeModelsInMemoryForOne(b *testing.B) {
 				}
 			}
 		}
-		starts := -startsBefore
-		for _, m := range models {
-			starts += s.fleet().starts(m)
-		}
+		starts := s.evictions() - swapsBefore
 		b.Logf("%d requests from %d clients, %d errors, %d swaps; longest wait %s; one swap alone %s; "+
 			"most past its bound (the answers ahead of it plus one swap) %s, by a request for %s that waited %s, "+
 			"which %d later requests for %s went before", len(all), clients, len(failed), starts,
@@ -146,4 +144,27 @@ func later(a, b time.Time) time.Time {
 		return b
 	}
 	return a
+}
+
+// evictions are the replicas given back so far, by /metrics
+// (modelserve_fleet_evictions_total, every model and reason): the swaps.
+func (s *apiServer) evictions() int {
+	s.t.Helper()
+	resp, err := http.Get(s.base + "/metrics")
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	n := 0
+	for _, l := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(l, "modelserve_fleet_evictions_total{"); ok {
+			v, err := strconv.ParseFloat(rest[strings.LastIndexByte(rest, ' ')+1:], 64)
+			if err != nil {
+				s.t.Fatalf("/metrics: %q: %v", l, err)
+			}
+			n += int(v)
+		}
+	}
+	return n
 }
