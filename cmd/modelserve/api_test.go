@@ -30,7 +30,7 @@ import (
 // apiServer is modelserve as serve runs it, against a hubtest registry, with
 // an API token for the test.
 type apiServer struct {
-	t     *testing.T
+	t     testing.TB
 	base  string
 	token string
 	stop  func()
@@ -38,7 +38,7 @@ type apiServer struct {
 	logs *testlog.Buffer
 }
 
-func startAPI(t *testing.T, cfg config) *apiServer {
+func startAPI(t testing.TB, cfg config) *apiServer {
 	t.Helper()
 	// A token made the way `modelserve token create` makes one, before the
 	// server opens the same database.
@@ -158,7 +158,7 @@ func (s *apiServer) watch(id string, limit time.Duration) []jobs.Job {
 	return nil
 }
 
-func tinyRepo(t *testing.T, hub *hubtest.Server, id, file string, spec ggufgen.Spec) {
+func tinyRepo(t testing.TB, hub *hubtest.Server, id, file string, spec ggufgen.Spec) {
 	t.Helper()
 	hub.AddRepo(id, hubtest.RepoOptions{})
 	hub.AddFile(id, file, ggufgen.Bytes(spec))

@@ -96,12 +96,18 @@ const swapBudget = 300e6
 // startSwapWorld is modelserve with swapBudget of memory and the tiny
 // models names served on demand, each idle for an hour (only a swap stops
 // one within a test), an OpenAI client of its gateway, and its data folder.
-func startSwapWorld(t *testing.T, names ...string) (*apiServer, openai.Client, string) {
+func startSwapWorld(t testing.TB, names ...string) (*apiServer, openai.Client, string) {
 	t.Helper()
-	hub := hubtest.New(t)
+	return startSwapWorldOn(t, hubtest.New(t), swapBudget, names...)
+}
+
+// startSwapWorldOn is startSwapWorld on the registry hub, which a test
+// adds more repositories to, with budget of memory.
+func startSwapWorldOn(t testing.TB, hub *hubtest.Server, budget int64, names ...string) (*apiServer, openai.Client, string) {
+	t.Helper()
 	data := t.TempDir()
 	s := startAPI(t, config{Addr: "127.0.0.1:0", Data: data, HFEndpoint: hub.URL(), LlamaServer: llamatest.Path(t),
-		LocalMemory: swapBudget})
+		LocalMemory: budget})
 	for _, name := range names {
 		repo := "acme/" + name + "-GGUF"
 		tinyRepo(t, hub, repo, name+"-Q4_K_M.gguf", ggufgen.Spec{ContextLength: 4096})
@@ -172,7 +178,7 @@ func (v fleetView) starts(model string) int {
 // TestSwapBetweenTwoModelsThatDoNotFitTogether: two tiny models on demand
 // in memory for one. Each request for the one not loaded gives back the
 // other's idle replica and is answered; the API says why the replica
-// stopped and /metrics counts it.
+// stopped and /metrics counts it, and the time each waited for memory.
 func TestSwapBetweenTwoModelsThatDoNotFitTogether(t *testing.T) {
 	s, c, _ := startSwapWorld(t, "alpha", "beta")
 	for i, model := range []string{"alpha", "beta", "alpha"} {
@@ -201,6 +207,11 @@ func TestSwapBetweenTwoModelsThatDoNotFitTogether(t *testing.T) {
 	if !strings.Contains(string(b), `modelserve_fleet_evictions_total{model="beta",reason="swap"} 1`) ||
 		!strings.Contains(string(b), `modelserve_fleet_evictions_total{model="alpha",reason="swap"}`) {
 		t.Errorf("/metrics lacks the evictions of alpha and beta:\n%s", grepLines(string(b), "evictions"))
+	}
+	// beta waited for alpha's room, then alpha for beta's.
+	if !strings.Contains(string(b), "modelserve_fleet_memory_wait_seconds_count 2\n") ||
+		!strings.Contains(string(b), `modelserve_fleet_memory_wait_seconds_bucket{le="+Inf"} 2`) {
+		t.Errorf("/metrics does not count the two waits for memory:\n%s", grepLines(string(b), "memory_wait"))
 	}
 }
 
@@ -389,5 +400,120 @@ func TestThreeModelsInMemoryForOneAnswerEveryRequest(t *testing.T) {
 	}
 	if swaps < 4 {
 		t.Errorf("%d engine starts: the requests did not make the models swap", swaps)
+	}
+}
+
+// TestServeJobTakesTheRoomOfIdleReplicas: with the memory held by an idle
+// replica of a model on demand, a serve of another model is sized to the
+// room that replica would give back, not to what is left beside it (its
+// default pool is not cut), placed once the replica is given back, and
+// its smoke test answered.
+func TestServeJobTakesTheRoomOfIdleReplicas(t *testing.T) {
+	hub := hubtest.New(t)
+	// alpha at a 2048-token pool is promised about 174 MB; beta's default
+	// pool needs about 199 MB, and its smallest a little less: beside
+	// alpha, 197.5 MB is left, room for beta only with its pool cut.
+	const budget = 174.2e6 + 197.5e6
+	s, c, _ := startSwapWorldOn(t, hub, budget, "alpha")
+	if err := askModel(c, "alpha", "load alpha"); err != nil {
+		t.Fatal(err)
+	}
+	// The request's end reaches the fleet a moment after its answer.
+	var nodes struct {
+		Nodes []struct {
+			FreeBytes        int64 `json:"free_bytes"`
+			ReclaimableBytes int64 `json:"reclaimable_bytes"`
+		} `json:"fleet"`
+	}
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		code := s.do("GET", "/api/v1/nodes", nil, &nodes)
+		if code == http.StatusOK && len(nodes.Nodes) == 1 && nodes.Nodes[0].ReclaimableBytes > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the node with alpha idle: %d %+v; want alpha's room reclaimable; replicas %+v", code, nodes, s.fleet())
+		}
+	}
+	tinyRepo(t, hub, "acme/beta-GGUF", "beta-Q4_K_M.gguf", ggufgen.Spec{ContextLength: 4096})
+	var job jobs.Job
+	if code := s.do("POST", "/api/v1/serve", map[string]any{"repo": "acme/beta-GGUF", "name": "beta", "replicas": 1}, &job); code != http.StatusAccepted {
+		t.Fatalf("serve beta: %d %+v", code, job)
+	}
+	seen := s.watch(job.ID, 2*time.Minute)
+	last := seen[len(seen)-1]
+	if last.State != jobs.Done || last.Reply == "" {
+		t.Fatalf("serving beta beside idle alpha ended %s: %s; steps %+v", last.State, last.Error, last.Steps)
+	}
+	if check, _ := last.Step(jobs.StepCheck); strings.Contains(check.Detail, "cut to") || !strings.Contains(check.Detail, "16384 tokens") {
+		t.Errorf("the check step says %q; want beta's default pool, sized to the room alpha gives back", check.Detail)
+	}
+	v := s.fleet()
+	if v.running("beta") != 1 || v.running("alpha") != 0 {
+		t.Errorf("after serving beta: %+v; want beta alone loaded", v.Replicas)
+	}
+	for _, m := range v.Models {
+		if m.Model == "alpha" && !strings.Contains(m.LastStop, "given back for beta") {
+			t.Errorf("alpha's last stop %q; want it given back for beta", m.LastStop)
+		}
+	}
+}
+
+// TestRemovedWhileWaitingAnswers404: a request waiting for room for beta
+// (alpha, answering a long stream, holds it) when beta is removed from the
+// catalog is answered 404 at once, not left to wait out its time or
+// answered 503.
+func TestRemovedWhileWaitingAnswers404(t *testing.T) {
+	s, c, _ := startSwapWorld(t, "alpha", "beta")
+	if err := askModel(c, "alpha", "load alpha"); err != nil {
+		t.Fatal(err)
+	}
+	st := c.Chat.Completions.NewStreaming(context.Background(), openai.ChatCompletionNewParams{Model: "alpha", MaxTokens: openai.Int(1500),
+		Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("a long answer")}}, option.WithJSONSet("ignore_eos", true))
+	defer st.Close()
+	if !st.Next() {
+		t.Fatalf("alpha's stream gave no first chunk: %v", st.Err())
+	}
+	betaErr := make(chan error, 1)
+	go func() { betaErr <- askModel(c, "beta", "while alpha streams") }()
+	// beta waits for alpha's room.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		var h struct {
+			Models []struct {
+				Model     string `json:"model"`
+				Placement string `json:"placement"`
+			} `json:"models"`
+		}
+		s.do("GET", "/api/v1/replicas", nil, &h)
+		waits := false
+		for _, m := range h.Models {
+			waits = waits || m.Model == "beta" && strings.Contains(m.Placement, "waiting for alpha-1")
+		}
+		if waits {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("beta did not come to wait for alpha's room: %+v", h)
+		}
+	}
+	removed := time.Now()
+	if code := s.do("DELETE", "/api/v1/catalog/beta", nil, nil); code != http.StatusOK && code != http.StatusNoContent {
+		t.Fatalf("removing beta: %d", code)
+	}
+	select {
+	case err := <-betaErr:
+		var apiErr *openai.Error
+		if !errors.As(err, &apiErr) || apiErr.StatusCode != http.StatusNotFound || !strings.Contains(apiErr.Message, "was removed from the catalog") {
+			t.Errorf("the request waiting for beta, removed: %v; want 404 saying it was removed", err)
+		}
+		if took := time.Since(removed); took > 5*time.Second {
+			t.Errorf("the waiter for beta was answered %s after its removal", took)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the request waiting for beta, removed, was not answered within 30 s")
+	}
+	for st.Next() {
+	}
+	if err := st.Err(); err != nil {
+		t.Errorf("alpha's stream: %v", err)
 	}
 }

@@ -223,8 +223,10 @@ type Fleet struct {
 	seq      map[string]int
 	// demands are what the gateway asked of each model lately (Use).
 	demands map[string]*demand
-	// evictions count the replicas given back to make room (swap.go).
+	// evictions count the replicas given back to make room (swap.go);
+	// memWaits how long models waited for it (memwait.go).
 	evictions map[[2]string]int
+	memWaits  Waits
 	// restored are the parks Run read from Options.Parks that no model's
 	// state has taken up yet; unpark the kept parks to forget.
 	restored map[string]park

@@ -117,6 +117,7 @@ func (f *Fleet) reconcile(ctx context.Context) {
 			if st.lasting {
 				f.unparkLocked(name)
 			}
+			f.memWaits.Forget(name)
 			delete(f.models, name)
 		}
 	}
@@ -142,6 +143,7 @@ func (f *Fleet) reconcile(ctx context.Context) {
 			// Its requests all went away before a replica of it was
 			// placed: nobody is stopped, nothing started, on their behalf.
 			f.dropDemandLocked(m.Name)
+			f.memWaits.Forget(m.Name)
 			st.want = m.Scaling.Min
 		}
 		if len(active) > st.want {
@@ -182,8 +184,14 @@ func (f *Fleet) reconcile(ctx context.Context) {
 				// Waiting for replicas to stop and give back their room
 				// is not being unplaceable.
 				st.unplaceable = !strings.HasPrefix(text, makingRoom)
+				if st.unplaceable {
+					f.memWaits.Forget(m.Name)
+				} else {
+					f.memWaits.Waiting(m.Name, now)
+				}
 				break
 			}
+			f.memWaits.Placed(m.Name, time.Now())
 			active = append(active, r)
 		}
 	}
@@ -454,8 +462,10 @@ func (f *Fleet) makeRoomLocked(m catalog.Model, profs []catalog.Profile, caps []
 			if !exists(p, a) {
 				continue
 			}
-			var have, need, givable, later int64
-			var stopping, victims, busy []*replica
+			var have, need int64
+			var stopping, busy []*replica
+			var holders []Holder
+			var waitLater int64
 			var fit []int
 			if p.GPUClass != "" {
 				var free []int
@@ -477,6 +487,7 @@ func (f *Fleet) makeRoomLocked(m catalog.Model, profs []catalog.Profile, caps []
 				}
 				return k
 			}
+			byID := map[string]*replica{}
 			for _, r := range a.holders {
 				h := held(r)
 				if h == 0 {
@@ -490,38 +501,34 @@ func (f *Fleet) makeRoomLocked(m catalog.Model, profs []catalog.Profile, caps []
 				if r.stopping {
 					// Its room is another model's, asked for before m: m's
 					// turn comes once that one is idle in its turn.
-					later += h
+					waitLater += h
 					busy = append(busy, r)
 					continue
 				}
-				switch f.giveLocked(r, m) {
-				case idleGive, drainGive:
-					givable += h
-					victims = append(victims, r)
-				case busyGive:
-					later += h
-					busy = append(busy, r)
+				if hr := f.holderLocked(r, m, h); hr != nil {
+					holders = append(holders, *hr)
+					byID[r.id] = r
+					if giveFor(*hr, m) == busyGive {
+						busy = append(busy, r)
+					}
 				}
 			}
 			if have >= need && len(stopping) > 0 {
 				return fmt.Sprintf("%s on node %s: waiting for %s to stop", makingRoom, n.Name(), ids(stopping)), true
 			}
-			if have+givable < need {
-				if have+givable+later >= need && busyText == "" {
+			victims, all, ok := Victims(holders, m, have, need)
+			if !ok {
+				if have+all+waitLater >= need && busyText == "" {
 					busyText = fmt.Sprintf("%s on node %s: waiting for %s to finish the requests %s",
 						makingRoom, n.Name(), ids(busy), words.Plural(len(busy), "it answers", "they answer"))
 				}
 				continue
 			}
-			f.victimOrderLocked(victims, m)
 			var stopped []*replica
-			for _, r := range victims {
-				if have >= need {
-					break
-				}
+			for _, v := range victims {
+				r := byID[v.ID]
 				f.giveBackLocked(r, m, now)
 				stopped = append(stopped, r)
-				have += held(r)
 			}
 			f.log.Info("giving back replicas to make room", "model", m.Name, "node", n.Name(), "replicas", ids(stopped))
 			return fmt.Sprintf("%s on node %s: giving back %s", makingRoom, n.Name(), ids(stopped)), true

@@ -35,29 +35,137 @@ const (
 	drainGive             // answering, and asked for again after m began to wait: given back once its answers end
 )
 
-// giveLocked is what r is to m, which needs its room.
-func (f *Fleet) giveLocked(r *replica, m catalog.Model) give {
-	if r.stopping || r.released || r.model == m.Name {
+// Holder is a replica holding room another model needs, as the swap rule
+// sees it. Both fleets describe their replicas so and ask the rule which
+// to give back (Victims): the local fleet its engines, the Kubernetes
+// fleet its pods, whose Deployments it scales to 0.
+type Holder struct {
+	ID, Model string
+	// Class and Min are its model's: its class (ClassOrDefault) and the
+	// replicas its Scaling.Min keeps.
+	Class string
+	Min   int
+	// Busy is a replica answering a request or about to (its model is in
+	// use, or it is not ready yet).
+	Busy bool
+	// Behind is a busy replica whose model was asked for again after the
+	// asker began to wait: it is given back once its answers end.
+	Behind bool
+	// LastUsed is when its model was last asked for; the zero time when
+	// not since its demand was forgotten.
+	LastUsed time.Time
+	// Held is what it holds of what the asker needs: bytes, or cards.
+	Held int64
+}
+
+// giveFor is what h is to asker, which needs its room.
+func giveFor(h Holder, asker catalog.Model) give {
+	if h.Model == asker.Name {
 		return keep
 	}
-	st := f.models[r.model]
-	if st == nil {
-		return keep
-	}
-	if m.ClassOrDefault() == catalog.ClassCritical && st.class == catalog.ClassOpportunistic {
+	if asker.ClassOrDefault() == catalog.ClassCritical && h.Class == catalog.ClassOpportunistic {
 		return idleGive // as before: a critical model's room comes first
 	}
-	if st.class == catalog.ClassCritical || st.min > 0 {
+	if h.Class == catalog.ClassCritical || h.Min > 0 {
 		return keep
 	}
-	d := f.demands[r.model]
-	if r.state != Ready || r.holds > 0 || d != nil && d.inUse > 0 {
-		if w := f.demands[m.Name]; r.state == Ready && r.holds > 0 && d != nil && w != nil && d.lastAsk.After(w.since) {
-			return drainGive
-		}
+	switch {
+	case h.Busy && h.Behind:
+		return drainGive
+	case h.Busy:
 		return busyGive
 	}
 	return idleGive
+}
+
+// Reclaimable is whether h would be given back now for a model that needs
+// its room: what a node could hold once idle on-demand replicas go.
+func Reclaimable(h Holder) bool { return giveFor(h, catalog.Model{}) == idleGive }
+
+// Victims are the holders to give back so that have, with what they hold,
+// reaches need: of those that may go for asker (idle on demand, or behind
+// it), idle before busy, opportunistic before standard, then the least
+// recently used first, as few as will do. ok is false when all of them
+// would not do. all is what every holder that may go for asker holds,
+// the busy ones (given back once idle) with the rest: whether waiting
+// helps.
+func Victims(hs []Holder, asker catalog.Model, have, need int64) (out []Holder, all int64, ok bool) {
+	var givable, later int64
+	var cands []Holder
+	for _, h := range hs {
+		switch giveFor(h, asker) {
+		case idleGive, drainGive:
+			givable += h.Held
+			cands = append(cands, h)
+		case busyGive:
+			later += h.Held
+		}
+	}
+	if have+givable < need {
+		return nil, givable + later, false
+	}
+	slices.SortStableFunc(cands, func(x, y Holder) int {
+		return cmp.Or(cmp.Compare(boolRank(x.Busy), boolRank(y.Busy)), cmp.Compare(classOrder(x.Class), classOrder(y.Class)),
+			x.LastUsed.Compare(y.LastUsed), compareIDs(x.ID, y.ID))
+	})
+	for _, h := range cands {
+		if have >= need {
+			break
+		}
+		out = append(out, h)
+		have += h.Held
+	}
+	return out, givable + later, true
+}
+
+func classOrder(class string) int {
+	if class == catalog.ClassOpportunistic {
+		return 0
+	}
+	return 1
+}
+
+// GiveBackWhy is why h is given back for asker, as the replica's detail
+// and its model's last stop say it, and the reason it is counted under
+// (Eviction): "swap" (idle, for another model) or "critical" (for a
+// critical model).
+func GiveBackWhy(h Holder, asker catalog.Model, now time.Time) (reason, why string) {
+	if asker.ClassOrDefault() == catalog.ClassCritical && h.Class == catalog.ClassOpportunistic {
+		return "critical", fmt.Sprintf("stopped to make room for %s, a critical model", asker.Name)
+	}
+	if h.Busy {
+		return "swap", "given back for " + asker.Name + " once the answers it has end"
+	}
+	why = "given back for " + asker.Name + ", idle"
+	if !h.LastUsed.IsZero() {
+		why += " for " + words.Span(now.Sub(h.LastUsed))
+	}
+	return "swap", why
+}
+
+// holderLocked is r as the swap rule sees it, for m: nil for one that is
+// never given back (stopping, gone, or of a model the fleet forgot).
+func (f *Fleet) holderLocked(r *replica, m catalog.Model, held int64) *Holder {
+	st := f.models[r.model]
+	if r.stopping || r.released || st == nil {
+		return nil
+	}
+	d := f.demands[r.model]
+	h := &Holder{ID: r.id, Model: r.model, Class: st.class, Min: st.min, Held: held,
+		Busy: r.state != Ready || r.holds > 0 || d != nil && d.inUse > 0, LastUsed: f.lastUsedLocked(r)}
+	if w := f.demands[m.Name]; r.state == Ready && r.holds > 0 && d != nil && w != nil && d.lastAsk.After(w.since) {
+		h.Behind = true
+	}
+	return h
+}
+
+// giveLocked is what r is to m, which needs its room.
+func (f *Fleet) giveLocked(r *replica, m catalog.Model) give {
+	h := f.holderLocked(r, m, r.memBytes)
+	if h == nil {
+		return keep
+	}
+	return giveFor(*h, m)
 }
 
 // lastUsedLocked is when r's model was last asked for: the zero time when
@@ -69,39 +177,18 @@ func (f *Fleet) lastUsedLocked(r *replica) time.Time {
 	return time.Time{}
 }
 
-// victimOrder sorts the replicas to give back for m: idle before busy,
-// opportunistic before standard, then the least recently used first.
-func (f *Fleet) victimOrderLocked(rs []*replica, m catalog.Model) {
-	busy := func(r *replica) int { return boolRank(f.giveLocked(r, m) != idleGive || r.holds > 0) }
-	slices.SortStableFunc(rs, func(x, y *replica) int {
-		return cmp.Or(cmp.Compare(busy(x), busy(y)), cmp.Compare(classOrder(f.models[x.model].class), classOrder(f.models[y.model].class)),
-			f.lastUsedLocked(x).Compare(f.lastUsedLocked(y)), compareIDs(x.id, y.id))
-	})
-}
-
-func classOrder(class string) int {
-	if class == catalog.ClassOpportunistic {
-		return 0
-	}
-	return 1
-}
-
 // giveBackLocked retires r for m, saying why, counts it, and forgets what
 // was asked of r's model: it wants no replica again until it is asked for
 // again, or two models would take the room from each other for ever.
 func (f *Fleet) giveBackLocked(r *replica, m catalog.Model, now time.Time) {
-	reason, why := "swap", "given back for "+m.Name+", idle"
-	if m.ClassOrDefault() == catalog.ClassCritical && f.models[r.model].class == catalog.ClassOpportunistic {
-		reason, why = "critical", fmt.Sprintf("stopped to make room for %s, a critical model", m.Name)
-	} else if last := f.lastUsedLocked(r); !last.IsZero() {
-		why += " for " + words.Span(now.Sub(last))
+	h := f.holderLocked(r, m, r.memBytes)
+	if h == nil {
+		return
 	}
+	reason, why := GiveBackWhy(*h, m, now)
 	if d := f.demands[r.model]; r.holds > 0 || d != nil && d.inUse > 0 {
 		// Given back busy: its model's requests still to come are behind
 		// m's, so its wait begins now.
-		if reason == "swap" {
-			why = "given back for " + m.Name + " once the answers it has end"
-		}
 		if d != nil {
 			d.since = now
 		}

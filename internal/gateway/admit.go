@@ -193,9 +193,16 @@ func without(rs, avoid []fleet.Replica) []fleet.Replica {
 	return out
 }
 
-// unstartable says why no replica of model will come: it is parked after
-// failed starts, or cannot be placed. Nil while one may yet start.
+// unstartable says why no replica of model will come: it was removed from
+// the catalog while the request waited (404, as for a model never there),
+// it is parked after failed starts, or it cannot be placed. Nil while one
+// may yet start.
 func (g *Gateway) unstartable(model string) *apiError {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	if g.names.removed(ctx, model) {
+		return modelRemoved(model)
+	}
 	for _, h := range g.opts.Fleet.ModelHealth() {
 		if h.Model != model {
 			continue

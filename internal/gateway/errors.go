@@ -53,6 +53,12 @@ func modelNotFound(name string) *apiError {
 		Message: "the model " + operr.Quote(name) + " does not exist; GET /v1/models lists them"}
 }
 
+func modelRemoved(name string) *apiError {
+	param := "model"
+	return &apiError{status: http.StatusNotFound, Type: "invalid_request_error", Code: "model_not_found", Param: &param,
+		Message: "the model " + operr.Quote(name) + " was removed from the catalog while the request waited for it; GET /v1/models lists those there are"}
+}
+
 func tooLarge(limit int64) *apiError {
 	return &apiError{status: http.StatusRequestEntityTooLarge, Type: "invalid_request_error", Code: "request_too_large",
 		Message: "the request body is larger than " + strconv.FormatInt(limit>>20, 10) + " MiB: send a shorter one"}

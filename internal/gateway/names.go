@@ -54,6 +54,21 @@ func (n *names) lookup(ctx context.Context, asked string) (catalog.Model, bool, 
 	return models[i], true, nil
 }
 
+// removed is whether the catalog, as last read (read again when due),
+// has no entry named model: one removed while its requests waited.
+func (n *names) removed(ctx context.Context, model string) bool {
+	models, _, err := n.current(ctx, false)
+	if err != nil {
+		return false // not known to be gone: the wait goes on
+	}
+	for _, m := range models {
+		if m.Name == model {
+			return false
+		}
+	}
+	return true
+}
+
 // canary is model's canary as the catalog was last read (lookup reads it
 // when due), and whether it has one.
 func (n *names) canary(model string) (catalog.Model, bool) {

@@ -19,6 +19,10 @@ import (
 
 // stubFleet serves its replicas as given, counts how often it is asked
 // for them, and tells its OnReady listeners when told to.
+// stubCatalog holds the model these tests ask for: a request waiting for
+// one the catalog does not have is answered 404.
+var stubCatalog = []catalog.Model{{Name: "m"}}
+
 type stubFleet struct {
 	mu    sync.Mutex
 	ready []fleet.Replica
@@ -37,7 +41,7 @@ func (f *stubFleet) EngineKey(string) string                       { return "k" 
 func (f *stubFleet) ModelHealth() []fleet.ModelHealth              { return nil }
 func (f *stubFleet) Use(string, int) func()                        { return func() {} }
 func (f *stubFleet) OnReady(fn func(string))                       { f.tell = append(f.tell, fn) }
-func (f *stubFleet) List(context.Context) ([]catalog.Model, error) { return nil, nil }
+func (f *stubFleet) List(context.Context) ([]catalog.Model, error) { return stubCatalog, nil }
 func (f *stubFleet) Check(context.Context, string) (auth.Token, error) {
 	return auth.Token{}, auth.ErrBadToken
 }

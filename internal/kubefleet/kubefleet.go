@@ -129,6 +129,16 @@ type Fleet struct {
 	// they were parked for: the owner's annotation says the same, but the
 	// cache may not have seen it yet when the crashed pod is already gone.
 	parks map[string]park
+	// known is the catalog as the last pass read it, by name.
+	known map[string]catalog.Model
+	// lastStops say, by model, which of its pods was last given back to
+	// make room, and why; evictions count them by model and why; waiting
+	// are the models waiting for busy pods of others to fall idle; memWaits
+	// how long models waited for room (swap.go).
+	lastStops map[string]string
+	evictions map[[2]string]int
+	waiting   map[string]bool
+	memWaits  fleet.Waits
 	// begun and done count the passes over all models; passed is closed
 	// (and replaced) at the end of each, for Sync.
 	begun, done int
@@ -173,6 +183,7 @@ func New(opts Options) (*Fleet, error) {
 		opts: opts, log: opts.Log,
 		queue:  workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]()),
 		models: map[string]fleet.ModelHealth{}, demands: map[string]*demand{}, parks: map[string]park{},
+		lastStops: map[string]string{}, evictions: map[[2]string]int{}, waiting: map[string]bool{},
 		passed: make(chan struct{}), first: make(chan struct{}),
 	}, nil
 }
@@ -353,10 +364,11 @@ func (f *Fleet) reconcileAll(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("reading the catalog: %w", err)
 	}
+	f.remember(models)
 	names := map[string]bool{}
 	for _, m := range models {
 		names[m.Name] = true
-		if err := f.reconcile(ctx, m); err != nil {
+		if err := f.reconcile(ctx, m, models); err != nil {
 			return err
 		}
 	}
@@ -379,12 +391,25 @@ func (f *Fleet) reconcileModel(ctx context.Context, name string) error {
 	if err != nil {
 		return fmt.Errorf("reading the catalog: %w", err)
 	}
+	f.remember(models)
 	for _, m := range models {
 		if m.Name == name {
-			return f.reconcile(ctx, m)
+			return f.reconcile(ctx, m, models)
 		}
 	}
 	return f.remove(ctx, name)
+}
+
+// remember keeps the catalog as read, for what the nodes could give back
+// (Pool, Nodes) between passes.
+func (f *Fleet) remember(models []catalog.Model) {
+	byName := make(map[string]catalog.Model, len(models))
+	for _, m := range models {
+		byName[m.Name] = m
+	}
+	f.mu.Lock()
+	f.known = byName
+	f.mu.Unlock()
 }
 
 // remove deletes a model's owner; the garbage collector removes what it
@@ -394,7 +419,10 @@ func (f *Fleet) remove(ctx context.Context, name string) error {
 	delete(f.models, name)
 	delete(f.demands, name)
 	delete(f.parks, name)
+	delete(f.lastStops, name)
+	delete(f.waiting, name)
 	f.mu.Unlock()
+	f.memWaits.Forget(name)
 	if _, err := f.configMaps.ConfigMaps(f.opts.Namespace).Get(objName(name)); apierrors.IsNotFound(err) {
 		return nil
 	}
@@ -407,12 +435,16 @@ func (f *Fleet) remove(ctx context.Context, name string) error {
 	return nil
 }
 
-// reconcile writes m's objects as the catalog and its pods say they should
-// be, and records how it fares.
-func (f *Fleet) reconcile(ctx context.Context, m catalog.Model) error {
+// reconcile writes m's objects as the catalog (models) and its pods say
+// they should be, and records how it fares.
+func (f *Fleet) reconcile(ctx context.Context, m catalog.Model, models []catalog.Model) error {
 	ns := f.opts.Namespace
 	fp := fingerprint(m)
-	h := fleet.ModelHealth{Model: m.Name, Class: m.ClassOrDefault(), Want: f.want(m, time.Now())}
+	now := time.Now()
+	h := fleet.ModelHealth{Model: m.Name, Class: m.ClassOrDefault(), Want: f.want(m, now)}
+	f.mu.Lock()
+	h.LastStop = f.lastStops[m.Name]
+	f.mu.Unlock()
 	// Parked before (for this fingerprint), parked still; a container
 	// that failed MaxFailures times parks the model now.
 	f.mu.Lock()
@@ -463,6 +495,18 @@ func (f *Fleet) reconcile(ctx context.Context, m catalog.Model) error {
 	// The preferred profile runs what is wanted; replicas its pods could
 	// not be placed with are tried on the next.
 	keep := map[string]bool{}
+	making := ""
+	if werr == nil && !h.Parked {
+		// The models given back for m are scaled to 0 first: the
+		// scheduler places m's pod once theirs have gone.
+		var given []catalog.Model
+		given, making = f.makeRoom(m, h.Want, models, now)
+		for _, g := range given {
+			if err := f.reconcile(ctx, g, models); err != nil {
+				return err
+			}
+		}
+	}
 	if werr == nil {
 		remaining := int32(h.Want)
 		if h.Parked {
@@ -478,8 +522,18 @@ func (f *Fleet) reconcile(ctx context.Context, m catalog.Model) error {
 			remaining = min(remaining, int32(obs.unschedulable[name]))
 		}
 	}
-	if obs.placement != "" && !h.Parked && obs.scheduled < h.Want {
+	switch {
+	case making != "":
+		// Waiting for room being made is not being unplaceable.
+		h.Placement = making
+		f.memWaits.Waiting(m.Name, now)
+	case obs.placement != "" && !h.Parked && obs.scheduled < h.Want:
 		h.Unplaceable, h.Placement = true, obs.placement
+		f.memWaits.Forget(m.Name)
+	case h.Want == 0:
+		f.memWaits.Forget(m.Name) // nobody waits for it now
+	case obs.scheduled >= h.Want:
+		f.memWaits.Placed(m.Name, time.Now()) // a wait it had ends as its pod is placed
 	}
 	// Profiles no longer in the entry.
 	deps, err := f.deployments.Deployments(ns).List(labels.SelectorFromSet(labels.Set{labelModel: objName(m.Name)}))

@@ -148,15 +148,17 @@ func (f *Fleet) hardwareExists(m catalog.Model) bool {
 	return false
 }
 
-// Nodes are the cluster's nodes with what their pods request.
+// Nodes are the cluster's nodes with what their pods request, and what
+// the pods the swap rule would give back hold (swap.go).
 func (f *Fleet) Nodes() []fleet.NodeStatus {
-	rs := f.room()
+	rs, give := f.room(), f.reclaimable()
 	out := make([]fleet.NodeStatus, 0, len(rs))
 	for _, n := range rs {
 		free := max(n.mem-n.memUsed, 0)
 		ns := fleet.NodeStatus{
 			Name: n.name, CPUCores: int(n.cpu), RAMBytes: n.mem,
 			AvailableBytes: free, FreeBytes: free, PromisedBytes: n.memUsed, Replicas: slices.Clone(n.ours),
+			Reclaimable: give[n.name].pods, ReclaimableBytes: give[n.name].mem,
 		}
 		if ns.Replicas == nil {
 			ns.Replicas = []string{}
@@ -175,10 +177,14 @@ func (f *Fleet) Nodes() []fleet.NodeStatus {
 
 // Pool is the cluster's nodes as the planner sees them: allocatable less
 // what pods request, so the plan and the scheduler decide on the same
-// figures.
+// figures, with what the pods of idle models on demand would give back
+// for a model that needs their room, as the local fleet's pool counts it.
 func (f *Fleet) Pool() []plan.Node {
 	out := []plan.Node{}
+	give := f.reclaimable()
 	for _, n := range f.room() {
+		g := give[n.name]
+		n.memUsed, n.gpuUsed = max(n.memUsed-g.mem, 0), max(n.gpuUsed-g.gpus, 0)
 		pn := plan.Node{
 			Name: n.name, CPUCores: int(n.cpu), RAMGB: gib(n.mem), FreeRAMGB: gib(max(n.mem-n.memUsed, 0)),
 			CPUBandwidthGBs: plan.DefaultCPUBandwidthGBs, GPUs: []plan.GPU{},
@@ -249,12 +255,19 @@ func (f *Fleet) Use(model string, replicas int) (release func()) {
 	done := false
 	return func() {
 		f.mu.Lock()
-		defer f.mu.Unlock()
+		look := false
 		if !done && f.demands[model] == d {
 			d.inUse--
 			d.lastUse = time.Now()
+			// Its pods may be idle now, and another model waits for
+			// their room.
+			look = d.inUse == 0 && len(f.waiting) > 0
 		}
 		done = true
+		f.mu.Unlock()
+		if look {
+			f.Poke()
+		}
 	}
 }
 

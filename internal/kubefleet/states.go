@@ -248,9 +248,11 @@ func (f *Fleet) ModelHealth() []fleet.ModelHealth {
 // Hold lets every request through and holds nothing: a pod being deleted
 // leaves Serving at once (it is no longer ready), and a request that meets
 // one already gone (its connection refused) is tried by the gateway on
-// another. The requests a deleted pod's engine has in flight are not
-// waited for: draining pods (a hold counted here, the delete made once it
-// is zero) is not done yet.
+// another. Swapping and idle scale-downs cut no answer: they take only
+// models no request is in flight for (Use counts each request to its end,
+// swap.go). The requests a pod has when an operator stops it, or when a
+// lower Max scales its Deployment down, are not waited for: draining pods
+// (a hold counted here, the delete made once it is zero) is not done yet.
 func (f *Fleet) Hold(id string) (release func(), ok bool) {
 	return func() {}, true
 }

@@ -29,7 +29,13 @@ type fleetCollector struct {
 	f                                            Fleet
 	replicas, nodeMemory, nodeFree, nodePromised *prometheus.Desc
 	estimate, resident                           *prometheus.Desc
-	evictions                                    *prometheus.Desc
+	evictions, memoryWaits                       *prometheus.Desc
+}
+
+// memoryWaiter is a fleet that tallies how long models waited for memory
+// (both fleets do; fleet.Waits).
+type memoryWaiter interface {
+	MemoryWaits() fleet.WaitTally
 }
 
 // evictor is a fleet that gives replicas back to make room and counts
@@ -58,11 +64,15 @@ func newFleetCollector(f Fleet) fleetCollector {
 		evictions: prometheus.NewDesc("modelserve_fleet_evictions_total",
 			"Replicas given back to make room for another model, by model and why: swap (idle, on demand) or critical "+
 				"(opportunistic, for a critical model).", []string{"model", "reason"}, nil),
+		memoryWaits: prometheus.NewDesc("modelserve_fleet_memory_wait_seconds",
+			"How long models asked for waited for memory: from the first look that found no room for a replica (others "+
+				"being given back, stopping, or answering until idle) to the start of the replica it was made for; the "+
+				"engine's load comes after.", nil, nil),
 	}
 }
 
 func (c fleetCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.replicas, c.nodeMemory, c.nodeFree, c.nodePromised, c.estimate, c.resident, c.evictions} {
+	for _, d := range []*prometheus.Desc{c.replicas, c.nodeMemory, c.nodeFree, c.nodePromised, c.estimate, c.resident, c.evictions, c.memoryWaits} {
 		ch <- d
 	}
 }
@@ -98,6 +108,14 @@ func (c fleetCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.nodeMemory, prometheus.GaugeValue, float64(n.RAMBytes), n.Name)
 		ch <- prometheus.MustNewConstMetric(c.nodeFree, prometheus.GaugeValue, float64(n.FreeBytes), n.Name)
 		ch <- prometheus.MustNewConstMetric(c.nodePromised, prometheus.GaugeValue, float64(n.PromisedBytes), n.Name)
+	}
+	if w, ok := c.f.(memoryWaiter); ok {
+		t := w.MemoryWaits()
+		buckets := make(map[float64]uint64, len(fleet.MemoryWaitBounds))
+		for i, b := range fleet.MemoryWaitBounds {
+			buckets[b.Seconds()] = t.Buckets[i]
+		}
+		ch <- prometheus.MustNewConstHistogram(c.memoryWaits, t.Count, t.Sum.Seconds(), buckets)
 	}
 	if e, ok := c.f.(evictor); ok {
 		for _, ev := range e.Evictions() {

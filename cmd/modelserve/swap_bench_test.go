@@ -1,0 +1,170 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/openai/openai-go/v3"
+)
+
+// BenchmarkThreeModelsInMemoryForOne: three tiny models on demand in
+// memory for one, 300 requests in random order from 8 clients, through
+// the real binary and the real engine. Every request is to be answered (one
+// that is not fails the benchmark), and none is to wait longer than the
+// answers queued ahead of it plus one swap: request i, sent at a, ends no
+// later than the last of the requests unanswered at a does, plus one swap
+// (the longest of a few swaps measured alone beforehand, a request's own
+// answer included). It reports the errors, the longest wait, and the most
+// any request went past its bound (≤ 0: every one within).
+func BenchmarkThreeModelsInMemoryForOne(b *testing.B) {
+	s, c, _ := startSwapWorld(b, "alpha", "beta", "gamma")
+	models := []string{"alpha", "beta", "gamma"}
+
+	// One swap, alone: each request asks for the model not loaded.
+	var swap time.Duration
+	for i, model := range []string{"alpha", "beta", "gamma", "alpha", "beta"} {
+		began := time.Now()
+		if err := askModel(c, model, fmt.Sprintf("swap %d alone", i)); err != nil {
+			b.Fatalf("the swap to %s alone: %v", model, err)
+		}
+		if i > 0 { // the first is a cold start, not a swap
+			swap = max(swap, time.Since(began))
+		}
+	}
+	const (
+		clients  = 8
+		requests = 300
+		bound    = 90 * time.Second // the whole run's, well above what it takes
+	)
+	type sent struct {
+		at, end time.Time
+		err     error
+		model   string
+	}
+	b.ResetTimer()
+	for range b.N {
+		swapsBefore := s.evictions()
+		var (
+			mu   sync.Mutex
+			all  []sent
+			wg   sync.WaitGroup
+			next = make(chan int, requests)
+		)
+		for i := range requests {
+			next <- i
+		}
+		close(next)
+		deadline := time.Now().Add(bound)
+		for range clients {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := range next {
+					if time.Now().After(deadline) {
+						return
+					}
+					model := models[rand.N(len(models))]
+					r := sent{at: time.Now(), model: model}
+					r.err = askModel(c, model, fmt.Sprintf("request %d", i))
+					r.end = time.Now()
+					mu.Lock()
+					all = append(all, r)
+					mu.Unlock()
+				}
+			}()
+		}
+		wg.Wait()
+		b.StopTimer()
+
+		slices.SortFunc(all, func(x, y sent) int { return x.at.Compare(y.at) })
+		var failed []string
+		var longest, over time.Duration
+		var worst sent
+		overtaken := 0
+		over = -time.Hour
+		for i, r := range all {
+			if r.err != nil {
+				var apiErr *openai.Error
+				if errors.As(r.err, &apiErr) {
+					r.err = fmt.Errorf("%d %s", apiErr.StatusCode, apiErr.RawJSON())
+				}
+				failed = append(failed, r.model+": "+r.err.Error())
+				continue
+			}
+			ahead := r.at
+			for _, q := range all[:i] {
+				if q.end.After(r.at) {
+					ahead = later(ahead, q.end)
+				}
+			}
+			longest = max(longest, r.end.Sub(r.at))
+			if d := r.end.Sub(ahead.Add(swap)); d > over {
+				// Who went before it, of those sent after it: requests
+				// for its own model say its queue was not kept in order.
+				over, worst, overtaken = d, r, 0
+				for _, q := range all[i+1:] {
+					if q.model == r.model && q.end.Before(r.end) {
+						overtaken++
+					}
+				}
+			}
+		}
+		starts := s.evictions() - swapsBefore
+		b.Logf("%d requests from %d clients, %d errors, %d swaps; longest wait %s; one swap alone %s; "+
+			"most past its bound (the answers ahead of it plus one swap) %s, by a request for %s that waited %s, "+
+			"which %d later requests for %s went before", len(all), clients, len(failed), starts,
+			longest.Round(time.Millisecond), swap.Round(time.Millisecond), over.Round(time.Millisecond),
+			worst.model, worst.end.Sub(worst.at).Round(time.Millisecond), overtaken, worst.model)
+		b.ReportMetric(float64(len(failed)), "errors")
+		b.ReportMetric(float64(longest.Milliseconds()), "longest-wait-ms")
+		b.ReportMetric(float64(swap.Milliseconds()), "one-swap-ms")
+		b.ReportMetric(float64(over.Milliseconds()), "past-bound-ms")
+		b.ReportMetric(float64(starts), "swaps")
+		if len(all) < requests {
+			b.Errorf("only %d of %d requests were sent within %s", len(all), requests, bound)
+		}
+		if len(failed) > 0 {
+			b.Errorf("%d of %d requests failed; the first: %s", len(failed), len(all), failed[0])
+		}
+		b.StartTimer()
+	}
+}
+
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}
+
+// evictions are the replicas given back so far, by /metrics
+// (modelserve_fleet_evictions_total, every model and reason): the swaps.
+func (s *apiServer) evictions() int {
+	s.t.Helper()
+	resp, err := http.Get(s.base + "/metrics")
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	n := 0
+	for _, l := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(l, "modelserve_fleet_evictions_total{"); ok {
+			v, err := strconv.ParseFloat(rest[strings.LastIndexByte(rest, ' ')+1:], 64)
+			if err != nil {
+				s.t.Fatalf("/metrics: %q: %v", l, err)
+			}
+			n += int(v)
+		}
+	}
+	return n
+}

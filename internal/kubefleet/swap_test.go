@@ -1,0 +1,157 @@
+package kubefleet_test
+
+import (
+	"context"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"modelserve/catalog"
+	"modelserve/internal/fleet"
+	"modelserve/internal/kubefleet"
+	"modelserve/internal/kubetest"
+	"modelserve/internal/testlog"
+)
+
+// TestKubernetesSwap is the local fleet's swapping on a real control
+// plane: one node with room for one model at a time, and models served on
+// demand taking each other's room by the same rule.
+func TestKubernetesSwap(t *testing.T) {
+	c := kubetest.Start(t)
+	c.AddNode(t, kubetest.Node{Name: "small-1", CPU: 8, Memory: "6Gi"})
+	client := c.Client(t, c.Account(t, "../../deploy/rbac.yaml"))
+	mirrorDir := t.TempDir()
+	cat := &memCatalog{}
+	onDemand := func(name string) catalog.Model {
+		m := model(mirrorDir, name, catalog.Profile{RAMBytes: 4 << 30, CPUCores: 1})
+		m.Scaling = catalog.Scaling{Min: 0, Max: 1, IdleAfter: time.Hour}
+		return m
+	}
+	for _, name := range []string{"alpha", "beta", "gamma"} {
+		cat.add(onDemand(name))
+	}
+	var logs testlog.Buffer
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("the fleet's log:\n%s", logs.String())
+		}
+	})
+	f, err := kubefleet.New(kubefleet.Options{
+		Client: client, Catalog: cat, Namespace: ns, EngineImage: "ghcr.io/ggml-org/llama.cpp:server",
+		MirrorURL: "http://modelserve.modelserve.svc:8080/", MirrorDir: mirrorDir, Resync: 5 * time.Second,
+		Log: slog.New(slog.NewTextHandler(&logs, nil)),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- f.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+	admin := c.Admin
+	ready := func(name string) fleet.Replica {
+		t.Helper()
+		type seen struct {
+			Replicas []fleet.Replica
+			Health   fleet.ModelHealth
+		}
+		waitFor(t, "a ready replica of "+name, func() (seen, bool) {
+			rs := f.Serving(name)
+			return seen{replicasOf(f, name), health(f, name)}, len(rs) == 1
+		})
+		return first(f.Serving(name))
+	}
+	scaledTo0 := func(name string) {
+		t.Helper()
+		waitFor(t, name+" scaled to 0 with no pod left", func() ([]fleet.Replica, bool) {
+			rs := replicasOf(f, name)
+			return rs, *deploymentOf(t, admin, name).Spec.Replicas == 0 && len(rs) == 0
+		})
+	}
+
+	release := f.Use("alpha", 1)
+	alpha := ready("alpha")
+	release()
+
+	t.Run("an idle model's pods are room the planner may count", func(t *testing.T) {
+		ns := f.Nodes()
+		if len(ns) != 1 || len(ns[0].Reclaimable) != 1 || ns[0].Reclaimable[0] != alpha.ID || ns[0].ReclaimableBytes != 4<<30 {
+			t.Errorf("the node with alpha idle: %+v; want alpha's pod and its 4 GiB reclaimable", ns)
+		}
+		if p := poolOf(f); len(p) != 1 || p[0].freeRAMGB != 6 {
+			t.Errorf("the pool with alpha idle: %+v; want all 6 GB free to the planner", p)
+		}
+	})
+
+	t.Run("an idle model on demand is scaled to 0 for another asked for", func(t *testing.T) {
+		release := f.Use("beta", 1)
+		defer release()
+		ready("beta")
+		scaledTo0("alpha")
+		if h := health(f, "alpha"); !strings.HasPrefix(h.LastStop, alpha.ID+": given back for beta, idle for ") {
+			t.Errorf("alpha's last stop %q, want its pod given back for beta, idle", h.LastStop)
+		}
+		if ev := f.Evictions(); len(ev) != 1 || ev[0] != (fleet.Eviction{Model: "alpha", Reason: "swap", Count: 1}) {
+			t.Errorf("evictions %+v, want alpha's one swap", ev)
+		}
+		if w := f.MemoryWaits(); w.Count != 1 || w.Sum <= 0 {
+			t.Errorf("waits for memory %+v, want beta's one", w)
+		}
+	})
+
+	t.Run("a model answering requests is not scaled down: the other waits for it", func(t *testing.T) {
+		releaseBeta := f.Use("beta", 1)
+		beta := ready("beta")
+		releaseGamma := f.Use("gamma", 1)
+		defer releaseGamma()
+		h := waitFor(t, "gamma to wait for beta", func() (fleet.ModelHealth, bool) {
+			h := health(f, "gamma")
+			return h, strings.Contains(h.Placement, "waiting for "+beta.ID+" to finish the requests it answers")
+		})
+		if h.Unplaceable {
+			t.Errorf("gamma waiting for beta's room is unplaceable: %+v", h)
+		}
+		time.Sleep(time.Second) // a pass or two, in which beta must stay
+		if rs := f.Serving("beta"); len(rs) != 1 || rs[0].ID != beta.ID || *deploymentOf(t, admin, "beta").Spec.Replicas != 1 {
+			t.Fatalf("beta, answering, was given back: %+v", rs)
+		}
+		releaseBeta()
+		ready("gamma")
+		scaledTo0("beta")
+		if h := health(f, "beta"); !strings.Contains(h.LastStop, "given back for gamma") {
+			t.Errorf("beta's last stop %q, want given back for gamma", h.LastStop)
+		}
+	})
+
+	t.Run("with no idle model to give back, the scheduler's words say what holds it", func(t *testing.T) {
+		// A pinned model takes gamma's room (gamma is idle now)...
+		pinned := onDemand("pinned")
+		pinned.Scaling.Min = 1
+		cat.add(pinned)
+		f.Poke()
+		ready("pinned")
+		scaledTo0("gamma")
+		// ...and is never given back itself.
+		release := f.Use("alpha", 1)
+		defer release()
+		h := waitFor(t, "alpha to be unplaceable", func() (fleet.ModelHealth, bool) {
+			h := health(f, "alpha")
+			return h, h.Unplaceable
+		})
+		if !strings.Contains(h.Placement, "Insufficient memory") {
+			t.Errorf("alpha's placement %q, want the scheduler's sentence naming memory", h.Placement)
+		}
+		if len(f.Serving("pinned")) != 1 {
+			t.Errorf("the pinned model was given back for alpha")
+		}
+		if p := poolOf(f); len(p) != 1 || p[0].freeRAMGB != 2 {
+			t.Errorf("the pool with the pinned model: %+v; want 2 GB free, its room not the planner's", p)
+		}
+	})
+}
