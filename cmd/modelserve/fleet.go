@@ -56,7 +56,7 @@ func (a jobsFleet) NodeCPUs(memGB int) []int { return a.f.NodeCPUs(memGB) }
 // budget, when not 0, is the memory the fleet may promise on this machine
 // (--local-memory).
 func newFleet(engine string, budget int64, store *catalog.Store, db *sql.DB, notifier *notify.Notifier, log *slog.Logger) (*fleet.Fleet, *fleet.NotifyingCatalog, jobs.Fleet, error) {
-	node, err := fleet.Local(fleet.LocalConfig{Budget: budget})
+	node, err := fleet.Local(fleet.LocalConfig{Budget: budget, Engine: engine})
 	if err != nil {
 		return nil, nil, nil, err
 	}

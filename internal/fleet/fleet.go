@@ -178,7 +178,9 @@ type NodeStatus struct {
 	FreeBytes      int64       `json:"free_bytes"`
 	PromisedBytes  int64       `json:"promised_bytes"`
 	GPUs           []GPUStatus `json:"gpus,omitempty"`
-	Replicas       []string    `json:"replicas"`
+	// Note is what the node could not count of its hardware, and why.
+	Note     string   `json:"note,omitempty"`
+	Replicas []string `json:"replicas"`
 	// Reclaimable are the replicas that would be given back for a model
 	// that needs their room (idle, on demand: swap.go), and
 	// ReclaimableBytes the memory they hold.
@@ -267,7 +269,7 @@ func New(opts Options) (*Fleet, error) {
 	}
 	nodes := opts.Nodes
 	if len(nodes) == 0 {
-		n, err := Local(LocalConfig{})
+		n, err := Local(LocalConfig{Engine: opts.Engine})
 		if err != nil {
 			return nil, err
 		}
@@ -454,7 +456,7 @@ func (f *Fleet) Nodes() []NodeStatus {
 		ns := NodeStatus{
 			Name: n.Name(), CPUCores: caps[i].CPUCores, RAMBytes: caps[i].RAMBytes,
 			AvailableBytes: caps[i].AvailableBytes, FreeBytes: a.free, PromisedBytes: a.promised,
-			Replicas: []string{},
+			Note: caps[i].Note, Replicas: []string{},
 		}
 		for _, c := range caps[i].GPUs {
 			ns.GPUs = append(ns.GPUs, GPUStatus{Index: c.Index, Class: c.Class, MemoryBytes: c.MemoryBytes, Replica: a.cardHolder[c.Index]})

@@ -21,7 +21,7 @@ func (f *Fleet) Pool() []plan.Node {
 		n := plan.Node{
 			Name: ns.Name, Local: local,
 			CPUCores: ns.CPUCores, RAMGB: gib(ns.RAMBytes), FreeRAMGB: gib(max(min(ns.FreeBytes+ns.ReclaimableBytes, ns.RAMBytes), 0)),
-			CPUBandwidthGBs: plan.DefaultCPUBandwidthGBs, GPUs: []plan.GPU{},
+			CPUBandwidthGBs: plan.DefaultCPUBandwidthGBs, GPUs: []plan.GPU{}, Note: ns.Note,
 		}
 		for _, c := range ns.GPUs {
 			j := len(n.GPUs) - 1

@@ -570,7 +570,12 @@ func (f *Fleet) startLocked(ctx context.Context, m catalog.Model, p catalog.Prof
 		for i, c := range cards {
 			idx[i] = strconv.Itoa(c)
 		}
-		env = append(env, "CUDA_VISIBLE_DEVICES="+strings.Join(idx, ","))
+		// The cards by nvidia-smi's numbers, for either backend the engine
+		// may run them on (devices.go): CUDA numbers them so in PCI order
+		// (its default puts the fastest first); Vulkan in its driver's
+		// order, the same on a node of one class of card.
+		list := strings.Join(idx, ",")
+		env = append(env, "CUDA_DEVICE_ORDER=PCI_BUS_ID", "CUDA_VISIBLE_DEVICES="+list, "GGML_VK_VISIBLE_DEVICES="+list)
 	}
 	key := newKey()
 	env = append(env, KeyEnv+"="+key)
