@@ -108,6 +108,9 @@ type Fleet struct {
 	opts  Options
 	log   *slog.Logger
 	queue workqueue.TypedRateLimitingInterface[string]
+	// priorities is whether the cluster has the PriorityClasses pods name
+	// (priority.go); set by Run before its worker starts.
+	priorities bool
 
 	// The listers are set by Run before its worker starts, and read only
 	// while it runs (synced says so).
@@ -276,6 +279,7 @@ func (f *Fleet) Run(ctx context.Context) error {
 			return err
 		}
 	}
+	f.priorities = f.findPriorityClasses(ctx)
 	f.mu.Lock()
 	f.synced = true
 	f.mu.Unlock()

@@ -244,6 +244,7 @@ func (f *Fleet) deployment(m catalog.Model, pi int, replicas int32, w weights, o
 					AutomountServiceAccountToken: ptr(false),
 					EnableServiceLinks:           ptr(false),
 					Affinity:                     affinity,
+					PriorityClassName:            f.priorityClass(m),
 					InitContainers: []corev1.Container{{
 						Name: "fetch-weights", Image: f.opts.FetchImage,
 						Command: []string{"sh", "-c", fetchScript},
