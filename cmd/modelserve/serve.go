@@ -133,7 +133,8 @@ func serve(ctx context.Context, cfg config, log *slog.Logger, ready func(addr st
 	// The hardware a plan is made for is the fleet's nodes, with what each
 	// has free after what its replicas were promised: the page's "fits"
 	// and the job's placement are decided on the same figures.
-	planner, err := plan.New(plan.Config{Pool: fl.Pool, Headers: plan.ReadHeaders(regs), DownloadURL: regs.DownloadURL, Log: log})
+	planner, err := plan.New(plan.Config{Pool: fl.Pool, Headers: plan.ReadHeaders(regs), Configs: plan.ReadConfigs(regs),
+		DownloadURL: regs.DownloadURL, Log: log})
 	if err != nil {
 		return err
 	}
