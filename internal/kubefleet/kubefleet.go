@@ -59,6 +59,10 @@ type Options struct {
 	// EngineImage is the llama.cpp server image; its entrypoint must be
 	// llama-server (as the official server image's is).
 	EngineImage string
+	// VLLMImage is vLLM's OpenAI server image (vllm/vllm-openai:v0.8.5),
+	// whose entrypoint is that server, for models of original weights;
+	// without it they are parked, saying so.
+	VLLMImage string
 	// FetchImage runs the init container that fetches the weights: any
 	// image with busybox's sh, wget and sha256sum. "busybox:1.37" unless
 	// set.
@@ -436,6 +440,9 @@ func (f *Fleet) reconcile(ctx context.Context, m catalog.Model) error {
 		parkedWhy = cm.Annotations[annotationParkedWhy]
 	}
 	w, werr := weightsOf(m, f.opts.MirrorDir)
+	if werr == nil {
+		werr = f.canRun(m)
+	}
 	switch {
 	case parkedWhy != "":
 	case werr != nil:
