@@ -103,6 +103,11 @@ type Deps struct {
 	// Architectures are those the engine build runs: the embedded list
 	// (gguf.KnownArchitectures) when nil, plus any the operator adds.
 	Architectures gguf.Known
+	// VLLMImage is the vLLM image the fleet runs original weights with
+	// (--vllm-image); its tag's release decides the model classes the
+	// check step accepts. Empty when the fleet starts no vLLM: a serve of
+	// original weights then ends at its plan step, saying so.
+	VLLMImage string
 	// Pool is the fleet's nodes as the planner sees them, with what each
 	// has free: what the check step sizes a model against (plan.Size), as
 	// the plan step did. Nil when nothing says; then a model gets the

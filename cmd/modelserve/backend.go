@@ -127,7 +127,7 @@ func newKubeFleet(cfg config, store *catalog.Store, log *slog.Logger) (*kubeflee
 	}
 	return kubefleet.New(kubefleet.Options{
 		Client: client, Catalog: store, Namespace: cmp.Or(cfg.Namespace, "modelserve"),
-		EngineImage: cfg.EngineImage, FetchImage: cfg.FetchImage, WeightsVolume: cfg.WeightsVolume,
+		EngineImage: cfg.EngineImage, VLLMImage: cfg.VLLMImage, FetchImage: cfg.FetchImage, WeightsVolume: cfg.WeightsVolume,
 		MirrorURL: mirrorURL, MirrorDir: filepath.Join(cfg.Data, "mirror"), MirrorToken: cfg.MirrorToken,
 		GPUProductLabel: cfg.GPUProductLabel, Log: log.With("part", "fleet", "fleet", "kubernetes"),
 	})

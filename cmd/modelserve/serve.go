@@ -103,11 +103,13 @@ func serve(ctx context.Context, cfg config, log *slog.Logger, ready func(addr st
 
 	// The fleet runs what the catalog asks for. Everything that changes
 	// the catalog goes through cat, which tells the fleet at once.
-	enginePath, version := "", engine.ImageVersion(cfg.EngineImage)
+	enginePath, version, vllmImage := "", engine.ImageVersion(cfg.EngineImage), ""
 	if cfg.Fleet == "kubernetes" {
 		// The cluster's pods run the image, not an engine of this
 		// machine's: its tag says the build the check step holds models to.
 		log.Info("the cluster's pods run the engine image", "image", cfg.EngineImage, "build", version.String())
+		// Only the cluster runs vLLM, from its image.
+		vllmImage = cfg.VLLMImage
 	} else {
 		enginePath, version = findEngine(ctx, cfg.LlamaServer, log)
 	}
@@ -188,7 +190,7 @@ func serve(ctx context.Context, cfg config, log *slog.Logger, ready func(addr st
 	share := cmp.Or(cfg.CanaryShare, jobs.DefaultShare)
 	js, err := jobs.New(jobs.Deps{
 		DB: db, Registry: regs, Mirror: mir, Catalog: cat, Planner: planner, Fleet: jobsFleet, Gateway: gw,
-		EngineBuild: version.Build, Architectures: known, Pool: fl.Pool,
+		EngineBuild: version.Build, Architectures: known, VLLMImage: vllmImage, Pool: fl.Pool,
 		Log: log, Metrics: met, Notify: notifier, Tracer: tracing.Tracer("modelserve/jobs"),
 		Updates: watcher, Versions: store, Share: share, Policy: cfg.CanaryPolicy, Meters: gatewayMeters{gw}, Evals: jobsEvals{runner},
 	})
