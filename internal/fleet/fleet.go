@@ -42,6 +42,9 @@ type Options struct {
 	// the installed copy (engine.Find), each time a replica starts, so
 	// installing it later needs no restart.
 	Engine string
+	// VLLM is the vllm program models of original weights run on
+	// (vllm.go); empty looks for vllm on PATH at each start.
+	VLLM string
 	// Nodes run the replicas; none means this machine (Local).
 	Nodes []Node
 	Log   *slog.Logger
