@@ -224,7 +224,7 @@ func (p *pipeline) choose(ctx context.Context) error {
 	if !p.planned && p.choice.First().CPU {
 		p.hardware = true // this node's CPU
 	}
-	if req.Format == FormatSafetensors && p.s.deps.VLLMImage == "" {
+	if req.Format == FormatSafetensors && p.s.deps.VLLM == "" {
 		// Planned, so the operator sees where it would run; refused, as
 		// nothing here would start it.
 		return sentencef("original weights run on vLLM, which this fleet does not start: choose a GGUF file of %s instead", p.repo.ID)

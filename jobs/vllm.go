@@ -34,7 +34,11 @@ func (p *pipeline) checkOriginal() error {
 	if err != nil {
 		return err
 	}
-	if err := plan.KnownVLLMArchitectures().Supported(c.Architecture, plan.VLLMImageVersion(p.s.deps.VLLMImage)); err != nil {
+	release := plan.VLLMImageVersion(p.s.deps.VLLM)
+	if !release.Known() {
+		release, _ = plan.ParseVLLMVersion(p.s.deps.VLLM)
+	}
+	if err := plan.KnownVLLMArchitectures().Supported(c.Architecture, release); err != nil {
 		return err
 	}
 	o := p.choice.First()

@@ -56,7 +56,7 @@ func newBackend(ctx context.Context, cfg config, enginePath string, store *catal
 		if err := checkLocalMemory(ctx, cfg.LocalMemory, store); err != nil {
 			return nil, nil, nil, err
 		}
-		f, cat, jf, err := newFleet(enginePath, cfg.LocalMemory, store, db, notifier, log)
+		f, cat, jf, err := newFleet(enginePath, cfg.VLLM, cfg.LocalMemory, store, db, notifier, log)
 		if err != nil {
 			return nil, nil, nil, err
 		}

@@ -27,6 +27,7 @@ type config struct {
 	HFEndpoint  string
 	HFToken     string
 	LlamaServer string
+	VLLM        string
 	ModelsDir   string
 	// Architectures are extra GGUF architectures the engine build runs,
 	// comma-separated, for a build newer than the embedded list.
@@ -101,6 +102,7 @@ func (c *config) settings() []setting {
 		{"hf-endpoint", "HF_ENDPOINT", "https://huggingface.co", "Hugging Face Hub endpoint (a Hub-compatible server works too)", &c.HFEndpoint},
 		{"hf-token", "HF_TOKEN", "", "Hugging Face token for gated and private repositories (also read from HUGGING_FACE_HUB_TOKEN, then the file HF_TOKEN_PATH names, then $HF_HOME/token)", &c.HFToken},
 		{"llama-server", "MODELSERVE_LLAMA_SERVER", "", "path to llama.cpp's llama-server; empty looks for it on PATH", &c.LlamaServer},
+		{"vllm", "MODELSERVE_VLLM", "", "vLLM's vllm program, which the local fleet runs original (safetensors) weights with on this machine's cards; empty looks for vllm on PATH", &c.VLLM},
 		{"models-dir", "MODELSERVE_MODELS_DIR", "", "folder of local model repositories, each served as local/<folder>; empty turns the local registry off", &c.ModelsDir},
 		{"architectures", "MODELSERVE_ARCHITECTURES", "", "extra GGUF architectures the engine build runs, comma-separated (the embedded list is llama.cpp's of 2026)", &c.Architectures},
 		{"tls-cert", "MODELSERVE_TLS_CERT", "", "PEM certificate (chain) to serve HTTPS with, beside --tls-key; session cookies are then Secure", &c.TLSCert},

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"context"
+	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -10,6 +12,7 @@ import (
 
 	"modelserve/internal/hubtest"
 	"modelserve/internal/kubetest"
+	"modelserve/internal/testlog"
 	"modelserve/internal/vllmtest"
 	"modelserve/jobs"
 )
@@ -96,5 +99,20 @@ func TestServeOriginalWeightsOnKubernetes(t *testing.T) {
 	}
 	if len(files.Files) != 5 {
 		t.Errorf("the mirror holds %d files, want the 2 shards, config.json, generation_config.json and tokenizer.json: %+v", len(files.Files), files.Files)
+	}
+}
+
+// TestFindVLLMReadsItsRelease: the local fleet's vllm (the double, as
+// --vllm names it) is asked its release, which the check step holds models
+// of original weights to; none found is none served.
+func TestFindVLLMReadsItsRelease(t *testing.T) {
+	var logs testlog.Buffer
+	log := slog.New(slog.NewTextHandler(&logs, nil))
+	bin := filepath.Dir(vllmtest.Entrypoint(t, vllmtest.Hardware{}))
+	if got := findVLLM(context.Background(), filepath.Join(bin, "vllm"), log); got != vllmtest.Version {
+		t.Errorf("findVLLM = %q, want the double's release %s\n%s", got, vllmtest.Version, logs.String())
+	}
+	if got := findVLLM(context.Background(), filepath.Join(bin, "missing"), log); got != "" || !strings.Contains(logs.String(), "no vllm") {
+		t.Errorf("findVLLM of a missing program = %q; want none, logged", got)
 	}
 }

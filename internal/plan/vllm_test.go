@@ -231,7 +231,7 @@ func TestVLLMArchitectures(t *testing.T) {
 	}{
 		{"old enough", "LlamaForCausalLM", "vllm/vllm-openai:v0.11.0", ""},
 		{"too old", "Qwen3ForCausalLM", "vllm/vllm-openai:v0.7.3",
-			"Qwen3ForCausalLM needs vLLM 0.8.4 or newer; the nodes run 0.7.3: update --vllm-image, or pick a model of another architecture"},
+			"Qwen3ForCausalLM needs vLLM 0.8.4 or newer; the nodes run 0.7.3: update vLLM (--vllm-image, or the nodes' vllm), or pick a model of another architecture"},
 		{"a patch release", "GptOssForCausalLM", "vllm/vllm-openai:v0.10.1.1", ""},
 		{"the tag names no release", "Qwen3ForCausalLM", "vllm/vllm-openai:latest", ""},
 		{"unknown class", "FrobnicatorForCausalLM", "vllm/vllm-openai:v0.11.0",

@@ -128,7 +128,7 @@ func (k VLLMKnown) Supported(arch string, v VLLMVersion) error {
 		return operr.New(operr.Refused, "%s is not a model class vLLM runs, as far as modelserve knows: serve a GGUF file of it on llama.cpp, "+
 			"or pick a model of another architecture", arch)
 	case v.Known() && first.Known() && v.less(first):
-		return operr.New(operr.Refused, "%s needs vLLM %s or newer; the nodes run %s: update --vllm-image, or pick a model of another architecture",
+		return operr.New(operr.Refused, "%s needs vLLM %s or newer; the nodes run %s: update vLLM (--vllm-image, or the nodes' vllm), or pick a model of another architecture",
 			arch, first, v)
 	}
 	return nil
