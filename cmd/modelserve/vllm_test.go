@@ -47,6 +47,7 @@ func TestServeOriginalWeightsOnKubernetes(t *testing.T) {
 	hub.AddFile(repo, "README.md", []byte("# Llama\n"))
 	data := t.TempDir()
 	mirrorToken := apiToken(t, data, "nodes")
+	mustRun(t, "a long enough password\n", "user", "add", "--data", data, "alice")
 	addr := freeAddr(t)
 	s := startAPI(t, config{Addr: addr, Data: data, HFEndpoint: hub.URL(),
 		Fleet: "kubernetes", Kubeconfig: kubeconfig, EngineImage: "ghcr.io/ggml-org/llama.cpp:server", VLLMImage: vllmtest.Image,
@@ -87,6 +88,17 @@ func TestServeOriginalWeightsOnKubernetes(t *testing.T) {
 		"messages": []map[string]string{{"role": "user", "content": "hello"}}}, &answer); code != http.StatusOK ||
 		len(answer.Choices) != 1 || answer.Choices[0].Message.Content != "Hello from vLLM." {
 		t.Errorf("a client asking llama through the gateway: %d %+v", code, answer)
+	}
+	var reps struct {
+		Replicas []struct{ ID, Engine, State string } `json:"replicas"`
+	}
+	if s.do("GET", "/api/v1/replicas", nil, &reps); len(reps.Replicas) != 1 || reps.Replicas[0].Engine != "vllm" {
+		t.Errorf("replicas %+v, want one on vllm", reps.Replicas)
+	}
+	con := newConsole(t, s.base, nil)
+	con.signIn("alice", "a long enough password")
+	if _, doc := con.page("/fleet"); strings.TrimSpace(doc.Find(`[data-testid="replica-engine"]`).Text()) != "vLLM" {
+		t.Errorf("the fleet page does not say the replica runs on vLLM: %q", doc.Find(`[data-testid="replica"]`).Text())
 	}
 	var files struct {
 		Files []struct{ Path string } `json:"files"`

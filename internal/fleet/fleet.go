@@ -112,9 +112,11 @@ const (
 
 // Replica is one running copy of a model, as the API shows it.
 type Replica struct {
-	ID       string `json:"id"`
-	Model    string `json:"model"`
-	Profile  string `json:"profile"`
+	ID      string `json:"id"`
+	Model   string `json:"model"`
+	Profile string `json:"profile"`
+	// Engine is what runs it: "llamacpp" or "vllm".
+	Engine   string `json:"engine"`
 	Node     string `json:"node"`
 	Endpoint string `json:"endpoint,omitempty"`
 	State    State  `json:"state"`

@@ -67,7 +67,7 @@ func (r *replica) view() Replica {
 		ID: r.id, Model: r.model, Profile: r.profile, Node: r.node.Name(), Endpoint: r.endpoint,
 		State: r.state, Detail: r.detail, Failures: r.failures, LastError: r.lastErr,
 		Started: r.started, ReadyAt: r.readyAt, PID: r.pid, Threads: r.threads,
-		RSSBytes: r.rss, EstimateBytes: r.memBytes, Load: r.load, Log: r.log.Lines(),
+		RSSBytes: r.rss, EstimateBytes: r.memBytes, Load: r.load, Log: r.log.Lines(), Engine: engineName(r.vllm),
 	}
 }
 

@@ -136,3 +136,19 @@ func (f *Fleet) loadOf(ctx context.Context, r *replica, endpoint string) (Load, 
 	}
 	return f.readLoad(ctx, endpoint, r.key)
 }
+
+// engineName is the catalog's name of the engine a replica runs.
+func engineName(vllm bool) string {
+	if vllm {
+		return EngineVLLM
+	}
+	return engineLlamaCpp
+}
+
+// EngineTitle is an engine's name as people write it, for pages.
+func EngineTitle(engine string) string {
+	if engine == EngineVLLM {
+		return "vLLM"
+	}
+	return "llama.cpp"
+}

@@ -98,9 +98,12 @@ func TestTheLocalFleetRunsVLLM(t *testing.T) {
 	if resp.StatusCode != 200 || !strings.Contains(string(body), "Hello from vLLM.") {
 		t.Errorf("the replica answered %d %s", resp.StatusCode, body)
 	}
-	got := tf.replicasOf("llama")[0].Load
-	if got == nil || got.Slots != 4 || got.KVCacheUsage == nil {
+	rep := tf.replicasOf("llama")[0]
+	if got := rep.Load; got == nil || got.Slots != 4 || got.KVCacheUsage == nil {
 		t.Errorf("the replica's load %+v, want vLLM's read from /metrics with its 4 sequences", got)
+	}
+	if rep.Engine != EngineVLLM {
+		t.Errorf("the replica says it runs on %q, want vllm", rep.Engine)
 	}
 }
 

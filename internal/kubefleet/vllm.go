@@ -53,3 +53,14 @@ func (f *Fleet) canRun(m catalog.Model) error {
 	}
 	return nil
 }
+
+// engineOfImage is the engine a pod's engine container runs, by the key
+// variable the fleet gave it: VLLM_API_KEY for vLLM's.
+func engineOfImage(env []corev1.EnvVar) string {
+	for _, e := range env {
+		if e.Name == fleet.VLLMKeyEnv {
+			return fleet.EngineVLLM
+		}
+	}
+	return "llamacpp"
+}
