@@ -68,3 +68,20 @@ func multiNodeError(o Option) error {
 	return operr.New(operr.Refused, "the original weights need %d nodes of %d×%s; multi-node serving is not supported yet: serve a GGUF file of it, or a smaller model",
 		o.Nodes, max(o.GPUsPerNode, 1), o.Class)
 }
+
+// RunsOn is where and how the option runs, for a page that lists the
+// artifacts of both engines side by side: its shape for llama.cpp ("CPU",
+// "2×L4"), and for vLLM the engine and its parallelism too ("vLLM, 2×L4,
+// tensor parallel").
+func (o Option) RunsOn() string {
+	if o.Engine != EngineVLLM {
+		return o.Label()
+	}
+	switch {
+	case max(o.Nodes, 1) > 1:
+		return "vLLM, " + o.Label() + ", tensor and pipeline parallel"
+	case o.GPUs() > 1:
+		return "vLLM, " + o.Label() + ", tensor parallel"
+	}
+	return "vLLM, " + o.Label()
+}

@@ -139,13 +139,14 @@ func TestOriginalWeightsArePlannedFromConfigJSON(t *testing.T) {
 		best       string // the first option's shape
 		fit        string
 		labels     []string // every option's shape
+		runsOn     string   // the first, as the serve page says it
 	}{
-		{"meta-llama/Llama-3.1-8B-Instruct", "LlamaForCausalLM", "1×L4", FitsNow, []string{"1×L4"}},
-		{"Qwen/Qwen2.5-32B-Instruct", "Qwen2ForCausalLM", "4×L4", FitsNow, []string{"4×L4", "2×L4", "1×L4"}},
+		{"meta-llama/Llama-3.1-8B-Instruct", "LlamaForCausalLM", "1×L4", FitsNow, []string{"1×L4"}, "vLLM, 1×L4"},
+		{"Qwen/Qwen2.5-32B-Instruct", "Qwen2ForCausalLM", "4×L4", FitsNow, []string{"4×L4", "2×L4", "1×L4"}, "vLLM, 4×L4, tensor parallel"},
 		// 28 heads: four cards slice them, eight would not.
-		{"Qwen/Qwen2.5-VL-7B-Instruct", "Qwen2_5_VLForConditionalGeneration", "1×L4", FitsNow, []string{"1×L4"}},
+		{"Qwen/Qwen2.5-VL-7B-Instruct", "Qwen2_5_VLForConditionalGeneration", "1×L4", FitsNow, []string{"1×L4"}, "vLLM, 1×L4"},
 		{"mistralai/Mixtral-8x7B-Instruct-v0.1", "MixtralForCausalLM", "2 nodes × 4×L4", FitsNow,
-			[]string{"2 nodes × 4×L4", "4×L4", "2×L4", "1×L4"}},
+			[]string{"2 nodes × 4×L4", "4×L4", "2×L4", "1×L4"}, "vLLM, 2 nodes × 4×L4, tensor and pipeline parallel"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.repo, func(t *testing.T) {
@@ -162,6 +163,9 @@ func TestOriginalWeightsArePlannedFromConfigJSON(t *testing.T) {
 			}
 			if !slices.Equal(got, tt.labels) || pl.Options[0].Label() != tt.best || pl.Options[0].Fit != tt.fit {
 				t.Errorf("options %v; want %v, %s first fitting %s", labels(pl.For(Original)), tt.labels, tt.best, tt.fit)
+			}
+			if got := pl.Options[0].RunsOn(); got != tt.runsOn {
+				t.Errorf("the serve page says it runs on %q, want %q", got, tt.runsOn)
 			}
 			for _, o := range pl.For(Original) {
 				want := round2((o.WeightsGB + round2(gib(pl.ModelConfig.KVBytesPerToken()*16384)) + vllmCardOverheadG*float64(o.GPUs())) / float64(o.GPUs()))
