@@ -151,6 +151,9 @@ func ParseModelConfig(b []byte) (ModelConfig, error) {
 	if c.HeadDim == 0 {
 		c.HeadDim = c.Hidden / c.Heads
 	}
+	if c.HeadDim == 0 {
+		return ModelConfig{}, invalidConfig("its hidden_size %d is smaller than its %d attention heads, and it gives no head_dim", c.Hidden, c.Heads)
+	}
 	return c, nil
 }
 

@@ -73,6 +73,8 @@ func TestParseModelConfigRefusals(t *testing.T) {
 			"config.json cannot be planned on: its num_hidden_layers is 99999999, not between 1 and 1024"},
 		{"heads over KV heads", `{"architectures": ["LlamaForCausalLM"], "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 6, "num_key_value_heads": 4}`,
 			"config.json cannot be planned on: its 6 attention heads do not share out over its 4 KV heads"},
+		{"heads wider than the model", `{"architectures": ["LlamaForCausalLM"], "num_hidden_layers": 2, "hidden_size": 2, "num_attention_heads": 4}`,
+			"config.json cannot be planned on: its hidden_size 2 is smaller than its 4 attention heads, and it gives no head_dim"},
 		{"too large", `{"architectures": ["LlamaForCausalLM"], "pad": "` + strings.Repeat("x", MaxConfigBytes) + `"}`,
 			"config.json cannot be planned on: it is larger than 1024 KiB"},
 	}
@@ -264,4 +266,31 @@ func TestVLLMArchitectures(t *testing.T) {
 	if _, err := parseVLLMArchitectures("LlamaForCausalLM v1\n"); err == nil {
 		t.Error("a release that is not a version is accepted")
 	}
+}
+
+// FuzzParseModelConfig: a registry's config.json is untrusted. Whatever it
+// holds, it is read or refused in a sentence, never a panic, and what is
+// read is a shape the planner can size: no division by zero, no KV cache
+// that overflows.
+func FuzzParseModelConfig(f *testing.F) {
+	for _, name := range []string{"llama-3.1-8b-instruct.json", "qwen2.5-32b-instruct.json", "mixtral-8x7b-instruct-v0.1.json", "qwen2.5-vl-7b-instruct.json"} {
+		f.Add(mustConfig(f, name))
+	}
+	f.Add([]byte(`{"architectures": ["X"], "text_config": {"num_hidden_layers": 1, "hidden_size": 1, "num_attention_heads": 1}}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		c, err := ParseModelConfig(b)
+		if err != nil {
+			if _, ok := operr.Sentence(err); !ok {
+				t.Fatalf("refused without a sentence: %v", err)
+			}
+			return
+		}
+		if c.Heads <= 0 || c.KVHeads <= 0 || c.HeadDim <= 0 || c.Heads%c.KVHeads != 0 || c.KVBytesPerToken() <= 0 {
+			t.Fatalf("read a shape that cannot be sized: %+v", c)
+		}
+		if s := c.activeShare(); !(s > 0 && s <= 1) {
+			t.Fatalf("active share %v of %+v", s, c)
+		}
+		_ = TensorParallelError(&c, 8)
+	})
 }
