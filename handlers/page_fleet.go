@@ -250,7 +250,7 @@ func replicaMemory(r fleet.Replica) (int64, string) {
 
 func replicaView(r fleet.Replica, now time.Time) views.FleetReplica {
 	vm := views.FleetReplica{
-		ID: r.ID, Model: r.Model, Profile: r.Profile, Node: r.Node, Endpoint: r.Endpoint,
+		ID: r.ID, Model: r.Model, Profile: r.Profile, Engine: fleet.EngineTitle(r.Engine), Node: r.Node, Endpoint: r.Endpoint,
 		State: views.StateOf(string(r.State)), Detail: r.Detail, Failures: r.Failures, LastError: r.LastError, Log: r.Log,
 	}
 	if !r.Started.IsZero() {

@@ -415,7 +415,7 @@ func setView(set plan.ReportSet, chosen bool) views.Set {
 			continue
 		}
 		seen[o.Label()] = true
-		vm.Fits = append(vm.Fits, views.Fit{Label: o.Label(), State: views.StateOf(fitWord(o)), Why: o.Why})
+		vm.Fits = append(vm.Fits, views.Fit{Label: o.RunsOn(), State: views.StateOf(fitWord(o)), Why: o.Why})
 	}
 	if best, ok := bestOption(set); ok && best.Fit != plan.FitsNowhere && best.TokensPerSecond > 0 {
 		vm.TokensPerSecond = fmt.Sprintf("≈ %.0f", best.TokensPerSecond)

@@ -103,6 +103,13 @@ type Deps struct {
 	// Architectures are those the engine build runs: the embedded list
 	// (gguf.KnownArchitectures) when nil, plus any the operator adds.
 	Architectures gguf.Known
+	// VLLM is the vLLM the fleet runs original weights with: the image
+	// (--vllm-image, vllm/vllm-openai:v0.8.5) whose tag names its release,
+	// or the release of this machine's vllm (0.8.5; "unknown" when it does
+	// not say), which decides the model classes the check step accepts.
+	// Empty when the fleet starts no vLLM: a serve of original weights
+	// then ends at its plan step, saying so.
+	VLLM string
 	// Pool is the fleet's nodes as the planner sees them, with what each
 	// has free: what the check step sizes a model against (plan.Size), as
 	// the plan step did. Nil when nothing says; then a model gets the

@@ -198,7 +198,9 @@ func (p *pipeline) choose(ctx context.Context) error {
 			preq.Context, preq.Parallel = req.pool(), catalog.SlotsOf(req.pool(), req.context())
 		}
 		if req.Format == FormatSafetensors {
-			preq.Context, preq.Parallel = req.context(), 0
+			// vLLM holds each request's context (--max-model-len) for as
+			// many requests as run at once (--max-num-seqs): the pool.
+			preq.Context, preq.Parallel = req.pool(), catalog.SlotsOf(req.pool(), req.context())
 		}
 		pl, err := p.s.deps.Planner.Plan(ctx, p.repo, preq)
 		switch {
@@ -222,7 +224,7 @@ func (p *pipeline) choose(ctx context.Context) error {
 	if !p.planned && p.choice.First().CPU {
 		p.hardware = true // this node's CPU
 	}
-	if req.Format == FormatSafetensors {
+	if req.Format == FormatSafetensors && p.s.deps.VLLM == "" {
 		// Planned, so the operator sees where it would run; refused, as
 		// nothing here would start it.
 		return sentencef("original weights run on vLLM, which this fleet does not start: choose a GGUF file of %s instead", p.repo.ID)
@@ -341,10 +343,7 @@ func (p *pipeline) fetch(ctx context.Context) error {
 
 func (p *pipeline) check(ctx context.Context) error {
 	if p.req.Format == FormatSafetensors {
-		// vLLM reads the model's shape from its config.json, which came
-		// with the weights.
-		p.s.step(p.l, StepCheck, Done, fmt.Sprintf("%s of weights for vLLM", words.Size(p.choice.Set.Bytes)))
-		return nil
+		return p.checkOriginal()
 	}
 	p.s.step(p.l, StepCheck, Running, "reading its header from the mirror")
 	// The first shard carries the architecture; a projector is another

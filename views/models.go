@@ -387,6 +387,8 @@ type ReplicaLog struct {
 // FleetReplica is one running copy of a model.
 type FleetReplica struct {
 	ID, Model, Profile, Node string
+	// Engine names what runs it: "llama.cpp", "vLLM".
+	Engine string
 	// Endpoint is the engine's base URL, "" while it has none.
 	Endpoint string
 	State    State

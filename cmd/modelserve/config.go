@@ -28,6 +28,7 @@ type config struct {
 	HFEndpoint  string
 	HFToken     string
 	LlamaServer string
+	VLLM        string
 	ModelsDir   string
 	// Architectures are extra GGUF architectures the engine build runs,
 	// comma-separated, for a build newer than the embedded list.
@@ -80,6 +81,7 @@ type config struct {
 	// Kubernetes cluster and how its pods are made.
 	Fleet, Kubeconfig, Namespace            string
 	EngineImage, FetchImage, WeightsVolume  string
+	VLLMImage                               string
 	MirrorURL, MirrorToken, GPUProductLabel string
 	// TraceURL is --trace-url: a template with {trace_id}.
 	TraceURL string
@@ -106,6 +108,7 @@ func (c *config) settings() []setting {
 		{"hf-endpoint", "HF_ENDPOINT", "https://huggingface.co", "Hugging Face Hub endpoint (a Hub-compatible server works too)", &c.HFEndpoint},
 		{"hf-token", "HF_TOKEN", "", "Hugging Face token for gated and private repositories (also read from HUGGING_FACE_HUB_TOKEN, then the file HF_TOKEN_PATH names, then $HF_HOME/token)", &c.HFToken},
 		{"llama-server", "MODELSERVE_LLAMA_SERVER", "", "path to llama.cpp's llama-server; empty looks for it on PATH", &c.LlamaServer},
+		{"vllm", "MODELSERVE_VLLM", "", "vLLM's vllm program, which the local fleet runs original (safetensors) weights with on this machine's cards; empty looks for vllm on PATH", &c.VLLM},
 		{"models-dir", "MODELSERVE_MODELS_DIR", "", "folder of local model repositories, each served as local/<folder>; empty turns the local registry off", &c.ModelsDir},
 		{"architectures", "MODELSERVE_ARCHITECTURES", "", "extra GGUF architectures the engine build runs, comma-separated (the embedded list is llama.cpp's of 2026)", &c.Architectures},
 		{"tls-cert", "MODELSERVE_TLS_CERT", "", "PEM certificate (chain) to serve HTTPS with, beside --tls-key; session cookies are then Secure", &c.TLSCert},
@@ -128,6 +131,7 @@ func (c *config) settings() []setting {
 		{"kubeconfig", "KUBECONFIG", "", "kubeconfig file for --fleet kubernetes; empty uses the in-cluster service account", &c.Kubeconfig},
 		{"namespace", "MODELSERVE_NAMESPACE", "", "namespace the kubernetes fleet's objects live in; empty means modelserve", &c.Namespace},
 		{"engine-image", "MODELSERVE_ENGINE_IMAGE", "", "llama.cpp server image the kubernetes fleet's pods run (its entrypoint llama-server), e.g. ghcr.io/ggml-org/llama.cpp:server; required with --fleet kubernetes", &c.EngineImage},
+		{"vllm-image", "MODELSERVE_VLLM_IMAGE", "", "vLLM's OpenAI server image the kubernetes fleet runs original (safetensors) weights with, e.g. vllm/vllm-openai:v0.8.5 (its tag's release decides the model classes accepted); empty serves GGUF files only", &c.VLLMImage},
 		{"fetch-image", "MODELSERVE_FETCH_IMAGE", "", "image of the init container that fetches weights from the mirror (busybox sh, wget, sha256sum); empty means busybox:1.37", &c.FetchImage},
 		{"weights-volume", "MODELSERVE_WEIGHTS_VOLUME", "", "where pods keep weights: empty for an emptyDir, pvc:<claim> or hostPath:<folder> to keep them across pods", &c.WeightsVolume},
 		{"mirror-url", "MODELSERVE_MIRROR_URL", "", "modelserve's address as the cluster's nodes reach it, to fetch weights from /mirror/; empty uses --public-url", &c.MirrorURL},

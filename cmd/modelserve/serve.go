@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -103,13 +104,16 @@ func serve(ctx context.Context, cfg config, log *slog.Logger, ready func(addr st
 
 	// The fleet runs what the catalog asks for. Everything that changes
 	// the catalog goes through cat, which tells the fleet at once.
-	enginePath, version := "", engine.ImageVersion(cfg.EngineImage)
+	enginePath, version, vllm := "", engine.ImageVersion(cfg.EngineImage), ""
 	if cfg.Fleet == "kubernetes" {
 		// The cluster's pods run the image, not an engine of this
 		// machine's: its tag says the build the check step holds models to.
 		log.Info("the cluster's pods run the engine image", "image", cfg.EngineImage, "build", version.String())
+		// Only the cluster runs vLLM, from its image.
+		vllm = cfg.VLLMImage
 	} else {
 		enginePath, version = findEngine(ctx, cfg.LlamaServer, log)
+		vllm = findVLLM(ctx, cfg.VLLM, log)
 	}
 	// Notices of what modelserve did on its own go to --notify-url, from a
 	// queue of their own: a webhook that is slow or down holds up nothing.
@@ -133,7 +137,8 @@ func serve(ctx context.Context, cfg config, log *slog.Logger, ready func(addr st
 	// The hardware a plan is made for is the fleet's nodes, with what each
 	// has free after what its replicas were promised: the page's "fits"
 	// and the job's placement are decided on the same figures.
-	planner, err := plan.New(plan.Config{Pool: fl.Pool, Headers: plan.ReadHeaders(regs), DownloadURL: regs.DownloadURL, Log: log})
+	planner, err := plan.New(plan.Config{Pool: fl.Pool, Headers: plan.ReadHeaders(regs), Configs: plan.ReadConfigs(regs),
+		DownloadURL: regs.DownloadURL, Log: log})
 	if err != nil {
 		return err
 	}
@@ -187,7 +192,7 @@ func serve(ctx context.Context, cfg config, log *slog.Logger, ready func(addr st
 	share := cmp.Or(cfg.CanaryShare, jobs.DefaultShare)
 	js, err := jobs.New(jobs.Deps{
 		DB: db, Registry: regs, Mirror: mir, Catalog: cat, Planner: planner, Fleet: jobsFleet, Gateway: gw,
-		EngineBuild: version.Build, Architectures: known, Pool: fl.Pool,
+		EngineBuild: version.Build, Architectures: known, VLLM: vllm, Pool: fl.Pool,
 		Log: log, Metrics: met, Notify: notifier, Tracer: tracing.Tracer("modelserve/jobs"),
 		Updates: watcher, Versions: store, Share: share, Policy: cfg.CanaryPolicy, Meters: gatewayMeters{gw}, Evals: jobsEvals{runner},
 	})
@@ -332,4 +337,29 @@ func findEngine(ctx context.Context, configured string, log *slog.Logger) (strin
 		log.Info("using the installed llama-server: none is configured and none is on PATH", "engine", path, "build", v.String(), "version", v.Text)
 	}
 	return path, v
+}
+
+// findVLLM is the vLLM release of the vllm program the local fleet would
+// start (--vllm, else vllm on PATH), as `vllm --version` prints it: what
+// the check step holds models of original weights to. "" when there is
+// none, and a serve of original weights then ends at its plan step.
+func findVLLM(ctx context.Context, configured string, log *slog.Logger) string {
+	path, err := exec.LookPath(cmp.Or(configured, "vllm"))
+	if err != nil {
+		if configured != "" {
+			log.Warn("no vllm: original weights are not served", "vllm", configured, "why", err)
+		}
+		return ""
+	}
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, path, "--version").Output()
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	release := strings.TrimSpace(lines[len(lines)-1])
+	if _, ok := plan.ParseVLLMVersion(release); err != nil || !ok {
+		log.Warn("could not read vllm's release; original weights are held to the model classes any vLLM runs", "vllm", path, "err", err)
+		return "unknown"
+	}
+	log.Info("original weights run on this machine's vLLM", "vllm", path, "release", release)
+	return release
 }

@@ -18,8 +18,20 @@
 # ~/.cache/modelserve (modelserve looks there itself when no llama-server is
 # configured and none is on PATH).
 #
+# On a machine with NVIDIA cards (nvidia-smi lists them) it also fetches
+# Debian's GPU backend for that build into the same folder: the CUDA backend
+# (libggml0-backend-cuda, from contrib) with the CUDA libraries it links,
+# else the Vulkan backend (libggml0-backend-vulkan, from main) with the
+# Vulkan loader. The card's driver (libcuda.so.1, the Vulkan driver) stays
+# the machine's own. Which one it got is recorded in BACKEND; a machine
+# without cards fetches neither, as before. A copy installed before the
+# cards were there is installed again, with its backend.
+#
 # Environment: MODELSERVE_DEBIAN_MIRROR overrides the Debian mirror, which is
 # otherwise read from this machine's own apt sources.
+# MODELSERVE_INSTALL_DRY_RUN=1 prints what a run would fetch, one package set
+# a line ("engine: ...", then "cuda: ..." and "vulkan: ..." in the order
+# they would be tried), or "ready: <engine>", and fetches nothing.
 set -euo pipefail
 
 cache=${MODELSERVE_CACHE:-${XDG_CACHE_HOME:-${HOME:-/root}/.cache}/modelserve}
@@ -27,9 +39,50 @@ dir=$cache/llama.cpp
 engine=$dir/llama-server
 packages=(llama.cpp-tools libllama0 libggml0 libc6 libstdc++6 libgcc-s1 libgomp1 libssl3t64 libzstd1 zlib1g)
 
+# The GPU backends, in the order they are tried, and the packages of each
+# beyond the engine's own. Each list is checked against what its packages
+# depend on in the archive before anything is fetched (covered, below).
+cuda=(libggml0-backend-cuda libcublas12 libcublaslt12 libcudart12)
+vulkan=(libggml0-backend-vulkan libvulkan1)
+# What the machine's driver provides: never fetched, so that the driver the
+# kernel runs is the one the engine talks to.
+host_driver='^(libcuda1|libcuda\.so\.1|libnvidia-.*|nvidia-.*)$'
+
 say() { printf 'install-llama-server: %s\n' "$*" >&2; }
 
-ready() { [[ -x $engine ]] && "$engine" --version 2>&1 | grep -q '^version: '; }
+# cards is whether this machine has NVIDIA cards its driver answers for.
+# The list is read whole before it is looked at: grep -q leaving early
+# would fail the pipe under pipefail.
+cards() {
+	local list
+	command -v nvidia-smi >/dev/null && list=$(nvidia-smi -L 2>/dev/null) && grep -q '^GPU [0-9]' <<<"$list"
+}
+
+backends=()
+if cards; then
+	backends=(cuda vulkan)
+fi
+
+# Ready is an engine that starts, with its backend tried when there are
+# cards.
+ready() {
+	[[ -x $engine ]] && "$engine" --version 2>&1 | grep -q '^version: ' &&
+		{ [[ ${#backends[@]} -eq 0 ]] || [[ -f $dir/BACKEND ]]; }
+}
+
+if [[ ${MODELSERVE_INSTALL_DRY_RUN:-} == 1 ]]; then
+	if ready; then
+		printf 'ready: %s\n' "$engine"
+		exit 0
+	fi
+	printf 'engine: %s\n' "${packages[*]}"
+	for b in "${backends[@]}"; do
+		declare -n list=$b
+		printf '%s: %s\n' "$b" "${list[*]}"
+		unset -n list
+	done
+	exit 0
+fi
 
 if ready; then
 	say "$(head -n 1 "$dir/BUILD" 2>/dev/null || echo "llama-server ready") at $engine"
@@ -83,7 +136,12 @@ trap 'rm -rf "$work"' EXIT
 apt=$work/apt
 mkdir -p "$apt/lists/partial" "$apt/archives/partial" "$apt/none"
 touch "$apt/status"
-printf 'deb [signed-by=%s] %s sid main\n' "$keyring" "$mirror" >"$apt/sources.list"
+components=main
+if [[ ${#backends[@]} -gt 0 ]]; then
+	# The CUDA backend is in contrib, and the CUDA libraries in non-free.
+	components="main contrib non-free"
+fi
+printf 'deb [signed-by=%s] %s sid %s\n' "$keyring" "$mirror" "$components" >"$apt/sources.list"
 cat >"$apt/apt.conf" <<CONF
 Dir::Etc::SourceList "$apt/sources.list";
 Dir::Etc::SourceParts "$apt/none";
@@ -102,6 +160,41 @@ apt-get update -qq >&2
 say "downloading ${packages[*]}"
 (cd "$apt/archives" && apt-get download -qq "${packages[@]}" >&2)
 
+# covered says whether a backend's packages are in the archive and bring
+# everything they depend on, with the engine's packages and the driver's.
+covered() {
+	local pkg dep
+	for pkg in "$@"; do
+		if [[ $(apt-cache show --no-all-versions "$pkg" 2>/dev/null) != *$'\nVersion: '* ]]; then
+			say "$pkg is not in Debian sid for this machine"
+			return 1
+		fi
+	done
+	while read -r dep; do
+		if [[ ! " ${packages[*]} $* " == *" $dep "* && ! $dep =~ $host_driver ]]; then
+			say "$1 now needs $dep, which this installer does not fetch"
+			return 1
+		fi
+	done < <(apt-cache depends --no-recommends --no-suggests --no-conflicts --no-breaks --no-replaces --no-enhances "$@" |
+		awk '$1 ~ /Depends:$/ { gsub(/[<>]/, "", $2); print $2 }' | sort -u)
+}
+
+backend=none
+for b in "${backends[@]}"; do
+	declare -n list=$b
+	if covered "${list[@]}"; then
+		say "downloading the $b backend: ${list[*]}"
+		(cd "$apt/archives" && apt-get download -qq "${list[@]}" >&2)
+		backend=$b
+		unset -n list
+		break
+	fi
+	unset -n list
+done
+if [[ ${#backends[@]} -gt 0 && $backend == none ]]; then
+	say "no GPU backend could be fetched: the engine runs on the CPU; install a GPU build of llama-server and pass --llama-server"
+fi
+
 root=$work/root
 for deb in "$apt/archives"/*.deb; do
 	dpkg-deb -x "$deb" "$root"
@@ -112,14 +205,15 @@ if [[ ! -x $root/usr/bin/llama-server || ! -e $lib/$loader ]]; then
 	exit 1
 fi
 
-# ggml loads its CPU backend at run time, choosing the best variant for this
-# CPU among the libggml-cpu-*.so it finds in a folder compiled in as
+# ggml loads its backends at run time, choosing the best variant for this
+# CPU among the libggml-cpu-*.so (and a GPU backend, libggml-cuda.so or
+# libggml-vulkan.so, when there is one) it finds in a folder compiled in as
 # /usr/lib/$triplet/ggml/backends0 (the system's, not ours) and in the
 # folder of the running executable. Started through the loader, the running
 # executable is the loader itself, in $lib: links there make the extracted
 # backends the ones it finds.
-for backend in "$lib"/ggml/backends0/libggml-cpu-*.so; do
-	ln -s "ggml/backends0/$(basename "$backend")" "$lib/"
+for so in "$lib"/ggml/backends0/libggml-*.so; do
+	ln -s "ggml/backends0/$(basename "$so")" "$lib/"
 done
 
 # The wrapper names the folder it will live in, rather than finding itself
@@ -144,6 +238,9 @@ if [[ -z $version ]]; then
 fi
 package=$(dpkg-deb -f "$apt/archives"/llama.cpp-tools_*.deb Version)
 printf 'llama-server %s, Debian sid llama.cpp-tools %s\n' "${version#version: }" "$package" >"$work/BUILD"
+if [[ ${#backends[@]} -gt 0 ]]; then
+	printf '%s\n' "$backend" >"$work/BACKEND"
+fi
 rm -rf "$apt"
 
 # Swap the finished folder in whole: a run cut short leaves the old engine

@@ -42,6 +42,9 @@ type Options struct {
 	// the installed copy (engine.Find), each time a replica starts, so
 	// installing it later needs no restart.
 	Engine string
+	// VLLM is the vllm program models of original weights run on
+	// (vllm.go); empty looks for vllm on PATH at each start.
+	VLLM string
 	// Nodes run the replicas; none means this machine (Local).
 	Nodes []Node
 	Log   *slog.Logger
@@ -113,9 +116,11 @@ const (
 
 // Replica is one running copy of a model, as the API shows it.
 type Replica struct {
-	ID       string `json:"id"`
-	Model    string `json:"model"`
-	Profile  string `json:"profile"`
+	ID      string `json:"id"`
+	Model   string `json:"model"`
+	Profile string `json:"profile"`
+	// Engine is what runs it: "llamacpp" or "vllm".
+	Engine   string `json:"engine"`
 	Node     string `json:"node"`
 	Endpoint string `json:"endpoint,omitempty"`
 	State    State  `json:"state"`
@@ -186,7 +191,9 @@ type NodeStatus struct {
 	HeadroomBytes     int64       `json:"headroom_bytes"`
 	CardHeadroomBytes int64       `json:"card_headroom_bytes,omitempty"`
 	GPUs              []GPUStatus `json:"gpus,omitempty"`
-	Replicas          []string    `json:"replicas"`
+	// Note is what the node could not count of its hardware, and why.
+	Note     string   `json:"note,omitempty"`
+	Replicas []string `json:"replicas"`
 	// Reclaimable are the replicas that would be given back for a model
 	// that needs their room (idle, on demand: swap.go), and
 	// ReclaimableBytes the memory they hold.
@@ -277,7 +284,7 @@ func New(opts Options) (*Fleet, error) {
 	}
 	nodes := opts.Nodes
 	if len(nodes) == 0 {
-		n, err := Local(LocalConfig{})
+		n, err := Local(LocalConfig{Engine: opts.Engine})
 		if err != nil {
 			return nil, err
 		}
@@ -464,7 +471,7 @@ func (f *Fleet) Nodes() []NodeStatus {
 		ns := NodeStatus{
 			Name: n.Name(), CPUCores: caps[i].CPUCores, RAMBytes: caps[i].RAMBytes,
 			AvailableBytes: caps[i].AvailableBytes, FreeBytes: a.free, PromisedBytes: a.promised,
-			HeadroomBytes: caps[i].RAMBytes - a.cap.RAMBytes, CardHeadroomBytes: f.opts.Headroom.Card, Replicas: []string{},
+			HeadroomBytes: caps[i].RAMBytes - a.cap.RAMBytes, CardHeadroomBytes: f.opts.Headroom.Card, Note: caps[i].Note, Replicas: []string{},
 		}
 		for _, c := range caps[i].GPUs {
 			ns.GPUs = append(ns.GPUs, GPUStatus{Index: c.Index, Class: c.Class, MemoryBytes: c.MemoryBytes, Replica: a.cardHolder[c.Index]})

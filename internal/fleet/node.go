@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"modelserve/catalog"
+	"modelserve/internal/engine"
 	"modelserve/internal/plan"
 )
 
@@ -33,6 +34,9 @@ type Capacity struct {
 	RAMBytes       int64
 	AvailableBytes int64
 	GPUs           []Card
+	// Note says, when there is something to say, which of the machine's
+	// cards are left out of GPUs and why (the engine cannot use them).
+	Note string
 }
 
 // CouldHost is whether hardware of capacity c could host a replica of p,
@@ -106,6 +110,10 @@ type LocalConfig struct {
 	RAMBytes int64
 	// GPUs, when not nil, replace the cards read from nvidia-smi.
 	GPUs []Card
+	// Engine is the llama-server whose own device list decides which of
+	// the cards read from nvidia-smi are counted (engine.Find's choice
+	// when empty); cards given in GPUs are taken as they are.
+	Engine string
 	// Budget, when set, is the memory the fleet may promise on this
 	// machine (--local-memory): the node's memory in the pool. Unlike
 	// RAMBytes the machine is still measured, and no more than the kernel
@@ -121,6 +129,7 @@ type LocalNode struct {
 	measured bool // read MemAvailable on each look, rather than RAMBytes
 	budget   int64
 	gpus     []Card
+	note     string // what was left out of gpus, and why
 }
 
 // Local is this machine as a node: its cores, memory and cards as
@@ -153,6 +162,13 @@ func Local(cfg LocalConfig) (*LocalNode, error) {
 				i++
 			}
 		}
+		if len(n.gpus) > 0 {
+			path, _, _ := engine.Find(cfg.Engine)
+			n.gpus, n.note = engineCards(context.Background(), path, n.gpus)
+		}
+	}
+	if pn.Note != "" {
+		n.note = pn.Note
 	}
 	return n, nil
 }
@@ -162,7 +178,7 @@ func (n *LocalNode) Name() string { return n.name }
 
 // Capacity reads the machine's available memory now, for a measured node.
 func (n *LocalNode) Capacity() Capacity {
-	c := Capacity{CPUCores: n.cores, RAMBytes: n.ram, AvailableBytes: n.ram, GPUs: n.gpus}
+	c := Capacity{CPUCores: n.cores, RAMBytes: n.ram, AvailableBytes: n.ram, GPUs: n.gpus, Note: n.note}
 	if n.measured {
 		if f, err := os.Open("/proc/meminfo"); err == nil {
 			if total, avail, err := plan.ParseMeminfo(f); err == nil {

@@ -24,7 +24,7 @@ func (f *Fleet) Pool() []plan.Node {
 		n := plan.Node{
 			Name: ns.Name, Local: local,
 			CPUCores: ns.CPUCores, RAMGB: gib(ram), FreeRAMGB: gib(max(min(ns.FreeBytes+ns.ReclaimableBytes, ram), 0)),
-			CPUBandwidthGBs: plan.DefaultCPUBandwidthGBs, GPUs: []plan.GPU{},
+			CPUBandwidthGBs: plan.DefaultCPUBandwidthGBs, GPUs: []plan.GPU{}, Note: ns.Note,
 		}
 		for _, c := range ns.GPUs {
 			card := cardRoom(c.MemoryBytes, ns.CardHeadroomBytes)

@@ -164,7 +164,7 @@ func (f *Fleet) reconcile(ctx context.Context) {
 		if len(active) >= st.want {
 			continue
 		}
-		if engineErr != nil {
+		if engineErr := f.modelEngineErr(m, engineErr); engineErr != nil {
 			// Restarting cannot install an engine: parked now, and started
 			// once there is one.
 			st.failedStarts = max(st.failedStarts, 1)
@@ -325,7 +325,7 @@ func cardsFor(p catalog.Profile, a account) (fit, free []int) {
 func profiles(m catalog.Model) []catalog.Profile {
 	var out []catalog.Profile
 	for _, p := range m.Profiles {
-		if p.Engine == "" || p.Engine == engineLlamaCpp {
+		if p.Engine == "" || p.Engine == engineLlamaCpp || runsOnVLLM(p) {
 			out = append(out, p)
 		}
 	}
@@ -362,7 +362,7 @@ func (f *Fleet) placeLocked(ctx context.Context, m catalog.Model, caps []Capacit
 		for _, p := range m.Profiles {
 			engines = append(engines, p.Name+" runs "+p.Engine)
 		}
-		return nil, fmt.Sprintf("no node can host it: the fleet starts llama.cpp's llama-server only, and its profiles want other engines (%s)",
+		return nil, fmt.Sprintf("no node can host it: the fleet starts llama.cpp's llama-server and vLLM only, and its profiles want other engines (%s)",
 			strings.Join(engines, ", ")), false
 	}
 	type choice struct {
@@ -584,15 +584,21 @@ func (f *Fleet) startLocked(ctx context.Context, m catalog.Model, p catalog.Prof
 		for i, c := range cards {
 			idx[i] = strconv.Itoa(c)
 		}
-		env = append(env, "CUDA_VISIBLE_DEVICES="+strings.Join(idx, ","))
+		// The cards by nvidia-smi's numbers, for either backend the engine
+		// may run them on (devices.go): CUDA numbers them so in PCI order
+		// (its default puts the fastest first); Vulkan in its driver's
+		// order, the same on a node of one class of card.
+		list := strings.Join(idx, ",")
+		env = append(env, "CUDA_DEVICE_ORDER=PCI_BUS_ID", "CUDA_VISIBLE_DEVICES="+list, "GGML_VK_VISIBLE_DEVICES="+list)
 	}
 	key := newKey()
-	env = append(env, KeyEnv+"="+key)
+	env = append(env, keyEnvOf(p)+"="+key)
 	rctx, cancel := context.WithCancel(ctx)
 	r := &replica{
 		id: id, model: m.Name, profile: p.Name, fingerprint: fingerprint(m), node: node,
 		memBytes: need, cards: cards, pool: p.Pool, slots: p.Slots, key: key, weights: weights, threads: threads,
-		args:    EngineArgs(m, p, weights, projector, threads),
+		args:    argsOf(m, p, weights, projector, threads),
+		vllm:    runsOnVLLM(p),
 		env:     env,
 		startup: StartupTimeout(p, weightsBytes(m, weights)),
 		log:     newLogTail(), cancel: cancel, restart: make(chan struct{}, 1), state: Starting,

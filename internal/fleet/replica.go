@@ -28,6 +28,7 @@ type replica struct {
 	weights            string // the file the engine loads
 	threads            int
 	args, env          []string
+	vllm               bool // runs vLLM rather than llama-server
 	startup            time.Duration
 	log                *logTail
 	// cancel asks the supervisor to stop the engine; restart (buffered,
@@ -66,7 +67,7 @@ func (r *replica) view() Replica {
 		ID: r.id, Model: r.model, Profile: r.profile, Node: r.node.Name(), Endpoint: r.endpoint,
 		State: r.state, Detail: r.detail, Failures: r.failures, LastError: r.lastErr,
 		Started: r.started, ReadyAt: r.readyAt, PID: r.pid, Threads: r.threads,
-		RSSBytes: r.rss, EstimateBytes: r.memBytes, Load: r.load, Log: r.log.Lines(),
+		RSSBytes: r.rss, EstimateBytes: r.memBytes, Load: r.load, Log: r.log.Lines(), Engine: engineName(r.vllm),
 	}
 }
 
@@ -147,7 +148,7 @@ func (f *Fleet) retiring(r *replica) bool {
 // attempt starts r's engine once and follows it until it ends or r is
 // stopped.
 func (f *Fleet) attempt(ctx context.Context, r *replica) (outcome, string) {
-	engine, err := f.enginePath()
+	engine, err := f.engineFor(r)
 	if err != nil {
 		return noEngine, sentenceOf(err)
 	}
@@ -206,7 +207,7 @@ func (f *Fleet) attempt(ctx context.Context, r *replica) (outcome, string) {
 
 	readyAt := time.Now()
 	rss := proc.RSS()
-	load, err := f.readLoad(ctx, proc.Endpoint(), r.key)
+	load, err := f.loadOf(ctx, r, proc.Endpoint())
 	if err != nil {
 		f.log.Warn("the engine's load cannot be read", "replica", r.id, "err", err)
 	}
@@ -295,7 +296,7 @@ func (f *Fleet) attempt(ctx context.Context, r *replica) (outcome, string) {
 		case <-loadTick.C:
 			// A busy engine may be slow to answer; the figures stay as
 			// they were until it does.
-			if l, err := f.readLoad(ctx, proc.Endpoint(), r.key); err == nil {
+			if l, err := f.loadOf(ctx, r, proc.Endpoint()); err == nil {
 				f.mu.Lock()
 				r.load = &l
 				f.mu.Unlock()

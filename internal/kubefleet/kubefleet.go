@@ -59,6 +59,10 @@ type Options struct {
 	// EngineImage is the llama.cpp server image; its entrypoint must be
 	// llama-server (as the official server image's is).
 	EngineImage string
+	// VLLMImage is vLLM's OpenAI server image (vllm/vllm-openai:v0.8.5),
+	// whose entrypoint is that server, for models of original weights;
+	// without it they are parked, saying so.
+	VLLMImage string
 	// FetchImage runs the init container that fetches the weights: any
 	// image with busybox's sh, wget and sha256sum. "busybox:1.37" unless
 	// set.
@@ -108,6 +112,9 @@ type Fleet struct {
 	opts  Options
 	log   *slog.Logger
 	queue workqueue.TypedRateLimitingInterface[string]
+	// priorities is whether the cluster has the PriorityClasses pods name
+	// (priority.go); set by Run before its worker starts.
+	priorities bool
 
 	// The listers are set by Run before its worker starts, and read only
 	// while it runs (synced says so).
@@ -287,6 +294,7 @@ func (f *Fleet) Run(ctx context.Context) error {
 			return err
 		}
 	}
+	f.priorities = f.findPriorityClasses(ctx)
 	f.mu.Lock()
 	f.synced = true
 	f.mu.Unlock()
@@ -464,6 +472,9 @@ func (f *Fleet) reconcile(ctx context.Context, m catalog.Model, models []catalog
 		parkedWhy = cm.Annotations[annotationParkedWhy]
 	}
 	w, werr := weightsOf(m, f.opts.MirrorDir)
+	if werr == nil {
+		werr = f.canRun(m)
+	}
 	switch {
 	case parkedWhy != "":
 	case werr != nil:

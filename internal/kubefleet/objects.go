@@ -177,11 +177,8 @@ func (f *Fleet) deployment(m catalog.Model, pi int, replicas int32, w weights, o
 	podLabels := modelLabels(m.Name)
 	podLabels[labelDeployment] = name
 
-	threads := p.CPUCores
-	args := fleet.EngineArgs(m, p, w.model, w.projector, threads)
-	args = append(args, "--host", "0.0.0.0", "--port", strconv.Itoa(enginePort))
-
-	env := []corev1.EnvVar{{Name: fleet.KeyEnv, ValueFrom: &corev1.EnvVarSource{
+	image, args, keyEnv := f.engine(m, p, w)
+	env := []corev1.EnvVar{{Name: keyEnv, ValueFrom: &corev1.EnvVarSource{
 		SecretKeyRef: &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: keySecretName(m.Name)}, Key: keySecretKey}}}}
 	settings, _ := catalog.EngineEnv(p) // what is left out, the local fleet logs as it starts
 	for _, kv := range settings {
@@ -223,6 +220,7 @@ func (f *Fleet) deployment(m catalog.Model, pi int, replicas int32, w weights, o
 			PeriodSeconds: period, FailureThreshold: failures, TimeoutSeconds: 2,
 		}
 	}
+	shmVolumes, shmMounts := shm(p)
 	// Loading reads every byte of the weights: the engine has as long as
 	// the local fleet gives it before liveness may restart it.
 	startup := health(10, int32(fleet.StartupTimeout(p, w.bytes).Seconds()/10)+1)
@@ -244,6 +242,7 @@ func (f *Fleet) deployment(m catalog.Model, pi int, replicas int32, w weights, o
 					AutomountServiceAccountToken: ptr(false),
 					EnableServiceLinks:           ptr(false),
 					Affinity:                     affinity,
+					PriorityClassName:            f.priorityClass(m),
 					InitContainers: []corev1.Container{{
 						Name: "fetch-weights", Image: f.opts.FetchImage,
 						Command: []string{"sh", "-c", fetchScript},
@@ -258,16 +257,16 @@ func (f *Fleet) deployment(m catalog.Model, pi int, replicas int32, w weights, o
 						TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
 					}},
 					Containers: []corev1.Container{{
-						Name: "engine", Image: f.opts.EngineImage, Args: args, Env: env,
+						Name: "engine", Image: image, Args: args, Env: env,
 						Ports:                    []corev1.ContainerPort{{Name: "http", ContainerPort: enginePort}},
 						Resources:                res,
 						StartupProbe:             startup,
 						ReadinessProbe:           health(5, 2),
 						LivenessProbe:            health(10, 6),
-						VolumeMounts:             []corev1.VolumeMount{{Name: "weights", MountPath: weightsDir, ReadOnly: true}},
+						VolumeMounts:             append([]corev1.VolumeMount{{Name: "weights", MountPath: weightsDir, ReadOnly: true}}, shmMounts...),
 						TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
 					}},
-					Volumes: []corev1.Volume{{Name: "weights", VolumeSource: f.weightsVolume()}},
+					Volumes: append([]corev1.Volume{{Name: "weights", VolumeSource: f.weightsVolume()}}, shmVolumes...),
 				},
 			},
 		},

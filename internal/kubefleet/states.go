@@ -168,6 +168,7 @@ func replica(p *corev1.Pod) fleet.Replica {
 	}
 	for _, c := range p.Spec.Containers {
 		if c.Name == "engine" {
+			r.Engine = engineOfImage(c.Env)
 			r.EstimateBytes = c.Resources.Requests.Memory().Value()
 			r.Threads = int(c.Resources.Requests.Cpu().Value())
 		}

@@ -11,6 +11,7 @@ import (
 	authnv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	schedulingv1 "k8s.io/api/scheduling/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
@@ -49,6 +50,25 @@ func (c *Cluster) Account(t testing.TB, path string) string {
 		t.Fatal(err)
 	}
 	return tok.Status.Token
+}
+
+// Apply creates, as the admin, what the manifest at path holds (the
+// PriorityClasses of deploy/priority.yaml, say).
+func (c *Cluster) Apply(t testing.TB, path string) {
+	t.Helper()
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, doc := range strings.Split(string(raw), "\n---\n") {
+		obj, _, err := scheme.Codecs.UniversalDeserializer().Decode([]byte(doc), nil, nil)
+		if err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		if err := create(context.Background(), c.Admin, obj); err != nil {
+			t.Fatalf("creating %T from %s: %v", obj, path, err)
+		}
+	}
 }
 
 // Client is a client of the cluster acting with token.
@@ -103,6 +123,8 @@ func create(ctx context.Context, k kubernetes.Interface, obj runtime.Object) err
 		_, err = k.RbacV1().ClusterRoles().Create(ctx, v, o)
 	case *rbacv1.ClusterRoleBinding:
 		_, err = k.RbacV1().ClusterRoleBindings().Create(ctx, v, o)
+	case *schedulingv1.PriorityClass:
+		_, err = k.SchedulingV1().PriorityClasses().Create(ctx, v, o)
 	default:
 		return fmt.Errorf("kubetest does not create a %T", obj)
 	}

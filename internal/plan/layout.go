@@ -74,6 +74,14 @@ func ChooseLayout(req LayoutRequest, plan Plan, planned bool, set hf.FileSet) ([
 	default:
 		out = append(out, Option{Artifact: artifact, Quant: set.Quant, Format: format, Engine: engine, CPU: true})
 	}
+	if engine == EngineVLLM {
+		if err := TensorParallelError(plan.ModelConfig, out[0].GPUsPerNode); err != nil {
+			return nil, err
+		}
+		if err := multiNodeError(out[0]); err != nil {
+			return nil, err
+		}
+	}
 	if req.Fallbacks {
 		shape := func(o Option) string {
 			return fmt.Sprintf("%v/%s/%d/%d", o.CPU, o.Class, o.GPUsPerNode, max(o.Nodes, 1))
@@ -84,7 +92,7 @@ func ChooseLayout(req LayoutRequest, plan Plan, planned bool, set hf.FileSet) ([
 				break
 			}
 			// A fallback that cannot run anywhere is no fallback.
-			if o.Fit != FitsNowhere && !seen[shape(o)] {
+			if o.Fit != FitsNowhere && !seen[shape(o)] && multiNodeError(o) == nil {
 				seen[shape(o)] = true
 				out = append(out, o)
 			}

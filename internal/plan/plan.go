@@ -234,13 +234,16 @@ type Plan struct {
 	Context  int    `json:"context"`
 	Parallel int    `json:"parallel"`
 	// The model's shape, from the first header read.
-	Architecture    string    `json:"architecture,omitempty"`
-	TrainedContext  int       `json:"trained_context,omitempty"`
-	Embedding       bool      `json:"embedding,omitempty"`
-	Experts         int       `json:"experts,omitempty"`
-	ExpertsUsed     int       `json:"experts_used,omitempty"`
-	KVBytesPerToken int64     `json:"kv_bytes_per_token"`
-	Sets            []SetPlan `json:"sets"`
+	Architecture    string `json:"architecture,omitempty"`
+	TrainedContext  int    `json:"trained_context,omitempty"`
+	Embedding       bool   `json:"embedding,omitempty"`
+	Experts         int    `json:"experts,omitempty"`
+	ExpertsUsed     int    `json:"experts_used,omitempty"`
+	KVBytesPerToken int64  `json:"kv_bytes_per_token"`
+	// ModelConfig is the original weights' config.json as vLLM reads it,
+	// when the repository has both and it was read.
+	ModelConfig *ModelConfig `json:"model_config,omitempty"`
+	Sets        []SetPlan    `json:"sets"`
 	// Options are every way every artifact can run, best first: what fits
 	// now before what fits the hardware before what fits nowhere, then
 	// the faster.
@@ -278,6 +281,10 @@ type Config struct {
 	Pool func() []Node
 	// Headers reads a GGUF header from a URL or path; required.
 	Headers HeaderReader
+	// Configs reads the config.json of original weights, which vLLM
+	// sizes them by; without it they are sized from a GGUF header of the
+	// same repository, or not at all.
+	Configs ConfigReader
 	// DownloadURL is where a file of a repository at a commit is read;
 	// required (hf.Registry's DownloadURL).
 	DownloadURL func(id, commit, path string) string
@@ -383,6 +390,15 @@ func (p *Planner) Plan(ctx context.Context, repo hf.Repo, req Request) (Plan, er
 		pl.Architecture, pl.TrainedContext, pl.Embedding = model.arch, model.trained, model.embedding
 		pl.Experts, pl.ExpertsUsed, pl.KVBytesPerToken = model.experts, model.expertsUsed, model.kvPerToken
 	}
+	var configNote string
+	if original != nil && req.Format != FormatGGUF {
+		pl.ModelConfig, configNote = p.readConfig(ctx, repo)
+		if c := pl.ModelConfig; c != nil && model == nil {
+			// What vLLM runs: its shape from its own config.
+			pl.Architecture, pl.TrainedContext = c.Architecture, c.MaxPosition
+			pl.Experts, pl.ExpertsUsed, pl.KVBytesPerToken = c.Experts, c.ExpertsUsed, c.KVBytesPerToken()
+		}
+	}
 	pl.Context, pl.Parallel = req.Context, req.Parallel
 	if pl.Context == 0 {
 		pl.Context = DefaultContext
@@ -451,8 +467,10 @@ func (p *Planner) Plan(ctx context.Context, repo hf.Repo, req Request) (Plan, er
 	if original != nil && req.Format != FormatGGUF {
 		sp := SetPlan{FileSet: *original, Format: FormatSafetensors, Architecture: pl.Architecture,
 			TrainedContext: pl.TrainedContext, Planned: true}
-		if model == nil {
-			sp.Note = "the KV cache is not counted: there is no GGUF header to read the model's shape from"
+		if c := pl.ModelConfig; c != nil {
+			sp.Architecture, sp.TrainedContext = c.Architecture, c.MaxPosition
+		} else if model == nil {
+			sp.Note = "the KV cache is not counted: " + cmp.Or(configNote, "there is no config.json or GGUF header to read the model's shape from")
 		}
 		pl.Sets = append(pl.Sets, sp)
 		pl.Options = append(pl.Options, vllmOptions(*original, model, pl, nodes)...)
@@ -549,11 +567,13 @@ func sized(o Option, m Model, ask Ask, nodes []Node) Option {
 }
 
 // vLLM's share of each card: it takes 90% of the card's memory
-// (--gpu-memory-utilization's default) and spends some on the CUDA context,
-// activations and CUDA graphs before the KV cache.
+// (--gpu-memory-utilization's default, which the fleet passes) and spends
+// some on the CUDA context, activations and CUDA graphs before the KV
+// cache.
 const (
-	vllmUtilisation   = 0.9
-	vllmCardOverheadG = 2.0
+	VLLMGPUMemoryUtilization = 0.9
+	vllmUtilisation          = VLLMGPUMemoryUtilization
+	vllmCardOverheadG        = 2.0
 )
 
 // vllmOptions are the ways vLLM can run the original weights: 1, 2, 4 or 8
@@ -562,12 +582,16 @@ const (
 func vllmOptions(set hf.FileSet, s *shape, pl Plan, nodes []Node) []Option {
 	base := Option{Artifact: Original, Format: FormatSafetensors, Engine: EngineVLLM, Context: pl.Context}
 	base.WeightsGB = round2(gib(set.Bytes))
-	if s != nil {
-		base.KVGB = round2(gib(s.kvPerToken * int64(pl.Context)))
-	}
 	active := float64(set.Bytes)
 	if s != nil {
 		active *= s.activeShare()
+	}
+	if c := pl.ModelConfig; c != nil {
+		// vLLM's own reading of the model beats a GGUF copy's.
+		s, active = &shape{kvPerToken: c.KVBytesPerToken()}, float64(set.Bytes)*c.activeShare()
+	}
+	if s != nil {
+		base.KVGB = round2(gib(s.kvPerToken * int64(pl.Context)))
 	}
 	var out []Option
 	for _, class := range poolClasses(nodes) {
@@ -580,7 +604,7 @@ func vllmOptions(set hf.FileSet, s *shape, pl Plan, nodes []Node) []Option {
 		}
 		var shapes [][2]int
 		for _, g := range []int{1, 2, 4, 8} {
-			if g <= perNode || g == 1 {
+			if (g <= perNode || g == 1) && TensorParallelError(pl.ModelConfig, g) == nil {
 				shapes = append(shapes, [2]int{g, 1})
 			}
 		}
