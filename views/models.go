@@ -148,7 +148,7 @@ type Offer struct {
 // from, and once a job has served it, what its smoke test measured (By,
 // and the job at JobURL). Each is "" when not known.
 type Speed struct {
-	Estimate, From      string
+	Estimate, From       string
 	Measured, By, JobURL string
 }
 

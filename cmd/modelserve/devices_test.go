@@ -30,11 +30,11 @@ func TestCardsTheEngineCannotUseAreShown(t *testing.T) {
 	const want = "2×L4 seen; the engine build has no GPU backend: install one or set --llama-server"
 	var nodes struct {
 		Nodes []struct {
-			GPUs []any `json:"gpus"`
+			GPUs []any  `json:"gpus"`
 			Note string `json:"note"`
 		} `json:"nodes"`
 		Fleet []struct {
-			GPUs []any `json:"gpus"`
+			GPUs []any  `json:"gpus"`
 			Note string `json:"note"`
 		} `json:"fleet"`
 	}
