@@ -21,7 +21,7 @@ import (
 // replica answering it is busy until it is read to its end.
 func longStream(t *testing.T, c openai.Client, model string) *ssestream.Stream[openai.ChatCompletionChunk] {
 	t.Helper()
-	st := c.Chat.Completions.NewStreaming(context.Background(), openai.ChatCompletionNewParams{Model: model, MaxTokens: openai.Int(1500),
+	st := c.Chat.Completions.NewStreaming(context.Background(), openai.ChatCompletionNewParams{Model: model, MaxTokens: openai.Int(1024), // its longest answer (max_output)
 		Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("a long answer")}}, option.WithJSONSet("ignore_eos", true))
 	t.Cleanup(func() { st.Close() })
 	if !st.Next() {

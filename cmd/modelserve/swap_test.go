@@ -467,7 +467,7 @@ func TestRemovedWhileWaitingAnswers404(t *testing.T) {
 	if err := askModel(c, "alpha", "load alpha"); err != nil {
 		t.Fatal(err)
 	}
-	st := c.Chat.Completions.NewStreaming(context.Background(), openai.ChatCompletionNewParams{Model: "alpha", MaxTokens: openai.Int(1500),
+	st := c.Chat.Completions.NewStreaming(context.Background(), openai.ChatCompletionNewParams{Model: "alpha", MaxTokens: openai.Int(1024), // its longest answer (max_output)
 		Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("a long answer")}}, option.WithJSONSet("ignore_eos", true))
 	defer st.Close()
 	if !st.Next() {
