@@ -111,6 +111,25 @@ func runLoad(b *testing.B, n, conc int, target func(i int) (url, key string, bod
 	return out, time.Since(start)
 }
 
+// alternate sends n requests to each of two targets, conc at a time, in
+// turns of a few rounds each: a slow moment of a busy machine falls on
+// both alike, where in two halves one of them took most of it and the
+// ratio moved by a third from one run to the next.
+func alternate(b *testing.B, n, conc int, x, y func(i int) (url, key string, body []byte)) (xa []answer, xt time.Duration, ya []answer, yt time.Duration) {
+	b.Helper()
+	turn := max(conc*2, n/turns)
+	for done := 0; done < n; done += turn {
+		a, t := runLoad(b, turn, conc, x)
+		xa, xt = append(xa, a...), xt+t
+		a, t = runLoad(b, turn, conc, y)
+		ya, yt = append(ya, a...), yt+t
+	}
+	return xa, xt, ya, yt
+}
+
+// turns is how many turns alternate takes at least.
+const turns = 16
+
 func quantile(as []answer, q float64, of func(answer) time.Duration) time.Duration {
 	ds := make([]time.Duration, len(as))
 	for i, a := range as {
@@ -145,16 +164,7 @@ func BenchmarkOverhead(b *testing.B) {
 				n := max(conc*4, b.N)
 				runLoad(b, conc, conc, gateway) // warm the connections
 				runLoad(b, conc, conc, direct)
-				var da, ga []answer
-				var dt, gt time.Duration
-				// Alternating halves, so a slow moment of the machine
-				// falls on both.
-				for range 2 {
-					a, t := runLoad(b, n/2, conc, direct)
-					da, dt = append(da, a...), dt+t
-					a, t = runLoad(b, n/2, conc, gateway)
-					ga, gt = append(ga, a...), gt+t
-				}
+				da, dt, ga, gt := alternate(b, n, conc, direct, gateway)
 				b.ReportMetric(float64(len(ga))/gt.Seconds()/(float64(len(da))/dt.Seconds()), "throughput_ratio")
 				b.ReportMetric(float64(quantile(ga, .5, took)-quantile(da, .5, took))/1e6, "added_p50_ms")
 				b.ReportMetric(float64(quantile(ga, .99, took)-quantile(da, .99, took))/1e6, "added_p99_ms")
