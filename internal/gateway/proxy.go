@@ -255,10 +255,11 @@ func (g *Gateway) send(w http.ResponseWriter, r *http.Request, m catalog.Model, 
 		g.log.WarnContext(ctx, "a replica failed a request; it is avoided for a while", "model", m.Name, "replica", rep.ID, "status", resp.StatusCode)
 	}
 	p.give(rep.ID, failedUntil)
-	endCall(ctx, call, m.Name, status, start, first, tally.counts())
+	c := tally.counts()
+	endCall(ctx, call, m.Name, status, start, first, c)
 	call = nil
 	g.ended(ending{model: m.Name, replica: rep.ID, status: status, start: start, first: first, end: time.Now(),
-		stream: tally.stream, counts: tally.counts()})
+		stream: tally.stream, counts: c})
 	return true
 }
 
