@@ -79,8 +79,9 @@ type Options struct {
 	Tracer     trace.Tracer
 	Propagator propagation.TextMapPropagator
 	// TraceContent records the request's messages (or prompt, or input)
-	// on its span, up to 16 KiB: off unless an operator turns it on, as
-	// the GenAI conventions advise (--trace-content).
+	// and the answer's text on its span, up to 16 KiB each: off unless an
+	// operator turns it on, as the GenAI conventions advise
+	// (--trace-content).
 	TraceContent bool
 	// MaxBody bounds a request body: 16 MiB unless set. Long prompts and
 	// images in base64 are large, but not larger.

@@ -121,9 +121,7 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, m catalog.Model,
 	// start (admit says how long before it tries the same one again).
 	var tried []fleet.Replica
 	for range attempts {
-		wait := g.startWait(ctx, m.Name, len(rs), tried, standIn)
-		rep, release, aerr := g.admit(ctx, m, req.affinity, rs, tried, standIn)
-		endWait(wait, rep, aerr, len(rs) == 0)
+		rep, release, aerr := g.admit(ctx, m, req.affinity, rs, tried, standIn, g.startWait(ctx, m.Name, tried, standIn))
 		if aerr != nil {
 			switch {
 			case ctx.Err() != nil:
@@ -219,7 +217,7 @@ func (g *Gateway) send(w http.ResponseWriter, r *http.Request, m catalog.Model, 
 	}
 	defer resp.Body.Close()
 
-	first, tally, err := relay(w, resp, rn)
+	first, tally, err := relay(w, resp, rn, call != nil && g.opts.TraceContent)
 	if err == nil && tally.stream && !tally.done && resp.StatusCode == http.StatusOK && endsInDone[r.URL.Path] {
 		// An engine killed mid-stream may end the body as if it were
 		// done: only the missing [DONE] tells.
@@ -256,6 +254,9 @@ func (g *Gateway) send(w http.ResponseWriter, r *http.Request, m catalog.Model, 
 	}
 	p.give(rep.ID, failedUntil)
 	c := tally.counts()
+	if call != nil && g.opts.TraceContent {
+		recordAnswer(ctx, tally.answerText())
+	}
 	endCall(ctx, call, m.Name, status, start, first, c)
 	call = nil
 	g.ended(ending{model: m.Name, replica: rep.ID, status: status, start: start, first: first, end: time.Now(),
@@ -296,10 +297,10 @@ var hopHeaders = map[string]bool{
 // stream is flushed after every read, so each event reaches the client as
 // the engine wrote it. With rn, the model the answer names is rewritten
 // on the way. It returns when the first bytes of the body were written
-// (time to first token, for a stream) and the answer's token counts, and
-// an error when the engine broke off or the client went away
-// (errClientGone).
-func relay(w http.ResponseWriter, resp *http.Response, rn *renamer) (first time.Time, t tally, err error) {
+// (time to first token, for a stream) and the answer's token counts (and
+// a stream's text, with keepText), and an error when the engine broke off
+// or the client went away (errClientGone).
+func relay(w http.ResponseWriter, resp *http.Response, rn *renamer, keepText bool) (first time.Time, t tally, err error) {
 	for k, vs := range resp.Header {
 		if !hopHeaders[k] {
 			w.Header()[k] = vs
@@ -310,7 +311,7 @@ func relay(w http.ResponseWriter, resp *http.Response, rn *renamer) (first time.
 		w.Header().Del("Content-Length")
 	}
 	w.WriteHeader(resp.StatusCode)
-	t.stream = isEventStream(resp.Header.Get("Content-Type"))
+	t.stream, t.keepText = isEventStream(resp.Header.Get("Content-Type")), keepText
 	rc := http.NewResponseController(w)
 	bp := relayBufs.Get().(*[]byte)
 	defer relayBufs.Put(bp)

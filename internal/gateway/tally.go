@@ -23,6 +23,10 @@ type tally struct {
 	// A plain answer's body, up to maxTallied.
 	body []byte
 	over bool
+	// keepText keeps a stream's text as it goes by, up to
+	// maxTracedContent, for --trace-content.
+	keepText bool
+	text     []byte
 }
 
 // maxTallied bounds what is kept of an answer to read its counts: a chat
@@ -66,6 +70,21 @@ func (t *tally) endLine() {
 	if ok && string(bytes.TrimSpace(data)) == "[DONE]" {
 		t.done = true
 		return
+	}
+	if ok && t.keepText && len(t.text) < maxTracedContent {
+		var chunk struct {
+			Choices []struct {
+				Delta struct {
+					Content string `json:"content"`
+				} `json:"delta"`
+				Text string `json:"text"`
+			} `json:"choices"`
+		}
+		if json.Unmarshal(data, &chunk) == nil {
+			for _, c := range chunk.Choices {
+				t.text = append(t.text, c.Delta.Content+c.Text...)
+			}
+		}
 	}
 	if !ok || !(bytes.Contains(data, []byte(`"usage"`)) || bytes.Contains(data, []byte(`"timings"`))) {
 		return
@@ -154,4 +173,28 @@ func objectEnd(v []byte) int {
 		}
 	}
 	return 0
+}
+
+// answerText is the answer's text, its choices' one after the other, as
+// far as kept (a stream's when keepText), cut to maxTracedContent; "" for
+// an answer with none (embeddings, an error).
+func (t *tally) answerText() string {
+	text := t.text
+	if !t.stream {
+		var v struct {
+			Choices []struct {
+				Message struct {
+					Content string `json:"content"`
+				} `json:"message"`
+				Text string `json:"text"`
+			} `json:"choices"`
+		}
+		if json.Unmarshal(t.body, &v) != nil {
+			return ""
+		}
+		for _, c := range v.Choices {
+			text = append(text, c.Message.Content+c.Text...)
+		}
+	}
+	return string(text[:min(len(text), maxTracedContent)])
 }
