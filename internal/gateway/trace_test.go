@@ -12,6 +12,7 @@ import (
 
 	"modelserve/catalog"
 	"modelserve/internal/auth"
+	"modelserve/internal/fleet"
 	"modelserve/internal/ggufgen"
 	"modelserve/internal/trace"
 	"modelserve/internal/trace/otlptest"
@@ -164,6 +165,50 @@ func TestAColdStartIsASpan(t *testing.T) {
 	}
 	if route.ParentID != req.SpanID || route.Attrs["modelserve.replica"] == "" {
 		t.Errorf("route span %+v; want a child of the request naming the replica", route)
+	}
+}
+
+// TestASwapIsASpan: on a node with room for one of two models loaded on
+// demand, the request for the second waits in a span named swap, which
+// says which replica was given back for it.
+func TestASwapIsASpan(t *testing.T) {
+	rcv := otlptest.Start(t)
+	tr, err := trace.New(func(k string) string {
+		return map[string]string{"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": rcv.URL}[k]
+	}, trace.Options{Every: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Shutdown(context.Background())
+	node, err := fleet.Local(fleet.LocalConfig{Name: "small", CPUCores: 2, RAMBytes: 8 << 30, GPUs: []fleet.Card{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := mustEnvOn(t, []fleet.Node{node}, Options{Tracer: tr.Tracer("modelserve/gateway"), Propagator: tr.Propagator})
+	for _, name := range []string{"alpha", "beta"} {
+		m := chatModel(t, name, ggufgen.Spec{})
+		m.Profiles[0].RAMBytes = 5 << 30 // room for one of the two
+		m.Scaling = catalog.Scaling{Min: 0, Max: 1, IdleAfter: time.Hour}
+		e.mustAdd(m)
+	}
+	client := e.client(e.mustToken("app", auth.Limits{}))
+	for _, name := range []string{"alpha", "beta"} {
+		if _, err := client.Chat.Completions.New(context.Background(), openai.ChatCompletionNewParams{
+			Model: name, Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("hi")}, MaxTokens: openai.Int(1),
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	alpha, beta := rcv.WaitFor(t, "chat alpha"), rcv.WaitFor(t, "chat beta")
+	swap := rcv.WaitFor(t, "swap")
+	if swap.ParentID != beta.SpanID || swap.Attrs["modelserve.start"] != "swap" ||
+		!strings.Contains(swap.Attrs["modelserve.given_back"], "alpha-1: given back for beta") {
+		t.Errorf("swap span %+v; want a child of beta's request naming alpha's replica given back", swap)
+	}
+	for _, s := range rcv.Spans() {
+		if s.Name == "cold start" && s.ParentID != alpha.SpanID {
+			t.Errorf("cold start span %+v; want only alpha's first request to have one", s)
+		}
 	}
 }
 
