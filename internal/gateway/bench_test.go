@@ -114,7 +114,9 @@ func runLoad(b *testing.B, n, conc int, target func(i int) (url, key string, bod
 // alternate sends n requests to each of two targets, conc at a time, in
 // turns of a few rounds each: a slow moment of a busy machine falls on
 // both alike, where in two halves one of them took most of it and the
-// ratio moved by a third from one run to the next.
+// ratio moved by a third from one run to the next. A turn is two rounds
+// at least, so that at 64 clients the ramp at its start and end is not
+// most of it.
 func alternate(b *testing.B, n, conc int, x, y func(i int) (url, key string, body []byte)) (xa []answer, xt time.Duration, ya []answer, yt time.Duration) {
 	b.Helper()
 	turn := max(conc*2, n/turns)
@@ -161,7 +163,7 @@ func BenchmarkOverhead(b *testing.B) {
 		gateway := func(int) (string, string, []byte) { return e.url + "/v1/chat/completions", e.token, body }
 		for _, conc := range []int{1, 8, 64} {
 			b.Run(fmt.Sprintf("stream=%v/conc=%d", stream, conc), func(b *testing.B) {
-				n := max(conc*4, b.N)
+				n := max(conc*16, b.N)
 				runLoad(b, conc, conc, gateway) // warm the connections
 				runLoad(b, conc, conc, direct)
 				da, dt, ga, gt := alternate(b, n, conc, direct, gateway)

@@ -115,7 +115,11 @@ type Options struct {
 type Gateway struct {
 	opts     Options
 	log      *slog.Logger
-	upstream *http.Client
+	// upstream carries requests to the engines: the transport itself,
+	// not an http.Client over it, which copied every request's headers
+	// for redirects the gateway must never follow (the engine's key would
+	// go with them).
+	upstream *http.Transport
 	metrics  *metrics
 	names    names
 	tokens   tokens
@@ -189,7 +193,7 @@ func New(opts Options) (*Gateway, error) {
 		opts: opts, log: opts.Log, metrics: m,
 		// No timeout: an answer streams for as long as the engine writes
 		// it, and ends when the client goes.
-		upstream: &http.Client{Transport: tr},
+		upstream: tr,
 		names:    names{catalog: opts.Catalog, every: opts.CatalogEvery},
 		tokens:   tokens{every: opts.TokenEvery},
 		pools:    map[string]*pool{},

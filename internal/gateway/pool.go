@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"cmp"
-	"hash/fnv"
 	"math"
 	"slices"
 	"strconv"
@@ -124,18 +123,20 @@ func (p *pool) choose(rs []fleet.Replica, key uint64, now time.Time, explain boo
 			delete(p.failed, id)
 		}
 	}
-	healthy := make([]fleet.Replica, 0, len(rs))
-	for _, r := range rs {
-		if _, bad := p.failed[r.ID]; !bad {
-			healthy = append(healthy, r)
-		} else if explain {
-			c.cooling = append(c.cooling, r.ID)
+	if len(p.failed) > 0 {
+		healthy := make([]fleet.Replica, 0, len(rs))
+		for _, r := range rs {
+			if _, bad := p.failed[r.ID]; !bad {
+				healthy = append(healthy, r)
+			} else if explain {
+				c.cooling = append(c.cooling, r.ID)
+			}
 		}
-	}
-	if len(healthy) > 0 {
-		rs = healthy
-	} else {
-		c.cooling = nil
+		if len(healthy) > 0 {
+			rs = healthy
+		} else {
+			c.cooling = nil
+		}
 	}
 	if explain {
 		for _, r := range rs {
@@ -149,13 +150,9 @@ func (p *pool) choose(rs []fleet.Replica, key uint64, now time.Time, explain boo
 		c.replica, c.why, c.load = r, why, p.loadOf(r)
 		return c, true
 	}
-	free := make([]fleet.Replica, 0, len(rs))
 	total := 0
 	for _, r := range rs {
 		total += p.loadOf(r)
-		if p.inFlight[r.ID] < depthOf(r) {
-			free = append(free, r)
-		}
 	}
 	if key != 0 && len(rs) > 1 {
 		// The first replica in the key's ranking whose load stays within
@@ -178,16 +175,28 @@ func (p *pool) choose(rs []fleet.Replica, key uint64, now time.Time, explain boo
 			}
 		}
 	}
-	if len(free) == 0 {
+	// The least loaded of those with room, the first of equals: no list
+	// of them is made, which was most of what a request allocated here.
+	var best fleet.Replica
+	found := false
+	for _, r := range rs {
+		if p.inFlight[r.ID] < depthOf(r) && (!found || p.lessLoaded(r, best, key)) {
+			best, found = r, true
+		}
+	}
+	if !found {
 		return choice{}, false
 	}
-	return chosen(slices.MinFunc(free, func(a, b fleet.Replica) int {
-		// Load per slot (compared without division: a/sa < b/sb), then
-		// the most free slots, then the key's rank.
-		return cmp.Or(cmp.Compare(p.loadOf(a)*slotsOf(b), p.loadOf(b)*slotsOf(a)),
-			cmp.Compare(slotsOf(b)-p.loadOf(b), slotsOf(a)-p.loadOf(a)),
-			cmp.Compare(rendezvous(key, b.ID), rendezvous(key, a.ID)))
-	}), byLoad)
+	return chosen(best, byLoad)
+}
+
+// lessLoaded is whether a is to take a request before b: less load per
+// slot (compared without division: a/sa < b/sb), then more free slots,
+// then the higher rank for key.
+func (p *pool) lessLoaded(a, b fleet.Replica, key uint64) bool {
+	return cmp.Or(cmp.Compare(p.loadOf(a)*slotsOf(b), p.loadOf(b)*slotsOf(a)),
+		cmp.Compare(slotsOf(b)-p.loadOf(b), slotsOf(a)-p.loadOf(a)),
+		cmp.Compare(rendezvous(key, b.ID), rendezvous(key, a.ID))) < 0
 }
 
 // take counts a request sent to replica id.
@@ -216,11 +225,13 @@ type waiter struct {
 	key     uint64
 	rs      []fleet.Replica
 	explain bool
-	got     chan choice // buffered: the giver never waits
+	// got is made when the waiter first queues (nil before: nothing is
+	// handed to it), buffered: the giver never waits.
+	got chan choice
 }
 
 func newWaiter(key uint64, explain bool) *waiter {
-	return &waiter{key: key, explain: explain, got: make(chan choice, 1)}
+	return &waiter{key: key, explain: explain}
 }
 
 // enqueue puts w in the queue in its place by arrival (a waiter whose
@@ -229,6 +240,17 @@ func newWaiter(key uint64, explain bool) *waiter {
 // the replica w was given, if any. p.mu is held.
 func (p *pool) enqueue(w *waiter, rs []fleet.Replica, now time.Time) (choice, bool) {
 	w.rs = rs
+	if len(p.queue) == 0 {
+		// Nobody waits: a free slot is the request's at once, with no
+		// place in the queue to take and leave.
+		if c, ok := p.choose(rs, w.key, now, w.explain); ok {
+			p.take(c.replica.ID)
+			return c, true
+		}
+	}
+	if w.got == nil {
+		w.got = make(chan choice, 1)
+	}
 	if !slices.Contains(p.queue, w) {
 		if w.seq == 0 {
 			p.seq++
@@ -319,9 +341,18 @@ func (p *pool) counts() (inFlight, waiting int) {
 // rendezvous is the rank of replica id for key: a hash of both, mixed so
 // that close keys rank replicas independently.
 func rendezvous(key uint64, id string) uint64 {
-	h := fnv.New64a()
-	h.Write([]byte(id))
-	return mix(key ^ h.Sum64())
+	return mix(key ^ fnv1a(id))
+}
+
+// fnv1a is the 64-bit FNV-1a hash of s, as hash/fnv's, without making a
+// hasher for each replica ranked.
+func fnv1a[T string | []byte](s T) uint64 {
+	h := uint64(14695981039346656037)
+	for i := range len(s) {
+		h ^= uint64(s[i])
+		h *= 1099511628211
+	}
+	return h
 }
 
 // mix is splitmix64's finaliser.

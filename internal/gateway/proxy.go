@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"go.opentelemetry.io/otel/trace"
-	"hash/fnv"
 	"io"
 	"modelserve/internal/auth"
 	"net/http"
@@ -203,7 +202,7 @@ func (g *Gateway) send(w http.ResponseWriter, r *http.Request, m catalog.Model, 
 		defer func() { endCall(ctx, call, m.Name, http.StatusBadGateway, start, time.Time{}, counts{}) }()
 	}
 
-	resp, err := g.upstream.Do(up)
+	resp, err := g.upstream.RoundTrip(up)
 	if err != nil {
 		if ctx.Err() != nil {
 			p.give(rep.ID, time.Time{})
@@ -412,9 +411,7 @@ func parseRequest(body []byte) (request, *apiError) {
 		prefix = req.fields["prompt"]
 	}
 	if len(prefix) > 0 {
-		h := fnv.New64a()
-		h.Write(prefix[:min(len(prefix), affinityBytes)])
-		req.affinity = max(h.Sum64(), 1)
+		req.affinity = max(fnv1a(prefix[:min(len(prefix), affinityBytes)]), 1)
 	}
 	return req, nil
 }

@@ -22,6 +22,9 @@ func TestTallyCounts(t *testing.T) {
 			counts{prompt: 9, cached: 2, completion: 3}},
 		{"braces in a string of the counts", false, `{"usage":{"note":"}{\"","completion_tokens":5,"prompt_tokens":6}}`,
 			counts{prompt: 6, completion: 5}},
+		{"nested and spaced", false, `{"usage": {"prompt_tokens_details": {"cached_tokens": 3}, "prompt_tokens" : 6, "completion_tokens":5},` +
+			`"timings": {"prompt_n": 2, "cache_n": 4, "predicted_n": 5, "predicted_ms": 1.25e1}}`,
+			counts{prompt: 6, cached: 4, completion: 5, generating: 12500000}},
 		{"no counts", false, `{"choices":[{"message":{"content":"usage"}}]}`, counts{}},
 		{"cut off", false, `{"usage":{"completion_tokens":5,"prompt_tok`, counts{}},
 		{"stream", true, "data: {\"choices\":[{\"delta\":{\"content\":\"Hi\"}}]}\n\ndata: " + final + "\n\ndata: [DONE]\n\n",

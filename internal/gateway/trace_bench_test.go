@@ -68,7 +68,7 @@ func BenchmarkTracingOverhead(b *testing.B) {
 		on := func(int) (string, string, []byte) { return srv.URL + "/v1/chat/completions", e.token, body }
 		for _, conc := range []int{1, 8, 64} {
 			b.Run(fmt.Sprintf("stream=%v/conc=%d", stream, conc), func(b *testing.B) {
-				n := max(conc*4, b.N)
+				n := max(conc*16, b.N)
 				runLoad(b, conc, conc, off) // warm the connections
 				runLoad(b, conc, conc, on)
 				fa, ft, na, nt := alternate(b, n, conc, off, on)
