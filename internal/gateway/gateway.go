@@ -113,8 +113,8 @@ type Options struct {
 // Gateway serves the /v1/ routes. Its methods are safe for concurrent use.
 // It starts no goroutine of its own: everything it does lives in a request.
 type Gateway struct {
-	opts     Options
-	log      *slog.Logger
+	opts Options
+	log  *slog.Logger
 	// upstream carries requests to the engines: the transport itself,
 	// not an http.Client over it, which copied every request's headers
 	// for redirects the gateway must never follow (the engine's key would

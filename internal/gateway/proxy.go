@@ -10,6 +10,7 @@ import (
 	"modelserve/internal/auth"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -387,7 +388,8 @@ const affinityBytes = 4096
 // one turn of a conversation to the next, where the whole would not.
 func parseRequest(body []byte) (request, *apiError) {
 	var req request
-	if err := json.Unmarshal(body, &req.fields); err != nil || req.fields == nil {
+	var ok bool
+	if req.fields, ok = members(body); !ok {
 		return req, invalidRequest("invalid_json", "the request body is not a JSON object: send the request as JSON, with a model")
 	}
 	raw, ok := req.fields["model"]
@@ -401,10 +403,9 @@ func parseRequest(body []byte) (request, *apiError) {
 	for _, k := range []string{"system", "instructions"} {
 		prefix = append(prefix, req.fields[k]...)
 	}
-	if msgs := req.fields["messages"]; len(prefix) == 0 && len(msgs) > 0 {
-		var list []json.RawMessage
-		if json.Unmarshal(msgs, &list) == nil && len(list) > 0 {
-			prefix = list[0]
+	if msgs := req.fields["messages"]; len(prefix) == 0 && len(msgs) > 0 && msgs[0] == '[' {
+		if i := skipSpace(msgs, 1); msgs[i] != ']' {
+			prefix = msgs[i:valueEnd(msgs, i)]
 		}
 	}
 	if len(prefix) == 0 {
@@ -421,4 +422,86 @@ func parseRequest(body []byte) (request, *apiError) {
 func (req request) renamed(name string) ([]byte, error) {
 	req.fields["model"] = json.RawMessage(strconv.Quote(name))
 	return json.Marshal(req.fields)
+}
+
+// members are the members of the JSON object body, by name, each value
+// as it is in body (a slice of it, not a copy), the last of a name
+// winning as with encoding/json; not ok when body is not one JSON object.
+// Decoding the body into a map of raw messages copied every value and
+// took two dozen allocations, a tenth of all a request made.
+func members(body []byte) (map[string]json.RawMessage, bool) {
+	if !json.Valid(body) {
+		return nil, false
+	}
+	// Valid JSON from here: each step finds what it expects.
+	i := skipSpace(body, 0)
+	if body[i] != '{' {
+		return nil, false
+	}
+	fields := make(map[string]json.RawMessage, 8)
+	if i = skipSpace(body, i+1); body[i] == '}' {
+		return fields, true
+	}
+	for {
+		end := valueEnd(body, i)
+		var name string
+		if raw := body[i:end]; bytes.IndexByte(raw, '\\') < 0 {
+			name = string(raw[1 : len(raw)-1])
+		} else if json.Unmarshal(raw, &name) != nil {
+			return nil, false
+		}
+		i = skipSpace(body, skipSpace(body, end)+1) // past the colon
+		end = valueEnd(body, i)
+		fields[name] = body[i:end:end]
+		if i = skipSpace(body, end); body[i] == '}' {
+			return fields, true
+		}
+		i = skipSpace(body, i+1) // past the comma
+	}
+}
+
+// skipSpace is the index of the first byte from i on that is not JSON
+// white space.
+func skipSpace(b []byte, i int) int {
+	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
+		i++
+	}
+	return i
+}
+
+// valueEnd is the index just past the JSON value that begins at b[i], in
+// valid JSON.
+func valueEnd(b []byte, i int) int {
+	switch b[i] {
+	case '"':
+		for j := i + 1; j < len(b); j++ {
+			switch b[j] {
+			case '\\':
+				j++
+			case '"':
+				return j + 1
+			}
+		}
+		return len(b)
+	case '{', '[':
+		depth := 0
+		for j := i; j < len(b); j++ {
+			switch b[j] {
+			case '"':
+				j = valueEnd(b, j) - 1
+			case '{', '[':
+				depth++
+			case '}', ']':
+				if depth--; depth == 0 {
+					return j + 1
+				}
+			}
+		}
+		return len(b)
+	}
+	j := i
+	for j < len(b) && strings.IndexByte(",}] \t\r\n", b[j]) < 0 {
+		j++
+	}
+	return j
 }
