@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -12,6 +13,7 @@ import (
 	"modelserve/catalog"
 	"modelserve/internal/auth"
 	"modelserve/internal/fleet"
+	"modelserve/internal/trace"
 )
 
 // BenchmarkOwnWork: the gateway's own time and allocations per request,
@@ -20,7 +22,8 @@ import (
 // eight tokens, its counts and [DONE]). The real engine's milliseconds
 // would drown the microseconds measured here; BenchmarkOverhead measures
 // the gateway beside the real engine. The gateway's cost is its line less
-// direct's, in time, bytes and allocations per request.
+// direct's, in time, bytes and allocations per request; tracing's, traced
+// less gateway.
 func BenchmarkOwnWork(b *testing.B) {
 	plain := []byte(`{"choices":[{"finish_reason":"length","index":0,"message":{"role":"assistant","content":"Hello there, how are"}}],` +
 		`"created":1764600000,"model":"tiny","system_fingerprint":"b11669","object":"chat.completion",` +
@@ -56,10 +59,31 @@ func BenchmarkOwnWork(b *testing.B) {
 	gw := httptest.NewServer(mux)
 	defer gw.Close()
 
+	// The same, traced: every request sampled, its spans exported to a
+	// collector that keeps nothing.
+	col := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.Copy(io.Discard, r.Body) }))
+	defer col.Close()
+	tr, err := trace.New(func(k string) string {
+		return map[string]string{"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": col.URL + "/v1/traces", "OTEL_TRACES_SAMPLER": "always_on"}[k]
+	}, trace.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer tr.Shutdown(context.Background())
+	tg, err := New(Options{Catalog: oneModel{"tiny"}, Fleet: f, Tokens: anyToken{}, Tracer: tr.Tracer("modelserve/gateway"), Propagator: tr.Propagator})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer tg.Close()
+	tmux := http.NewServeMux()
+	tmux.HandleFunc("POST /v1/", tg.Forward)
+	traced := httptest.NewServer(tmux)
+	defer traced.Close()
+
 	for _, stream := range []bool{false, true} {
 		body, _ := json.Marshal(map[string]any{"model": "tiny", "max_tokens": 8, "stream": stream,
 			"messages": []map[string]string{{"role": "system", "content": strings.Repeat("You are helpful. ", 20)}, {"role": "user", "content": "Say hello."}}})
-		for _, side := range []struct{ name, url string }{{"direct", engine.URL}, {"gateway", gw.URL}} {
+		for _, side := range []struct{ name, url string }{{"direct", engine.URL}, {"gateway", gw.URL}, {"traced", traced.URL}} {
 			b.Run(fmt.Sprintf("stream=%v/%s", stream, side.name), func(b *testing.B) {
 				b.ReportAllocs()
 				for b.Loop() {

@@ -169,16 +169,21 @@ func (w *waitTrace) routed(c choice, ready int) {
 	w.started(nil)
 	endSpan(w.queue, nil)
 	w.queue = nil
-	attrs := []attribute.KeyValue{attribute.String("modelserve.model", w.model), attribute.String("modelserve.replica", c.replica.ID),
+	// What the request's span says already (the model) is not said
+	// again: every attribute is paid for on the request's path and again
+	// in the export.
+	_, span := w.g.tracer().Start(w.ctx, "route", trace.WithAttributes(attribute.String("modelserve.replica", c.replica.ID),
 		attribute.String("modelserve.node", c.replica.Node), attribute.String("modelserve.route.why", c.why),
 		attribute.Int("modelserve.route.load", c.load), attribute.Int("modelserve.replicas_ready", ready),
 		// One string, not a slice: a slice attribute is made by
 		// reflection, and was a third of the routing span's cost.
-		attribute.String("modelserve.route.candidates", strings.Join(c.loads, ", ")), attribute.Bool("modelserve.canary", w.standIn)}
+		attribute.String("modelserve.route.candidates", strings.Join(c.loads, ", "))))
 	if avoided := append(slices.Clip(w.tried), c.cooling...); len(avoided) > 0 {
-		attrs = append(attrs, attribute.StringSlice("modelserve.avoided_replicas", avoided))
+		span.SetAttributes(attribute.StringSlice("modelserve.avoided_replicas", avoided))
 	}
-	_, span := w.g.tracer().Start(w.ctx, "route", trace.WithAttributes(attrs...))
+	if w.standIn {
+		span.SetAttributes(attribute.Bool("modelserve.canary", true))
+	}
 	span.End()
 }
 
@@ -209,8 +214,8 @@ func (g *Gateway) startCall(ctx context.Context, up *http.Request, model string,
 		return ctx, nil
 	}
 	ctx, span := g.tracer().Start(ctx, "engine "+operationOf(up.URL.Path), trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(
-		attribute.String("gen_ai.operation.name", operationOf(up.URL.Path)), attribute.String("modelserve.replica", rep.ID),
-		attribute.String("modelserve.node", rep.Node), attribute.String("server.address", rep.Endpoint), attribute.String("url.path", up.URL.Path)))
+		attribute.String("modelserve.replica", rep.ID), attribute.String("modelserve.node", rep.Node),
+		attribute.String("server.address", rep.Endpoint), attribute.String("url.path", up.URL.Path)))
 	if answerAs != "" {
 		span.SetAttributes(attribute.String("modelserve.version", model), attribute.String("modelserve.canary_of", answerAs))
 	}
@@ -218,25 +223,25 @@ func (g *Gateway) startCall(ctx context.Context, up *http.Request, model string,
 	return ctx, span
 }
 
-// endCall ends the engine's span, and tells the request's span what the
-// engine answered.
+// endCall ends the engine's span with its status, and tells the
+// request's span what the engine answered: the GenAI operation's figures
+// are the request's, said once.
 func endCall(ctx context.Context, span trace.Span, model string, status int, start, first time.Time, c counts) {
 	if span == nil {
 		return
 	}
-	attrs := []attribute.KeyValue{attribute.Int("http.response.status_code", status), attribute.String("gen_ai.response.model", model),
-		attribute.Int("gen_ai.usage.input_tokens", c.prompt), attribute.Int("gen_ai.usage.output_tokens", c.completion),
-		attribute.Int("modelserve.timings.cache_n", c.cached)}
-	if !first.IsZero() {
-		attrs = append(attrs, attribute.Float64("gen_ai.server.time_to_first_token", first.Sub(start).Seconds()))
-	}
-	span.SetAttributes(attrs...)
+	span.SetAttributes(attribute.Int("http.response.status_code", status))
 	if status >= 500 {
 		span.SetStatus(codes.Error, http.StatusText(status))
 	}
 	span.End()
 	if req := trace.SpanFromContext(ctx); req.IsRecording() {
-		req.SetAttributes(attrs...)
+		req.SetAttributes(attribute.Int("http.response.status_code", status), attribute.String("gen_ai.response.model", model),
+			attribute.Int("gen_ai.usage.input_tokens", c.prompt), attribute.Int("gen_ai.usage.output_tokens", c.completion),
+			attribute.Int("modelserve.timings.cache_n", c.cached))
+		if !first.IsZero() {
+			req.SetAttributes(attribute.Float64("gen_ai.server.time_to_first_token", first.Sub(start).Seconds()))
+		}
 	}
 }
 
