@@ -39,12 +39,23 @@ type answer struct {
 	cacheN      int
 }
 
+// officialHeaders are those the official OpenAI Go client sends with a
+// chat request, streamed or not (Accept too), as the gateway and the
+// engine see them from an application.
+var officialHeaders = map[string]string{
+	"Accept": "application/json", "Content-Type": "application/json", "User-Agent": "OpenAI/Go 3.99.0",
+	"X-Stainless-Arch": "x64", "X-Stainless-Lang": "go", "X-Stainless-Os": "Linux", "X-Stainless-Package-Version": "3.99.0",
+	"X-Stainless-Retry-Count": "0", "X-Stainless-Runtime": "go", "X-Stainless-Runtime-Version": "go1.26",
+}
+
 // call sends body to url with key and reads the whole answer; for a stream,
 // first is when the first event arrived.
 func call(url, key string, body []byte) (answer, error) {
 	start := time.Now()
 	req, _ := http.NewRequest(http.MethodPost, url, bytes.NewReader(body))
-	req.Header.Set("Content-Type", "application/json")
+	for k, v := range officialHeaders {
+		req.Header.Set(k, v)
+	}
 	req.Header.Set("Authorization", "Bearer "+key)
 	req.Header["X-Idempotency-Key"] = nil // as the gateway does (proxy.go): the engine closes kept connections
 	resp, err := benchClient.Do(req)
