@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -40,7 +41,7 @@ func TestHostileEvalSuiteThroughTheBinary(t *testing.T) {
 	engine := llamatest.Path(t)
 	hub := hubtest.New(t)
 	tinyRepo(t, hub, "acme/Chatty-GGUF", "Chatty-Q4_K_M.gguf", ggufgen.Spec{})
-	s, rss := startBinary(t, hub, engine)
+	s, rss := startBinary(t, hub, engine, nil)
 
 	var job jobs.Job
 	if code := s.do("POST", "/api/v1/serve", map[string]any{"repo": "acme/Chatty-GGUF", "replicas": 1, "context_length": 1024, "ctx_pool": 2048}, &job); code != http.StatusAccepted {
@@ -110,9 +111,10 @@ var listeningAt = regexp.MustCompile(`msg="modelserve listening" addr=(\S+)`)
 
 // startBinary builds modelserve and runs it against hub and engine, on a
 // free loopback port with a new data folder and an API token made by its
-// own token command. Its resident memory is watched: past hostileRSS the
-// test kills it and fails. The largest seen is in the returned value.
-func startBinary(t *testing.T, hub *hubtest.Server, engine string) (*binaryServer, *atomic.Int64) {
+// own token command, with env added to its environment and args to its
+// serve command. Its resident memory is watched: past hostileRSS the test
+// kills it and fails. The largest seen is in the returned value.
+func startBinary(t *testing.T, hub *hubtest.Server, engine string, env []string, args ...string) (*binaryServer, *atomic.Int64) {
 	t.Helper()
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "modelserve")
@@ -120,9 +122,10 @@ func startBinary(t *testing.T, hub *hubtest.Server, engine string) (*binaryServe
 		t.Fatalf("building modelserve: %v\n%s", err, out)
 	}
 	data := mustMakeData(t, filepath.Join(dir, "data"))
-	env := []string{"HF_HOME=" + filepath.Join(dir, "hf-home")}
+	env = append(slices.Clip(env), "HF_HOME="+filepath.Join(dir, "hf-home"))
 	for _, kv := range os.Environ() {
-		if k, _, _ := strings.Cut(kv, "="); !strings.HasPrefix(k, "HF_") && !strings.HasPrefix(k, "HUGGING_FACE") && !strings.HasPrefix(k, "MODELSERVE_") {
+		if k, _, _ := strings.Cut(kv, "="); !strings.HasPrefix(k, "HF_") && !strings.HasPrefix(k, "HUGGING_FACE") && !strings.HasPrefix(k, "MODELSERVE_") &&
+			!strings.HasPrefix(k, "OTEL_") {
 			env = append(env, kv)
 		}
 	}
@@ -132,7 +135,7 @@ func startBinary(t *testing.T, hub *hubtest.Server, engine string) (*binaryServe
 	if err != nil {
 		t.Fatalf("modelserve token create: %v", err)
 	}
-	cmd := exec.Command(bin, "serve", "--addr", "127.0.0.1:0", "--data", data, "--hf-endpoint", hub.URL(), "--llama-server", engine)
+	cmd := exec.Command(bin, append([]string{"serve", "--addr", "127.0.0.1:0", "--data", data, "--hf-endpoint", hub.URL(), "--llama-server", engine}, args...)...)
 	cmd.Env = env
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	var logs testlog.Buffer

@@ -49,8 +49,8 @@ func wanted(p *pool, rs []fleet.Replica) int {
 // again while another is ready; with none other ready, admit waits for
 // one (for reofferAfter, then offers a failed one the fleet still calls
 // ready once more), but for a stand-in (a canary), whose model answers
-// instead at once.
-func (g *Gateway) admit(ctx context.Context, m catalog.Model, key uint64, rs, avoid []fleet.Replica, standIn bool) (fleet.Replica, func(), *apiError) {
+// instead at once. tw, when tracing, is told of the waits and the choice.
+func (g *Gateway) admit(ctx context.Context, m catalog.Model, key uint64, rs, avoid []fleet.Replica, standIn bool, tw *waitTrace) (fleet.Replica, func(), *apiError) {
 	p := g.pool(m.Name)
 	began := time.Now()
 	// offer is the ready replicas but those that failed this request; the
@@ -64,32 +64,35 @@ func (g *Gateway) admit(ctx context.Context, m catalog.Model, key uint64, rs, av
 		return ready
 	}
 	rs = offer(rs)
-	w := newWaiter(key)
+	w := newWaiter(key, tw.explain())
 	var deadline <-chan time.Time
 	queued := false
-	leave := func() {
+	leave := func(aerr *apiError) {
 		p.leave(w)
 		if queued {
 			g.metrics.queued(m.Name, -1)
 		}
+		tw.failed(aerr)
 	}
 	for {
 		now := time.Now()
 		p.mu.Lock()
-		r, ok := p.enqueue(w, rs, now)
+		c, ok := p.enqueue(w, rs, now)
 		if !ok {
 			if len(rs) == 0 && standIn {
 				// Its replica was retired (the canary promoted or rolled
 				// back) since the split chose it.
 				p.mu.Unlock()
-				leave()
-				return fleet.Replica{}, nil, unavailable("model_not_ready", m.Name+" has no replica ready")
+				aerr := unavailable("model_not_ready", m.Name+" has no replica ready")
+				leave(aerr)
+				return fleet.Replica{}, nil, aerr
 			}
 			if !queued {
 				if waiting := len(p.queue) - 1; waiting >= g.opts.MaxQueue {
 					p.mu.Unlock()
-					leave()
-					return fleet.Replica{}, nil, queueFull(m.Name, waiting)
+					aerr := queueFull(m.Name, waiting)
+					leave(aerr)
+					return fleet.Replica{}, nil, aerr
 				}
 				queued = true
 				g.metrics.queued(m.Name, 1)
@@ -100,11 +103,16 @@ func (g *Gateway) admit(ctx context.Context, m catalog.Model, key uint64, rs, av
 			if len(rs) == 0 && len(avoid) == 0 && p.coldSince.IsZero() {
 				p.coldSince = now
 			}
-			wake := p.wake
+			wake, ahead := p.wake, len(p.queue)-1
 			p.mu.Unlock()
+			if len(rs) == 0 {
+				tw.cold()
+			} else {
+				tw.queued(ahead, len(rs))
+			}
 			var aerr *apiError
-			if r, ok, aerr = g.await(ctx, p, w, m.Name, len(rs) == 0, wake, deadline); aerr != nil {
-				leave()
+			if c, ok, aerr = g.await(ctx, p, w, m.Name, len(rs) == 0, wake, deadline); aerr != nil {
+				leave(aerr)
 				return fleet.Replica{}, nil, aerr
 			}
 			if !ok {
@@ -118,6 +126,7 @@ func (g *Gateway) admit(ctx context.Context, m catalog.Model, key uint64, rs, av
 			p.coldSince = time.Time{}
 		}
 		p.mu.Unlock()
+		r := c.replica
 		release, held := g.opts.Fleet.Hold(r.ID)
 		if !held {
 			// Retired since rs was read: it takes no request now. The
@@ -130,6 +139,7 @@ func (g *Gateway) admit(ctx context.Context, m catalog.Model, key uint64, rs, av
 		if queued {
 			g.metrics.queued(m.Name, -1)
 		}
+		tw.routed(c, len(rs))
 		return r, release, nil
 	}
 }
@@ -140,7 +150,7 @@ func (g *Gateway) admit(ctx context.Context, m catalog.Model, key uint64, rs, av
 // is to wait no longer: cold, the model has no replica ready, and the
 // fleet says none will start; the deadline passed; or the client went
 // away.
-func (g *Gateway) await(ctx context.Context, p *pool, w *waiter, model string, cold bool, wake <-chan struct{}, deadline <-chan time.Time) (fleet.Replica, bool, *apiError) {
+func (g *Gateway) await(ctx context.Context, p *pool, w *waiter, model string, cold bool, wake <-chan struct{}, deadline <-chan time.Time) (choice, bool, *apiError) {
 	poll := pollBusy
 	if cold {
 		if !g.readyTold {
@@ -150,27 +160,27 @@ func (g *Gateway) await(ctx context.Context, p *pool, w *waiter, model string, c
 			p.mu.Lock()
 			p.coldSince = time.Time{}
 			p.mu.Unlock()
-			return fleet.Replica{}, false, aerr
+			return choice{}, false, aerr
 		}
 	}
 	t := time.NewTimer(poll)
 	defer t.Stop()
 	select {
-	case r := <-w.got:
-		return r, true, nil
+	case c := <-w.got:
+		return c, true, nil
 	case <-wake:
 	case <-t.C:
 	case <-deadline:
 		if cold {
-			return fleet.Replica{}, false, unavailable("model_not_ready", model+" has no replica ready after "+
+			return choice{}, false, unavailable("model_not_ready", model+" has no replica ready after "+
 				g.opts.MaxWait.String()+" of waiting: the fleet page says how its start is going; retry later")
 		}
 		_, waiting := p.counts()
-		return fleet.Replica{}, false, queueFull(model, waiting-1)
+		return choice{}, false, queueFull(model, waiting-1)
 	case <-ctx.Done():
-		return fleet.Replica{}, false, unavailable("client_gone", "the request ended before a replica was free")
+		return choice{}, false, unavailable("client_gone", "the request ended before a replica was free")
 	}
-	return fleet.Replica{}, false, nil
+	return choice{}, false, nil
 }
 
 // reofferAfter is how long a request waits for another replica before it

@@ -79,8 +79,9 @@ type Options struct {
 	Tracer     trace.Tracer
 	Propagator propagation.TextMapPropagator
 	// TraceContent records the request's messages (or prompt, or input)
-	// on its span, up to 16 KiB: off unless an operator turns it on, as
-	// the GenAI conventions advise (--trace-content).
+	// and the answer's text on its span, up to 16 KiB each: off unless an
+	// operator turns it on, as the GenAI conventions advise
+	// (--trace-content).
 	TraceContent bool
 	// MaxBody bounds a request body: 16 MiB unless set. Long prompts and
 	// images in base64 are large, but not larger.
@@ -112,9 +113,13 @@ type Options struct {
 // Gateway serves the /v1/ routes. Its methods are safe for concurrent use.
 // It starts no goroutine of its own: everything it does lives in a request.
 type Gateway struct {
-	opts     Options
-	log      *slog.Logger
-	upstream *http.Client
+	opts Options
+	log  *slog.Logger
+	// upstream carries requests to the engines: the transport itself,
+	// not an http.Client over it, which copied every request's headers
+	// for redirects the gateway must never follow (the engine's key would
+	// go with them).
+	upstream *http.Transport
 	metrics  *metrics
 	names    names
 	tokens   tokens
@@ -188,7 +193,7 @@ func New(opts Options) (*Gateway, error) {
 		opts: opts, log: opts.Log, metrics: m,
 		// No timeout: an answer streams for as long as the engine writes
 		// it, and ends when the client goes.
-		upstream: &http.Client{Transport: tr},
+		upstream: tr,
 		names:    names{catalog: opts.Catalog, every: opts.CatalogEvery},
 		tokens:   tokens{every: opts.TokenEvery},
 		pools:    map[string]*pool{},

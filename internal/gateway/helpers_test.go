@@ -48,6 +48,12 @@ type env struct {
 // filled in. wrap, when given, is the fleet as the gateway sees it.
 func mustEnv(t testing.TB, opts Options, wrap ...func(*fleet.Fleet) Fleet) *env {
 	t.Helper()
+	return mustEnvOn(t, nil, opts, wrap...)
+}
+
+// mustEnvOn is mustEnv with a fleet of nodes (none: this machine).
+func mustEnvOn(t testing.TB, nodes []fleet.Node, opts Options, wrap ...func(*fleet.Fleet) Fleet) *env {
+	t.Helper()
 	db, err := store.Open(context.Background(), filepath.Join(t.TempDir(), "modelserve.db"))
 	if err != nil {
 		t.Fatal(err)
@@ -57,7 +63,7 @@ func mustEnv(t testing.TB, opts Options, wrap ...func(*fleet.Fleet) Fleet) *env 
 	log := slog.New(slog.NewTextHandler(e.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	store := catalog.NewStore(db)
 	fl, err := fleet.New(fleet.Options{
-		Catalog: store, Engine: llamatest.Path(t), Threads: 1, Log: log.With("part", "fleet"),
+		Catalog: store, Nodes: nodes, Engine: llamatest.Path(t), Threads: 1, Log: log.With("part", "fleet"),
 		Interval: 50 * time.Millisecond, Backoff: 20 * time.Millisecond, LoadEvery: 100 * time.Millisecond,
 		StopGrace: 2 * time.Second,
 	})

@@ -111,9 +111,12 @@ func (m *metrics) done(e ending) {
 	}
 	m.latency.WithLabelValues(e.model, e.replica).Observe(took.Seconds())
 	c := e.counts
-	for kind, n := range map[string]int{"prompt": c.prompt, "prompt_cached": c.cached, "completion": c.completion} {
-		if n > 0 {
-			m.tokens.WithLabelValues(e.model, e.replica, kind).Add(float64(n))
+	for _, k := range [...]struct {
+		kind string
+		n    int
+	}{{"prompt", c.prompt}, {"prompt_cached", c.cached}, {"completion", c.completion}} {
+		if k.n > 0 {
+			m.tokens.WithLabelValues(e.model, e.replica, k.kind).Add(float64(k.n))
 		}
 	}
 }

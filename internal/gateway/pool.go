@@ -2,9 +2,9 @@ package gateway
 
 import (
 	"cmp"
-	"hash/fnv"
 	"math"
 	"slices"
+	"strconv"
 	"sync"
 	"time"
 
@@ -89,27 +89,70 @@ const affinityLoad = 1.5
 // it cached. Without one, or when every ranked replica is over the bound,
 // the least loaded for its slots does.
 func (p *pool) pick(rs []fleet.Replica, key uint64, now time.Time) (fleet.Replica, bool) {
+	c, ok := p.choose(rs, key, now, false)
+	return c.replica, ok
+}
+
+// choice is a routing decision: the replica, why it, and what it was
+// chosen among, for the request's trace.
+type choice struct {
+	replica fleet.Replica
+	// why is "prefix owner" (the first in the key's ranking within the
+	// load bound), "least loaded" or "only replica".
+	why string
+	// load is the chosen replica's load as it was chosen; loads, when
+	// asked for, every candidate's ("id load/depth"); cooling the
+	// replicas passed over for having failed a moment ago.
+	load    int
+	loads   []string
+	cooling []string
+}
+
+// Why a replica was chosen.
+const (
+	byPrefix    = "prefix owner"
+	byLoad      = "least loaded"
+	onlyReplica = "only replica"
+)
+
+// choose is pick, saying why; with explain, each candidate's load too.
+func (p *pool) choose(rs []fleet.Replica, key uint64, now time.Time, explain bool) (choice, bool) {
+	var c choice
 	for id, until := range p.failed {
 		if now.After(until) {
 			delete(p.failed, id)
 		}
 	}
-	healthy := make([]fleet.Replica, 0, len(rs))
-	for _, r := range rs {
-		if _, bad := p.failed[r.ID]; !bad {
-			healthy = append(healthy, r)
+	if len(p.failed) > 0 {
+		healthy := make([]fleet.Replica, 0, len(rs))
+		for _, r := range rs {
+			if _, bad := p.failed[r.ID]; !bad {
+				healthy = append(healthy, r)
+			} else if explain {
+				c.cooling = append(c.cooling, r.ID)
+			}
+		}
+		if len(healthy) > 0 {
+			rs = healthy
+		} else {
+			c.cooling = nil
 		}
 	}
-	if len(healthy) > 0 {
-		rs = healthy
+	if explain {
+		for _, r := range rs {
+			c.loads = append(c.loads, r.ID+" "+strconv.Itoa(p.loadOf(r))+"/"+strconv.Itoa(depthOf(r)))
+		}
 	}
-	free := make([]fleet.Replica, 0, len(rs))
+	chosen := func(r fleet.Replica, why string) (choice, bool) {
+		if len(rs) == 1 {
+			why = onlyReplica
+		}
+		c.replica, c.why, c.load = r, why, p.loadOf(r)
+		return c, true
+	}
 	total := 0
 	for _, r := range rs {
 		total += p.loadOf(r)
-		if p.inFlight[r.ID] < depthOf(r) {
-			free = append(free, r)
-		}
 	}
 	if key != 0 && len(rs) > 1 {
 		// The first replica in the key's ranking whose load stays within
@@ -126,22 +169,34 @@ func (p *pool) pick(rs []fleet.Replica, key uint64, now time.Time) (fleet.Replic
 		for _, r := range ranked {
 			if p.loadOf(r)+1 <= bound {
 				if p.inFlight[r.ID] < depthOf(r) {
-					return r, true
+					return chosen(r, byPrefix)
 				}
-				return fleet.Replica{}, false
+				return choice{}, false
 			}
 		}
 	}
-	if len(free) == 0 {
-		return fleet.Replica{}, false
+	// The least loaded of those with room, the first of equals: no list
+	// of them is made, which was most of what a request allocated here.
+	var best fleet.Replica
+	found := false
+	for _, r := range rs {
+		if p.inFlight[r.ID] < depthOf(r) && (!found || p.lessLoaded(r, best, key)) {
+			best, found = r, true
+		}
 	}
-	return slices.MinFunc(free, func(a, b fleet.Replica) int {
-		// Load per slot (compared without division: a/sa < b/sb), then
-		// the most free slots, then the key's rank.
-		return cmp.Or(cmp.Compare(p.loadOf(a)*slotsOf(b), p.loadOf(b)*slotsOf(a)),
-			cmp.Compare(slotsOf(b)-p.loadOf(b), slotsOf(a)-p.loadOf(a)),
-			cmp.Compare(rendezvous(key, b.ID), rendezvous(key, a.ID)))
-	}), true
+	if !found {
+		return choice{}, false
+	}
+	return chosen(best, byLoad)
+}
+
+// lessLoaded is whether a is to take a request before b: less load per
+// slot (compared without division: a/sa < b/sb), then more free slots,
+// then the higher rank for key.
+func (p *pool) lessLoaded(a, b fleet.Replica, key uint64) bool {
+	return cmp.Or(cmp.Compare(p.loadOf(a)*slotsOf(b), p.loadOf(b)*slotsOf(a)),
+		cmp.Compare(slotsOf(b)-p.loadOf(b), slotsOf(a)-p.loadOf(a)),
+		cmp.Compare(rendezvous(key, b.ID), rendezvous(key, a.ID))) < 0
 }
 
 // take counts a request sent to replica id.
@@ -162,25 +217,40 @@ func (p *pool) give(id string, failedUntil time.Time) {
 }
 
 // waiter is a request waiting for a slot: the prefix key and replicas it
-// is picked with, and where it is handed the replica whose slot it was
-// given (taken for it already).
+// is picked with, and where it is handed the choice of the replica whose
+// slot it was given (taken for it already). explain asks the choice to
+// say every candidate's load, for a traced request.
 type waiter struct {
-	seq uint64
-	key uint64
-	rs  []fleet.Replica
-	got chan fleet.Replica // buffered: the giver never waits
+	seq     uint64
+	key     uint64
+	rs      []fleet.Replica
+	explain bool
+	// got is made when the waiter first queues (nil before: nothing is
+	// handed to it), buffered: the giver never waits.
+	got chan choice
 }
 
-func newWaiter(key uint64) *waiter {
-	return &waiter{key: key, got: make(chan fleet.Replica, 1)}
+func newWaiter(key uint64, explain bool) *waiter {
+	return &waiter{key: key, explain: explain}
 }
 
 // enqueue puts w in the queue in its place by arrival (a waiter whose
 // replica was retired under it goes back where it was), with rs as the
 // replicas it may go to now, and gives out what slots are free. It says
 // the replica w was given, if any. p.mu is held.
-func (p *pool) enqueue(w *waiter, rs []fleet.Replica, now time.Time) (fleet.Replica, bool) {
+func (p *pool) enqueue(w *waiter, rs []fleet.Replica, now time.Time) (choice, bool) {
 	w.rs = rs
+	if len(p.queue) == 0 {
+		// Nobody waits: a free slot is the request's at once, with no
+		// place in the queue to take and leave.
+		if c, ok := p.choose(rs, w.key, now, w.explain); ok {
+			p.take(c.replica.ID)
+			return c, true
+		}
+	}
+	if w.got == nil {
+		w.got = make(chan choice, 1)
+	}
 	if !slices.Contains(p.queue, w) {
 		if w.seq == 0 {
 			p.seq++
@@ -191,10 +261,10 @@ func (p *pool) enqueue(w *waiter, rs []fleet.Replica, now time.Time) (fleet.Repl
 	}
 	p.grant(now)
 	select {
-	case r := <-w.got:
-		return r, true
+	case c := <-w.got:
+		return c, true
 	default:
-		return fleet.Replica{}, false
+		return choice{}, false
 	}
 }
 
@@ -205,9 +275,10 @@ func (p *pool) leave(w *waiter) {
 	defer p.mu.Unlock()
 	p.queue = slices.DeleteFunc(p.queue, func(q *waiter) bool { return q == w })
 	select {
-	case r := <-w.got:
-		if p.inFlight[r.ID]--; p.inFlight[r.ID] <= 0 {
-			delete(p.inFlight, r.ID)
+	case c := <-w.got:
+		id := c.replica.ID
+		if p.inFlight[id]--; p.inFlight[id] <= 0 {
+			delete(p.inFlight, id)
 		}
 		p.grant(time.Now())
 	default:
@@ -227,14 +298,14 @@ func (p *pool) grant(now time.Time) {
 			i++
 			continue
 		}
-		r, ok := p.pick(w.rs, w.key, now)
+		c, ok := p.choose(w.rs, w.key, now, w.explain)
 		if !ok {
 			i++
 			continue
 		}
-		p.take(r.ID)
+		p.take(c.replica.ID)
 		p.queue = slices.Delete(p.queue, i, i+1)
-		w.got <- r
+		w.got <- c
 	}
 }
 
@@ -270,9 +341,18 @@ func (p *pool) counts() (inFlight, waiting int) {
 // rendezvous is the rank of replica id for key: a hash of both, mixed so
 // that close keys rank replicas independently.
 func rendezvous(key uint64, id string) uint64 {
-	h := fnv.New64a()
-	h.Write([]byte(id))
-	return mix(key ^ h.Sum64())
+	return mix(key ^ fnv1a(id))
+}
+
+// fnv1a is the 64-bit FNV-1a hash of s, as hash/fnv's, without making a
+// hasher for each replica ranked.
+func fnv1a[T string | []byte](s T) uint64 {
+	h := uint64(14695981039346656037)
+	for i := range len(s) {
+		h ^= uint64(s[i])
+		h *= 1099511628211
+	}
+	return h
 }
 
 // mix is splitmix64's finaliser.

@@ -67,7 +67,7 @@ func TestWaitersGetSlotsInArrivalOrder(t *testing.T) {
 	p := g.pool("m")
 
 	for range depthOf(rep) { // its slot, and its engine's queue
-		if _, _, aerr := g.admit(ctx, m, 0, f.ready, nil, false); aerr != nil {
+		if _, _, aerr := g.admit(ctx, m, 0, f.ready, nil, false, nil); aerr != nil {
 			t.Fatal(aerr)
 		}
 	}
@@ -77,7 +77,7 @@ func TestWaitersGetSlotsInArrivalOrder(t *testing.T) {
 	for i := range n {
 		admitted[i] = make(chan struct{})
 		go func() {
-			if _, _, aerr := g.admit(ctx, m, 0, f.Serving("m"), nil, false); aerr != nil {
+			if _, _, aerr := g.admit(ctx, m, 0, f.Serving("m"), nil, false, nil); aerr != nil {
 				t.Error(aerr)
 			}
 			served <- i
@@ -93,7 +93,7 @@ func TestWaitersGetSlotsInArrivalOrder(t *testing.T) {
 	// One that comes now, with the slot just given, waits behind the six.
 	late := make(chan struct{})
 	go func() {
-		if _, _, aerr := g.admit(ctx, m, 0, f.Serving("m"), nil, false); aerr != nil {
+		if _, _, aerr := g.admit(ctx, m, 0, f.Serving("m"), nil, false, nil); aerr != nil {
 			t.Error(aerr)
 		}
 		served <- n
@@ -130,7 +130,7 @@ func TestColdWaiterIsWokenByTheFleet(t *testing.T) {
 	}
 	got := make(chan fleet.Replica, 1)
 	go func() {
-		r, _, aerr := g.admit(context.Background(), catalog.Model{Name: "m"}, 0, nil, nil, false)
+		r, _, aerr := g.admit(context.Background(), catalog.Model{Name: "m"}, 0, nil, nil, false, nil)
 		if aerr != nil {
 			t.Error(aerr)
 		}

@@ -3,6 +3,7 @@ package gateway
 import (
 	"bytes"
 	"encoding/json"
+	"strconv"
 	"time"
 )
 
@@ -23,6 +24,10 @@ type tally struct {
 	// A plain answer's body, up to maxTallied.
 	body []byte
 	over bool
+	// keepText keeps a stream's text as it goes by, up to
+	// maxTracedContent, for --trace-content.
+	keepText bool
+	text     []byte
 }
 
 // maxTallied bounds what is kept of an answer to read its counts: a chat
@@ -67,6 +72,21 @@ func (t *tally) endLine() {
 		t.done = true
 		return
 	}
+	if ok && t.keepText && len(t.text) < maxTracedContent {
+		var chunk struct {
+			Choices []struct {
+				Delta struct {
+					Content string `json:"content"`
+				} `json:"delta"`
+				Text string `json:"text"`
+			} `json:"choices"`
+		}
+		if json.Unmarshal(data, &chunk) == nil {
+			for _, c := range chunk.Choices {
+				t.text = append(t.text, c.Delta.Content+c.Text...)
+			}
+		}
+	}
 	if !ok || !(bytes.Contains(data, []byte(`"usage"`)) || bytes.Contains(data, []byte(`"timings"`))) {
 		return
 	}
@@ -85,30 +105,116 @@ func (t *tally) counts() counts {
 	if !t.stream {
 		src = t.body
 	}
-	var v struct {
-		Usage *struct {
-			PromptTokens     int `json:"prompt_tokens"`
-			CompletionTokens int `json:"completion_tokens"`
-		} `json:"usage"`
-		Timings *struct {
-			PromptN     int     `json:"prompt_n"`
-			CacheN      int     `json:"cache_n"`
-			PredictedN  int     `json:"predicted_n"`
-			PredictedMS float64 `json:"predicted_ms"`
-		} `json:"timings"`
-	}
-	if len(src) == 0 || json.Unmarshal(src, &v) != nil {
-		return counts{}
-	}
 	var c counts
-	if v.Timings != nil {
+	if timings := objectOf(src, `"timings"`); timings != nil {
 		// prompt_n is what the engine evaluated; cache_n what it took
 		// from its prompt cache instead.
-		c = counts{prompt: v.Timings.PromptN + v.Timings.CacheN, cached: v.Timings.CacheN, completion: v.Timings.PredictedN,
-			generating: time.Duration(v.Timings.PredictedMS * float64(time.Millisecond))}
+		cached := int(numberOf(timings, `"cache_n"`))
+		c = counts{prompt: int(numberOf(timings, `"prompt_n"`)) + cached, cached: cached, completion: int(numberOf(timings, `"predicted_n"`)),
+			generating: time.Duration(numberOf(timings, `"predicted_ms"`) * float64(time.Millisecond))}
 	}
-	if v.Usage != nil {
-		c.prompt, c.completion = v.Usage.PromptTokens, v.Usage.CompletionTokens
+	if usage := objectOf(src, `"usage"`); usage != nil {
+		c.prompt, c.completion = int(numberOf(usage, `"prompt_tokens"`)), int(numberOf(usage, `"completion_tokens"`))
 	}
 	return c
+}
+
+// numberOf is the number that is the value of the first member named key
+// (quoted) in the JSON object obj, 0 when there is none. The counts are
+// read this way rather than decoded: decoding them took eighteen
+// allocations a request.
+func numberOf(obj []byte, key string) float64 {
+	for rest := obj; ; {
+		i := bytes.Index(rest, []byte(key))
+		if i < 0 {
+			return 0
+		}
+		rest = rest[i+len(key):]
+		v, ok := bytes.CutPrefix(bytes.TrimLeft(rest, " \t\r\n"), []byte(":"))
+		if !ok {
+			continue
+		}
+		v = bytes.TrimLeft(v, " \t\r\n")
+		end := 0
+		for end < len(v) && (v[end] >= '0' && v[end] <= '9' || v[end] == '-' || v[end] == '+' || v[end] == '.' || v[end] == 'e' || v[end] == 'E') {
+			end++
+		}
+		n, err := strconv.ParseFloat(string(v[:end]), 64)
+		if err != nil {
+			return 0
+		}
+		return n
+	}
+}
+
+// objectOf is the object that is the value of the last member named key
+// (quoted) in the JSON src, nil when there is none. Only the object is
+// decoded, not the whole answer around it: decoding a whole answer, its
+// text included, was a fifth of what relaying it cost. A quote inside a
+// JSON string is escaped, so key followed by a colon is a member's name,
+// never text of the answer; the engine puts usage and timings at the top
+// level, after the choices.
+func objectOf(src []byte, key string) []byte {
+	i := bytes.LastIndex(src, []byte(key))
+	for i >= 0 {
+		rest := bytes.TrimLeft(src[i+len(key):], " \t\r\n")
+		if v, ok := bytes.CutPrefix(rest, []byte(":")); ok {
+			v = bytes.TrimLeft(v, " \t\r\n")
+			if end := objectEnd(v); end > 0 {
+				return v[:end]
+			}
+			return nil
+		}
+		i = bytes.LastIndex(src[:i], []byte(key))
+	}
+	return nil
+}
+
+// objectEnd is the length of the object v begins with (braces counted
+// outside strings), 0 when v does not begin with a whole one.
+func objectEnd(v []byte) int {
+	if len(v) == 0 || v[0] != '{' {
+		return 0
+	}
+	depth, inString := 0, false
+	for i := 0; i < len(v); i++ {
+		switch b := v[i]; {
+		case inString && b == '\\':
+			i++
+		case b == '"':
+			inString = !inString
+		case inString:
+		case b == '{':
+			depth++
+		case b == '}':
+			if depth--; depth == 0 {
+				return i + 1
+			}
+		}
+	}
+	return 0
+}
+
+// answerText is the answer's text, its choices' one after the other, as
+// far as kept (a stream's when keepText), cut to maxTracedContent; "" for
+// an answer with none (embeddings, an error).
+func (t *tally) answerText() string {
+	text := t.text
+	if !t.stream {
+		var v struct {
+			Choices []struct {
+				Message struct {
+					Content string `json:"content"`
+				} `json:"message"`
+				Text string `json:"text"`
+			} `json:"choices"`
+		}
+		if json.Unmarshal(t.body, &v) != nil {
+			return ""
+		}
+		for _, c := range v.Choices {
+			text = append(text, c.Message.Content+c.Text...)
+		}
+	}
+	return string(text[:min(len(text), maxTracedContent)])
 }

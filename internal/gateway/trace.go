@@ -2,7 +2,9 @@ package gateway
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -17,10 +19,11 @@ import (
 )
 
 // A gateway request is a trace: it continues the caller's traceparent,
-// with a span for the wait for a replica (the queue, a cold start, the
-// routing decision) and one for each call to an engine, which is passed
-// the trace on. Attributes follow OpenTelemetry's GenAI conventions; the
-// prompt and the answer are never recorded.
+// with spans for the wait for a replica to start (a cold start or a
+// swap), the wait in the queue, the routing decision, and each call to an
+// engine, which is passed the trace on. Attributes follow OpenTelemetry's
+// GenAI conventions; the prompt and the answer are recorded only when the
+// operator asks (--trace-content).
 
 func (g *Gateway) tracer() trace.Tracer { return tracing.Or(g.opts.Tracer) }
 
@@ -58,34 +61,149 @@ func (g *Gateway) startRequest(r *http.Request, model string) (*http.Request, tr
 	return r.WithContext(ctx), span
 }
 
-// startWait begins the span of the wait for a replica of model.
-func (g *Gateway) startWait(ctx context.Context, model string, ready int, tried []fleet.Replica, standIn bool) trace.Span {
-	if g.opts.Tracer == nil {
-		return nil
-	}
-	_, span := g.tracer().Start(ctx, "wait for a replica", trace.WithAttributes(
-		attribute.String("modelserve.model", model), attribute.Int("modelserve.replicas_ready", ready),
-		attribute.Bool("modelserve.canary", standIn)))
-	if len(tried) > 0 {
-		ids := make([]string, len(tried))
-		for i, t := range tried {
-			ids[i] = t.ID
-		}
-		span.SetAttributes(attribute.StringSlice("modelserve.avoided_replicas", ids))
-	}
-	return span
+// waitTrace records, as spans of the request, how it came by a replica:
+// the wait for one to start (a cold start, or a swap when others were
+// given back to make its room), the wait in the queue for a free slot,
+// and the routing decision, with why. A nil *waitTrace (tracing off)
+// records nothing, at no cost.
+type waitTrace struct {
+	g       *Gateway
+	ctx     context.Context
+	model   string
+	standIn bool
+	tried   []string
+	// The spans open now: the wait for a start, and the wait for a slot.
+	start, queue trace.Span
+	// stops are the models' last replicas given back when the start
+	// began (fleet.ModelHealth's LastStop): one said after names the
+	// replica given back for this model.
+	stops map[string]string
 }
 
-func endWait(span trace.Span, rep fleet.Replica, aerr *apiError, cold bool) {
+// startWait begins the trace of the wait for a replica of model, by a
+// request that replicas tried already failed.
+func (g *Gateway) startWait(ctx context.Context, model string, tried []fleet.Replica, standIn bool) *waitTrace {
+	if g.opts.Tracer == nil || !trace.SpanFromContext(ctx).IsRecording() {
+		return nil
+	}
+	w := &waitTrace{g: g, ctx: ctx, model: model, standIn: standIn}
+	for _, t := range tried {
+		w.tried = append(w.tried, t.ID)
+	}
+	return w
+}
+
+// explain is whether the routing decision is to say every candidate's load.
+func (w *waitTrace) explain() bool { return w != nil }
+
+// cold says the request waits for a replica to start: none is ready.
+func (w *waitTrace) cold() {
+	if w == nil || w.start != nil {
+		return
+	}
+	w.stops = map[string]string{}
+	for _, h := range w.g.opts.Fleet.ModelHealth() {
+		w.stops[h.Model] = h.LastStop
+	}
+	_, w.start = w.g.tracer().Start(w.ctx, "cold start", trace.WithAttributes(
+		attribute.String("modelserve.model", w.model), attribute.Bool("modelserve.canary", w.standIn)))
+}
+
+// started ends the wait for a start, a cold start or a swap: the replicas
+// given back for this model since it began tell them apart.
+func (w *waitTrace) started(aerr *apiError) {
+	if w == nil || w.start == nil {
+		return
+	}
+	var given []string
+	for _, h := range w.g.opts.Fleet.ModelHealth() {
+		if h.LastStop != "" && h.LastStop != w.stops[h.Model] && stoppedFor(h.LastStop, w.model) {
+			given = append(given, h.LastStop)
+		}
+	}
+	kind := "cold_start"
+	if len(given) > 0 {
+		kind = "swap"
+		w.start.SetName("swap")
+		w.start.SetAttributes(attribute.StringSlice("modelserve.given_back", given))
+	}
+	w.start.SetAttributes(attribute.String("modelserve.start", kind))
+	endSpan(w.start, aerr)
+	w.start = nil
+}
+
+// stoppedFor is whether a fleet's sentence of a replica given back
+// ("chatty-1: given back for tiny, idle for 4 min"; "stopped to make room
+// for tiny, a critical model") names model as the one it made room for.
+func stoppedFor(stop, model string) bool {
+	for rest := stop; ; {
+		i := strings.Index(rest, " for "+model)
+		if i < 0 {
+			return false
+		}
+		rest = rest[i+len(" for "+model):]
+		if rest == "" || rest[0] == ',' || rest[0] == ' ' {
+			return true
+		}
+	}
+}
+
+// queued says the request waits for a slot, ahead of it those waiting
+// already.
+func (w *waitTrace) queued(ahead, ready int) {
+	if w == nil || w.queue != nil {
+		return
+	}
+	w.started(nil)
+	_, w.queue = w.g.tracer().Start(w.ctx, "queue", trace.WithAttributes(
+		attribute.String("modelserve.model", w.model), attribute.Int("modelserve.queue.ahead", ahead),
+		attribute.Int("modelserve.replicas_ready", ready)))
+}
+
+// routed ends the waits, and records the routing decision: which replica
+// took the request, why, and what else there was.
+func (w *waitTrace) routed(c choice, ready int) {
+	if w == nil {
+		return
+	}
+	w.started(nil)
+	endSpan(w.queue, nil)
+	w.queue = nil
+	// What the request's span says already (the model) is not said
+	// again: every attribute is paid for on the request's path and again
+	// in the export.
+	_, span := w.g.tracer().Start(w.ctx, "route", trace.WithAttributes(attribute.String("modelserve.replica", c.replica.ID),
+		attribute.String("modelserve.node", c.replica.Node), attribute.String("modelserve.route.why", c.why),
+		attribute.Int("modelserve.route.load", c.load), attribute.Int("modelserve.replicas_ready", ready),
+		// One string, not a slice: a slice attribute is made by
+		// reflection, and was a third of the routing span's cost.
+		attribute.String("modelserve.route.candidates", strings.Join(c.loads, ", "))))
+	if avoided := append(slices.Clip(w.tried), c.cooling...); len(avoided) > 0 {
+		span.SetAttributes(attribute.StringSlice("modelserve.avoided_replicas", avoided))
+	}
+	if w.standIn {
+		span.SetAttributes(attribute.Bool("modelserve.canary", true))
+	}
+	span.End()
+}
+
+// failed ends the waits: no replica took the request, for aerr's reason.
+func (w *waitTrace) failed(aerr *apiError) {
+	if w == nil {
+		return
+	}
+	w.started(aerr)
+	endSpan(w.queue, aerr)
+	w.queue = nil
+}
+
+func endSpan(span trace.Span, aerr *apiError) {
 	if span == nil {
 		return
 	}
 	if aerr != nil {
 		span.SetStatus(codes.Error, aerr.Message)
-	} else {
-		span.SetAttributes(attribute.String("modelserve.replica", rep.ID), attribute.String("modelserve.node", rep.Node))
 	}
-	span.SetAttributes(attribute.Bool("modelserve.cold_start", cold))
 	span.End()
 }
 
@@ -96,8 +214,8 @@ func (g *Gateway) startCall(ctx context.Context, up *http.Request, model string,
 		return ctx, nil
 	}
 	ctx, span := g.tracer().Start(ctx, "engine "+operationOf(up.URL.Path), trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(
-		attribute.String("gen_ai.operation.name", operationOf(up.URL.Path)), attribute.String("modelserve.replica", rep.ID),
-		attribute.String("modelserve.node", rep.Node), attribute.String("server.address", rep.Endpoint), attribute.String("url.path", up.URL.Path)))
+		attribute.String("modelserve.replica", rep.ID), attribute.String("modelserve.node", rep.Node),
+		attribute.String("server.address", rep.Endpoint), attribute.String("url.path", up.URL.Path)))
 	if answerAs != "" {
 		span.SetAttributes(attribute.String("modelserve.version", model), attribute.String("modelserve.canary_of", answerAs))
 	}
@@ -105,25 +223,25 @@ func (g *Gateway) startCall(ctx context.Context, up *http.Request, model string,
 	return ctx, span
 }
 
-// endCall ends the engine's span, and tells the request's span what the
-// engine answered.
+// endCall ends the engine's span with its status, and tells the
+// request's span what the engine answered: the GenAI operation's figures
+// are the request's, said once.
 func endCall(ctx context.Context, span trace.Span, model string, status int, start, first time.Time, c counts) {
 	if span == nil {
 		return
 	}
-	attrs := []attribute.KeyValue{attribute.Int("http.response.status_code", status), attribute.String("gen_ai.response.model", model),
-		attribute.Int("gen_ai.usage.input_tokens", c.prompt), attribute.Int("gen_ai.usage.output_tokens", c.completion),
-		attribute.Int("modelserve.timings.cache_n", c.cached)}
-	if !first.IsZero() {
-		attrs = append(attrs, attribute.Float64("gen_ai.server.time_to_first_token", first.Sub(start).Seconds()))
-	}
-	span.SetAttributes(attrs...)
+	span.SetAttributes(attribute.Int("http.response.status_code", status))
 	if status >= 500 {
 		span.SetStatus(codes.Error, http.StatusText(status))
 	}
 	span.End()
 	if req := trace.SpanFromContext(ctx); req.IsRecording() {
-		req.SetAttributes(attrs...)
+		req.SetAttributes(attribute.Int("http.response.status_code", status), attribute.String("gen_ai.response.model", model),
+			attribute.Int("gen_ai.usage.input_tokens", c.prompt), attribute.Int("gen_ai.usage.output_tokens", c.completion),
+			attribute.Int("modelserve.timings.cache_n", c.cached))
+		if !first.IsZero() {
+			req.SetAttributes(attribute.Float64("gen_ai.server.time_to_first_token", first.Sub(start).Seconds()))
+		}
 	}
 }
 
@@ -137,6 +255,17 @@ func (rn *renamer) answering() string {
 		return ""
 	}
 	return s
+}
+
+// recordAnswer puts the answer's text on the request's span (ctx's), as
+// the GenAI conventions' output message, when the operator asked for
+// content (--trace-content).
+func recordAnswer(ctx context.Context, text string) {
+	if text == "" {
+		return
+	}
+	b, _ := json.Marshal([]map[string]any{{"role": "assistant", "parts": []map[string]string{{"type": "text", "content": text}}}})
+	trace.SpanFromContext(ctx).SetAttributes(attribute.String("gen_ai.output.messages", string(b)))
 }
 
 // maxTracedContent bounds the text --trace-content puts on a span.

@@ -68,13 +68,14 @@ func TestJaegerReceivesAStreamedChat(t *testing.T) {
 			}
 		}
 	}
-	req, call, wait := by["chat tiny"], by["engine chat"], by["wait for a replica"]
+	req, call, route := by["chat tiny"], by["engine chat"], by["route"]
 	if req.Parent != "00f067aa0ba902b7" || req.Service != "modelserve" || req.Tags["gen_ai.operation.name"] != "chat" ||
 		req.Tags["gen_ai.request.model"] != "tiny" || req.Tags["gen_ai.usage.output_tokens"] == "" || req.Tags["gen_ai.server.time_to_first_token"] == "" {
 		t.Errorf("request span in jaeger %+v; want the client's trace continued with GenAI attributes", req)
 	}
-	if call.Parent != req.SpanID || call.Tags["modelserve.replica"] == "" || wait.Parent != req.SpanID {
-		t.Errorf("engine span %+v, wait span %+v; want both children of the request", call, wait)
+	if call.Parent != req.SpanID || call.Tags["modelserve.replica"] == "" || route.Parent != req.SpanID ||
+		route.Tags["modelserve.replica"] != call.Tags["modelserve.replica"] || route.Tags["modelserve.route.why"] == "" {
+		t.Errorf("engine span %+v, route span %+v; want both children of the request, the route saying which replica and why", call, route)
 	}
 	// The untraced request went first: had it been exported, Jaeger
 	// would have it by now.

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"encoding/json"
 	"strings"
 	"testing"
 	"time"
@@ -9,7 +10,9 @@ import (
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 
+	"modelserve/catalog"
 	"modelserve/internal/auth"
+	"modelserve/internal/fleet"
 	"modelserve/internal/ggufgen"
 	"modelserve/internal/trace"
 	"modelserve/internal/trace/otlptest"
@@ -51,12 +54,19 @@ func TestAStreamedChatIsATraceContinuingTheCallers(t *testing.T) {
 		t.Errorf("request span attributes %v; want GenAI's operation, models, usage and time to first token", req.Attrs)
 	}
 	call := rcv.WaitFor(t, "engine chat")
-	wait := rcv.WaitFor(t, "wait for a replica")
+	route := rcv.WaitFor(t, "route")
 	if call.ParentID != req.SpanID || call.Attrs["modelserve.replica"] == "" || call.Attrs["http.response.status_code"] != "200" {
 		t.Errorf("engine span %+v; want a child of the request naming the replica and status 200", call)
 	}
-	if wait.ParentID != req.SpanID || wait.Attrs["modelserve.replica"] != call.Attrs["modelserve.replica"] {
-		t.Errorf("wait span %+v; want a child of the request naming the replica chosen", wait)
+	if route.ParentID != req.SpanID || route.Attrs["modelserve.replica"] != call.Attrs["modelserve.replica"] ||
+		route.Attrs["modelserve.route.why"] != onlyReplica || route.Attrs["modelserve.route.load"] != "0" ||
+		!strings.Contains(route.Attrs["modelserve.route.candidates"], call.Attrs["modelserve.replica"]+" 0/") {
+		t.Errorf("route span %+v; want a child of the request naming the replica chosen, why and its load", route)
+	}
+	for _, s := range rcv.Spans() {
+		if s.Name == "cold start" || s.Name == "swap" || s.Name == "queue" {
+			t.Errorf("span %s for a request that found its replica ready and idle", s.Name)
+		}
 	}
 	for _, s := range rcv.Spans() {
 		for k, v := range s.Attrs {
@@ -67,6 +77,8 @@ func TestAStreamedChatIsATraceContinuingTheCallers(t *testing.T) {
 	}
 }
 
+// TestTraceContentRecordsThePromptWhenAsked: with --trace-content the
+// request's span has the prompt and the answer, plain and streamed.
 func TestTraceContentRecordsThePromptWhenAsked(t *testing.T) {
 	rcv := otlptest.Start(t)
 	tr, err := trace.New(func(k string) string {
@@ -79,13 +91,142 @@ func TestTraceContentRecordsThePromptWhenAsked(t *testing.T) {
 	e := mustEnv(t, Options{Tracer: tr.Tracer("modelserve/gateway"), Propagator: tr.Propagator, TraceContent: true})
 	e.mustAdd(chatModel(t, "tiny", ggufgen.Spec{}))
 	e.waitServing("tiny", 1)
-	_, err = e.client(e.mustToken("app", auth.Limits{})).Chat.Completions.New(context.Background(), openai.ChatCompletionNewParams{
+	client := e.client(e.mustToken("app", auth.Limits{}))
+	params := openai.ChatCompletionNewParams{
 		Model: "tiny", Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("tell me of zebras")}, MaxTokens: openai.Int(4),
-	})
+	}
+	plain, err := client.Chat.Completions.New(context.Background(), params)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := rcv.WaitFor(t, "chat tiny").Attrs["gen_ai.input.messages"]; !strings.Contains(got, "tell me of zebras") {
-		t.Fatalf("gen_ai.input.messages %q; want the prompt, --trace-content being on", got)
+	params.Messages = []openai.ChatCompletionMessageParamUnion{openai.UserMessage("and of giraffes")}
+	stream := client.Chat.Completions.NewStreaming(context.Background(), params)
+	var streamed strings.Builder
+	for stream.Next() {
+		if c := stream.Current(); len(c.Choices) > 0 {
+			streamed.WriteString(c.Choices[0].Delta.Content)
+		}
+	}
+	if err := stream.Err(); err != nil {
+		t.Fatal(err)
+	}
+	output := func(text string) string {
+		b, _ := json.Marshal(text)
+		return `"content":` + string(b)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var asked, answered []string
+		for _, s := range rcv.Spans() {
+			if s.Name == "chat tiny" {
+				asked, answered = append(asked, s.Attrs["gen_ai.input.messages"]), append(answered, s.Attrs["gen_ai.output.messages"])
+			}
+		}
+		if len(asked) == 2 {
+			if !strings.Contains(asked[0], "tell me of zebras") || !strings.Contains(asked[1], "and of giraffes") {
+				t.Errorf("gen_ai.input.messages %q; want the prompts, --trace-content being on", asked)
+			}
+			if !strings.Contains(answered[0], output(plain.Choices[0].Message.Content)) || !strings.Contains(answered[1], output(streamed.String())) {
+				t.Errorf("gen_ai.output.messages %q; want the answers %q and %q", answered, plain.Choices[0].Message.Content, streamed.String())
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d request spans within 10s; want 2", len(asked))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestAColdStartIsASpan: the first request for a model loaded on demand
+// has a span for the wait for its replica to start, a cold start (no
+// other replica was given back for it), before the routing decision.
+func TestAColdStartIsASpan(t *testing.T) {
+	rcv := otlptest.Start(t)
+	tr, err := trace.New(func(k string) string {
+		return map[string]string{"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": rcv.URL}[k]
+	}, trace.Options{Every: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Shutdown(context.Background())
+	e := mustEnv(t, Options{Tracer: tr.Tracer("modelserve/gateway"), Propagator: tr.Propagator})
+	m := chatModel(t, "lazy", ggufgen.Spec{})
+	m.Scaling = catalog.Scaling{Min: 0, Max: 1}
+	e.mustAdd(m)
+	if _, err := e.client(e.mustToken("app", auth.Limits{})).Chat.Completions.New(context.Background(), openai.ChatCompletionNewParams{
+		Model: "lazy", Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("hi")}, MaxTokens: openai.Int(1),
+	}); err != nil {
+		t.Fatal(err)
+	}
+	req, cold, route := rcv.WaitFor(t, "chat lazy"), rcv.WaitFor(t, "cold start"), rcv.WaitFor(t, "route")
+	if cold.ParentID != req.SpanID || cold.Attrs["modelserve.start"] != "cold_start" || cold.Attrs["modelserve.given_back"] != "" {
+		t.Errorf("cold start span %+v; want a child of the request, a cold start with nothing given back", cold)
+	}
+	if route.ParentID != req.SpanID || route.Attrs["modelserve.replica"] == "" {
+		t.Errorf("route span %+v; want a child of the request naming the replica", route)
+	}
+}
+
+// TestASwapIsASpan: on a node with room for one of two models loaded on
+// demand, the request for the second waits in a span named swap, which
+// says which replica was given back for it.
+func TestASwapIsASpan(t *testing.T) {
+	rcv := otlptest.Start(t)
+	tr, err := trace.New(func(k string) string {
+		return map[string]string{"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": rcv.URL}[k]
+	}, trace.Options{Every: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Shutdown(context.Background())
+	node, err := fleet.Local(fleet.LocalConfig{Name: "small", CPUCores: 2, RAMBytes: 8 << 30, GPUs: []fleet.Card{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := mustEnvOn(t, []fleet.Node{node}, Options{Tracer: tr.Tracer("modelserve/gateway"), Propagator: tr.Propagator})
+	for _, name := range []string{"alpha", "beta"} {
+		m := chatModel(t, name, ggufgen.Spec{})
+		m.Profiles[0].RAMBytes = 5 << 30 // room for one of the two
+		m.Scaling = catalog.Scaling{Min: 0, Max: 1, IdleAfter: time.Hour}
+		e.mustAdd(m)
+	}
+	client := e.client(e.mustToken("app", auth.Limits{}))
+	for _, name := range []string{"alpha", "beta"} {
+		if _, err := client.Chat.Completions.New(context.Background(), openai.ChatCompletionNewParams{
+			Model: name, Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("hi")}, MaxTokens: openai.Int(1),
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	alpha, beta := rcv.WaitFor(t, "chat alpha"), rcv.WaitFor(t, "chat beta")
+	swap := rcv.WaitFor(t, "swap")
+	if swap.ParentID != beta.SpanID || swap.Attrs["modelserve.start"] != "swap" ||
+		!strings.Contains(swap.Attrs["modelserve.given_back"], "alpha-1: given back for beta") {
+		t.Errorf("swap span %+v; want a child of beta's request naming alpha's replica given back", swap)
+	}
+	for _, s := range rcv.Spans() {
+		if s.Name == "cold start" && s.ParentID != alpha.SpanID {
+			t.Errorf("cold start span %+v; want only alpha's first request to have one", s)
+		}
+	}
+}
+
+// TestStoppedFor reads the fleet's sentences of replicas given back.
+func TestStoppedFor(t *testing.T) {
+	for _, c := range []struct {
+		stop, model string
+		want        bool
+	}{
+		{"chatty-1: given back for tiny, idle for 4 min", "tiny", true},
+		{"chatty-1: given back for tiny once the answers it has end", "tiny", true},
+		{"chatty-1: stopped to make room for tiny, a critical model", "tiny", true},
+		{"chatty-1: given back for tiny-2, idle for 4 min", "tiny", false},
+		{"tiny-1: given back for chatty, idle for 4 min", "tiny", false},
+		{"chatty-1: given back for tiny", "tiny", true},
+	} {
+		if got := stoppedFor(c.stop, c.model); got != c.want {
+			t.Errorf("stoppedFor(%q, %q) = %v; want %v", c.stop, c.model, got, c.want)
+		}
 	}
 }
