@@ -80,7 +80,7 @@ type Options struct {
 	// smaller than two parts comes in one stream.
 	PartSize int64
 	// RateWindow is how often a ranged fetch measures its connections and
-	// chooses their count; default 1s.
+	// chooses their count; default 500ms.
 	RateWindow time.Duration
 	// DownloadRate caps the bytes a second all fetches together take from
 	// registries (--download-rate); 0 is no cap.
@@ -227,7 +227,7 @@ func New(o Options) (*Mirror, error) {
 		o.PartSize = 64 << 20
 	}
 	if o.RateWindow <= 0 {
-		o.RateWindow = time.Second
+		o.RateWindow = 500 * time.Millisecond
 	}
 	if o.Registry == nil {
 		o.Registry = hf.Registries{}

@@ -28,9 +28,11 @@ import (
 // it stops rising or the rates collapse, never above Options.Connections.
 //
 // The file is cut into parts written in place in the partial file. The
-// sha256 follows the contiguous prefix as it grows, read back from the
-// page cache a part behind the writers, so once the last part lands only
-// the tail is left to hash and nothing is read twice from the disk. The
+// sha256 follows the contiguous prefix as it grows (ranges_hash.go): the
+// bytes at its edge are hashed from the buffer they arrived in, the others
+// read back from the page cache as soon as the prefix reaches them, so once
+// the last part lands only the tail is left to hash and nothing is read
+// twice from the disk. The
 // parts, and the hash's state, are saved beside the file (the parts file,
 // temp + rename, only after the bytes it counts are synced), so a restart
 // fetches only what is missing and hashes nothing again.
@@ -83,11 +85,16 @@ type ranged struct {
 	want    int           // connections the controller wants running
 	refetx  int           // parts taken from a connection in this try
 	fastest int64         // the most bytes one connection fetched in a recent window
+	looked  time.Time     // when the controller last measured the connections
 	exited  chan struct{} // a connection ended, or the first answered
 	probed  bool          // a part was answered with its range
 
 	hmu    sync.Mutex // held while the hash is written or saved
 	hashed int64      // guarded by hmu and mu both: the hash covers [0, hashed)
+	// queued is guarded by mu: [0, queued) is hashed or handed to the
+	// hasher in chunks (in order, never more than hashDepth at once).
+	queued int64
+	chunks chan chunk
 }
 
 // rangedFor says whether the file is fetched in parts: over http(s), from a
@@ -258,8 +265,12 @@ func (r *ranged) try(ctx context.Context, file *os.File) error {
 		cancel(err)
 	}
 
-	// The hasher follows the prefix, reading back what the writers put
-	// in the file while it is still in the page cache.
+	// The hasher follows the prefix: the bytes at its edge as they
+	// arrive, the rest read back while still in the page cache.
+	r.mu.Lock()
+	r.queued = r.hashed
+	r.chunks = make(chan chunk, hashDepth)
+	r.mu.Unlock()
 	hashed := make(chan error, 1)
 	go func() { hashed <- r.hashFollowing(tctx, file, grew) }()
 
@@ -291,8 +302,9 @@ func (r *ranged) try(ctx context.Context, file *os.File) error {
 	}
 	spawn()
 	ctl := newController(r.d.m.opts, r.d.m.opts.Connections)
-	tick := time.NewTicker(r.d.m.opts.RateWindow)
+	tick := time.NewTicker(r.d.m.opts.RateWindow / 4)
 	defer tick.Stop()
+	r.looked = time.Now()
 	saved := time.Now()
 	var err error
 	for err == nil {
@@ -336,6 +348,7 @@ func (r *ranged) try(ctx context.Context, file *os.File) error {
 		cancel(err)
 		<-hashed
 	}
+	r.dropChunks()
 	r.d.fl.conns.Store(0)
 	if err == nil {
 		r.d.hashed = r.size
@@ -528,8 +541,9 @@ func (r *ranged) fetchPart(ctx context.Context, file *os.File, c *conn, p *part,
 		return sizeMismatch(r.d.name, body.Size, r.size)
 	}
 	bp := bufPool.Get().(*[]byte)
-	defer bufPool.Put(bp)
+	defer func() { bufPool.Put(bp) }()
 	off := from
+	kicked := from // bytes already handed to the disk's writeback
 	for {
 		r.mu.Lock()
 		if p.gen != gen || p.conn != c {
@@ -560,23 +574,39 @@ func (r *ranged) fetchPart(ctx context.Context, file *os.File, c *conn, p *part,
 			if _, err := file.WriteAt(buf[:n], off); err != nil {
 				return writeErr("cannot write %s", r.d.name, err)
 			}
+			at := off
 			off += int64(n)
 			r.mu.Lock()
-			if p.gen == gen && p.conn == c && off > p.next {
+			ours := p.gen == gen && p.conn == c
+			if ours && off > p.next {
 				next := min(off, p.end)
 				r.d.fl.bytes.Add(next - p.next)
 				p.next = next
 			}
+			handed := ours && r.handLocked(at, bp, n)
+			behind := r.prefixLocked() > r.queued
 			r.mu.Unlock()
-			c.window.Add(int64(n))
-			if m.opts.Metrics != nil {
-				m.opts.Metrics.MirrorFetched(int64(n))
+			if handed {
+				bp = bufPool.Get().(*[]byte)
 			}
-			if p.start == 0 || off == end {
+			if behind {
+				// The prefix grew past what the hasher was handed: it
+				// reads the rest back.
 				select {
 				case grew <- struct{}{}:
 				default:
 				}
+			}
+			c.window.Add(int64(n))
+			if m.opts.Metrics != nil {
+				m.opts.Metrics.MirrorFetched(int64(n))
+			}
+			// Start writing to disk early, so that neither a save of
+			// the parts nor the fsync before the rename waits for a
+			// great deal at once.
+			if off-kicked >= writebackEvery || off >= end {
+				startWriteback(file, kicked, off-kicked)
+				kicked = off
 			}
 		}
 		switch {
@@ -610,47 +640,6 @@ func (d *download) refusedPart(ctx context.Context, err error) error {
 		return err
 	}
 	return retry(err)
-}
-
-// hashFollowing hashes the prefix as it grows, until grew is closed and
-// the whole file is hashed.
-func (r *ranged) hashFollowing(ctx context.Context, file *os.File, grew <-chan struct{}) error {
-	bp := bufPool.Get().(*[]byte)
-	defer bufPool.Put(bp)
-	buf := *bp
-	last := false
-	for {
-		r.mu.Lock()
-		prefix := r.prefixLocked()
-		r.mu.Unlock()
-		for r.hashed < prefix {
-			if ctx.Err() != nil && !last {
-				return ctx.Err()
-			}
-			k, err := file.ReadAt(buf[:min(int64(len(buf)), prefix-r.hashed)], r.hashed)
-			r.hmu.Lock()
-			r.d.h.Write(buf[:k])
-			r.mu.Lock()
-			r.hashed += int64(k)
-			r.mu.Unlock()
-			r.hmu.Unlock()
-			if err != nil && !(errors.Is(err, io.EOF) && r.hashed == prefix) {
-				return fmt.Errorf("cannot read the partial %s on the mirror: %w", r.d.name, err)
-			}
-		}
-		if last {
-			if r.hashed != r.size {
-				return retry(fmt.Errorf("the parts of %s left a gap at byte %d", r.d.name, r.hashed))
-			}
-			return nil
-		}
-		select {
-		case _, ok := <-grew:
-			last = !ok
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
 }
 
 // partMetrics is what a Metrics may also count of ranged fetches.

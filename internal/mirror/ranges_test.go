@@ -217,7 +217,7 @@ func TestControllerFindsTheThrottle(t *testing.T) {
 		return float64(n) * 20e6
 	}
 	c := newController(Options{}, 64)
-	n, above := 2, 0
+	n, above := 1, 0
 	for range 40 {
 		n = c.next(n, cdn(n))
 		if n > 6 {
@@ -230,16 +230,31 @@ func TestControllerFindsTheThrottle(t *testing.T) {
 
 	// A CDN that gives no more for a second connection keeps one.
 	c = newController(Options{}, 64)
-	n = 2
+	n = 1
 	for range 10 {
 		n = c.next(n, 50e6)
 	}
-	if n > 2 {
-		t.Errorf("a flat rate grew to %d connections, want no more than 2", n)
+	if n != 1 {
+		t.Errorf("a flat rate grew to %d connections, want 1", n)
+	}
+
+	// A rate that falls while the count stays (the machine busy, the
+	// network) is no throttle: the count is not cut to one.
+	c = newController(Options{}, 4)
+	n = 1
+	for range 4 {
+		n = c.next(n, float64(n)*20e6)
+	}
+	steady := n
+	for range 5 {
+		n = c.next(n, 10e6)
+	}
+	if n < steady {
+		t.Errorf("a dip at a steady %d connections cut them to %d", steady, n)
 	}
 	// Each connection adds its share: the hard cap holds.
 	c = newController(Options{}, 16)
-	n = 2
+	n = 1
 	for range 20 {
 		if n = c.next(n, float64(n)*20e6); n > 16 {
 			t.Fatalf("went to %d connections, above the cap of 16", n)
