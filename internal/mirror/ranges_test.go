@@ -75,6 +75,32 @@ func TestRangedFetchUsesSeveralConnections(t *testing.T) {
 	}
 }
 
+// The job page says how many connections a file comes over: the Fetch's
+// progress carries the count while they run, and none once it is done.
+func TestRangedFetchReportsItsConnections(t *testing.T) {
+	srv := newHub(t)
+	content := randomish(1<<20, 19)
+	f := addFile(t, srv, "big.gguf", content)
+	srv.ConnRate(4 << 20)
+	m := rangedMirror(t, srv, nil)
+
+	most, last := 0, -1
+	if _, err := m.Fetch(context.Background(), []File{f}, func(p Progress) {
+		most, last = max(most, p.Connections), p.Connections
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if most != 4 || last != 0 {
+		t.Errorf("the progress said at most %d connections, and %d at the end; want 4, then 0", most, last)
+	}
+	if got := Fetched(3<<30, 6<<30, 4); got != "3 of 6 GB (50%), over 4 connections" {
+		t.Errorf("Fetched says %q", got)
+	}
+	if got := Fetched(3<<30, 6<<30, 1); got != "3 of 6 GB (50%)" {
+		t.Errorf("one connection: Fetched says %q", got)
+	}
+}
+
 func TestRangedFetchResumesACutPart(t *testing.T) {
 	srv := newHub(t)
 	content := randomish(1<<20, 12)
