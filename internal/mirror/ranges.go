@@ -54,12 +54,16 @@ var errNoRanges = errors.New("the registry does not serve Range")
 
 // part is a range of the file: [start, end) is its share, [start, next)
 // is written. A part taken from its connection (too slow, stalled) gets a
-// new gen, so the old connection's bytes no longer count.
+// new gen, so the old connection's bytes no longer count. A part whose
+// request failed (a cut, a busy registry) waits until notBefore, alone:
+// the other parts go on.
 type part struct {
 	start, end, next int64
 	gen              int
 	busy             bool
 	conn             *conn
+	fails            int // failed requests in a row
+	notBefore        time.Time
 }
 
 // conn is one connection fetching a part, as the controller measures it.
@@ -282,7 +286,7 @@ func (r *ranged) try(ctx context.Context, file *os.File) error {
 	spawn := func() {
 		for {
 			r.mu.Lock()
-			if r.liveLocked() >= r.want || !r.workLeftLocked() || (!r.probed && len(r.conns) > 0) {
+			if r.liveLocked() >= r.want || !r.readyLocked(time.Now()) || (!r.probed && len(r.conns) > 0) {
 				r.mu.Unlock()
 				return
 			}
@@ -385,23 +389,43 @@ func (r *ranged) workLeftLocked() bool {
 	return false
 }
 
-// take gives a connection a part: the first nobody fetches, else the
-// second half of the busy part with the most left (a split), else nothing.
-func (r *ranged) take(c *conn) (*part, int) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
+// readyLocked says whether a connection started now would find a part to
+// take: one nobody fetches and not waiting after a failure, or one to split.
+func (r *ranged) readyLocked(now time.Time) bool {
+	return r.freeLocked(now) != nil || r.biggestLocked() != nil
+}
+
+// freeLocked is the first part nobody fetches that may be asked for now.
+func (r *ranged) freeLocked(now time.Time) *part {
 	for _, p := range r.parts {
-		if !p.busy && p.next < p.end {
-			p.busy, p.conn = true, c
-			return p, p.gen
+		if !p.busy && p.next < p.end && !now.Before(p.notBefore) {
+			return p
 		}
 	}
+	return nil
+}
+
+// biggestLocked is the busy part with the most left, if it is worth a split.
+func (r *ranged) biggestLocked() *part {
 	var big *part
 	for _, p := range r.parts {
 		if p.busy && p.end-p.next >= 2*r.minCut && (big == nil || p.end-p.next > big.end-big.next) {
 			big = p
 		}
 	}
+	return big
+}
+
+// take gives a connection a part: the first nobody fetches, else the
+// second half of the busy part with the most left (a split), else nothing.
+func (r *ranged) take(c *conn) (*part, int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if p := r.freeLocked(time.Now()); p != nil {
+		p.busy, p.conn = true, c
+		return p, p.gen
+	}
+	big := r.biggestLocked()
 	if big == nil {
 		return nil, 0
 	}
@@ -443,9 +467,13 @@ func (r *ranged) work(ctx context.Context, file *os.File, c *conn, grew chan<- s
 			return nil
 		}
 		err := r.fetchPart(ctx, file, c, p, gen, grew)
+		var rt *retryable
 		r.mu.Lock()
 		if p.gen == gen && p.conn == c {
 			p.busy, p.conn = false, nil
+		}
+		if err == nil {
+			p.fails = 0
 		}
 		r.mu.Unlock()
 		switch {
@@ -456,6 +484,13 @@ func (r *ranged) work(ctx context.Context, file *os.File, c *conn, grew chan<- s
 			}
 		case ctx.Err() != nil:
 			return nil
+		case errors.As(err, &rt):
+			// A cut or a busy registry: this part waits and is asked
+			// for again; the others go on. Too many in a row fail the
+			// try, and the fetch's own retries take over.
+			if !r.failed(p) {
+				return err
+			}
 		default:
 			return err
 		}
@@ -473,6 +508,23 @@ func (r *ranged) finishedPart(n int64, took time.Duration) {
 	r.mu.Lock()
 	r.fastest = max(r.fastest, perWindow)
 	r.mu.Unlock()
+}
+
+// failed counts a failed request for p and sets when it may be asked for
+// again, as fetchFile spaces its tries; false when p has failed more
+// often in a row than the fetch may retry.
+func (r *ranged) failed(p *part) bool {
+	if m, ok := r.d.m.opts.Metrics.(partMetrics); ok {
+		m.MirrorPartRefetched()
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	p.fails++
+	if p.fails > r.d.m.opts.MaxRetries {
+		return false
+	}
+	p.notBefore = time.Now().Add(backoff(r.d.m.opts.Backoff, p.fails))
+	return true
 }
 
 // errTaken ends a connection whose part the controller gave to another.

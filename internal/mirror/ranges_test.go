@@ -116,6 +116,37 @@ func TestRangedFetchResumesACutPart(t *testing.T) {
 	served(t, srv, f.Path, f.Size, f.Size+f.Size/2)
 }
 
+// A cut connection costs its own part a wait, not the whole file: while
+// the cut part waits out the backoff, the others arrive.
+func TestRangedFetchRetriesOnlyTheCutPart(t *testing.T) {
+	srv := newHub(t)
+	content := randomish(1<<20, 20)
+	f := addFile(t, srv, "big.gguf", content)
+	srv.ConnRate(4 << 20)
+	srv.CutNext(repoID, f.Path, testPart/4, 1)
+	const wait = 3 * time.Second
+	m := rangedMirror(t, srv, func(o *Options) { o.Backoff = wait })
+
+	start := time.Now()
+	var allButOne atomic.Int64 // when all but the cut part had arrived, after start
+	paths, err := m.Fetch(context.Background(), []File{f}, func(p Progress) {
+		if p.BytesDone >= f.Size-testPart && allButOne.Load() == 0 {
+			allButOne.Store(int64(time.Since(start)))
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustHave(t, paths[0], content)
+	if took := time.Duration(allButOne.Load()); took == 0 || took >= wait {
+		t.Errorf("all parts but the cut one had arrived %s after the start; want before its %s wait was over", took, wait)
+	}
+	if took := time.Since(start); took < wait {
+		t.Errorf("the fetch took %s: the cut part was asked for again before its %s wait", took, wait)
+	}
+	served(t, srv, f.Path, f.Size, f.Size+f.Size/2)
+}
+
 func TestRangedFetchResumesAfterRestart(t *testing.T) {
 	srv := newHub(t)
 	content := randomish(2<<20, 13)
