@@ -108,8 +108,8 @@ func (c *controller) judge(n int, rate float64) int {
 // CDN's pace) for another to fetch again, and sets the count.
 //
 // It is called four times a window. Before the window is over it only
-// looks: the first count is judged after a quarter of one (it is always
-// doubled), and so is a count just raised whose rate collapsed, so that a
+// looks (controller.early): the first count is judged after a quarter of
+// one, and so is a count just set whose rate fell or collapsed, so that a
 // CDN's throttle costs a quarter of a window, not a whole one.
 func (r *ranged) control(ctl *controller) {
 	// The window as it was, not as it was meant to be: on a busy

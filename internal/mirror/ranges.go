@@ -32,10 +32,10 @@ import (
 // bytes at its edge are hashed from the buffer they arrived in, the others
 // read back from the page cache as soon as the prefix reaches them, so once
 // the last part lands only the tail is left to hash and nothing is read
-// twice from the disk. The
-// parts, and the hash's state, are saved beside the file (the parts file,
-// temp + rename, only after the bytes it counts are synced), so a restart
-// fetches only what is missing and hashes nothing again.
+// twice from the disk. The parts, and the hash's state, are saved beside
+// the file (the parts file, temp + rename, only after the bytes it counts
+// are synced), so a restart fetches only what is missing and hashes
+// nothing again.
 
 // partsSuffix names the saved state of a ranged fetch: .<name>.parts.
 const partsSuffix = ".parts"
@@ -89,7 +89,7 @@ type ranged struct {
 	want    int           // connections the controller wants running
 	refetx  int           // parts taken from a connection in this try
 	fastest int64         // the most bytes one connection fetched in a recent window
-	looked  time.Time     // when the controller last measured the connections
+	looked  time.Time     // when the controller last measured the connections (the try's own)
 	exited  chan struct{} // a connection ended, or the first answered
 	probed  bool          // a part was answered with its range
 
