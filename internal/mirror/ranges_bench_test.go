@@ -3,6 +3,8 @@ package mirror
 import (
 	"context"
 	"flag"
+	"runtime"
+	"runtime/metrics"
 	"testing"
 	"time"
 
@@ -18,7 +20,9 @@ var rangedBenchMiB = flag.Int("mirror.bench-mib", 512, "MiB of the file Benchmar
 //   - capped-adaptive/1conn: every connection capped at 20 MB/s, the
 //     adaptive fetch beside one connection (goal 4 or more). One
 //     connection's rate is its rate whatever the size, so it is measured
-//     on a file of one part (64 MiB), not minutes of the big one.
+//     on a file of one part (64 MiB), not minutes of the big one. The
+//     heap figures are the most in use during each (the process's, the
+//     Hub double's buffers too): what the connections cost in memory.
 //   - throttled-adaptive/best-fixed: the same, with every connection slowed
 //     20 times while more than 6 run at once, beside the best of 4 and 6
 //     connections fixed from the start (goal 0.8), and the seconds spent
@@ -53,16 +57,44 @@ func BenchmarkRangedFetch(b *testing.B) {
 		return time.Since(start).Seconds()
 	}
 	mbs := func(f File, s float64) float64 { return float64(f.Size) / 1e6 / s }
+	// peakHeap runs f and returns the most heap in use while it ran, in
+	// MiB: the Hub double's buffers (a megabyte a connection) included.
+	peakHeap := func(f func()) float64 {
+		sample := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
+		done, most := make(chan struct{}), make(chan uint64)
+		go func() {
+			var top uint64
+			t := time.NewTicker(5 * time.Millisecond)
+			defer t.Stop()
+			for {
+				metrics.Read(sample)
+				top = max(top, sample[0].Value.Uint64())
+				select {
+				case <-done:
+					most <- top
+					return
+				case <-t.C:
+				}
+			}
+		}()
+		runtime.GC()
+		f()
+		close(done)
+		return float64(<-most) / (1 << 20)
+	}
 	one := func(o *Options) { o.Connections = 1 }
 	fixed := func(n int) func(*Options) { return func(o *Options) { o.Connections, o.Fixed = n, true } }
 	adaptive := func(o *Options) {}
 	for range b.N {
 		srv.ConnRate(20e6)
-		single := mbs(onePart, fetch(onePart, one))
-		par := mbs(big, fetch(big, adaptive))
+		var single, par float64
+		heapOne := peakHeap(func() { single = mbs(onePart, fetch(onePart, one)) })
+		heapPar := peakHeap(func() { par = mbs(big, fetch(big, adaptive)) })
 		b.ReportMetric(single, "capped-1conn-MB/s")
 		b.ReportMetric(par, "capped-adaptive-MB/s")
 		b.ReportMetric(par/single, "capped-adaptive/1conn")
+		b.ReportMetric(heapOne, "capped-1conn-heap-MiB")
+		b.ReportMetric(heapPar, "capped-adaptive-heap-MiB")
 
 		srv.Throttle(6, 20)
 		best := 0.0
