@@ -527,6 +527,10 @@ func (r *ranged) failed(p *part) bool {
 	return true
 }
 
+// readSize is the most one read of a part asks for: small enough that the
+// bytes are still in the core's cache as they are written to the file.
+const readSize = 128 << 10
+
 // errTaken ends a connection whose part the controller gave to another.
 var errTaken = errors.New("the part was taken from its connection")
 
@@ -592,10 +596,35 @@ func (r *ranged) fetchPart(ctx context.Context, file *os.File, c *conn, p *part,
 	if body.Size >= 0 && body.Size != r.size {
 		return sizeMismatch(r.d.name, body.Size, r.size)
 	}
+	// The buffer fills a read at a time, each written while it is still
+	// in the core's cache, and goes to the hasher whole.
 	bp := bufPool.Get().(*[]byte)
-	defer func() { bufPool.Put(bp) }()
 	off := from
 	kicked := from // bytes already handed to the disk's writeback
+	bufAt, filled := from, 0
+	defer func() {
+		// The part ended, was split at this very byte or taken, or the
+		// read failed: the bytes in the buffer go to the hasher if they
+		// are its next, else it reads them back.
+		if filled > 0 {
+			r.mu.Lock()
+			handed := p.gen == gen && p.conn == c && bufAt == r.queued && r.handLocked(bufAt, bp, filled)
+			behind := r.prefixLocked() > r.queued
+			r.mu.Unlock()
+			if handed {
+				bp = nil
+			}
+			if behind {
+				select {
+				case grew <- struct{}{}:
+				default:
+				}
+			}
+		}
+		if bp != nil {
+			bufPool.Put(bp)
+		}
+	}()
 	for {
 		r.mu.Lock()
 		if p.gen != gen || p.conn != c {
@@ -608,7 +637,10 @@ func (r *ranged) fetchPart(ctx context.Context, file *os.File, c *conn, p *part,
 			r.finishedPart(off-from, time.Since(c.born))
 			return nil
 		}
-		buf := (*bp)[:min(int64(len(*bp)), end-off, m.limiter.chunk())]
+		if filled == 0 {
+			bufAt = off
+		}
+		buf := (*bp)[filled : filled+int(min(int64(len(*bp)-filled), readSize, end-off, m.limiter.chunk()))]
 		n, rerr := io.ReadFull(body, buf)
 		if n > 0 {
 			watchdog.Reset(m.opts.StallTimeout)
@@ -626,20 +658,30 @@ func (r *ranged) fetchPart(ctx context.Context, file *os.File, c *conn, p *part,
 			if _, err := file.WriteAt(buf[:n], off); err != nil {
 				return writeErr("cannot write %s", r.d.name, err)
 			}
-			at := off
 			off += int64(n)
+			filled += n
 			r.mu.Lock()
 			ours := p.gen == gen && p.conn == c
+			prefix := r.prefixLocked()
 			if ours && off > p.next {
 				next := min(off, p.end)
 				r.d.fl.bytes.Add(next - p.next)
 				p.next = next
 			}
-			handed := ours && r.handLocked(at, bp, n)
-			behind := r.prefixLocked() > r.queued
+			// A buffer at the hash's edge goes to the hasher once full
+			// (or at the part's end, or the read's failure); until
+			// then its bytes are the hasher's to wait for, not to read
+			// back. Bytes that grew the prefix otherwise are read back.
+			edge := ours && bufAt == r.queued
+			flush := filled == len(*bp) || off >= p.end || rerr != nil
+			handed := flush && edge && r.handLocked(bufAt, bp, filled)
+			behind := (flush || !edge) && r.prefixLocked() > max(prefix, r.queued)
 			r.mu.Unlock()
-			if handed {
-				bp = bufPool.Get().(*[]byte)
+			if flush {
+				if handed {
+					bp = bufPool.Get().(*[]byte)
+				}
+				filled = 0
 			}
 			if behind {
 				// The prefix grew past what the hasher was handed: it
