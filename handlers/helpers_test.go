@@ -310,6 +310,7 @@ func (f *fakeRegistry) DownloadURL(id, commit, path string) string {
 type fakeFetch struct {
 	steps   []int64
 	total   int64
+	conns   int // the connections each step says the bytes come over
 	release chan struct{}
 	err     error
 }
@@ -320,7 +321,7 @@ func (f *fakeFetch) Remove(ctx context.Context, model, revision, path string, in
 
 func (f *fakeFetch) Fetch(ctx context.Context, files []mirror.File, progress func(mirror.Progress)) ([]string, error) {
 	for _, done := range f.steps {
-		progress(mirror.Progress{BytesDone: done, BytesTotal: f.total})
+		progress(mirror.Progress{BytesDone: done, BytesTotal: f.total, Connections: f.conns})
 		// The job saves progress at most every 250ms.
 		select {
 		case <-time.After(300 * time.Millisecond):

@@ -2,7 +2,6 @@ package handlers
 
 import (
 	"errors"
-	"fmt"
 	"net/http"
 	"net/url"
 	"slices"
@@ -11,6 +10,7 @@ import (
 
 	"modelserve/catalog"
 	"modelserve/internal/hf"
+	"modelserve/internal/mirror"
 	"modelserve/internal/words"
 	"modelserve/jobs"
 	"modelserve/views"
@@ -175,7 +175,7 @@ func progressView(st jobs.Step, meter *rateMeter) *views.Progress {
 	p := &views.Progress{
 		Done: st.BytesDone, Total: st.BytesTotal,
 		// As the step's own sentence has it.
-		Text: fmt.Sprintf("%s (%s)", words.SizeOf(st.BytesDone, st.BytesTotal), words.Percent(float64(st.BytesDone)/float64(st.BytesTotal))),
+		Text: mirror.Fetched(st.BytesDone, st.BytesTotal, st.Connections),
 		Rate: "—", Left: "—",
 	}
 	if meter == nil {

@@ -3,7 +3,6 @@ package handlers
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io/fs"
 	"net/http"
 	"net/url"
@@ -124,10 +123,7 @@ func mirrorView(e mirror.Entry, canRemove bool) views.MirrorFile {
 	}
 	if e.State != mirror.Present && e.BytesTotal > 0 {
 		f.Progress = &views.Progress{Done: e.BytesDone, Total: e.BytesTotal, Rate: "—", Left: "—",
-			Text: words.SizeOf(e.BytesDone, e.BytesTotal) + " (" + words.Percent(float64(e.BytesDone)/float64(e.BytesTotal)) + ")"}
-		if e.Connections > 1 {
-			f.Progress.Text += fmt.Sprintf(", over %d connections", e.Connections)
-		}
+			Text: mirror.Fetched(e.BytesDone, e.BytesTotal, e.Connections)}
 	}
 	return f
 }

@@ -23,7 +23,7 @@ func parseEvent(t *testing.T, ev sseEvent) *goquery.Document {
 
 func TestJobStream(t *testing.T) {
 	e := newConsoleEnv(t)
-	e.fetch.steps, e.fetch.total = []int64{1 << 30, 2 << 30, 3 << 30}, 5<<30
+	e.fetch.steps, e.fetch.total, e.fetch.conns = []int64{1 << 30, 2 << 30, 3 << 30}, 5<<30, 4
 	b := e.signedIn()
 	id := startJob(t, e, b)
 
@@ -64,8 +64,9 @@ func TestJobStream(t *testing.T) {
 	if p.AttrOr("max", "") != "5368709120" || p.AttrOr("value", "") == "0" {
 		t.Errorf("progress value %s of %s", p.AttrOr("value", ""), p.AttrOr("max", ""))
 	}
-	if got := withRate.Find(`[data-testid="progress-text"]`).Text(); !strings.HasSuffix(got, "of 5 GB (40%)") &&
-		!strings.HasSuffix(got, "of 5 GB (60%)") {
+	// How many connections the bytes come over, as the mirror page says it.
+	if got := withRate.Find(`[data-testid="progress-text"]`).Text(); !strings.HasSuffix(got, "of 5 GB (40%), over 4 connections") &&
+		!strings.HasSuffix(got, "of 5 GB (60%), over 4 connections") {
 		t.Errorf("progress says %q", got)
 	}
 	if rate := withRate.Find(`[data-testid="rate"]`).Text(); !strings.HasSuffix(rate, "GB/s") && !strings.HasSuffix(rate, "MB/s") {

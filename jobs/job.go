@@ -48,9 +48,12 @@ type Step struct {
 	State  string    `json:"state"`
 	Detail string    `json:"detail,omitempty"`
 	At     time.Time `json:"at"`
-	// BytesDone and BytesTotal are the mirror step's progress.
-	BytesDone  int64 `json:"bytes_done,omitempty"`
-	BytesTotal int64 `json:"bytes_total,omitempty"`
+	// BytesDone and BytesTotal are the mirror step's progress, and
+	// Connections how many connections its files come over now (not
+	// stored: a job read back from the database fetches nothing).
+	BytesDone   int64 `json:"bytes_done,omitempty"`
+	BytesTotal  int64 `json:"bytes_total,omitempty"`
+	Connections int   `json:"connections,omitempty"`
 }
 
 // Job is one model being served, and where it stands. Jobs are small: every

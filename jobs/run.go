@@ -313,7 +313,7 @@ func (p *pipeline) fetch(ctx context.Context) error {
 		}
 	}
 	paths, err := p.s.deps.Mirror.Fetch(ctx, files, func(pr mirror.Progress) {
-		p.s.progress(p.l, pr.BytesDone, pr.BytesTotal)
+		p.s.progress(p.l, pr.BytesDone, pr.BytesTotal, pr.Connections)
 	})
 	if err != nil {
 		return err

@@ -20,9 +20,9 @@ import (
 	"log/slog"
 	"modelserve/internal/canary"
 	"modelserve/internal/hf"
+	"modelserve/internal/mirror"
 	"modelserve/internal/notify"
 	"modelserve/internal/operr"
-	"modelserve/internal/words"
 	"runtime/debug"
 	"slices"
 	"sync"
@@ -493,7 +493,7 @@ func (s *Server) step(l *live, name, state, detail string) {
 
 // progress says how far the mirror has come, at most every progressEvery
 // (and always once it has all the bytes).
-func (s *Server) progress(l *live, done, total int64) {
+func (s *Server) progress(l *live, done, total int64, connections int) {
 	if total <= 0 {
 		return
 	}
@@ -509,8 +509,8 @@ func (s *Server) progress(l *live, done, total int64) {
 	}
 	l.lastProgress = now
 	st := &l.job.Steps[i]
-	st.BytesDone, st.BytesTotal, st.At = done, total, now.UTC()
-	st.Detail = fmt.Sprintf("fetching: %s (%s)", words.SizeOf(done, total), words.Percent(float64(done)/float64(total)))
+	st.BytesDone, st.BytesTotal, st.Connections, st.At = done, total, connections, now.UTC()
+	st.Detail = "fetching: " + mirror.Fetched(done, total, connections)
 	s.publishLocked(l, i)
 }
 

@@ -117,18 +117,9 @@ var listeningAt = regexp.MustCompile(`msg="modelserve listening" addr=(\S+)`)
 func startBinary(t *testing.T, hub *hubtest.Server, engine string, env []string, args ...string) (*binaryServer, *atomic.Int64) {
 	t.Helper()
 	dir := t.TempDir()
-	bin := filepath.Join(dir, "modelserve")
-	if out, err := exec.Command("go", "build", "-o", bin, "modelserve/cmd/modelserve").CombinedOutput(); err != nil {
-		t.Fatalf("building modelserve: %v\n%s", err, out)
-	}
+	bin := buildModelserve(t, dir)
 	data := mustMakeData(t, filepath.Join(dir, "data"))
-	env = append(slices.Clip(env), "HF_HOME="+filepath.Join(dir, "hf-home"))
-	for _, kv := range os.Environ() {
-		if k, _, _ := strings.Cut(kv, "="); !strings.HasPrefix(k, "HF_") && !strings.HasPrefix(k, "HUGGING_FACE") && !strings.HasPrefix(k, "MODELSERVE_") &&
-			!strings.HasPrefix(k, "OTEL_") {
-			env = append(env, kv)
-		}
-	}
+	env = append(slices.Clip(env), binaryEnv(dir)...)
 	tc := exec.Command(bin, "token", "create", "--data", data, "hostile")
 	tc.Env = env
 	out, err := tc.Output()

@@ -10,12 +10,15 @@ import (
 
 // controller chooses how many connections a ranged fetch runs, one window
 // (Options.RateWindow) at a time, from the total rate the last window
-// measured. It doubles the count while the rate nearly doubles with it,
-// then adds one at a time while the rate still rises by a tenth; when a
-// connection more no longer pays, it goes back to the count before. When
-// the rate collapses (the CDN throttling every connection), it goes back to
-// the best count seen and never again goes as high as the count that
-// collapsed.
+// measured. It starts from one connection, which is all a fast link needs
+// (on it a second only adds the work of parts: a stream is as fast as the
+// disk and the hash). It doubles the count while the rate nearly doubles
+// with it, then adds one at a time while the rate still rises by a tenth;
+// when a connection more no longer pays, it goes back to the count before.
+// When the rate collapses or falls as the count rises (the CDN throttling
+// every connection), it never again goes as high as that count, and tries
+// next halfway between it and the best count seen: a throttle is found in
+// a few windows, most of them at a good rate.
 type controller struct {
 	fixed    bool
 	ceiling  int
@@ -25,6 +28,7 @@ type controller struct {
 	best     float64
 	bestN    int
 	held     bool // adding stopped: the count stays
+	changed  bool // the count was just set to another: its first window
 }
 
 func newController(o Options, cap int) *controller {
@@ -36,7 +40,21 @@ func (m *Mirror) startConnections() int {
 	if m.opts.Fixed {
 		return m.opts.Connections
 	}
-	return min(2, m.opts.Connections)
+	return 1
+}
+
+// early says whether the count n, whose rate so far in the window is rate,
+// is to be judged before the window is over: the first count (it is
+// doubled whatever it gives), a count just set that collapsed, or one just
+// raised that made the total rate fall. A connection still starting (its
+// request, TCP's slow start) adds little in a quarter of a window, but
+// takes nothing from the others; a fall means the connections are fighting
+// over something (a CPU, on a fast link) or the CDN throttles them.
+func (c *controller) early(n int, rate float64) bool {
+	if c.fixed {
+		return false
+	}
+	return c.bestN == 0 || (c.changed && (rate < c.best/2 || (c.prevN > 0 && n > c.prevN && rate < c.prev)))
 }
 
 // next is the count for the next window, given the count n of this one and
@@ -45,16 +63,25 @@ func (c *controller) next(n int, rate float64) int {
 	if c.fixed {
 		return n
 	}
+	next := c.judge(n, rate)
+	c.changed = next != n
+	return next
+}
+
+func (c *controller) judge(n int, rate float64) int {
 	if rate > c.best {
 		c.best, c.bestN = rate, n
 	}
 	switch {
-	case n > 1 && rate < c.best/2:
-		// Collapsed: more connections than the CDN allows.
+	case n > 1 && c.changed && (rate < c.best/2 || (c.prevN > 0 && n > c.prevN && rate < c.prev)):
+		// Collapsed, or fell, as the count changed: more connections
+		// than the CDN allows (or than the machine can feed). A rate
+		// that falls while the count stays is the network's or the
+		// machine's doing, and says nothing of the count.
 		c.ceiling = max(1, min(c.ceiling, n-1))
-		c.doubling, c.prevN = false, 0
+		c.doubling, c.prevN, c.held = false, 0, false
 		c.prev = rate
-		return max(1, min(c.bestN, c.ceiling))
+		return max(1, min(c.bestN+(c.ceiling-c.bestN+1)/2, c.ceiling))
 	case c.prevN > 0 && rate < c.prev*1.1:
 		// The last connection added did not pay: back to the count before.
 		back := c.prevN
@@ -79,10 +106,32 @@ func (c *controller) next(n int, rate float64) int {
 // control runs once a window: it measures each connection, takes the part
 // of one far slower than the fastest (a stall on one connection, not the
 // CDN's pace) for another to fetch again, and sets the count.
+//
+// It is called four times a window. Before the window is over it only
+// looks (controller.early): the first count is judged after a quarter of
+// one, and so is a count just set whose rate fell or collapsed, so that a
+// CDN's throttle costs a quarter of a window, not a whole one.
 func (r *ranged) control(ctl *controller) {
-	window := r.d.m.opts.RateWindow.Seconds()
+	// The window as it was, not as it was meant to be: on a busy
+	// machine a tick comes late, and its bytes are of a longer window.
+	now := time.Now()
+	elapsed := now.Sub(r.looked)
+	if elapsed <= 0 {
+		return
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if elapsed < r.d.m.opts.RateWindow*9/10 {
+		var total int64
+		for c := range r.conns {
+			total += c.window.Load()
+		}
+		if r.liveLocked() < r.want || !ctl.early(r.want, float64(total)/elapsed.Seconds()) {
+			return
+		}
+	}
+	r.looked = now
+	window := elapsed.Seconds()
 	var total int64
 	var rates []int64
 	for c := range r.conns {

@@ -91,11 +91,7 @@ func (m *Mirror) fetchFile(ctx context.Context, fl *flight) (string, error) {
 			}
 			return "", operr.Wrap(kind, r.err, "%s could not be fetched in %s: %s", name, words.Count(try, "try", "tries"), r.err)
 		}
-		wait := m.opts.Backoff
-		for i := 1; i < try && wait < time.Minute; i++ {
-			wait *= 2
-		}
-		wait = min(wait, time.Minute)
+		wait := backoff(m.opts.Backoff, try)
 		m.log.Info("mirror retrying a fetch", "model", fl.file.Model, "path", fl.file.Path,
 			"try", try, "wait", wait, "err", r.err)
 		t := time.NewTimer(wait)
@@ -106,6 +102,16 @@ func (m *Mirror) fetchFile(ctx context.Context, fl *flight) (string, error) {
 			return "", ctx.Err()
 		}
 	}
+}
+
+// backoff is the wait before retry number try (from 1): base, doubled for
+// each further one, at most a minute.
+func backoff(base time.Duration, try int) time.Duration {
+	wait := base
+	for i := 1; i < try && wait < time.Minute; i++ {
+		wait *= 2
+	}
+	return min(wait, time.Minute)
 }
 
 // meter keeps the flight's rate, once a second, until stop is called.

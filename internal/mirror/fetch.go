@@ -43,7 +43,7 @@ type flight struct {
 func (fl *flight) progress() FileProgress {
 	p := FileProgress{Path: fl.file.Path, State: Queued, BytesDone: fl.bytes.Load(), BytesTotal: fl.file.Size}
 	if fl.fetching.Load() {
-		p.State = Fetching
+		p.State, p.Connections = Fetching, int(fl.conns.Load())
 	}
 	return p
 }
@@ -117,6 +117,9 @@ func (m *Mirror) Fetch(ctx context.Context, files []File, progress func(Progress
 			}
 			p.BytesDone += p.Files[i].BytesDone
 			p.BytesTotal += p.Files[i].BytesTotal
+			if slots[i] != nil && !slices.Contains(slots[:i], slots[i]) {
+				p.Connections += p.Files[i].Connections // a file named twice comes once
+			}
 		}
 		progress(p)
 	}

@@ -28,6 +28,7 @@ import (
 	"time"
 
 	"modelserve/internal/hf"
+	"modelserve/internal/words"
 )
 
 // Metrics counts what the mirror fetches.
@@ -80,7 +81,7 @@ type Options struct {
 	// smaller than two parts comes in one stream.
 	PartSize int64
 	// RateWindow is how often a ranged fetch measures its connections and
-	// chooses their count; default 1s.
+	// chooses their count; default 500ms.
 	RateWindow time.Duration
 	// DownloadRate caps the bytes a second all fetches together take from
 	// registries (--download-rate); 0 is no cap.
@@ -155,7 +156,9 @@ type FileProgress struct {
 	State      State  `json:"state"`
 	BytesDone  int64  `json:"bytes_done"`
 	BytesTotal int64  `json:"bytes_total"`
-	Err        string `json:"error,omitempty"`
+	// Connections is how many connections the file comes over now.
+	Connections int    `json:"connections,omitempty"`
+	Err         string `json:"error,omitempty"`
 }
 
 // Progress is how far a Fetch has come, per file and in all.
@@ -163,6 +166,19 @@ type Progress struct {
 	Files      []FileProgress `json:"files"`
 	BytesDone  int64          `json:"bytes_done"`
 	BytesTotal int64          `json:"bytes_total"`
+	// Connections is how many connections its files come over now, in all.
+	Connections int `json:"connections,omitempty"`
+}
+
+// Fetched says how far a download has come, as the job and mirror pages
+// and the job's mirror step say it: "3.1 of 4.9 GB (63%)", and ", over 4
+// connections" when it comes over more than one.
+func Fetched(done, total int64, connections int) string {
+	s := words.SizeOf(done, total) + " (" + words.Percent(float64(done)/float64(total)) + ")"
+	if connections > 1 {
+		s += fmt.Sprintf(", over %d connections", connections)
+	}
+	return s
 }
 
 // Entry is one file List knows of: on disk, partial, being fetched, or
@@ -227,7 +243,7 @@ func New(o Options) (*Mirror, error) {
 		o.PartSize = 64 << 20
 	}
 	if o.RateWindow <= 0 {
-		o.RateWindow = time.Second
+		o.RateWindow = 500 * time.Millisecond
 	}
 	if o.Registry == nil {
 		o.Registry = hf.Registries{}

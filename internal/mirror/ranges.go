@@ -28,12 +28,14 @@ import (
 // it stops rising or the rates collapse, never above Options.Connections.
 //
 // The file is cut into parts written in place in the partial file. The
-// sha256 follows the contiguous prefix as it grows, read back from the
-// page cache a part behind the writers, so once the last part lands only
-// the tail is left to hash and nothing is read twice from the disk. The
-// parts, and the hash's state, are saved beside the file (the parts file,
-// temp + rename, only after the bytes it counts are synced), so a restart
-// fetches only what is missing and hashes nothing again.
+// sha256 follows the contiguous prefix as it grows (ranges_hash.go): the
+// bytes at its edge are hashed from the buffer they arrived in, the others
+// read back from the page cache as soon as the prefix reaches them, so once
+// the last part lands only the tail is left to hash and nothing is read
+// twice from the disk. The parts, and the hash's state, are saved beside
+// the file (the parts file, temp + rename, only after the bytes it counts
+// are synced), so a restart fetches only what is missing and hashes
+// nothing again.
 
 // partsSuffix names the saved state of a ranged fetch: .<name>.parts.
 const partsSuffix = ".parts"
@@ -52,12 +54,16 @@ var errNoRanges = errors.New("the registry does not serve Range")
 
 // part is a range of the file: [start, end) is its share, [start, next)
 // is written. A part taken from its connection (too slow, stalled) gets a
-// new gen, so the old connection's bytes no longer count.
+// new gen, so the old connection's bytes no longer count. A part whose
+// request failed (a cut, a busy registry) waits until notBefore, alone:
+// the other parts go on.
 type part struct {
 	start, end, next int64
 	gen              int
 	busy             bool
 	conn             *conn
+	fails            int // failed requests in a row
+	notBefore        time.Time
 }
 
 // conn is one connection fetching a part, as the controller measures it.
@@ -83,11 +89,16 @@ type ranged struct {
 	want    int           // connections the controller wants running
 	refetx  int           // parts taken from a connection in this try
 	fastest int64         // the most bytes one connection fetched in a recent window
+	looked  time.Time     // when the controller last measured the connections (the try's own)
 	exited  chan struct{} // a connection ended, or the first answered
 	probed  bool          // a part was answered with its range
 
 	hmu    sync.Mutex // held while the hash is written or saved
 	hashed int64      // guarded by hmu and mu both: the hash covers [0, hashed)
+	// queued is guarded by mu: [0, queued) is hashed or handed to the
+	// hasher in chunks (in order, never more than hashDepth at once).
+	queued int64
+	chunks chan chunk
 }
 
 // rangedFor says whether the file is fetched in parts: over http(s), from a
@@ -258,8 +269,12 @@ func (r *ranged) try(ctx context.Context, file *os.File) error {
 		cancel(err)
 	}
 
-	// The hasher follows the prefix, reading back what the writers put
-	// in the file while it is still in the page cache.
+	// The hasher follows the prefix: the bytes at its edge as they
+	// arrive, the rest read back while still in the page cache.
+	r.mu.Lock()
+	r.queued = r.hashed
+	r.chunks = make(chan chunk, hashDepth)
+	r.mu.Unlock()
 	hashed := make(chan error, 1)
 	go func() { hashed <- r.hashFollowing(tctx, file, grew) }()
 
@@ -271,7 +286,7 @@ func (r *ranged) try(ctx context.Context, file *os.File) error {
 	spawn := func() {
 		for {
 			r.mu.Lock()
-			if r.liveLocked() >= r.want || !r.workLeftLocked() || (!r.probed && len(r.conns) > 0) {
+			if r.liveLocked() >= r.want || !r.readyLocked(time.Now()) || (!r.probed && len(r.conns) > 0) {
 				r.mu.Unlock()
 				return
 			}
@@ -291,8 +306,9 @@ func (r *ranged) try(ctx context.Context, file *os.File) error {
 	}
 	spawn()
 	ctl := newController(r.d.m.opts, r.d.m.opts.Connections)
-	tick := time.NewTicker(r.d.m.opts.RateWindow)
+	tick := time.NewTicker(r.d.m.opts.RateWindow / 4)
 	defer tick.Stop()
+	r.looked = time.Now()
 	saved := time.Now()
 	var err error
 	for err == nil {
@@ -336,6 +352,7 @@ func (r *ranged) try(ctx context.Context, file *os.File) error {
 		cancel(err)
 		<-hashed
 	}
+	r.dropChunks()
 	r.d.fl.conns.Store(0)
 	if err == nil {
 		r.d.hashed = r.size
@@ -372,23 +389,43 @@ func (r *ranged) workLeftLocked() bool {
 	return false
 }
 
-// take gives a connection a part: the first nobody fetches, else the
-// second half of the busy part with the most left (a split), else nothing.
-func (r *ranged) take(c *conn) (*part, int) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
+// readyLocked says whether a connection started now would find a part to
+// take: one nobody fetches and not waiting after a failure, or one to split.
+func (r *ranged) readyLocked(now time.Time) bool {
+	return r.freeLocked(now) != nil || r.biggestLocked() != nil
+}
+
+// freeLocked is the first part nobody fetches that may be asked for now.
+func (r *ranged) freeLocked(now time.Time) *part {
 	for _, p := range r.parts {
-		if !p.busy && p.next < p.end {
-			p.busy, p.conn = true, c
-			return p, p.gen
+		if !p.busy && p.next < p.end && !now.Before(p.notBefore) {
+			return p
 		}
 	}
+	return nil
+}
+
+// biggestLocked is the busy part with the most left, if it is worth a split.
+func (r *ranged) biggestLocked() *part {
 	var big *part
 	for _, p := range r.parts {
 		if p.busy && p.end-p.next >= 2*r.minCut && (big == nil || p.end-p.next > big.end-big.next) {
 			big = p
 		}
 	}
+	return big
+}
+
+// take gives a connection a part: the first nobody fetches, else the
+// second half of the busy part with the most left (a split), else nothing.
+func (r *ranged) take(c *conn) (*part, int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if p := r.freeLocked(time.Now()); p != nil {
+		p.busy, p.conn = true, c
+		return p, p.gen
+	}
+	big := r.biggestLocked()
 	if big == nil {
 		return nil, 0
 	}
@@ -430,9 +467,13 @@ func (r *ranged) work(ctx context.Context, file *os.File, c *conn, grew chan<- s
 			return nil
 		}
 		err := r.fetchPart(ctx, file, c, p, gen, grew)
+		var rt *retryable
 		r.mu.Lock()
 		if p.gen == gen && p.conn == c {
 			p.busy, p.conn = false, nil
+		}
+		if err == nil {
+			p.fails = 0
 		}
 		r.mu.Unlock()
 		switch {
@@ -443,6 +484,13 @@ func (r *ranged) work(ctx context.Context, file *os.File, c *conn, grew chan<- s
 			}
 		case ctx.Err() != nil:
 			return nil
+		case errors.As(err, &rt):
+			// A cut or a busy registry: this part waits and is asked
+			// for again; the others go on. Too many in a row fail the
+			// try, and the fetch's own retries take over.
+			if !r.failed(p) {
+				return err
+			}
 		default:
 			return err
 		}
@@ -461,6 +509,27 @@ func (r *ranged) finishedPart(n int64, took time.Duration) {
 	r.fastest = max(r.fastest, perWindow)
 	r.mu.Unlock()
 }
+
+// failed counts a failed request for p and sets when it may be asked for
+// again, as fetchFile spaces its tries; false when p has failed more
+// often in a row than the fetch may retry.
+func (r *ranged) failed(p *part) bool {
+	if m, ok := r.d.m.opts.Metrics.(partMetrics); ok {
+		m.MirrorPartRefetched()
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	p.fails++
+	if p.fails > r.d.m.opts.MaxRetries {
+		return false
+	}
+	p.notBefore = time.Now().Add(backoff(r.d.m.opts.Backoff, p.fails))
+	return true
+}
+
+// readSize is the most one read of a part asks for: small enough that the
+// bytes are still in the core's cache as they are written to the file.
+const readSize = 128 << 10
 
 // errTaken ends a connection whose part the controller gave to another.
 var errTaken = errors.New("the part was taken from its connection")
@@ -527,9 +596,35 @@ func (r *ranged) fetchPart(ctx context.Context, file *os.File, c *conn, p *part,
 	if body.Size >= 0 && body.Size != r.size {
 		return sizeMismatch(r.d.name, body.Size, r.size)
 	}
+	// The buffer fills a read at a time, each written while it is still
+	// in the core's cache, and goes to the hasher whole.
 	bp := bufPool.Get().(*[]byte)
-	defer bufPool.Put(bp)
 	off := from
+	kicked := from // bytes already handed to the disk's writeback
+	bufAt, filled := from, 0
+	defer func() {
+		// The part ended, was split at this very byte or taken, or the
+		// read failed: the bytes in the buffer go to the hasher if they
+		// are its next, else it reads them back.
+		if filled > 0 {
+			r.mu.Lock()
+			handed := p.gen == gen && p.conn == c && bufAt == r.queued && r.handLocked(bufAt, bp, filled)
+			behind := r.prefixLocked() > r.queued
+			r.mu.Unlock()
+			if handed {
+				bp = nil
+			}
+			if behind {
+				select {
+				case grew <- struct{}{}:
+				default:
+				}
+			}
+		}
+		if bp != nil {
+			bufPool.Put(bp)
+		}
+	}()
 	for {
 		r.mu.Lock()
 		if p.gen != gen || p.conn != c {
@@ -542,7 +637,10 @@ func (r *ranged) fetchPart(ctx context.Context, file *os.File, c *conn, p *part,
 			r.finishedPart(off-from, time.Since(c.born))
 			return nil
 		}
-		buf := (*bp)[:min(int64(len(*bp)), end-off, m.limiter.chunk())]
+		if filled == 0 {
+			bufAt = off
+		}
+		buf := (*bp)[filled : filled+int(min(int64(len(*bp)-filled), readSize, end-off, m.limiter.chunk()))]
 		n, rerr := io.ReadFull(body, buf)
 		if n > 0 {
 			watchdog.Reset(m.opts.StallTimeout)
@@ -561,22 +659,48 @@ func (r *ranged) fetchPart(ctx context.Context, file *os.File, c *conn, p *part,
 				return writeErr("cannot write %s", r.d.name, err)
 			}
 			off += int64(n)
+			filled += n
 			r.mu.Lock()
-			if p.gen == gen && p.conn == c && off > p.next {
+			ours := p.gen == gen && p.conn == c
+			prefix := r.prefixLocked()
+			if ours && off > p.next {
 				next := min(off, p.end)
 				r.d.fl.bytes.Add(next - p.next)
 				p.next = next
 			}
+			// A buffer at the hash's edge goes to the hasher once full
+			// (or at the part's end, or the read's failure); until
+			// then its bytes are the hasher's to wait for, not to read
+			// back. Bytes that grew the prefix otherwise are read back.
+			edge := ours && bufAt == r.queued
+			flush := filled == len(*bp) || off >= p.end || rerr != nil
+			handed := flush && edge && r.handLocked(bufAt, bp, filled)
+			behind := (flush || !edge) && r.prefixLocked() > max(prefix, r.queued)
 			r.mu.Unlock()
-			c.window.Add(int64(n))
-			if m.opts.Metrics != nil {
-				m.opts.Metrics.MirrorFetched(int64(n))
+			if flush {
+				if handed {
+					bp = bufPool.Get().(*[]byte)
+				}
+				filled = 0
 			}
-			if p.start == 0 || off == end {
+			if behind {
+				// The prefix grew past what the hasher was handed: it
+				// reads the rest back.
 				select {
 				case grew <- struct{}{}:
 				default:
 				}
+			}
+			c.window.Add(int64(n))
+			if m.opts.Metrics != nil {
+				m.opts.Metrics.MirrorFetched(int64(n))
+			}
+			// Start writing to disk early, so that neither a save of
+			// the parts nor the fsync before the rename waits for a
+			// great deal at once.
+			if off-kicked >= writebackEvery || off >= end {
+				startWriteback(file, kicked, off-kicked)
+				kicked = off
 			}
 		}
 		switch {
@@ -610,47 +734,6 @@ func (d *download) refusedPart(ctx context.Context, err error) error {
 		return err
 	}
 	return retry(err)
-}
-
-// hashFollowing hashes the prefix as it grows, until grew is closed and
-// the whole file is hashed.
-func (r *ranged) hashFollowing(ctx context.Context, file *os.File, grew <-chan struct{}) error {
-	bp := bufPool.Get().(*[]byte)
-	defer bufPool.Put(bp)
-	buf := *bp
-	last := false
-	for {
-		r.mu.Lock()
-		prefix := r.prefixLocked()
-		r.mu.Unlock()
-		for r.hashed < prefix {
-			if ctx.Err() != nil && !last {
-				return ctx.Err()
-			}
-			k, err := file.ReadAt(buf[:min(int64(len(buf)), prefix-r.hashed)], r.hashed)
-			r.hmu.Lock()
-			r.d.h.Write(buf[:k])
-			r.mu.Lock()
-			r.hashed += int64(k)
-			r.mu.Unlock()
-			r.hmu.Unlock()
-			if err != nil && !(errors.Is(err, io.EOF) && r.hashed == prefix) {
-				return fmt.Errorf("cannot read the partial %s on the mirror: %w", r.d.name, err)
-			}
-		}
-		if last {
-			if r.hashed != r.size {
-				return retry(fmt.Errorf("the parts of %s left a gap at byte %d", r.d.name, r.hashed))
-			}
-			return nil
-		}
-		select {
-		case _, ok := <-grew:
-			last = !ok
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
 }
 
 // partMetrics is what a Metrics may also count of ranged fetches.

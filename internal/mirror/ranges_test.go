@@ -75,6 +75,32 @@ func TestRangedFetchUsesSeveralConnections(t *testing.T) {
 	}
 }
 
+// The job page says how many connections a file comes over: the Fetch's
+// progress carries the count while they run, and none once it is done.
+func TestRangedFetchReportsItsConnections(t *testing.T) {
+	srv := newHub(t)
+	content := randomish(1<<20, 19)
+	f := addFile(t, srv, "big.gguf", content)
+	srv.ConnRate(1 << 20) // a quarter of a second over four: many reports
+	m := rangedMirror(t, srv, nil)
+
+	most, last := 0, -1
+	if _, err := m.Fetch(context.Background(), []File{f}, func(p Progress) {
+		most, last = max(most, p.Connections), p.Connections
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if most != 4 || last != 0 {
+		t.Errorf("the progress said at most %d connections, and %d at the end; want 4, then 0", most, last)
+	}
+	if got := Fetched(3<<30, 6<<30, 4); got != "3 of 6 GB (50%), over 4 connections" {
+		t.Errorf("Fetched says %q", got)
+	}
+	if got := Fetched(3<<30, 6<<30, 1); got != "3 of 6 GB (50%)" {
+		t.Errorf("one connection: Fetched says %q", got)
+	}
+}
+
 func TestRangedFetchResumesACutPart(t *testing.T) {
 	srv := newHub(t)
 	content := randomish(1<<20, 12)
@@ -87,6 +113,37 @@ func TestRangedFetchResumesACutPart(t *testing.T) {
 	// cuts (half a part each) are not fetched again. What is past the size
 	// was in flight on connections whose parts were split for idle ones:
 	// a fetch started over would cost twice the size.
+	served(t, srv, f.Path, f.Size, f.Size+f.Size/2)
+}
+
+// A cut connection costs its own part a wait, not the whole file: while
+// the cut part waits out the backoff, the others arrive.
+func TestRangedFetchRetriesOnlyTheCutPart(t *testing.T) {
+	srv := newHub(t)
+	content := randomish(1<<20, 20)
+	f := addFile(t, srv, "big.gguf", content)
+	srv.ConnRate(4 << 20)
+	srv.CutNext(repoID, f.Path, testPart/4, 1)
+	const wait = 3 * time.Second
+	m := rangedMirror(t, srv, func(o *Options) { o.Backoff = wait })
+
+	start := time.Now()
+	var allButOne atomic.Int64 // when all but the cut part had arrived, after start
+	paths, err := m.Fetch(context.Background(), []File{f}, func(p Progress) {
+		if p.BytesDone >= f.Size-testPart && allButOne.Load() == 0 {
+			allButOne.Store(int64(time.Since(start)))
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustHave(t, paths[0], content)
+	if took := time.Duration(allButOne.Load()); took == 0 || took >= wait {
+		t.Errorf("all parts but the cut one had arrived %s after the start; want before its %s wait was over", took, wait)
+	}
+	if took := time.Since(start); took < wait {
+		t.Errorf("the fetch took %s: the cut part was asked for again before its %s wait", took, wait)
+	}
 	served(t, srv, f.Path, f.Size, f.Size+f.Size/2)
 }
 
@@ -217,7 +274,7 @@ func TestControllerFindsTheThrottle(t *testing.T) {
 		return float64(n) * 20e6
 	}
 	c := newController(Options{}, 64)
-	n, above := 2, 0
+	n, above := 1, 0
 	for range 40 {
 		n = c.next(n, cdn(n))
 		if n > 6 {
@@ -230,16 +287,31 @@ func TestControllerFindsTheThrottle(t *testing.T) {
 
 	// A CDN that gives no more for a second connection keeps one.
 	c = newController(Options{}, 64)
-	n = 2
+	n = 1
 	for range 10 {
 		n = c.next(n, 50e6)
 	}
-	if n > 2 {
-		t.Errorf("a flat rate grew to %d connections, want no more than 2", n)
+	if n != 1 {
+		t.Errorf("a flat rate grew to %d connections, want 1", n)
+	}
+
+	// A rate that falls while the count stays (the machine busy, the
+	// network) is no throttle: the count is not cut to one.
+	c = newController(Options{}, 4)
+	n = 1
+	for range 4 {
+		n = c.next(n, float64(n)*20e6)
+	}
+	steady := n
+	for range 5 {
+		n = c.next(n, 10e6)
+	}
+	if n < steady {
+		t.Errorf("a dip at a steady %d connections cut them to %d", steady, n)
 	}
 	// Each connection adds its share: the hard cap holds.
 	c = newController(Options{}, 16)
-	n = 2
+	n = 1
 	for range 20 {
 		if n = c.next(n, float64(n)*20e6); n > 16 {
 			t.Fatalf("went to %d connections, above the cap of 16", n)
