@@ -100,9 +100,12 @@ func TestKubernetesSwap(t *testing.T) {
 		if ev := f.Evictions(); len(ev) != 1 || ev[0] != (fleet.Eviction{Model: "alpha", Reason: "swap", Count: 1}) {
 			t.Errorf("evictions %+v, want alpha's one swap", ev)
 		}
-		if w := f.MemoryWaits(); w.Count != 1 || w.Sum <= 0 {
-			t.Errorf("waits for memory %+v, want beta's one", w)
-		}
+		// The wait ends in the pass that sees beta's pod placed, which
+		// may come after the pod is seen ready.
+		waitFor(t, "beta's one wait for memory tallied", func() (fleet.WaitTally, bool) {
+			w := f.MemoryWaits()
+			return w, w.Count == 1 && w.Sum > 0
+		})
 	})
 
 	t.Run("a model answering requests is not scaled down: the other waits for it", func(t *testing.T) {
