@@ -117,6 +117,9 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, m catalog.Model,
 	}
 
 	rs := g.opts.Fleet.Serving(m.Name)
+	// The replicas last given back are read before the demand is said:
+	// the fleet may give one back for this request at once.
+	stops := g.lastStops(ctx)
 	release := g.opts.Fleet.Use(m.Name, wanted(g.pool(m.Name), rs))
 	defer release()
 	// A replica that did not answer at all (refused the connection, or
@@ -126,7 +129,7 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, m catalog.Model,
 	// start (admit says how long before it tries the same one again).
 	var tried []fleet.Replica
 	for range attempts {
-		rep, release, aerr := g.admit(ctx, m, req.affinity, rs, tried, standIn, g.startWait(ctx, m.Name, tried, standIn))
+		rep, release, aerr := g.admit(ctx, m, req.affinity, rs, tried, standIn, g.startWait(ctx, m.Name, tried, standIn, stops))
 		if aerr != nil {
 			switch {
 			case ctx.Err() != nil:

@@ -74,19 +74,34 @@ type waitTrace struct {
 	tried   []string
 	// The spans open now: the wait for a start, and the wait for a slot.
 	start, queue trace.Span
-	// stops are the models' last replicas given back when the start
-	// began (fleet.ModelHealth's LastStop): one said after names the
-	// replica given back for this model.
+	// stops are the models' last replicas given back when the request
+	// said its demand (lastStops): one said after names the replica
+	// given back for this model.
 	stops map[string]string
 }
 
-// startWait begins the trace of the wait for a replica of model, by a
-// request that replicas tried already failed.
-func (g *Gateway) startWait(ctx context.Context, model string, tried []fleet.Replica, standIn bool) *waitTrace {
+// lastStops is, by model, the last of its replicas given back
+// (fleet.ModelHealth's LastStop), read when the request is traced: a
+// start's wait tells a swap from a cold start by what changed since.
+func (g *Gateway) lastStops(ctx context.Context) map[string]string {
 	if g.opts.Tracer == nil || !trace.SpanFromContext(ctx).IsRecording() {
 		return nil
 	}
-	w := &waitTrace{g: g, ctx: ctx, model: model, standIn: standIn}
+	stops := map[string]string{}
+	for _, h := range g.opts.Fleet.ModelHealth() {
+		stops[h.Model] = h.LastStop
+	}
+	return stops
+}
+
+// startWait begins the trace of the wait for a replica of model, by a
+// request that replicas tried already failed; stops are lastStops as the
+// request said its demand.
+func (g *Gateway) startWait(ctx context.Context, model string, tried []fleet.Replica, standIn bool, stops map[string]string) *waitTrace {
+	if g.opts.Tracer == nil || !trace.SpanFromContext(ctx).IsRecording() {
+		return nil
+	}
+	w := &waitTrace{g: g, ctx: ctx, model: model, standIn: standIn, stops: stops}
 	for _, t := range tried {
 		w.tried = append(w.tried, t.ID)
 	}
@@ -100,10 +115,6 @@ func (w *waitTrace) explain() bool { return w != nil }
 func (w *waitTrace) cold() {
 	if w == nil || w.start != nil {
 		return
-	}
-	w.stops = map[string]string{}
-	for _, h := range w.g.opts.Fleet.ModelHealth() {
-		w.stops[h.Model] = h.LastStop
 	}
 	_, w.start = w.g.tracer().Start(w.ctx, "cold start", trace.WithAttributes(
 		attribute.String("modelserve.model", w.model), attribute.Bool("modelserve.canary", w.standIn)))
