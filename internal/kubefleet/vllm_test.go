@@ -76,11 +76,12 @@ func TestAVLLMModelIsADeploymentOfVLLM(t *testing.T) {
 	checkDeploymentSafety(t, d.Spec.Template.Spec, key)
 	spec := d.Spec.Template.Spec
 	e := spec.Containers[0]
-	if e.Image != "vllm/vllm-openai:v0.8.5" || len(e.Command) != 0 {
+	if e.Image != "vllm/vllm-openai:v0.11.0" || len(e.Command) != 0 {
 		t.Errorf("engine image %q command %q; want vLLM's image with its own entrypoint", e.Image, e.Command)
 	}
 	want := []string{"--model", "/weights", "--served-model-name", "llama", "--tensor-parallel-size", "2",
-		"--gpu-memory-utilization", "0.9", "--max-model-len", "4096", "--max-num-seqs", "4", "--host", "0.0.0.0", "--port", "8080"}
+		"--gpu-memory-utilization", "0.9", "--max-model-len", "4096", "--max-num-seqs", "4", "--enable-prompt-tokens-details",
+		"--host", "0.0.0.0", "--port", "8080"}
 	if !slices.Equal(e.Args, want) {
 		t.Errorf("engine args %q, want %q", e.Args, want)
 	}
