@@ -2,10 +2,12 @@ package main
 
 import (
 	"context"
+	"io"
 	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -23,7 +25,8 @@ import (
 // beside them, placed as vLLM's Deployment, and answered by the pod, whose
 // containers run here (the init container in busybox, fetching from the
 // mirror; then the vLLM double with the pod's arguments and key), through
-// the gateway.
+// the gateway, which counts what vLLM's prefix cache saved as it counts
+// llama.cpp's prompt cache.
 func TestServeOriginalWeightsOnKubernetes(t *testing.T) {
 	busybox := kubetest.Busybox(t)
 	vllm := vllmtest.Entrypoint(t, vllmtest.Hardware{Cards: 1, CardBytes: 23034 << 20})
@@ -88,6 +91,31 @@ func TestServeOriginalWeightsOnKubernetes(t *testing.T) {
 		"messages": []map[string]string{{"role": "user", "content": "hello"}}}, &answer); code != http.StatusOK ||
 		len(answer.Choices) != 1 || answer.Choices[0].Message.Content != "Hello from vLLM." {
 		t.Errorf("a client asking llama through the gateway: %d %+v", code, answer)
+	}
+	// A conversation asked again finds its first two blocks (32 tokens) in
+	// vLLM's prefix cache, and the gateway counts them.
+	long := map[string]any{"model": "llama", "max_tokens": 8,
+		"messages": []map[string]string{{"role": "user", "content": strings.Repeat("word ", 40)}}}
+	for range 2 {
+		if code := s.do("POST", "/v1/chat/completions", long, nil); code != http.StatusOK {
+			t.Fatalf("asking llama a long question: %d", code)
+		}
+	}
+	resp, err := http.Get(s.base + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	metrics, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	cached := 0.0
+	for line := range strings.Lines(string(metrics)) {
+		if rest, ok := strings.CutPrefix(line, `modelserve_gateway_tokens_total{kind="prompt_cached",model="llama",`); ok {
+			_, v, _ := strings.Cut(strings.TrimSpace(rest), " ")
+			cached, _ = strconv.ParseFloat(v, 64)
+		}
+	}
+	if cached < 32 {
+		t.Errorf("the gateway counts %g prompt tokens taken from vLLM's prefix cache, want at least 32", cached)
 	}
 	var reps struct {
 		Replicas []struct{ ID, Engine, State string } `json:"replicas"`
