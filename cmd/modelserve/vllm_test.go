@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"modelserve/internal/evals"
 	"modelserve/internal/hubtest"
 	"modelserve/internal/kubetest"
 	"modelserve/internal/testlog"
@@ -116,6 +117,20 @@ func TestServeOriginalWeightsOnKubernetes(t *testing.T) {
 	}
 	if cached < 32 {
 		t.Errorf("the gateway counts %g prompt tokens taken from vLLM's prefix cache, want at least 32", cached)
+	}
+	// An eval suite runs on vLLM's answers as on llama.cpp's.
+	req, _ := http.NewRequest(http.MethodPut, s.base+"/api/v1/catalog/llama/evals", strings.NewReader(`{"cases": [
+		{"name": "greets", "prompt": "Say hello.", "max_tokens": 16, "expect": {"regex": "^Hello"}},
+		{"name": "capital", "prompt": "What is the capital of France? One word.", "max_tokens": 8, "expect": {"exact": "Paris"}}]}`))
+	req.Header.Set("Authorization", "Bearer "+s.token)
+	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("PUT llama's suite: %v %v", err, resp)
+	} else {
+		resp.Body.Close()
+	}
+	if run := runEvals(t, s, "llama"); run.State != evals.StateDone || run.Total != 2 || run.Passed != 1 || !run.Results[0].Pass ||
+		!strings.HasPrefix(run.Results[1].Reason, `the answer is not "Paris": `) {
+		t.Errorf("llama's eval run: %+v; want done, the greeting passed and the capital not", run)
 	}
 	var reps struct {
 		Replicas []struct{ ID, Engine, State string } `json:"replicas"`
