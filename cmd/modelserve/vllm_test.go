@@ -5,12 +5,15 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/PuerkitoBio/goquery"
 
 	"modelserve/internal/evals"
 	"modelserve/internal/hubtest"
@@ -142,6 +145,20 @@ func TestServeOriginalWeightsOnKubernetes(t *testing.T) {
 	con.signIn("alice", "a long enough password")
 	if _, doc := con.page("/fleet"); strings.TrimSpace(doc.Find(`[data-testid="replica-engine"]`).Text()) != "vLLM" {
 		t.Errorf("the fleet page does not say the replica runs on vLLM: %q", doc.Find(`[data-testid="replica"]`).Text())
+	}
+	// The playground streams vLLM's answer and reads its usage, which
+	// vLLM sends in a chunk of its own.
+	con.page("/catalog/llama/playground")
+	resp = con.do("POST", "/catalog/llama/playground", url.Values{"message": {"hello"}, "max_tokens": {"16"}, "csrf": {con.csrf}})
+	doc, err := goquery.NewDocumentFromReader(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.TrimSpace(doc.Find(`[data-testid="reply-text"]`).Text()); got != "Hello from vLLM." ||
+		strings.TrimSpace(doc.Find(`[data-testid="reply-tokens"]`).Text()) == "" || doc.Find(`[data-testid="reply-error"]`).Length() != 0 {
+		t.Errorf("the playground's reply %q (%q tokens, error %q), want vLLM's answer with its tokens counted", got,
+			doc.Find(`[data-testid="reply-tokens"]`).Text(), doc.Find(`[data-testid="reply-error"]`).Text())
 	}
 	var files struct {
 		Files []struct{ Path string } `json:"files"`
