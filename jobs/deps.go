@@ -104,8 +104,8 @@ type Deps struct {
 	// (gguf.KnownArchitectures) when nil, plus any the operator adds.
 	Architectures gguf.Known
 	// VLLM is the vLLM the fleet runs original weights with: the image
-	// (--vllm-image, vllm/vllm-openai:v0.8.5) whose tag names its release,
-	// or the release of this machine's vllm (0.8.5; "unknown" when it does
+	// (--vllm-image, vllm/vllm-openai:v0.11.0) whose tag names its release,
+	// or the release of this machine's vllm (0.11.0; "unknown" when it does
 	// not say), which decides the model classes the check step accepts.
 	// Empty when the fleet starts no vLLM: a serve of original weights
 	// then ends at its plan step, saying so.

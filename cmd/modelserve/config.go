@@ -131,7 +131,7 @@ func (c *config) settings() []setting {
 		{"kubeconfig", "KUBECONFIG", "", "kubeconfig file for --fleet kubernetes; empty uses the in-cluster service account", &c.Kubeconfig},
 		{"namespace", "MODELSERVE_NAMESPACE", "", "namespace the kubernetes fleet's objects live in; empty means modelserve", &c.Namespace},
 		{"engine-image", "MODELSERVE_ENGINE_IMAGE", "", "llama.cpp server image the kubernetes fleet's pods run (its entrypoint llama-server), e.g. ghcr.io/ggml-org/llama.cpp:server; required with --fleet kubernetes", &c.EngineImage},
-		{"vllm-image", "MODELSERVE_VLLM_IMAGE", "", "vLLM's OpenAI server image the kubernetes fleet runs original (safetensors) weights with, e.g. vllm/vllm-openai:v0.8.5 (its tag's release decides the model classes accepted); empty serves GGUF files only", &c.VLLMImage},
+		{"vllm-image", "MODELSERVE_VLLM_IMAGE", "", "vLLM's OpenAI server image the kubernetes fleet runs original (safetensors) weights with, e.g. vllm/vllm-openai:v0.11.0 (its tag's release decides the model classes accepted); empty serves GGUF files only", &c.VLLMImage},
 		{"fetch-image", "MODELSERVE_FETCH_IMAGE", "", "image of the init container that fetches weights from the mirror (busybox sh, wget, sha256sum); empty means busybox:1.37", &c.FetchImage},
 		{"weights-volume", "MODELSERVE_WEIGHTS_VOLUME", "", "where pods keep weights: empty for an emptyDir, pvc:<claim> or hostPath:<folder> to keep them across pods", &c.WeightsVolume},
 		{"mirror-url", "MODELSERVE_MIRROR_URL", "", "modelserve's address as the cluster's nodes reach it, to fetch weights from /mirror/; empty uses --public-url", &c.MirrorURL},

@@ -2,14 +2,20 @@ package main
 
 import (
 	"context"
+	"io"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/PuerkitoBio/goquery"
+
+	"modelserve/internal/evals"
 	"modelserve/internal/hubtest"
 	"modelserve/internal/kubetest"
 	"modelserve/internal/testlog"
@@ -23,7 +29,8 @@ import (
 // beside them, placed as vLLM's Deployment, and answered by the pod, whose
 // containers run here (the init container in busybox, fetching from the
 // mirror; then the vLLM double with the pod's arguments and key), through
-// the gateway.
+// the gateway, which counts what vLLM's prefix cache saved as it counts
+// llama.cpp's prompt cache.
 func TestServeOriginalWeightsOnKubernetes(t *testing.T) {
 	busybox := kubetest.Busybox(t)
 	vllm := vllmtest.Entrypoint(t, vllmtest.Hardware{Cards: 1, CardBytes: 23034 << 20})
@@ -89,6 +96,45 @@ func TestServeOriginalWeightsOnKubernetes(t *testing.T) {
 		len(answer.Choices) != 1 || answer.Choices[0].Message.Content != "Hello from vLLM." {
 		t.Errorf("a client asking llama through the gateway: %d %+v", code, answer)
 	}
+	// A conversation asked again finds its first two blocks (32 tokens) in
+	// vLLM's prefix cache, and the gateway counts them.
+	long := map[string]any{"model": "llama", "max_tokens": 8,
+		"messages": []map[string]string{{"role": "user", "content": strings.Repeat("word ", 40)}}}
+	for range 2 {
+		if code := s.do("POST", "/v1/chat/completions", long, nil); code != http.StatusOK {
+			t.Fatalf("asking llama a long question: %d", code)
+		}
+	}
+	resp, err := http.Get(s.base + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	metrics, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	cached := 0.0
+	for line := range strings.Lines(string(metrics)) {
+		if rest, ok := strings.CutPrefix(line, `modelserve_gateway_tokens_total{kind="prompt_cached",model="llama",`); ok {
+			_, v, _ := strings.Cut(strings.TrimSpace(rest), " ")
+			cached, _ = strconv.ParseFloat(v, 64)
+		}
+	}
+	if cached < 32 {
+		t.Errorf("the gateway counts %g prompt tokens taken from vLLM's prefix cache, want at least 32", cached)
+	}
+	// An eval suite runs on vLLM's answers as on llama.cpp's.
+	req, _ := http.NewRequest(http.MethodPut, s.base+"/api/v1/catalog/llama/evals", strings.NewReader(`{"cases": [
+		{"name": "greets", "prompt": "Say hello.", "max_tokens": 16, "expect": {"regex": "^Hello"}},
+		{"name": "capital", "prompt": "What is the capital of France? One word.", "max_tokens": 8, "expect": {"exact": "Paris"}}]}`))
+	req.Header.Set("Authorization", "Bearer "+s.token)
+	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("PUT llama's suite: %v %v", err, resp)
+	} else {
+		resp.Body.Close()
+	}
+	if run := runEvals(t, s, "llama"); run.State != evals.StateDone || run.Total != 2 || run.Passed != 1 || !run.Results[0].Pass ||
+		!strings.HasPrefix(run.Results[1].Reason, `the answer is not "Paris": `) {
+		t.Errorf("llama's eval run: %+v; want done, the greeting passed and the capital not", run)
+	}
 	var reps struct {
 		Replicas []struct{ ID, Engine, State string } `json:"replicas"`
 	}
@@ -99,6 +145,20 @@ func TestServeOriginalWeightsOnKubernetes(t *testing.T) {
 	con.signIn("alice", "a long enough password")
 	if _, doc := con.page("/fleet"); strings.TrimSpace(doc.Find(`[data-testid="replica-engine"]`).Text()) != "vLLM" {
 		t.Errorf("the fleet page does not say the replica runs on vLLM: %q", doc.Find(`[data-testid="replica"]`).Text())
+	}
+	// The playground streams vLLM's answer and reads its usage, which
+	// vLLM sends in a chunk of its own.
+	con.page("/catalog/llama/playground")
+	resp = con.do("POST", "/catalog/llama/playground", url.Values{"message": {"hello"}, "max_tokens": {"16"}, "csrf": {con.csrf}})
+	doc, err := goquery.NewDocumentFromReader(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.TrimSpace(doc.Find(`[data-testid="reply-text"]`).Text()); got != "Hello from vLLM." ||
+		strings.TrimSpace(doc.Find(`[data-testid="reply-tokens"]`).Text()) == "" || doc.Find(`[data-testid="reply-error"]`).Length() != 0 {
+		t.Errorf("the playground's reply %q (%q tokens, error %q), want vLLM's answer with its tokens counted", got,
+			doc.Find(`[data-testid="reply-tokens"]`).Text(), doc.Find(`[data-testid="reply-error"]`).Text())
 	}
 	var files struct {
 		Files []struct{ Path string } `json:"files"`

@@ -25,7 +25,10 @@ const VLLMKeyEnv = "VLLM_API_KEY"
 // with their config.json and tokenizer), as both fleets start it: p's
 // cards sliced tensor-parallel, each request's context and how many run at
 // once from p's pool and slots, and the share of each card the plan sized
-// the model within. The fleet adds where it listens.
+// the model within. Each answer's usage says how much of its prompt vLLM
+// took from its prefix cache (--enable-prompt-tokens-details), which the
+// gateway counts as it counts llama.cpp's cache_n. The fleet adds where
+// it listens.
 func VLLMArgs(m catalog.Model, p catalog.Profile, dir string) []string {
 	args := []string{"--model", dir, "--served-model-name", m.Name,
 		"--tensor-parallel-size", strconv.Itoa(max(p.GPUsPerNode, 1)),
@@ -34,7 +37,7 @@ func VLLMArgs(m catalog.Model, p catalog.Profile, dir string) []string {
 		slots := max(p.Slots, 1)
 		args = append(args, "--max-model-len", strconv.Itoa(p.Pool/slots), "--max-num-seqs", strconv.Itoa(slots))
 	}
-	return args
+	return append(args, "--enable-prompt-tokens-details")
 }
 
 // The local fleet runs vLLM where it is installed: `vllm` on PATH, or the
@@ -94,8 +97,11 @@ func keyEnvOf(p catalog.Profile) string {
 }
 
 // readVLLMLoad is vLLM's load from its /metrics: requests running and
-// waiting, the KV cache's use and the token totals, each sample summed
-// over its labels (vLLM labels them with the model's name).
+// waiting, the KV cache's use, the token totals and its prefix cache's
+// hits, each sample summed over its labels (vLLM labels them with the
+// model's name and the engine's index). vLLM 0.11 renamed the KV cache's
+// gauge and the prefix cache's counters, dropping "gpu_"; the names
+// before are read where the new ones are missing.
 func (f *Fleet) readVLLMLoad(ctx context.Context, endpoint, key string, slots int) (Load, error) {
 	body, err := f.engineGet(ctx, endpoint+"/metrics", key)
 	if err != nil {
@@ -120,10 +126,21 @@ func (f *Fleet) readVLLMLoad(ctx context.Context, endpoint, key string, slots in
 			m[name] += v
 		}
 	}
+	named := func(current, before string) (float64, bool) {
+		if v, ok := m[current]; ok {
+			return v, true
+		}
+		v, ok := m[before]
+		return v, ok
+	}
+	// vLLM's prompt tokens count those its prefix cache held as well;
+	// llama.cpp's, and so Load's, only those it evaluated.
+	hits, _ := named("vllm:prefix_cache_hits_total", "vllm:gpu_prefix_cache_hits_total")
+	prompt := m["vllm:prompt_tokens_total"]
 	l := Load{Slots: slots, SlotsBusy: int(m["vllm:num_requests_running"]), Processing: int(m["vllm:num_requests_running"]),
-		Deferred: int(m["vllm:num_requests_waiting"]), PromptTokens: int64(m["vllm:prompt_tokens_total"]),
+		Deferred: int(m["vllm:num_requests_waiting"]), PromptTokens: int64(max(prompt-hits, 0)), CachedTokens: int64(min(hits, prompt)),
 		PredictedTokens: int64(m["vllm:generation_tokens_total"]), At: time.Now()}
-	if v, ok := m["vllm:gpu_cache_usage_perc"]; ok {
+	if v, ok := named("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"); ok {
 		l.KVCacheUsage = &v
 	}
 	return l, nil

@@ -57,14 +57,14 @@ func vllmEntry(t *testing.T, name string) catalog.Model {
 // TestTheLocalFleetRunsVLLM: a model of original weights is started as
 // `vllm serve` on its folder (the double playing vLLM), on the card it was
 // placed on, with its key in VLLM_API_KEY; it answers at its endpoint, and
-// its load is read from vLLM's /metrics.
+// its load is read from vLLM's /metrics, its prefix cache's hits with it.
 func TestTheLocalFleetRunsVLLM(t *testing.T) {
 	vllm := vllmtest.Entrypoint(t, vllmtest.Hardware{Cards: 1, CardBytes: 23034 << 20})
 	cat := MustCatalog(t)
 	MustAdd(t, cat, vllmEntry(t, "llama"))
 	node := &specNode{Node: MustLocalNode(t, LocalConfig{Name: "gpu", CPUCores: 4, RAMBytes: 16 << 30,
 		GPUs: []Card{{Index: 0, Class: "L4", MemoryBytes: 24 << 30}, {Index: 1, Class: "L4", MemoryBytes: 24 << 30}}})}
-	tf := MustRun(t, cat, Options{VLLM: vllm, Nodes: []Node{node}})
+	tf := MustRun(t, cat, Options{VLLM: vllm, Nodes: []Node{node}, LoadEvery: 50 * time.Millisecond})
 	tf.Poke()
 	r := tf.waitReady(t, "llama", time.Minute)
 
@@ -86,21 +86,36 @@ func TestTheLocalFleetRunsVLLM(t *testing.T) {
 		t.Errorf("engine environment %q: want VLLM_API_KEY and CUDA_VISIBLE_DEVICES=0, and the key in no argument", spec.Env)
 	}
 
-	req, _ := http.NewRequest("POST", r.Endpoint+"/v1/chat/completions",
-		strings.NewReader(`{"model": "llama", "messages": [{"role": "user", "content": "hi"}]}`))
-	req.Header.Set("Authorization", "Bearer "+key)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
+	ask := func(content string) {
+		req, _ := http.NewRequest("POST", r.Endpoint+"/v1/chat/completions",
+			strings.NewReader(`{"model": "llama", "messages": [{"role": "user", "content": "`+content+`"}]}`))
+		req.Header.Set("Authorization", "Bearer "+key)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || !strings.Contains(string(body), "Hello from vLLM.") {
+			t.Errorf("the replica answered %d %s", resp.StatusCode, body)
+		}
 	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode != 200 || !strings.Contains(string(body), "Hello from vLLM.") {
-		t.Errorf("the replica answered %d %s", resp.StatusCode, body)
+	// The same prompt twice: the second finds its first two blocks (32 of
+	// its 43 tokens) in vLLM's prefix cache.
+	long := strings.Repeat("word ", 40)
+	ask(long)
+	ask(long)
+	deadline := time.Now().Add(30 * time.Second)
+	var rep Replica
+	for {
+		rep = tf.replicasOf("llama")[0]
+		if l := rep.Load; l != nil && l.CachedTokens > 0 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
-	rep := tf.replicasOf("llama")[0]
-	if got := rep.Load; got == nil || got.Slots != 4 || got.KVCacheUsage == nil {
-		t.Errorf("the replica's load %+v, want vLLM's read from /metrics with its 4 sequences", got)
+	if got := rep.Load; got == nil || got.Slots != 4 || got.KVCacheUsage == nil || got.PromptTokens != 54 || got.CachedTokens != 32 {
+		t.Errorf("the replica's load %+v, want vLLM's read from /metrics with its 4 sequences, 86 prompt tokens of which 32 cached", got)
 	}
 	if rep.Engine != EngineVLLM {
 		t.Errorf("the replica says it runs on %q, want vllm", rep.Engine)
@@ -129,5 +144,32 @@ func TestWithoutVLLMAModelOnItIsParked(t *testing.T) {
 			t.Fatalf("llama was never parked: %+v", h)
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestEveryVLLMFlagIsOneTheReleaseKnows holds the command lines both
+// fleets start vLLM with to the arguments of the release the double plays,
+// read from vLLM's own argument parser (vllmtest's serve-args list): vLLM
+// refuses an argument it does not know and exits, so a renamed flag would
+// park every model on it.
+func TestEveryVLLMFlagIsOneTheReleaseKnows(t *testing.T) {
+	m := catalog.Model{Name: "m"}
+	for _, p := range []catalog.Profile{
+		{Engine: EngineVLLM},
+		{Engine: EngineVLLM, GPUsPerNode: 2, Pool: 32768, Slots: 4},
+		{Engine: EngineVLLM, GPUsPerNode: 8, Pool: 8192, Slots: 1},
+	} {
+		argv := append(VLLMArgs(m, p, "/weights"), "--host", "127.0.0.1", "--port", "8080") // where each fleet has it listen
+		a, err := vllmtest.ParseArgs(argv, nil)
+		if err != nil {
+			t.Errorf("vLLM %s refuses %q: %v", vllmtest.Version, argv, err)
+			continue
+		}
+		if a.Model != "/weights" || a.ServedModelName != "m" || a.TensorParallel != max(p.GPUsPerNode, 1) {
+			t.Errorf("vLLM %s reads %q as %+v", vllmtest.Version, argv, a)
+		}
+		if _, ok := a.Given["--enable-prompt-tokens-details"]; !ok {
+			t.Errorf("%q does not ask vLLM to say its prefix cache's hits in each answer's usage", argv)
+		}
 	}
 }

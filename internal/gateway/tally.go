@@ -9,7 +9,7 @@ import (
 
 // tally reads an answer's token counts as it is relayed, without holding
 // the answer: llama.cpp puts them in the body of a plain answer (usage,
-// timings) and in the last events of a stream.
+// timings) and in the last events of a stream, vLLM in usage alone.
 type tally struct {
 	stream bool
 	// A stream's line being read, and the last data line that carried
@@ -115,6 +115,11 @@ func (t *tally) counts() counts {
 	}
 	if usage := objectOf(src, `"usage"`); usage != nil {
 		c.prompt, c.completion = int(numberOf(usage, `"prompt_tokens"`)), int(numberOf(usage, `"completion_tokens"`))
+		// vLLM has no timings: what its prefix cache held of the prompt
+		// is usage's prompt_tokens_details.cached_tokens (null when none).
+		if details := objectOf(usage, `"prompt_tokens_details"`); details != nil && objectOf(src, `"timings"`) == nil {
+			c.cached = int(numberOf(details, `"cached_tokens"`))
+		}
 	}
 	return c
 }

@@ -25,6 +25,15 @@ func TestTallyCounts(t *testing.T) {
 		{"nested and spaced", false, `{"usage": {"prompt_tokens_details": {"cached_tokens": 3}, "prompt_tokens" : 6, "completion_tokens":5},` +
 			`"timings": {"prompt_n": 2, "cache_n": 4, "predicted_n": 5, "predicted_ms": 1.25e1}}`,
 			counts{prompt: 6, cached: 4, completion: 5, generating: 12500000}},
+		{"vLLM's, with its prefix cache's", false, `{"choices":[{"message":{"content":"Hello."}}],"usage":{"prompt_tokens":52,` +
+			`"total_tokens":55,"completion_tokens":3,"prompt_tokens_details":{"cached_tokens":32}}}`,
+			counts{prompt: 52, cached: 32, completion: 3}},
+		{"vLLM's, nothing cached", false, `{"usage":{"prompt_tokens":43,"total_tokens":46,"completion_tokens":3,"prompt_tokens_details":null}}`,
+			counts{prompt: 43, completion: 3}},
+		{"vLLM's stream", true, "data: {\"choices\":[{\"delta\":{\"content\":\"Hi\"}}]}\n\n" +
+			"data: {\"choices\":[{\"delta\":{},\"finish_reason\":\"stop\"}]}\n\n" +
+			"data: {\"choices\":[],\"usage\":{\"prompt_tokens\":52,\"completion_tokens\":3,\"prompt_tokens_details\":{\"cached_tokens\":16}}}\n\ndata: [DONE]\n\n",
+			counts{prompt: 52, cached: 16, completion: 3}},
 		{"no counts", false, `{"choices":[{"message":{"content":"usage"}}]}`, counts{}},
 		{"cut off", false, `{"usage":{"completion_tokens":5,"prompt_tok`, counts{}},
 		{"stream", true, "data: {\"choices\":[{\"delta\":{\"content\":\"Hi\"}}]}\n\ndata: " + final + "\n\ndata: [DONE]\n\n",

@@ -59,7 +59,7 @@ type Options struct {
 	// EngineImage is the llama.cpp server image; its entrypoint must be
 	// llama-server (as the official server image's is).
 	EngineImage string
-	// VLLMImage is vLLM's OpenAI server image (vllm/vllm-openai:v0.8.5),
+	// VLLMImage is vLLM's OpenAI server image (vllm/vllm-openai:v0.11.0),
 	// whose entrypoint is that server, for models of original weights;
 	// without it they are parked, saying so.
 	VLLMImage string

@@ -48,7 +48,7 @@ func shm(p catalog.Profile) ([]corev1.Volume, []corev1.VolumeMount) {
 func (f *Fleet) canRun(m catalog.Model) error {
 	for _, p := range m.Profiles {
 		if p.Engine == fleet.EngineVLLM && f.opts.VLLMImage == "" {
-			return errors.New(m.Name + " runs on vLLM, and no vLLM image is configured: pass --vllm-image (for example vllm/vllm-openai:v0.8.5)")
+			return errors.New(m.Name + " runs on vLLM, and no vLLM image is configured: pass --vllm-image (for example vllm/vllm-openai:v0.11.0)")
 		}
 	}
 	return nil

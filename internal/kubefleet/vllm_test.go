@@ -9,6 +9,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"modelserve/catalog"
 	"modelserve/internal/fleet"
@@ -76,11 +77,12 @@ func TestAVLLMModelIsADeploymentOfVLLM(t *testing.T) {
 	checkDeploymentSafety(t, d.Spec.Template.Spec, key)
 	spec := d.Spec.Template.Spec
 	e := spec.Containers[0]
-	if e.Image != "vllm/vllm-openai:v0.8.5" || len(e.Command) != 0 {
+	if e.Image != "vllm/vllm-openai:v0.11.0" || len(e.Command) != 0 {
 		t.Errorf("engine image %q command %q; want vLLM's image with its own entrypoint", e.Image, e.Command)
 	}
 	want := []string{"--model", "/weights", "--served-model-name", "llama", "--tensor-parallel-size", "2",
-		"--gpu-memory-utilization", "0.9", "--max-model-len", "4096", "--max-num-seqs", "4", "--host", "0.0.0.0", "--port", "8080"}
+		"--gpu-memory-utilization", "0.9", "--max-model-len", "4096", "--max-num-seqs", "4", "--enable-prompt-tokens-details",
+		"--host", "0.0.0.0", "--port", "8080"}
 	if !slices.Equal(e.Args, want) {
 		t.Errorf("engine args %q, want %q", e.Args, want)
 	}
@@ -152,5 +154,63 @@ func checkDeploymentSafety(t *testing.T, spec corev1.PodSpec, key string) {
 				t.Errorf("the replica key is in %s's env %s in clear", ctr.Name, v.Name)
 			}
 		}
+	}
+}
+
+// TestWithoutAVLLMImageAVLLMModelIsParked: a cluster fleet given no
+// --vllm-image cannot run original weights. A model of them is parked
+// with a sentence naming the flag to set, and no pod is asked for it,
+// while a model of GGUF files beside it runs.
+func TestWithoutAVLLMImageAVLLMModelIsParked(t *testing.T) {
+	c := kubetest.Start(t)
+	c.AddNode(t, kubetest.Node{Name: "gpu-1", CPU: 16, Memory: "64Gi", GPUs: 2,
+		Labels: map[string]string{"nvidia.com/gpu.product": "NVIDIA-L4"}})
+	client := c.Client(t, c.Account(t, "../../deploy/rbac.yaml"))
+	mirrorDir := t.TempDir()
+	cat := &memCatalog{}
+	f, err := kubefleet.New(kubefleet.Options{
+		Client: client, Catalog: cat, Namespace: ns, EngineImage: "ghcr.io/ggml-org/llama.cpp:server",
+		MirrorURL: "http://modelserve.modelserve.svc:8080/", MirrorDir: mirrorDir, MirrorToken: "ms_nodes",
+		Resync: 5 * time.Second,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- f.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+
+	cat.add(vllmModel(mirrorDir, "llama", 2))
+	cat.add(model(mirrorDir, "tiny", catalog.Profile{RAMBytes: 1 << 30, CPUCores: 1}))
+	f.Poke()
+	h := waitFor(t, "llama to be parked", func() (fleet.ModelHealth, bool) {
+		h := health(f, "llama")
+		return h, h.Parked
+	})
+	if !strings.Contains(h.Reason, "runs on vLLM") || !strings.Contains(h.Reason, "--vllm-image") {
+		t.Errorf("parked for %q, want a sentence saying it runs on vLLM and to pass --vllm-image", h.Reason)
+	}
+	waitFor(t, "a ready replica of tiny", func() ([]fleet.Replica, bool) {
+		rs := f.Serving("tiny")
+		return rs, len(rs) == 1
+	})
+	pods, err := c.Admin.CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tiny := deploymentOf(t, c.Admin, "tiny").Labels["modelserve.io/model"]
+	for _, p := range pods.Items {
+		if p.Labels["modelserve.io/model"] != tiny {
+			t.Errorf("pod %s (%s) was asked for, and only tiny's pods should be", p.Name, p.Labels["modelserve.io/model"])
+		}
+	}
+	if rs := f.Serving("llama"); len(rs) != 0 {
+		t.Errorf("llama has replicas %+v without a vLLM to run them", rs)
 	}
 }

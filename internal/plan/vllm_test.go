@@ -239,6 +239,11 @@ func TestVLLMArchitectures(t *testing.T) {
 		{"too old", "Qwen3ForCausalLM", "vllm/vllm-openai:v0.7.3",
 			"Qwen3ForCausalLM needs vLLM 0.8.4 or newer; the nodes run 0.7.3: update vLLM (--vllm-image, or the nodes' vllm), or pick a model of another architecture"},
 		{"a patch release", "GptOssForCausalLM", "vllm/vllm-openai:v0.10.1.1", ""},
+		{"dropped since", "MllamaForConditionalGeneration", "vllm/vllm-openai:v0.11.0",
+			"MllamaForConditionalGeneration ran on vLLM up to 0.10.2, which has dropped it since; the nodes run 0.11.0: run vLLM 0.10.2 (--vllm-image, or the nodes' vllm), or pick a model of another architecture"},
+		{"up to its last", "MllamaForConditionalGeneration", "vllm/vllm-openai:v0.10.2", ""},
+		{"new in 0.11", "Qwen3VLForConditionalGeneration", "vllm/vllm-openai:v0.10.2",
+			"Qwen3VLForConditionalGeneration needs vLLM 0.11.0 or newer; the nodes run 0.10.2: update vLLM (--vllm-image, or the nodes' vllm), or pick a model of another architecture"},
 		{"the tag names no release", "Qwen3ForCausalLM", "vllm/vllm-openai:latest", ""},
 		{"unknown class", "FrobnicatorForCausalLM", "vllm/vllm-openai:v0.11.0",
 			"FrobnicatorForCausalLM is not a model class vLLM runs, as far as modelserve knows: serve a GGUF file of it on llama.cpp, or pick a model of another architecture"},
@@ -265,6 +270,9 @@ func TestVLLMArchitectures(t *testing.T) {
 	}
 	if _, err := parseVLLMArchitectures("LlamaForCausalLM v1\n"); err == nil {
 		t.Error("a release that is not a version is accepted")
+	}
+	if _, err := parseVLLMArchitectures("LlamaForCausalLM 0.8.0 0.7.0\n"); err == nil {
+		t.Error("a last release before the first is accepted")
 	}
 }
 

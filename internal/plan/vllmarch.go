@@ -11,7 +11,8 @@ import (
 )
 
 // vllmArchitectures is the list of model classes vLLM runs, with the first
-// release that runs each where it is known.
+// release that runs each where it is known, and the last for those vLLM
+// has since dropped.
 //
 //go:embed vllm-architectures.txt
 var vllmArchitectures string
@@ -74,9 +75,13 @@ func VLLMImageVersion(image string) VLLMVersion {
 	return v
 }
 
-// VLLMKnown maps the classes vLLM runs to the first release that runs each
-// (the zero version when any does).
-type VLLMKnown map[string]VLLMVersion
+// VLLMKnown maps the classes vLLM runs to the releases that run each.
+type VLLMKnown map[string]VLLMReleases
+
+// VLLMReleases are the releases that run a model class: First and those
+// after it (the zero version when any does), up to Last where vLLM has
+// dropped the class since (zero while it has not).
+type VLLMReleases struct{ First, Last VLLMVersion }
 
 // KnownVLLMArchitectures is a fresh copy of the shipped list.
 func KnownVLLMArchitectures() VLLMKnown {
@@ -98,22 +103,25 @@ func parseVLLMArchitectures(text string) (VLLMKnown, error) {
 		switch len(fields) {
 		case 0:
 			continue
-		case 1, 2:
+		case 1, 2, 3:
 		default:
-			return nil, fmt.Errorf("line %d %q: want a class and at most one release", n, strings.TrimSpace(line))
+			return nil, fmt.Errorf("line %d %q: want a class, its first release and its last", n, strings.TrimSpace(line))
 		}
-		var first VLLMVersion
-		if len(fields) == 2 {
-			v, ok := ParseVLLMVersion(fields[1])
+		var r [2]VLLMVersion
+		for i, f := range fields[1:] {
+			v, ok := ParseVLLMVersion(f)
 			if !ok {
 				return nil, fmt.Errorf("line %d %q: the release must be a version such as 0.8.4", n, strings.TrimSpace(line))
 			}
-			first = v
+			r[i] = v
+		}
+		if r[1].Known() && r[1].less(r[0]) {
+			return nil, fmt.Errorf("line %d %q: the last release is before the first", n, strings.TrimSpace(line))
 		}
 		if _, dup := k[fields[0]]; dup {
 			return nil, fmt.Errorf("line %d: %s is listed twice", n, fields[0])
 		}
-		k[fields[0]] = first
+		k[fields[0]] = VLLMReleases{First: r[0], Last: r[1]}
 	}
 	return k, nil
 }
@@ -122,14 +130,17 @@ func parseVLLMArchitectures(text string) (VLLMKnown, error) {
 // none) runs the model class arch, in the sentence an operator acts on
 // when it does not.
 func (k VLLMKnown) Supported(arch string, v VLLMVersion) error {
-	first, ok := k[arch]
+	r, ok := k[arch]
 	switch {
 	case !ok:
 		return operr.New(operr.Refused, "%s is not a model class vLLM runs, as far as modelserve knows: serve a GGUF file of it on llama.cpp, "+
 			"or pick a model of another architecture", arch)
-	case v.Known() && first.Known() && v.less(first):
+	case v.Known() && r.First.Known() && v.less(r.First):
 		return operr.New(operr.Refused, "%s needs vLLM %s or newer; the nodes run %s: update vLLM (--vllm-image, or the nodes' vllm), or pick a model of another architecture",
-			arch, first, v)
+			arch, r.First, v)
+	case v.Known() && r.Last.Known() && r.Last.less(v):
+		return operr.New(operr.Refused, "%s ran on vLLM up to %s, which has dropped it since; the nodes run %s: run vLLM %s (--vllm-image, or the nodes' vllm), "+
+			"or pick a model of another architecture", arch, r.Last, v, r.Last)
 	}
 	return nil
 }

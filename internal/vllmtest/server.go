@@ -61,7 +61,8 @@ func Run(ctx context.Context, argv []string, o Options) error {
 			return &Exit{Code: 1, Log: "OSError: [Errno 98] error while attempting to bind on address: address already in use"}
 		}
 	}
-	s := &server{args: a, maxLen: cmp.Or(a.MaxModelLen, c.MaxPosition), reply: o.Reply, started: time.Now()}
+	s := &server{args: a, maxLen: cmp.Or(a.MaxModelLen, c.MaxPosition), reply: o.Reply, started: time.Now(),
+		cacheTokens: max(tokens, 1), cache: newPrefixCache(a, tokens)}
 	if s.reply == "" {
 		s.reply = "Hello from vLLM."
 	}
@@ -88,10 +89,15 @@ type server struct {
 	reply   string
 	started time.Time
 
-	mu      sync.Mutex
-	running int
-	// Counters of what it served, for /metrics.
-	prompt, generation, succeeded atomic.Int64
+	mu          sync.Mutex
+	running     int
+	inUse       int64        // tokens of the running requests' prompts in the KV cache
+	cacheTokens int64        // tokens the KV cache holds
+	cache       *prefixCache // nil with --no-enable-prefix-caching
+	// Counters of what it served, for /metrics: prompt tokens (cached
+	// ones too, as vLLM counts them), of those the ones queried in and
+	// taken from the prefix cache, tokens generated and answers.
+	prompt, queried, hits, generation, succeeded atomic.Int64
 }
 
 func (s *server) routes() http.Handler {
@@ -143,10 +149,16 @@ func badRequest(w http.ResponseWriter, msg string) {
 func (s *server) complete(chat bool) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		var req struct {
-			Model    string            `json:"model"`
-			Stream   bool              `json:"stream"`
-			Messages []json.RawMessage `json:"messages"`
-			Prompt   any               `json:"prompt"`
+			Model    string `json:"model"`
+			Stream   bool   `json:"stream"`
+			Messages []struct {
+				Role    string `json:"role"`
+				Content any    `json:"content"`
+			} `json:"messages"`
+			Prompt        any `json:"prompt"`
+			StreamOptions *struct {
+				IncludeUsage bool `json:"include_usage"`
+			} `json:"stream_options"`
 		}
 		if err := json.NewDecoder(io.LimitReader(r.Body, 16<<20)).Decode(&req); err != nil {
 			badRequest(w, "The request body is not valid JSON.")
@@ -168,7 +180,34 @@ func (s *server) complete(chat bool) http.HandlerFunc {
 			s.running--
 			s.mu.Unlock()
 		}()
-		promptTokens := int64(len(req.Messages)*8 + 1)
+		// The prompt's tokens are its words (a chat's with its roles and
+		// two of the template's a turn), so that a conversation that goes
+		// on repeats the tokens it began with, as a real template does.
+		var prompt []string
+		if chat {
+			for _, m := range req.Messages {
+				prompt = append(append(prompt, "<|"+m.Role+"|>"), strings.Fields(textOf(m.Content))...)
+				prompt = append(prompt, "<|end|>")
+			}
+		} else {
+			prompt = strings.Fields(textOf(req.Prompt))
+		}
+		prompt = append(prompt, "<|assistant|>")
+		promptTokens := int64(len(prompt))
+		cached := int64(0)
+		s.mu.Lock()
+		if s.cache != nil {
+			cached = int64(s.cache.take(prompt))
+			s.queried.Add(promptTokens)
+			s.hits.Add(cached)
+		}
+		s.inUse += promptTokens
+		s.mu.Unlock()
+		defer func() {
+			s.mu.Lock()
+			s.inUse -= promptTokens
+			s.mu.Unlock()
+		}()
 		words := strings.Fields(s.reply)
 		s.prompt.Add(promptTokens)
 		s.generation.Add(int64(len(words)))
@@ -178,8 +217,13 @@ func (s *server) complete(chat bool) http.HandlerFunc {
 		if chat {
 			object, id = "chat.completion", "chat"+id
 		}
+		// vLLM says how much of the prompt its prefix cache held only
+		// with --enable-prompt-tokens-details, and only when it held some.
 		usage := map[string]any{"prompt_tokens": promptTokens, "completion_tokens": len(words),
 			"total_tokens": promptTokens + int64(len(words)), "prompt_tokens_details": nil}
+		if _, ok := s.args.Given["--enable-prompt-tokens-details"]; ok && cached > 0 {
+			usage["prompt_tokens_details"] = map[string]any{"cached_tokens": cached}
+		}
 		choice := func(text string, finish any) map[string]any {
 			if !chat {
 				return map[string]any{"index": 0, "text": text, "logprobs": nil, "finish_reason": finish}
@@ -218,18 +262,30 @@ func (s *server) complete(chat bool) http.HandlerFunc {
 			last = map[string]any{"index": 0, "text": "", "logprobs": nil, "finish_reason": "stop", "stop_reason": nil}
 		}
 		b, _ := json.Marshal(map[string]any{"id": id, "object": chunk, "created": time.Now().Unix(), "model": req.Model,
-			"choices": []any{last}, "usage": usage})
-		fmt.Fprintf(w, "data: %s\n\ndata: [DONE]\n\n", b)
+			"choices": []any{last}})
+		fmt.Fprintf(w, "data: %s\n\n", b)
+		// A stream's usage is a chunk of its own, and only when asked for.
+		if req.StreamOptions != nil && req.StreamOptions.IncludeUsage {
+			b, _ := json.Marshal(map[string]any{"id": id, "object": chunk, "created": time.Now().Unix(), "model": req.Model,
+				"choices": []any{}, "usage": usage})
+			fmt.Fprintf(w, "data: %s\n\n", b)
+		}
+		fmt.Fprint(w, "data: [DONE]\n\n")
 	}
 }
 
-// metrics is vLLM's Prometheus text under its own names, labelled with
-// the served model's name as vLLM labels them.
+// metrics is vLLM's Prometheus text under the names current in 0.11,
+// labelled as vLLM labels them (the served model's name and the engine's
+// index). The gpu_ names 0.11 deprecates for these are left out, so a
+// reader that knows only those finds nothing here.
 func (s *server) metrics(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	running := s.running
+	// Blocks kept for the prefix cache but held by no request count as
+	// free, as vLLM counts them.
+	usage := min(1, float64(s.inUse)/float64(s.cacheTokens))
 	s.mu.Unlock()
-	label := fmt.Sprintf(`{model_name=%q}`, s.args.ServedModelName)
+	label := fmt.Sprintf(`{engine="0",model_name=%q}`, s.args.ServedModelName)
 	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
 	lines := []struct {
 		name, kind, help string
@@ -237,9 +293,9 @@ func (s *server) metrics(w http.ResponseWriter, r *http.Request) {
 	}{
 		{"vllm:num_requests_running", "gauge", "Number of requests in model execution batches.", float64(running)},
 		{"vllm:num_requests_waiting", "gauge", "Number of requests waiting to be processed.", 0},
-		{"vllm:gpu_cache_usage_perc", "gauge", "GPU KV-cache usage. 1 means 100 percent usage.", min(1, float64(running)*0.01)},
-		{"vllm:gpu_prefix_cache_queries_total", "counter", "GPU prefix cache queries, in terms of number of queried blocks.", float64(s.prompt.Load())},
-		{"vllm:gpu_prefix_cache_hits_total", "counter", "GPU prefix cache hits, in terms of number of cached blocks.", 0},
+		{"vllm:kv_cache_usage_perc", "gauge", "KV-cache usage. 1 means 100 percent usage.", usage},
+		{"vllm:prefix_cache_queries_total", "counter", "Prefix cache queries, in terms of number of queried tokens.", float64(s.queried.Load())},
+		{"vllm:prefix_cache_hits_total", "counter", "Prefix cache hits, in terms of number of cached tokens.", float64(s.hits.Load())},
 		{"vllm:prompt_tokens_total", "counter", "Number of prefill tokens processed.", float64(s.prompt.Load())},
 		{"vllm:generation_tokens_total", "counter", "Number of generation tokens processed.", float64(s.generation.Load())},
 	}
@@ -247,7 +303,30 @@ func (s *server) metrics(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintf(w, "# HELP %s %s\n# TYPE %s %s\n%s%s %g\n", l.name, l.help, l.name, l.kind, l.name, label, l.value)
 	}
 	fmt.Fprintf(w, "# HELP vllm:request_success_total Count of successfully processed requests.\n# TYPE vllm:request_success_total counter\n"+
-		"vllm:request_success_total{finished_reason=\"stop\",model_name=%q} %d\n", s.args.ServedModelName, s.succeeded.Load())
+		"vllm:request_success_total{engine=\"0\",finished_reason=\"stop\",model_name=%q} %d\n", s.args.ServedModelName, s.succeeded.Load())
+}
+
+// textOf is a message's or prompt's text: a string, or the text parts of
+// a list of them.
+func textOf(v any) string {
+	switch v := v.(type) {
+	case string:
+		return v
+	case []any:
+		var parts []string
+		for _, p := range v {
+			switch p := p.(type) {
+			case string:
+				parts = append(parts, p)
+			case map[string]any:
+				if t, ok := p["text"].(string); ok {
+					parts = append(parts, t)
+				}
+			}
+		}
+		return strings.Join(parts, " ")
+	}
+	return ""
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

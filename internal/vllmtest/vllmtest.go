@@ -7,7 +7,7 @@
 // tensor-parallel size vLLM refuses or a model too large for its cards
 // pass every test, so this one keeps vLLM's side of the contract as far as
 // it can be kept without a GPU: the arguments of the release it plays and
-// no others (serve-args-0.8.5.txt), the model's shape from its own
+// no others (serve-args-0.11.txt), the model's shape from its own
 // config.json, vLLM's checks on them with vLLM's own words, a load that
 // takes time before the server listens, and vLLM's routes and metric
 // names. What it answers is made up: a fixed reply, counted in words.
@@ -28,19 +28,31 @@ import (
 )
 
 // Version is the vLLM release the double plays.
-const Version = "0.8.5"
+const Version = "0.11.0"
 
 // Image is the vLLM image of that release, as a fleet is configured with.
 const Image = "vllm/vllm-openai:v" + Version
 
-//go:embed serve-args-0.8.5.txt
+//go:embed serve-args-0.11.txt
 var serveArgs string
 
 // arg is one of vllm serve's arguments.
 type arg struct {
 	name  string // the long flag, the key of the parsed arguments
-	value bool   // takes a value
+	takes takes
 }
+
+// takes is what follows a flag, as argparse's nargs says.
+type takes int
+
+const (
+	none     takes = iota // a switch
+	one                   // a value
+	many                  // one or more (nargs="+")
+	optional              // a value or none (nargs="?")
+)
+
+var takesOf = map[string]takes{"flag": none, "value": one, "values": many, "optional": optional}
 
 // knownArgs maps every flag and alias to its argument.
 var knownArgs = func() map[string]arg {
@@ -52,12 +64,13 @@ var knownArgs = func() map[string]arg {
 		if len(f) == 0 {
 			continue
 		}
-		if len(f) != 2 || (f[1] != "value" && f[1] != "flag") {
-			panic("vllmtest: serve-args line " + strconv.Quote(sc.Text()) + " is not a flag and value or flag")
+		k, ok := takesOf[f[len(f)-1]]
+		if len(f) != 2 || !ok {
+			panic("vllmtest: serve-args line " + strconv.Quote(sc.Text()) + " is not a flag and what it takes")
 		}
 		names := strings.Split(f[0], ",")
 		for _, n := range names {
-			out[n] = arg{name: names[0], value: f[1] == "value"}
+			out[n] = arg{name: names[0], takes: k}
 		}
 	}
 	return out
@@ -123,15 +136,37 @@ func ParseArgs(argv []string, env func(string) string) (Args, error) {
 			unknown = append(unknown, s)
 			continue
 		}
-		switch {
-		case !k.value && hasVal:
-			return Args{}, usageError("argument %s: ignored explicit argument '%s'", name, val)
-		case k.value && !hasVal:
-			if i+1 >= len(argv) || strings.HasPrefix(argv[i+1], "--") {
-				return Args{}, usageError("argument %s: expected one argument", name)
+		// argparse takes a word that begins with "-" as a value only when
+		// it is a number.
+		isValue := func(j int) bool {
+			if j >= len(argv) {
+				return false
 			}
+			_, err := strconv.ParseFloat(argv[j], 64)
+			return !strings.HasPrefix(argv[j], "-") || err == nil
+		}
+		switch {
+		case k.takes == none && hasVal:
+			return Args{}, usageError("argument %s: ignored explicit argument '%s'", name, val)
+		case hasVal, k.takes == none:
+		case k.takes == optional:
+			if isValue(i + 1) {
+				i++
+				val = argv[i]
+			}
+		case !isValue(i + 1):
+			if k.takes == many {
+				return Args{}, usageError("argument %s: expected at least one argument", name)
+			}
+			return Args{}, usageError("argument %s: expected one argument", name)
+		default:
 			i++
 			val = argv[i]
+			// nargs="+" takes every value up to the next flag; the
+			// first is the one the double reads.
+			for k.takes == many && isValue(i+1) {
+				i++
+			}
 		}
 		a.Given[k.name] = val
 	}
@@ -153,7 +188,14 @@ func ParseArgs(argv []string, env func(string) string) (Args, error) {
 		}
 		n, err := strconv.Atoi(v)
 		if err != nil {
-			return Args{}, usageError("argument %s: invalid int value: '%s'", f.flag, v)
+			// --max-model-len is parsed by vLLM's human_readable_int
+			// ("32k"), which the double does not read: modelserve
+			// passes plain numbers.
+			kind := "int"
+			if f.flag == "--max-model-len" {
+				kind = "human_readable_int"
+			}
+			return Args{}, usageError("argument %s: invalid %s value: '%s'", f.flag, kind, v)
 		}
 		*f.to = n
 	}

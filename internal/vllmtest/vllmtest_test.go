@@ -50,10 +50,14 @@ func TestArgumentsAreTheReleases(t *testing.T) {
 		{"modelserve's command line", []string{"/weights", "--served-model-name", "m", "--tensor-parallel-size", "2", "--max-model-len", "4096",
 			"--max-num-seqs", "4", "--gpu-memory-utilization", "0.9", "--host", "0.0.0.0", "--port", "8080"}, ""},
 		{"aliases and =", []string{"--model=/weights", "-tp", "2", "--enable-prefix-caching"}, ""},
+		{"a --no- form and a list", []string{"/weights", "--no-enable-prefix-caching", "--served-model-name", "m", "other", "--api-key=k"}, ""},
+		{"a flag 0.11 no longer has", []string{"/weights", "--num-scheduler-steps", "8"}, "vllm serve: error: unrecognized arguments: --num-scheduler-steps 8"},
+		{"an empty list", []string{"/weights", "--served-model-name", "--port", "1"}, "vllm serve: error: argument --served-model-name: expected at least one argument"},
 		{"a llama.cpp flag", []string{"/weights", "--ctx-size", "4096"}, "vllm serve: error: unrecognized arguments: --ctx-size 4096"},
 		{"a misspelt flag", []string{"/weights", "--tensor-paralel-size", "2"}, "vllm serve: error: unrecognized arguments: --tensor-paralel-size 2"},
 		{"no value", []string{"/weights", "--max-model-len"}, "vllm serve: error: argument --max-model-len: expected one argument"},
 		{"not a number", []string{"/weights", "--max-num-seqs", "many"}, "vllm serve: error: argument --max-num-seqs: invalid int value: 'many'"},
+		{"not a length", []string{"/weights", "--max-model-len", "long"}, "vllm serve: error: argument --max-model-len: invalid human_readable_int value: 'long'"},
 		{"a value for a switch", []string{"/weights", "--enforce-eager=yes"}, "vllm serve: error: argument --enforce-eager: ignored explicit argument 'yes'"},
 	}
 	for _, tt := range tests {
@@ -211,11 +215,95 @@ func TestServesVLLMsRoutesOnceLoaded(t *testing.T) {
 		t.Errorf("stream %q", events)
 	}
 	_, metrics := do("GET", "/metrics", "", "")
-	for _, name := range []string{`vllm:num_requests_running{model_name="llama"} 0`, `vllm:num_requests_waiting{model_name="llama"} 0`,
-		`vllm:gpu_cache_usage_perc{model_name="llama"}`, `vllm:gpu_prefix_cache_hits_total{model_name="llama"}`,
-		`vllm:generation_tokens_total{model_name="llama"} 6`} {
+	for _, name := range []string{`vllm:num_requests_running{engine="0",model_name="llama"} 0`, `vllm:num_requests_waiting{engine="0",model_name="llama"} 0`,
+		`vllm:kv_cache_usage_perc{engine="0",model_name="llama"}`, `vllm:prefix_cache_hits_total{engine="0",model_name="llama"}`,
+		`vllm:generation_tokens_total{engine="0",model_name="llama"} 6`} {
 		if !strings.Contains(metrics, name) {
 			t.Errorf("/metrics lacks %s:\n%s", name, metrics)
 		}
+	}
+}
+
+// serve runs the double with argv on a loopback port until the test ends,
+// and says where.
+func serve(t *testing.T, argv ...string) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := modelDir(t, "llama-3.1-8b-instruct.json", 4, 15*gib)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- Run(ctx, append([]string{dir, "--served-model-name", "llama", "--max-model-len", "8192"}, argv...),
+			Options{Hardware: Hardware{Cards: 1, CardBytes: 23034 << 20}, Load: time.Millisecond, Listener: ln})
+	}()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; !errors.Is(err, ErrStopped) {
+			t.Errorf("Run: %v", err)
+		}
+	})
+	return "http://" + ln.Addr().String()
+}
+
+// TestPrefixCacheReuseIsSaid: a conversation that goes on finds its
+// beginning in vLLM's prefix cache, in whole blocks; the answer's usage
+// says how many tokens were taken from it when the server is started
+// with --enable-prompt-tokens-details, and /metrics counts them.
+func TestPrefixCacheReuseIsSaid(t *testing.T) {
+	words := strings.Repeat("word ", 40)
+	first := `{"model": "llama", "messages": [{"role": "user", "content": "` + words + `"}]}`
+	second := `{"model": "llama", "messages": [{"role": "user", "content": "` + words + `"}, {"role": "assistant", "content": "Hello from vLLM."},` +
+		` {"role": "user", "content": "and more"}], "stream": true, "stream_options": {"include_usage": true}}`
+	cachedOf := func(base, body string) string {
+		resp, err := http.Post(base+"/v1/chat/completions", "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		s := string(b)
+		if i := strings.LastIndex(s, `"usage"`); i >= 0 {
+			s = s[i:]
+		}
+		d := strings.Index(s, `"prompt_tokens_details":`)
+		if d < 0 {
+			t.Fatalf("an answer without usage: %s", b)
+		}
+		details := s[d+len(`"prompt_tokens_details":`):]
+		if end := strings.IndexAny(details, ",}"); end >= 0 {
+			details = details[:end]
+		}
+		return details
+	}
+
+	base := serve(t, "--enable-prompt-tokens-details")
+	if got := cachedOf(base, first); got != "null" {
+		t.Errorf("the first prompt's details %s, want null: nothing was cached yet", got)
+	}
+	// The first turn is 43 tokens (its roles and template's with its
+	// words): its two whole blocks are what the second, of 52, finds
+	// again.
+	if got := cachedOf(base, second); got != `{"cached_tokens":32` {
+		t.Errorf("the conversation's second turn says %s, want cached_tokens 32", got)
+	}
+	resp, err := http.Get(base + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(b), `vllm:prefix_cache_hits_total{engine="0",model_name="llama"} 32`) ||
+		!strings.Contains(string(b), `vllm:prefix_cache_queries_total{engine="0",model_name="llama"} 95`) {
+		t.Errorf("/metrics does not count 95 tokens queried and 32 hit:\n%s", b)
+	}
+
+	// Without the flag vLLM does not say, whatever it cached.
+	quiet := serve(t)
+	cachedOf(quiet, first)
+	if got := cachedOf(quiet, second); got != "null" {
+		t.Errorf("without --enable-prompt-tokens-details the details are %s, want null", got)
 	}
 }
