@@ -63,6 +63,13 @@ func TestReplicaServesChatWithItsKey(t *testing.T) {
 	if r.PID <= 0 || r.Started.IsZero() || r.ReadyAt.Before(r.Started) {
 		t.Errorf("replica lacks its process: pid %d, started %v, ready %v", r.PID, r.Started, r.ReadyAt)
 	}
+	// Measured the moment after it is ready (a walk of /proc, a few ms
+	// that a cold start no longer waits for).
+	waitFor(t, 10*time.Second, "the ready replica's memory measured", func() (bool, string) {
+		rs := fl.replicasOf("tiny")
+		return len(rs) == 1 && rs[0].RSSBytes > 0, jsonOf(rs)
+	})
+	r = fl.replicasOf("tiny")[0]
 	if r.RSSBytes <= 0 || r.EstimateBytes != 1<<30 {
 		t.Errorf("replica memory: rss %d, estimate %d; want a measured rss beside the 1 GB estimate", r.RSSBytes, r.EstimateBytes)
 	}
