@@ -246,7 +246,9 @@ type Fleet struct {
 
 // OnReady has fn called with a replica's model each time a replica
 // becomes ready, so a request waiting for it (the gateway's) goes at once
-// rather than at its next look. fn must not block.
+// rather than at its next look, and again a moment later, once its
+// engine has said how many requests it serves at once (Replica.Load).
+// fn must not block.
 func (f *Fleet) OnReady(fn func(model string)) {
 	f.mu.Lock()
 	defer f.mu.Unlock()

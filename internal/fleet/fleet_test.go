@@ -4,10 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -60,6 +63,13 @@ func TestReplicaServesChatWithItsKey(t *testing.T) {
 	if r.PID <= 0 || r.Started.IsZero() || r.ReadyAt.Before(r.Started) {
 		t.Errorf("replica lacks its process: pid %d, started %v, ready %v", r.PID, r.Started, r.ReadyAt)
 	}
+	// Measured the moment after it is ready (a walk of /proc, a few ms
+	// that a cold start no longer waits for).
+	waitFor(t, 10*time.Second, "the ready replica's memory measured", func() (bool, string) {
+		rs := fl.replicasOf("tiny")
+		return len(rs) == 1 && rs[0].RSSBytes > 0, jsonOf(rs)
+	})
+	r = fl.replicasOf("tiny")[0]
 	if r.RSSBytes <= 0 || r.EstimateBytes != 1<<30 {
 		t.Errorf("replica memory: rss %d, estimate %d; want a measured rss beside the 1 GB estimate", r.RSSBytes, r.EstimateBytes)
 	}
@@ -538,6 +548,12 @@ func TestEnginesOwnFiguresAreReadAndKept(t *testing.T) {
 	m.Profiles[0].Pool, m.Profiles[0].Slots = 2048, 2
 	MustAdd(t, fl.notifying(cat), m)
 	r := fl.waitReady(t, "tiny", readyWithin)
+	// Read the moment after it is ready, which is not held for it.
+	waitFor(t, 10*time.Second, "the ready replica's load read", func() (bool, string) {
+		rs := fl.replicasOf("tiny")
+		return len(rs) == 1 && rs[0].Load != nil, jsonOf(rs)
+	})
+	r = fl.replicasOf("tiny")[0]
 	if r.Load == nil || r.Load.Slots != 2 || r.Load.Context != 1024 || r.Load.SlotsBusy != 0 {
 		t.Fatalf("the ready replica's load is %s, want 2 idle slots of 1024 tokens", jsonOf(r.Load))
 	}
@@ -613,5 +629,45 @@ func TestHeadroomIsNeverPromised(t *testing.T) {
 	}
 	if p := fl.Pool()[0]; p.RAMGB != 7 || p.FreeRAMGB != 0 {
 		t.Errorf("the planner's pool has %.2f GB, %.2f free; want 7 and 0", p.RAMGB, p.FreeRAMGB)
+	}
+}
+
+// TestReadyIsToldAtOnceThenWithTheSlots: OnReady's listener hears of a
+// replica as soon as it serves, and hears again once its engine has said
+// how many requests it serves at once, so the gateway sends it that many
+// rather than the one it assumes of an engine that has not said.
+func TestReadyIsToldAtOnceThenWithTheSlots(t *testing.T) {
+	cat := MustCatalog(t)
+	fl := MustRun(t, cat, Options{})
+	var mu sync.Mutex
+	var told []string // what Serving said at each telling
+	fl.OnReady(func(model string) {
+		rs := fl.Serving(model)
+		var s string
+		switch {
+		case len(rs) != 1:
+			s = fmt.Sprintf("%d ready", len(rs))
+		case rs[0].Load == nil:
+			s = "ready, slots not known"
+		default:
+			s = fmt.Sprintf("ready, %d slots", rs[0].Load.Slots)
+		}
+		mu.Lock()
+		told = append(told, s)
+		mu.Unlock()
+	})
+	m := entry("tiny", MustWriteModel(t, "tiny.gguf", ggufgen.Spec{}), 1)
+	m.Profiles[0].Slots = 3
+	MustAdd(t, fl.notifying(cat), m)
+	fl.waitReady(t, "tiny", readyWithin)
+	waitFor(t, 10*time.Second, "told of the engine's slots", func() (bool, string) {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Contains(told, "ready, 3 slots"), fmt.Sprint(told)
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	if told[0] == "0 ready" {
+		t.Errorf("told %q: the first telling found no replica ready", told)
 	}
 }

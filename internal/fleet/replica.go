@@ -153,8 +153,9 @@ func (f *Fleet) attempt(ctx context.Context, r *replica) (outcome, string) {
 		return noEngine, sentenceOf(err)
 	}
 	tail := newLogTail() // this run's lines alone, for the reason it ends
+	up := newListening()
 	r.log.Note("modelserve: starting " + filepath.Base(engine) + " " + strings.Join(r.args, " "))
-	proc, err := r.node.Start(ctx, Spec{Engine: engine, Args: r.args, Env: r.env, Output: io.MultiWriter(r.log, tail)})
+	proc, err := r.node.Start(ctx, Spec{Engine: engine, Args: r.args, Env: r.env, Output: io.MultiWriter(r.log, tail, up)})
 	if errors.Is(err, ErrEngineMissing) {
 		return badEngine, fmt.Sprintf("llama-server at %s could not be run (%v): install llama.cpp's llama-server there, "+
 			"or point --llama-server (MODELSERVE_LLAMA_SERVER) at it", engine, errors.Unwrap(err))
@@ -173,6 +174,7 @@ func (f *Fleet) attempt(ctx context.Context, r *replica) (outcome, string) {
 	defer deadline.Stop()
 	poll := time.NewTimer(fastPoll)
 	defer poll.Stop()
+	heard := up.heard
 	for ready := false; !ready; {
 		select {
 		case <-ctx.Done():
@@ -190,6 +192,8 @@ func (f *Fleet) attempt(ctx context.Context, r *replica) (outcome, string) {
 				why += "; its last words: " + last
 			}
 			return failedStart, why
+		case <-heard:
+			heard = nil // asked at once; the polls go on should it not answer yet
 		case <-poll.C:
 		}
 		switch f.probe(ctx, proc.Endpoint()) {
@@ -205,24 +209,32 @@ func (f *Fleet) attempt(ctx context.Context, r *replica) (outcome, string) {
 		}
 	}
 
+	// Ready the moment /health says so, and the requests waiting for it
+	// told; what the engine says of itself (its slots, its memory) is read
+	// after, and the waiting told again once its slots are known: read
+	// before, the two requests to the engine and the walk of /proc were
+	// part of every cold start.
 	readyAt := time.Now()
+	f.mu.Lock()
+	r.readyAt = readyAt
+	if !r.stopping {
+		r.state = Ready
+	}
+	f.mu.Unlock()
+	f.tellReady(r.model)
 	rss := proc.RSS()
 	load, err := f.loadOf(ctx, r, proc.Endpoint())
 	if err != nil {
 		f.log.Warn("the engine's load cannot be read", "replica", r.id, "err", err)
 	}
 	f.mu.Lock()
-	r.readyAt, r.rss = readyAt, rss
+	r.rss = rss
 	if err == nil {
 		r.load = &load
 	}
-	if !r.stopping {
-		r.state = Ready
-	}
-	told := slices.Clone(f.onReady)
 	f.mu.Unlock()
-	for _, fn := range told {
-		fn(r.model)
+	if err == nil {
+		f.tellReady(r.model)
 	}
 	f.log.Info("replica ready", "replica", r.id, "node", r.node.Name(), "endpoint", r.endpoint,
 		"took", readyAt.Sub(r.started).Round(time.Millisecond), "rss_bytes", rss, "estimate_bytes", r.memBytes)
@@ -302,6 +314,17 @@ func (f *Fleet) attempt(ctx context.Context, r *replica) (outcome, string) {
 				f.mu.Unlock()
 			}
 		}
+	}
+}
+
+// tellReady tells OnReady's listeners of a replica of model ready, or of
+// its slots now known.
+func (f *Fleet) tellReady(model string) {
+	f.mu.Lock()
+	told := slices.Clone(f.onReady)
+	f.mu.Unlock()
+	for _, fn := range told {
+		fn(model)
 	}
 }
 

@@ -41,30 +41,19 @@ func wanted(p *pool, rs []fleet.Replica) int {
 // admit waits for a replica of m with a free slot and takes the slot, or
 // says why there is none: the model is parked or cannot be placed (503),
 // too many requests wait already (429), none became ready in time (503),
-// or the client went away (ctx's error, nil apiError never). rs are m's
-// ready replicas as the caller last read them. The replica chosen is held
-// (Fleet.Hold) until release: the fleet retires it only once the request
-// is over. Replicas in avoid (by id and address: an engine started again
-// has a new one) already failed this request, and are not offered it
-// again while another is ready; with none other ready, admit waits for
-// one (for reofferAfter, then offers a failed one the fleet still calls
-// ready once more), but for a stand-in (a canary), whose model answers
-// instead at once. tw, when tracing, is told of the waits and the choice.
-func (g *Gateway) admit(ctx context.Context, m catalog.Model, key uint64, rs, avoid []fleet.Replica, standIn bool, tw *waitTrace) (fleet.Replica, func(), *apiError) {
+// or the client went away (ctx's error, nil apiError never). It chooses
+// among m's ready replicas as its pool last read them (pool.read, which
+// the caller does first). The replica chosen is held (Fleet.Hold) until
+// release: the fleet retires it only once the request is over. Replicas
+// in avoid (by id and address: an engine started again has a new one)
+// already failed this request, and are not offered it again while
+// another is ready; with none other ready, admit waits for one (for
+// reofferAfter, then offers a failed one the fleet still calls ready
+// once more), but for a stand-in (a canary), whose model answers instead
+// at once. tw, when tracing, is told of the waits and the choice.
+func (g *Gateway) admit(ctx context.Context, m catalog.Model, key uint64, avoid []fleet.Replica, standIn bool, tw *waitTrace) (fleet.Replica, func(), *apiError) {
 	p := g.pool(m.Name)
-	began := time.Now()
-	// offer is the ready replicas but those that failed this request; the
-	// fleet still calling one ready a while later (an engine that was not
-	// yet listening when its pod turned ready) offers it once more rather
-	// than keep the request waiting for another that may never come.
-	offer := func(ready []fleet.Replica) []fleet.Replica {
-		if others := without(ready, avoid); len(others) > 0 || time.Since(began) < reofferAfter {
-			return others
-		}
-		return ready
-	}
-	rs = offer(rs)
-	w := newWaiter(key, tw.explain())
+	w := newWaiter(key, avoid, time.Now(), tw.explain())
 	var deadline <-chan time.Time
 	queued := false
 	leave := func(aerr *apiError) {
@@ -77,7 +66,8 @@ func (g *Gateway) admit(ctx context.Context, m catalog.Model, key uint64, rs, av
 	for {
 		now := time.Now()
 		p.mu.Lock()
-		c, ok := p.enqueue(w, rs, now)
+		rs := w.offer(p.ready, now)
+		c, ok := p.enqueue(w, now)
 		if !ok {
 			if len(rs) == 0 && standIn {
 				// Its replica was retired (the canary promoted or rolled
@@ -100,7 +90,7 @@ func (g *Gateway) admit(ctx context.Context, m catalog.Model, key uint64, rs, av
 				defer t.Stop()
 				deadline = t.C
 			}
-			if len(rs) == 0 && len(avoid) == 0 && p.coldSince.IsZero() {
+			if len(rs) == 0 && len(w.avoid) == 0 && p.coldSince.IsZero() {
 				p.coldSince = now
 			}
 			wake, ahead := p.wake, len(p.queue)-1
@@ -116,10 +106,11 @@ func (g *Gateway) admit(ctx context.Context, m catalog.Model, key uint64, rs, av
 				return fleet.Replica{}, nil, aerr
 			}
 			if !ok {
-				rs = offer(g.opts.Fleet.Serving(m.Name))
+				p.read()
 				continue
 			}
 			p.mu.Lock()
+			rs = w.offer(p.ready, time.Now())
 		}
 		if !p.coldSince.IsZero() {
 			g.metrics.coldStarted(m.Name, time.Since(p.coldSince))
@@ -129,11 +120,11 @@ func (g *Gateway) admit(ctx context.Context, m catalog.Model, key uint64, rs, av
 		r := c.replica
 		release, held := g.opts.Fleet.Hold(r.ID)
 		if !held {
-			// Retired since rs was read: it takes no request now. The
-			// request keeps its place in the queue.
+			// Retired since the replicas were read: it takes no request
+			// now. The request keeps its place in the queue.
+			p.read()
 			p.give(r.ID, time.Time{})
-			avoid = append(slices.Clip(avoid), r)
-			rs = offer(g.opts.Fleet.Serving(m.Name))
+			w.avoid = append(slices.Clip(w.avoid), r)
 			continue
 		}
 		if queued {

@@ -206,8 +206,8 @@ func New(opts Options) (*Gateway, error) {
 	return g, nil
 }
 
-// replicaReady wakes the requests waiting for a replica of model: one
-// became ready.
+// replicaReady gives the requests waiting for a replica of model the new
+// one's slots, in the order they came.
 func (g *Gateway) replicaReady(model string) {
 	g.mu.Lock()
 	p := g.pools[model]
@@ -226,7 +226,7 @@ func (g *Gateway) pool(model string) *pool {
 	defer g.mu.Unlock()
 	p := g.pools[model]
 	if p == nil {
-		p = newPool()
+		p = newPool(func() []fleet.Replica { return g.opts.Fleet.Serving(model) })
 		g.pools[model] = p
 	}
 	return p

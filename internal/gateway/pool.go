@@ -20,6 +20,14 @@ type pool struct {
 	mu       sync.Mutex
 	inFlight map[string]int       // by replica id
 	failed   map[string]time.Time // until when a replica is avoided
+	// ready are the model's ready replicas as last read from the fleet
+	// (read), by whichever request or fleet's word read them: every
+	// waiter is given a slot from these, so one that came later and read
+	// a replica just ready never goes before one that waited for it with
+	// an older reading. serving reads them; p.mu is held while it does,
+	// so a reading never replaces a newer one.
+	ready   []fleet.Replica
+	serving func() []fleet.Replica
 	// queue are the requests waiting for a slot, in the order they came:
 	// a slot that frees is given to the first of them that may take it,
 	// by the request that freed it, so none waits on a timer and none
@@ -34,8 +42,26 @@ type pool struct {
 	coldSince time.Time
 }
 
-func newPool() *pool {
-	return &pool{inFlight: map[string]int{}, failed: map[string]time.Time{}, wake: make(chan struct{})}
+// newPool is the pool of a model whose ready replicas serving reads (nil:
+// none is ever read, for tests of the choice alone).
+func newPool(serving func() []fleet.Replica) *pool {
+	return &pool{inFlight: map[string]int{}, failed: map[string]time.Time{}, wake: make(chan struct{}), serving: serving}
+}
+
+// read reads the model's ready replicas from the fleet, keeps them as the
+// pool's, and says them.
+func (p *pool) read() []fleet.Replica {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.readLocked()
+}
+
+// readLocked is read with p.mu held.
+func (p *pool) readLocked() []fleet.Replica {
+	if p.serving != nil {
+		p.ready = p.serving()
+	}
+	return p.ready
 }
 
 // slotsOf is how many requests a replica's engine serves at once (its
@@ -216,40 +242,60 @@ func (p *pool) give(id string, failedUntil time.Time) {
 	p.grant(time.Now())
 }
 
-// waiter is a request waiting for a slot: the prefix key and replicas it
-// is picked with, and where it is handed the choice of the replica whose
-// slot it was given (taken for it already). explain asks the choice to
-// say every candidate's load, for a traced request.
+// waiter is a request waiting for a slot: the prefix key it is picked
+// with, the replicas that failed it already (avoid) and since when it
+// waits, and where it is handed the choice of the replica whose slot it
+// was given (taken for it already). explain asks the choice to say every
+// candidate's load, for a traced request.
 type waiter struct {
 	seq     uint64
 	key     uint64
-	rs      []fleet.Replica
+	avoid   []fleet.Replica
+	began   time.Time
 	explain bool
 	// got is made when the waiter first queues (nil before: nothing is
-	// handed to it), buffered: the giver never waits.
+	// handed to it), buffered, and holds one choice at most: a waiter is
+	// handed one only while queued, and leaves the queue as it is.
 	got chan choice
 }
 
-func newWaiter(key uint64, explain bool) *waiter {
-	return &waiter{key: key, explain: explain}
+func newWaiter(key uint64, avoid []fleet.Replica, began time.Time, explain bool) *waiter {
+	return &waiter{key: key, avoid: avoid, began: began, explain: explain}
+}
+
+// offer is which of ready w may go to: those but the replicas that
+// failed it; the fleet still calling one ready a while later (an engine
+// that was not yet listening when its pod turned ready) offers it once
+// more rather than keep the request waiting for another that may never
+// come.
+func (w *waiter) offer(ready []fleet.Replica, now time.Time) []fleet.Replica {
+	if others := without(ready, w.avoid); len(others) > 0 || now.Sub(w.began) < reofferAfter {
+		return others
+	}
+	return ready
 }
 
 // enqueue puts w in the queue in its place by arrival (a waiter whose
-// replica was retired under it goes back where it was), with rs as the
-// replicas it may go to now, and gives out what slots are free. It says
-// the replica w was given, if any. p.mu is held.
-func (p *pool) enqueue(w *waiter, rs []fleet.Replica, now time.Time) (choice, bool) {
-	w.rs = rs
-	if len(p.queue) == 0 {
-		// Nobody waits: a free slot is the request's at once, with no
-		// place in the queue to take and leave.
-		if c, ok := p.choose(rs, w.key, now, w.explain); ok {
-			p.take(c.replica.ID)
-			return c, true
-		}
-	}
+// replica was retired under it goes back where it was), and gives out
+// what slots are free among the pool's ready replicas. It says the
+// replica w was given, if any: now, or while it was away from the queue
+// (woken, reading the replicas again). p.mu is held.
+func (p *pool) enqueue(w *waiter, now time.Time) (choice, bool) {
 	if w.got == nil {
+		if len(p.queue) == 0 {
+			// Nobody waits: a free slot is the request's at once, with no
+			// place in the queue to take and leave.
+			if c, ok := p.choose(w.offer(p.ready, now), w.key, now, w.explain); ok {
+				p.take(c.replica.ID)
+				return c, true
+			}
+		}
 		w.got = make(chan choice, 1)
+	}
+	select {
+	case c := <-w.got:
+		return c, true
+	default:
 	}
 	if !slices.Contains(p.queue, w) {
 		if w.seq == 0 {
@@ -285,20 +331,24 @@ func (p *pool) leave(w *waiter) {
 	}
 }
 
-// grant gives free slots to the waiters in arrival order: each that pick
-// finds a replica for is taken out of the queue and handed it. A waiter
-// whose prefix keeps it on a busy replica is passed over, as it would
-// be had it come alone. p.mu is held.
+// grant gives free slots of the pool's ready replicas to the waiters in
+// arrival order: each that pick finds a replica for is taken out of the
+// queue and handed it. A waiter whose prefix keeps it on a busy replica
+// is passed over, as it would be had it come alone. p.mu is held.
 func (p *pool) grant(now time.Time) {
 	for i := 0; i < len(p.queue); {
+		if !p.roomIn(p.ready) {
+			// Of the 60 waiting at 64 requests at once, nearly all wait
+			// for a slot of any replica: none is looked at.
+			return
+		}
 		w := p.queue[i]
-		if !p.roomIn(w.rs) {
-			// Of the 60 waiting at 64 requests at once, nearly all:
-			// passed over without pick's work.
+		rs := w.offer(p.ready, now)
+		if !p.roomIn(rs) {
 			i++
 			continue
 		}
-		c, ok := p.choose(w.rs, w.key, now, w.explain)
+		c, ok := p.choose(rs, w.key, now, w.explain)
 		if !ok {
 			i++
 			continue
@@ -319,11 +369,14 @@ func (p *pool) roomIn(rs []fleet.Replica) bool {
 	return false
 }
 
-// lookAgain wakes every waiter to read the ready replicas again: one
-// became ready.
+// lookAgain reads the ready replicas again, as one became ready, and
+// gives its slots to the waiters in arrival order; it wakes every waiter
+// to look again besides (the first of a cold start sees it is over).
 func (p *pool) lookAgain() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.readLocked()
+	p.grant(time.Now())
 	close(p.wake)
 	p.wake = make(chan struct{})
 }

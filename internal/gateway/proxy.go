@@ -116,11 +116,12 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, m catalog.Model,
 		rn = newRenamer(m.Name, answerAs)
 	}
 
-	rs := g.opts.Fleet.Serving(m.Name)
+	p := g.pool(m.Name)
+	rs := p.read()
 	// The replicas last given back are read before the demand is said:
 	// the fleet may give one back for this request at once.
 	stops := g.lastStops(ctx)
-	release := g.opts.Fleet.Use(m.Name, wanted(g.pool(m.Name), rs))
+	release := g.opts.Fleet.Use(m.Name, wanted(p, rs))
 	defer release()
 	// A replica that did not answer at all (refused the connection, or
 	// closed it before a byte of the answer: an engine that just died or
@@ -129,7 +130,7 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, m catalog.Model,
 	// start (admit says how long before it tries the same one again).
 	var tried []fleet.Replica
 	for range attempts {
-		rep, release, aerr := g.admit(ctx, m, req.affinity, rs, tried, standIn, g.startWait(ctx, m.Name, tried, standIn, stops))
+		rep, release, aerr := g.admit(ctx, m, req.affinity, tried, standIn, g.startWait(ctx, m.Name, tried, standIn, stops))
 		if aerr != nil {
 			switch {
 			case ctx.Err() != nil:
@@ -154,7 +155,7 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, m catalog.Model,
 			return true
 		}
 		tried = append(tried, rep)
-		rs = g.opts.Fleet.Serving(m.Name)
+		rs = p.read()
 		if standIn && len(without(rs, tried)) == 0 {
 			// A canary with no other replica ready gives the request to
 			// its model at once rather than wait for one of its own.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -66,8 +67,9 @@ func TestWaitersGetSlotsInArrivalOrder(t *testing.T) {
 	ctx := context.Background()
 	p := g.pool("m")
 
+	p.read()
 	for range depthOf(rep) { // its slot, and its engine's queue
-		if _, _, aerr := g.admit(ctx, m, 0, f.ready, nil, false, nil); aerr != nil {
+		if _, _, aerr := g.admit(ctx, m, 0, nil, false, nil); aerr != nil {
 			t.Fatal(aerr)
 		}
 	}
@@ -77,7 +79,8 @@ func TestWaitersGetSlotsInArrivalOrder(t *testing.T) {
 	for i := range n {
 		admitted[i] = make(chan struct{})
 		go func() {
-			if _, _, aerr := g.admit(ctx, m, 0, f.Serving("m"), nil, false, nil); aerr != nil {
+			p.read()
+			if _, _, aerr := g.admit(ctx, m, 0, nil, false, nil); aerr != nil {
 				t.Error(aerr)
 			}
 			served <- i
@@ -93,7 +96,8 @@ func TestWaitersGetSlotsInArrivalOrder(t *testing.T) {
 	// One that comes now, with the slot just given, waits behind the six.
 	late := make(chan struct{})
 	go func() {
-		if _, _, aerr := g.admit(ctx, m, 0, f.Serving("m"), nil, false, nil); aerr != nil {
+		p.read()
+		if _, _, aerr := g.admit(ctx, m, 0, nil, false, nil); aerr != nil {
 			t.Error(aerr)
 		}
 		served <- n
@@ -119,6 +123,84 @@ func TestWaitersGetSlotsInArrivalOrder(t *testing.T) {
 	}
 }
 
+// TestColdWaitersAreNotOvertakenOnceAReplicaIsReady: requests waiting for
+// a model's first replica are served in the order they came once it is
+// ready, before the requests that came after it was ready: those read it
+// ready at once, where the waiters' last reading had none (the fleet
+// tells them a moment later), and yet they wait behind them.
+func TestColdWaitersAreNotOvertakenOnceAReplicaIsReady(t *testing.T) {
+	f := &stubFleet{}
+	g := stubGateway(t, f)
+	m := catalog.Model{Name: "m"}
+	ctx := context.Background()
+	p := g.pool("m")
+	rep := fleet.Replica{ID: "m-1", Model: "m", Endpoint: "http://127.0.0.1:1", Load: &fleet.Load{Slots: 1}}
+
+	type admitted struct {
+		who  string
+		done chan struct{}
+	}
+	served := make(chan admitted, 8)
+	ask := func(who string, total int) {
+		go func() {
+			p.read() // what a request does as it comes (serve)
+			if _, _, aerr := g.admit(ctx, m, 0, nil, false, nil); aerr != nil {
+				t.Error(who, aerr)
+				return
+			}
+			a := admitted{who, make(chan struct{})}
+			served <- a
+			<-a.done // holds the slot until told
+			p.give(rep.ID, time.Time{})
+		}()
+		waitFor(t, 5*time.Second, who+" admitted or waiting", func() (bool, string) {
+			inFlight, waiting := p.counts()
+			return inFlight+waiting == total, fmt.Sprint(inFlight, " in flight, ", waiting, " waiting")
+		})
+	}
+	cold := []string{"cold 1", "cold 2", "cold 3"}
+	for i, who := range cold {
+		ask(who, i+1)
+	}
+	// The replica is ready; the fleet has not told yet, and two requests
+	// come that read it ready.
+	f.mu.Lock()
+	f.ready = []fleet.Replica{rep}
+	f.mu.Unlock()
+	late := []string{"late 1", "late 2"}
+	for i, who := range late {
+		ask(who, len(cold)+i+1)
+	}
+	for _, fn := range f.tell {
+		fn("m")
+	}
+
+	// Its slot and its engine's queue go to the first two that waited,
+	// then each slot that frees to the next in the order they came.
+	next := func() admitted {
+		select {
+		case a := <-served:
+			return a
+		case <-time.After(5 * time.Second):
+			t.Fatal("no request admitted within 5s of a slot free")
+			return admitted{}
+		}
+	}
+	first, second := next(), next()
+	if got := []string{first.who, second.who}; !slices.Contains(got, "cold 1") || !slices.Contains(got, "cold 2") {
+		t.Fatalf("the replica's %d places went to %q, want the first two that waited for it", depthOf(rep), got)
+	}
+	close(first.done)
+	for _, want := range append(cold[2:], late...) {
+		a := next()
+		if a.who != want {
+			t.Fatalf("a slot that freed went to %q, want %q: the one that waited longest", a.who, want)
+		}
+		close(a.done)
+	}
+	close(second.done)
+}
+
 // TestColdWaiterIsWokenByTheFleet: a request waiting for a model's first
 // replica goes when the fleet says one is ready, without asking the fleet
 // for ready replicas on a timer meanwhile.
@@ -130,7 +212,7 @@ func TestColdWaiterIsWokenByTheFleet(t *testing.T) {
 	}
 	got := make(chan fleet.Replica, 1)
 	go func() {
-		r, _, aerr := g.admit(context.Background(), catalog.Model{Name: "m"}, 0, nil, nil, false, nil)
+		r, _, aerr := g.admit(context.Background(), catalog.Model{Name: "m"}, 0, nil, false, nil)
 		if aerr != nil {
 			t.Error(aerr)
 		}
