@@ -144,3 +144,42 @@ func speedText(tps float64) string {
 	}
 	return fmt.Sprintf("%.0f tokens/s", tps)
 }
+
+// measuredBySet is what the models served from rep's files measured, by
+// set name, for the serve page's row beside the estimate: the newest
+// served from each set. What cannot be read costs the figures and is
+// logged.
+func (s *Server) measuredBySet(ctx context.Context, rep plan.Report) map[string]string {
+	measured := s.measured(ctx)
+	if len(measured) == 0 {
+		return nil
+	}
+	models, err := s.deps.Catalog.List(ctx)
+	if err != nil {
+		if ctx.Err() == nil {
+			s.deps.Log.Error("reading the catalog for the serve page's measured speeds", "err", err)
+		}
+		return nil
+	}
+	setOf := map[string]string{}
+	for _, set := range rep.Sets {
+		for _, f := range set.Files {
+			setOf[f.Path] = set.Name
+		}
+	}
+	out := map[string]string{}
+	newest := map[string]time.Time{}
+	for _, m := range models {
+		j, ok := measured[m.Name]
+		if !ok || m.Origin == nil || m.Origin.Repo != rep.Repo || len(m.Weights) == 0 {
+			continue
+		}
+		name, ok := setOf[m.Weights[0]]
+		if !ok || !j.Finished.After(newest[name]) {
+			continue
+		}
+		newest[name] = j.Finished
+		out[name] = speedText(j.TokensPerSecond) + " measured, by " + m.Name + "'s smoke test"
+	}
+	return out
+}
