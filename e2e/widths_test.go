@@ -23,6 +23,9 @@ func TestEveryPageFitsItsBox(t *testing.T) {
 	const repo, set = "acme/Wide-Tiny-Llama-With-A-Long-Name-GGUF", "Wide-Tiny-Llama-With-A-Long-Name-Q4_K_M"
 	e.hub.AddRepo(repo, hubtest.RepoOptions{})
 	e.hub.AddFile(repo, set+".gguf", ggufgen.Bytes(ggufgen.Spec{ContextLength: 4096}))
+	// A name whose words are joined by underscores, longer than a phone's
+	// line: it must break at one of them.
+	e.hub.AddFile(repo, "Wide_Tiny_Llama_With_A_Long_Name_In_Underscores-Q8_0.gguf", ggufgen.Bytes(ggufgen.Spec{ContextLength: 4096}))
 	tb := e.newTab(t)
 	id := tb.serve(repo, set, "")
 	if state := tb.waitEnded(jobLimit); state != "done" {
@@ -141,6 +144,8 @@ func (tb *tab) namesBreakBetweenWords(path string, width int) {
 	tb.t.Helper()
 	raw, err := tb.page.Evaluate(`() => {
 		const out = [];
+		// Names a person opens (a model's source) count too.
+		document.querySelectorAll('main details').forEach((d) => { d.open = true; });
 		const range = document.createRange();
 		for (const el of document.querySelectorAll('main .file-name')) {
 			const walk = document.createTreeWalker(el, NodeFilter.SHOW_TEXT);
