@@ -66,6 +66,13 @@ func TestEveryPageFitsItsBox(t *testing.T) {
 		tb.must(tb.expect().Locator(tb.loc("[data-testid=offer]").First()).ToBeVisible(), "the refused job offers what fits")
 		tb.open("/updates/1")
 		tb.must(tb.expect().Locator(tb.loc("[data-testid=file]")).ToHaveCount(1), "the update's file listed")
+		// Its table fits its box rather than scrolling in it: a file's sums
+		// side by side were wider than the page.
+		over, err := tb.page.Evaluate(`() => { const t = document.querySelector('[data-testid=files]'); return t.scrollWidth - t.parentElement.clientWidth; }`)
+		tb.must(err, "measuring the update's files table")
+		if n := toFloat(over); n > 1 {
+			t.Errorf("the update's files table at %d px is %.0f px wider than its box", w, n)
+		}
 		// A new token, shown once, fits too.
 		tb.open("/tokens")
 		form := tb.loc("[data-testid=token-form]")
