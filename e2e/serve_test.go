@@ -189,7 +189,7 @@ func TestServeAModel(t *testing.T) {
 	tb.screenshot("fleet.png")
 	replica := tb.loc("[data-testid=replicas] [data-testid=replica]").Filter(playwright.LocatorFilterOptions{HasText: model})
 	tb.must(tb.expect().Locator(replica).ToHaveCount(1), "the fleet page lists one replica of %s", model)
-	tb.must(tb.expect().Locator(replica.Locator(".replica-head [data-testid=state]")).ToHaveText(regexp.MustCompile(`\bready$`)), "the replica of %s shows ready", model)
+	tb.must(tb.expect().Locator(replica.Locator("[data-label=State] [data-testid=state]")).ToHaveText(regexp.MustCompile(`\bready$`)), "the replica of %s shows ready", model)
 	tb.must(tb.expect().Locator(replica.Locator("[data-testid=endpoint]")).ToContainText("http://127.0.0.1:"), "the replica of %s shows where it answers", model)
 }
 
