@@ -79,10 +79,16 @@ func TestSpeedMeasuredBesideTheEstimate(t *testing.T) {
 
 // TestServePageShowsWhatAServedFileMeasured: on the serve page, the row of
 // a file a model was served from shows what its smoke test measured
-// beside the estimate; a file never served shows the estimate alone.
+// beside the estimate; a file never served shows the estimate alone. The
+// pages read before the model was served do not hide it afterwards.
 func TestServePageShowsWhatAServedFileMeasured(t *testing.T) {
 	e, _ := plannedEnv(t)
 	ctx := context.Background()
+	b := e.signedIn()
+	// Read as the job runs, before the model is in the catalog: the
+	// figures read then must not hide the job's from the pages after it.
+	mustStatus(t, b.get("/serve?repo="+llamaRepo), http.StatusOK)
+	mustStatus(t, b.get("/catalog"), http.StatusOK)
 	m := catalog.Model{Name: "chatty", Source: "/nowhere", ContextLength: 2048, Weights: []string{"Llama-3.1-8B-Instruct-Q8_0.gguf"},
 		Origin:   &catalog.Origin{Repo: llamaRepo, Revision: strings.Repeat("ab", 20)},
 		Profiles: []catalog.Profile{{Name: "cpu", Engine: "llamacpp", Priority: 100}}, Scaling: catalog.Scaling{Min: 1, Max: 1}}
@@ -93,7 +99,11 @@ func TestServePageShowsWhatAServedFileMeasured(t *testing.T) {
 	j.Model = "chatty"
 	mustInsertJob(t, e.db, j)
 
-	doc := mustStatus(t, e.signedIn().get("/serve?repo="+llamaRepo), http.StatusOK)
+	doc := mustStatus(t, b.get("/catalog"), http.StatusOK)
+	if got := doc.Find(`[data-testid="model-row"][data-model="chatty"] [data-testid="speed-measured"]`).Text(); got != "812 tokens/s measured" {
+		t.Errorf("the catalog after the job says %q measured", got)
+	}
+	doc = mustStatus(t, b.get("/serve?repo="+llamaRepo), http.StatusOK)
 	row := func(set string) string {
 		return `[data-testid="set-row"][data-set="` + set + `"] `
 	}
