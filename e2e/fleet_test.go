@@ -76,6 +76,8 @@ func TestFleetPageLive(t *testing.T) {
 		t.Fatalf("after Restart %s is not ready with a new engine", first)
 	}
 	tb.must(tb.expect().Locator(rep.Locator("[data-testid=failures]")).ToHaveText(regexp.MustCompile(`^1`)), "a restart asked for is not a failure")
+	// Once ready, the page no longer says it is restarting.
+	tb.must(tb.expect().Locator(tb.loc("[data-testid=notice]")).ToHaveText(first+" restarted and is ready again."), "the notice once %s is ready", first)
 
 	// 3. Scale to two, then back to one.
 	scale := func(min, max string) {

@@ -70,10 +70,12 @@ type env struct {
 	browser playwright.Browser
 }
 
-func setup(t *testing.T) *env {
+// setup starts a scenario's world; flags are more of the server's own (a
+// machine of less memory).
+func setup(t *testing.T, flags ...string) *env {
 	t.Helper()
 	hub := hubtest.New(t)
-	srv := startServer(t, hub)
+	srv := startServer(t, hub, flags...)
 	e := &env{t: t, hub: hub, srv: srv, front: newFront(t, strings.TrimPrefix(srv.URL, "http://"))}
 	e.browser = launch(t)
 	return e
@@ -209,7 +211,7 @@ var listening = regexp.MustCompile(`msg="modelserve listening" addr=(\S+)`)
 // the way an operator would with the CLI, then starts the server on a free
 // loopback port against hub and the test engine. It is stopped with SIGTERM
 // at cleanup, which must end it cleanly.
-func startServer(t *testing.T, hub *hubtest.Server) *server {
+func startServer(t *testing.T, hub *hubtest.Server, flags ...string) *server {
 	t.Helper()
 	s := &server{t: t, data: t.TempDir(), log: &testlog.Buffer{}, done: make(chan struct{})}
 	llama := engine(t)
@@ -230,8 +232,8 @@ func startServer(t *testing.T, hub *hubtest.Server) *server {
 	cli(password+"\n", "user", "add", "--data", s.data, operator)
 	s.token = cli("", "token", "create", "--data", s.data, "e2e")
 
-	s.cmd = exec.Command(binary, "serve", "--addr", "127.0.0.1:0", "--data", s.data,
-		"--hf-endpoint", hub.URL(), "--llama-server", llama)
+	s.cmd = exec.Command(binary, append([]string{"serve", "--addr", "127.0.0.1:0", "--data", s.data,
+		"--hf-endpoint", hub.URL(), "--llama-server", llama}, flags...)...)
 	s.cmd.Env = s.environ(t)
 	// Its own process group, so that should it hang, the cleanup can end
 	// it with whatever it started.

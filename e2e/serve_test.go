@@ -189,7 +189,7 @@ func TestServeAModel(t *testing.T) {
 	tb.screenshot("fleet.png")
 	replica := tb.loc("[data-testid=replicas] [data-testid=replica]").Filter(playwright.LocatorFilterOptions{HasText: model})
 	tb.must(tb.expect().Locator(replica).ToHaveCount(1), "the fleet page lists one replica of %s", model)
-	tb.must(tb.expect().Locator(replica.Locator(".replica-head [data-testid=state]")).ToHaveText(regexp.MustCompile(`\bready$`)), "the replica of %s shows ready", model)
+	tb.must(tb.expect().Locator(replica.Locator("[data-label=State] [data-testid=state]")).ToHaveText(regexp.MustCompile(`\bready$`)), "the replica of %s shows ready", model)
 	tb.must(tb.expect().Locator(replica.Locator("[data-testid=endpoint]")).ToContainText("http://127.0.0.1:"), "the replica of %s shows where it answers", model)
 }
 
@@ -236,4 +236,50 @@ func TestLongestThatFitsIsOneClick(t *testing.T) {
 	k, _ := strconv.Atoi(wantSlots)
 	tb.must(tb.expect().Locator(tb.loc("[data-testid=per-slot]")).ToHaveText(fmt.Sprintf("%s of %d tokens each", words.Count(k, "slot", "slots"), n/max(k, 1))),
 		"the slots' sentence following the pool")
+}
+
+// TestThePlanFollowsTheTyping: on a machine of 2 GiB, a file whose KV cache
+// takes 64 KiB a token fits at the pool the form is filled with and not at
+// 65536 tokens. Typed, 65536 turns the bar, the chosen row, the "runs on"
+// choice and the slots' sentence to it, and disables Serve with the reason
+// beside it; typed back, Serve is enabled again.
+func TestThePlanFollowsTheTyping(t *testing.T) {
+	e := setup(t, "--local-memory", "2GiB")
+	const repo, set = "acme/Wide-Cache-GGUF", "Wide-Cache-Q4_K_M"
+	e.hub.AddRepo(repo, hubtest.RepoOptions{})
+	e.hub.AddFile(repo, set+".gguf", ggufgen.Bytes(ggufgen.Spec{ContextLength: 131072, BlockCount: 4, HeadCount: 4, HeadCountKV: 4, KeyLength: 1024, ValueLength: 1024}))
+
+	tb := e.newTab(t)
+	tb.open("/serve")
+	tb.typeRepo(repo)
+	row := tb.loc(fmt.Sprintf("[data-testid=set-row][data-set=%q]", set))
+	tb.must(row.GetByRole("button", playwright.LocatorGetByRoleOptions{Name: "Choose"}).Click(), "choosing %s", set)
+	tb.must(tb.expect().Locator(tb.loc("[data-testid=chosen]")).ToHaveText(set), "the sizing for %s", set)
+	submit, reason := tb.loc("[data-testid=serve-submit]"), tb.loc("[data-testid=serve-blocked]")
+	fit, where, bar := row.Locator("[data-testid=fit]"), tb.loc("[data-testid=where]"), tb.loc("[data-testid=bar-text]").First()
+	tb.must(tb.expect().Locator(submit).ToBeEnabled(), "Serve enabled at the pool the form is filled with")
+	tb.must(tb.expect().Locator(fit).ToContainText("fits"), "the row says it fits")
+	tb.must(tb.expect().Locator(fit).Not().ToContainText("does not fit"), "the row says it fits")
+	slots, err := tb.loc("[data-testid=slots]").InputValue()
+	tb.must(err, "reading the slots")
+	k, _ := strconv.Atoi(slots)
+
+	pool := tb.loc("[data-testid=ctx-pool]")
+	tb.must(pool.Fill(""), "emptying the pool")
+	tb.must(pool.PressSequentially("65536", playwright.LocatorPressSequentiallyOptions{Delay: playwright.Float(30)}), "typing 65536 tokens")
+	tb.must(tb.expect().Locator(bar).ToContainText("too much"), "the bar says 65536 tokens do not fit")
+	tb.must(tb.expect().Locator(bar).ToContainText("65536 tokens"), "the bar sizes the pool typed")
+	tb.must(tb.expect().Locator(submit).ToBeDisabled(), "Serve disabled beside a bar that says too much")
+	tb.must(tb.expect().Locator(reason).ToContainText("fits no node of the pool"), "the reason beside the disabled Serve")
+	tb.must(tb.expect().Locator(fit).ToContainText("does not fit"), "the chosen row follows the pool typed")
+	tb.must(tb.expect().Locator(where.Locator("option").Nth(1)).ToContainText("does not fit"), "the places it runs follow the pool typed")
+	tb.must(tb.expect().Locator(tb.loc("[data-testid=per-slot]")).ToHaveText(fmt.Sprintf("%s of %d tokens each", words.Count(k, "slot", "slots"), 65536/max(k, 1))),
+		"the slots' sentence follows the pool typed")
+	tb.screenshot("serve-too-much.png")
+
+	tb.must(pool.Fill("4096"), "typing 4096 tokens")
+	tb.must(tb.expect().Locator(submit).ToBeEnabled(), "Serve enabled again at a pool that fits")
+	tb.must(tb.expect().Locator(reason).ToHaveCount(0), "no reason left once it fits")
+	tb.must(tb.expect().Locator(bar).Not().ToContainText("too much"), "the bar says it fits")
+	tb.must(tb.expect().Locator(fit).Not().ToContainText("does not fit"), "the row says it fits again")
 }

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/playwright-community/playwright-go"
+
 	"modelserve/internal/ggufgen"
 	"modelserve/internal/hubtest"
 )
@@ -21,20 +23,63 @@ func TestEveryPageFitsItsBox(t *testing.T) {
 	const repo, set = "acme/Wide-Tiny-Llama-With-A-Long-Name-GGUF", "Wide-Tiny-Llama-With-A-Long-Name-Q4_K_M"
 	e.hub.AddRepo(repo, hubtest.RepoOptions{})
 	e.hub.AddFile(repo, set+".gguf", ggufgen.Bytes(ggufgen.Spec{ContextLength: 4096}))
+	// A name whose words are joined by underscores, longer than a phone's
+	// line: it must break at one of them.
+	e.hub.AddFile(repo, "Wide_Tiny_Llama_With_A_Long_Name_In_Underscores-Q8_0.gguf", ggufgen.Bytes(ggufgen.Spec{ContextLength: 4096}))
 	tb := e.newTab(t)
 	id := tb.serve(repo, set, "")
 	if state := tb.waitEnded(jobLimit); state != "done" {
 		t.Fatalf("the job ended %s", state)
 	}
 	model := "wide-tiny-llama-with-a-long-name"
-	pages := []string{"/serve?repo=" + repo, "/serve?q=tiny", "/jobs", "/jobs/" + id, "/catalog", "/mirror", "/fleet",
-		"/catalog/" + model + "/evals", "/catalog/" + model + "/playground"}
+
+	// A job refused at its plan, with what would fit offered: a file
+	// whose KV cache takes 64 KiB a token, asked for a million tokens.
+	const big = "acme/Wide-Cache-With-A-Long-Name-GGUF"
+	e.hub.AddRepo(big, hubtest.RepoOptions{})
+	e.hub.AddFile(big, "Wide-Cache-With-A-Long-Name-Q4_K_M.gguf", ggufgen.Bytes(ggufgen.Spec{ContextLength: 1 << 20, BlockCount: 4, HeadCount: 4, HeadCountKV: 4, KeyLength: 1024, ValueLength: 1024}))
+	var refused apiJob
+	e.srv.api("POST", "/api/v1/serve", map[string]any{"repo": big, "context_length": 1 << 20, "replicas": 1}, &refused)
+	if err := poll(jobLimit, func() bool { refused = e.srv.job(refused.ID); return refused.State != "running" }); err != nil || refused.State != "failed" {
+		t.Fatalf("a million tokens of %s: the job ended %s (%s), not refused", big, refused.State, refused.Error)
+	}
+	// An update: the branch moved, its file's name and sums in the table.
+	e.hub.AddFile(repo, set+".gguf", ggufgen.Bytes(ggufgen.Spec{ContextLength: 8192}))
+	e.srv.api("POST", "/api/v1/catalog/"+model+"/check", nil, nil)
+	// An eval suite with a long case beside the add-case form.
+	e.srv.api("PUT", "/api/v1/catalog/"+model+"/evals", map[string]any{"cases": []map[string]any{{
+		"name": "a-case-with-a-rather-long-name-that-does-not-break-by-itself", "prompt": strings.Repeat("Say the word ", 20) + "yes.",
+		"expect": map[string]any{"regex": "(?i)yes"}}}}, nil)
+
+	pages := []string{"/serve?repo=" + repo, "/serve?q=tiny", "/jobs", "/jobs/" + id, "/jobs/" + refused.ID, "/catalog", "/mirror", "/fleet",
+		"/catalog/" + model + "/evals", "/catalog/" + model + "/playground", "/tokens", "/updates/1"}
 	for _, w := range []int{1280, 375} {
 		tb.must(tb.page.SetViewportSize(w, 900), "a window %d px wide", w)
 		for _, path := range pages {
 			tb.open(path)
 			tb.fitsItsBox(path, w)
+			tb.namesBreakBetweenWords(path, w)
 		}
+		// The pages hold what they were opened for: the refusal's offers,
+		// the update's files, the suite's case.
+		tb.open("/jobs/" + refused.ID)
+		tb.must(tb.expect().Locator(tb.loc("[data-testid=offer]").First()).ToBeVisible(), "the refused job offers what fits")
+		tb.open("/updates/1")
+		tb.must(tb.expect().Locator(tb.loc("[data-testid=file]")).ToHaveCount(1), "the update's file listed")
+		// Its table fits its box rather than scrolling in it: a file's sums
+		// side by side were wider than the page.
+		over, err := tb.page.Evaluate(`() => { const t = document.querySelector('[data-testid=files]'); return t.scrollWidth - t.parentElement.clientWidth; }`)
+		tb.must(err, "measuring the update's files table")
+		if n := toFloat(over); n > 1 {
+			t.Errorf("the update's files table at %d px is %.0f px wider than its box", w, n)
+		}
+		// A new token, shown once, fits too.
+		tb.open("/tokens")
+		form := tb.loc("[data-testid=token-form]")
+		tb.must(form.GetByLabel("Name").Fill("wide-"+strconv.Itoa(w)), "typing the token's name")
+		tb.must(form.GetByRole("button", playwright.LocatorGetByRoleOptions{Name: "Make the token"}).Click(), "pressing Make the token")
+		tb.must(tb.expect().Locator(tb.loc("[data-testid=new-token]")).ToBeVisible(), "the token shown")
+		tb.fitsItsBox("/tokens, a token shown", w)
 		// The search box: its button as tall as the input beside it, and
 		// the hint under the input, not struck through by it.
 		tb.open("/serve?q=tiny")
@@ -96,5 +141,47 @@ func (tb *tab) fitsItsBox(path string, width int) {
 	if len(out) > 0 {
 		tb.t.Errorf("%s at %d px:\n  %s", path, width, strings.Join(out, "\n  "))
 		tb.screenshot(strings.Trim(strings.NewReplacer("/", "-", "?", "-", "=", "-").Replace(path), "-") + "-" + strconv.Itoa(width) + ".png")
+	}
+}
+
+// namesBreakBetweenWords fails for a file name on the page that goes onto
+// a new line inside a word ("Wide-Tiny-Lla" / "ma-…") rather than after
+// one of its separators.
+func (tb *tab) namesBreakBetweenWords(path string, width int) {
+	tb.t.Helper()
+	raw, err := tb.page.Evaluate(`() => {
+		const out = [];
+		// Names a person opens (a model's source) count too.
+		document.querySelectorAll('main details').forEach((d) => { d.open = true; });
+		const range = document.createRange();
+		for (const el of document.querySelectorAll('main .file-name')) {
+			const walk = document.createTreeWalker(el, NodeFilter.SHOW_TEXT);
+			let top = null, prev = '', line = '';
+			for (let n = walk.nextNode(); n; n = walk.nextNode()) {
+				for (let i = 0; i < n.length; i++) {
+					range.setStart(n, i);
+					range.setEnd(n, i + 1);
+					const rs = range.getClientRects();
+					if (!rs.length) continue;
+					if (top !== null && rs[0].top > top + 2 && !'-_./'.includes(prev)) {
+						out.push(el.textContent + ': a line ends in a word, at "' + line + '"');
+					}
+					if (top === null || rs[0].top > top + 2) line = '';
+					top = rs[0].top;
+					prev = n.data[i];
+					line += prev;
+				}
+			}
+			if (out.length > 12) break;
+		}
+		return JSON.stringify(out);
+	}`)
+	tb.must(err, "measuring the file names of %s", path)
+	var out []string
+	if err := json.Unmarshal([]byte(raw.(string)), &out); err != nil {
+		tb.t.Fatal(err)
+	}
+	if len(out) > 0 {
+		tb.t.Errorf("%s at %d px:\n  %s", path, width, strings.Join(out, "\n  "))
 	}
 }

@@ -34,13 +34,22 @@ type measures struct {
 }
 
 // measured is each model's newest done job with a measured speed, read
-// again once measuredTTL has passed; what cannot be read is logged, and
-// the figures read last stand.
-func (s *Server) measured(ctx context.Context) map[string]jobs.Job {
+// again once measuredTTL has passed, or when one of models was added to
+// the catalog since they were read: its job may have measured it since,
+// and the serve page, read as the job ran, must not hide the figure from
+// the catalog opened as it ends. What cannot be read is logged, and the
+// figures read last stand.
+func (s *Server) measured(ctx context.Context, models []catalog.Model) map[string]jobs.Job {
+	var added time.Time
+	for _, md := range models {
+		if md.AddedAt.After(added) {
+			added = md.AddedAt
+		}
+	}
 	m := &s.measures
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.jobs != nil && time.Since(m.at) < measuredTTL {
+	if m.jobs != nil && time.Since(m.at) < measuredTTL && !m.at.Before(added) {
 		return m.jobs
 	}
 	list, _, err := s.deps.Jobs.List(ctx, jobs.ListOptions{Limit: speedJobs})
@@ -66,7 +75,7 @@ func (s *Server) measured(ctx context.Context) map[string]jobs.Job {
 // model generates no tokens and has neither. What cannot be read (the
 // jobs, the mirror) costs the figures it would have given and is logged.
 func (s *Server) speeds(ctx context.Context, models []catalog.Model) map[string]views.Speed {
-	measured := s.measured(ctx)
+	measured := s.measured(ctx, models)
 	sizes := map[[3]string]int64{}
 	if s.deps.Mirror != nil {
 		if files, err := s.deps.Mirror.List(ctx); err == nil {
@@ -143,4 +152,49 @@ func speedText(tps float64) string {
 		return fmt.Sprintf("%.1f tokens/s", tps)
 	}
 	return fmt.Sprintf("%.0f tokens/s", tps)
+}
+
+// measuredBySet is what the models served from rep's files measured, by
+// set name, for the serve page's row beside the estimate: the newest
+// served from each set. What cannot be read costs the figures and is
+// logged.
+func (s *Server) measuredBySet(ctx context.Context, rep plan.Report) map[string]string {
+	models, err := s.deps.Catalog.List(ctx)
+	if err != nil {
+		if ctx.Err() == nil {
+			s.deps.Log.Error("reading the catalog for the serve page's measured speeds", "err", err)
+		}
+		return nil
+	}
+	var served []catalog.Model
+	for _, m := range models {
+		if m.Origin != nil && m.Origin.Repo == rep.Repo {
+			served = append(served, m)
+		}
+	}
+	if len(served) == 0 {
+		return nil // no model from here: the jobs need not be read
+	}
+	measured := s.measured(ctx, models)
+	setOf := map[string]string{}
+	for _, set := range rep.Sets {
+		for _, f := range set.Files {
+			setOf[f.Path] = set.Name
+		}
+	}
+	out := map[string]string{}
+	newest := map[string]time.Time{}
+	for _, m := range served {
+		j, ok := measured[m.Name]
+		if !ok || len(m.Weights) == 0 {
+			continue
+		}
+		name, ok := setOf[m.Weights[0]]
+		if !ok || !j.Finished.After(newest[name]) {
+			continue
+		}
+		newest[name] = j.Finished
+		out[name] = speedText(j.TokensPerSecond) + " measured, by " + m.Name + "'s smoke test"
+	}
+	return out
 }

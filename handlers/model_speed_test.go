@@ -76,3 +76,45 @@ func TestSpeedMeasuredBesideTheEstimate(t *testing.T) {
 		}
 	}
 }
+
+// TestServePageShowsWhatAServedFileMeasured: on the serve page, the row of
+// a file a model was served from shows what its smoke test measured
+// beside the estimate; a file never served shows the estimate alone. The
+// pages read before the model was served do not hide it afterwards.
+func TestServePageShowsWhatAServedFileMeasured(t *testing.T) {
+	e, _ := plannedEnv(t)
+	ctx := context.Background()
+	b := e.signedIn()
+	// Read as the job runs, before the model is in the catalog: the
+	// figures read then must not hide the job's from the pages after it.
+	mustStatus(t, b.get("/serve?repo="+llamaRepo), http.StatusOK)
+	mustStatus(t, b.get("/catalog"), http.StatusOK)
+	m := catalog.Model{Name: "chatty", Source: "/nowhere", ContextLength: 2048, Weights: []string{"Llama-3.1-8B-Instruct-Q8_0.gguf"},
+		Origin:   &catalog.Origin{Repo: llamaRepo, Revision: strings.Repeat("ab", 20)},
+		Profiles: []catalog.Profile{{Name: "cpu", Engine: "llamacpp", Priority: 100}}, Scaling: catalog.Scaling{Min: 1, Max: 1}}
+	if err := e.catalog.Add(ctx, m, "test"); err != nil {
+		t.Fatal(err)
+	}
+	j := doneJob("serve-1-done", time.Now().Add(-time.Minute))
+	j.Model = "chatty"
+	mustInsertJob(t, e.db, j)
+
+	doc := mustStatus(t, b.get("/catalog"), http.StatusOK)
+	if got := doc.Find(`[data-testid="model-row"][data-model="chatty"] [data-testid="speed-measured"]`).Text(); got != "812 tokens/s measured" {
+		t.Errorf("the catalog after the job says %q measured", got)
+	}
+	doc = mustStatus(t, b.get("/serve?repo="+llamaRepo), http.StatusOK)
+	row := func(set string) string {
+		return `[data-testid="set-row"][data-set="` + set + `"] `
+	}
+	q8 := doc.Find(row("Llama-3.1-8B-Instruct-Q8_0") + `[data-testid="tps"]`)
+	if got := q8.Find(`[data-testid="tps-measured"]`).Text(); got != "812 tokens/s measured, by chatty's smoke test" {
+		t.Errorf("the served file's row says %q measured", got)
+	}
+	if !strings.HasPrefix(strings.TrimSpace(q8.Text()), "≈ ") {
+		t.Errorf("the served file's row says %q: want the estimate first", strings.Join(strings.Fields(q8.Text()), " "))
+	}
+	if n := doc.Find(row("Llama-3.1-8B-Instruct-Q4_K_M") + `[data-testid="tps-measured"]`).Length(); n != 0 {
+		t.Errorf("a file never served shows %d measured speeds", n)
+	}
+}

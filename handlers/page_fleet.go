@@ -30,7 +30,19 @@ func (s *Server) fleetPage(w http.ResponseWriter, r *http.Request, v visit) {
 	}
 	q := r.URL.Query()
 	if format, ok := fleetDone[q.Get("done")]; ok && q.Get("who") != "" && len(q.Get("who")) <= 200 {
-		p.Notice = fmt.Sprintf(format, q.Get("who"))
+		who := q.Get("who")
+		p.Notice = fmt.Sprintf(format, who)
+		if q.Get("done") == "restart" {
+			// "Restarting" stays true only until the replica is ready: the
+			// page's script says so once the stream shows it ready, and a
+			// page loaded after that says so at once.
+			p.NoticeUntilReady, p.NoticeReady = who, fmt.Sprintf(restartedReady, who)
+			for _, rep := range p.Replicas {
+				if rep.ID == who && rep.State.Key == "ready" {
+					p.Notice = p.NoticeReady
+				}
+			}
+		}
 	}
 	s.render(w, r, http.StatusOK, views.FleetPageView(p))
 }
@@ -365,6 +377,9 @@ var fleetDone = map[string]string{
 	"scale":   "%s is scaled; the fleet starts or stops replicas to match.",
 	"unpark":  "%s is unparked; the fleet starts it again when the catalog wants it.",
 }
+
+// restartedReady is the restart's notice once the replica is ready again.
+const restartedReady = "%s restarted and is ready again."
 
 // toFleet sends the browser back to the fleet page after a control, saying
 // what was done to whom.

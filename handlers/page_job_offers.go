@@ -42,13 +42,26 @@ func (s *Server) withOffers(r *http.Request, j jobs.Job, vm *views.Job) {
 		}
 		return
 	}
-	vm.Offers = offersFor(req, rep, ctx, slots)
+	vm.Offers = offersFor(req, rep, ctx, slots, recommendedName(l.report))
+}
+
+// recommendedName is the set rep recommends, "" when none: at the default
+// pool, the file a request naming none is served from, which a context
+// too long for every file leaves unmarked in the plan for it.
+func recommendedName(rep plan.Report) string {
+	for _, set := range rep.Sets {
+		if set.Recommended {
+			return set.Name
+		}
+	}
+	return ""
 }
 
 // offersFor are what would fit of rep for a request of slots × ctx tokens
-// that did not: at most one of each kind.
-func offersFor(req jobs.Request, rep plan.Report, ctx, slots int) []views.Offer {
-	asked := askedSet(req, rep)
+// that did not: at most one of each kind. byDefault is the set a request
+// naming none is served from.
+func offersFor(req jobs.Request, rep plan.Report, ctx, slots int, byDefault string) []views.Offer {
+	asked := askedSet(req, rep, byDefault)
 	var out []views.Offer
 	if asked >= 0 {
 		set := rep.Sets[asked]
@@ -98,8 +111,10 @@ func offersFor(req jobs.Request, rep plan.Report, ctx, slots int) []views.Offer 
 }
 
 // askedSet is the index of the set the request named (by file or
-// quantisation), -1 when it named none.
-func askedSet(req jobs.Request, rep plan.Report) int {
+// quantisation), or for one naming none the set recommended (byDefault
+// when rep, planned for what did not fit, recommends none); -1 when
+// there is none.
+func askedSet(req jobs.Request, rep plan.Report, byDefault string) int {
 	for i, set := range rep.Sets {
 		if req.File != "" && (set.Name == req.File || slices.ContainsFunc(set.Files, func(f hf.File) bool { return f.Path == req.File })) {
 			return i
@@ -111,6 +126,11 @@ func askedSet(req jobs.Request, rep plan.Report) int {
 	if req.File == "" && req.Quant == "" {
 		for i, set := range rep.Sets {
 			if set.Recommended {
+				return i
+			}
+		}
+		for i, set := range rep.Sets {
+			if set.Name == byDefault {
 				return i
 			}
 		}

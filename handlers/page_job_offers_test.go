@@ -78,6 +78,19 @@ func TestRefusedJobOffersWhatFits(t *testing.T) {
 		t.Errorf("the offers %q; want the longest context that fits first", whats)
 	}
 
+	// A request naming no file, for a context no file fits: the plan for
+	// it recommends none, and the offer is the file served by default,
+	// at the longest context that fits.
+	any := refusedJob("serve-4-any", 1<<20, 1)
+	any.Request.File = ""
+	mustInsertJob(t, e.db, any)
+	doc = mustStatus(t, b.get("/jobs/serve-4-any"), http.StatusOK)
+	whats = nil
+	doc.Find(`[data-testid="offer-what"]`).Each(func(_ int, s *goquery.Selection) { whats = append(whats, s.Text()) })
+	if len(whats) == 0 || !strings.HasPrefix(whats[0], "Llama-3.1-8B-Instruct-Q8_0 with the longest context that fits: ") {
+		t.Errorf("the offers %q; want the default file at the longest context that fits", whats)
+	}
+
 	// A file no card holds at any context: the best quantisation that
 	// fits at the context asked.
 	f16 := refusedJob("serve-3-f16", 4096, 1)

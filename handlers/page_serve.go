@@ -46,19 +46,23 @@ func (s *Server) serveReportFragment(w http.ResponseWriter, r *http.Request, v v
 	s.render(w, r, http.StatusOK, views.ServeReport(f, rep, serveChoices(), v.csrf))
 }
 
-// serveMemory redraws the memory bars for the context typed.
+// serveMemory redraws what the pool and slots typed change: the bars, the
+// sentence under the slots, the rows' fits, the places the file may run
+// and the Serve button, all from one plan for what the form now holds.
 func (s *Server) serveMemory(w http.ResponseWriter, r *http.Request, v visit) {
 	f := formFrom(r.URL.Query())
-	mem := views.Memory{Note: "Choose a file to see the memory it needs."}
-	if f.Repo != "" && f.Chosen != "" {
-		l, err := s.lookUp(r.Context(), f.Repo, or(f.Revision, "main"))
-		if err != nil {
-			mem = views.Memory{Note: s.lookupSentence(r, err)}
-		} else {
-			mem = s.memoryView(r.Context(), l, f.Chosen, atoi(f.CtxPool), atoi(f.Slots))
-		}
+	if f.Repo == "" || f.Chosen == "" {
+		s.render(w, r, http.StatusOK, templ.Join(views.MemoryView(views.Memory{Note: "Choose a file to see the memory it needs."}),
+			views.PerSlotUpdate(perSlotText(f))))
+		return
 	}
-	s.render(w, r, http.StatusOK, templ.Join(views.MemoryView(mem), views.PerSlotUpdate(perSlotText(f))))
+	rep := s.serveReport(r.Context(), &f, "")
+	if rep.Error != "" {
+		s.render(w, r, http.StatusOK, templ.Join(views.MemoryView(views.Memory{Note: rep.Error}), views.PerSlotUpdate(perSlotText(f))))
+		return
+	}
+	s.render(w, r, http.StatusOK, templ.Join(views.MemoryView(rep.Memory), views.PerSlotUpdate(rep.PerSlot),
+		views.SetRows(rep, true), views.WhereSelect(f, rep, true), views.ServeAction(rep.Blocked, v.csrf, true)))
 }
 
 // serveSubmit starts a job with the form's request and shows it. A request
@@ -259,8 +263,21 @@ func (s *Server) serveReport(ctx context.Context, f *views.ServeForm, pick strin
 
 	chosen, haveChosen := chooseSet(f, rep, pick, l.planned)
 	vm.Picked = pick != ""
-	for _, set := range rep.Sets {
-		vm.Sets = append(vm.Sets, setView(set, set.Name == f.Chosen))
+	if best, ok := bestOption(chosen); haveChosen && ok && l.planned && best.LongestContext > 0 && best.LongestSlots > 0 {
+		vm.LongestPool, vm.LongestSlots = best.LongestContext*best.LongestSlots, best.LongestSlots
+	}
+	// From here the plan is for the pool and slots the form holds, so the
+	// rows, the select, the bars and the Serve button all say what Serve
+	// would do with it, not with the default the page was filled with.
+	sized, sizeErr := s.sizedReport(ctx, l, *f, chosen, haveChosen)
+	if sizeErr == "" {
+		chosen, _ = findSet(sized, f.Chosen)
+	}
+	measured := s.measuredBySet(ctx, sized)
+	for _, set := range sized.Sets {
+		sv := setView(set, set.Name == f.Chosen)
+		sv.Measured = measured[set.Name]
+		vm.Sets = append(vm.Sets, sv)
 	}
 	if haveChosen {
 		seen := map[string]bool{}
@@ -272,16 +289,44 @@ func (s *Server) serveReport(ctx context.Context, f *views.ServeForm, pick strin
 			seen[w] = true
 			vm.Where = append(vm.Where, views.Choice{Value: w, Label: optionLabel(o), Selected: w == f.Where})
 		}
-		vm.Memory = s.memoryView(ctx, l, chosen.Name, atoi(f.CtxPool), atoi(f.Slots))
-		if best, ok := bestOption(chosen); ok && l.planned && best.LongestContext > 0 && best.LongestSlots > 0 {
-			vm.LongestPool, vm.LongestSlots = best.LongestContext*best.LongestSlots, best.LongestSlots
-		}
+		vm.Memory = s.memoryOf(l, sized, chosen.Name)
 	} else {
 		vm.Memory = views.Memory{Note: "Choose a file to see the memory it needs."}
 	}
 	vm.PerSlot = perSlotText(*f)
-	vm.Blocked = blocked(vm, chosen, haveChosen, l.planned)
+	vm.Blocked = blocked(vm, chosen, haveChosen, l.planned, f.Where)
+	if sizeErr != "" {
+		vm.Memory = views.Memory{Note: sizeErr}
+		if vm.Blocked == "" {
+			vm.Blocked = "The form cannot be sized: " + strings.TrimSuffix(sizeErr, ".") + "."
+		}
+	}
 	return vm
+}
+
+// sizedReport is the repository planned for the pool and slots the form
+// holds; the lookup's own report when they are the default it was filled
+// with (which says when the default was cut to fit), or none. A sizing
+// the planner refuses is its sentence.
+func (s *Server) sizedReport(ctx context.Context, l *lookup, f views.ServeForm, chosen plan.ReportSet, haveChosen bool) (plan.Report, string) {
+	pool, slots := atoi(f.CtxPool), atoi(f.Slots)
+	if !haveChosen || !l.planned || pool <= 0 {
+		return l.report, ""
+	}
+	if best, ok := bestOption(chosen); ok && best.Sizing.CtxPool == pool && (slots <= 0 || best.Sizing.Slots == slots) {
+		return l.report, ""
+	}
+	req := plan.Request{Context: pool}
+	if slots > 0 {
+		req.Parallel = slots
+	}
+	// The headers are the planner's, kept by sha256: sizing for another
+	// context reads nothing from the registry.
+	r, err := s.deps.Planner.RepoReport(ctx, l.repo, req)
+	if err != nil {
+		return l.report, s.lookupSentenceCtx(ctx, err)
+	}
+	return r, ""
 }
 
 // perSlotText says what each request may use of the pool the form holds,
@@ -300,8 +345,9 @@ func perSlotText(f views.ServeForm) string {
 
 // blocked is why the form cannot serve what it shows, "" when it can: a
 // gated repository the token may not download, or a file that fits no node
-// of the pool. The job would refuse the same, after the operator waited.
-func blocked(vm views.Report, chosen plan.ReportSet, haveChosen, planned bool) string {
+// of the pool where the form runs it. The job would refuse the same, after
+// the operator waited.
+func blocked(vm views.Report, chosen plan.ReportSet, haveChosen, planned bool, at string) string {
 	switch {
 	case vm.GatedNote != "":
 		return "Serving needs a token with access to this repository."
@@ -314,11 +360,24 @@ func blocked(vm views.Report, chosen plan.ReportSet, haveChosen, planned bool) s
 	case !planned || chosen.Format != plan.FormatGGUF:
 		return ""
 	}
-	best, ok := bestOption(chosen)
-	if ok && best.Fit == plan.FitsNowhere {
-		return "This file fits no node of the pool: " + chosen.Name + " " + best.Why + "."
+	o, ok := formOption(chosen, at)
+	if ok && o.Fit == plan.FitsNowhere {
+		return "This file fits no node of the pool: " + chosen.Name + " " + o.Why + "."
 	}
 	return ""
+}
+
+// formOption is the option the form runs the set on: the one its "runs
+// on" names, else the planner's best.
+func formOption(set plan.ReportSet, at string) (plan.Option, bool) {
+	if at != "" {
+		for _, o := range set.Options {
+			if where(o) == at {
+				return o, true
+			}
+		}
+	}
+	return bestOption(set)
 }
 
 // chooseSet settles which set the form's sizing is for: one just chosen
@@ -435,27 +494,13 @@ func optionLabel(o plan.Option) string {
 	return s
 }
 
-// memoryView draws the named set's memory on each of its options, as
-// plan.Size sizes it for the pool and slots typed (the defaults when none):
+// memoryOf draws the named set's memory on each of its options, as rep
+// sizes it (for the pool and slots typed, the defaults when none):
 // weights, KV cache and engine, each card's share on cards, against the
 // room there.
-func (s *Server) memoryView(ctx context.Context, l *lookup, name string, pool, slots int) views.Memory {
+func (s *Server) memoryOf(l *lookup, rep plan.Report, name string) views.Memory {
 	if !l.planned {
 		return views.Memory{Note: "No planner is configured: the memory a file needs is worked out when a job checks it."}
-	}
-	rep := l.report
-	if pool > 0 {
-		req := plan.Request{Context: pool}
-		if slots > 0 {
-			req.Parallel = slots
-		}
-		// The headers are the planner's, kept by sha256: sizing for
-		// another context reads nothing from the registry.
-		r, err := s.deps.Planner.RepoReport(ctx, l.repo, req)
-		if err != nil {
-			return views.Memory{Note: s.lookupSentenceCtx(ctx, err)}
-		}
-		rep = r
 	}
 	set, ok := findSet(rep, name)
 	if !ok {

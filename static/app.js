@@ -157,6 +157,19 @@
   document.addEventListener("htmx:afterSwap", reopen);
   document.addEventListener("htmx:sseMessage", reopen);
 
+  // A notice that holds until a replica is ready ("restarting") says it
+  // is ready once the fleet's stream shows it so.
+  function noticesReady() {
+    document.querySelectorAll("[data-until-ready]").forEach(function (n) {
+      var r = document.querySelector('[data-testid="replica"][data-replica="' + CSS.escape(n.dataset.untilReady) + '"]');
+      if (r && r.dataset.state === "ready") {
+        n.textContent = n.dataset.readyText;
+        n.removeAttribute("data-until-ready");
+      }
+    });
+  }
+  document.addEventListener("htmx:sseMessage", noticesReady);
+
   // In the playground, Ctrl+Enter (Cmd+Enter) sends the message.
   document.addEventListener("keydown", function (e) {
     if (e.key !== "Enter" || !(e.ctrlKey || e.metaKey) || !e.target.matches || !e.target.matches("#pg-message")) {

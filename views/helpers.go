@@ -83,3 +83,21 @@ func boolText(b bool) string {
 	}
 	return "false"
 }
+
+// nameParts cuts a file name after each of its separators (- _ . /), the
+// places it may break across lines: "Qwen2.5-7B-Q4_K_M.gguf" breaks
+// between its words, never inside "Qwen2" as a break anywhere did.
+func nameParts(name string) []string {
+	var out []string
+	start := 0
+	for i, c := range name {
+		if strings.ContainsRune("-_./", c) {
+			out = append(out, name[start:i+1])
+			start = i + 1
+		}
+	}
+	if start < len(name) {
+		out = append(out, name[start:])
+	}
+	return out
+}

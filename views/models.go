@@ -370,8 +370,10 @@ type FleetPage struct {
 	// Stream is the page's event stream, "" for a page that does not
 	// change (no fleet).
 	Stream string
-	// Notice says what the control just used did.
-	Notice string
+	// Notice says what the control just used did. NoticeUntilReady names
+	// the replica whose readiness ends it (a restart), and NoticeReady is
+	// what it says then.
+	Notice, NoticeUntilReady, NoticeReady string
 	// CSRF is the session's token, for the controls' forms.
 	CSRF string
 }
