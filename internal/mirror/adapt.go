@@ -174,6 +174,9 @@ func (r *ranged) control(ctl *controller) {
 					p.busy, p.conn = false, nil
 				}
 			}
+			if r.filling == c {
+				r.filling = nil // its bytes are read back, not waited for
+			}
 			c.cancel(errTaken)
 			c.windows, c.slow = 0, 0
 		}

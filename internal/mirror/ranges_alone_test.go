@@ -1,0 +1,52 @@
+package mirror
+
+import (
+	"context"
+	"crypto/sha256"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+// On a link one connection fills, a ranged fetch is a single stream: the
+// lone connection asks for the rest of the file once, not for each part
+// (a round trip and a pause in the bytes at every part's end).
+func TestRangedFetchAloneAsksOnce(t *testing.T) {
+	srv := newHub(t)
+	content := randomish(1<<20+12345, 31)
+	f := addFile(t, srv, "big.gguf", content)
+	m := newMirror(t, srv, func(o *Options) { o.Connections, o.PartSize, o.RateWindow = 4, testPart, time.Minute })
+
+	mustHave(t, mustFetch(t, m, f)[0], content)
+	if got := srv.Requests(repoID, f.Path); got != 1 {
+		t.Errorf("the registry was asked for the file %d times, want once", got)
+	}
+	served(t, srv, f.Path, f.Size, f.Size)
+}
+
+// The lone connection's bytes are hashed from the buffers they arrived
+// in, as a single stream's are: none is read back from the file, which
+// would copy every byte a second time (the CPU that made a ranged fetch
+// slower than one stream on a fast link).
+func TestRangedFetchAloneHashesFromMemory(t *testing.T) {
+	srv := newHub(t)
+	content := randomish(32<<20+777, 32)
+	f := addFile(t, srv, "big.gguf", content)
+	m := newMirror(t, srv, func(o *Options) { o.Connections, o.PartSize, o.RateWindow = 4, testPart, time.Minute })
+
+	fl := &flight{file: f, local: filepath.Join(t.TempDir(), "big.gguf")}
+	d := &download{m: m, fl: fl, name: "big.gguf", part: partialPath(fl.local), h: sha256.New(), ranges: true}
+	if err := d.try(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if d.r == nil {
+		t.Fatal("the file was not fetched in parts")
+	}
+	if d.r.readBackBytes != 0 {
+		t.Errorf("%d of %d bytes were read back from the file to be hashed, want none", d.r.readBackBytes, f.Size)
+	}
+	if _, err := d.finish(); err != nil {
+		t.Fatal(err)
+	}
+	mustHave(t, fl.local, content)
+}
