@@ -1,6 +1,7 @@
 package mirror
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"slices"
@@ -13,8 +14,9 @@ import (
 // measured. It starts from one connection, which is all a fast link needs
 // (on it a second only adds the work of parts: a stream is as fast as the
 // disk and the hash). It doubles the count while the rate nearly doubles
-// with it, then adds one at a time while the rate still rises by a tenth;
-// when a connection more no longer pays, it goes back to the count before.
+// with it, then adds one at a time while the rate still rises by a tenth
+// (a third, from one to two: pays); when a connection more no longer pays,
+// it goes back to the count before, and stays there.
 // When the rate collapses or falls as the count rises (the CDN throttling
 // every connection), it never again goes as high as that count, and tries
 // next halfway between it and the best count seen: a throttle is found in
@@ -33,6 +35,21 @@ type controller struct {
 
 func newController(o Options, cap int) *controller {
 	return &controller{fixed: o.Fixed, ceiling: cap, doubling: true}
+}
+
+// pays is how many times the rate of n connections the rate of the next
+// count must be for the count to stay: a tenth more, but a third more for
+// the step from one connection to two. That step is the one that brings the
+// work of parts (a file written in two places, bytes ahead of the hash read
+// back for it), and on a link one stream fills — or a machine it keeps busy
+// — two measure within a busy machine's noise of one, which would pass a
+// tenth half the time, and hold two where one is faster. A CDN that paces
+// each connection gives nearly twice the rate for two.
+func (c *controller) pays(n int) float64 {
+	if n == 1 {
+		return 1.3
+	}
+	return 1.1
 }
 
 // startConnections is the count a ranged fetch starts with.
@@ -82,7 +99,7 @@ func (c *controller) judge(n int, rate float64) int {
 		c.doubling, c.prevN, c.held = false, 0, false
 		c.prev = rate
 		return max(1, min(c.bestN+(c.ceiling-c.bestN+1)/2, c.ceiling))
-	case c.prevN > 0 && rate < c.prev*1.1:
+	case c.prevN > 0 && rate < c.prev*c.pays(c.prevN):
 		// The last connection added did not pay: back to the count before.
 		back := c.prevN
 		c.prevN, c.held = 0, true
@@ -194,16 +211,35 @@ func (r *ranged) control(ctl *controller) {
 	}
 	want := ctl.next(r.want, rate)
 	r.want = want
-	for c := range r.conns {
+	for _, c := range r.sheddableLocked() {
 		if running <= want {
 			break
 		}
-		if !c.leaving && c.cancel != nil {
-			c.leaving = true
-			c.cancel(errShed)
-			running--
+		c.leaving = true
+		c.cancel(errShed)
+		running--
+	}
+}
+
+// sheddableLocked is the connections the controller may take away, the
+// one whose part lies farthest into the file first: the one at the hash's
+// edge stays, so that what it fetches is still hashed as it arrives and
+// the prefix goes on growing.
+func (r *ranged) sheddableLocked() []*conn {
+	at := map[*conn]int64{}
+	for _, p := range r.parts {
+		if p.conn != nil {
+			at[p.conn] = p.next
 		}
 	}
+	var cs []*conn
+	for c := range r.conns {
+		if !c.leaving && c.cancel != nil {
+			cs = append(cs, c)
+		}
+	}
+	slices.SortFunc(cs, func(a, b *conn) int { return cmp.Compare(at[b], at[a]) })
+	return cs
 }
 
 // errShed ends a connection the controller no longer wants.

@@ -50,3 +50,28 @@ func TestRangedFetchAloneHashesFromMemory(t *testing.T) {
 	}
 	mustHave(t, fl.local, content)
 }
+
+// When the controller takes connections away, the one at the hash's edge
+// stays: its bytes go on being hashed as they arrive, and the prefix grows.
+func TestRangedFetchShedsTheConnectionFarthestAhead(t *testing.T) {
+	front, middle, back := &conn{cancel: func(error) {}}, &conn{cancel: func(error) {}}, &conn{cancel: func(error) {}}
+	r := &ranged{conns: map[*conn]bool{front: true, middle: true, back: true}, parts: []*part{
+		{start: 0, end: 10, next: 4, busy: true, conn: front},
+		{start: 10, end: 20, next: 15, busy: true, conn: middle},
+		{start: 20, end: 30, next: 22, busy: true, conn: back},
+	}}
+	got := r.sheddableLocked()
+	if len(got) != 3 || got[0] != back || got[1] != middle || got[2] != front {
+		t.Errorf("the connections are taken away in the order of the parts at %v; want the farthest ahead first",
+			func() (at []int64) {
+				for _, c := range got {
+					for _, p := range r.parts {
+						if p.conn == c {
+							at = append(at, p.start)
+						}
+					}
+				}
+				return at
+			}())
+	}
+}
