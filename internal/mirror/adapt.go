@@ -139,11 +139,18 @@ func (r *ranged) control(ctl *controller) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if elapsed < r.d.m.opts.RateWindow*9/10 {
+		// A connection that ran a window before and brought nothing in
+		// this one is paused (the machine, the disk, the hasher), not
+		// throttled: a throttle slows every connection, it stops none.
+		// Judged early, a pause cut the count to one for good.
 		var total int64
+		paused := false
 		for c := range r.conns {
-			total += c.window.Load()
+			b := c.window.Load()
+			total += b
+			paused = paused || (b == 0 && c.windows > 0 && !c.leaving)
 		}
-		if r.liveLocked() < r.want || !ctl.early(r.want, float64(total)/elapsed.Seconds()) {
+		if paused || r.liveLocked() < r.want || !ctl.early(r.want, float64(total)/elapsed.Seconds()) {
 			return
 		}
 	}
