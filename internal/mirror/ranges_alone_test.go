@@ -75,3 +75,22 @@ func TestRangedFetchShedsTheConnectionFarthestAhead(t *testing.T) {
 			}())
 	}
 }
+
+// A pause right after the count went from one to two — the first
+// connection bringing nothing for a quarter of a window, the second still
+// starting — is not a throttle: the count is judged at the window's end,
+// not cut to one for good.
+func TestControllerWaitsOutAPause(t *testing.T) {
+	m := newMirror(t, nil, func(o *Options) { o.RateWindow = time.Second })
+	ctl := newController(m.opts, 16)
+	if n := ctl.next(1, 20e6); n != 2 {
+		t.Fatalf("one connection at 20 MB/s went to %d, want 2", n)
+	}
+	first, second := &conn{windows: 1}, &conn{}
+	r := &ranged{d: &download{m: m, fl: &flight{}}, conns: map[*conn]bool{first: true, second: true}, want: 2}
+	r.looked = time.Now().Add(-m.opts.RateWindow / 4)
+	r.control(ctl)
+	if r.want != 2 || ctl.ceiling != 16 {
+		t.Errorf("after a quarter window without bytes the count is %d, at most %d; want 2, at most 16", r.want, ctl.ceiling)
+	}
+}
