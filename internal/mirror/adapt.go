@@ -61,17 +61,21 @@ func (m *Mirror) startConnections() int {
 }
 
 // early says whether the count n, whose rate so far in the window is rate,
-// is to be judged before the window is over: the first count (it is
-// doubled whatever it gives), a count just set that collapsed, or one just
-// raised that made the total rate fall. A connection still starting (its
-// request, TCP's slow start) adds little in a quarter of a window, but
-// takes nothing from the others; a fall means the connections are fighting
-// over something (a CPU, on a fast link) or the CDN throttles them.
+// is to be judged before the window is over: a count just set that
+// collapsed, or one just raised that made the total rate fall. The first
+// count is judged over a whole window: its rate is what a second
+// connection must beat by a third, and the first quarter of a fetch (the
+// first request, a new file) often measured one stream well below its
+// pace, so two looked faster than one when they were not. A connection
+// still starting (its request, TCP's slow start) adds little in a quarter
+// of a window, but takes nothing from the others; a fall means the
+// connections are fighting over something (a CPU, on a fast link) or the
+// CDN throttles them.
 func (c *controller) early(n int, rate float64) bool {
 	if c.fixed {
 		return false
 	}
-	return c.bestN == 0 || (c.changed && (rate < c.best/2 || (c.prevN > 0 && n > c.prevN && rate < c.prev)))
+	return c.bestN > 0 && c.changed && (rate < c.best/2 || (c.prevN > 0 && n > c.prevN && rate < c.prev))
 }
 
 // next is the count for the next window, given the count n of this one and
@@ -125,9 +129,9 @@ func (c *controller) judge(n int, rate float64) int {
 // CDN's pace) for another to fetch again, and sets the count.
 //
 // It is called four times a window. Before the window is over it only
-// looks (controller.early): the first count is judged after a quarter of
-// one, and so is a count just set whose rate fell or collapsed, so that a
-// CDN's throttle costs a quarter of a window, not a whole one.
+// looks (controller.early): a count just set whose rate fell or collapsed
+// is judged after a quarter of one, so that a CDN's throttle costs a
+// quarter of a window, not a whole one.
 func (r *ranged) control(ctl *controller) {
 	// The window as it was, not as it was meant to be: on a busy
 	// machine a tick comes late, and its bytes are of a longer window.
