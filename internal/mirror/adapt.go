@@ -16,7 +16,8 @@ import (
 // disk and the hash). It doubles the count while the rate nearly doubles
 // with it, then adds one at a time while the rate still rises by a tenth
 // (a third, from one to two: pays); when a connection more no longer pays,
-// it goes back to the count before, and stays there.
+// it goes back to the count before, and stays there a while (holdWindows,
+// doubled each time one more fails to pay again).
 // When the rate collapses or falls as the count rises (the CDN throttling
 // every connection), it never again goes as high as that count, and tries
 // next halfway between it and the best count seen: a throttle is found in
@@ -30,12 +31,22 @@ type controller struct {
 	best     float64
 	bestN    int
 	held     bool // adding stopped: the count stays
-	changed  bool // the count was just set to another: its first window
+	// heldFor is the windows held since, holdFor how many before one
+	// more is tried again: a window a busy machine paused, measured as
+	// a connection that did not pay, would otherwise hold a paced CDN's
+	// fetch at one connection to its end. It doubles each time.
+	heldFor, holdFor int
+	changed          bool // the count was just set to another: its first window
 }
 
 func newController(o Options, cap int) *controller {
 	return &controller{fixed: o.Fixed, ceiling: cap, doubling: true}
 }
+
+// holdWindows is the fewest windows a count is held before one more
+// connection is tried again: 8 s at the default window, so that on a link
+// one stream fills the retries cost a window in sixteen at most.
+const holdWindows = 16
 
 // pays is how many times the rate of n connections the rate of the next
 // count must be for the count to stay: a tenth more, but a third more for
@@ -106,10 +117,18 @@ func (c *controller) judge(n int, rate float64) int {
 	case c.prevN > 0 && rate < c.prev*c.pays(c.prevN):
 		// The last connection added did not pay: back to the count before.
 		back := c.prevN
-		c.prevN, c.held = 0, true
+		c.prevN, c.held, c.heldFor = 0, true, 0
+		c.holdFor = max(holdWindows, 2*c.holdFor)
 		c.prev = rate
 		return back
+	case c.held && n < c.ceiling && c.heldFor+1 >= c.holdFor:
+		// Held long enough: one more connection is tried again, and
+		// judged as any added one.
+		c.held = false
+		c.prevN, c.prev = n, rate
+		return n + 1
 	case c.held || n >= c.ceiling:
+		c.heldFor++
 		c.prevN = 0
 		c.prev = rate
 		return n

@@ -94,3 +94,26 @@ func TestControllerWaitsOutAPause(t *testing.T) {
 		t.Errorf("after a quarter window without bytes the count is %d, at most %d; want 2, at most 16", r.want, ctl.ceiling)
 	}
 }
+
+// A window that a busy machine paused, right after the count went from one
+// to two, reads as a second connection that does not pay; on a CDN that
+// paces each connection the count is tried again a little later rather
+// than held at one to the end of the file.
+func TestControllerTriesAgainAfterHolding(t *testing.T) {
+	c := newController(Options{}, 16)
+	n := c.next(1, 20e6) // two
+	n = c.next(n, 20e6)  // two that gave no more: a pause
+	if n != 1 {
+		t.Fatalf("two connections at one's rate went to %d, want back to 1", n)
+	}
+	windows := 0
+	for ; n == 1 && windows < 2*holdWindows; windows++ {
+		n = c.next(n, float64(n)*20e6)
+	}
+	for range 10 {
+		n = c.next(n, float64(n)*20e6)
+	}
+	if n < 8 {
+		t.Errorf("after %d windows held at one, a paced CDN's fetch settled on %d connections; want more", windows, n)
+	}
+}
