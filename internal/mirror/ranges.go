@@ -32,10 +32,13 @@ import (
 // bytes at its edge are hashed from the buffer they arrived in, the others
 // read back from the page cache as soon as the prefix reaches them, so once
 // the last part lands only the tail is left to hash and nothing is read
-// twice from the disk. The parts, and the hash's state, are saved beside
-// the file (the parts file, temp + rename, only after the bytes it counts
-// are synced), so a restart fetches only what is missing and hashes
-// nothing again.
+// twice from the disk. On a link one connection fills, the fetch stays on
+// one, and that one works as a single stream: it asks for the rest of the
+// file at once and hashes every byte from the buffer it arrived in,
+// waiting for the hasher as a single stream does. The parts, and the
+// hash's state, are saved beside the file (the parts file, temp + rename,
+// only after the bytes it counts are synced), so a restart fetches only
+// what is missing and hashes nothing again.
 
 // partsSuffix names the saved state of a ranged fetch: .<name>.parts.
 const partsSuffix = ".parts"
@@ -95,10 +98,19 @@ type ranged struct {
 
 	hmu    sync.Mutex // held while the hash is written or saved
 	hashed int64      // guarded by hmu and mu both: the hash covers [0, hashed)
+	// readBackBytes is guarded by hmu: the bytes hashed from the file rather
+	// than from the buffer they arrived in, each a second copy.
+	readBackBytes int64
 	// queued is guarded by mu: [0, queued) is hashed or handed to the
 	// hasher in chunks (in order, never more than hashDepth at once).
 	queued int64
-	chunks chan chunk
+	// filling is guarded by mu: the connection whose buffer starts at
+	// queued and is not yet full. Its bytes are the hasher's to wait
+	// for, not to claim and read back: on a link one connection fills,
+	// every byte is hashed from the buffer it arrived in.
+	filling *conn
+	chunks  chan chunk
+	room    chan struct{} // the hasher took a chunk
 }
 
 // rangedFor says whether the file is fetched in parts: over http(s), from a
@@ -272,11 +284,18 @@ func (r *ranged) try(ctx context.Context, file *os.File) error {
 	// The hasher follows the prefix: the bytes at its edge as they
 	// arrive, the rest read back while still in the page cache.
 	r.mu.Lock()
-	r.queued = r.hashed
+	r.queued, r.filling = r.hashed, nil
 	r.chunks = make(chan chunk, hashDepth)
+	r.room = make(chan struct{}, 1)
 	r.mu.Unlock()
 	hashed := make(chan error, 1)
-	go func() { hashed <- r.hashFollowing(tctx, file, grew) }()
+	go func() {
+		err := r.hashFollowing(tctx, file, grew)
+		if err != nil && tctx.Err() == nil {
+			fail(err) // a connection may be waiting for it
+		}
+		hashed <- err
+	}()
 
 	r.mu.Lock()
 	r.refetx, r.fastest = 0, 0
@@ -422,6 +441,9 @@ func (r *ranged) take(c *conn) (*part, int) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if p := r.freeLocked(time.Now()); p != nil {
+		if r.want == 1 {
+			r.joinLocked(p)
+		}
 		p.busy, p.conn = true, c
 		return p, p.gen
 	}
@@ -435,6 +457,22 @@ func (r *ranged) take(c *conn) (*part, int) {
 	i := slices.Index(r.parts, big)
 	r.parts = slices.Insert(r.parts, i+1, np)
 	return np, 0
+}
+
+// joinLocked gives p the parts after it that nobody has begun, so that a
+// lone connection fetches the rest of the file in one request, as a single
+// stream does, rather than ask again at every part's end (a round trip, and
+// a pause in the bytes, each time). A connection added later splits it.
+func (r *ranged) joinLocked(p *part) {
+	i := slices.Index(r.parts, p)
+	j := i + 1
+	for j < len(r.parts) && !r.parts[j].busy && r.parts[j].next == r.parts[j].start && r.parts[j].fails == 0 {
+		j++
+	}
+	if j > i+1 {
+		p.end = r.parts[j-1].end
+		r.parts = slices.Delete(r.parts, i+1, j)
+	}
 }
 
 // work fetches parts over one connection until none is left, the
@@ -606,9 +644,14 @@ func (r *ranged) fetchPart(ctx context.Context, file *os.File, c *conn, p *part,
 		// The part ended, was split at this very byte or taken, or the
 		// read failed: the bytes in the buffer go to the hasher if they
 		// are its next, else it reads them back.
+		r.mu.Lock()
+		if r.filling == c {
+			r.filling = nil
+		}
+		r.mu.Unlock()
 		if filled > 0 {
 			r.mu.Lock()
-			handed := p.gen == gen && p.conn == c && bufAt == r.queued && r.handLocked(bufAt, bp, filled)
+			handed := p.gen == gen && p.conn == c && r.handLocked(bufAt, bp, filled)
 			behind := r.prefixLocked() > r.queued
 			r.mu.Unlock()
 			if handed {
@@ -672,9 +715,19 @@ func (r *ranged) fetchPart(ctx context.Context, file *os.File, c *conn, p *part,
 			// (or at the part's end, or the read's failure); until
 			// then its bytes are the hasher's to wait for, not to read
 			// back. Bytes that grew the prefix otherwise are read back.
-			edge := ours && bufAt == r.queued
+			edge := ours && r.edgeLocked(bufAt, filled)
 			flush := filled == len(*bp) || off >= p.end || rerr != nil
-			handed := flush && edge && r.handLocked(bufAt, bp, filled)
+			if edge {
+				r.filling = c
+			} else if r.filling == c {
+				r.filling = nil
+			}
+			r.mu.Unlock()
+			handed := flush && edge && r.hand(cctx, c, p, gen, bufAt, bp, filled)
+			r.mu.Lock()
+			if flush && r.filling == c {
+				r.filling = nil
+			}
 			behind := (flush || !edge) && r.prefixLocked() > max(prefix, r.queued)
 			r.mu.Unlock()
 			if flush {

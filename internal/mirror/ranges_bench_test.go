@@ -29,7 +29,8 @@ var rangedBenchMiB = flag.Int("mirror.bench-mib", 512, "MiB of the file Benchmar
 //     above 6 (goal: a few).
 //   - loopback-adaptive/1conn: no cap at all, beside today's single
 //     stream, each way fetched twice in turn and the times summed,
-//     so that a busy machine falls on both alike (goal 1 or more).
+//     so that a busy machine falls on both alike (goal 1 or more); and
+//     the most heap in use during the adaptive fetches.
 //   - rate-50MB-measured/cap: --download-rate 50MB, the rate measured
 //     over a 128 MiB fetch (goal 1 ± 0.1).
 //
@@ -110,13 +111,14 @@ func BenchmarkRangedFetch(b *testing.B) {
 		srv.Throttle(0, 1)
 		srv.ConnRate(0)
 
-		var singleS, parS float64
+		var singleS, parS, heapLoop float64
 		for range 2 {
 			singleS += fetch(big, one)
-			parS += fetch(big, adaptive)
+			heapLoop = max(heapLoop, peakHeap(func() { parS += fetch(big, adaptive) }))
 		}
 		b.ReportMetric(mbs(big, singleS/2), "loopback-1conn-MB/s")
 		b.ReportMetric(singleS/parS, "loopback-adaptive/1conn")
+		b.ReportMetric(heapLoop, "loopback-adaptive-heap-MiB")
 
 		capped := mbs(small, fetch(small, func(o *Options) { o.DownloadRate = 50e6 }))
 		b.ReportMetric(capped/50, "rate-50MB-measured/cap")

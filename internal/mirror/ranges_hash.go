@@ -14,8 +14,10 @@ import (
 // the bytes are hashed from memory as they arrive, as a single stream's
 // are; what other connections wrote ahead of the edge is read back from the
 // page cache once the edge reaches it. At most hashDepth buffers wait for
-// the hasher: a connection that finds them all waiting keeps its buffer,
-// and the hasher reads those bytes back instead.
+// the hasher: the connection at the edge that finds them all waiting waits
+// for room (hand), as a single stream waits for its hasher; one whose
+// buffer the hasher has since passed keeps it, and the hasher reads those
+// bytes back instead.
 
 // chunk is bytes [off, off+len(b)) of the file, written, for the hasher;
 // bp is the buffer b is in, back to the pool once hashed.
@@ -25,20 +27,55 @@ type chunk struct {
 	bp  *[]byte
 }
 
-// handLocked gives the hasher bytes [at, at+n) that a connection has just
-// written from *bp, when they are the next it is to hash and it has room;
-// r.mu is held. True means *bp is the hasher's now.
+// handLocked gives the hasher what it is still to be handed of bytes
+// [at, at+n), which a connection has just written from *bp: those from
+// queued on, when queued lies among them (the hasher may have claimed the
+// first of them, to read back) and it has room; r.mu is held. True means
+// *bp is the hasher's now.
 func (r *ranged) handLocked(at int64, bp *[]byte, n int) bool {
-	if at != r.queued {
+	if !r.edgeLocked(at, n) || r.queued == at+int64(n) {
 		return false
 	}
 	select {
-	case r.chunks <- chunk{off: at, b: (*bp)[:n], bp: bp}:
+	case r.chunks <- chunk{off: r.queued, b: (*bp)[r.queued-at : n], bp: bp}:
 		r.queued = at + int64(n)
 		return true
 	default:
 		return false
 	}
+}
+
+// hand gives the hasher a buffer of c's that reaches its edge, waiting for
+// room while hashDepth buffers wait before it, as a single stream waits
+// for its hasher: bytes handed are hashed from memory, where bytes left
+// behind would be read back from the file, a second copy of each. It
+// gives up when the part is no longer c's, the hasher claimed the bytes,
+// or ctx ends. True means *bp is the hasher's now.
+func (r *ranged) hand(ctx context.Context, c *conn, p *part, gen int, at int64, bp *[]byte, n int) bool {
+	for {
+		r.mu.Lock()
+		if p.gen != gen || p.conn != c || !r.edgeLocked(at, n) || r.queued == at+int64(n) {
+			r.mu.Unlock()
+			return false
+		}
+		handed := r.handLocked(at, bp, n)
+		r.mu.Unlock()
+		if handed {
+			return true
+		}
+		select {
+		case <-r.room:
+		case <-ctx.Done():
+			return false
+		}
+	}
+}
+
+// edgeLocked says whether bytes [at, at+n) of a buffer reach the hash's
+// edge: queued lies among them or just past them, so the hasher's next
+// bytes are in the buffer, or are the next to be written to it.
+func (r *ranged) edgeLocked(at int64, n int) bool {
+	return at <= r.queued && r.queued <= at+int64(n)
 }
 
 // hashFollowing hashes the prefix as it grows, until grew is closed and
@@ -58,9 +95,13 @@ func (r *ranged) hashFollowing(ctx context.Context, file *os.File, grew <-chan s
 			return ctx.Err()
 		}
 		// Claim what is written past the chunks handed: those are
-		// read back, after the chunks before them.
+		// read back, after the chunks before them. Bytes a connection
+		// is still gathering at the edge are not: they come as a chunk.
 		r.mu.Lock()
 		handed, prefix := r.queued, r.prefixLocked()
+		if r.filling != nil && !last {
+			prefix = handed
+		}
 		r.queued = max(r.queued, prefix)
 		r.mu.Unlock()
 		for r.hashed < handed {
@@ -113,6 +154,10 @@ func (r *ranged) hashChunk(c chunk) {
 	r.mu.Unlock()
 	r.hmu.Unlock()
 	bufPool.Put(c.bp)
+	select {
+	case r.room <- struct{}{}:
+	default:
+	}
 }
 
 // readBack hashes the written bytes [r.hashed, to) from the file.
@@ -124,6 +169,7 @@ func (r *ranged) readBack(ctx context.Context, file *os.File, buf []byte, to int
 		k, err := file.ReadAt(buf[:min(int64(len(buf)), to-r.hashed)], r.hashed)
 		r.hmu.Lock()
 		r.d.h.Write(buf[:k])
+		r.readBackBytes += int64(k)
 		r.mu.Lock()
 		r.hashed += int64(k)
 		r.mu.Unlock()

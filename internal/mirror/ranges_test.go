@@ -295,6 +295,28 @@ func TestControllerFindsTheThrottle(t *testing.T) {
 		t.Errorf("a flat rate grew to %d connections, want 1", n)
 	}
 
+	// On a link one stream fills, two connections measure within a busy
+	// machine's noise of one: a fifth more is noise, and the fetch goes
+	// back to one and stays there. A CDN that paces each connection gives
+	// a connection's share for each, and the count climbs.
+	for _, tc := range []struct {
+		name string
+		rate func(n int) float64
+		want func(n int) bool
+	}{
+		{"noise", func(n int) float64 { return 500e6 * min(float64(n), 1.2) }, func(n int) bool { return n == 1 }},
+		{"paced", func(n int) float64 { return float64(n) * 19e6 }, func(n int) bool { return n > 2 }},
+	} {
+		c = newController(Options{}, 16)
+		n = 1
+		for range 10 {
+			n = c.next(n, tc.rate(n))
+		}
+		if !tc.want(n) {
+			t.Errorf("%s: settled on %d connections", tc.name, n)
+		}
+	}
+
 	// A rate that falls while the count stays (the machine busy, the
 	// network) is no throttle: the count is not cut to one.
 	c = newController(Options{}, 4)
