@@ -129,8 +129,8 @@ func FromEnv(e Env, o Options) (*Tracing, error) {
 	if err != nil {
 		return nil, err
 	}
-	exp, err := otlptracehttp.New(context.Background(), otlptracehttp.WithEndpointURL(endpoint))
-	if err != nil {
+	exp := newExporter(otlptracehttp.NewClient(otlptracehttp.WithEndpointURL(endpoint)))
+	if err := exp.start(context.Background()); err != nil {
 		return nil, fmt.Errorf("tracing to %s: %w", endpoint, err)
 	}
 	name := strings.TrimSpace(getenv("OTEL_SERVICE_NAME"))
