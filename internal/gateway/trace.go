@@ -34,6 +34,15 @@ func (g *Gateway) propagator() propagation.TextMapPropagator {
 	return g.opts.Propagator
 }
 
+// Every span option and attribute set is paid for on the request's path:
+// the kinds are made once, and each span's attributes are given in one
+// call (each call is an allocation, and every one but the first may grow
+// the span's list again).
+var (
+	serverKind = trace.WithSpanKind(trace.SpanKindServer)
+	clientKind = trace.WithSpanKind(trace.SpanKindClient)
+)
+
 // operationOf is the GenAI operation a route is.
 func operationOf(path string) string {
 	switch {
@@ -55,9 +64,9 @@ func (g *Gateway) startRequest(r *http.Request, model string) (*http.Request, tr
 	}
 	ctx := g.propagator().Extract(r.Context(), propagation.HeaderCarrier(r.Header))
 	op := operationOf(r.URL.Path)
-	ctx, span := g.tracer().Start(ctx, op+" "+model, trace.WithSpanKind(trace.SpanKindServer), trace.WithAttributes(
-		attribute.String("gen_ai.operation.name", op), attribute.String("gen_ai.request.model", model),
-		attribute.String("http.request.method", r.Method), attribute.String("url.path", r.URL.Path)))
+	ctx, span := g.tracer().Start(ctx, op+" "+model, serverKind)
+	span.SetAttributes(attribute.String("gen_ai.operation.name", op), attribute.String("gen_ai.request.model", model),
+		attribute.String("http.request.method", r.Method), attribute.String("url.path", r.URL.Path))
 	return r.WithContext(ctx), span
 }
 
@@ -172,18 +181,21 @@ func (w *waitTrace) routed(c choice, ready int) {
 	// What the request's span says already (the model) is not said
 	// again: every attribute is paid for on the request's path and again
 	// in the export.
-	_, span := w.g.tracer().Start(w.ctx, "route", trace.WithAttributes(attribute.String("modelserve.replica", c.replica.ID),
-		attribute.String("modelserve.node", c.replica.Node), attribute.String("modelserve.route.why", c.why),
-		attribute.Int("modelserve.route.load", c.load), attribute.Int("modelserve.replicas_ready", ready),
-		// One string, not a slice: a slice attribute is made by
-		// reflection, and was a third of the routing span's cost.
-		attribute.String("modelserve.route.candidates", strings.Join(c.loads, ", "))))
+	attrs := make([]attribute.KeyValue, 6, 8)
+	attrs[0], attrs[1] = attribute.String("modelserve.replica", c.replica.ID), attribute.String("modelserve.node", c.replica.Node)
+	attrs[2], attrs[3] = attribute.String("modelserve.route.why", c.why), attribute.Int("modelserve.route.load", c.load)
+	attrs[4] = attribute.Int("modelserve.replicas_ready", ready)
+	// One string, not a slice: a slice attribute is made by reflection,
+	// and was a third of the routing span's cost.
+	attrs[5] = attribute.String("modelserve.route.candidates", strings.Join(c.loads, ", "))
 	if avoided := append(slices.Clip(w.tried), c.cooling...); len(avoided) > 0 {
-		span.SetAttributes(attribute.StringSlice("modelserve.avoided_replicas", avoided))
+		attrs = append(attrs, attribute.StringSlice("modelserve.avoided_replicas", avoided))
 	}
 	if w.standIn {
-		span.SetAttributes(attribute.Bool("modelserve.canary", true))
+		attrs = append(attrs, attribute.Bool("modelserve.canary", true))
 	}
+	_, span := w.g.tracer().Start(w.ctx, "route")
+	span.SetAttributes(attrs...)
 	span.End()
 }
 
@@ -213,14 +225,48 @@ func (g *Gateway) startCall(ctx context.Context, up *http.Request, model string,
 	if g.opts.Tracer == nil {
 		return ctx, nil
 	}
-	ctx, span := g.tracer().Start(ctx, "engine "+operationOf(up.URL.Path), trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(
-		attribute.String("modelserve.replica", rep.ID), attribute.String("modelserve.node", rep.Node),
-		attribute.String("server.address", rep.Endpoint), attribute.String("url.path", up.URL.Path)))
+	ctx, span := g.tracer().Start(ctx, engineSpanName(up.URL.Path), clientKind)
+	attrs := make([]attribute.KeyValue, 4, 6)
+	attrs[0], attrs[1] = attribute.String("modelserve.replica", rep.ID), attribute.String("modelserve.node", rep.Node)
+	attrs[2], attrs[3] = attribute.String("server.address", rep.Endpoint), attribute.String("url.path", up.URL.Path)
 	if answerAs != "" {
-		span.SetAttributes(attribute.String("modelserve.version", model), attribute.String("modelserve.canary_of", answerAs))
+		attrs = append(attrs, attribute.String("modelserve.version", model), attribute.String("modelserve.canary_of", answerAs))
 	}
-	g.propagator().Inject(ctx, propagation.HeaderCarrier(up.Header))
+	span.SetAttributes(attrs...)
+	g.propagator().Inject(ctx, headerCarrier(up.Header))
 	return ctx, span
+}
+
+// engineSpanName is the name of the span of a call to an engine on path,
+// made once for each operation.
+func engineSpanName(path string) string {
+	switch operationOf(path) {
+	case "chat":
+		return "engine chat"
+	case "embeddings":
+		return "engine embeddings"
+	case "text_completion":
+		return "engine text_completion"
+	}
+	return "engine other"
+}
+
+// headerCarrier is propagation.HeaderCarrier but that it sets the W3C
+// trace context's headers by their canonical names, made once, rather
+// than canonicalising them for every request.
+type headerCarrier http.Header
+
+func (h headerCarrier) Get(key string) string { return propagation.HeaderCarrier(h).Get(key) }
+func (h headerCarrier) Keys() []string        { return propagation.HeaderCarrier(h).Keys() }
+func (h headerCarrier) Set(key, value string) {
+	switch key {
+	case "traceparent":
+		h["Traceparent"] = []string{value}
+	case "tracestate":
+		h["Tracestate"] = []string{value}
+	default:
+		http.Header(h).Set(key, value)
+	}
 }
 
 // endCall ends the engine's span with its status, and tells the
@@ -236,12 +282,14 @@ func endCall(ctx context.Context, span trace.Span, model string, status int, sta
 	}
 	span.End()
 	if req := trace.SpanFromContext(ctx); req.IsRecording() {
-		req.SetAttributes(attribute.Int("http.response.status_code", status), attribute.String("gen_ai.response.model", model),
-			attribute.Int("gen_ai.usage.input_tokens", c.prompt), attribute.Int("gen_ai.usage.output_tokens", c.completion),
-			attribute.Int("modelserve.timings.cache_n", c.cached))
+		attrs := make([]attribute.KeyValue, 5, 6)
+		attrs[0], attrs[1] = attribute.Int("http.response.status_code", status), attribute.String("gen_ai.response.model", model)
+		attrs[2], attrs[3] = attribute.Int("gen_ai.usage.input_tokens", c.prompt), attribute.Int("gen_ai.usage.output_tokens", c.completion)
+		attrs[4] = attribute.Int("modelserve.timings.cache_n", c.cached)
 		if !first.IsZero() {
-			req.SetAttributes(attribute.Float64("gen_ai.server.time_to_first_token", first.Sub(start).Seconds()))
+			attrs = append(attrs, attribute.Float64("gen_ai.server.time_to_first_token", first.Sub(start).Seconds()))
 		}
+		req.SetAttributes(attrs...)
 	}
 }
 

@@ -21,7 +21,9 @@ import (
 
 // captured keeps each upload as it was sent: the exporter fills the same
 // messages again for its next batch.
-type captured struct{ sent []*coltracepb.ExportTraceServiceRequest }
+type captured struct {
+	sent []*coltracepb.ExportTraceServiceRequest
+}
 
 func (c *captured) Start(context.Context) error { return nil }
 func (c *captured) Stop(context.Context) error  { return nil }
@@ -92,4 +94,3 @@ func TestTheExporterSendsWhatTheSDKsWould(t *testing.T) {
 		}
 	}
 }
-
