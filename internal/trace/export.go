@@ -11,9 +11,9 @@ import (
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	oteltrace "go.opentelemetry.io/otel/trace"
-	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
-	resourcepb "go.opentelemetry.io/proto/otlp/resource/v1"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/reflect/protoreflect"
 )
 
 // uploader sends spans in OTLP's messages to the collector: the OTLP/HTTP
@@ -26,55 +26,29 @@ type uploader interface {
 	UploadTraces(context.Context, []*tracepb.ResourceSpans) error
 }
 
-// exporter turns finished spans into OTLP's messages and has the client
-// send them. It keeps its messages from one batch to the next, filling
-// them again: the SDK's own exporter builds four objects for every
-// attribute of every span, and was more than half of what a traced
-// gateway request allocated. Batches come one at a time (the queue's one
+// exporter writes finished spans in OTLP's protobuf encoding itself, into
+// a buffer kept from one batch to the next, and has the client send them.
+// The SDK's own exporter builds four objects for every attribute of every
+// span and then marshals them by reflection: more than half of what a
+// traced gateway request allocated, and most of the export's time. Each
+// resource's spans go to the client as an empty message carrying them
+// already encoded (as its unknown fields, which the client's marshalling
+// writes out as they are). Batches come one at a time (the queue's one
 // goroutine); the lock only keeps a stray second caller from sharing the
-// messages.
+// buffer.
 type exporter struct {
 	client uploader
 
 	mu      sync.Mutex
 	started bool
-	// The batch's messages, kept: every span and attribute value made
-	// once and filled again by later batches.
-	spans  []*span
-	values []*value
-	scopes []*scopeSpans
-	out    []*tracepb.ResourceSpans
-	res    *resource.Resource
-	resPB  *tracepb.ResourceSpans
-	// How many of each the batch being sent uses.
-	nspan, nvalue, nscope int
-}
-
-// span is one span's message with the storage its ids point into.
-type span struct {
-	pb                   tracepb.Span
-	status               tracepb.Status
-	traceID              oteltrace.TraceID
-	spanID, parentSpanID oteltrace.SpanID
-}
-
-// value is one attribute's message with one of each scalar kind it may
-// hold, so that filling it makes nothing.
-type value struct {
-	kv  commonpb.KeyValue
-	any commonpb.AnyValue
-	s   commonpb.AnyValue_StringValue
-	i   commonpb.AnyValue_IntValue
-	b   commonpb.AnyValue_BoolValue
-	d   commonpb.AnyValue_DoubleValue
-}
-
-// scopeSpans is the spans of one instrumentation scope (one tracer) in
-// the batch.
-type scopeSpans struct {
-	scope instrumentation.Scope
-	made  bool
-	pb    tracepb.ScopeSpans
+	buf     []byte
+	// The messages that carry the batch, one for each resource (one
+	// provider makes every span: one resource).
+	carriers []*tracepb.ResourceSpans
+	// The batch's resources and one resource's scopes, each in the
+	// order first met.
+	resources []*resource.Resource
+	scopes    []instrumentation.Scope
 }
 
 func newExporter(c uploader) *exporter { return &exporter{client: c} }
@@ -90,12 +64,15 @@ func (e *exporter) start(ctx context.Context) error {
 func (e *exporter) ExportSpans(ctx context.Context, ss []sdktrace.ReadOnlySpan) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	out := e.fill(ss)
+	out := e.encode(ss)
 	if len(out) == 0 {
 		return nil
 	}
 	err := e.client.UploadTraces(ctx, out)
-	e.forget()
+	for _, rs := range out {
+		rs.ProtoReflect().SetUnknown(nil)
+	}
+	clear(e.resources)
 	return err
 }
 
@@ -110,261 +87,268 @@ func (e *exporter) Shutdown(ctx context.Context) error {
 	return e.client.Stop(ctx)
 }
 
-// fill builds the batch's messages: spans grouped by their resource and
-// then by their tracer's scope, as OTLP has them.
-func (e *exporter) fill(ss []sdktrace.ReadOnlySpan) []*tracepb.ResourceSpans {
-	e.out = e.out[:0]
-	e.nspan, e.nvalue, e.nscope = 0, 0, 0
-	first := 0 // the current resource's first scope
-	var res *resource.Resource
-	group := func() {
-		if e.nscope == first {
-			return
-		}
-		rs := e.resourceSpans(res)
-		for _, sc := range e.scopes[first:e.nscope] {
-			rs.ScopeSpans = append(rs.ScopeSpans, &sc.pb)
-		}
-		e.out = append(e.out, rs)
-		first = e.nscope
-	}
+// encode writes the batch: for each resource a message, its spans grouped
+// by their tracer's scope, as OTLP has them.
+func (e *exporter) encode(ss []sdktrace.ReadOnlySpan) []*tracepb.ResourceSpans {
+	e.buf = e.buf[:0]
+	e.resources = e.resources[:0]
 	for _, sd := range ss {
-		if sd == nil {
-			continue
-		}
-		if r := sd.Resource(); r != res {
-			group()
-			res = r
-		}
-		sc := e.scope(sd.InstrumentationScope(), first)
-		if e.nspan == len(e.spans) {
-			e.spans = append(e.spans, new(span))
-		}
-		s := e.spans[e.nspan]
-		e.nspan++
-		e.fillSpan(s, sd)
-		sc.pb.Spans = append(sc.pb.Spans, &s.pb)
-	}
-	group()
-	return e.out
-}
-
-// scope is the batch's group of spans of scope under the current
-// resource (whose groups begin at first), begun when it is the first of
-// them.
-func (e *exporter) scope(scope instrumentation.Scope, first int) *scopeSpans {
-	for _, sc := range e.scopes[first:e.nscope] {
-		if sc.scope == scope {
-			return sc
+		if sd != nil && !containsRes(e.resources, sd.Resource()) {
+			e.resources = append(e.resources, sd.Resource())
 		}
 	}
-	if e.nscope == len(e.scopes) {
-		e.scopes = append(e.scopes, new(scopeSpans))
-	}
-	sc := e.scopes[e.nscope]
-	e.nscope++
-	if !sc.made || sc.scope != scope {
-		sc.scope, sc.made = scope, true
-		sc.pb.Scope, sc.pb.SchemaUrl = nil, scope.SchemaURL
-		if scope != (instrumentation.Scope{}) {
-			sc.pb.Scope = &commonpb.InstrumentationScope{Name: scope.Name, Version: scope.Version,
-				Attributes: keyValues(scope.Attributes.ToSlice())}
-		}
-	}
-	return sc
-}
-
-// resourceSpans is the message of r's spans. One provider makes every
-// span, so r is one resource, whose message is made once; another in the
-// same batch has its own, made for the batch alone.
-func (e *exporter) resourceSpans(r *resource.Resource) *tracepb.ResourceSpans {
-	made := func() *tracepb.ResourceSpans {
-		rs := &tracepb.ResourceSpans{}
+	type part struct{ from, to int }
+	parts := make([]part, 0, 1)
+	for _, r := range e.resources {
+		from := len(e.buf)
 		if r != nil {
-			rs.Resource = &resourcepb.Resource{Attributes: keyValues(r.Attributes())}
-			rs.SchemaUrl = r.SchemaURL()
+			at := e.open(1) // ResourceSpans.resource
+			for _, a := range r.Attributes() {
+				e.keyValue(1, a)
+			}
+			e.close(at)
 		}
-		return rs
-	}
-	if len(e.out) > 0 {
-		return made()
-	}
-	if e.resPB == nil || e.res != r {
-		e.res, e.resPB = r, made()
-	}
-	return e.resPB
-}
-
-// fillSpan fills s from sd, its attributes from the batch's values not
-// yet used.
-func (e *exporter) fillSpan(s *span, sd sdktrace.ReadOnlySpan) {
-	sc := sd.SpanContext()
-	s.traceID, s.spanID = sc.TraceID(), sc.SpanID()
-	p := &s.pb
-	p.TraceId, p.SpanId = s.traceID[:], s.spanID[:]
-	p.TraceState = sc.TraceState().String()
-	p.ParentSpanId = nil
-	parent := sd.Parent()
-	if psid := parent.SpanID(); psid.IsValid() {
-		s.parentSpanID = psid
-		p.ParentSpanId = s.parentSpanID[:]
-	}
-	p.Flags = spanFlags(sc.TraceFlags(), parent)
-	p.Name = sd.Name()
-	p.Kind = spanKind(sd.SpanKind())
-	p.StartTimeUnixNano = unixNano(sd.StartTime().UnixNano())
-	p.EndTimeUnixNano = unixNano(sd.EndTime().UnixNano())
-	st := sd.Status()
-	s.status.Message = st.Description
-	switch st.Code {
-	case codes.Ok:
-		s.status.Code = tracepb.Status_STATUS_CODE_OK
-	case codes.Error:
-		s.status.Code = tracepb.Status_STATUS_CODE_ERROR
-	default:
-		s.status.Code = tracepb.Status_STATUS_CODE_UNSET
-	}
-	p.Status = &s.status
-	p.Attributes = p.Attributes[:0]
-	for _, a := range sd.Attributes() {
-		if e.nvalue == len(e.values) {
-			v := new(value)
-			v.kv.Value = &v.any
-			e.values = append(e.values, v)
+		e.scopes = e.scopes[:0]
+		for _, sd := range ss {
+			if sd != nil && sd.Resource() == r && !containsScope(e.scopes, sd.InstrumentationScope()) {
+				e.scopes = append(e.scopes, sd.InstrumentationScope())
+			}
 		}
-		v := e.values[e.nvalue]
-		e.nvalue++
-		v.kv.Key = string(a.Key)
-		v.fill(a.Value)
-		p.Attributes = append(p.Attributes, &v.kv)
+		for _, sc := range e.scopes {
+			at := e.open(2) // ResourceSpans.scope_spans
+			if sc != (instrumentation.Scope{}) {
+				s := e.open(1) // ScopeSpans.scope
+				e.str(1, sc.Name)
+				e.str(2, sc.Version)
+				for _, a := range sc.Attributes.ToSlice() {
+					e.keyValue(3, a)
+				}
+				e.close(s)
+			}
+			for _, sd := range ss {
+				if sd != nil && sd.Resource() == r && sd.InstrumentationScope() == sc {
+					e.span(sd)
+				}
+			}
+			e.str(3, sc.SchemaURL)
+			e.close(at)
+		}
+		if r != nil {
+			e.str(3, r.SchemaURL())
+		}
+		parts = append(parts, part{from, len(e.buf)})
 	}
-	p.DroppedAttributesCount = clampUint32(sd.DroppedAttributes())
-	// Events and links are rare on modelserve's spans (a resumed job's
-	// link): made for the batch alone.
-	p.Events = nil
-	for _, ev := range sd.Events() {
-		p.Events = append(p.Events, &tracepb.Span_Event{Name: ev.Name, TimeUnixNano: unixNano(ev.Time.UnixNano()),
-			Attributes: keyValues(ev.Attributes), DroppedAttributesCount: clampUint32(ev.DroppedAttributeCount)})
+	// The buffer is whole now (it may have moved as it grew): each
+	// resource's carrier is given its part.
+	for len(e.carriers) < len(e.resources) {
+		e.carriers = append(e.carriers, &tracepb.ResourceSpans{})
 	}
-	p.DroppedEventsCount = clampUint32(sd.DroppedEvents())
-	p.Links = nil
-	for _, l := range sd.Links() {
-		tid, sid := l.SpanContext.TraceID(), l.SpanContext.SpanID()
-		p.Links = append(p.Links, &tracepb.Span_Link{TraceId: tid[:], SpanId: sid[:], TraceState: l.SpanContext.TraceState().String(),
-			Attributes: keyValues(l.Attributes), DroppedAttributesCount: clampUint32(l.DroppedAttributeCount),
-			Flags: spanFlags(l.SpanContext.TraceFlags(), l.SpanContext)})
-	}
-	p.DroppedLinksCount = clampUint32(sd.DroppedLinks())
-}
-
-// forget lets go of what the batch's messages point to (the spans'
-// strings), keeping the messages for the next.
-func (e *exporter) forget() {
-	for _, s := range e.spans[:e.nspan] {
-		clear(s.pb.Attributes)
-		s.pb.Attributes = s.pb.Attributes[:0]
-		s.pb.Name, s.pb.TraceState, s.status.Message = "", "", ""
-		s.pb.Events, s.pb.Links = nil, nil
-	}
-	for _, v := range e.values[:e.nvalue] {
-		v.kv.Key, v.s.StringValue, v.any.Value = "", "", nil
-	}
-	for _, sc := range e.scopes[:e.nscope] {
-		clear(sc.pb.Spans)
-		sc.pb.Spans = sc.pb.Spans[:0]
-	}
-	if e.resPB != nil {
-		clear(e.resPB.ScopeSpans)
-		e.resPB.ScopeSpans = e.resPB.ScopeSpans[:0]
-	}
-	clear(e.out)
-	e.out = e.out[:0]
-}
-
-// fill sets v to a, with no new object for a scalar.
-func (v *value) fill(a attribute.Value) {
-	switch a.Type() {
-	case attribute.STRING:
-		v.s.StringValue = a.AsString()
-		v.any.Value = &v.s
-	case attribute.INT64:
-		v.i.IntValue = a.AsInt64()
-		v.any.Value = &v.i
-	case attribute.BOOL:
-		v.b.BoolValue = a.AsBool()
-		v.any.Value = &v.b
-	case attribute.FLOAT64:
-		v.d.DoubleValue = a.AsFloat64()
-		v.any.Value = &v.d
-	default:
-		v.any.Value = anyValue(a).Value
-	}
-}
-
-// keyValues are attributes as new messages: for what is made once (the
-// resource, a scope) or is rare (events, links).
-func keyValues(as []attribute.KeyValue) []*commonpb.KeyValue {
-	if len(as) == 0 {
-		return nil
-	}
-	out := make([]*commonpb.KeyValue, len(as))
-	for i, a := range as {
-		out[i] = &commonpb.KeyValue{Key: string(a.Key), Value: anyValue(a.Value)}
+	out := e.carriers[:len(e.resources)]
+	for i, rs := range out {
+		rs.ProtoReflect().SetUnknown(protoreflect.RawFields(e.buf[parts[i].from:parts[i].to]))
 	}
 	return out
 }
 
-// anyValue is a value as a new message, of whatever kind it is.
-func anyValue(a attribute.Value) *commonpb.AnyValue {
-	av := new(commonpb.AnyValue)
-	array := func(n int, at func(int) *commonpb.AnyValue) {
-		vs := make([]*commonpb.AnyValue, n)
-		for i := range vs {
-			vs[i] = at(i)
+func containsRes(rs []*resource.Resource, r *resource.Resource) bool {
+	for _, x := range rs {
+		if x == r {
+			return true
 		}
-		av.Value = &commonpb.AnyValue_ArrayValue{ArrayValue: &commonpb.ArrayValue{Values: vs}}
 	}
-	switch a.Type() {
+	return false
+}
+
+func containsScope(ss []instrumentation.Scope, s instrumentation.Scope) bool {
+	for _, x := range ss {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// span writes one ScopeSpans.spans.
+func (e *exporter) span(sd sdktrace.ReadOnlySpan) {
+	at := e.open(2)
+	sc := sd.SpanContext()
+	tid, sid := sc.TraceID(), sc.SpanID()
+	e.bytes(1, tid[:])
+	e.bytes(2, sid[:])
+	e.str(3, sc.TraceState().String())
+	parent := sd.Parent()
+	if psid := parent.SpanID(); psid.IsValid() {
+		e.bytes(4, psid[:])
+	}
+	e.str(5, sd.Name())
+	e.varint(6, uint64(spanKind(sd.SpanKind())))
+	e.fixed64(7, unixNano(sd.StartTime().UnixNano()))
+	e.fixed64(8, unixNano(sd.EndTime().UnixNano()))
+	for _, a := range sd.Attributes() {
+		e.keyValue(9, a)
+	}
+	e.varint(10, uint64(clampUint32(sd.DroppedAttributes())))
+	for _, ev := range sd.Events() {
+		s := e.open(11)
+		e.fixed64(1, unixNano(ev.Time.UnixNano()))
+		e.str(2, ev.Name)
+		for _, a := range ev.Attributes {
+			e.keyValue(3, a)
+		}
+		e.varint(4, uint64(clampUint32(ev.DroppedAttributeCount)))
+		e.close(s)
+	}
+	e.varint(12, uint64(clampUint32(sd.DroppedEvents())))
+	for _, l := range sd.Links() {
+		s := e.open(13)
+		ltid, lsid := l.SpanContext.TraceID(), l.SpanContext.SpanID()
+		e.bytes(1, ltid[:])
+		e.bytes(2, lsid[:])
+		e.str(3, l.SpanContext.TraceState().String())
+		for _, a := range l.Attributes {
+			e.keyValue(4, a)
+		}
+		e.varint(5, uint64(clampUint32(l.DroppedAttributeCount)))
+		e.fixed32(6, spanFlags(l.SpanContext.TraceFlags(), l.SpanContext))
+		e.close(s)
+	}
+	e.varint(14, uint64(clampUint32(sd.DroppedLinks())))
+	// The status is always there, as the SDK's exporter sends it.
+	st := e.open(15)
+	e.str(2, sd.Status().Description)
+	e.varint(3, uint64(statusCode(sd.Status().Code)))
+	e.close(st)
+	e.fixed32(16, spanFlags(sc.TraceFlags(), parent))
+	e.close(at)
+}
+
+// keyValue writes a as a KeyValue, field f.
+func (e *exporter) keyValue(f protowire.Number, a attribute.KeyValue) {
+	at := e.open(f)
+	e.str(1, string(a.Key))
+	v := e.open(2)
+	e.value(a.Value)
+	e.close(v)
+	e.close(at)
+}
+
+// value writes an AnyValue's fields: the one its kind is, written even
+// when zero (a oneof says which it holds).
+func (e *exporter) value(v attribute.Value) {
+	switch v.Type() {
 	case attribute.STRING:
-		av.Value = &commonpb.AnyValue_StringValue{StringValue: a.AsString()}
-	case attribute.INT64:
-		av.Value = &commonpb.AnyValue_IntValue{IntValue: a.AsInt64()}
+		e.buf = protowire.AppendTag(e.buf, 1, protowire.BytesType)
+		e.buf = protowire.AppendString(e.buf, v.AsString())
 	case attribute.BOOL:
-		av.Value = &commonpb.AnyValue_BoolValue{BoolValue: a.AsBool()}
+		e.buf = protowire.AppendTag(e.buf, 2, protowire.VarintType)
+		e.buf = protowire.AppendVarint(e.buf, protowire.EncodeBool(v.AsBool()))
+	case attribute.INT64:
+		e.buf = protowire.AppendTag(e.buf, 3, protowire.VarintType)
+		e.buf = protowire.AppendVarint(e.buf, uint64(v.AsInt64()))
 	case attribute.FLOAT64:
-		av.Value = &commonpb.AnyValue_DoubleValue{DoubleValue: a.AsFloat64()}
-	case attribute.STRINGSLICE:
-		s := a.AsStringSlice()
-		array(len(s), func(i int) *commonpb.AnyValue {
-			return &commonpb.AnyValue{Value: &commonpb.AnyValue_StringValue{StringValue: s[i]}}
-		})
-	case attribute.INT64SLICE:
-		s := a.AsInt64Slice()
-		array(len(s), func(i int) *commonpb.AnyValue {
-			return &commonpb.AnyValue{Value: &commonpb.AnyValue_IntValue{IntValue: s[i]}}
-		})
-	case attribute.BOOLSLICE:
-		s := a.AsBoolSlice()
-		array(len(s), func(i int) *commonpb.AnyValue {
-			return &commonpb.AnyValue{Value: &commonpb.AnyValue_BoolValue{BoolValue: s[i]}}
-		})
-	case attribute.FLOAT64SLICE:
-		s := a.AsFloat64Slice()
-		array(len(s), func(i int) *commonpb.AnyValue {
-			return &commonpb.AnyValue{Value: &commonpb.AnyValue_DoubleValue{DoubleValue: s[i]}}
-		})
+		e.buf = protowire.AppendTag(e.buf, 4, protowire.Fixed64Type)
+		e.buf = protowire.AppendFixed64(e.buf, math.Float64bits(v.AsFloat64()))
 	case attribute.BYTESLICE:
-		av.Value = &commonpb.AnyValue_BytesValue{BytesValue: a.AsByteSlice()}
-	case attribute.SLICE:
-		s := a.AsSlice()
-		array(len(s), func(i int) *commonpb.AnyValue { return anyValue(s[i]) })
+		e.buf = protowire.AppendTag(e.buf, 7, protowire.BytesType)
+		e.buf = protowire.AppendBytes(e.buf, v.AsByteSlice())
 	case attribute.MAP:
-		av.Value = &commonpb.AnyValue_KvlistValue{KvlistValue: &commonpb.KeyValueList{Values: keyValues(a.AsMap())}}
+		at := e.open(6)
+		for _, a := range v.AsMap() {
+			e.keyValue(1, a)
+		}
+		e.close(at)
 	case attribute.EMPTY:
+	case attribute.STRINGSLICE, attribute.INT64SLICE, attribute.BOOLSLICE, attribute.FLOAT64SLICE, attribute.SLICE:
+		at := e.open(5)
+		each := func(v attribute.Value) {
+			s := e.open(1)
+			e.value(v)
+			e.close(s)
+		}
+		switch v.Type() {
+		case attribute.STRINGSLICE:
+			for _, x := range v.AsStringSlice() {
+				each(attribute.StringValue(x))
+			}
+		case attribute.INT64SLICE:
+			for _, x := range v.AsInt64Slice() {
+				each(attribute.Int64Value(x))
+			}
+		case attribute.BOOLSLICE:
+			for _, x := range v.AsBoolSlice() {
+				each(attribute.BoolValue(x))
+			}
+		case attribute.FLOAT64SLICE:
+			for _, x := range v.AsFloat64Slice() {
+				each(attribute.Float64Value(x))
+			}
+		default:
+			for _, x := range v.AsSlice() {
+				each(x)
+			}
+		}
+		e.close(at)
 	default:
-		av.Value = &commonpb.AnyValue_StringValue{StringValue: "INVALID"}
+		e.buf = protowire.AppendTag(e.buf, 1, protowire.BytesType)
+		e.buf = protowire.AppendString(e.buf, "INVALID")
 	}
-	return av
+}
+
+// open begins a message field f, its length a byte to be filled in by
+// close; it says where the message's bytes begin.
+func (e *exporter) open(f protowire.Number) int {
+	e.buf = protowire.AppendTag(e.buf, f, protowire.BytesType)
+	e.buf = append(e.buf, 0)
+	return len(e.buf)
+}
+
+// close ends the message begun at start, writing its length; a length of
+// more than one byte moves the message along to make its room.
+func (e *exporter) close(start int) {
+	n := len(e.buf) - start
+	if n < 0x80 {
+		e.buf[start-1] = byte(n)
+		return
+	}
+	k := protowire.SizeVarint(uint64(n))
+	e.buf = append(e.buf, make([]byte, k-1)...)
+	copy(e.buf[start+k-1:], e.buf[start:start+n])
+	protowire.AppendVarint(e.buf[:start-1], uint64(n))
+}
+
+// str, bytes, varint, fixed32 and fixed64 write a field, left out when
+// zero, as proto3 leaves it out.
+func (e *exporter) str(f protowire.Number, s string) {
+	if s != "" {
+		e.buf = protowire.AppendTag(e.buf, f, protowire.BytesType)
+		e.buf = protowire.AppendString(e.buf, s)
+	}
+}
+
+func (e *exporter) bytes(f protowire.Number, b []byte) {
+	e.buf = protowire.AppendTag(e.buf, f, protowire.BytesType)
+	e.buf = protowire.AppendBytes(e.buf, b)
+}
+
+func (e *exporter) varint(f protowire.Number, v uint64) {
+	if v != 0 {
+		e.buf = protowire.AppendTag(e.buf, f, protowire.VarintType)
+		e.buf = protowire.AppendVarint(e.buf, v)
+	}
+}
+
+func (e *exporter) fixed32(f protowire.Number, v uint32) {
+	if v != 0 {
+		e.buf = protowire.AppendTag(e.buf, f, protowire.Fixed32Type)
+		e.buf = protowire.AppendFixed32(e.buf, v)
+	}
+}
+
+func (e *exporter) fixed64(f protowire.Number, v uint64) {
+	if v != 0 {
+		e.buf = protowire.AppendTag(e.buf, f, protowire.Fixed64Type)
+		e.buf = protowire.AppendFixed64(e.buf, v)
+	}
 }
 
 // spanFlags are OTLP's flags of a span: its trace flags, and whether its
@@ -391,6 +375,16 @@ func spanKind(k oteltrace.SpanKind) tracepb.Span_SpanKind {
 		return tracepb.Span_SPAN_KIND_CONSUMER
 	}
 	return tracepb.Span_SPAN_KIND_UNSPECIFIED
+}
+
+func statusCode(c codes.Code) tracepb.Status_StatusCode {
+	switch c {
+	case codes.Ok:
+		return tracepb.Status_STATUS_CODE_OK
+	case codes.Error:
+		return tracepb.Status_STATUS_CODE_ERROR
+	}
+	return tracepb.Status_STATUS_CODE_UNSET
 }
 
 func unixNano(n int64) uint64 { return uint64(max(0, n)) }

@@ -94,3 +94,63 @@ func TestTheExporterSendsWhatTheSDKsWould(t *testing.T) {
 		}
 	}
 }
+
+// marshalling sends nowhere, but marshals each batch as the OTLP/HTTP
+// client does.
+type marshalling struct{ captured }
+
+func (*marshalling) UploadTraces(_ context.Context, rs []*tracepb.ResourceSpans) error {
+	_, err := proto.Marshal(&coltracepb.ExportTraceServiceRequest{ResourceSpans: rs})
+	return err
+}
+
+// BenchmarkExport: a batch of 512 spans shaped like a gateway request's
+// (the request, its route and its engine call, with their attributes)
+// turned into OTLP's messages and marshalled, by the exporter that keeps
+// its messages beside the SDK's own. Reported per span.
+func BenchmarkExport(b *testing.B) {
+	res := resource.NewSchemaless(attribute.String("service.name", "modelserve"))
+	scope := instrumentation.Scope{Name: "modelserve/gateway"}
+	at := time.Now()
+	var batch tracetest.SpanStubs
+	for i := range 512 {
+		tid := oteltrace.TraceID{byte(i), byte(i >> 8), 1}
+		stub := tracetest.SpanStub{SpanContext: oteltrace.NewSpanContext(oteltrace.SpanContextConfig{TraceID: tid, SpanID: oteltrace.SpanID{byte(i), 1},
+			TraceFlags: oteltrace.FlagsSampled}), StartTime: at, EndTime: at.Add(time.Millisecond), Resource: res, InstrumentationScope: scope}
+		switch i % 3 {
+		case 0:
+			stub.Name, stub.SpanKind = "chat tiny", oteltrace.SpanKindServer
+			stub.Attributes = []attribute.KeyValue{attribute.String("gen_ai.operation.name", "chat"), attribute.String("gen_ai.request.model", "tiny"),
+				attribute.String("http.request.method", "POST"), attribute.String("url.path", "/v1/chat/completions"),
+				attribute.Int("http.response.status_code", 200), attribute.String("gen_ai.response.model", "tiny"),
+				attribute.Int("gen_ai.usage.input_tokens", 12), attribute.Int("gen_ai.usage.output_tokens", 8),
+				attribute.Int("modelserve.timings.cache_n", 4), attribute.Float64("gen_ai.server.time_to_first_token", 0.002)}
+		case 1:
+			stub.Name = "route"
+			stub.Attributes = []attribute.KeyValue{attribute.String("modelserve.replica", "tiny-1"), attribute.String("modelserve.node", "local"),
+				attribute.String("modelserve.route.why", "only replica"), attribute.Int("modelserve.route.load", 0),
+				attribute.Int("modelserve.replicas_ready", 1), attribute.String("modelserve.route.candidates", "tiny-1 0/4")}
+		case 2:
+			stub.Name, stub.SpanKind = "engine chat", oteltrace.SpanKindClient
+			stub.Attributes = []attribute.KeyValue{attribute.String("modelserve.replica", "tiny-1"), attribute.String("modelserve.node", "local"),
+				attribute.String("server.address", "http://127.0.0.1:40001"), attribute.String("url.path", "/v1/chat/completions"),
+				attribute.Int("http.response.status_code", 200)}
+		}
+		batch = append(batch, stub)
+	}
+	spans := batch.Snapshots()
+	for _, side := range []struct {
+		name string
+		exp  sdktrace.SpanExporter
+	}{{"kept", newExporter(&marshalling{})}, {"sdk", otlptrace.NewUnstarted(&marshalling{})}} {
+		b.Run(side.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if err := side.exp.ExportSpans(context.Background(), spans); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(len(spans)), "ns/span")
+		})
+	}
+}
