@@ -51,6 +51,11 @@ type exporter struct {
 	scopes    []instrumentation.Scope
 }
 
+// maxKeptBuffer bounds the buffer kept for the next batch: a batch of
+// spans carrying prompts (--trace-content) may need far more than usual,
+// once.
+const maxKeptBuffer = 4 << 20
+
 func newExporter(c uploader) *exporter { return &exporter{client: c} }
 
 func (e *exporter) start(ctx context.Context) error {
@@ -73,6 +78,9 @@ func (e *exporter) ExportSpans(ctx context.Context, ss []sdktrace.ReadOnlySpan) 
 		rs.ProtoReflect().SetUnknown(nil)
 	}
 	clear(e.resources)
+	if cap(e.buf) > maxKeptBuffer {
+		e.buf = nil
+	}
 	return err
 }
 
