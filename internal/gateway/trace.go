@@ -81,8 +81,13 @@ type waitTrace struct {
 	model   string
 	standIn bool
 	tried   []string
-	// The spans open now: the wait for a start, and the wait for a slot.
-	start, queue trace.Span
+	// When the waits now going on began, the wait for a start and the
+	// wait for a slot: each is recorded once over, as a span begun then
+	// and ended now, so that no span is held open while it waits.
+	coldAt, queuedAt time.Time
+	// ahead and ready are said by the queue's span: the requests before
+	// this one when it began waiting, and the replicas ready then.
+	ahead, ready int
 	// stops are the models' last replicas given back when the start
 	// began (fleet.ModelHealth's LastStop): one said after names the
 	// replica given back for this model.
@@ -107,21 +112,20 @@ func (w *waitTrace) explain() bool { return w != nil }
 
 // cold says the request waits for a replica to start: none is ready.
 func (w *waitTrace) cold() {
-	if w == nil || w.start != nil {
+	if w == nil || !w.coldAt.IsZero() {
 		return
 	}
 	w.stops = map[string]string{}
 	for _, h := range w.g.opts.Fleet.ModelHealth() {
 		w.stops[h.Model] = h.LastStop
 	}
-	_, w.start = w.g.tracer().Start(w.ctx, "cold start", trace.WithAttributes(
-		attribute.String("modelserve.model", w.model), attribute.Bool("modelserve.canary", w.standIn)))
+	w.coldAt = time.Now()
 }
 
 // started ends the wait for a start, a cold start or a swap: the replicas
 // given back for this model since it began tell them apart.
 func (w *waitTrace) started(aerr *apiError) {
-	if w == nil || w.start == nil {
+	if w == nil || w.coldAt.IsZero() {
 		return
 	}
 	var given []string
@@ -130,15 +134,34 @@ func (w *waitTrace) started(aerr *apiError) {
 			given = append(given, h.LastStop)
 		}
 	}
-	kind := "cold_start"
+	name, kind := "cold start", "cold_start"
+	attrs := []attribute.KeyValue{attribute.String("modelserve.model", w.model), attribute.Bool("modelserve.canary", w.standIn)}
 	if len(given) > 0 {
-		kind = "swap"
-		w.start.SetName("swap")
-		w.start.SetAttributes(attribute.StringSlice("modelserve.given_back", given))
+		name, kind = "swap", "swap"
+		attrs = append(attrs, attribute.StringSlice("modelserve.given_back", given))
 	}
-	w.start.SetAttributes(attribute.String("modelserve.start", kind))
-	endSpan(w.start, aerr)
-	w.start = nil
+	w.record(name, w.coldAt, aerr, append(attrs, attribute.String("modelserve.start", kind))...)
+	w.coldAt = time.Time{}
+}
+
+// record is a span of the request's, begun at began and ended now.
+func (w *waitTrace) record(name string, began time.Time, aerr *apiError, attrs ...attribute.KeyValue) {
+	_, span := w.g.tracer().Start(w.ctx, name, trace.WithTimestamp(began))
+	span.SetAttributes(attrs...)
+	if aerr != nil {
+		span.SetStatus(codes.Error, aerr.Message)
+	}
+	span.End()
+}
+
+// endQueue records the wait for a slot, if there was one.
+func (w *waitTrace) endQueue(aerr *apiError) {
+	if w.queuedAt.IsZero() {
+		return
+	}
+	w.record("queue", w.queuedAt, aerr, attribute.String("modelserve.model", w.model),
+		attribute.Int("modelserve.queue.ahead", w.ahead), attribute.Int("modelserve.replicas_ready", w.ready))
+	w.queuedAt = time.Time{}
 }
 
 // stoppedFor is whether a fleet's sentence of a replica given back
@@ -160,13 +183,11 @@ func stoppedFor(stop, model string) bool {
 // queued says the request waits for a slot, ahead of it those waiting
 // already.
 func (w *waitTrace) queued(ahead, ready int) {
-	if w == nil || w.queue != nil {
+	if w == nil || !w.queuedAt.IsZero() {
 		return
 	}
 	w.started(nil)
-	_, w.queue = w.g.tracer().Start(w.ctx, "queue", trace.WithAttributes(
-		attribute.String("modelserve.model", w.model), attribute.Int("modelserve.queue.ahead", ahead),
-		attribute.Int("modelserve.replicas_ready", ready)))
+	w.queuedAt, w.ahead, w.ready = time.Now(), ahead, ready
 }
 
 // routed ends the waits, and records the routing decision: which replica
@@ -176,8 +197,7 @@ func (w *waitTrace) routed(c choice, ready int) {
 		return
 	}
 	w.started(nil)
-	endSpan(w.queue, nil)
-	w.queue = nil
+	w.endQueue(nil)
 	// What the request's span says already (the model) is not said
 	// again: every attribute is paid for on the request's path and again
 	// in the export.
@@ -205,18 +225,7 @@ func (w *waitTrace) failed(aerr *apiError) {
 		return
 	}
 	w.started(aerr)
-	endSpan(w.queue, aerr)
-	w.queue = nil
-}
-
-func endSpan(span trace.Span, aerr *apiError) {
-	if span == nil {
-		return
-	}
-	if aerr != nil {
-		span.SetStatus(codes.Error, aerr.Message)
-	}
-	span.End()
+	w.endQueue(aerr)
 }
 
 // startCall begins the client span of the call to an engine, and passes
