@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"modelserve/catalog"
 	"modelserve/internal/auth"
@@ -23,7 +24,12 @@ import (
 // would drown the microseconds measured here; BenchmarkOverhead measures
 // the gateway beside the real engine. The gateway's cost is its line less
 // direct's, in time, bytes and allocations per request; tracing's, traced
-// less gateway.
+// less gateway. The CPU time of each (cpu), taken request by request
+// taking turns in one run, says the same on a machine busy with
+// other work: the gateway's own CPU per request with tracing on against
+// off (tracing_cpu_ratio: against an engine that answers at once, so the
+// largest it can be) and what tracing adds (tracing_cpu_us), its export
+// included.
 func BenchmarkOwnWork(b *testing.B) {
 	plain := []byte(`{"choices":[{"finish_reason":"length","index":0,"message":{"role":"assistant","content":"Hello there, how are"}}],` +
 		`"created":1764600000,"model":"tiny","system_fingerprint":"b11669","object":"chat.completion",` +
@@ -83,7 +89,8 @@ func BenchmarkOwnWork(b *testing.B) {
 	for _, stream := range []bool{false, true} {
 		body, _ := json.Marshal(map[string]any{"model": "tiny", "max_tokens": 8, "stream": stream,
 			"messages": []map[string]string{{"role": "system", "content": strings.Repeat("You are helpful. ", 20)}, {"role": "user", "content": "Say hello."}}})
-		for _, side := range []struct{ name, url string }{{"direct", engine.URL}, {"gateway", gw.URL}, {"traced", traced.URL}} {
+		sides := []struct{ name, url string }{{"direct", engine.URL}, {"gateway", gw.URL}, {"traced", traced.URL}}
+		for _, side := range sides {
 			b.Run(fmt.Sprintf("stream=%v/%s", stream, side.name), func(b *testing.B) {
 				b.ReportAllocs()
 				for b.Loop() {
@@ -93,8 +100,39 @@ func BenchmarkOwnWork(b *testing.B) {
 				}
 			})
 		}
+		b.Run(fmt.Sprintf("stream=%v/cpu", stream), func(b *testing.B) {
+			var cpu [3]time.Duration
+			n := 0
+			for b.Loop() {
+				// Each side goes first, second and third in turn: what one
+				// request's goroutines finish after its answer is counted
+				// with the next, so each side follows each equally.
+				for k := range sides {
+					i := (n + k) % len(sides)
+					side := sides[i]
+					c := cpuTime()
+					if _, err := call(side.url+"/v1/chat/completions", "k", body); err != nil {
+						b.Fatal(err)
+					}
+					if side.name == "traced" && n%flushEvery == flushEvery-1 {
+						tr.Flush(context.Background())
+					}
+					cpu[i] += cpuTime() - c
+				}
+				n++
+			}
+			own := func(i int) float64 { return (cpu[i] - cpu[0]).Seconds() / float64(n) }
+			b.ReportMetric(own(1)*1e6, "gateway_cpu_us")
+			b.ReportMetric(own(2)*1e6, "traced_cpu_us")
+			b.ReportMetric((own(2)-own(1))*1e6, "tracing_cpu_us")
+			b.ReportMetric(own(2)/own(1), "tracing_cpu_ratio")
+		})
 	}
 }
+
+// flushEvery is how many traced requests' spans the CPU rounds export at
+// once, their export counted with the traced side.
+const flushEvery = 64
 
 // oneModel is a catalog of one model, by name.
 type oneModel struct{ name string }

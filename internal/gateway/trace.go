@@ -34,6 +34,15 @@ func (g *Gateway) propagator() propagation.TextMapPropagator {
 	return g.opts.Propagator
 }
 
+// Every span option and attribute set is paid for on the request's path:
+// the kinds are made once, and each span's attributes are given in one
+// call (each call is an allocation, and every one but the first may grow
+// the span's list again).
+var (
+	serverKind = trace.WithSpanKind(trace.SpanKindServer)
+	clientKind = trace.WithSpanKind(trace.SpanKindClient)
+)
+
 // operationOf is the GenAI operation a route is.
 func operationOf(path string) string {
 	switch {
@@ -55,9 +64,9 @@ func (g *Gateway) startRequest(r *http.Request, model string) (*http.Request, tr
 	}
 	ctx := g.propagator().Extract(r.Context(), propagation.HeaderCarrier(r.Header))
 	op := operationOf(r.URL.Path)
-	ctx, span := g.tracer().Start(ctx, op+" "+model, trace.WithSpanKind(trace.SpanKindServer), trace.WithAttributes(
-		attribute.String("gen_ai.operation.name", op), attribute.String("gen_ai.request.model", model),
-		attribute.String("http.request.method", r.Method), attribute.String("url.path", r.URL.Path)))
+	ctx, span := g.tracer().Start(ctx, op+" "+model, serverKind)
+	span.SetAttributes(attribute.String("gen_ai.operation.name", op), attribute.String("gen_ai.request.model", model),
+		attribute.String("http.request.method", r.Method), attribute.String("url.path", r.URL.Path))
 	return r.WithContext(ctx), span
 }
 
@@ -72,8 +81,13 @@ type waitTrace struct {
 	model   string
 	standIn bool
 	tried   []string
-	// The spans open now: the wait for a start, and the wait for a slot.
-	start, queue trace.Span
+	// When the waits now going on began, the wait for a start and the
+	// wait for a slot: each is recorded once over, as a span begun then
+	// and ended now, so that no span is held open while it waits.
+	coldAt, queuedAt time.Time
+	// ahead and ready are said by the queue's span: the requests before
+	// this one when it began waiting, and the replicas ready then.
+	ahead, ready int
 	// stops are the models' last replicas given back when the request
 	// said its demand (lastStops): one said after names the replica
 	// given back for this model.
@@ -113,17 +127,16 @@ func (w *waitTrace) explain() bool { return w != nil }
 
 // cold says the request waits for a replica to start: none is ready.
 func (w *waitTrace) cold() {
-	if w == nil || w.start != nil {
+	if w == nil || !w.coldAt.IsZero() {
 		return
 	}
-	_, w.start = w.g.tracer().Start(w.ctx, "cold start", trace.WithAttributes(
-		attribute.String("modelserve.model", w.model), attribute.Bool("modelserve.canary", w.standIn)))
+	w.coldAt = time.Now()
 }
 
 // started ends the wait for a start, a cold start or a swap: the replicas
 // given back for this model since it began tell them apart.
 func (w *waitTrace) started(aerr *apiError) {
-	if w == nil || w.start == nil {
+	if w == nil || w.coldAt.IsZero() {
 		return
 	}
 	var given []string
@@ -132,15 +145,34 @@ func (w *waitTrace) started(aerr *apiError) {
 			given = append(given, h.LastStop)
 		}
 	}
-	kind := "cold_start"
+	name, kind := "cold start", "cold_start"
+	attrs := []attribute.KeyValue{attribute.String("modelserve.model", w.model), attribute.Bool("modelserve.canary", w.standIn)}
 	if len(given) > 0 {
-		kind = "swap"
-		w.start.SetName("swap")
-		w.start.SetAttributes(attribute.StringSlice("modelserve.given_back", given))
+		name, kind = "swap", "swap"
+		attrs = append(attrs, attribute.StringSlice("modelserve.given_back", given))
 	}
-	w.start.SetAttributes(attribute.String("modelserve.start", kind))
-	endSpan(w.start, aerr)
-	w.start = nil
+	w.record(name, w.coldAt, aerr, append(attrs, attribute.String("modelserve.start", kind))...)
+	w.coldAt = time.Time{}
+}
+
+// record is a span of the request's, begun at began and ended now.
+func (w *waitTrace) record(name string, began time.Time, aerr *apiError, attrs ...attribute.KeyValue) {
+	_, span := w.g.tracer().Start(w.ctx, name, trace.WithTimestamp(began))
+	span.SetAttributes(attrs...)
+	if aerr != nil {
+		span.SetStatus(codes.Error, aerr.Message)
+	}
+	span.End()
+}
+
+// endQueue records the wait for a slot, if there was one.
+func (w *waitTrace) endQueue(aerr *apiError) {
+	if w.queuedAt.IsZero() {
+		return
+	}
+	w.record("queue", w.queuedAt, aerr, attribute.String("modelserve.model", w.model),
+		attribute.Int("modelserve.queue.ahead", w.ahead), attribute.Int("modelserve.replicas_ready", w.ready))
+	w.queuedAt = time.Time{}
 }
 
 // stoppedFor is whether a fleet's sentence of a replica given back
@@ -162,13 +194,11 @@ func stoppedFor(stop, model string) bool {
 // queued says the request waits for a slot, ahead of it those waiting
 // already.
 func (w *waitTrace) queued(ahead, ready int) {
-	if w == nil || w.queue != nil {
+	if w == nil || !w.queuedAt.IsZero() {
 		return
 	}
 	w.started(nil)
-	_, w.queue = w.g.tracer().Start(w.ctx, "queue", trace.WithAttributes(
-		attribute.String("modelserve.model", w.model), attribute.Int("modelserve.queue.ahead", ahead),
-		attribute.Int("modelserve.replicas_ready", ready)))
+	w.queuedAt, w.ahead, w.ready = time.Now(), ahead, ready
 }
 
 // routed ends the waits, and records the routing decision: which replica
@@ -178,23 +208,25 @@ func (w *waitTrace) routed(c choice, ready int) {
 		return
 	}
 	w.started(nil)
-	endSpan(w.queue, nil)
-	w.queue = nil
+	w.endQueue(nil)
 	// What the request's span says already (the model) is not said
 	// again: every attribute is paid for on the request's path and again
 	// in the export.
-	_, span := w.g.tracer().Start(w.ctx, "route", trace.WithAttributes(attribute.String("modelserve.replica", c.replica.ID),
-		attribute.String("modelserve.node", c.replica.Node), attribute.String("modelserve.route.why", c.why),
-		attribute.Int("modelserve.route.load", c.load), attribute.Int("modelserve.replicas_ready", ready),
-		// One string, not a slice: a slice attribute is made by
-		// reflection, and was a third of the routing span's cost.
-		attribute.String("modelserve.route.candidates", strings.Join(c.loads, ", "))))
+	attrs := make([]attribute.KeyValue, 6, 8)
+	attrs[0], attrs[1] = attribute.String("modelserve.replica", c.replica.ID), attribute.String("modelserve.node", c.replica.Node)
+	attrs[2], attrs[3] = attribute.String("modelserve.route.why", c.why), attribute.Int("modelserve.route.load", c.load)
+	attrs[4] = attribute.Int("modelserve.replicas_ready", ready)
+	// One string, not a slice: a slice attribute is made by reflection,
+	// and was a third of the routing span's cost.
+	attrs[5] = attribute.String("modelserve.route.candidates", strings.Join(c.loads, ", "))
 	if avoided := append(slices.Clip(w.tried), c.cooling...); len(avoided) > 0 {
-		span.SetAttributes(attribute.StringSlice("modelserve.avoided_replicas", avoided))
+		attrs = append(attrs, attribute.StringSlice("modelserve.avoided_replicas", avoided))
 	}
 	if w.standIn {
-		span.SetAttributes(attribute.Bool("modelserve.canary", true))
+		attrs = append(attrs, attribute.Bool("modelserve.canary", true))
 	}
+	_, span := w.g.tracer().Start(w.ctx, "route")
+	span.SetAttributes(attrs...)
 	span.End()
 }
 
@@ -204,18 +236,7 @@ func (w *waitTrace) failed(aerr *apiError) {
 		return
 	}
 	w.started(aerr)
-	endSpan(w.queue, aerr)
-	w.queue = nil
-}
-
-func endSpan(span trace.Span, aerr *apiError) {
-	if span == nil {
-		return
-	}
-	if aerr != nil {
-		span.SetStatus(codes.Error, aerr.Message)
-	}
-	span.End()
+	w.endQueue(aerr)
 }
 
 // startCall begins the client span of the call to an engine, and passes
@@ -224,14 +245,48 @@ func (g *Gateway) startCall(ctx context.Context, up *http.Request, model string,
 	if g.opts.Tracer == nil {
 		return ctx, nil
 	}
-	ctx, span := g.tracer().Start(ctx, "engine "+operationOf(up.URL.Path), trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(
-		attribute.String("modelserve.replica", rep.ID), attribute.String("modelserve.node", rep.Node),
-		attribute.String("server.address", rep.Endpoint), attribute.String("url.path", up.URL.Path)))
+	ctx, span := g.tracer().Start(ctx, engineSpanName(up.URL.Path), clientKind)
+	attrs := make([]attribute.KeyValue, 4, 6)
+	attrs[0], attrs[1] = attribute.String("modelserve.replica", rep.ID), attribute.String("modelserve.node", rep.Node)
+	attrs[2], attrs[3] = attribute.String("server.address", rep.Endpoint), attribute.String("url.path", up.URL.Path)
 	if answerAs != "" {
-		span.SetAttributes(attribute.String("modelserve.version", model), attribute.String("modelserve.canary_of", answerAs))
+		attrs = append(attrs, attribute.String("modelserve.version", model), attribute.String("modelserve.canary_of", answerAs))
 	}
-	g.propagator().Inject(ctx, propagation.HeaderCarrier(up.Header))
+	span.SetAttributes(attrs...)
+	g.propagator().Inject(ctx, headerCarrier(up.Header))
 	return ctx, span
+}
+
+// engineSpanName is the name of the span of a call to an engine on path,
+// made once for each operation.
+func engineSpanName(path string) string {
+	switch operationOf(path) {
+	case "chat":
+		return "engine chat"
+	case "embeddings":
+		return "engine embeddings"
+	case "text_completion":
+		return "engine text_completion"
+	}
+	return "engine other"
+}
+
+// headerCarrier is propagation.HeaderCarrier but that it sets the W3C
+// trace context's headers by their canonical names, made once, rather
+// than canonicalising them for every request.
+type headerCarrier http.Header
+
+func (h headerCarrier) Get(key string) string { return propagation.HeaderCarrier(h).Get(key) }
+func (h headerCarrier) Keys() []string        { return propagation.HeaderCarrier(h).Keys() }
+func (h headerCarrier) Set(key, value string) {
+	switch key {
+	case "traceparent":
+		h["Traceparent"] = []string{value}
+	case "tracestate":
+		h["Tracestate"] = []string{value}
+	default:
+		http.Header(h).Set(key, value)
+	}
 }
 
 // endCall ends the engine's span with its status, and tells the
@@ -247,12 +302,14 @@ func endCall(ctx context.Context, span trace.Span, model string, status int, sta
 	}
 	span.End()
 	if req := trace.SpanFromContext(ctx); req.IsRecording() {
-		req.SetAttributes(attribute.Int("http.response.status_code", status), attribute.String("gen_ai.response.model", model),
-			attribute.Int("gen_ai.usage.input_tokens", c.prompt), attribute.Int("gen_ai.usage.output_tokens", c.completion),
-			attribute.Int("modelserve.timings.cache_n", c.cached))
+		attrs := make([]attribute.KeyValue, 5, 6)
+		attrs[0], attrs[1] = attribute.Int("http.response.status_code", status), attribute.String("gen_ai.response.model", model)
+		attrs[2], attrs[3] = attribute.Int("gen_ai.usage.input_tokens", c.prompt), attribute.Int("gen_ai.usage.output_tokens", c.completion)
+		attrs[4] = attribute.Int("modelserve.timings.cache_n", c.cached)
 		if !first.IsZero() {
-			req.SetAttributes(attribute.Float64("gen_ai.server.time_to_first_token", first.Sub(start).Seconds()))
+			attrs = append(attrs, attribute.Float64("gen_ai.server.time_to_first_token", first.Sub(start).Seconds()))
 		}
+		req.SetAttributes(attrs...)
 	}
 }
 

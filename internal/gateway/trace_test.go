@@ -166,6 +166,13 @@ func TestAColdStartIsASpan(t *testing.T) {
 	if route.ParentID != req.SpanID || route.Attrs["modelserve.replica"] == "" {
 		t.Errorf("route span %+v; want a child of the request naming the replica", route)
 	}
+	// The wait is recorded once it is over: its span still covers it,
+	// from within the request to the routing that ended it, and an
+	// engine takes more than 10ms to start.
+	if cold.Start < req.Start || cold.End < cold.Start+uint64(10*time.Millisecond) || cold.End > route.Start {
+		t.Errorf("cold start from %d to %d, request from %d, route at %d; want the whole wait within the request, ended before the routing",
+			cold.Start, cold.End, req.Start, route.Start)
+	}
 }
 
 // TestASwapIsASpan: on a node with room for one of two models loaded on

@@ -9,19 +9,26 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 )
 
-// queue is the span processor: a finished span goes into a bounded channel
+// queue is the span processor: a finished span is put in a bounded list
 // without waiting (or is dropped and counted when it is full), and one
 // goroutine sends batches to the exporter, each export bounded in time.
+// The goroutine is woken when a batch is full, or by its ticker: not by
+// every span, as a channel between them did (three times a gateway
+// request, each a trip through the scheduler).
 type queue struct {
 	exp     sdktrace.SpanExporter
-	spans   chan sdktrace.ReadOnlySpan
+	size    int
 	batch   int
 	every   time.Duration
 	timeout time.Duration
+	full    chan struct{}
 	flush   chan chan struct{}
 	stop    chan struct{}
 	stopped chan struct{}
 	once    sync.Once
+
+	mu      sync.Mutex
+	pending []sdktrace.ReadOnlySpan
 
 	dropped  prometheus.Counter
 	exported prometheus.Counter
@@ -42,8 +49,9 @@ func newQueue(exp sdktrace.SpanExporter, o Options) *queue {
 		o.ExportTimeout = 10 * time.Second
 	}
 	q := &queue{
-		exp: exp, spans: make(chan sdktrace.ReadOnlySpan, o.QueueSize), batch: o.BatchSize, every: o.Every, timeout: o.ExportTimeout,
-		flush: make(chan chan struct{}), stop: make(chan struct{}), stopped: make(chan struct{}),
+		exp: exp, size: o.QueueSize, batch: o.BatchSize, every: o.Every, timeout: o.ExportTimeout,
+		pending: make([]sdktrace.ReadOnlySpan, 0, o.QueueSize),
+		full:    make(chan struct{}, 1), flush: make(chan chan struct{}), stop: make(chan struct{}), stopped: make(chan struct{}),
 		dropped: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "modelserve_trace_spans_dropped_total", Help: "Finished spans not exported: the export queue was full (a collector down or slow), an export failed, or the process stopped first.",
 		}),
@@ -73,11 +81,33 @@ func (q *queue) OnEnd(s sdktrace.ReadOnlySpan) {
 	if !s.SpanContext().IsSampled() {
 		return
 	}
-	select {
-	case q.spans <- s:
-	default:
+	q.mu.Lock()
+	if len(q.pending) == q.size {
+		q.mu.Unlock()
 		q.dropped.Inc()
+		return
 	}
+	q.pending = append(q.pending, s)
+	n := len(q.pending)
+	q.mu.Unlock()
+	if n == q.batch {
+		select {
+		case q.full <- struct{}{}:
+		default: // woken already
+		}
+	}
+}
+
+// take moves up to a batch of the pending spans into buf.
+func (q *queue) take(buf []sdktrace.ReadOnlySpan) []sdktrace.ReadOnlySpan {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	n := min(len(q.pending), q.batch)
+	buf = append(buf[:0], q.pending[:n]...)
+	rest := copy(q.pending, q.pending[n:])
+	clear(q.pending[rest:])
+	q.pending = q.pending[:rest]
+	return buf
 }
 
 func (q *queue) loop() {
@@ -100,27 +130,29 @@ func (q *queue) loop() {
 		clear(buf)
 		buf = buf[:0]
 	}
-	drain := func() {
+	// batches sends whole batches while there are; drain sends all.
+	batches := func() {
 		for {
-			select {
-			case s := <-q.spans:
-				if buf = append(buf, s); len(buf) == q.batch {
-					send()
-				}
-			default:
-				send()
+			if buf = q.take(buf); len(buf) < q.batch {
 				return
 			}
+			send()
+		}
+	}
+	drain := func() {
+		for {
+			if buf = q.take(buf); len(buf) == 0 {
+				return
+			}
+			send()
 		}
 	}
 	for {
 		select {
-		case s := <-q.spans:
-			if buf = append(buf, s); len(buf) == q.batch {
-				send()
-			}
+		case <-q.full:
+			batches()
 		case <-tick.C:
-			send()
+			drain()
 		case done := <-q.flush:
 			drain()
 			close(done)
@@ -156,7 +188,9 @@ func (q *queue) Shutdown(ctx context.Context) error {
 	select {
 	case <-q.stopped:
 	case <-ctx.Done():
-		q.dropped.Add(float64(len(q.spans)))
+		q.mu.Lock()
+		q.dropped.Add(float64(len(q.pending)))
+		q.mu.Unlock()
 		return ctx.Err()
 	}
 	return q.exp.Shutdown(ctx)

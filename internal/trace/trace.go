@@ -20,6 +20,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -129,7 +130,7 @@ func FromEnv(e Env, o Options) (*Tracing, error) {
 	if err != nil {
 		return nil, err
 	}
-	exp, err := otlptracehttp.New(context.Background(), otlptracehttp.WithEndpointURL(endpoint))
+	exp, err := exporterTo(endpoint)
 	if err != nil {
 		return nil, fmt.Errorf("tracing to %s: %w", endpoint, err)
 	}
@@ -149,6 +150,32 @@ func FromEnv(e Env, o Options) (*Tracing, error) {
 		sdktrace.WithSpanProcessor(q),
 	)
 	return &Tracing{Provider: sdk, Propagator: propagation.TraceContext{}, Endpoint: endpoint, sdk: sdk, queue: q}, nil
+}
+
+// Flush exports what is queued now, within ctx: for a benchmark that
+// counts the export's work with the requests that made the spans.
+func (t *Tracing) Flush(ctx context.Context) error {
+	if !t.On() {
+		return nil
+	}
+	return t.sdk.ForceFlush(ctx)
+}
+
+// exporterTo is the exporter to the collector at endpoint: modelserve's
+// own, which writes the protobuf encoding, or, when the client is told to
+// send JSON (OTEL_EXPORTER_OTLP_TRACES_PROTOCOL or
+// OTEL_EXPORTER_OTLP_PROTOCOL is http/json), the SDK's, which builds the
+// messages JSON is written from.
+func exporterTo(endpoint string) (sdktrace.SpanExporter, error) {
+	protocol, ok := os.LookupEnv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
+	if !ok {
+		protocol = os.Getenv("OTEL_EXPORTER_OTLP_PROTOCOL")
+	}
+	if strings.TrimSpace(protocol) == "http/json" {
+		return otlptracehttp.New(context.Background(), otlptracehttp.WithEndpointURL(endpoint))
+	}
+	exp := newExporter(otlptracehttp.NewClient(otlptracehttp.WithEndpointURL(endpoint)))
+	return exp, exp.start(context.Background())
 }
 
 // Shutdown exports what is queued, within ctx, and stops. Spans still

@@ -2,6 +2,7 @@ package trace_test
 
 import (
 	"context"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -139,5 +140,34 @@ func TestAStuckCollectorDropsAndCountsSpans(t *testing.T) {
 	defer cancel()
 	if err := tr.Shutdown(ctx); err == nil {
 		t.Fatal("Shutdown with a stuck collector returned no error; it should give up when its context ends")
+	}
+}
+
+// A client told to send JSON sends the spans whole: the exporter that
+// writes protobuf itself steps aside for the SDK's.
+func TestJSONProtocolStillCarriesTheSpans(t *testing.T) {
+	t.Setenv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "http/json")
+	got := make(chan string, 4)
+	col := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		got <- r.Header.Get("Content-Type") + " " + string(b)
+	}))
+	defer col.Close()
+	tr, err := trace.New(env(map[string]string{"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": col.URL + "/v1/traces"}), trace.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, span := tr.Tracer("t").Start(context.Background(), "a job in json")
+	span.End()
+	if err := tr.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case body := <-got:
+		if !strings.HasPrefix(body, "application/json") || !strings.Contains(body, `"a job in json"`) {
+			t.Fatalf("the collector was sent %.200q, want JSON naming the span", body)
+		}
+	default:
+		t.Fatal("nothing was exported")
 	}
 }

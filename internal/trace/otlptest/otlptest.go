@@ -26,6 +26,9 @@ type Span struct {
 	Links                           []string // trace ids
 	StatusError                     bool
 	StatusMessage                   string
+	// Start and End are when the span began and ended, in nanoseconds
+	// since the Unix epoch.
+	Start, End uint64
 }
 
 // Receiver is a running receiver. URL is its traces endpoint.
@@ -67,7 +70,8 @@ func (r *Receiver) serve(w http.ResponseWriter, req *http.Request) {
 			for _, s := range ss.Spans {
 				sp := Span{Name: s.Name, TraceID: hex.EncodeToString(s.TraceId), SpanID: hex.EncodeToString(s.SpanId),
 					ParentID: hex.EncodeToString(s.ParentSpanId), Service: service, Kind: s.Kind.String(), Attrs: map[string]string{},
-					StatusError: s.GetStatus().GetCode() == 2, StatusMessage: s.GetStatus().GetMessage()}
+					StatusError: s.GetStatus().GetCode() == 2, StatusMessage: s.GetStatus().GetMessage(),
+					Start: s.StartTimeUnixNano, End: s.EndTimeUnixNano}
 				for _, a := range s.Attributes {
 					sp.Attrs[a.Key] = value(a.Value)
 				}
