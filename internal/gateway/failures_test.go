@@ -46,9 +46,11 @@ func TestClientsOwnErrorsAreNotTheModelsFailures(t *testing.T) {
 	if resp, body := e.post(ctx, "/v1/chat/completions", e.token, chat); resp.StatusCode != http.StatusOK {
 		t.Fatalf("a good request after them: %d %s", resp.StatusCode, body)
 	}
+	// The traffic and the meter each count a request as it ends, one a
+	// moment after the other.
 	waitFor(t, 2*time.Second, "the requests counted", func() (bool, string) {
 		tr := e.gw.Traffic()
-		return tr["tiny"].Requests == 4 && tr["long"].Requests == 1, ""
+		return tr["tiny"].Requests == 4 && tr["long"].Requests == 1 && meter.Read().Requests == 4, ""
 	})
 	for model, tr := range e.gw.Traffic() {
 		if tr.Failed != 0 {
