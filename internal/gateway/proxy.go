@@ -118,9 +118,13 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, m catalog.Model,
 
 	p := g.pool(m.Name)
 	rs := p.read()
-	// The replicas last given back are read before the demand is said:
-	// the fleet may give one back for this request at once.
-	stops := g.lastStops(ctx)
+	// With none ready, the request may wait for a start: the replicas
+	// last given back are read before the demand is said, since the fleet
+	// may give one back for it at once (a swap's span names them).
+	var stops map[string]string
+	if len(rs) == 0 {
+		stops = g.lastStops(ctx)
+	}
 	release := g.opts.Fleet.Use(m.Name, wanted(p, rs))
 	defer release()
 	// A replica that did not answer at all (refused the connection, or

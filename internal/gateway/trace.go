@@ -89,7 +89,8 @@ type waitTrace struct {
 	// this one when it began waiting, and the replicas ready then.
 	ahead, ready int
 	// stops are the models' last replicas given back when the request
-	// said its demand (lastStops): one said after names the replica
+	// said its demand, read when none was ready then, else as it began
+	// to wait for a start (lastStops): one said after names the replica
 	// given back for this model.
 	stops map[string]string
 }
@@ -110,7 +111,7 @@ func (g *Gateway) lastStops(ctx context.Context) map[string]string {
 
 // startWait begins the trace of the wait for a replica of model, by a
 // request that replicas tried already failed; stops are lastStops as the
-// request said its demand.
+// request said its demand, nil when replicas were ready then.
 func (g *Gateway) startWait(ctx context.Context, model string, tried []fleet.Replica, standIn bool, stops map[string]string) *waitTrace {
 	if g.opts.Tracer == nil || !trace.SpanFromContext(ctx).IsRecording() {
 		return nil
@@ -129,6 +130,10 @@ func (w *waitTrace) explain() bool { return w != nil }
 func (w *waitTrace) cold() {
 	if w == nil || !w.coldAt.IsZero() {
 		return
+	}
+	if w.stops == nil {
+		// Replicas were ready as the request came, and are gone now.
+		w.stops = w.g.lastStops(w.ctx)
 	}
 	w.coldAt = time.Now()
 }
