@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
@@ -45,6 +46,11 @@ func TestWhatAModelDoesNotServeIsRefusedInItsOwnWords(t *testing.T) {
 	if res, err := c.Embeddings.New(ctx, openai.EmbeddingNewParams{Model: "embed", Input: openai.EmbeddingNewParamsInputUnion{OfString: openai.String("hello")}}); err != nil || len(res.Data) != 1 {
 		t.Errorf("embed after the refusal: %+v, %v", res, err)
 	}
+	// A request is counted as it ends, a moment after its answer.
+	waitFor(t, 2*time.Second, "the requests counted", func() (bool, string) {
+		tr := e.gw.Traffic()
+		return tr["tiny"].Requests == 2 && tr["embed"].Requests == 2, ""
+	})
 	traffic := e.gw.Traffic()
 	for _, model := range []string{"tiny", "embed"} {
 		if tr := traffic[model]; tr.Requests != 2 || tr.Failed != 0 {
