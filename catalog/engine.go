@@ -22,3 +22,13 @@ func SuggestCores(nodeCPUs []int) int {
 	}
 	return max(1, slices.Min(nodeCPUs)/2)
 }
+
+// Depth is how many requests are sent at once to an engine of slots
+// slots: one waiting in the engine's own queue for each slot, beyond those
+// its slots serve. The engine starts a request it holds the moment a slot
+// frees, where one held in modelserve would first cross to it; more than
+// one per slot would only keep requests from a replica that frees sooner.
+// The gateway sends no more than this, and the fleet starts the engine
+// with an HTTP thread for each (fleet.EngineArgs): one owner, so the two
+// cannot part.
+func Depth(slots int) int { return 2 * max(slots, 1) }

@@ -193,11 +193,37 @@ func EngineArgs(m catalog.Model, p catalog.Profile, weights, projector string, t
 	if projector != "" {
 		args = append(args, "--mmproj", projector)
 	}
-	args = append(args, "--alias", m.Name, "--metrics", "--slots")
+	args = append(args, "--alias", m.Name, "--metrics", "--slots", "--threads-http", strconv.Itoa(httpThreads(p)))
 	if threads > 0 {
 		args = append(args, "--threads", strconv.Itoa(threads))
 	}
 	return args
+}
+
+// engineAutoSlots are the slots llama-server gives itself when it is not
+// told (--parallel auto): an unsized profile's.
+const engineAutoSlots = 4
+
+// fleetReaders are the connections to an engine besides the gateway's:
+// the supervisor's, which asks /health, /slots and /metrics one after the
+// other on one kept-alive connection, and one more for a second reader of
+// the same (a pod's probes while the supervisor reads).
+const fleetReaders = 2
+
+// httpThreads is the engine's --threads-http for profile p: a thread for
+// each request the gateway may send it at once (catalog.Depth), and one
+// for each of the fleet's readers. llama-server's HTTP library serves a
+// kept-alive connection on one thread until it has been idle for 5 s,
+// and the engine's default (max(slots+2, cores-1)) is fewer than the
+// gateway's connections at full depth with the fleet's beside them: a
+// build whose pool does not grow leaves the request on one connection
+// more waiting for an idle one to time out.
+func httpThreads(p catalog.Profile) int {
+	slots := engineAutoSlots
+	if p.Pool > 0 {
+		slots = max(p.Slots, 1)
+	}
+	return catalog.Depth(slots) + fleetReaders
 }
 
 // KeyEnv is the environment variable llama-server reads its --api-key

@@ -195,7 +195,8 @@ func TestFailureReasonPicksTheEnginesWords(t *testing.T) {
 // TestEngineArgsFromTheProfile: the engine's command line is written from
 // the profile's fields, here only: the pool in its slots, what an
 // embedding model and a judge need, the weights, the alias, the load
-// figures the fleet reads, and never a key.
+// figures the fleet reads, an HTTP thread for each connection the gateway
+// and the fleet may hold open, and never a key.
 func TestEngineArgsFromTheProfile(t *testing.T) {
 	m := catalog.Model{Name: "m"}
 	tests := []struct {
@@ -206,15 +207,15 @@ func TestEngineArgsFromTheProfile(t *testing.T) {
 		want    string
 	}{
 		{"the default pool in four slots", catalog.Profile{Pool: 16384, Slots: 4}, 2, "",
-			"--ctx-size 16384 --parallel 4 -m /w.gguf --alias m --metrics --slots --threads 2"},
+			"--ctx-size 16384 --parallel 4 -m /w.gguf --alias m --metrics --slots --threads-http 10 --threads 2"},
 		{"one long slot", catalog.Profile{Pool: 32768, Slots: 1}, 0, "",
-			"--ctx-size 32768 --parallel 1 -m /w.gguf --alias m --metrics --slots"},
+			"--ctx-size 32768 --parallel 1 -m /w.gguf --alias m --metrics --slots --threads-http 4"},
 		{"an unsized profile leaves the context to the engine", catalog.Profile{}, 0, "/p.gguf",
-			"-m /w.gguf --mmproj /p.gguf --alias m --metrics --slots"},
+			"-m /w.gguf --mmproj /p.gguf --alias m --metrics --slots --threads-http 10"},
 		{"embeddings batch a whole slot at once", catalog.Profile{Pool: 32768, Slots: 32, Embeddings: true}, 0, "",
-			"--embedding --ctx-size 32768 --parallel 32 --batch-size 1024 --ubatch-size 1024 -m /w.gguf --alias m --metrics --slots"},
+			"--embedding --ctx-size 32768 --parallel 32 --batch-size 1024 --ubatch-size 1024 -m /w.gguf --alias m --metrics --slots --threads-http 66"},
 		{"a judge keeps no prompt cache", catalog.Profile{Pool: 8192, Slots: 1, Judge: true}, 0, "",
-			"--ctx-size 8192 --parallel 1 --cache-ram 0 -m /w.gguf --alias m --metrics --slots"},
+			"--ctx-size 8192 --parallel 1 --cache-ram 0 -m /w.gguf --alias m --metrics --slots --threads-http 4"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

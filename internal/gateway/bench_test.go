@@ -271,7 +271,8 @@ func meanMS(as []answer) float64 {
 
 // BenchmarkColdStart: from the first request for a model loaded on demand
 // to its first token, less what the engine takes by itself to load the
-// same model (started by hand and asked /health every 5 ms). Reported: the
+// same model with the fleet's flags (started by hand and asked /health
+// every 5 ms). Reported: the
 // difference, modelserve's own part of a cold start (goal < 200 ms).
 func BenchmarkColdStart(b *testing.B) {
 	e := mustEnv(b, Options{})
@@ -284,7 +285,7 @@ func BenchmarkColdStart(b *testing.B) {
 	for b.Loop() {
 		// The engine by itself.
 		start := time.Now()
-		url, cmd := llamatest.Start(b, append([]string{"-m", m.Source, "--api-key", "k"}, tinyArgs...)...)
+		url, cmd := llamatest.Start(b, append(fleet.EngineArgs(m, m.Profiles[0], m.Source, "", 1), "--api-key", "k")...)
 		for {
 			resp, err := benchClient.Get(url + "/health")
 			if err == nil {

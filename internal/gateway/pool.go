@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"modelserve/catalog"
 	"modelserve/internal/fleet"
 )
 
@@ -73,12 +74,9 @@ func slotsOf(r fleet.Replica) int {
 	return 1
 }
 
-// depthOf is how many requests the gateway sends a replica at once: one
-// waiting in the engine's own queue for each of its slots, beyond those
-// its slots serve. The engine starts a request it holds the moment a slot
-// frees, where one held here would first cross to it; more than one per
-// slot would only keep requests from a replica that frees sooner.
-func depthOf(r fleet.Replica) int { return 2 * slotsOf(r) }
+// depthOf is how many requests the gateway sends a replica at once
+// (catalog.Depth).
+func depthOf(r fleet.Replica) int { return catalog.Depth(slotsOf(r)) }
 
 // loadOf is how busy a replica is: the gateway's own requests on it, or
 // what its engine last said it serves and holds back, whichever is more.

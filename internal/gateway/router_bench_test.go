@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"modelserve/catalog"
+	"modelserve/internal/fleet"
 	"modelserve/internal/ggufgen"
 	"modelserve/internal/llamatest"
 	"modelserve/internal/testlog"
@@ -36,13 +37,21 @@ func BenchmarkRouterMode(b *testing.B) {
 		b.Fatal(err)
 	}
 	// The flags modelserve's fleet gives the same profile's engine
-	// (fleet.EngineArgs); the router passes its own on to the engine it
-	// starts, with the model's name as --alias.
+	// (fleet.EngineArgs), but the model and its name: the router passes
+	// its own on to the engine it starts, with the model's name as
+	// --alias.
 	port := llamatest.FreePort(b)
 	routerURL := fmt.Sprintf("http://127.0.0.1:%d", port)
-	cmd := exec.Command(bin, "--models-dir", dir, "--models-max", "1", "--api-key", "k",
-		"--ctx-size", fmt.Sprint(pool), "--parallel", fmt.Sprint(slots), "--metrics", "--slots",
-		"--threads", "1", "--host", "127.0.0.1", "--port", fmt.Sprint(port))
+	args := []string{"--models-dir", dir, "--models-max", "1", "--api-key", "k", "--host", "127.0.0.1", "--port", fmt.Sprint(port)}
+	flags := fleet.EngineArgs(catalog.Model{Name: "tiny"}, catalog.Profile{Pool: pool, Slots: slots}, "", "", 1)
+	for i := 0; i < len(flags); i++ {
+		if flags[i] == "-m" || flags[i] == "--alias" {
+			i++ // and its value
+			continue
+		}
+		args = append(args, flags[i])
+	}
+	cmd := exec.Command(bin, args...)
 	cmd.Env = env
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	out := &testlog.Buffer{}
@@ -156,7 +165,7 @@ const coldRounds = 5
 
 // unload asks the router to stop the engine of model, and waits until it
 // says the model is not loaded.
-func unload(b *testing.B, routerURL, model string) {
+func unload(b testing.TB, routerURL, model string) {
 	b.Helper()
 	body, _ := json.Marshal(map[string]string{"model": model})
 	req, _ := http.NewRequest(http.MethodPost, routerURL+"/models/unload", bytes.NewReader(body))
@@ -209,7 +218,7 @@ func unload(b *testing.B, routerURL, model string) {
 // is then that loader, and every engine the router starts fails. A copy
 // of the engine whose program interpreter names the bundled loader (a
 // path of the same length, padded) runs itself again as it should.
-func routerEngine(b *testing.B) (string, []string) {
+func routerEngine(b testing.TB) (string, []string) {
 	path := llamatest.Path(b)
 	help, _ := llamatest.Command(b, "--help").CombinedOutput()
 	if !strings.Contains(string(help), "--models-dir") {
