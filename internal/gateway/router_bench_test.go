@@ -165,7 +165,7 @@ const coldRounds = 5
 
 // unload asks the router to stop the engine of model, and waits until it
 // says the model is not loaded.
-func unload(b testing.TB, routerURL, model string) {
+func unload(b *testing.B, routerURL, model string) {
 	b.Helper()
 	body, _ := json.Marshal(map[string]string{"model": model})
 	req, _ := http.NewRequest(http.MethodPost, routerURL+"/models/unload", bytes.NewReader(body))
@@ -218,7 +218,7 @@ func unload(b testing.TB, routerURL, model string) {
 // is then that loader, and every engine the router starts fails. A copy
 // of the engine whose program interpreter names the bundled loader (a
 // path of the same length, padded) runs itself again as it should.
-func routerEngine(b testing.TB) (string, []string) {
+func routerEngine(b *testing.B) (string, []string) {
 	path := llamatest.Path(b)
 	help, _ := llamatest.Command(b, "--help").CombinedOutput()
 	if !strings.Contains(string(help), "--models-dir") {
