@@ -10,7 +10,6 @@ import (
 	"modelserve/internal/auth"
 	"net/http"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -447,7 +446,7 @@ func parseRequest(body []byte) (request, *apiError) {
 	}
 	if msgs := req.fields["messages"]; len(prefix) == 0 && len(msgs) > 0 && msgs[0] == '[' {
 		if i := skipSpace(msgs, 1); msgs[i] != ']' {
-			prefix = msgs[i:valueEnd(msgs, i)]
+			prefix = msgs[i:scanValue(msgs, i, 1)] // valid: members checked it
 		}
 	}
 	if len(prefix) == 0 {
@@ -464,100 +463,4 @@ func parseRequest(body []byte) (request, *apiError) {
 func (req request) renamed(name string) ([]byte, error) {
 	req.fields["model"] = json.RawMessage(strconv.Quote(name))
 	return json.Marshal(req.fields)
-}
-
-// members are the members of the JSON object body, by name, each value
-// as it is in body (a slice of it, not a copy), the last of a name
-// winning as with encoding/json; not ok when body is not one JSON object.
-// Decoding the body into a map of raw messages copied every value and
-// took two dozen allocations, a tenth of all a request made.
-func members(body []byte) (map[string]json.RawMessage, bool) {
-	if !json.Valid(body) {
-		return nil, false
-	}
-	// Valid JSON from here: each step finds what it expects.
-	i := skipSpace(body, 0)
-	if body[i] != '{' {
-		return nil, false
-	}
-	fields := make(map[string]json.RawMessage, 8)
-	if i = skipSpace(body, i+1); body[i] == '}' {
-		return fields, true
-	}
-	for {
-		end := valueEnd(body, i)
-		name, ok := jsonString(body[i:end])
-		if !ok {
-			return nil, false
-		}
-		i = skipSpace(body, skipSpace(body, end)+1) // past the colon
-		end = valueEnd(body, i)
-		fields[name] = body[i:end:end]
-		if i = skipSpace(body, end); body[i] == '}' {
-			return fields, true
-		}
-		i = skipSpace(body, i+1) // past the comma
-	}
-}
-
-// jsonString is the JSON value raw decoded as a string; not ok when it is
-// not one. A string with no escape (a model's name, a member's) is cut
-// out of raw; only one with escapes is decoded, the variable it is
-// decoded into made only then: made for each member, it was an
-// allocation for each.
-func jsonString(raw []byte) (string, bool) {
-	if len(raw) >= 2 && raw[0] == '"' && raw[len(raw)-1] == '"' && bytes.IndexByte(raw, '\\') < 0 {
-		return string(raw[1 : len(raw)-1]), true
-	}
-	var s string
-	if err := json.Unmarshal(raw, &s); err != nil {
-		return "", false
-	}
-	return s, true
-}
-
-// skipSpace is the index of the first byte from i on that is not JSON
-// white space.
-func skipSpace(b []byte, i int) int {
-	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
-		i++
-	}
-	return i
-}
-
-// valueEnd is the index just past the JSON value that begins at b[i], in
-// valid JSON.
-func valueEnd(b []byte, i int) int {
-	switch b[i] {
-	case '"':
-		for j := i + 1; j < len(b); j++ {
-			switch b[j] {
-			case '\\':
-				j++
-			case '"':
-				return j + 1
-			}
-		}
-		return len(b)
-	case '{', '[':
-		depth := 0
-		for j := i; j < len(b); j++ {
-			switch b[j] {
-			case '"':
-				j = valueEnd(b, j) - 1
-			case '{', '[':
-				depth++
-			case '}', ']':
-				if depth--; depth == 0 {
-					return j + 1
-				}
-			}
-		}
-		return len(b)
-	}
-	j := i
-	for j < len(b) && strings.IndexByte(",}] \t\r\n", b[j]) < 0 {
-		j++
-	}
-	return j
 }
