@@ -7,10 +7,12 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -167,6 +169,7 @@ func BenchmarkOverhead(b *testing.B) {
 	e.mustAdd(m)
 	rep := e.waitServing("tiny", 1)[0]
 	key := e.fleet.EngineKey(rep.ID)
+	dials := countDials(e.gw)
 	for _, stream := range []bool{false, true} {
 		body, _ := json.Marshal(map[string]any{"model": "tiny", "max_tokens": 8, "stream": stream,
 			"messages": []map[string]string{{"role": "user", "content": "Say hello."}}})
@@ -177,7 +180,11 @@ func BenchmarkOverhead(b *testing.B) {
 				n := max(conc*16, b.N)
 				runLoad(b, conc, conc, gateway) // warm the connections
 				runLoad(b, conc, conc, direct)
+				dialed := dials.Load()
 				da, dt, ga, gt := alternate(b, n, conc, direct, gateway)
+				b.ReportMetric(float64(dials.Load()-dialed)/float64(len(ga))*100, "engine_dials_per_100")
+				b.ReportMetric(float64(quantile(ga, 1, took))/1e6, "gateway_max_ms")
+				b.ReportMetric(float64(quantile(da, 1, took))/1e6, "direct_max_ms")
 				b.ReportMetric(float64(len(ga))/gt.Seconds()/(float64(len(da))/dt.Seconds()), "throughput_ratio")
 				b.ReportMetric(float64(quantile(ga, .5, took)-quantile(da, .5, took))/1e6, "added_p50_ms")
 				b.ReportMetric(float64(quantile(ga, .99, took)-quantile(da, .99, took))/1e6, "added_p99_ms")
@@ -188,6 +195,18 @@ func BenchmarkOverhead(b *testing.B) {
 			})
 		}
 	}
+}
+
+// countDials counts the connections g opens to engines from now on: each
+// is a handshake, and a thread of the engine's held while it is kept.
+func countDials(g *Gateway) *atomic.Int64 {
+	var n atomic.Int64
+	dial := g.upstream.DialContext
+	g.upstream.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		n.Add(1)
+		return dial(ctx, network, addr)
+	}
+	return &n
 }
 
 // BenchmarkPrefixAffinity: 16 tenants, each with its own long system

@@ -2,7 +2,9 @@ package gateway
 
 import (
 	"encoding/json"
+	"errors"
 	"testing"
+	"unicode/utf8"
 )
 
 // TestMembersAsEncodingJSON: a request body's members are what
@@ -36,4 +38,67 @@ func TestMembersAsEncodingJSON(t *testing.T) {
 			t.Errorf("%q: members %q; want it refused", body, got)
 		}
 	}
+}
+
+// FuzzMembersAsEncodingJSON: members accepts exactly the bodies
+// encoding/json reads as one object, and finds the members it finds.
+func FuzzMembersAsEncodingJSON(f *testing.F) {
+	for _, seed := range []string{
+		`{"model":"tiny","messages":[{"role":"user","content":"hi \u00e9\n"}],"n":-0.5E+2}`,
+		`{"a":[[],{},"",0,true,false,null]}`, `{"a":01}`, `{"a":[1,]}`, `[1]`, `{}`,
+	} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		got, ok := members(body)
+		var want map[string]json.RawMessage
+		err := json.Unmarshal(body, &want)
+		if want == nil {
+			err = errNotObject // null decodes to no map, and is no object
+		}
+		if ok != (err == nil) {
+			t.Fatalf("%q: members ok %v, encoding/json %v", body, ok, err)
+		}
+		if !ok {
+			return
+		}
+		if len(got) != len(want) {
+			t.Fatalf("%q: members %q; want %q", body, got, want)
+		}
+		for k, v := range want {
+			if string(got[k]) != string(v) {
+				t.Fatalf("%q: member %q is %s; want %s", body, k, got[k], v)
+			}
+		}
+	})
+}
+
+var errNotObject = errors.New("not an object")
+
+// FuzzMembers: members takes a body exactly when encoding/json finds it
+// one JSON object, and finds the members it finds.
+func FuzzMembers(f *testing.F) {
+	for _, s := range []string{`{"model":"tiny","messages":[{"role":"user","content":"hi"}]}`, `{"a":-0.5e+3,"b":[true,false,null,{}],"c":"\u00e9\n"}`,
+		`{"a":01}`, `{"a":"x` + "\x01" + `"}`, `{"a":"\x"}`, `{"a":[1,]}`, `{"a":1.}`, `{"a":1e}`, `{"a":tru}`, ` {} `, `{"a":1}x`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		got, ok := members(body)
+		var want map[string]json.RawMessage
+		err := json.Unmarshal(body, &want)
+		if ok != (err == nil && want != nil) {
+			t.Fatalf("%q: members ok %v; encoding/json %v", body, ok, err)
+		}
+		if !ok || !utf8.Valid(body) {
+			return
+		}
+		if len(got) != len(want) {
+			t.Fatalf("%q: members %q; want %q", body, got, want)
+		}
+		for k, v := range want {
+			if string(got[k]) != string(v) {
+				t.Fatalf("%q: member %q is %s; want %s", body, k, got[k], v)
+			}
+		}
+	})
 }
