@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"encoding/json"
-	"errors"
 	"testing"
 	"unicode/utf8"
 )
@@ -39,41 +38,6 @@ func TestMembersAsEncodingJSON(t *testing.T) {
 		}
 	}
 }
-
-// FuzzMembersAsEncodingJSON: members accepts exactly the bodies
-// encoding/json reads as one object, and finds the members it finds.
-func FuzzMembersAsEncodingJSON(f *testing.F) {
-	for _, seed := range []string{
-		`{"model":"tiny","messages":[{"role":"user","content":"hi \u00e9\n"}],"n":-0.5E+2}`,
-		`{"a":[[],{},"",0,true,false,null]}`, `{"a":01}`, `{"a":[1,]}`, `[1]`, `{}`,
-	} {
-		f.Add([]byte(seed))
-	}
-	f.Fuzz(func(t *testing.T, body []byte) {
-		got, ok := members(body)
-		var want map[string]json.RawMessage
-		err := json.Unmarshal(body, &want)
-		if want == nil {
-			err = errNotObject // null decodes to no map, and is no object
-		}
-		if ok != (err == nil) {
-			t.Fatalf("%q: members ok %v, encoding/json %v", body, ok, err)
-		}
-		if !ok {
-			return
-		}
-		if len(got) != len(want) {
-			t.Fatalf("%q: members %q; want %q", body, got, want)
-		}
-		for k, v := range want {
-			if string(got[k]) != string(v) {
-				t.Fatalf("%q: member %q is %s; want %s", body, k, got[k], v)
-			}
-		}
-	})
-}
-
-var errNotObject = errors.New("not an object")
 
 // FuzzMembers: members takes a body exactly when encoding/json finds it
 // one JSON object, and finds the members it finds.
