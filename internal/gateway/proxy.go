@@ -132,8 +132,9 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, m catalog.Model,
 	// else the request waits for one, as a first request waits for a cold
 	// start (admit says how long before it tries the same one again).
 	var tried []fleet.Replica
+	var wait waitTrace
 	for range attempts {
-		rep, release, aerr := g.admit(ctx, m, req.affinity, tried, standIn, g.startWait(ctx, m.Name, tried, standIn, stops))
+		rep, release, aerr := g.admit(ctx, m, req.affinity, tried, standIn, g.startWait(&wait, ctx, m.Name, tried, standIn, stops))
 		if aerr != nil {
 			switch {
 			case ctx.Err() != nil:

@@ -133,14 +133,16 @@ func (g *Gateway) lastStops(ctx context.Context) map[string]string {
 	return stops
 }
 
-// startWait begins the trace of the wait for a replica of model, by a
-// request that replicas tried already failed; stops are lastStops as the
-// request said its demand, nil when replicas were ready then.
-func (g *Gateway) startWait(ctx context.Context, model string, tried []fleet.Replica, standIn bool, stops map[string]string) *waitTrace {
+// startWait begins, in w, the trace of the wait for a replica of model,
+// by a request that replicas tried already failed; stops are lastStops as
+// the request said its demand, nil when replicas were ready then. The
+// caller gives w (one on its stack, not an allocation a request); nil
+// when the request is not traced.
+func (g *Gateway) startWait(w *waitTrace, ctx context.Context, model string, tried []fleet.Replica, standIn bool, stops map[string]string) *waitTrace {
 	if g.opts.Tracer == nil || !trace.SpanFromContext(ctx).IsRecording() {
 		return nil
 	}
-	w := &waitTrace{g: g, ctx: ctx, model: model, standIn: standIn, stops: stops}
+	*w = waitTrace{g: g, ctx: ctx, model: model, standIn: standIn, stops: stops}
 	for _, t := range tried {
 		w.tried = append(w.tried, t.ID)
 	}

@@ -178,7 +178,8 @@ func BenchmarkTraceHooks(b *testing.B) {
 				start := time.Now()
 				r, span := g.startRequest(in, "tiny")
 				ctx := r.Context()
-				tw := g.startWait(ctx, "tiny", nil, false, nil)
+				var wait waitTrace
+				tw := g.startWait(&wait, ctx, "tiny", nil, false, nil)
 				if queued {
 					tw.queued(3, 1)
 				}
