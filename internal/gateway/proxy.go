@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"go.opentelemetry.io/otel/trace"
 	"io"
 	"modelserve/internal/auth"
 	"net/http"
@@ -132,8 +131,9 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, m catalog.Model,
 	// else the request waits for one, as a first request waits for a cold
 	// start (admit says how long before it tries the same one again).
 	var tried []fleet.Replica
+	var wait waitTrace
 	for range attempts {
-		rep, release, aerr := g.admit(ctx, m, req.affinity, tried, standIn, g.startWait(ctx, m.Name, tried, standIn, stops))
+		rep, release, aerr := g.admit(ctx, m, req.affinity, tried, standIn, g.startWait(&wait, ctx, m.Name, tried, standIn, stops))
 		if aerr != nil {
 			switch {
 			case ctx.Err() != nil:
@@ -215,9 +215,9 @@ func (g *Gateway) send(w http.ResponseWriter, r *http.Request, m catalog.Model, 
 	// generated twice; without it one request in a few failed on a
 	// connection the engine had just closed.
 	h["X-Idempotency-Key"] = nil
-	var call trace.Span
-	if _, call = g.startCall(ctx, up, m.Name, rep, rn.answering()); call != nil {
-		defer func() { endCall(ctx, call, m.Name, http.StatusBadGateway, start, time.Time{}, counts{}) }()
+	call := g.startCall(ctx, up, m.Name, rep, rn.answering())
+	if call.on() {
+		defer func() { call.end(ctx, http.StatusBadGateway, start, time.Time{}, counts{}) }()
 	}
 
 	resp, err := g.upstream.RoundTrip(up)
@@ -234,7 +234,7 @@ func (g *Gateway) send(w http.ResponseWriter, r *http.Request, m catalog.Model, 
 	}
 	defer resp.Body.Close()
 
-	first, tally, err := relay(w, resp, rn, call != nil && g.opts.TraceContent)
+	first, tally, err := relay(w, resp, rn, call.on() && g.opts.TraceContent)
 	if err == nil && tally.stream && !tally.done && resp.StatusCode == http.StatusOK && endsInDone[r.URL.Path] {
 		// An engine killed mid-stream may end the body as if it were
 		// done: only the missing [DONE] tells.
@@ -271,11 +271,10 @@ func (g *Gateway) send(w http.ResponseWriter, r *http.Request, m catalog.Model, 
 	}
 	p.give(rep.ID, failedUntil)
 	c := tally.counts()
-	if call != nil && g.opts.TraceContent {
+	if call.on() && g.opts.TraceContent {
 		recordAnswer(ctx, tally.answerText())
 	}
-	endCall(ctx, call, m.Name, status, start, first, c)
-	call = nil
+	call.end(ctx, status, start, first, c)
 	g.ended(ending{model: m.Name, replica: rep.ID, status: status, start: start, first: first, end: time.Now(),
 		stream: tally.stream, counts: c})
 	return true

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -43,6 +44,28 @@ var (
 	clientKind = trace.WithSpanKind(trace.SpanKindClient)
 )
 
+// attrList is a list lent to give a span its attributes in: the SDK
+// copies what it is given, and a list made for every call was an
+// allocation of each span. It holds the most any span of a request is
+// given at once (the routing decision's, at most 8).
+type attrList [8]attribute.KeyValue
+
+var attrLists = sync.Pool{New: func() any { return new(attrList) }}
+
+// setAttrs gives span the attributes a, in a list lent by attrLists, and
+// gives the list back.
+func setAttrs(span trace.Span, l *attrList, a []attribute.KeyValue) {
+	span.SetAttributes(a...)
+	clear(l[:])
+	attrLists.Put(l)
+}
+
+// lendAttrs is an empty list of attrLists', to be given back by setAttrs.
+func lendAttrs() (*attrList, []attribute.KeyValue) {
+	l := attrLists.Get().(*attrList)
+	return l, l[:0]
+}
+
 // operationOf is the GenAI operation a route is.
 func operationOf(path string) string {
 	switch {
@@ -62,11 +85,12 @@ func (g *Gateway) startRequest(r *http.Request, model string) (*http.Request, tr
 	if g.opts.Tracer == nil {
 		return r, nil
 	}
-	ctx := g.propagator().Extract(r.Context(), propagation.HeaderCarrier(r.Header))
+	ctx := g.propagator().Extract(r.Context(), headerCarrier(r.Header))
 	op := operationOf(r.URL.Path)
 	ctx, span := g.tracer().Start(ctx, op+" "+model, serverKind)
-	span.SetAttributes(attribute.String("gen_ai.operation.name", op), attribute.String("gen_ai.request.model", model),
-		attribute.String("http.request.method", r.Method), attribute.String("url.path", r.URL.Path))
+	l, a := lendAttrs()
+	setAttrs(span, l, append(a, attribute.String("gen_ai.operation.name", op), attribute.String("gen_ai.request.model", model),
+		attribute.String("http.request.method", r.Method), attribute.String("url.path", r.URL.Path)))
 	return r.WithContext(ctx), span
 }
 
@@ -109,14 +133,16 @@ func (g *Gateway) lastStops(ctx context.Context) map[string]string {
 	return stops
 }
 
-// startWait begins the trace of the wait for a replica of model, by a
-// request that replicas tried already failed; stops are lastStops as the
-// request said its demand, nil when replicas were ready then.
-func (g *Gateway) startWait(ctx context.Context, model string, tried []fleet.Replica, standIn bool, stops map[string]string) *waitTrace {
+// startWait begins, in w, the trace of the wait for a replica of model,
+// by a request that replicas tried already failed; stops are lastStops as
+// the request said its demand, nil when replicas were ready then. The
+// caller gives w (one on its stack, not an allocation a request); nil
+// when the request is not traced.
+func (g *Gateway) startWait(w *waitTrace, ctx context.Context, model string, tried []fleet.Replica, standIn bool, stops map[string]string) *waitTrace {
 	if g.opts.Tracer == nil || !trace.SpanFromContext(ctx).IsRecording() {
 		return nil
 	}
-	w := &waitTrace{g: g, ctx: ctx, model: model, standIn: standIn, stops: stops}
+	*w = waitTrace{g: g, ctx: ctx, model: model, standIn: standIn, stops: stops}
 	for _, t := range tried {
 		w.tried = append(w.tried, t.ID)
 	}
@@ -151,19 +177,21 @@ func (w *waitTrace) started(aerr *apiError) {
 		}
 	}
 	name, kind := "cold start", "cold_start"
-	attrs := []attribute.KeyValue{attribute.String("modelserve.model", w.model), attribute.Bool("modelserve.canary", w.standIn)}
+	l, attrs := lendAttrs()
+	attrs = append(attrs, attribute.String("modelserve.model", w.model), attribute.Bool("modelserve.canary", w.standIn))
 	if len(given) > 0 {
 		name, kind = "swap", "swap"
 		attrs = append(attrs, attribute.StringSlice("modelserve.given_back", given))
 	}
-	w.record(name, w.coldAt, aerr, append(attrs, attribute.String("modelserve.start", kind))...)
+	w.record(name, w.coldAt, aerr, l, append(attrs, attribute.String("modelserve.start", kind)))
 	w.coldAt = time.Time{}
 }
 
-// record is a span of the request's, begun at began and ended now.
-func (w *waitTrace) record(name string, began time.Time, aerr *apiError, attrs ...attribute.KeyValue) {
+// record is a span of the request's, begun at began and ended now, with
+// the attributes attrs, in l (lendAttrs').
+func (w *waitTrace) record(name string, began time.Time, aerr *apiError, l *attrList, attrs []attribute.KeyValue) {
 	_, span := w.g.tracer().Start(w.ctx, name, trace.WithTimestamp(began))
-	span.SetAttributes(attrs...)
+	setAttrs(span, l, attrs)
 	if aerr != nil {
 		span.SetStatus(codes.Error, aerr.Message)
 	}
@@ -175,8 +203,9 @@ func (w *waitTrace) endQueue(aerr *apiError) {
 	if w.queuedAt.IsZero() {
 		return
 	}
-	w.record("queue", w.queuedAt, aerr, attribute.String("modelserve.model", w.model),
-		attribute.Int("modelserve.queue.ahead", w.ahead), attribute.Int("modelserve.replicas_ready", w.ready))
+	l, attrs := lendAttrs()
+	w.record("queue", w.queuedAt, aerr, l, append(attrs, attribute.String("modelserve.model", w.model),
+		attribute.Int("modelserve.queue.ahead", w.ahead), attribute.Int("modelserve.replicas_ready", w.ready)))
 	w.queuedAt = time.Time{}
 }
 
@@ -217,13 +246,13 @@ func (w *waitTrace) routed(c choice, ready int) {
 	// What the request's span says already (the model) is not said
 	// again: every attribute is paid for on the request's path and again
 	// in the export.
-	attrs := make([]attribute.KeyValue, 6, 8)
-	attrs[0], attrs[1] = attribute.String("modelserve.replica", c.replica.ID), attribute.String("modelserve.node", c.replica.Node)
-	attrs[2], attrs[3] = attribute.String("modelserve.route.why", c.why), attribute.Int("modelserve.route.load", c.load)
-	attrs[4] = attribute.Int("modelserve.replicas_ready", ready)
-	// One string, not a slice: a slice attribute is made by reflection,
-	// and was a third of the routing span's cost.
-	attrs[5] = attribute.String("modelserve.route.candidates", strings.Join(c.loads, ", "))
+	l, attrs := lendAttrs()
+	attrs = append(attrs, attribute.String("modelserve.replica", c.replica.ID), attribute.String("modelserve.node", c.replica.Node),
+		attribute.String("modelserve.route.why", c.why), attribute.Int("modelserve.route.load", c.load),
+		attribute.Int("modelserve.replicas_ready", ready),
+		// One string, not a slice: a slice attribute is made by
+		// reflection, and was a third of the routing span's cost.
+		attribute.String("modelserve.route.candidates", strings.Join(c.loads, ", ")))
 	if avoided := append(slices.Clip(w.tried), c.cooling...); len(avoided) > 0 {
 		attrs = append(attrs, attribute.StringSlice("modelserve.avoided_replicas", avoided))
 	}
@@ -231,7 +260,7 @@ func (w *waitTrace) routed(c choice, ready int) {
 		attrs = append(attrs, attribute.Bool("modelserve.canary", true))
 	}
 	_, span := w.g.tracer().Start(w.ctx, "route")
-	span.SetAttributes(attrs...)
+	setAttrs(span, l, attrs)
 	span.End()
 }
 
@@ -244,22 +273,31 @@ func (w *waitTrace) failed(aerr *apiError) {
 	w.endQueue(aerr)
 }
 
-// startCall begins the client span of the call to an engine, and passes
-// the trace on in up's headers.
-func (g *Gateway) startCall(ctx context.Context, up *http.Request, model string, rep fleet.Replica, answerAs string) (context.Context, trace.Span) {
+// callTrace is the client span of a call to an engine, and what it says
+// of the call: all of it is set as the call ends, in one list, since each
+// further list given a span may copy its attributes again. The zero
+// callTrace (tracing off) records nothing.
+type callTrace struct {
+	span                          trace.Span
+	replica, node, endpoint, path string
+	// model is the one that answers; canary, when it is a canary, the
+	// model it answers for.
+	model, canary string
+}
+
+// on is whether the call is traced.
+func (c *callTrace) on() bool { return c.span != nil }
+
+// startCall begins the client span of the call to an engine of model,
+// and passes the trace on in up's headers; answerAs, when model is a
+// canary, is the model it answers for.
+func (g *Gateway) startCall(ctx context.Context, up *http.Request, model string, rep fleet.Replica, answerAs string) callTrace {
 	if g.opts.Tracer == nil {
-		return ctx, nil
+		return callTrace{}
 	}
 	ctx, span := g.tracer().Start(ctx, engineSpanName(up.URL.Path), clientKind)
-	attrs := make([]attribute.KeyValue, 4, 6)
-	attrs[0], attrs[1] = attribute.String("modelserve.replica", rep.ID), attribute.String("modelserve.node", rep.Node)
-	attrs[2], attrs[3] = attribute.String("server.address", rep.Endpoint), attribute.String("url.path", up.URL.Path)
-	if answerAs != "" {
-		attrs = append(attrs, attribute.String("modelserve.version", model), attribute.String("modelserve.canary_of", answerAs))
-	}
-	span.SetAttributes(attrs...)
 	g.propagator().Inject(ctx, headerCarrier(up.Header))
-	return ctx, span
+	return callTrace{span: span, replica: rep.ID, node: rep.Node, endpoint: rep.Endpoint, path: up.URL.Path, model: model, canary: answerAs}
 }
 
 // engineSpanName is the name of the span of a call to an engine on path,
@@ -276,13 +314,28 @@ func engineSpanName(path string) string {
 	return "engine other"
 }
 
-// headerCarrier is propagation.HeaderCarrier but that it sets the W3C
-// trace context's headers by their canonical names, made once, rather
-// than canonicalising them for every request.
+// headerCarrier is propagation.HeaderCarrier but that it reads and sets
+// the W3C trace context's headers by their canonical names, made once,
+// rather than canonicalising them (an allocation) for every request.
 type headerCarrier http.Header
 
-func (h headerCarrier) Get(key string) string { return propagation.HeaderCarrier(h).Get(key) }
-func (h headerCarrier) Keys() []string        { return propagation.HeaderCarrier(h).Keys() }
+func (h headerCarrier) Get(key string) string {
+	var vs []string
+	switch key {
+	case "traceparent":
+		vs = h["Traceparent"]
+	case "tracestate":
+		vs = h["Tracestate"]
+	default:
+		return propagation.HeaderCarrier(h).Get(key)
+	}
+	if len(vs) == 0 {
+		return ""
+	}
+	return vs[0]
+}
+
+func (h headerCarrier) Keys() []string { return propagation.HeaderCarrier(h).Keys() }
 func (h headerCarrier) Set(key, value string) {
 	switch key {
 	case "traceparent":
@@ -294,27 +347,35 @@ func (h headerCarrier) Set(key, value string) {
 	}
 }
 
-// endCall ends the engine's span with its status, and tells the
-// request's span what the engine answered: the GenAI operation's figures
-// are the request's, said once.
-func endCall(ctx context.Context, span trace.Span, model string, status int, start, first time.Time, c counts) {
-	if span == nil {
+// end ends the engine's span with its status, and tells the request's
+// span (ctx's) what the engine answered: the GenAI operation's figures
+// are the request's, said once. Ended, c records nothing more.
+func (c *callTrace) end(ctx context.Context, status int, start, first time.Time, n counts) {
+	if c.span == nil {
 		return
 	}
-	span.SetAttributes(attribute.Int("http.response.status_code", status))
-	if status >= 500 {
-		span.SetStatus(codes.Error, http.StatusText(status))
+	l, attrs := lendAttrs()
+	attrs = append(attrs, attribute.String("modelserve.replica", c.replica), attribute.String("modelserve.node", c.node),
+		attribute.String("server.address", c.endpoint), attribute.String("url.path", c.path),
+		attribute.Int("http.response.status_code", status))
+	if c.canary != "" {
+		attrs = append(attrs, attribute.String("modelserve.version", c.model), attribute.String("modelserve.canary_of", c.canary))
 	}
-	span.End()
+	setAttrs(c.span, l, attrs)
+	if status >= 500 {
+		c.span.SetStatus(codes.Error, http.StatusText(status))
+	}
+	c.span.End()
+	c.span = nil
 	if req := trace.SpanFromContext(ctx); req.IsRecording() {
-		attrs := make([]attribute.KeyValue, 5, 6)
-		attrs[0], attrs[1] = attribute.Int("http.response.status_code", status), attribute.String("gen_ai.response.model", model)
-		attrs[2], attrs[3] = attribute.Int("gen_ai.usage.input_tokens", c.prompt), attribute.Int("gen_ai.usage.output_tokens", c.completion)
-		attrs[4] = attribute.Int("modelserve.timings.cache_n", c.cached)
+		l, attrs := lendAttrs()
+		attrs = append(attrs, attribute.Int("http.response.status_code", status), attribute.String("gen_ai.response.model", c.model),
+			attribute.Int("gen_ai.usage.input_tokens", n.prompt), attribute.Int("gen_ai.usage.output_tokens", n.completion),
+			attribute.Int("modelserve.timings.cache_n", n.cached))
 		if !first.IsZero() {
 			attrs = append(attrs, attribute.Float64("gen_ai.server.time_to_first_token", first.Sub(start).Seconds()))
 		}
-		req.SetAttributes(attrs...)
+		setAttrs(req, l, attrs)
 	}
 }
 
