@@ -129,16 +129,10 @@ func runLoad(b *testing.B, n, conc int, target func(i int) (url, key string, bod
 // both alike, where in two halves one of them took most of it and the
 // ratio moved by a third from one run to the next. A turn is two rounds
 // at least, so that at 64 clients the ramp at its start and end is not
-// most of it.
+// most of it; which side goes first swaps every round (alternateCPU).
 func alternate(b *testing.B, n, conc int, x, y func(i int) (url, key string, body []byte)) (xa []answer, xt time.Duration, ya []answer, yt time.Duration) {
 	b.Helper()
-	turn := max(conc*2, n/turns)
-	for done := 0; done < n; done += turn {
-		a, t := runLoad(b, turn, conc, x)
-		xa, xt = append(xa, a...), xt+t
-		a, t = runLoad(b, turn, conc, y)
-		ya, yt = append(ya, a...), yt+t
-	}
+	xa, xt, _, ya, yt, _ = alternateCPU(b, n, conc, x, y, func() {})
 	return xa, xt, ya, yt
 }
 
