@@ -3,6 +3,7 @@ package gateway
 import (
 	"bytes"
 	"encoding/json"
+	"unicode/utf8"
 )
 
 // members are the members of the JSON object body, by name, each value
@@ -239,9 +240,10 @@ func literal(b []byte, i int, word string) int {
 // not one. A string with no escape (a model's name, a member's) is cut
 // out of raw; only one with escapes is decoded, the variable it is
 // decoded into made only then: made for each member, it was an
-// allocation for each.
+// allocation for each. Invalid UTF-8 is decoded too, as encoding/json
+// decodes it, to U+FFFD.
 func jsonString(raw []byte) (string, bool) {
-	if len(raw) >= 2 && raw[0] == '"' && raw[len(raw)-1] == '"' && bytes.IndexByte(raw, '\\') < 0 {
+	if len(raw) >= 2 && raw[0] == '"' && raw[len(raw)-1] == '"' && bytes.IndexByte(raw, '\\') < 0 && utf8.Valid(raw) {
 		return string(raw[1 : len(raw)-1]), true
 	}
 	var s string
