@@ -517,3 +517,80 @@ func TestRemovedWhileWaitingAnswers404(t *testing.T) {
 		t.Errorf("alpha's stream: %v", err)
 	}
 }
+
+// TestAModelAskedInALoopDoesNotStarveAWaitingOne: alpha is asked for again
+// and again by three clients, in memory for one model, while a request for
+// beta comes: beta is answered within the answers queued ahead of it plus
+// one swap (with a swap's slack for a busy machine), and alpha's requests
+// asked before beta's keep their place: each ends before beta's does,
+// rather than waiting for beta's swap and the swap back.
+func TestAModelAskedInALoopDoesNotStarveAWaitingOne(t *testing.T) {
+	_, c, _ := startSwapWorld(t, "alpha", "beta")
+	var swap time.Duration
+	for i, model := range []string{"alpha", "beta", "alpha"} {
+		began := time.Now()
+		if err := askModel(c, model, fmt.Sprintf("swap %d alone", i)); err != nil {
+			t.Fatalf("the swap to %s alone: %v", model, err)
+		}
+		if i > 0 {
+			swap = max(swap, time.Since(began))
+		}
+	}
+	type sent struct{ at, end time.Time }
+	var (
+		mu     sync.Mutex
+		alphas []sent
+		wg     sync.WaitGroup
+		stop   = make(chan struct{})
+		failed []error
+	)
+	for i := range 3 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for n := 0; n < 200; n++ { // bounded
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				r := sent{at: time.Now()}
+				err := askModel(c, "alpha", fmt.Sprintf("client %d request %d", i, n))
+				r.end = time.Now()
+				mu.Lock()
+				alphas = append(alphas, r)
+				if err != nil {
+					failed = append(failed, err)
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	time.Sleep(300 * time.Millisecond) // alpha answering, and its requests queued
+	beta := sent{at: time.Now()}
+	err := askModel(c, "beta", "the waiting one")
+	beta.end = time.Now()
+	time.Sleep(300 * time.Millisecond) // alpha asked for after it too
+	close(stop)
+	wg.Wait()
+	if err != nil || len(failed) > 0 {
+		t.Fatalf("beta: %v; %d of alpha's %d requests failed: %v", err, len(failed), len(alphas), failed)
+	}
+	ahead, late := beta.at, 0
+	for _, a := range alphas {
+		if a.at.Before(beta.at) && a.end.After(beta.at) {
+			ahead = later(ahead, a.end)
+			if a.end.After(beta.end) {
+				late++
+			}
+		}
+	}
+	t.Logf("beta waited %s; the answers ahead of it ended %s after it was asked; one swap alone %s; %d alpha requests",
+		beta.end.Sub(beta.at).Round(time.Millisecond), ahead.Sub(beta.at).Round(time.Millisecond), swap.Round(time.Millisecond), len(alphas))
+	if over := beta.end.Sub(ahead.Add(2 * swap)); over > 0 {
+		t.Errorf("beta was answered %s past the answers ahead of it plus a swap (and a swap's slack): a model asked for again and again starved it", over.Round(time.Millisecond))
+	}
+	if late > 0 {
+		t.Errorf("%d of alpha's requests asked before beta's were answered after it: they lost their place when alpha's replica was given back", late)
+	}
+}

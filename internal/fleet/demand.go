@@ -26,16 +26,13 @@ const DefaultIdleAfter = catalog.DefaultIdleAfter
 
 // demand is what has been asked of one model lately.
 type demand struct {
-	// inUse is the requests being served now: a model is never idle in
-	// the middle of an answer, however long it streams.
-	inUse int
-	// lastUse is when the last request began or ended; since when the
-	// first was asked (the demand is forgotten when the model falls idle or
-	// is given back).
-	lastUse, since time.Time
-	// lastAsk is when the last request began: one after another model
-	// began to wait for this one's room is behind it (swap.go).
-	lastAsk time.Time
+	// asks are the requests being served now, by when each was asked: a
+	// model is never idle in the middle of an answer, however long it
+	// streams, and its oldest is its place among the models waiting for
+	// room (order.go).
+	asks Asks
+	// lastUse is when the last request began or ended.
+	lastUse time.Time
 	// want is the replicas wanted, before the catalog's bounds: the most
 	// asked for in this window or the one before it.
 	want int
@@ -71,11 +68,11 @@ func (f *Fleet) Use(model string, replicas int) (release func()) {
 	}
 	d := f.demands[model]
 	if d == nil {
-		d = &demand{window: now, since: now}
+		d = &demand{window: now}
 		f.demands[model] = d
 	}
-	d.inUse++
-	d.lastUse, d.lastAsk = now, now
+	d.asks.Add(now)
+	d.lastUse = now
 	d.peak = max(d.peak, replicas)
 	more := replicas > d.want
 	d.want = max(d.want, replicas)
@@ -91,11 +88,12 @@ func (f *Fleet) Use(model string, replicas int) (release func()) {
 			// model removed): this release is then about nothing.
 			look := false
 			if f.demands[model] == d {
-				d.inUse--
+				was := d.asks.Oldest()
+				d.asks.Done(now)
 				d.lastUse = time.Now()
-				// Its replicas may be idle now, and another model waits
-				// for their room.
-				look = d.inUse == 0 && f.waitingLocked()
+				// Its replicas may be idle now, or its requests all
+				// behind another model's that waits for their room.
+				look = f.waitingLocked() && (d.asks.Len() == 0 || f.passedLocked(was, d.asks.Oldest()))
 			}
 			f.mu.Unlock()
 			if look {
@@ -120,13 +118,30 @@ func (f *Fleet) Serving(model string) []Replica {
 	return out
 }
 
-// askedAtLocked is since when model has been asked for: the zero time for
-// a model nobody asks for now.
+// askedAtLocked is when model's oldest unanswered request was asked: its
+// place among the models waiting for room (order.go), the zero time for
+// a model with none.
 func (f *Fleet) askedAtLocked(model string) time.Time {
 	if d := f.demands[model]; d != nil {
-		return d.since
+		return d.asks.Oldest()
 	}
 	return time.Time{}
+}
+
+// passedLocked is whether a model's oldest unanswered request, asked at
+// was and now at is, has passed the oldest of a model waiting for room:
+// its busy replica is behind that one now (Behind), and may be given back.
+func (f *Fleet) passedLocked(was, is time.Time) bool {
+	for name, st := range f.models {
+		if !st.waitsForIdle {
+			continue
+		}
+		w := f.askedAtLocked(name)
+		if !Behind(was, w) && Behind(is, w) {
+			return true
+		}
+	}
+	return false
 }
 
 // idleAfter is how long m's replicas above Min wait for a request.
@@ -146,14 +161,14 @@ func (f *Fleet) wantLocked(m catalog.Model, now time.Time) int {
 		return m.Scaling.Min
 	}
 	idle := idleAfter(m)
-	if d.inUse == 0 && now.Sub(d.lastUse) >= idle {
+	if d.asks.Len() == 0 && now.Sub(d.lastUse) >= idle {
 		f.dropDemandLocked(m.Name)
 		return m.Scaling.Min
 	}
 	// In use, it is idle an IdleAfter after its last request ends at the
 	// soonest; a look then finds whether it did.
 	next := d.lastUse.Add(idle).Sub(now)
-	if d.inUse > 0 {
+	if d.asks.Len() > 0 {
 		next = idle
 	}
 	if d.due == nil {

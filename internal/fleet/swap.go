@@ -152,10 +152,11 @@ func (f *Fleet) holderLocked(r *replica, m catalog.Model, held int64) *Holder {
 	}
 	d := f.demands[r.model]
 	h := &Holder{ID: r.id, Model: r.model, Class: st.class, Min: st.min, Held: held,
-		Busy: r.state != Ready || r.holds > 0 || d != nil && d.inUse > 0, LastUsed: f.lastUsedLocked(r)}
-	if w := f.demands[m.Name]; r.state == Ready && r.holds > 0 && d != nil && w != nil && d.lastAsk.After(w.since) {
-		h.Behind = true
-	}
+		Busy: r.state != Ready || r.holds > 0 || d != nil && d.asks.Len() > 0, LastUsed: f.lastUsedLocked(r)}
+	// A ready replica all of whose model's requests came after m's oldest
+	// waiting one is behind m; one starting is let answer what it was
+	// started for.
+	h.Behind = r.state == Ready && Behind(f.askedAtLocked(r.model), f.askedAtLocked(m.Name))
 	return h
 }
 
@@ -186,15 +187,11 @@ func (f *Fleet) giveBackLocked(r *replica, m catalog.Model, now time.Time) {
 		return
 	}
 	reason, why := GiveBackWhy(*h, m, now)
-	if d := f.demands[r.model]; r.holds > 0 || d != nil && d.inUse > 0 {
-		// Given back busy: its model's requests still to come are behind
-		// m's, so its wait begins now.
-		if d != nil {
-			d.since = now
-		}
-	} else {
+	if d := f.demands[r.model]; r.holds == 0 && (d == nil || d.asks.Len() == 0) {
 		f.dropDemandLocked(r.model)
 	}
+	// Given back busy, its model keeps its requests' place: they came
+	// after m's, and before those asked since.
 	f.stopLocked(r, why)
 	r.evictedFor = m.Name
 	if st := f.models[r.model]; st != nil {
@@ -245,5 +242,5 @@ func (f *Fleet) waitingLocked() bool {
 // (served, or its client gave up).
 func (f *Fleet) abandonedLocked(model string) bool {
 	d := f.demands[model]
-	return d != nil && d.inUse == 0
+	return d != nil && d.asks.Len() == 0
 }

@@ -174,9 +174,10 @@ func TestWaitersForRoomAreServedInArrivalOrder(t *testing.T) {
 
 // TestModelAskedAgainAndAgainDoesNotStarveAWaitingOne: alpha answers
 // request after request, never idle; beta, asked in between, does not wait
-// for ever: alpha's replica is given back once the answers it has end (it
-// drains, none is cut), beta is placed, and alpha's later request is served
-// after beta's.
+// for ever, nor does it go before alpha's request asked ahead of it: once
+// that one is answered, alpha's replica is given back (it drains, none of
+// the answers it has is cut), beta is placed, and alpha's later request is
+// served after beta's.
 func TestModelAskedAgainAndAgainDoesNotStarveAWaitingOne(t *testing.T) {
 	cat := MustCatalog(t)
 	fl := MustRun(t, cat, Options{Nodes: []Node{smallNode(t)}, Interval: time.Hour})
@@ -186,6 +187,7 @@ func TestModelAskedAgainAndAgainDoesNotStarveAWaitingOne(t *testing.T) {
 	a := fl.ask(t, "alpha")
 	use1 := fl.Use("alpha", 1)
 	hold1, _ := fl.Hold(a.ID)
+	time.Sleep(time.Millisecond)
 	useB := fl.Use("beta", 1)
 	defer useB()
 	fl.Poke()
@@ -194,13 +196,20 @@ func TestModelAskedAgainAndAgainDoesNotStarveAWaitingOne(t *testing.T) {
 		return strings.Contains(h.Placement, "waiting for alpha-1"), h.Placement
 	})
 	// alpha is asked again, after beta: its replica has answers on, but
-	// beta is ahead of this request.
+	// beta is ahead of this request, and behind the first.
+	time.Sleep(time.Millisecond)
 	use2 := fl.Use("alpha", 1)
 	hold2, ok := fl.Hold(a.ID)
 	if !ok {
 		t.Fatal("alpha-1 refused a request before beta's look")
 	}
 	fl.Poke()
+	time.Sleep(200 * time.Millisecond)
+	if rs := fl.replicasOf("alpha"); len(rs) != 1 || rs[0].State != Ready {
+		t.Fatalf("alpha-1 given back for beta while alpha's request asked before beta's is on: %s", jsonOf(rs))
+	}
+	hold1()
+	use1() // the request ahead of beta's is answered: alpha's are all behind it
 	waitFor(t, 5*time.Second, "alpha-1 draining for beta", func() (bool, string) {
 		rs := fl.replicasOf("alpha")
 		return len(rs) == 1 && rs[0].State == Draining, jsonOf(rs)
@@ -208,8 +217,6 @@ func TestModelAskedAgainAndAgainDoesNotStarveAWaitingOne(t *testing.T) {
 	if rs := fl.replicasOf("alpha"); !strings.Contains(rs[0].Detail, "given back for beta once the answers it has end") {
 		t.Errorf("alpha-1 draining says %q", rs[0].Detail)
 	}
-	hold1()
-	use1()
 	time.Sleep(200 * time.Millisecond)
 	if rs := fl.replicasOf("alpha"); len(rs) != 1 || rs[0].State != Draining {
 		t.Fatalf("alpha-1 stopped with an answer still on: %s", jsonOf(rs))
@@ -222,6 +229,47 @@ func TestModelAskedAgainAndAgainDoesNotStarveAWaitingOne(t *testing.T) {
 		t.Errorf("alpha, still asked for, wants %d replicas; want 1 (its request waits behind beta's)", h.Want)
 	}
 	use2()
+}
+
+// TestAGivenBackModelKeepsItsPlace: alpha's replica is given back for beta
+// while an alpha request asked after beta's waits; gamma, asked after that
+// request and before the give-back, does not go before it when beta falls
+// idle.
+func TestAGivenBackModelKeepsItsPlace(t *testing.T) {
+	cat := MustCatalog(t)
+	fl := MustRun(t, cat, Options{Nodes: []Node{smallNode(t)}, Interval: time.Hour})
+	nc := fl.notifying(cat)
+	for _, n := range []string{"alpha", "beta", "gamma"} {
+		MustAdd(t, nc, swapEntry(t, n, 5))
+	}
+	a := fl.ask(t, "alpha")
+	use1 := fl.Use("alpha", 1)
+	hold1, _ := fl.Hold(a.ID)
+	time.Sleep(time.Millisecond)
+	useB := fl.Use("beta", 1)
+	time.Sleep(time.Millisecond)
+	use2 := fl.Use("alpha", 1) // asked after beta: behind it
+	defer use2()
+	time.Sleep(time.Millisecond)
+	useG := fl.Use("gamma", 1) // asked after alpha's second request
+	defer useG()
+	fl.Poke()
+	hold1()
+	use1() // alpha-1 is given back: alpha's waiting request came after beta's
+	b := fl.waitReady(t, "beta", readyWithin)
+	holdB, _ := fl.Hold(b.ID)
+	fl.Poke()
+	waitFor(t, 5*time.Second, "alpha and gamma waiting for beta-1", func() (bool, string) {
+		al, _ := fl.health("alpha")
+		g, _ := fl.health("gamma")
+		return strings.Contains(al.Placement, "waiting for beta-1") && strings.Contains(g.Placement, "waiting for beta-1"), al.Placement + " | " + g.Placement
+	})
+	holdB()
+	useB()
+	fl.waitReady(t, "alpha", readyWithin)
+	if rs := fl.replicasOf("gamma"); len(rs) != 0 {
+		t.Errorf("gamma, asked after alpha's waiting request, started before it: %s", jsonOf(rs))
+	}
 }
 
 // TestAClientThatGivesUpWaitingCostsNothing: a request for beta waiting for

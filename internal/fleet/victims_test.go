@@ -58,3 +58,49 @@ func TestVictims(t *testing.T) {
 		t.Errorf("with a busy holder of 4 and an idle one of 2 for 6: ok %v, all %d; want not now, 6 once the busy one is idle", ok, all)
 	}
 }
+
+// TestBehind is who was first, as both fleets ask it: a model's place is
+// its oldest unanswered request, and a busy one is behind a waiting one
+// only when all its requests came after.
+func TestBehind(t *testing.T) {
+	t0 := time.Now()
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	var a Asks
+	for _, ms := range []int{10, 30, 20, 40} { // one added out of order finds its place
+		a.Add(at(ms))
+	}
+	a.Done(at(10))
+	if a.Len() != 3 || !a.Oldest().Equal(at(20)) {
+		t.Fatalf("after the first is answered: %d asks, oldest %v; want 3, the one at 20ms", a.Len(), a.Oldest().Sub(t0))
+	}
+	for _, tc := range []struct {
+		name        string
+		held, waits time.Time
+		want        bool
+	}{
+		{"its oldest came after the waiting one's: behind", at(20), at(15), true},
+		{"its oldest came before: it is answered first", at(10), at(15), false},
+		{"asked at the same moment: the replica serving keeps it", at(15), at(15), false},
+		{"none of its own unanswered: behind any waiting one", time.Time{}, at(15), true},
+		{"nobody waits: nobody is behind", at(20), time.Time{}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := Behind(tc.held, tc.waits); got != tc.want {
+				t.Errorf("Behind: %v; want %v", got, tc.want)
+			}
+		})
+	}
+	// A model asked again and again keeps the place of its oldest only:
+	// once that is answered it is behind one that waited meanwhile.
+	var x Asks
+	x.Add(at(0))
+	waits := at(5)
+	x.Add(at(10))
+	if Behind(x.Oldest(), waits) {
+		t.Error("behind with a request asked before the waiting one still unanswered")
+	}
+	x.Done(at(0))
+	if !Behind(x.Oldest(), waits) {
+		t.Error("not behind once its request asked before the waiting one is answered")
+	}
+}

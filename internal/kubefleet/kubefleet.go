@@ -141,10 +141,13 @@ type Fleet struct {
 	// lastStops say, by model, which of its pods was last given back to
 	// make room, and why; evictions count them by model and why; waiting
 	// are the models waiting for busy pods of others to fall idle; memWaits
-	// how long models waited for room (swap.go).
+	// how long models waited for room; heldBack the models given back
+	// while asked for, or kept by their Min, held at 0 until their turn
+	// (swap.go).
 	lastStops map[string]string
 	evictions map[[2]string]int
 	waiting   map[string]bool
+	heldBack  map[string]bool
 	memWaits  fleet.Waits
 	// begun and done count the passes over all models; passed is closed
 	// (and replaced) at the end of each, for Sync.
@@ -190,7 +193,7 @@ func New(opts Options) (*Fleet, error) {
 		opts: opts, log: opts.Log,
 		queue:  workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]()),
 		models: map[string]fleet.ModelHealth{}, demands: map[string]*demand{}, parks: map[string]park{},
-		lastStops: map[string]string{}, evictions: map[[2]string]int{}, waiting: map[string]bool{},
+		lastStops: map[string]string{}, evictions: map[[2]string]int{}, waiting: map[string]bool{}, heldBack: map[string]bool{},
 		passed: make(chan struct{}), first: make(chan struct{}),
 	}, nil
 }
@@ -429,6 +432,7 @@ func (f *Fleet) remove(ctx context.Context, name string) error {
 	delete(f.parks, name)
 	delete(f.lastStops, name)
 	delete(f.waiting, name)
+	delete(f.heldBack, name)
 	f.mu.Unlock()
 	f.memWaits.Forget(name)
 	if _, err := f.configMaps.ConfigMaps(f.opts.Namespace).Get(objName(name)); apierrors.IsNotFound(err) {
@@ -520,7 +524,7 @@ func (f *Fleet) reconcile(ctx context.Context, m catalog.Model, models []catalog
 	}
 	if werr == nil {
 		remaining := int32(h.Want)
-		if h.Parked {
+		if h.Parked || f.isHeldBack(m.Name) {
 			remaining = 0
 		}
 		for _, pi := range byPriority(m) {

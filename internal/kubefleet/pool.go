@@ -224,9 +224,11 @@ func (f *Fleet) NodeCPUs(memGB int) []int {
 
 func gib(b int64) float64 { return float64(b) / (1 << 30) }
 
-// demand is what the gateway has asked of a model lately (Use).
+// demand is what the gateway has asked of a model lately (Use): asks are
+// its requests being served now, by when each was asked (its place among
+// the models waiting for room, fleet.Asks).
 type demand struct {
-	inUse   int
+	asks    fleet.Asks
 	lastUse time.Time
 	want    int
 }
@@ -244,8 +246,9 @@ func (f *Fleet) Use(model string, replicas int) (release func()) {
 		d = &demand{}
 		f.demands[model] = d
 	}
-	d.inUse++
-	d.lastUse = time.Now()
+	now := time.Now()
+	d.asks.Add(now)
+	d.lastUse = now
 	more := replicas > d.want
 	d.want = max(d.want, replicas)
 	f.mu.Unlock()
@@ -257,11 +260,12 @@ func (f *Fleet) Use(model string, replicas int) (release func()) {
 		f.mu.Lock()
 		look := false
 		if !done && f.demands[model] == d {
-			d.inUse--
+			was := d.asks.Oldest()
+			d.asks.Done(now)
 			d.lastUse = time.Now()
-			// Its pods may be idle now, and another model waits for
-			// their room.
-			look = d.inUse == 0 && len(f.waiting) > 0
+			// Its pods may be idle now, or its requests all behind
+			// another model's that waits for their room.
+			look = len(f.waiting) > 0 && (d.asks.Len() == 0 || !d.asks.Oldest().Equal(was))
 		}
 		done = true
 		f.mu.Unlock()
@@ -283,7 +287,7 @@ func (f *Fleet) want(m catalog.Model, now time.Time) int {
 	if idle <= 0 {
 		idle = fleet.DefaultIdleAfter
 	}
-	if d.inUse == 0 && now.Sub(d.lastUse) >= idle {
+	if d.asks.Len() == 0 && now.Sub(d.lastUse) >= idle {
 		delete(f.demands, m.Name)
 		return m.Scaling.Min
 	}

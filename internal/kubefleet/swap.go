@@ -25,9 +25,13 @@ import (
 // places its pod once theirs have gone. When nothing can be given back,
 // the scheduler's own words say what holds it.
 //
-// A critical model does not take an opportunistic one's room here as it
-// does on the local fleet: on a cluster that is the scheduler's work
-// (a PriorityClass on the critical model's pods).
+// Requests waiting for room are served in the order they came, by the
+// local fleet's rule (fleet.Behind): a model answering requests all asked
+// after a waiting model's oldest is given back for it, and a critical
+// model takes the room of opportunistic ones, busy or kept by their Min,
+// as on the local fleet. A model so given back is held at 0 (heldBack),
+// not forgotten: its requests keep their place, and it is scaled up again
+// once no model asked for before them waits for room.
 
 // fits is whether node n has room for a pod of profile p now (free), or
 // could have, were it idle: what the pod's requests ask, counted as the
@@ -53,7 +57,7 @@ func fits(p catalog.Profile, n node, free bool) bool {
 func (f *Fleet) wantsRoom(m catalog.Model, want int) bool {
 	f.mu.Lock()
 	d := f.demands[m.Name]
-	asked := d != nil && d.inUse > 0
+	asked := d != nil && d.asks.Len() > 0
 	f.mu.Unlock()
 	if !asked && want > m.Scaling.Min {
 		return false
@@ -77,10 +81,12 @@ type holding struct {
 	going     bool
 }
 
-// holdings are the fleet's pods bound to nodes. byName is the catalog: a
-// pod of a model no longer in it, or of one no longer wanted (asked for by
-// nobody lately, and kept by no Min), is going already.
-func (f *Fleet) holdings(byName map[string]catalog.Model) []holding {
+// holdings are the fleet's pods bound to nodes, as the swap rule sees them
+// for a model whose oldest waiting request was asked at waits (the zero
+// time for none). byName is the catalog: a pod of a model no longer in
+// it, of one no longer wanted (asked for by nobody lately, and kept by no
+// Min), or of one given back, is going already.
+func (f *Fleet) holdings(byName map[string]catalog.Model, waits time.Time) []holding {
 	pods, _ := f.pods.Pods(f.opts.Namespace).List(labels.SelectorFromSet(labels.Set{labelManagedBy: managedBy}))
 	var out []holding
 	f.mu.Lock()
@@ -94,12 +100,14 @@ func (f *Fleet) holdings(byName map[string]catalog.Model) []holding {
 		m, ok := byName[name]
 		d := f.demands[name]
 		h := holding{node: pod.Spec.NodeName, mem: mem, gpus: gpus,
-			going: pod.DeletionTimestamp != nil || !ok || d == nil && m.Scaling.Min == 0,
+			going: pod.DeletionTimestamp != nil || !ok || d == nil && m.Scaling.Min == 0 || f.heldBack[name],
 			Holder: fleet.Holder{ID: pod.Name, Model: name, Class: m.ClassOrDefault(), Min: m.Scaling.Min,
-				Busy: !isReady(pod) || d != nil && d.inUse > 0}}
+				Busy: !isReady(pod) || d != nil && d.asks.Len() > 0}}
+		var oldest time.Time
 		if d != nil {
-			h.LastUsed = d.lastUse
+			h.LastUsed, oldest = d.lastUse, d.asks.Oldest()
 		}
+		h.Behind = isReady(pod) && fleet.Behind(oldest, waits)
 		out = append(out, h)
 	}
 	return out
@@ -119,10 +127,7 @@ func holders(hs []holding, p catalog.Profile) (map[string][]fleet.Holder, map[st
 		case h.Held == 0:
 		case h.going:
 			going[h.node] += h.Held
-		case h.Min > 0:
-			// Kept by its Min: the local rule's one exception (a critical
-			// model's room) is the scheduler's here.
-		default:
+		default: // the swap rule says which may go (fleet.Victims)
 			out[h.node] = append(out[h.node], h.Holder)
 		}
 	}
@@ -143,7 +148,7 @@ func (f *Fleet) reclaimable() map[string]giveable {
 	byName := f.known
 	f.mu.Unlock()
 	out := map[string]giveable{}
-	for _, h := range f.holdings(byName) {
+	for _, h := range f.holdings(byName, time.Time{}) {
 		if !h.going && (h.Min > 0 || !fleet.Reclaimable(h.Holder)) {
 			continue
 		}
@@ -166,7 +171,21 @@ func (f *Fleet) reclaimable() map[string]giveable {
 func (f *Fleet) makeRoom(m catalog.Model, want int, models []catalog.Model, now time.Time) (given []catalog.Model, text string) {
 	if len(m.Profiles) == 0 || !f.wantsRoom(m, want) {
 		f.setWaiting(m.Name, false)
+		f.mu.Lock()
+		if d := f.demands[m.Name]; f.heldBack[m.Name] && m.Scaling.Min == 0 && (d == nil || d.asks.Len() == 0) {
+			// Given back, and its requests went away meanwhile: nobody
+			// waits for it to come back.
+			delete(f.heldBack, m.Name)
+			delete(f.demands, m.Name)
+		}
+		f.mu.Unlock()
 		return nil, ""
+	}
+	if first := f.aheadOf(m, models, now); first != "" {
+		// Given back for a model asked for before it, and one asked for
+		// before it waits still: its turn comes after.
+		f.setWaiting(m.Name, false)
+		return nil, fmt.Sprintf("making room: waiting for %s, asked for before it, to be placed", first)
 	}
 	p := m.Profiles[byPriority(m)[0]]
 	nodes := f.room()
@@ -180,7 +199,7 @@ func (f *Fleet) makeRoom(m catalog.Model, want int, models []catalog.Model, now 
 	for _, mm := range models {
 		byName[mm.Name] = mm
 	}
-	hs, going := holders(f.holdings(byName), p)
+	hs, going := holders(f.holdings(byName, f.oldestAsk(m.Name)), p)
 	var busyText string
 	for _, n := range nodes {
 		if !fits(p, n, false) {
@@ -230,12 +249,62 @@ func (f *Fleet) giveBack(victims []fleet.Holder, m catalog.Model, byName map[str
 		reason, why := fleet.GiveBackWhy(h, m, now)
 		f.lastStops[h.Model] = h.ID + ": " + why
 		f.evictions[[2]string{h.Model, reason}]++
-		delete(f.demands, h.Model)
+		if h.Busy || h.Min > 0 {
+			// Asked for still, or kept by its Min: held at 0 until its
+			// turn, its requests keeping their place.
+			f.heldBack[h.Model] = true
+		} else {
+			delete(f.demands, h.Model)
+		}
 		if !slices.ContainsFunc(out, func(x catalog.Model) bool { return x.Name == h.Model }) {
 			out = append(out, byName[h.Model])
 		}
 	}
 	return out
+}
+
+// oldestAsk is when model's oldest unanswered request was asked: the zero
+// time for none (fleet.Asks).
+func (f *Fleet) oldestAsk(model string) time.Time {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if d := f.demands[model]; d != nil {
+		return d.asks.Oldest()
+	}
+	return time.Time{}
+}
+
+func (f *Fleet) isHeldBack(model string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.heldBack[model]
+}
+
+// aheadOf is, for m held back, a model that waits for room and whose turn
+// comes before m's (fleet.Behind): one kept by its Min, or asked for
+// before m's oldest waiting request. "" when none: m is held back no more.
+func (f *Fleet) aheadOf(m catalog.Model, models []catalog.Model, now time.Time) string {
+	if !f.isHeldBack(m.Name) {
+		return ""
+	}
+	mine := f.oldestAsk(m.Name)
+	for _, o := range models {
+		if o.Name == m.Name {
+			continue
+		}
+		theirs, held := f.oldestAsk(o.Name), f.isHeldBack(o.Name)
+		// Two held back with none asked are neither before the other.
+		if theirs.IsZero() && held || !theirs.IsZero() && !fleet.Behind(mine, theirs) {
+			continue
+		}
+		if f.wantsRoom(o, f.want(o, now)) {
+			return o.Name
+		}
+	}
+	f.mu.Lock()
+	delete(f.heldBack, m.Name)
+	f.mu.Unlock()
+	return ""
 }
 
 func (f *Fleet) setWaiting(model string, waits bool) {

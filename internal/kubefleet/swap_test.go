@@ -3,6 +3,7 @@ package kubefleet_test
 import (
 	"context"
 	"log/slog"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -93,7 +94,11 @@ func TestKubernetesSwap(t *testing.T) {
 		release := f.Use("beta", 1)
 		defer release()
 		ready("beta")
-		scaledTo0("alpha")
+		// alpha's pod is gone; a new one waits its turn, before gamma's.
+		waitFor(t, "alpha's pod given back", func() ([]fleet.Replica, bool) {
+			rs := replicasOf(f, "alpha")
+			return rs, !slices.ContainsFunc(rs, func(r fleet.Replica) bool { return r.ID == alpha.ID })
+		})
 		if h := health(f, "alpha"); !strings.HasPrefix(h.LastStop, alpha.ID+": given back for beta, idle for ") {
 			t.Errorf("alpha's last stop %q, want its pod given back for beta, idle", h.LastStop)
 		}
@@ -132,6 +137,38 @@ func TestKubernetesSwap(t *testing.T) {
 		}
 	})
 
+	t.Run("a model asked for again and again does not starve a waiting one", func(t *testing.T) {
+		releaseFirst := f.Use("gamma", 1)
+		gamma := ready("gamma")
+		time.Sleep(time.Millisecond)
+		releaseAlpha := f.Use("alpha", 1)
+		waitFor(t, "alpha to wait for gamma", func() (fleet.ModelHealth, bool) {
+			h := health(f, "alpha")
+			return h, strings.Contains(h.Placement, "waiting for "+gamma.ID)
+		})
+		time.Sleep(time.Millisecond)
+		releaseLater := f.Use("gamma", 1) // asked after alpha: behind it
+		f.Poke()
+		time.Sleep(time.Second) // a pass or two, in which gamma must stay
+		if rs := f.Serving("gamma"); len(rs) != 1 || rs[0].ID != gamma.ID {
+			t.Fatalf("gamma given back while its request asked before alpha's is on: %+v", rs)
+		}
+		releaseFirst() // gamma's requests left are all asked after alpha's
+		ready("alpha")
+		// gamma's pod went; its request waits its turn, behind alpha's.
+		if rs := f.Serving("gamma"); len(rs) != 0 {
+			t.Errorf("gamma serving beside alpha in room for one: %+v", rs)
+		}
+		if h := health(f, "gamma"); !strings.Contains(h.LastStop, "given back for alpha") {
+			t.Errorf("gamma's last stop %q, want given back for alpha", h.LastStop)
+		}
+		// gamma's request keeps its place: it is served once alpha's is.
+		releaseAlpha()
+		ready("gamma")
+		scaledTo0("alpha")
+		releaseLater()
+	})
+
 	t.Run("with no idle model to give back, the scheduler's words say what holds it", func(t *testing.T) {
 		// A pinned model takes gamma's room (gamma is idle now)...
 		pinned := onDemand("pinned")
@@ -155,6 +192,129 @@ func TestKubernetesSwap(t *testing.T) {
 		}
 		if p := poolOf(f); len(p) != 1 || p[0].freeRAMGB != 2 {
 			t.Errorf("the pool with the pinned model: %+v; want 2 GB free, its room not the planner's", p)
+		}
+	})
+}
+
+// TestKubernetesSwapOrder is the local fleet's order among models waiting
+// for room, on a real control plane: a model asked for again and again
+// does not starve a waiting one, one given back keeps its requests'
+// place, and a critical model takes the room of a busy opportunistic one.
+func TestKubernetesSwapOrder(t *testing.T) {
+	c := kubetest.Start(t)
+	c.AddNode(t, kubetest.Node{Name: "small-1", CPU: 8, Memory: "6Gi"})
+	client := c.Client(t, c.Account(t, "../../deploy/rbac.yaml"))
+	mirrorDir := t.TempDir()
+	cat := &memCatalog{}
+	onDemand := func(name string) catalog.Model {
+		m := model(mirrorDir, name, catalog.Profile{RAMBytes: 4 << 30, CPUCores: 1})
+		m.Scaling = catalog.Scaling{Min: 0, Max: 1, IdleAfter: time.Hour}
+		return m
+	}
+	for _, name := range []string{"alpha", "beta", "gamma"} {
+		cat.add(onDemand(name))
+	}
+	var logs testlog.Buffer
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("the fleet's log:\n%s", logs.String())
+		}
+	})
+	f, err := kubefleet.New(kubefleet.Options{
+		Client: client, Catalog: cat, Namespace: ns, EngineImage: "ghcr.io/ggml-org/llama.cpp:server",
+		MirrorURL: "http://modelserve.modelserve.svc:8080/", MirrorDir: mirrorDir, Resync: 5 * time.Second,
+		Log: slog.New(slog.NewTextHandler(&logs, nil)),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- f.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+	admin := c.Admin
+	ready := func(name string) fleet.Replica {
+		t.Helper()
+		waitFor(t, "a ready replica of "+name, func() ([]fleet.Replica, bool) {
+			return replicasOf(f, name), len(f.Serving(name)) == 1
+		})
+		return first(f.Serving(name))
+	}
+	scaledTo0 := func(name string) {
+		t.Helper()
+		waitFor(t, name+" scaled to 0 with no pod left", func() ([]fleet.Replica, bool) {
+			rs := replicasOf(f, name)
+			return rs, *deploymentOf(t, admin, name).Spec.Replicas == 0 && len(rs) == 0
+		})
+	}
+
+	t.Run("a model asked for again and again does not starve a waiting one", func(t *testing.T) {
+		use1 := f.Use("alpha", 1)
+		alpha := ready("alpha")
+		time.Sleep(time.Millisecond)
+		useB := f.Use("beta", 1)
+		waitFor(t, "beta to wait for alpha", func() (fleet.ModelHealth, bool) {
+			h := health(f, "beta")
+			return h, strings.Contains(h.Placement, "waiting for "+alpha.ID)
+		})
+		time.Sleep(time.Millisecond)
+		use2 := f.Use("alpha", 1) // asked after beta: behind it
+		defer use2()
+		f.Poke()
+		time.Sleep(time.Second) // a pass or two, in which alpha must stay: its first request came before beta's
+		if rs := f.Serving("alpha"); len(rs) != 1 || *deploymentOf(t, admin, "alpha").Spec.Replicas != 1 {
+			t.Fatalf("alpha, with a request asked before beta's unanswered, was given back: %+v", rs)
+		}
+		time.Sleep(time.Millisecond)
+		useG := f.Use("gamma", 1) // asked after alpha's second request
+		defer useG()
+		use1()
+		ready("beta")
+		// alpha's pod is gone; a new one waits its turn, before gamma's.
+		waitFor(t, "alpha's pod given back", func() ([]fleet.Replica, bool) {
+			rs := replicasOf(f, "alpha")
+			return rs, !slices.ContainsFunc(rs, func(r fleet.Replica) bool { return r.ID == alpha.ID })
+		})
+		if h := health(f, "alpha"); !strings.Contains(h.LastStop, "given back for beta once the answers it has end") {
+			t.Errorf("alpha's last stop %q; want given back for beta once its answers end", h.LastStop)
+		}
+		useB()
+		// beta is idle: alpha's request, asked before gamma's, goes first.
+		ready("alpha")
+		if rs := f.Serving("gamma"); len(rs) != 0 {
+			t.Errorf("gamma, asked after alpha's waiting request, went before it: %+v", rs)
+		}
+		use2()
+		ready("gamma")
+	})
+
+	t.Run("a critical model takes the room of a busy opportunistic one", func(t *testing.T) {
+		opp := onDemand("opp")
+		opp.Class = catalog.ClassOpportunistic
+		opp.Scaling.Min = 1
+		crit := onDemand("crit")
+		crit.Class = catalog.ClassCritical
+		cat.add(opp)
+		cat.add(crit)
+		f.Poke()
+		o := ready("opp")
+		scaledTo0("gamma")
+		useO := f.Use("opp", 1) // answering, and kept by its Min
+		defer useO()
+		useC := f.Use("crit", 1)
+		defer useC()
+		ready("crit")
+		// opp's pod is gone; its Min asks for one that waits for room.
+		if rs := replicasOf(f, "opp"); slices.ContainsFunc(rs, func(r fleet.Replica) bool { return r.ID == o.ID }) {
+			t.Errorf("opp's pod %s still there with crit serving: %+v", o.ID, rs)
+		}
+		if h := health(f, "opp"); !strings.Contains(h.LastStop, "stopped to make room for crit, a critical model") {
+			t.Errorf("opp's last stop %q; want stopped for crit, a critical model", h.LastStop)
 		}
 	})
 }
