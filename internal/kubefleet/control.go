@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -17,14 +18,17 @@ import (
 // controlTimeout bounds one control's calls to the API server.
 const controlTimeout = 30 * time.Second
 
-// Stop deletes replica id's pod. The catalog is not changed: its
+// Stop drains replica id's pod, then deletes it (drain.go). The catalog is not changed: its
 // Deployment starts a new pod at once, placed by the scheduler, as the
 // local fleet places a new replica of a model that still wants as many.
 func (f *Fleet) Stop(id string) error {
-	if err := f.deletePod(id); err != nil {
+	if _, err := f.checkPod(id); err != nil {
 		return err
 	}
-	f.log.Info("replica's pod deleted by an operator", "replica", id)
+	if err := f.drain(id, "stopped by an operator"); err != nil {
+		return err
+	}
+	f.log.Info("replica's pod stopped by an operator", "replica", id)
 	return nil
 }
 
@@ -41,15 +45,9 @@ func (f *Fleet) Restart(id string) error {
 }
 
 func (f *Fleet) deletePod(id string) error {
-	if !f.running() {
-		return operr.New(operr.Unavailable, "the fleet is not connected to the cluster yet, so replica %s cannot be acted on now; try again in a moment", operr.Quote(id))
-	}
-	p, err := f.pods.Pods(f.opts.Namespace).Get(id)
-	if err != nil || p.Labels[labelManagedBy] != managedBy {
-		return operr.New(operr.NotFound, "the fleet has no replica named %s: it may have stopped since; GET /api/v1/replicas lists those it has", operr.Quote(id))
-	}
-	if p.DeletionTimestamp != nil {
-		return operr.New(operr.Conflict, "replica %s is stopping already; its Deployment starts a new pod if its model still wants it", id)
+	p, err := f.checkPod(id)
+	if err != nil {
+		return err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), controlTimeout)
 	defer cancel()
@@ -64,6 +62,21 @@ func (f *Fleet) deletePod(id string) error {
 	}
 	f.Poke()
 	return nil
+}
+
+// checkPod is replica id's pod, or why it cannot be acted on.
+func (f *Fleet) checkPod(id string) (*corev1.Pod, error) {
+	if !f.running() {
+		return nil, operr.New(operr.Unavailable, "the fleet is not connected to the cluster yet, so replica %s cannot be acted on now; try again in a moment", operr.Quote(id))
+	}
+	p, err := f.pods.Pods(f.opts.Namespace).Get(id)
+	if err != nil || p.Labels[labelManagedBy] != managedBy {
+		return nil, operr.New(operr.NotFound, "the fleet has no replica named %s: it may have stopped since; GET /api/v1/replicas lists those it has", operr.Quote(id))
+	}
+	if p.DeletionTimestamp != nil {
+		return nil, operr.New(operr.Conflict, "replica %s is stopping already; its Deployment starts a new pod if its model still wants it", id)
+	}
+	return p, nil
 }
 
 // Unpark lets the fleet run model again after its engine kept failing: the

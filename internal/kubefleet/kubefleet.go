@@ -87,6 +87,10 @@ type Options struct {
 	// MaxFailures is how many restarts of a container that never became
 	// ready park its model: 3 unless set.
 	MaxFailures int
+	// DrainTimeout bounds how long a pod an operator stops waits for the
+	// requests sent to it to end before it is deleted anyway: 10 minutes
+	// unless set.
+	DrainTimeout time.Duration
 	// Resync is how often the informers replay every object, which
 	// reconciles every model again: 30 s unless set.
 	Resync time.Duration
@@ -153,6 +157,10 @@ type Fleet struct {
 	// (and replaced) at the end of each, for Sync.
 	begun, done int
 	passed      chan struct{}
+	// holds count the requests in flight on each pod, and drains are the
+	// pods waiting for theirs to end before they are deleted (drain.go).
+	holds  map[string]int
+	drains map[string]*draining
 }
 
 // New returns a fleet over opts, refusing a missing option by name.
@@ -194,6 +202,7 @@ func New(opts Options) (*Fleet, error) {
 		queue:  workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]()),
 		models: map[string]fleet.ModelHealth{}, demands: map[string]*demand{}, parks: map[string]park{},
 		lastStops: map[string]string{}, evictions: map[[2]string]int{}, waiting: map[string]bool{}, heldBack: map[string]bool{},
+		holds: map[string]int{}, drains: map[string]*draining{},
 		passed: make(chan struct{}), first: make(chan struct{}),
 	}, nil
 }

@@ -258,6 +258,42 @@ func TestKubernetesFleet(t *testing.T) {
 		}
 	})
 
+	t.Run("a replica stopped with a request in flight drains before its pod is deleted", func(t *testing.T) {
+		cat.add(model(mirrorDir, "steady", catalog.Profile{RAMBytes: 1 << 30, CPUCores: 1}))
+		f.Poke()
+		r := waitFor(t, "a ready replica of steady", func() (fleet.Replica, bool) {
+			rs := f.Serving("steady")
+			return first(rs), len(rs) == 1
+		})
+		release, ok := f.Hold(r.ID)
+		if !ok {
+			t.Fatalf("a ready replica refused a request")
+		}
+		if err := f.Stop(r.ID); err != nil {
+			t.Fatalf("Stop: %v", err)
+		}
+		if len(f.Serving("steady")) != 0 {
+			t.Errorf("a draining replica is still served: %+v", f.Serving("steady"))
+		}
+		if _, ok := f.Hold(r.ID); ok {
+			t.Errorf("a draining replica took a new request")
+		}
+		time.Sleep(2 * time.Second) // a pass or two, in which the pod must stay
+		if p, err := admin.CoreV1().Pods(ns).Get(context.Background(), r.ID, metav1.GetOptions{}); err != nil || p.DeletionTimestamp != nil {
+			t.Fatalf("the pod was deleted with its request in flight: %v", err)
+		}
+		if got := replicasOf(f, "steady"); len(got) != 1 || got[0].State != fleet.Draining || !strings.Contains(got[0].Detail, "stopped by an operator") {
+			t.Errorf("replicas while draining: %+v, want steady's one draining, stopped by an operator", got)
+		}
+		release()
+		waitFor(t, "a new ready replica of steady", func() (fleet.Replica, bool) {
+			rs := f.Serving("steady")
+			return first(rs), len(rs) == 1 && rs[0].ID != r.ID
+		})
+		cat.remove("steady")
+		f.Poke()
+	})
+
 	t.Run("removing a model removes its objects", func(t *testing.T) {
 		sel := "modelserve.io/model=" + deploymentOf(t, admin, "tiny").Labels["modelserve.io/model"]
 		cat.remove("tiny")

@@ -198,7 +198,7 @@ func (f *Fleet) Replicas() []fleet.Replica {
 	pods, _ := f.pods.Pods(f.opts.Namespace).List(labels.SelectorFromSet(labels.Set{labelManagedBy: managedBy}))
 	out := make([]fleet.Replica, 0, len(pods))
 	for _, p := range pods {
-		out = append(out, replica(p))
+		out = append(out, f.drainState(replica(p)))
 	}
 	slices.SortFunc(out, func(a, b fleet.Replica) int {
 		return cmp.Or(strings.Compare(a.Model, b.Model), strings.Compare(a.ID, b.ID))
@@ -213,7 +213,7 @@ func (f *Fleet) Serving(model string) []fleet.Replica {
 	}
 	var out []fleet.Replica
 	for _, p := range f.modelPods(model) {
-		if r := replica(p); r.State == fleet.Ready && r.Endpoint != "" {
+		if r := f.drainState(replica(p)); r.State == fleet.Ready && r.Endpoint != "" {
 			out = append(out, r)
 		}
 	}
@@ -244,16 +244,4 @@ func (f *Fleet) ModelHealth() []fleet.ModelHealth {
 	}
 	slices.SortFunc(out, func(a, b fleet.ModelHealth) int { return strings.Compare(a.Model, b.Model) })
 	return out
-}
-
-// Hold lets every request through and holds nothing: a pod being deleted
-// leaves Serving at once (it is no longer ready), and a request that meets
-// one already gone (its connection refused) is tried by the gateway on
-// another. Swapping and idle scale-downs cut no answer: they take only
-// models no request is in flight for (Use counts each request to its end,
-// swap.go). The requests a pod has when an operator stops it, or when a
-// lower Max scales its Deployment down, are not waited for: draining pods
-// (a hold counted here, the delete made once it is zero) is not done yet.
-func (f *Fleet) Hold(id string) (release func(), ok bool) {
-	return func() {}, true
 }
