@@ -101,6 +101,8 @@ const (
 	// settleAfterReady is how long after a replica is ready its memory is
 	// first read and its start kept in the history (see attempt).
 	settleAfterReady = 50 * time.Millisecond
+	// historyWrite bounds the write of a start to the history.
+	historyWrite = 5 * time.Second
 	// healthMisses is how many health checks in a row a ready engine may
 	// miss (no answer, or not 200) before it is restarted. One miss is a
 	// busy moment; three at Options.HealthEvery apart is not.
@@ -256,10 +258,16 @@ func (f *Fleet) attempt(ctx context.Context, r *replica) (outcome, string) {
 	if slots == 0 {
 		slots = r.slots
 	}
-	row, err := f.opts.History.record(ctx, Start{
+	// A start that happened is kept even when the replica is stopped in
+	// the moment before (given back for another model within the settle):
+	// the history counts engine starts, and a swap's are the ones asked
+	// about.
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), historyWrite)
+	row, err := f.opts.History.record(rctx, Start{
 		Replica: r.id, Model: r.model, File: r.weights, Context: r.pool, Slots: slots,
 		EstimateBytes: r.memBytes, RSSBytes: rss, Started: r.started, ReadyAt: readyAt,
 	})
+	cancel()
 	if err != nil {
 		f.log.Warn("the replica's start is not kept in the history", "replica", r.id, "err", err)
 	}
