@@ -15,10 +15,19 @@ import (
 	"modelserve/internal/testlog"
 )
 
-// TestKubernetesSwap is the local fleet's swapping on a real control
-// plane: one node with room for one model at a time, and models served on
-// demand taking each other's room by the same rule.
-func TestKubernetesSwap(t *testing.T) {
+// swapWorld is a real control plane with one node that has room for one
+// model at a time, a catalog of three models on demand (alpha, beta,
+// gamma) and a fleet running over them: the swap tests' common ground.
+type swapWorld struct {
+	t        *testing.T
+	c        *kubetest.Cluster
+	f        *kubefleet.Fleet
+	cat      *memCatalog
+	onDemand func(name string) catalog.Model
+}
+
+func startSwapWorld(t *testing.T) *swapWorld {
+	t.Helper()
 	c := kubetest.Start(t)
 	c.AddNode(t, kubetest.Node{Name: "small-1", CPU: 8, Memory: "6Gi"})
 	client := c.Client(t, c.Account(t, "../../deploy/rbac.yaml"))
@@ -55,26 +64,38 @@ func TestKubernetesSwap(t *testing.T) {
 			t.Errorf("Run: %v", err)
 		}
 	})
-	admin := c.Admin
-	ready := func(name string) fleet.Replica {
-		t.Helper()
-		type seen struct {
-			Replicas []fleet.Replica
-			Health   fleet.ModelHealth
-		}
-		waitFor(t, "a ready replica of "+name, func() (seen, bool) {
-			rs := f.Serving(name)
-			return seen{replicasOf(f, name), health(f, name)}, len(rs) == 1
-		})
-		return first(f.Serving(name))
+	return &swapWorld{t: t, c: c, f: f, cat: cat, onDemand: onDemand}
+}
+
+// ready waits for name's one ready replica.
+func (w *swapWorld) ready(name string) fleet.Replica {
+	w.t.Helper()
+	type seen struct {
+		Replicas []fleet.Replica
+		Health   fleet.ModelHealth
 	}
-	scaledTo0 := func(name string) {
-		t.Helper()
-		waitFor(t, name+" scaled to 0 with no pod left", func() ([]fleet.Replica, bool) {
-			rs := replicasOf(f, name)
-			return rs, *deploymentOf(t, admin, name).Spec.Replicas == 0 && len(rs) == 0
-		})
-	}
+	waitFor(w.t, "a ready replica of "+name, func() (seen, bool) {
+		rs := w.f.Serving(name)
+		return seen{replicasOf(w.f, name), health(w.f, name)}, len(rs) == 1
+	})
+	return first(w.f.Serving(name))
+}
+
+// scaledTo0 waits for name's Deployment to be at 0 with no pod left.
+func (w *swapWorld) scaledTo0(name string) {
+	w.t.Helper()
+	waitFor(w.t, name+" scaled to 0 with no pod left", func() ([]fleet.Replica, bool) {
+		rs := replicasOf(w.f, name)
+		return rs, *deploymentOf(w.t, w.c.Admin, name).Spec.Replicas == 0 && len(rs) == 0
+	})
+}
+
+// TestKubernetesSwap is the local fleet's swapping on a real control
+// plane: one node with room for one model at a time, and models served on
+// demand taking each other's room by the same rule.
+func TestKubernetesSwap(t *testing.T) {
+	w := startSwapWorld(t)
+	f, cat, onDemand, admin, ready, scaledTo0 := w.f, w.cat, w.onDemand, w.c.Admin, w.ready, w.scaledTo0
 
 	release := f.Use("alpha", 1)
 	alpha := ready("alpha")
@@ -201,57 +222,8 @@ func TestKubernetesSwap(t *testing.T) {
 // does not starve a waiting one, one given back keeps its requests'
 // place, and a critical model takes the room of a busy opportunistic one.
 func TestKubernetesSwapOrder(t *testing.T) {
-	c := kubetest.Start(t)
-	c.AddNode(t, kubetest.Node{Name: "small-1", CPU: 8, Memory: "6Gi"})
-	client := c.Client(t, c.Account(t, "../../deploy/rbac.yaml"))
-	mirrorDir := t.TempDir()
-	cat := &memCatalog{}
-	onDemand := func(name string) catalog.Model {
-		m := model(mirrorDir, name, catalog.Profile{RAMBytes: 4 << 30, CPUCores: 1})
-		m.Scaling = catalog.Scaling{Min: 0, Max: 1, IdleAfter: time.Hour}
-		return m
-	}
-	for _, name := range []string{"alpha", "beta", "gamma"} {
-		cat.add(onDemand(name))
-	}
-	var logs testlog.Buffer
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("the fleet's log:\n%s", logs.String())
-		}
-	})
-	f, err := kubefleet.New(kubefleet.Options{
-		Client: client, Catalog: cat, Namespace: ns, EngineImage: "ghcr.io/ggml-org/llama.cpp:server",
-		MirrorURL: "http://modelserve.modelserve.svc:8080/", MirrorDir: mirrorDir, Resync: 5 * time.Second,
-		Log: slog.New(slog.NewTextHandler(&logs, nil)),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- f.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	})
-	admin := c.Admin
-	ready := func(name string) fleet.Replica {
-		t.Helper()
-		waitFor(t, "a ready replica of "+name, func() ([]fleet.Replica, bool) {
-			return replicasOf(f, name), len(f.Serving(name)) == 1
-		})
-		return first(f.Serving(name))
-	}
-	scaledTo0 := func(name string) {
-		t.Helper()
-		waitFor(t, name+" scaled to 0 with no pod left", func() ([]fleet.Replica, bool) {
-			rs := replicasOf(f, name)
-			return rs, *deploymentOf(t, admin, name).Spec.Replicas == 0 && len(rs) == 0
-		})
-	}
+	w := startSwapWorld(t)
+	f, cat, onDemand, admin, ready, scaledTo0 := w.f, w.cat, w.onDemand, w.c.Admin, w.ready, w.scaledTo0
 
 	t.Run("a model asked for again and again does not starve a waiting one", func(t *testing.T) {
 		use1 := f.Use("alpha", 1)
