@@ -6,11 +6,13 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -49,7 +51,8 @@ func Busybox(t testing.TB) string {
 
 // RunPod runs pod's init containers one after the other to their end
 // (failing t when one fails, with its output), then its containers, which
-// are stopped when t ends. images says what each image is here.
+// are stopped when the pod is deleted (SIGTERM, then SIGKILL after its
+// grace period, as a kubelet stops them) or when t ends. images says what each image is here.
 //
 // What differs from a node is made to fit this machine, and nothing else
 // is touched: each volume is a folder of its own (emptyDir), and a
@@ -91,15 +94,48 @@ func (c *Cluster) RunPod(t testing.TB, pod *corev1.Pod, images map[string]Image)
 		}
 		done := make(chan struct{})
 		go func() { _ = cmd.Wait(); close(done) }()
+		grace := 30 * time.Second // the API's default terminationGracePeriodSeconds
+		if g := pod.Spec.TerminationGracePeriodSeconds; g != nil {
+			grace = time.Duration(*g) * time.Second
+		}
+		var once sync.Once
+		stop := func(grace time.Duration) {
+			once.Do(func() {
+				_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM)
+				select {
+				case <-done:
+				case <-time.After(grace):
+					_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+					<-done
+				}
+			})
+		}
+		// As a kubelet does, a pod being deleted has its containers sent
+		// SIGTERM, and SIGKILL once its grace period has passed: a test of
+		// what a deletion does to the answers in flight sees the engine go.
+		watching := make(chan struct{})
+		go func() {
+			tick := time.NewTicker(100 * time.Millisecond)
+			defer tick.Stop()
+			for {
+				select {
+				case <-watching:
+					return
+				case <-done:
+					return
+				case <-tick.C:
+				}
+				p, err := c.Admin.CoreV1().Pods(pod.Namespace).Get(context.Background(), pod.Name, metav1.GetOptions{})
+				if apierrors.IsNotFound(err) || err == nil && (p.DeletionTimestamp != nil || p.UID != pod.UID) {
+					stop(grace)
+					return
+				}
+			}
+		}()
 		t.Cleanup(func() {
 			defer logf.Close()
-			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM)
-			select {
-			case <-done:
-			case <-time.After(10 * time.Second):
-				_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-				<-done
-			}
+			close(watching)
+			stop(10 * time.Second)
 			if t.Failed() {
 				t.Logf("pod %s, container %s's last lines:\n%s", pod.Name, ctr.Name, tail(logf.Name(), 15))
 			}
