@@ -158,38 +158,6 @@ func TestKubernetesSwap(t *testing.T) {
 		}
 	})
 
-	t.Run("a model asked for again and again does not starve a waiting one", func(t *testing.T) {
-		releaseFirst := f.Use("gamma", 1)
-		gamma := ready("gamma")
-		time.Sleep(time.Millisecond)
-		releaseAlpha := f.Use("alpha", 1)
-		waitFor(t, "alpha to wait for gamma", func() (fleet.ModelHealth, bool) {
-			h := health(f, "alpha")
-			return h, strings.Contains(h.Placement, "waiting for "+gamma.ID)
-		})
-		time.Sleep(time.Millisecond)
-		releaseLater := f.Use("gamma", 1) // asked after alpha: behind it
-		f.Poke()
-		time.Sleep(time.Second) // a pass or two, in which gamma must stay
-		if rs := f.Serving("gamma"); len(rs) != 1 || rs[0].ID != gamma.ID {
-			t.Fatalf("gamma given back while its request asked before alpha's is on: %+v", rs)
-		}
-		releaseFirst() // gamma's requests left are all asked after alpha's
-		ready("alpha")
-		// gamma's pod went; its request waits its turn, behind alpha's.
-		if rs := f.Serving("gamma"); len(rs) != 0 {
-			t.Errorf("gamma serving beside alpha in room for one: %+v", rs)
-		}
-		if h := health(f, "gamma"); !strings.Contains(h.LastStop, "given back for alpha") {
-			t.Errorf("gamma's last stop %q, want given back for alpha", h.LastStop)
-		}
-		// gamma's request keeps its place: it is served once alpha's is.
-		releaseAlpha()
-		ready("gamma")
-		scaledTo0("alpha")
-		releaseLater()
-	})
-
 	t.Run("with no idle model to give back, the scheduler's words say what holds it", func(t *testing.T) {
 		// A pinned model takes gamma's room (gamma is idle now)...
 		pinned := onDemand("pinned")
