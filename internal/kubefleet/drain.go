@@ -24,6 +24,8 @@ const drainTimeout = 10 * time.Minute
 type draining struct {
 	why   string
 	timer *time.Timer
+	// ending is set once the pod's deletion has begun.
+	ending bool
 }
 
 // Hold says a request is being sent to pod id; false when the pod is
@@ -88,10 +90,15 @@ func (f *Fleet) drainTimeout() time.Duration {
 func (f *Fleet) finishDrain(id, how string) {
 	f.mu.Lock()
 	d := f.drains[id]
-	if d != nil {
-		d.timer.Stop()
-		d.why += "; " + how
+	if d == nil || d.ending {
+		// The last release and the bound's timer may both end a drain:
+		// the first deletes the pod.
+		f.mu.Unlock()
+		return
 	}
+	d.ending = true
+	d.timer.Stop()
+	d.why += "; " + how
 	f.mu.Unlock()
 	if err := f.deletePod(id); err != nil {
 		f.log.Warn("deleting a drained pod", "replica", id, "err", err)
