@@ -283,6 +283,9 @@ type callTrace struct {
 	// model is the one that answers; canary, when it is a canary, the
 	// model it answers for.
 	model, canary string
+	// trial is whether an update of the model is on trial: its canary
+	// or the model itself answers, and the span says which version.
+	trial bool
 }
 
 // on is whether the call is traced.
@@ -290,14 +293,20 @@ func (c *callTrace) on() bool { return c.span != nil }
 
 // startCall begins the client span of the call to an engine of model,
 // and passes the trace on in up's headers; answerAs, when model is a
-// canary, is the model it answers for.
+// canary, is the model it answers for. While model has a canary, the
+// old version's calls say so too: a trace read during a trial names the
+// version that answered, whichever it was.
 func (g *Gateway) startCall(ctx context.Context, up *http.Request, model string, rep fleet.Replica, answerAs string) callTrace {
 	if g.opts.Tracer == nil {
 		return callTrace{}
 	}
 	ctx, span := g.tracer().Start(ctx, engineSpanName(up.URL.Path), clientKind)
 	g.propagator().Inject(ctx, headerCarrier(up.Header))
-	return callTrace{span: span, replica: rep.ID, node: rep.Node, endpoint: rep.Endpoint, path: up.URL.Path, model: model, canary: answerAs}
+	trial := answerAs != ""
+	if !trial {
+		_, trial = g.names.canary(model)
+	}
+	return callTrace{span: span, replica: rep.ID, node: rep.Node, endpoint: rep.Endpoint, path: up.URL.Path, model: model, canary: answerAs, trial: trial}
 }
 
 // engineSpanName is the name of the span of a call to an engine on path,
@@ -358,8 +367,11 @@ func (c *callTrace) end(ctx context.Context, status int, start, first time.Time,
 	attrs = append(attrs, attribute.String("modelserve.replica", c.replica), attribute.String("modelserve.node", c.node),
 		attribute.String("server.address", c.endpoint), attribute.String("url.path", c.path),
 		attribute.Int("http.response.status_code", status))
+	if c.trial {
+		attrs = append(attrs, attribute.String("modelserve.version", c.model))
+	}
 	if c.canary != "" {
-		attrs = append(attrs, attribute.String("modelserve.version", c.model), attribute.String("modelserve.canary_of", c.canary))
+		attrs = append(attrs, attribute.String("modelserve.canary_of", c.canary))
 	}
 	setAttrs(c.span, l, attrs)
 	if status >= 500 {

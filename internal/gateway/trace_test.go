@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -235,5 +236,104 @@ func TestStoppedFor(t *testing.T) {
 		if got := stoppedFor(c.stop, c.model); got != c.want {
 			t.Errorf("stoppedFor(%q, %q) = %v; want %v", c.stop, c.model, got, c.want)
 		}
+	}
+}
+
+// TestACanaryTrialSaysWhichVersionAnswered: while an update is on trial,
+// each traced request's engine span names the version that answered
+// (modelserve.version), the canary's also the model it stands in for
+// (modelserve.canary_of), as the engines' own token counts tell who
+// answered; once the trial ends, the spans say nothing of one.
+func TestACanaryTrialSaysWhichVersionAnswered(t *testing.T) {
+	rcv := otlptest.Start(t)
+	tr, err := trace.New(func(k string) string {
+		return map[string]string{"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": rcv.URL}[k]
+	}, trace.Options{Every: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Shutdown(context.Background())
+	e := mustEnv(t, Options{Tracer: tr.Tracer("modelserve/gateway"), Propagator: tr.Propagator})
+	e.mustAdd(chatModel(t, "chatty", ggufgen.Spec{}))
+	canary := canaryModel(t, "chatty", 0.5)
+	e.mustAdd(canary)
+	old, rep := e.waitServing("chatty", 1)[0], e.waitServing(canary.Name, 1)[0]
+	c := e.client(e.token)
+
+	// ask sends one request in a trace of its own, and says which of the
+	// versions' engines generated its two tokens.
+	ask := func(i int, versions ...fleet.Replica) (traceID, answered string) {
+		t.Helper()
+		traceID = fmt.Sprintf("%032x", i+1)
+		before := make([]int, len(versions))
+		for j, v := range versions {
+			before[j] = e.engineTokens(v)
+		}
+		res, err := c.Chat.Completions.New(context.Background(), hello("chatty", 2), option.WithJSONSet("ignore_eos", true),
+			option.WithHeader("traceparent", "00-"+traceID+"-00f067aa0ba902b7-01"))
+		if err != nil || res.Model != "chatty" {
+			t.Fatalf("request %d: %v, the answer naming %q; want chatty's answer", i, err, res.Model)
+		}
+		waitFor(t, 2*time.Second, fmt.Sprintf("request %d's tokens counted by one engine", i), func() (bool, string) {
+			answered = ""
+			var said []string
+			total := 0
+			for j, v := range versions {
+				d := e.engineTokens(v) - before[j]
+				if total += d; d == 2 {
+					answered = v.Model
+				}
+				said = append(said, fmt.Sprintf("%s's engine generated %d", v.Model, d))
+			}
+			return total == 2 && answered != "", strings.Join(said, ", ")
+		})
+		return traceID, answered
+	}
+	// engineSpan is the engine span of the trace traceID.
+	engineSpan := func(traceID string) otlptest.Span {
+		t.Helper()
+		var got otlptest.Span
+		waitFor(t, 10*time.Second, "the engine span of trace "+traceID, func() (bool, string) {
+			for _, s := range rcv.Spans() {
+				if s.TraceID == traceID && s.Name == "engine chat" {
+					got = s
+					return true, ""
+				}
+			}
+			return false, fmt.Sprintf("%d spans", len(rcv.Spans()))
+		})
+		return got
+	}
+
+	byVersion := map[string]int{}
+	for i := range 6 {
+		traceID, answered := ask(i, old, rep)
+		byVersion[answered]++
+		s := engineSpan(traceID)
+		wantOf, wantReplica := "", old.ID
+		if answered == canary.Name {
+			wantOf, wantReplica = "chatty", rep.ID
+		}
+		if s.Attrs["modelserve.version"] != answered || s.Attrs["modelserve.canary_of"] != wantOf || s.Attrs["modelserve.replica"] != wantReplica {
+			t.Errorf("request %d, answered by %s: engine span %v; want modelserve.version %q, canary_of %q, replica %s",
+				i, answered, s.Attrs, answered, wantOf, wantReplica)
+		}
+	}
+	if byVersion["chatty"] != 3 || byVersion[canary.Name] != 3 {
+		t.Fatalf("answered by version: %v; want 3 each at a share of 0.5", byVersion)
+	}
+
+	// The trial over, a request's span names no version.
+	if err := e.cat.Remove(context.Background(), canary.Name); err != nil {
+		t.Fatal(err)
+	}
+	e.gw.Refresh()
+	traceID, answered := ask(6, old)
+	s := engineSpan(traceID)
+	if _, ok := s.Attrs["modelserve.canary_of"]; ok || answered != "chatty" {
+		t.Errorf("after the trial, answered by %s: engine span %v; want chatty's, with no canary_of", answered, s.Attrs)
+	}
+	if _, ok := s.Attrs["modelserve.version"]; ok {
+		t.Errorf("after the trial: engine span %v names a version", s.Attrs)
 	}
 }
