@@ -131,6 +131,8 @@ type Gateway struct {
 	// (split.go); meters are the running Meters (meter.go).
 	splits splits
 	meters meters
+	// spanNames are the traced requests' span names (trace.go).
+	spanNames spanNames
 	// readyTold says the fleet tells when a replica becomes ready
 	// (readyTeller): a request waiting for a cold start is woken then,
 	// rather than look every pollCold.

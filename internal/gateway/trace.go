@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"encoding/hex"
 	"encoding/json"
 	"net/http"
 	"slices"
@@ -87,11 +88,40 @@ func (g *Gateway) startRequest(r *http.Request, model string) (*http.Request, tr
 	}
 	ctx := g.propagator().Extract(r.Context(), headerCarrier(r.Header))
 	op := operationOf(r.URL.Path)
-	ctx, span := g.tracer().Start(ctx, op+" "+model, serverKind)
+	ctx, span := g.tracer().Start(ctx, g.spanNames.of(op, model), serverKind)
 	l, a := lendAttrs()
 	setAttrs(span, l, append(a, attribute.String("gen_ai.operation.name", op), attribute.String("gen_ai.request.model", model),
 		attribute.String("http.request.method", r.Method), attribute.String("url.path", r.URL.Path)))
 	return r.WithContext(ctx), span
+}
+
+// spanNames are the names of requests' spans ("chat tiny"), made once
+// for each operation and model asked, rather than for every request.
+// Only names the catalog knows reach it; it starts again should it ever
+// hold maxSpanNames (names of models long removed).
+type spanNames struct {
+	mu    sync.RWMutex
+	names map[[2]string]string
+}
+
+const maxSpanNames = 1024
+
+// of is the name of the span of a request for operation op of model.
+func (n *spanNames) of(op, model string) string {
+	n.mu.RLock()
+	name, ok := n.names[[2]string{op, model}]
+	n.mu.RUnlock()
+	if ok {
+		return name
+	}
+	name = op + " " + model
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.names == nil || len(n.names) >= maxSpanNames {
+		n.names = map[[2]string]string{}
+	}
+	n.names[[2]string{op, model}] = name
+	return name
 }
 
 // waitTrace records, as spans of the request, how it came by a replica:
@@ -301,7 +331,11 @@ func (g *Gateway) startCall(ctx context.Context, up *http.Request, model string,
 		return callTrace{}
 	}
 	ctx, span := g.tracer().Start(ctx, engineSpanName(up.URL.Path), clientKind)
-	g.propagator().Inject(ctx, headerCarrier(up.Header))
+	if _, w3c := g.propagator().(propagation.TraceContext); w3c {
+		setTraceContext(up.Header, span.SpanContext())
+	} else {
+		g.propagator().Inject(ctx, headerCarrier(up.Header))
+	}
 	trial := answerAs != ""
 	if !trial {
 		_, trial = g.names.canary(model)
@@ -321,6 +355,26 @@ func engineSpanName(path string) string {
 		return "engine text_completion"
 	}
 	return "engine other"
+}
+
+// setTraceContext writes sc into h as the W3C trace context, as
+// propagation.TraceContext's Inject does, but straight into the header:
+// the propagator's string builder and carrier are its cost a request.
+func setTraceContext(h http.Header, sc trace.SpanContext) {
+	if !sc.IsValid() {
+		return
+	}
+	if ts := sc.TraceState().String(); ts != "" {
+		h["Tracestate"] = []string{ts}
+	}
+	// version-traceid-spanid-flags: 00-<32 hex>-<16 hex>-<2 hex>.
+	var b [55]byte
+	tid, sid, flags := sc.TraceID(), sc.SpanID(), [1]byte{byte(sc.TraceFlags() & trace.FlagsSampled)}
+	b[0], b[1], b[2], b[35], b[52] = '0', '0', '-', '-', '-'
+	hex.Encode(b[3:35], tid[:])
+	hex.Encode(b[36:52], sid[:])
+	hex.Encode(b[53:], flags[:])
+	h["Traceparent"] = []string{string(b[:])}
 }
 
 // headerCarrier is propagation.HeaderCarrier but that it reads and sets

@@ -4,12 +4,16 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
+	"go.opentelemetry.io/otel/propagation"
+	oteltrace "go.opentelemetry.io/otel/trace"
 
 	"modelserve/catalog"
 	"modelserve/internal/auth"
@@ -335,5 +339,31 @@ func TestACanaryTrialSaysWhichVersionAnswered(t *testing.T) {
 	}
 	if _, ok := s.Attrs["modelserve.version"]; ok {
 		t.Errorf("after the trial: engine span %v names a version", s.Attrs)
+	}
+}
+
+// TestTheEngineIsSentTheTraceContext: the headers the gateway writes
+// toward an engine are those the W3C propagator writes, sampled or not,
+// with a trace state or without.
+func TestTheEngineIsSentTheTraceContext(t *testing.T) {
+	tid, _ := oteltrace.TraceIDFromHex("4bf92f3577b34da6a3ce929d0e0e4736")
+	sid, _ := oteltrace.SpanIDFromHex("00f067aa0ba902b7")
+	state, _ := oteltrace.ParseTraceState("vendor=abc,other=1")
+	for name, sc := range map[string]oteltrace.SpanContextConfig{
+		"sampled":       {TraceID: tid, SpanID: sid, TraceFlags: oteltrace.FlagsSampled},
+		"not sampled":   {TraceID: tid, SpanID: sid},
+		"a trace state": {TraceID: tid, SpanID: sid, TraceFlags: oteltrace.FlagsSampled, TraceState: state},
+		"no trace":      {},
+	} {
+		t.Run(name, func(t *testing.T) {
+			sc := oteltrace.NewSpanContext(sc)
+			want := http.Header{}
+			propagation.TraceContext{}.Inject(oteltrace.ContextWithSpanContext(context.Background(), sc), propagation.HeaderCarrier(want))
+			got := http.Header{}
+			setTraceContext(got, sc)
+			if !reflect.DeepEqual(got, want) {
+				t.Errorf("headers %v; want the propagator's %v", got, want)
+			}
+		})
 	}
 }
