@@ -308,8 +308,8 @@ func (w *waitTrace) failed(aerr *apiError) {
 // further list given a span may copy its attributes again. The zero
 // callTrace (tracing off) records nothing.
 type callTrace struct {
-	span                          trace.Span
-	replica, node, endpoint, path string
+	span                    trace.Span
+	replica, node, endpoint string
 	// model is the one that answers; canary, when it is a canary, the
 	// model it answers for.
 	model, canary string
@@ -340,7 +340,7 @@ func (g *Gateway) startCall(ctx context.Context, up *http.Request, model string,
 	if !trial {
 		_, trial = g.names.canary(model)
 	}
-	return callTrace{span: span, replica: rep.ID, node: rep.Node, endpoint: rep.Endpoint, path: up.URL.Path, model: model, canary: answerAs, trial: trial}
+	return callTrace{span: span, replica: rep.ID, node: rep.Node, endpoint: rep.Endpoint, model: model, canary: answerAs, trial: trial}
 }
 
 // engineSpanName is the name of the span of a call to an engine on path,
@@ -419,8 +419,8 @@ func (c *callTrace) end(ctx context.Context, status int, start, first time.Time,
 	}
 	l, attrs := lendAttrs()
 	attrs = append(attrs, attribute.String("modelserve.replica", c.replica), attribute.String("modelserve.node", c.node),
-		attribute.String("server.address", c.endpoint), attribute.String("url.path", c.path),
-		attribute.Int("http.response.status_code", status))
+		// The path is the request's, on its span (the parent).
+		attribute.String("server.address", c.endpoint), attribute.Int("http.response.status_code", status))
 	if c.trial {
 		attrs = append(attrs, attribute.String("modelserve.version", c.model))
 	}
