@@ -620,13 +620,13 @@ func TestAModelAskedInALoopDoesNotStarveAWaitingOne(t *testing.T) {
 	}
 }
 
-// TestALaterSmallerModelIsNotServedBeforeAnEarlierOne: three tiny models
+// TestSwapOrderHoldsAcrossSizes: three tiny models
 // of different sizes in memory for two of the smaller: alpha streams a
 // long answer; beta, the largest, asked meanwhile, waits for alpha's room;
 // gamma, the smallest, asked after beta, would fit beside alpha now, but
 // that room is beta's once alpha falls idle. Gamma is answered after beta,
 // in the order they were asked.
-func TestALaterSmallerModelIsNotServedBeforeAnEarlierOne(t *testing.T) {
+func TestSwapOrderHoldsAcrossSizes(t *testing.T) {
 	// alpha ~174 MB (a 2048-token pool), beta ~248 MB (32768), gamma
 	// ~171 MB (512): alpha and gamma fit together in 390 MB, beta with
 	// neither.
