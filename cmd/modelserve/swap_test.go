@@ -105,15 +105,26 @@ func startSwapWorld(t testing.TB, names ...string) (*apiServer, openai.Client, s
 // adds more repositories to, with budget of memory.
 func startSwapWorldOn(t testing.TB, hub *hubtest.Server, budget int64, names ...string) (*apiServer, openai.Client, string) {
 	t.Helper()
+	pools := make([]int, len(names))
+	for i := range pools {
+		pools[i] = 2048
+	}
+	return startSwapWorldSized(t, hub, budget, names, pools)
+}
+
+// startSwapWorldSized is startSwapWorldOn with each model's token pool
+// (ctx_pool) as given: the larger, the more memory its replica takes.
+func startSwapWorldSized(t testing.TB, hub *hubtest.Server, budget int64, names []string, pools []int) (*apiServer, openai.Client, string) {
+	t.Helper()
 	data := t.TempDir()
 	s := startAPI(t, config{Addr: "127.0.0.1:0", Data: data, HFEndpoint: hub.URL(), LlamaServer: llamatest.Path(t),
 		LocalMemory: budget})
-	for _, name := range names {
+	for i, name := range names {
 		repo := "acme/" + name + "-GGUF"
 		tinyRepo(t, hub, repo, name+"-Q4_K_M.gguf", ggufgen.Spec{ContextLength: 4096})
 		var job jobs.Job
 		if code := s.do("POST", "/api/v1/serve", map[string]any{"repo": repo, "name": name, "replicas": 0, "idle_after": "1h",
-			"context_length": 2048, "ctx_pool": 2048}, &job); code != http.StatusAccepted {
+			"context_length": min(pools[i], 2048), "ctx_pool": pools[i]}, &job); code != http.StatusAccepted {
 			t.Fatalf("serve %s: %d %+v", name, code, job)
 		}
 		if seen := s.watch(job.ID, 2*time.Minute); seen[len(seen)-1].State != jobs.Done {
@@ -606,5 +617,68 @@ func TestAModelAskedInALoopDoesNotStarveAWaitingOne(t *testing.T) {
 	}
 	if late > 0 {
 		t.Errorf("%d of alpha's requests asked before beta's were answered after it: they lost their place when alpha's replica was given back", late)
+	}
+}
+
+// TestSwapOrderHoldsAcrossSizes: three tiny models
+// of different sizes in memory for two of the smaller: alpha streams a
+// long answer; beta, the largest, asked meanwhile, waits for alpha's room;
+// gamma, the smallest, asked after beta, would fit beside alpha now, but
+// that room is beta's once alpha falls idle. Gamma is answered after beta,
+// in the order they were asked.
+func TestSwapOrderHoldsAcrossSizes(t *testing.T) {
+	// alpha ~174 MB (a 2048-token pool), beta ~248 MB (32768), gamma
+	// ~171 MB (512): alpha and gamma fit together in 390 MB, beta with
+	// neither.
+	_, c, _ := startSwapWorldSized(t, hubtest.New(t), 390e6, []string{"alpha", "beta", "gamma"}, []int{2048, 32768, 512})
+	if err := askModel(c, "alpha", "load alpha"); err != nil {
+		t.Fatal(err)
+	}
+	st := c.Chat.Completions.NewStreaming(context.Background(), openai.ChatCompletionNewParams{Model: "alpha", MaxTokens: openai.Int(1024),
+		Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("a long answer")}}, option.WithJSONSet("ignore_eos", true))
+	defer st.Close()
+	if !st.Next() {
+		t.Fatalf("alpha's stream gave no first chunk: %v", st.Err())
+	}
+	type answered struct {
+		at  time.Time
+		err error
+	}
+	ask := func(model string, after time.Duration) chan answered {
+		done := make(chan answered, 1)
+		go func() {
+			time.Sleep(after)
+			err := askModel(c, model, "while alpha streams")
+			done <- answered{time.Now(), err}
+		}()
+		return done
+	}
+	betaDone := ask("beta", 0)
+	gammaDone := ask("gamma", 200*time.Millisecond)
+	chunks := 1
+	for st.Next() {
+		chunks++
+		if chunks%100 == 0 {
+			time.Sleep(100 * time.Millisecond) // a slow reader: the answer outlasts both asks
+		}
+	}
+	if err := st.Err(); err != nil || chunks < 500 {
+		t.Fatalf("alpha's stream ended after %d chunks with %v; want the whole answer", chunks, err)
+	}
+	wait := func(model string, done chan answered) answered {
+		select {
+		case a := <-done:
+			if a.err != nil {
+				t.Fatalf("%s: %v", model, a.err)
+			}
+			return a
+		case <-time.After(2 * time.Minute):
+			t.Fatalf("%s was not answered within 2 minutes of alpha's answer ending", model)
+			return answered{}
+		}
+	}
+	beta, gamma := wait("beta", betaDone), wait("gamma", gammaDone)
+	if gamma.at.Before(beta.at) {
+		t.Errorf("gamma, asked after beta, was answered %s before it", beta.at.Sub(gamma.at).Round(time.Millisecond))
 	}
 }

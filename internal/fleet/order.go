@@ -65,3 +65,51 @@ func Behind(held, waits time.Time) bool {
 // the first asked first; a model with none comes before every waiting one,
 // as one kept by its Scaling.Min, which nobody needs to ask for.
 func First(a, b time.Time) int { return a.Compare(b) }
+
+// Room that comes free while a model asked for first still waits for a
+// busy replica's room goes to the first asked too: a model asked for
+// later, smaller, that fits in it now, would otherwise hold it when the
+// busy replica falls idle, and the first would wait for the later one's
+// answers as well. A later model takes such room only when taking it
+// cannot put off the first one's start, as a scheduler backfills: the
+// first starts once enough of the busy replicas holding its room have
+// given it back, whichever fall idle first, and what it would then have
+// beyond its need is room it never needs. Both fleets ask Spare.
+
+// maxSpareHolders bounds the busy holders Spare weighs one against
+// another; beyond it, none of the room is spare.
+const maxSpareHolders = 16
+
+// Spare is how much of the room a waiting model has now (free, stopping
+// for it, or to be given back for it at once) a model asked for after it
+// may take without putting off its start, when it needs need and later
+// are what each busy replica it waits for holds of what it needs. With
+// now enough, what is beyond need is spare; else the least by which any
+// set of later replicas that gives back enough overshoots it, whichever
+// fall idle first. When later can never give back enough, all of now is
+// spare: the waiting model does not start on this room.
+func Spare(now, need int64, later []int64) int64 {
+	if now >= need {
+		return now - need
+	}
+	short := need - now
+	if len(later) > maxSpareHolders {
+		return 0
+	}
+	over := int64(-1)
+	for set := 1; set < 1<<len(later); set++ {
+		var sum int64
+		for i, held := range later {
+			if set&(1<<i) != 0 {
+				sum += held
+			}
+		}
+		if sum >= short && (over < 0 || sum-short < over) {
+			over = sum - short
+		}
+	}
+	if over < 0 {
+		return max(now, 0)
+	}
+	return max(min(over, now), 0)
+}

@@ -130,6 +130,8 @@ func (f *Fleet) reconcile(ctx context.Context) {
 		return cmp.Or(cmp.Compare(classRank(a), classRank(b)), f.askedAtLocked(a.Name).Compare(f.askedAtLocked(b.Name)), strings.Compare(a.Name, b.Name))
 	})
 	now := time.Now()
+	// The room each model that waits for it keeps from those after it.
+	kept := claims{}
 	for _, m := range models {
 		st := f.stateLocked(m, engineErr == nil)
 		st.want = f.wantLocked(m, now) // Min, or more while in demand (demand.go)
@@ -178,7 +180,7 @@ func (f *Fleet) reconcile(ctx context.Context) {
 			continue
 		}
 		for len(active) < st.want {
-			r, text, ok := f.placeLocked(ctx, m, caps, weights, projector)
+			r, text, ok := f.placeLocked(ctx, m, caps, weights, projector, kept)
 			if !ok {
 				st.placement = text
 				// Waiting for replicas to stop and give back their room
@@ -354,8 +356,9 @@ const makingRoom = "making room"
 
 // placeLocked starts a replica of m where it fits, or says, node by node,
 // what holds it. A critical model that fits nowhere stops opportunistic
-// replicas to make room, and is placed when they have stopped.
-func (f *Fleet) placeLocked(ctx context.Context, m catalog.Model, caps []Capacity, weights, projector string) (*replica, string, bool) {
+// replicas to make room, and is placed when they have stopped. Room kept
+// for models before it (kept) is not its.
+func (f *Fleet) placeLocked(ctx context.Context, m catalog.Model, caps []Capacity, weights, projector string, kept claims) (*replica, string, bool) {
 	profs := profiles(m)
 	if len(profs) == 0 {
 		var engines []string
@@ -376,34 +379,35 @@ func (f *Fleet) placeLocked(ctx context.Context, m catalog.Model, caps []Capacit
 		var best *choice
 		for i, n := range f.nodes {
 			a := f.accountLocked(n, caps[i])
+			c := kept[n.Name()]
 			// What it holds of the node's RAM (all of it on the CPU); on
 			// cards, whole cards with what it holds on each.
 			need := p.RAMBytes
-			if p.GPUClass != "" && a.free >= need {
+			if p.GPUClass != "" && a.free-c.ram() >= need {
 				fit, free := cardsFor(p, a)
 				want := p.Cards()
-				if len(free) >= want {
+				if int64(len(free))-c.cardsOf(p.GPUClass) >= int64(want) {
 					if best == nil || len(free) > int(best.free) {
 						best = &choice{p: p, node: i, cards: free[:want], free: int64(len(free))}
 					}
 					continue
 				}
-				lines = append(lines, cardLine(n.Name(), p, a, len(fit), len(free)))
+				lines = append(lines, cardLine(n.Name(), p, a, len(fit), len(free))+c.line(p))
 				continue
 			}
-			if a.free >= need {
+			if a.free-c.ram() >= need {
 				if best == nil || a.free > best.free {
 					best = &choice{p: p, node: i, free: a.free}
 				}
 				continue
 			}
-			lines = append(lines, memLine(n.Name(), need, a))
+			lines = append(lines, memLine(n.Name(), need, a)+c.line(p))
 		}
 		if best != nil {
 			return f.startLocked(ctx, m, best.p, f.nodes[best.node], best.cards, caps, weights, projector), "", true
 		}
 	}
-	if text, ok := f.makeRoomLocked(m, profs, caps); ok {
+	if text, ok := f.makeRoomLocked(m, profs, caps, kept); ok {
 		return nil, text, false
 	}
 	if !f.hardwareLocked(m, caps) {
@@ -453,9 +457,12 @@ func cardLine(node string, p catalog.Profile, a account, fit, free int) string {
 // or that replicas given back (swap.go) will: it stops as few as will do,
 // and says what it waits for. A model whose room is held by replicas that
 // will be given back once idle waits for them too: it is not unplaceable.
-func (f *Fleet) makeRoomLocked(m catalog.Model, profs []catalog.Profile, caps []Capacity) (string, bool) {
+// What of the room models before m keep (kept) is not m's, and m keeps
+// from those after it what it waits for (Spare).
+func (f *Fleet) makeRoomLocked(m catalog.Model, profs []catalog.Profile, caps []Capacity, kept claims) (string, bool) {
 	now := time.Now()
 	var busyText string
+	var busyKeep func()
 	for _, p := range profs {
 		for i, n := range f.nodes {
 			a := f.accountLocked(n, caps[i])
@@ -474,6 +481,9 @@ func (f *Fleet) makeRoomLocked(m catalog.Model, profs []catalog.Profile, caps []
 			} else {
 				have, need = a.free, p.RAMBytes
 			}
+			c := kept[n.Name()]
+			claimed := c.of(p)
+			have -= claimed
 			// What r holds of what m needs on this node.
 			held := func(r *replica) int64 {
 				if p.GPUClass == "" {
@@ -487,6 +497,14 @@ func (f *Fleet) makeRoomLocked(m catalog.Model, profs []catalog.Profile, caps []
 				}
 				return k
 			}
+			// What m can have now (have, and what is given back for it at
+			// once), what stops for m alone, and what busy replicas, each,
+			// give back once idle: what m keeps from the models after it.
+			var givable, mine int64
+			var later []int64
+			if claimed > 0 {
+				later = append(later, claimed)
+			}
 			byID := map[string]*replica{}
 			for _, r := range a.holders {
 				h := held(r)
@@ -495,6 +513,9 @@ func (f *Fleet) makeRoomLocked(m catalog.Model, profs []catalog.Profile, caps []
 				}
 				if r.stopping && (r.evictedFor == "" || r.evictedFor == m.Name) {
 					have += h
+					if r.evictedFor == m.Name {
+						mine += h
+					}
 					stopping = append(stopping, r)
 					continue
 				}
@@ -502,25 +523,39 @@ func (f *Fleet) makeRoomLocked(m catalog.Model, profs []catalog.Profile, caps []
 					// Its room is another model's, asked for before m: m's
 					// turn comes once that one is idle in its turn.
 					waitLater += h
+					later = append(later, h)
 					busy = append(busy, r)
 					continue
 				}
 				if hr := f.holderLocked(r, m, h); hr != nil {
 					holders = append(holders, *hr)
 					byID[r.id] = r
-					if giveFor(*hr, m) == busyGive {
+					switch giveFor(*hr, m) {
+					case busyGive:
 						busy = append(busy, r)
+						later = append(later, h)
+					case idleGive, drainGive:
+						givable += h
 					}
 				}
 			}
 			if have >= need && len(stopping) > 0 {
+				kept.keep(n.Name(), p, m, need-mine)
 				return fmt.Sprintf("%s on node %s: waiting for %s to stop", makingRoom, n.Name(), ids(stopping)), true
 			}
 			victims, all, ok := Victims(holders, m, have, need)
 			if !ok {
-				if have+all+waitLater >= need && busyText == "" {
-					busyText = fmt.Sprintf("%s on node %s: waiting for %s to finish the requests %s",
-						makingRoom, n.Name(), ids(busy), words.Plural(len(busy), "it answers", "they answer"))
+				if have+claimed+all+waitLater >= need && busyText == "" {
+					switch {
+					case len(busy) == 0:
+						busyText = fmt.Sprintf("%s on node %s: waiting behind %s", makingRoom, n.Name(), c.keptFor())
+					default:
+						busyText = fmt.Sprintf("%s on node %s: waiting for %s to finish the requests %s%s",
+							makingRoom, n.Name(), ids(busy), words.Plural(len(busy), "it answers", "they answer"), c.line(p))
+					}
+					nowRoom := have + givable
+					node, amount := n.Name(), nowRoom-Spare(nowRoom, need, later)-mine
+					busyKeep = func() { kept.keep(node, p, m, amount) }
 				}
 				continue
 			}
@@ -529,7 +564,9 @@ func (f *Fleet) makeRoomLocked(m catalog.Model, profs []catalog.Profile, caps []
 				r := byID[v.ID]
 				f.giveBackLocked(r, m, now)
 				stopped = append(stopped, r)
+				mine += v.Held
 			}
+			kept.keep(n.Name(), p, m, need-mine)
 			f.log.Info("giving back replicas to make room", "model", m.Name, "node", n.Name(), "replicas", ids(stopped))
 			return fmt.Sprintf("%s on node %s: giving back %s", makingRoom, n.Name(), ids(stopped)), true
 		}
@@ -538,6 +575,7 @@ func (f *Fleet) makeRoomLocked(m catalog.Model, profs []catalog.Profile, caps []
 		if st := f.models[m.Name]; st != nil {
 			st.waitsForIdle = true
 		}
+		busyKeep()
 		return busyText, true
 	}
 	return "", false

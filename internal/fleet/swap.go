@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"modelserve/catalog"
@@ -243,4 +244,82 @@ func (f *Fleet) waitingLocked() bool {
 func (f *Fleet) abandonedLocked(model string) bool {
 	d := f.demands[model]
 	return d != nil && d.asks.Len() == 0
+}
+
+// claims are the room the models placed earlier in a reconciling pass,
+// which wait for room, keep from the models after them (Spare), by node
+// name. The pass makes them afresh each time, in the models' order.
+type claims map[string]*claim
+
+// claim is the room one node keeps so: bytes of RAM, or cards by class,
+// and who keeps it, the first asked first.
+type claim struct {
+	bytes int64
+	cards map[string]int64
+	by    []string
+}
+
+// of is what c keeps of what p needs on the node: cards of p's class for
+// a profile on cards, else bytes of RAM.
+func (c *claim) of(p catalog.Profile) int64 {
+	if p.GPUClass != "" {
+		return c.cardsOf(p.GPUClass)
+	}
+	return c.ram()
+}
+
+// ram is the node's RAM c keeps.
+func (c *claim) ram() int64 {
+	if c == nil {
+		return 0
+	}
+	return c.bytes
+}
+
+// cardsOf are the node's cards of class c keeps.
+func (c *claim) cardsOf(class string) int64 {
+	if c == nil {
+		return 0
+	}
+	return c.cards[class]
+}
+
+// keep keeps amount of what p needs on node for m, from the models after
+// it in the pass.
+func (cs claims) keep(node string, p catalog.Profile, m catalog.Model, amount int64) {
+	if amount <= 0 || cs == nil {
+		return
+	}
+	c := cs[node]
+	if c == nil {
+		c = &claim{cards: map[string]int64{}}
+		cs[node] = c
+	}
+	if p.GPUClass != "" {
+		c.cards[p.GPUClass] += amount
+	} else {
+		c.bytes += amount
+	}
+	if !slices.Contains(c.by, m.Name) {
+		c.by = append(c.by, m.Name)
+	}
+}
+
+// line says, after a node's line in a placement text, what of the room p
+// needs c keeps: "" when none.
+func (c *claim) line(p catalog.Profile) string {
+	k := c.of(p)
+	if k <= 0 {
+		return ""
+	}
+	what := words.Size(k) + " of the room is"
+	if p.GPUClass != "" {
+		what = words.Count(int(k), "card is", "cards are")
+	}
+	return fmt.Sprintf("; %s kept for %s", what, c.keptFor())
+}
+
+// keptFor says who keeps c's room.
+func (c *claim) keptFor() string {
+	return strings.Join(c.by, ", ") + ", asked for before it"
 }

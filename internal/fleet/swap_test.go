@@ -302,6 +302,137 @@ func TestAClientThatGivesUpWaitingCostsNothing(t *testing.T) {
 	}
 }
 
+// holdAsked has alpha's replica answer a request (asked for, and held)
+// until the returned func ends it.
+func (tf *testFleet) holdAsked(t *testing.T, model string) (end func()) {
+	t.Helper()
+	r := tf.ask(t, model)
+	use := tf.Use(model, 1)
+	hold, ok := tf.Hold(r.ID)
+	if !ok {
+		t.Fatalf("%s's ready replica cannot be held", model)
+	}
+	return func() { hold(); use() }
+}
+
+// waitPlacement waits until model's placement says want.
+func (tf *testFleet) waitPlacement(t *testing.T, model, want string) {
+	t.Helper()
+	waitFor(t, 5*time.Second, model+" "+want, func() (bool, string) {
+		h, _ := tf.health(model)
+		return strings.Contains(h.Placement, want), h.Placement
+	})
+}
+
+// waitBehind waits until model says it waits behind first, or has a
+// replica, and a moment more.
+func (tf *testFleet) waitBehind(t *testing.T, model, first string) {
+	t.Helper()
+	waitFor(t, 5*time.Second, model+" waiting behind "+first+" or started", func() (bool, string) {
+		h, _ := tf.health(model)
+		return strings.Contains(h.Placement, "kept for "+first+", asked for before it") || len(tf.replicasOf(model)) > 0, h.Placement
+	})
+	time.Sleep(300 * time.Millisecond)
+}
+
+// TestALaterSmallerModelWaitsBehindAnEarlierOne: beta (6 GB) waits for
+// busy alpha's room on a node of 8; gamma (3 GB), asked after beta, fits
+// in what is free, but taking it would leave beta short once alpha falls
+// idle, and beta would wait for gamma's answers too. Gamma waits, not
+// unplaceable; beta is placed the moment alpha is idle, then gamma once
+// beta is.
+func TestALaterSmallerModelWaitsBehindAnEarlierOne(t *testing.T) {
+	cat := MustCatalog(t)
+	fl := MustRun(t, cat, Options{Nodes: []Node{smallNode(t)}, Interval: time.Hour})
+	nc := fl.notifying(cat)
+	for _, m := range []catalog.Model{swapEntry(t, "alpha", 5), swapEntry(t, "beta", 6), swapEntry(t, "gamma", 3)} {
+		MustAdd(t, nc, m)
+	}
+	endA := fl.holdAsked(t, "alpha")
+	useB := fl.Use("beta", 1)
+	defer useB()
+	fl.Poke()
+	fl.waitPlacement(t, "beta", "waiting for alpha-1")
+	time.Sleep(time.Millisecond)
+	useG := fl.Use("gamma", 1)
+	defer useG()
+	fl.Poke()
+	fl.waitBehind(t, "gamma", "beta")
+	if rs := fl.replicasOf("gamma"); len(rs) != 0 {
+		t.Fatalf("gamma, asked after beta, took the room beta waits for: %s", jsonOf(rs))
+	}
+	if h, _ := fl.health("gamma"); h.Unplaceable {
+		t.Errorf("gamma waiting behind beta is called unplaceable: %+v", h)
+	}
+	endA()
+	fl.waitReady(t, "beta", readyWithin)
+	if rs := fl.replicasOf("gamma"); len(rs) != 0 {
+		t.Errorf("gamma started with beta, in room for one of them: %s", jsonOf(rs))
+	}
+	useB()
+	fl.waitReady(t, "gamma", readyWithin)
+}
+
+// TestALaterModelTakesNoIdleRoomTheEarlierOneCountsOn: beta (6 GB) waits
+// on a node of 8 for busy delta's 5 GB besides idle alpha's 3; gamma (3
+// GB), asked after beta, could take alpha's room now, but beta would then
+// be short once delta falls idle. Alpha is kept for beta, and given back
+// with delta for it.
+func TestALaterModelTakesNoIdleRoomTheEarlierOneCountsOn(t *testing.T) {
+	cat := MustCatalog(t)
+	fl := MustRun(t, cat, Options{Nodes: []Node{smallNode(t)}, Interval: time.Hour})
+	nc := fl.notifying(cat)
+	for _, m := range []catalog.Model{swapEntry(t, "alpha", 3), swapEntry(t, "beta", 6), swapEntry(t, "gamma", 3), swapEntry(t, "delta", 5)} {
+		MustAdd(t, nc, m)
+	}
+	fl.ask(t, "alpha") // idle from now on
+	endD := fl.holdAsked(t, "delta")
+	useB := fl.Use("beta", 1)
+	defer useB()
+	fl.Poke()
+	fl.waitPlacement(t, "beta", "waiting for delta-1")
+	time.Sleep(time.Millisecond)
+	useG := fl.Use("gamma", 1)
+	defer useG()
+	fl.Poke()
+	fl.waitBehind(t, "gamma", "beta")
+	if rs := fl.replicasOf("gamma"); len(rs) != 0 || len(fl.Serving("alpha")) != 1 {
+		t.Fatalf("gamma, asked after beta, took idle alpha's room beta counts on: gamma %s, alpha serving %d",
+			jsonOf(rs), len(fl.Serving("alpha")))
+	}
+	endD()
+	fl.waitReady(t, "beta", readyWithin)
+	useB()
+	fl.waitReady(t, "gamma", readyWithin)
+}
+
+// TestALaterModelTakesRoomTheEarlierOneDoesNotNeed: on a node of 10,
+// beta (6 GB) waits for busy alpha's 5; once alpha is idle beta has 2 GB
+// more than it needs, so gamma (3 GB), asked after beta, starts at once in
+// the free room, and beta is still placed the moment alpha is idle.
+func TestALaterModelTakesRoomTheEarlierOneDoesNotNeed(t *testing.T) {
+	cat := MustCatalog(t)
+	node := MustLocalNode(t, LocalConfig{Name: "mid", CPUCores: 2, RAMBytes: 10 << 30, GPUs: []Card{}})
+	fl := MustRun(t, cat, Options{Nodes: []Node{node}, Interval: time.Hour})
+	nc := fl.notifying(cat)
+	for _, m := range []catalog.Model{swapEntry(t, "alpha", 5), swapEntry(t, "beta", 6), swapEntry(t, "gamma", 3)} {
+		MustAdd(t, nc, m)
+	}
+	endA := fl.holdAsked(t, "alpha")
+	useB := fl.Use("beta", 1)
+	defer useB()
+	fl.Poke()
+	fl.waitPlacement(t, "beta", "waiting for alpha-1")
+	time.Sleep(time.Millisecond)
+	endG := fl.holdAsked(t, "gamma") // started in what beta does not need
+	defer endG()
+	endA()
+	fl.waitReady(t, "beta", readyWithin)
+	if len(fl.Serving("gamma")) != 1 {
+		t.Errorf("gamma's replica answering a request was stopped for beta: %s", jsonOf(fl.replicasOf("gamma")))
+	}
+}
+
 // BenchmarkSwapCycle swaps two on-demand models in memory for one, A → B →
 // A, and reports the fleet's own time per swap: from the request to the
 // asked model's replica serving, less its engine's load (from its start to

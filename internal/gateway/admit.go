@@ -118,7 +118,11 @@ func (g *Gateway) admit(ctx context.Context, m catalog.Model, key uint64, avoid 
 		}
 		p.mu.Unlock()
 		r := c.replica
+		// Those handed slots before it go on first; it goes on as it
+		// takes its hold, and the next may follow.
+		p.goes(c.turn)
 		release, held := g.opts.Fleet.Hold(r.ID)
+		p.gone(c.turn)
 		if !held {
 			// Retired since the replicas were read: it takes no request
 			// now. The request keeps its place in the queue.

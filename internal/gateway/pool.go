@@ -41,12 +41,24 @@ type pool struct {
 	// coldSince is when the model was first asked for with no replica
 	// ready; zero when one is ready.
 	coldSince time.Time
+	// Requests handed slots go on to their replicas in the order they
+	// were handed them (turns), not in the order their goroutines happen
+	// to run: a replica is sent two requests at once (its slot and its
+	// engine's queue), and its engine serves first the one that reaches
+	// it first. One handed its slot by its own grant ran on at once while
+	// the waiter ahead of it, handed a slot in the same grant, was still
+	// being woken; it reached the engine first, and the one that had
+	// waited longer waited for its answer too.
+	turns  uint64   // the last turn given
+	ahead  []uint64 // turns given and not yet taken, in order
+	passed chan struct{}
 }
 
 // newPool is the pool of a model whose ready replicas serving reads (nil:
 // none is ever read, for tests of the choice alone).
 func newPool(serving func() []fleet.Replica) *pool {
-	return &pool{inFlight: map[string]int{}, failed: map[string]time.Time{}, wake: make(chan struct{}), serving: serving}
+	return &pool{inFlight: map[string]int{}, failed: map[string]time.Time{}, wake: make(chan struct{}), passed: make(chan struct{}),
+		serving: serving}
 }
 
 // read reads the model's ready replicas from the fleet, keeps them as the
@@ -130,6 +142,8 @@ type choice struct {
 	load    int
 	loads   []string
 	cooling []string
+	// turn is the request's turn to go on to the replica (pool.hand).
+	turn uint64
 }
 
 // Why a replica was chosen.
@@ -226,6 +240,47 @@ func (p *pool) lessLoaded(a, b fleet.Replica, key uint64) bool {
 // take counts a request sent to replica id.
 func (p *pool) take(id string) { p.inFlight[id]++ }
 
+// hand takes c's slot for a request, and gives the request its turn to go
+// on to the replica (goes). p.mu is held.
+func (p *pool) hand(c *choice) {
+	p.take(c.replica.ID)
+	p.turns++
+	c.turn = p.turns
+	p.ahead = append(p.ahead, c.turn)
+}
+
+// goes waits until the requests handed slots before the one whose turn is
+// turn have gone on to their replicas (or given their slots back).
+func (p *pool) goes(turn uint64) {
+	for {
+		p.mu.Lock()
+		if len(p.ahead) == 0 || p.ahead[0] >= turn {
+			p.mu.Unlock()
+			return
+		}
+		passed := p.passed
+		p.mu.Unlock()
+		<-passed
+	}
+}
+
+// gone says the request whose turn is turn has gone on (or given its slot
+// back): the next may go.
+func (p *pool) gone(turn uint64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.goneLocked(turn)
+}
+
+// goneLocked is gone with p.mu held.
+func (p *pool) goneLocked(turn uint64) {
+	if i := slices.Index(p.ahead, turn); i >= 0 {
+		p.ahead = slices.Delete(p.ahead, i, i+1)
+		close(p.passed)
+		p.passed = make(chan struct{})
+	}
+}
+
 // give counts a request to replica id done, marking the replica when it
 // failed, and hands the free slot to the first waiter that may take it.
 func (p *pool) give(id string, failedUntil time.Time) {
@@ -284,7 +339,7 @@ func (p *pool) enqueue(w *waiter, now time.Time) (choice, bool) {
 			// Nobody waits: a free slot is the request's at once, with no
 			// place in the queue to take and leave.
 			if c, ok := p.choose(w.offer(p.ready, now), w.key, now, w.explain); ok {
-				p.take(c.replica.ID)
+				p.hand(&c)
 				return c, true
 			}
 		}
@@ -324,6 +379,7 @@ func (p *pool) leave(w *waiter) {
 		if p.inFlight[id]--; p.inFlight[id] <= 0 {
 			delete(p.inFlight, id)
 		}
+		p.goneLocked(c.turn)
 		p.grant(time.Now())
 	default:
 	}
@@ -351,7 +407,7 @@ func (p *pool) grant(now time.Time) {
 			i++
 			continue
 		}
-		p.take(c.replica.ID)
+		p.hand(&c)
 		p.queue = slices.Delete(p.queue, i, i+1)
 		w.got <- c
 	}

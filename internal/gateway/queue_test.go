@@ -302,3 +302,80 @@ func TestATokenIsReadOnceAWhileAndRefusedOnceRevoked(t *testing.T) {
 		return aerr != nil && aerr.status == http.StatusUnauthorized, "it still passes"
 	})
 }
+
+// holdingFleet is stubFleet whose holds say their order: the release of
+// the nth hold taken says n.
+type holdingFleet struct {
+	stubFleet
+	mu    sync.Mutex
+	holds int
+	order chan int
+}
+
+func (f *holdingFleet) Hold(string) (func(), bool) {
+	f.mu.Lock()
+	n := f.holds
+	f.holds++
+	f.mu.Unlock()
+	return func() { f.order <- n }, true
+}
+
+// TestAColdWaiterGoesOnBeforeTheRequestThatWokeIt: a request waiting for
+// a model's first replica, and one that comes as the replica is ready
+// (it reads it ready, and its coming hands both a slot: the slot and the
+// engine's queue), go on to the replica in the order they came. The later
+// one, handed its slot by its own coming, ran on at once while the waiter
+// was still being woken, reached the engine first, and the waiter waited
+// for its answer as well as its own.
+func TestAColdWaiterGoesOnBeforeTheRequestThatWokeIt(t *testing.T) {
+	f := &holdingFleet{order: make(chan int, 2)}
+	g := stubGateway(t, &f.stubFleet)
+	g.opts.Fleet = f
+	m := catalog.Model{Name: "m"}
+	ctx := context.Background()
+	p := g.pool("m")
+	rep := fleet.Replica{ID: "m-1", Model: "m", Endpoint: "http://127.0.0.1:1", Load: &fleet.Load{Slots: 1}}
+
+	for round := range 20 {
+		f.stubFleet.mu.Lock()
+		f.stubFleet.ready = nil
+		f.stubFleet.mu.Unlock()
+		p.read()
+		cold := make(chan func(), 1)
+		go func() {
+			p.read()
+			_, release, aerr := g.admit(ctx, m, 0, nil, false, nil)
+			if aerr != nil {
+				t.Error(aerr)
+				close(cold)
+				return
+			}
+			cold <- release
+		}()
+		waitFor(t, 5*time.Second, "the cold one waiting", func() (bool, string) {
+			_, w := p.counts()
+			return w == 1, fmt.Sprint(w, " waiting")
+		})
+		// The replica is ready; the fleet has not told yet.
+		f.stubFleet.mu.Lock()
+		f.stubFleet.ready = []fleet.Replica{rep}
+		f.stubFleet.mu.Unlock()
+		p.read()
+		_, lateRelease, aerr := g.admit(ctx, m, 0, nil, false, nil)
+		if aerr != nil {
+			t.Fatal(aerr)
+		}
+		coldRelease, ok := <-cold
+		if !ok {
+			t.FailNow()
+		}
+		coldRelease()
+		lateRelease()
+		if c, l := <-f.order, <-f.order; c != 2*round || l != 2*round+1 {
+			t.Fatalf("round %d: the waiter took hold %d and the later request hold %d: the later one went on to the replica first",
+				round, c, l)
+		}
+		p.give(rep.ID, time.Time{})
+		p.give(rep.ID, time.Time{})
+	}
+}
