@@ -7,9 +7,9 @@ import (
 
 // listeningLine is what llama-server writes once its model is loaded and
 // it takes requests ("llama_server: listening on http://…"; older builds
-// "main: server is listening on http://…"): the moment to ask its /health
-// rather than at the next poll, which left up to a poll's time of each
-// cold start to waiting.
+// "main: server is listening on http://…"): the moment it is ready, as
+// its /health would say, with no poll's time nor a round trip to /health
+// left to each cold start.
 var listeningLine = []byte("listening on http")
 
 // listening is told an engine's output, and closes heard once

@@ -89,10 +89,11 @@ const (
 // is failing to start as surely as one that never loads.
 const stableAfter = time.Minute
 
-// Health is polled fast while an engine loads, so a replica is seen ready
-// within a poll of its engine being ready (a request waiting for a cold
-// start waits for that poll: at 50 ms it was most of modelserve's own part
-// of a cold start), and then slower for an engine that takes minutes.
+// Health is polled fast while an engine loads, so a replica whose engine
+// does not write that it listens (listening.go) is seen ready within a
+// poll of its engine being ready (a request waiting for a cold start waits
+// for that poll: at 50 ms it was most of modelserve's own part of a cold
+// start), and then slower for an engine that takes minutes.
 const (
 	fastPoll    = 10 * time.Millisecond
 	fastFor     = 10 * time.Second
@@ -198,6 +199,15 @@ func (f *Fleet) attempt(ctx context.Context, r *replica) (outcome, string) {
 			}
 			return failedStart, why
 		case <-heard:
+			if !r.vllm {
+				// llama-server writes the line once its model is loaded
+				// and its slots take requests, when its /health says 200:
+				// ready now. Asking /health first cost every cold start a
+				// connection and a round trip (a millisecond on a busy
+				// machine) to learn what the line had said.
+				ready = true
+				continue
+			}
 			heard = nil // asked at once; the polls go on should it not answer yet
 		case <-poll.C:
 		}
@@ -214,33 +224,32 @@ func (f *Fleet) attempt(ctx context.Context, r *replica) (outcome, string) {
 		}
 	}
 
-	// Ready the moment /health says so, and the requests waiting for it
-	// told; its slots are read after, and the waiting told again once they
-	// are known: read before, the two requests to the engine were part of
-	// every cold start.
+	// Ready the moment the engine says so, and the requests waiting for
+	// it told, with the slots its profile gave it when it gave them: the
+	// engine is asked for its load only after the settle below. Read at
+	// once, its /slots and /metrics went to the engine beside the first
+	// request, and the engine answered them first.
 	readyAt := time.Now()
+	told := r.toldLoad(readyAt)
 	f.mu.Lock()
 	r.readyAt = readyAt
 	if !r.stopping {
 		r.state = Ready
 	}
+	r.load = told
 	f.mu.Unlock()
 	f.tellReady(r.model)
-	load, err := f.loadOf(ctx, r, proc.Endpoint())
-	if err != nil {
-		f.log.Warn("the engine's load cannot be read", "replica", r.id, "err", err)
+	var load Load // the engine's own word, once read
+	if told == nil {
+		// An unsized profile's engine chose its slots itself: until it
+		// says, the gateway sends it one request at a time.
+		load = f.readLoadOnce(ctx, r, proc)
 	}
-	if err == nil {
-		f.mu.Lock()
-		r.load = &load
-		f.mu.Unlock()
-		f.tellReady(r.model)
-	}
-	// Its memory and the history's row wait a moment, for the requests
-	// that waited for this start to reach the engine first: the walk of
-	// /proc (2.3 ms of CPU among 90 processes) and the database write,
-	// run beside them on two cores, held the first request from the
-	// engine 3.5 ms after ready rather than 1.6 ms.
+	// Its memory, its load and the history's row wait a moment, for the
+	// requests that waited for this start to reach the engine first: the
+	// walk of /proc (2.3 ms of CPU among 90 processes) and the database
+	// write, run beside them on two cores, held the first request from
+	// the engine 3.5 ms after ready rather than 1.6 ms.
 	settle := time.NewTimer(settleAfterReady)
 	select {
 	case <-settle.C:
@@ -248,6 +257,9 @@ func (f *Fleet) attempt(ctx context.Context, r *replica) (outcome, string) {
 	case <-proc.Done():
 	}
 	settle.Stop()
+	if told != nil && ctx.Err() == nil {
+		load = f.readLoadOnce(ctx, r, proc)
+	}
 	rss := proc.RSS()
 	f.mu.Lock()
 	r.rss = rss
@@ -337,6 +349,34 @@ func (f *Fleet) attempt(ctx context.Context, r *replica) (outcome, string) {
 			}
 		}
 	}
+}
+
+// toldLoad is the load of r's engine as its profile told it to serve,
+// idle as an engine just ready is, as of at: its slots (--parallel,
+// vLLM's --max-num-seqs) and each slot's share of the pool. Nil for an
+// unsized profile, whose engine chose its slots itself.
+func (r *replica) toldLoad(at time.Time) *Load {
+	if r.pool <= 0 {
+		return nil
+	}
+	slots := max(r.slots, 1)
+	return &Load{Slots: slots, Context: r.pool / slots, At: at}
+}
+
+// readLoadOnce reads the load of r's engine, keeps it on r and tells
+// OnReady's listeners, who may now send it as many requests as it serves
+// at once. It is the zero Load when the engine does not answer.
+func (f *Fleet) readLoadOnce(ctx context.Context, r *replica, proc Process) Load {
+	l, err := f.loadOf(ctx, r, proc.Endpoint())
+	if err != nil {
+		f.log.Warn("the engine's load cannot be read", "replica", r.id, "err", err)
+		return Load{}
+	}
+	f.mu.Lock()
+	r.load = &l
+	f.mu.Unlock()
+	f.tellReady(r.model)
+	return l
 }
 
 // tellReady tells OnReady's listeners of a replica of model ready, or of
