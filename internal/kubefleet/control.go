@@ -22,10 +22,11 @@ const controlTimeout = 30 * time.Second
 // Deployment starts a new pod at once, placed by the scheduler, as the
 // local fleet places a new replica of a model that still wants as many.
 func (f *Fleet) Stop(id string) error {
-	if _, err := f.checkPod(id); err != nil {
+	p, err := f.checkPod(id)
+	if err != nil {
 		return err
 	}
-	if err := f.drain(id, "stopped by an operator"); err != nil {
+	if err := f.drain(id, p.Annotations[annotationModel], "stopped by an operator"); err != nil {
 		return err
 	}
 	f.log.Info("replica's pod stopped by an operator", "replica", id)

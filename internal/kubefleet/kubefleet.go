@@ -147,8 +147,10 @@ type Fleet struct {
 	// are the models waiting for busy pods of others to fall idle; memWaits
 	// how long models waited for room; heldBack the models given back
 	// while asked for, or kept by their Min, held at 0 until their turn
-	// (swap.go).
+	// (swap.go), and givenWhy why each was given back, for its pods'
+	// detail as they go.
 	lastStops map[string]string
+	givenWhy  map[string]string
 	evictions map[[2]string]int
 	waiting   map[string]bool
 	heldBack  map[string]bool
@@ -201,7 +203,7 @@ func New(opts Options) (*Fleet, error) {
 		opts: opts, log: opts.Log,
 		queue:  workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]()),
 		models: map[string]fleet.ModelHealth{}, demands: map[string]*demand{}, parks: map[string]park{},
-		lastStops: map[string]string{}, evictions: map[[2]string]int{}, waiting: map[string]bool{}, heldBack: map[string]bool{},
+		lastStops: map[string]string{}, givenWhy: map[string]string{}, evictions: map[[2]string]int{}, waiting: map[string]bool{}, heldBack: map[string]bool{},
 		holds: map[string]int{}, drains: map[string]*draining{},
 		passed: make(chan struct{}), first: make(chan struct{}),
 	}, nil
@@ -442,6 +444,8 @@ func (f *Fleet) remove(ctx context.Context, name string) error {
 	delete(f.lastStops, name)
 	delete(f.waiting, name)
 	delete(f.heldBack, name)
+	delete(f.givenWhy, name)
+	f.forgetDrainsLocked(func(_ string, d *draining) bool { return d.model == name })
 	f.mu.Unlock()
 	f.memWaits.Forget(name)
 	if _, err := f.configMaps.ConfigMaps(f.opts.Namespace).Get(objName(name)); apierrors.IsNotFound(err) {
@@ -536,10 +540,22 @@ func (f *Fleet) reconcile(ctx context.Context, m catalog.Model, models []catalog
 		if h.Parked || f.isHeldBack(m.Name) {
 			remaining = 0
 		}
+		why := f.scaleWhy(m.Name, int(remaining), h.Parked)
+		if remaining > 0 {
+			f.mu.Lock()
+			delete(f.givenWhy, m.Name) // it runs again: what gave it back is past
+			f.mu.Unlock()
+		}
 		for _, pi := range byPriority(m) {
 			name := deploymentName(m.Name, pi)
 			keep[name] = true
-			d := f.deployment(m, pi, remaining, w, ref, f.products(m.Profiles[pi].GPUClass))
+			// Its pods to go drain first: the Deployment keeps them
+			// until they have (scaledown.go).
+			replicas, err := f.scaleDown(ctx, m.Name, name, remaining, why)
+			if err != nil {
+				return fmt.Errorf("deleting a drained pod of %s: %w", m.Name, err)
+			}
+			d := f.deployment(m, pi, replicas, w, ref, f.products(m.Profiles[pi].GPUClass))
 			if _, err := f.apply(ctx, d); err != nil {
 				return err
 			}
@@ -569,6 +585,9 @@ func (f *Fleet) reconcile(ctx context.Context, m catalog.Model, models []catalog
 			if err := f.opts.Client.AppsV1().Deployments(ns).Delete(ctx, d.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
 				return err
 			}
+			f.mu.Lock()
+			f.forgetDrainsLocked(func(_ string, dr *draining) bool { return dr.deployment == d.Name })
+			f.mu.Unlock()
 		}
 	}
 	f.mu.Lock()
