@@ -151,6 +151,9 @@ type Fleet struct {
 	// detail as they go.
 	lastStops map[string]string
 	givenWhy  map[string]string
+	// madeRoom are the models room was made or waited for, until their
+	// pods are placed.
+	madeRoom  map[string]bool
 	evictions map[[2]string]int
 	waiting   map[string]bool
 	heldBack  map[string]bool
@@ -203,7 +206,7 @@ func New(opts Options) (*Fleet, error) {
 		opts: opts, log: opts.Log,
 		queue:  workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]()),
 		models: map[string]fleet.ModelHealth{}, demands: map[string]*demand{}, parks: map[string]park{},
-		lastStops: map[string]string{}, givenWhy: map[string]string{}, evictions: map[[2]string]int{}, waiting: map[string]bool{}, heldBack: map[string]bool{},
+		lastStops: map[string]string{}, givenWhy: map[string]string{}, madeRoom: map[string]bool{}, evictions: map[[2]string]int{}, waiting: map[string]bool{}, heldBack: map[string]bool{},
 		holds: map[string]int{}, drains: map[string]*draining{},
 		passed: make(chan struct{}), first: make(chan struct{}),
 	}, nil
@@ -445,6 +448,7 @@ func (f *Fleet) remove(ctx context.Context, name string) error {
 	delete(f.waiting, name)
 	delete(f.heldBack, name)
 	delete(f.givenWhy, name)
+	delete(f.madeRoom, name)
 	f.forgetDrainsLocked(func(_ string, d *draining) bool { return d.model == name })
 	f.mu.Unlock()
 	f.memWaits.Forget(name)
@@ -562,18 +566,29 @@ func (f *Fleet) reconcile(ctx context.Context, m catalog.Model, models []catalog
 			remaining = min(remaining, int32(obs.unschedulable[name]))
 		}
 	}
+	f.mu.Lock()
+	madeRoom := f.madeRoom[m.Name]
+	f.mu.Unlock()
 	switch {
 	case making != "":
 		// Waiting for room being made is not being unplaceable.
 		h.Placement = making
 		f.memWaits.Waiting(m.Name, now)
+		f.setMadeRoom(m.Name, true)
+	case madeRoom && obs.placement != "" && !h.Parked && obs.scheduled < h.Want && f.roomNow(m):
+		// The room made for it is free, and the scheduler has not tried
+		// its pod again yet: what it said before is past.
+		h.Placement = "making room: the room is free; waiting for the scheduler to place its pod"
 	case obs.placement != "" && !h.Parked && obs.scheduled < h.Want:
 		h.Unplaceable, h.Placement = true, obs.placement
 		f.memWaits.Forget(m.Name)
+		f.setMadeRoom(m.Name, false)
 	case h.Want == 0:
 		f.memWaits.Forget(m.Name) // nobody waits for it now
+		f.setMadeRoom(m.Name, false)
 	case obs.scheduled >= h.Want:
 		f.memWaits.Placed(m.Name, time.Now()) // a wait it had ends as its pod is placed
+		f.setMadeRoom(m.Name, false)
 	}
 	// Profiles no longer in the entry.
 	deps, err := f.deployments.Deployments(ns).List(labels.SelectorFromSet(labels.Set{labelModel: objName(m.Name)}))

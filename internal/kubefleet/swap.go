@@ -320,6 +320,26 @@ func (f *Fleet) aheadOf(m catalog.Model, models []catalog.Model, now time.Time) 
 	return ""
 }
 
+func (f *Fleet) setMadeRoom(model string, made bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if made {
+		f.madeRoom[model] = true
+	} else {
+		delete(f.madeRoom, model)
+	}
+}
+
+// roomNow is whether a node has room for a pod of m's preferred profile
+// now, as the scheduler counts it.
+func (f *Fleet) roomNow(m catalog.Model) bool {
+	if len(m.Profiles) == 0 {
+		return false
+	}
+	p := m.Profiles[byPriority(m)[0]]
+	return slices.ContainsFunc(f.room(), func(n node) bool { return fits(p, n, true) })
+}
+
 func (f *Fleet) setWaiting(model string, waits bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
