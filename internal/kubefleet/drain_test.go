@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -31,6 +32,82 @@ const answerTokens = 6000
 func TestKubernetesDrainsBeforeDeleting(t *testing.T) {
 	w := startSwapWorld(t)
 	f, cat, onDemand, admin, ready := w.f, w.cat, w.onDemand, w.c.Admin, w.ready
+
+	t.Run("a drain is chosen once, and kept when its model wants the pod again", func(t *testing.T) {
+		trio := onDemand("trio")
+		trio.Profiles[0].RAMBytes = 1 << 30
+		trio.Scaling.Max = 3
+		cat.add(trio)
+		use := f.Use("trio", 3)
+		defer use()
+		pods := waitFor(t, "three ready replicas of trio", func() ([]fleet.Replica, bool) {
+			rs := f.Serving("trio")
+			return rs, len(rs) == 3
+		})
+		// Each pod holds one request more than the one before: the least
+		// busy go first.
+		for i, r := range pods {
+			for range i + 1 {
+				release, ok := f.Hold(r.ID)
+				if !ok {
+					t.Fatalf("a ready pod refused a request")
+				}
+				defer release()
+			}
+		}
+		scale := func(max int) {
+			t.Helper()
+			m := trio
+			m.Scaling.Max = max
+			cat.remove("trio")
+			cat.add(m)
+			if err := f.Sync(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			if err := f.Sync(context.Background()); err != nil { // and a pass after it
+				t.Fatal(err)
+			}
+		}
+		draining := func() []string {
+			var out []string
+			for _, r := range replicasOf(f, "trio") {
+				if r.State == fleet.Draining {
+					out = append(out, r.ID)
+				}
+			}
+			return out
+		}
+		scale(2)
+		if d := draining(); len(d) != 1 || d[0] != pods[0].ID {
+			t.Fatalf("draining after max 3 to 2: %v, want %s, the least busy", d, pods[0].ID)
+		}
+		if n := *deploymentOf(t, admin, "trio").Spec.Replicas; n != 3 {
+			t.Errorf("trio's Deployment is at %d replicas while a pod drains, want 3 (one kept for it)", n)
+		}
+		scale(1)
+		if d := draining(); len(d) != 2 || !slices.Contains(d, pods[0].ID) || !slices.Contains(d, pods[1].ID) {
+			t.Fatalf("draining after max 2 to 1: %v, want %s still and %s, the next least busy", d, pods[0].ID, pods[1].ID)
+		}
+		scale(3)
+		if d := draining(); len(d) != 0 {
+			t.Errorf("draining after max back to 3: %v, want none: the pods are wanted again", d)
+		}
+		if rs := f.Serving("trio"); len(rs) != 3 || len(replicasOf(f, "trio")) != 3 {
+			t.Errorf("trio wanted again: serving %+v, of %d pods; want its 3 pods back, and no new one", rs, len(replicasOf(f, "trio")))
+		}
+		for _, r := range pods {
+			if w.deleting(r.ID) {
+				t.Errorf("%s, answering, is being deleted", r.ID)
+			}
+		}
+		use()
+		cat.remove("trio")
+		f.Poke()
+		waitFor(t, "trio's pods to be gone", func() ([]fleet.Replica, bool) {
+			rs := replicasOf(f, "trio")
+			return rs, len(rs) == 0
+		})
+	})
 
 	t.Run("lowering max deletes the idle pod, not the one answering", func(t *testing.T) {
 		duo := onDemand("duo")
@@ -313,5 +390,37 @@ func (s *stream) complete(t *testing.T) {
 	}
 	if !s.whole() {
 		t.Errorf("the answer was cut: %s", s)
+	}
+}
+
+// TestKubernetesDrainIsBounded: a request that never ends does not keep a
+// pod its Deployment is losing for ever: past the drain timeout it is
+// deleted, and its Deployment lowered.
+func TestKubernetesDrainIsBounded(t *testing.T) {
+	w := startSwapWorld(t, 2*time.Second)
+	f, admin := w.f, w.c.Admin
+	use := f.Use("alpha", 1)
+	p := w.ready("alpha")
+	if _, ok := f.Hold(p.ID); !ok { // never released
+		t.Fatalf("a ready pod refused a request")
+	}
+	use()
+	// Given back for beta while it holds a request that never ends.
+	useB := f.Use("beta", 1)
+	defer useB()
+	sawDraining := false
+	waitFor(t, p.ID+" deleted past its drain timeout", func() ([]fleet.Replica, bool) {
+		rs := replicasOf(f, "alpha")
+		for _, r := range rs {
+			sawDraining = sawDraining || r.ID == p.ID && r.State == fleet.Draining
+		}
+		return rs, w.deleting(p.ID)
+	})
+	if !sawDraining {
+		t.Errorf("%s was deleted without draining first", p.ID)
+	}
+	w.ready("beta")
+	if n := *deploymentOf(t, admin, "alpha").Spec.Replicas; n != 0 {
+		t.Errorf("alpha's Deployment is at %d replicas after its pod was given back, want 0", n)
 	}
 }

@@ -39,7 +39,9 @@ type swapWorld struct {
 // mirrorToken is what the swap world's pods fetch weights with.
 const mirrorToken = "ms_nodes"
 
-func startSwapWorld(t *testing.T) *swapWorld {
+// startSwapWorld starts the swap world; drainTimeout, when given, bounds
+// the fleet's drains instead of its default.
+func startSwapWorld(t *testing.T, drainTimeout ...time.Duration) *swapWorld {
 	t.Helper()
 	c := kubetest.Start(t)
 	c.AddNode(t, kubetest.Node{Name: "small-1", CPU: 8, Memory: "6Gi"})
@@ -73,11 +75,15 @@ func startSwapWorld(t *testing.T) *swapWorld {
 			t.Logf("the fleet's log:\n%s", logs.String())
 		}
 	})
-	f, err := kubefleet.New(kubefleet.Options{
+	opts := kubefleet.Options{
 		Client: client, Catalog: cat, Namespace: ns, EngineImage: "ghcr.io/ggml-org/llama.cpp:server",
 		MirrorURL: mirrorURL, MirrorDir: mirrorDir, MirrorToken: mirrorToken, Resync: 5 * time.Second,
 		Log: slog.New(slog.NewTextHandler(&logs, nil)),
-	})
+	}
+	if len(drainTimeout) > 0 {
+		opts.DrainTimeout = drainTimeout[0]
+	}
+	f, err := kubefleet.New(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
