@@ -22,7 +22,7 @@ import (
 // answerTokens is how long the streamed answers are: seconds of the tiny
 // model's writing, long enough for a scale-down, a restart or a swap to
 // act while it streams.
-const answerTokens = 6000
+const answerTokens = 8000
 
 // TestKubernetesDrainsBeforeDeleting: no pod is deleted by the fleet's own
 // decision while it streams an answer. The pod answering is the real
@@ -137,6 +137,11 @@ func TestKubernetesDrainsBeforeDeleting(t *testing.T) {
 		}
 		defer release()
 		s := startStream(t, b, f.EngineKey(b.ID))
+		// Deleting a may have its ReplicaSet make a replacement for a
+		// moment, which kwok calls ready at once (a node would take
+		// seconds: weights to fetch, an engine to load): b is to be ready
+		// a while longer than it, as a real pod answering is.
+		time.Sleep(time.Until(b.ReadyAt.Add(4 * time.Second)))
 
 		lower := duo
 		lower.Scaling.Max = 1

@@ -34,8 +34,10 @@ import (
 // before the lowered count does, and writing it needs pods patched, which
 // modelserve's account (deploy/rbac.yaml) may not do. Deleted first, the
 // controller may make a replacement for a moment, but a pod not yet
-// placed, or pending, or not ready, ranks before every ready one, so the
-// lowered count removes that replacement and nothing else. (Scaled to 0,
+// placed, or pending, or not ready, ranks before every ready one (and a
+// replacement is not ready for seconds: its weights to fetch, its engine
+// to load, its probe's period), so the lowered count removes that
+// replacement and nothing else. (Scaled to 0,
 // there is no choice to get wrong, so no replacement is risked.)
 //
 // The choice is kept (drains) across passes: a pass neither undoes nor
