@@ -87,9 +87,10 @@ type Options struct {
 	// MaxFailures is how many restarts of a container that never became
 	// ready park its model: 3 unless set.
 	MaxFailures int
-	// DrainTimeout bounds how long a pod an operator stops waits for the
+	// DrainTimeout bounds how long a pod that is to go (stopped or
+	// restarted by an operator, or lost to a scale-down) waits for the
 	// requests sent to it to end before it is deleted anyway: 10 minutes
-	// unless set.
+	// unless set (--drain-timeout).
 	DrainTimeout time.Duration
 	// Resync is how often the informers replay every object, which
 	// reconciles every model again: 30 s unless set.
