@@ -56,7 +56,7 @@ func newBackend(ctx context.Context, cfg config, enginePath string, store *catal
 		if err := checkLocalMemory(ctx, cfg.LocalMemory, store); err != nil {
 			return nil, nil, nil, err
 		}
-		f, cat, jf, err := newFleet(enginePath, cfg.VLLM, cfg.LocalMemory, cfg.Headroom, store, db, notifier, log)
+		f, cat, jf, err := newFleet(enginePath, cfg.VLLM, cfg.LocalMemory, cfg.Headroom, cfg.DrainTimeout, store, db, notifier, log)
 		if err != nil {
 			return nil, nil, nil, err
 		}
@@ -129,6 +129,6 @@ func newKubeFleet(cfg config, store *catalog.Store, log *slog.Logger) (*kubeflee
 		Client: client, Catalog: store, Namespace: cmp.Or(cfg.Namespace, "modelserve"),
 		EngineImage: cfg.EngineImage, VLLMImage: cfg.VLLMImage, FetchImage: cfg.FetchImage, WeightsVolume: cfg.WeightsVolume,
 		MirrorURL: mirrorURL, MirrorDir: filepath.Join(cfg.Data, "mirror"), MirrorToken: cfg.MirrorToken,
-		GPUProductLabel: cfg.GPUProductLabel, Log: log.With("part", "fleet", "fleet", "kubernetes"),
+		GPUProductLabel: cfg.GPUProductLabel, DrainTimeout: cfg.DrainTimeout, Log: log.With("part", "fleet", "fleet", "kubernetes"),
 	})
 }

@@ -2,9 +2,12 @@ package main
 
 import (
 	"context"
+	"errors"
+	"io"
 	"net"
 	"net/http"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -163,4 +166,33 @@ func freeAddr(t *testing.T) string {
 	}
 	defer l.Close()
 	return l.Addr().String()
+}
+
+// TestDrainTimeoutFlag: the bound on a retiring replica's drain comes from
+// the flag or the environment, 10 minutes unless set, and one that is not
+// a duration from 1s to 24h is a usage error naming the flag.
+func TestDrainTimeoutFlag(t *testing.T) {
+	none := func(string) string { return "" }
+	if c, err := parseServe(nil, none, io.Discard); err != nil || c.DrainTimeout != 10*time.Minute {
+		t.Errorf("by default: %s, %v; want 10m", c.DrainTimeout, err)
+	}
+	env := func(k string) string {
+		if k == "MODELSERVE_DRAIN_TIMEOUT" {
+			return "90s"
+		}
+		return ""
+	}
+	if c, err := parseServe(nil, env, io.Discard); err != nil || c.DrainTimeout != 90*time.Second {
+		t.Errorf("from the environment: %s, %v; want 90s", c.DrainTimeout, err)
+	}
+	if c, err := parseServe([]string{"--drain-timeout", "2h"}, env, io.Discard); err != nil || c.DrainTimeout != 2*time.Hour {
+		t.Errorf("the flag over the environment: %s, %v; want 2h", c.DrainTimeout, err)
+	}
+	for _, bad := range []string{"0", "500ms", "forever", "48h"} {
+		_, err := parseServe([]string{"--drain-timeout", bad}, none, io.Discard)
+		var ue usageError
+		if !errors.As(err, &ue) || !strings.HasPrefix(err.Error(), "--drain-timeout is a duration from 1s to 24h") {
+			t.Errorf("--drain-timeout %s: %v, want a usage error naming the flag", bad, err)
+		}
+	}
 }

@@ -22,10 +22,11 @@ const controlTimeout = 30 * time.Second
 // Deployment starts a new pod at once, placed by the scheduler, as the
 // local fleet places a new replica of a model that still wants as many.
 func (f *Fleet) Stop(id string) error {
-	if _, err := f.checkPod(id); err != nil {
+	p, err := f.checkPod(id)
+	if err != nil {
 		return err
 	}
-	if err := f.drain(id, "stopped by an operator"); err != nil {
+	if err := f.drain(id, p.Annotations[annotationModel], "stopped by an operator"); err != nil {
 		return err
 	}
 	f.log.Info("replica's pod stopped by an operator", "replica", id)
@@ -35,12 +36,17 @@ func (f *Fleet) Stop(id string) error {
 // Restart starts replica id afresh. A pod's container cannot be restarted
 // through the API, so its pod is deleted and its Deployment starts one
 // with the same spec; with the weights kept on the node (--weights-volume)
-// it does not fetch them again.
+// it does not fetch them again. It drains first, as Stop does: the
+// answers it is writing end before it goes.
 func (f *Fleet) Restart(id string) error {
-	if err := f.deletePod(id); err != nil {
+	p, err := f.checkPod(id)
+	if err != nil {
 		return err
 	}
-	f.log.Info("replica restarted by an operator, as a new pod", "replica", id)
+	if err := f.drain(id, p.Annotations[annotationModel], "restarted by an operator"); err != nil {
+		return err
+	}
+	f.log.Info("replica restarted by an operator, as a new pod once its requests end", "replica", id)
 	return nil
 }
 

@@ -87,9 +87,10 @@ type Options struct {
 	// MaxFailures is how many restarts of a container that never became
 	// ready park its model: 3 unless set.
 	MaxFailures int
-	// DrainTimeout bounds how long a pod an operator stops waits for the
+	// DrainTimeout bounds how long a pod that is to go (stopped or
+	// restarted by an operator, or lost to a scale-down) waits for the
 	// requests sent to it to end before it is deleted anyway: 10 minutes
-	// unless set.
+	// unless set (--drain-timeout).
 	DrainTimeout time.Duration
 	// Resync is how often the informers replay every object, which
 	// reconciles every model again: 30 s unless set.
@@ -147,8 +148,13 @@ type Fleet struct {
 	// are the models waiting for busy pods of others to fall idle; memWaits
 	// how long models waited for room; heldBack the models given back
 	// while asked for, or kept by their Min, held at 0 until their turn
-	// (swap.go).
+	// (swap.go), and givenWhy why each was given back, for its pods'
+	// detail as they go.
 	lastStops map[string]string
+	givenWhy  map[string]string
+	// madeRoom are the models room was made or waited for, until their
+	// pods are placed.
+	madeRoom  map[string]bool
 	evictions map[[2]string]int
 	waiting   map[string]bool
 	heldBack  map[string]bool
@@ -201,7 +207,7 @@ func New(opts Options) (*Fleet, error) {
 		opts: opts, log: opts.Log,
 		queue:  workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]()),
 		models: map[string]fleet.ModelHealth{}, demands: map[string]*demand{}, parks: map[string]park{},
-		lastStops: map[string]string{}, evictions: map[[2]string]int{}, waiting: map[string]bool{}, heldBack: map[string]bool{},
+		lastStops: map[string]string{}, givenWhy: map[string]string{}, madeRoom: map[string]bool{}, evictions: map[[2]string]int{}, waiting: map[string]bool{}, heldBack: map[string]bool{},
 		holds: map[string]int{}, drains: map[string]*draining{},
 		passed: make(chan struct{}), first: make(chan struct{}),
 	}, nil
@@ -442,6 +448,9 @@ func (f *Fleet) remove(ctx context.Context, name string) error {
 	delete(f.lastStops, name)
 	delete(f.waiting, name)
 	delete(f.heldBack, name)
+	delete(f.givenWhy, name)
+	delete(f.madeRoom, name)
+	f.forgetDrainsLocked(func(_ string, d *draining) bool { return d.model == name })
 	f.mu.Unlock()
 	f.memWaits.Forget(name)
 	if _, err := f.configMaps.ConfigMaps(f.opts.Namespace).Get(objName(name)); apierrors.IsNotFound(err) {
@@ -536,28 +545,51 @@ func (f *Fleet) reconcile(ctx context.Context, m catalog.Model, models []catalog
 		if h.Parked || f.isHeldBack(m.Name) {
 			remaining = 0
 		}
+		why := f.scaleWhy(m.Name, int(remaining), h.Parked)
+		if remaining > 0 {
+			f.mu.Lock()
+			delete(f.givenWhy, m.Name) // it runs again: what gave it back is past
+			f.mu.Unlock()
+		}
 		for _, pi := range byPriority(m) {
 			name := deploymentName(m.Name, pi)
 			keep[name] = true
-			d := f.deployment(m, pi, remaining, w, ref, f.products(m.Profiles[pi].GPUClass))
+			// Its pods to go drain first: the Deployment keeps them
+			// until they have (scaledown.go).
+			replicas, err := f.scaleDown(ctx, m.Name, name, remaining, why)
+			if err != nil {
+				return fmt.Errorf("deleting a drained pod of %s: %w", m.Name, err)
+			}
+			d := f.deployment(m, pi, replicas, w, ref, f.products(m.Profiles[pi].GPUClass))
 			if _, err := f.apply(ctx, d); err != nil {
 				return err
 			}
 			remaining = min(remaining, int32(obs.unschedulable[name]))
 		}
 	}
+	f.mu.Lock()
+	madeRoom := f.madeRoom[m.Name]
+	f.mu.Unlock()
 	switch {
 	case making != "":
 		// Waiting for room being made is not being unplaceable.
 		h.Placement = making
 		f.memWaits.Waiting(m.Name, now)
+		f.setMadeRoom(m.Name, true)
+	case madeRoom && obs.placement != "" && !h.Parked && obs.scheduled < h.Want && f.roomNow(m):
+		// The room made for it is free, and the scheduler has not tried
+		// its pod again yet: what it said before is past.
+		h.Placement = "making room: the room is free; waiting for the scheduler to place its pod"
 	case obs.placement != "" && !h.Parked && obs.scheduled < h.Want:
 		h.Unplaceable, h.Placement = true, obs.placement
 		f.memWaits.Forget(m.Name)
+		f.setMadeRoom(m.Name, false)
 	case h.Want == 0:
 		f.memWaits.Forget(m.Name) // nobody waits for it now
+		f.setMadeRoom(m.Name, false)
 	case obs.scheduled >= h.Want:
 		f.memWaits.Placed(m.Name, time.Now()) // a wait it had ends as its pod is placed
+		f.setMadeRoom(m.Name, false)
 	}
 	// Profiles no longer in the entry.
 	deps, err := f.deployments.Deployments(ns).List(labels.SelectorFromSet(labels.Set{labelModel: objName(m.Name)}))
@@ -569,6 +601,9 @@ func (f *Fleet) reconcile(ctx context.Context, m catalog.Model, models []catalog
 			if err := f.opts.Client.AppsV1().Deployments(ns).Delete(ctx, d.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
 				return err
 			}
+			f.mu.Lock()
+			f.forgetDrainsLocked(func(_ string, dr *draining) bool { return dr.deployment == d.Name })
+			f.mu.Unlock()
 		}
 	}
 	f.mu.Lock()

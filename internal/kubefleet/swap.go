@@ -85,12 +85,22 @@ type holding struct {
 // for a model whose oldest waiting request was asked at waits (the zero
 // time for none). byName is the catalog: a pod of a model no longer in
 // it, of one no longer wanted (asked for by nobody lately, and kept by no
-// Min), or of one given back, is going already.
+// Min), of one given back, or one its Deployment is losing, is going
+// already.
+//
+// Busy is said of each pod: one answering a request (Hold), or not ready
+// yet, or of a model with requests asked that no pod holds yet (they go
+// to whichever of its pods frees first). A model with one pod streaming
+// has its other pods idle.
 func (f *Fleet) holdings(byName map[string]catalog.Model, waits time.Time) []holding {
 	pods, _ := f.pods.Pods(f.opts.Namespace).List(labels.SelectorFromSet(labels.Set{labelManagedBy: managedBy}))
 	var out []holding
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	held := map[string]int{}
+	for _, pod := range pods {
+		held[pod.Annotations[annotationModel]] += f.holds[pod.Name]
+	}
 	for _, pod := range pods {
 		if pod.Spec.NodeName == "" || pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
 			continue
@@ -99,10 +109,12 @@ func (f *Fleet) holdings(byName map[string]catalog.Model, waits time.Time) []hol
 		name := pod.Annotations[annotationModel]
 		m, ok := byName[name]
 		d := f.demands[name]
+		dr := f.drains[pod.Name]
+		unrouted := d != nil && d.asks.Len() > held[name]
 		h := holding{node: pod.Spec.NodeName, mem: mem, gpus: gpus,
-			going: pod.DeletionTimestamp != nil || !ok || d == nil && m.Scaling.Min == 0 || f.heldBack[name],
+			going: pod.DeletionTimestamp != nil || !ok || d == nil && m.Scaling.Min == 0 || f.heldBack[name] || dr != nil && dr.deployment != "",
 			Holder: fleet.Holder{ID: pod.Name, Model: name, Class: m.ClassOrDefault(), Min: m.Scaling.Min,
-				Busy: !isReady(pod) || d != nil && d.asks.Len() > 0}}
+				Busy: !isReady(pod) || f.holds[pod.Name] > 0 || unrouted}}
 		var oldest time.Time
 		if d != nil {
 			h.LastUsed, oldest = d.lastUse, d.asks.Oldest()
@@ -248,6 +260,7 @@ func (f *Fleet) giveBack(victims []fleet.Holder, m catalog.Model, byName map[str
 	for _, h := range victims {
 		reason, why := fleet.GiveBackWhy(h, m, now)
 		f.lastStops[h.Model] = h.ID + ": " + why
+		f.givenWhy[h.Model] = why
 		f.evictions[[2]string{h.Model, reason}]++
 		if h.Busy || h.Min > 0 {
 			// Asked for still, or kept by its Min: held at 0 until its
@@ -305,6 +318,26 @@ func (f *Fleet) aheadOf(m catalog.Model, models []catalog.Model, now time.Time) 
 	delete(f.heldBack, m.Name)
 	f.mu.Unlock()
 	return ""
+}
+
+func (f *Fleet) setMadeRoom(model string, made bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if made {
+		f.madeRoom[model] = true
+	} else {
+		delete(f.madeRoom, model)
+	}
+}
+
+// roomNow is whether a node has room for a pod of m's preferred profile
+// now, as the scheduler counts it.
+func (f *Fleet) roomNow(m catalog.Model) bool {
+	if len(m.Profiles) == 0 {
+		return false
+	}
+	p := m.Profiles[byPriority(m)[0]]
+	return slices.ContainsFunc(f.room(), func(n node) bool { return fits(p, n, true) })
 }
 
 func (f *Fleet) setWaiting(model string, waits bool) {

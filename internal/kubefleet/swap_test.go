@@ -2,7 +2,13 @@ package kubefleet_test
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -10,14 +16,18 @@ import (
 
 	"modelserve/catalog"
 	"modelserve/internal/fleet"
+	"modelserve/internal/ggufgen"
 	"modelserve/internal/kubefleet"
 	"modelserve/internal/kubetest"
+	"modelserve/internal/mirror"
 	"modelserve/internal/testlog"
 )
 
 // swapWorld is a real control plane with one node that has room for one
 // model at a time, a catalog of three models on demand (alpha, beta,
 // gamma) and a fleet running over them: the swap tests' common ground.
+// Each model's weights are a tiny GGUF model on a mirror the pods fetch
+// from, so a pod run here (runEngine) answers with the real engine.
 type swapWorld struct {
 	t        *testing.T
 	c        *kubetest.Cluster
@@ -26,16 +36,34 @@ type swapWorld struct {
 	onDemand func(name string) catalog.Model
 }
 
-func startSwapWorld(t *testing.T) *swapWorld {
+// mirrorToken is what the swap world's pods fetch weights with.
+const mirrorToken = "ms_nodes"
+
+// startSwapWorld starts the swap world; drainTimeout, when given, bounds
+// the fleet's drains instead of its default.
+func startSwapWorld(t *testing.T, drainTimeout ...time.Duration) *swapWorld {
 	t.Helper()
 	c := kubetest.Start(t)
 	c.AddNode(t, kubetest.Node{Name: "small-1", CPU: 8, Memory: "6Gi"})
 	client := c.Client(t, c.Account(t, "../../deploy/rbac.yaml"))
 	mirrorDir := t.TempDir()
+	mirrorURL := serveMirror(t, mirrorDir)
+	// A context the engine lets an answer run to: seconds of writing.
+	weights := ggufgen.Bytes(ggufgen.Spec{ContextLength: 8192})
+	sum := sha256.Sum256(weights)
 	cat := &memCatalog{}
 	onDemand := func(name string) catalog.Model {
 		m := model(mirrorDir, name, catalog.Profile{RAMBytes: 4 << 30, CPUCores: 1})
 		m.Scaling = catalog.Scaling{Min: 0, Max: 1, IdleAfter: time.Hour}
+		// One slot with a long context: a streamed answer lasts seconds.
+		m.Profiles[0].Pool, m.Profiles[0].Slots = 8192, 1
+		m.Origin.Files = []catalog.OriginFile{{Path: "tiny-Q8_0.gguf", Bytes: int64(len(weights)), SHA256: hex.EncodeToString(sum[:])}}
+		if err := os.MkdirAll(filepath.Dir(m.Source), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(m.Source, weights, 0o644); err != nil {
+			t.Fatal(err)
+		}
 		return m
 	}
 	for _, name := range []string{"alpha", "beta", "gamma"} {
@@ -47,11 +75,15 @@ func startSwapWorld(t *testing.T) *swapWorld {
 			t.Logf("the fleet's log:\n%s", logs.String())
 		}
 	})
-	f, err := kubefleet.New(kubefleet.Options{
+	opts := kubefleet.Options{
 		Client: client, Catalog: cat, Namespace: ns, EngineImage: "ghcr.io/ggml-org/llama.cpp:server",
-		MirrorURL: "http://modelserve.modelserve.svc:8080/", MirrorDir: mirrorDir, Resync: 5 * time.Second,
+		MirrorURL: mirrorURL, MirrorDir: mirrorDir, MirrorToken: mirrorToken, Resync: 5 * time.Second,
 		Log: slog.New(slog.NewTextHandler(&logs, nil)),
-	})
+	}
+	if len(drainTimeout) > 0 {
+		opts.DrainTimeout = drainTimeout[0]
+	}
+	f, err := kubefleet.New(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,6 +97,25 @@ func startSwapWorld(t *testing.T) *swapWorld {
 		}
 	})
 	return &swapWorld{t: t, c: c, f: f, cat: cat, onDemand: onDemand}
+}
+
+// serveMirror serves the mirror of dir on loopback, to the pods' token
+// only, as modelserve serves /mirror/ to the nodes.
+func serveMirror(t *testing.T, dir string) string {
+	t.Helper()
+	m, err := mirror.New(mirror.Options{Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Authorization") != "Bearer "+mirrorToken {
+			http.Error(w, "a token is needed", http.StatusUnauthorized)
+			return
+		}
+		m.Handler().ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	return srv.URL
 }
 
 // ready waits for name's one ready replica.

@@ -1,0 +1,431 @@
+package kubefleet_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"modelserve/internal/fleet"
+	"modelserve/internal/kubetest"
+	"modelserve/internal/llamatest"
+)
+
+// answerTokens is how long the streamed answers are: seconds of the tiny
+// model's writing, long enough for a scale-down, a restart or a swap to
+// act while it streams.
+const answerTokens = 8000
+
+// TestKubernetesDrainsBeforeDeleting: no pod is deleted by the fleet's own
+// decision while it streams an answer. The pod answering is the real
+// engine, run here as the kubelet would run it, held as the gateway holds
+// a pod for each request it sends; each case checks the answer ends whole
+// and the pod goes (or stays) as the case says.
+func TestKubernetesDrainsBeforeDeleting(t *testing.T) {
+	w := startSwapWorld(t)
+	f, cat, onDemand, admin, ready := w.f, w.cat, w.onDemand, w.c.Admin, w.ready
+
+	t.Run("a drain is chosen once, and kept when its model wants the pod again", func(t *testing.T) {
+		trio := onDemand("trio")
+		trio.Profiles[0].RAMBytes = 1 << 30
+		trio.Scaling.Max = 3
+		cat.add(trio)
+		use := f.Use("trio", 3)
+		defer use()
+		pods := waitFor(t, "three ready replicas of trio", func() ([]fleet.Replica, bool) {
+			rs := f.Serving("trio")
+			return rs, len(rs) == 3
+		})
+		// Each pod holds one request more than the one before: the least
+		// busy go first.
+		for i, r := range pods {
+			for range i + 1 {
+				release, ok := f.Hold(r.ID)
+				if !ok {
+					t.Fatalf("a ready pod refused a request")
+				}
+				defer release()
+			}
+		}
+		scale := func(max int) {
+			t.Helper()
+			m := trio
+			m.Scaling.Max = max
+			cat.remove("trio")
+			cat.add(m)
+			if err := f.Sync(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			if err := f.Sync(context.Background()); err != nil { // and a pass after it
+				t.Fatal(err)
+			}
+		}
+		draining := func() []string {
+			var out []string
+			for _, r := range replicasOf(f, "trio") {
+				if r.State == fleet.Draining {
+					out = append(out, r.ID)
+				}
+			}
+			return out
+		}
+		scale(2)
+		if d := draining(); len(d) != 1 || d[0] != pods[0].ID {
+			t.Fatalf("draining after max 3 to 2: %v, want %s, the least busy", d, pods[0].ID)
+		}
+		if n := *deploymentOf(t, admin, "trio").Spec.Replicas; n != 3 {
+			t.Errorf("trio's Deployment is at %d replicas while a pod drains, want 3 (one kept for it)", n)
+		}
+		scale(1)
+		if d := draining(); len(d) != 2 || !slices.Contains(d, pods[0].ID) || !slices.Contains(d, pods[1].ID) {
+			t.Fatalf("draining after max 2 to 1: %v, want %s still and %s, the next least busy", d, pods[0].ID, pods[1].ID)
+		}
+		scale(3)
+		if d := draining(); len(d) != 0 {
+			t.Errorf("draining after max back to 3: %v, want none: the pods are wanted again", d)
+		}
+		if rs := f.Serving("trio"); len(rs) != 3 || len(replicasOf(f, "trio")) != 3 {
+			t.Errorf("trio wanted again: serving %+v, of %d pods; want its 3 pods back, and no new one", rs, len(replicasOf(f, "trio")))
+		}
+		for _, r := range pods {
+			if w.deleting(r.ID) {
+				t.Errorf("%s, answering, is being deleted", r.ID)
+			}
+		}
+		use()
+		cat.remove("trio")
+		f.Poke()
+		waitFor(t, "trio's pods to be gone", func() ([]fleet.Replica, bool) {
+			rs := replicasOf(f, "trio")
+			return rs, len(rs) == 0
+		})
+	})
+
+	t.Run("lowering max deletes the idle pod, not the one answering", func(t *testing.T) {
+		duo := onDemand("duo")
+		duo.Profiles[0].RAMBytes = 1 << 30
+		duo.Scaling.Max = 2
+		cat.add(duo)
+		first := f.Use("duo", 1)
+		a := ready("duo")
+		// b is ready seconds after a: the ReplicaSet controller, left to
+		// choose, deletes the pod ready last, which is the one answering.
+		time.Sleep(3 * time.Second)
+		second := f.Use("duo", 2)
+		defer second()
+		b := waitFor(t, "a second ready replica of duo", func() (fleet.Replica, bool) {
+			for _, r := range f.Serving("duo") {
+				if r.ID != a.ID {
+					return r, true
+				}
+			}
+			return fleet.Replica{}, false
+		})
+		first()
+		w.runEngine(b)
+		release, ok := f.Hold(b.ID)
+		if !ok {
+			t.Fatalf("a ready pod refused a request")
+		}
+		defer release()
+		s := startStream(t, b, f.EngineKey(b.ID))
+		// Deleting a may have its ReplicaSet make a replacement for a
+		// moment, which kwok calls ready at once (a node would take
+		// seconds: weights to fetch, an engine to load): b is to be ready
+		// a while longer than it, as a real pod answering is.
+		time.Sleep(time.Until(b.ReadyAt.Add(4 * time.Second)))
+
+		lower := duo
+		lower.Scaling.Max = 1
+		cat.remove("duo")
+		cat.add(lower)
+		f.Poke()
+		waitFor(t, "a pod of duo to be deleted", func() (string, bool) { return a.ID, w.deleting(a.ID) || w.deleting(b.ID) })
+		if w.deleting(b.ID) {
+			t.Fatalf("%s, answering, was deleted by the scale-down, not %s, idle", b.ID, a.ID)
+		}
+		s.stillStreaming(t, "the scale-down")
+		s.complete(t)
+		release()
+		waitFor(t, "duo left with "+b.ID+" alone, at 1 replica", func() ([]fleet.Replica, bool) {
+			rs := replicasOf(f, "duo")
+			return rs, len(rs) == 1 && rs[0].ID == b.ID && *deploymentOf(t, admin, "duo").Spec.Replicas == 1
+		})
+		second()
+		cat.remove("duo")
+		f.Poke()
+		waitFor(t, "duo's pods to be gone", func() ([]fleet.Replica, bool) {
+			rs := replicasOf(f, "duo")
+			return rs, len(rs) == 0
+		})
+	})
+
+	t.Run("a restarted pod ends its answer, then a new pod comes", func(t *testing.T) {
+		use := f.Use("alpha", 1)
+		defer use()
+		p := ready("alpha")
+		w.runEngine(p)
+		release, ok := f.Hold(p.ID)
+		if !ok {
+			t.Fatalf("a ready pod refused a request")
+		}
+		defer release()
+		s := startStream(t, p, f.EngineKey(p.ID))
+		if err := f.Restart(p.ID); err != nil {
+			t.Fatalf("Restart: %v", err)
+		}
+		if rs := f.Serving("alpha"); len(rs) != 0 {
+			t.Errorf("a pod restarting with an answer in flight is still served: %+v", rs)
+		}
+		time.Sleep(2 * time.Second) // passes in which the pod must stay
+		s.stillStreaming(t, "the restart")
+		if w.deleting(p.ID) {
+			t.Fatalf("%s was deleted with its answer in flight", p.ID)
+		}
+		if rs := replicasOf(f, "alpha"); len(rs) != 1 || rs[0].State != fleet.Draining || !strings.Contains(rs[0].Detail, "restarted by an operator") {
+			t.Errorf("alpha's replicas while its pod restarts: %+v, want %s draining, restarted by an operator", rs, p.ID)
+		}
+		s.complete(t)
+		release()
+		waitFor(t, "a new ready pod of alpha", func() ([]fleet.Replica, bool) {
+			rs := f.Serving("alpha")
+			return rs, len(rs) == 1 && rs[0].ID != p.ID
+		})
+	})
+
+	t.Run("a model given back ends its answer first, and the other waits for it", func(t *testing.T) {
+		before := f.Use("alpha", 1) // asked before beta: alpha keeps its room for it
+		q := ready("alpha")
+		w.runEngine(q)
+		time.Sleep(time.Millisecond)
+		useB := f.Use("beta", 1)
+		defer useB()
+		waitFor(t, "beta to wait for alpha", func() (fleet.ModelHealth, bool) {
+			h := health(f, "beta")
+			return h, strings.Contains(h.Placement, "waiting for "+q.ID)
+		})
+		time.Sleep(time.Millisecond)
+		after := f.Use("alpha", 1) // the answer's request, asked after beta's
+		defer after()
+		release, ok := f.Hold(q.ID)
+		if !ok {
+			t.Fatalf("a ready pod refused a request")
+		}
+		defer release()
+		s := startStream(t, q, f.EngineKey(q.ID))
+		before() // alpha's requests are all behind beta's now
+		waitFor(t, "alpha given back for beta", func() (string, bool) {
+			h := health(f, "alpha")
+			return h.LastStop, strings.Contains(h.LastStop, "given back for beta once the answers it has end")
+		})
+		time.Sleep(2 * time.Second) // passes in which the pod must stay
+		s.stillStreaming(t, "the give-back")
+		if w.deleting(q.ID) {
+			t.Fatalf("%s, given back, was deleted with its answer in flight", q.ID)
+		}
+		if rs := f.Serving("beta"); len(rs) != 0 {
+			t.Errorf("beta serves before alpha's answer has ended: %+v", rs)
+		}
+		s.complete(t)
+		release()
+		ready("beta")
+		waitFor(t, q.ID+" to be gone", func() (string, bool) { return q.ID, w.deleting(q.ID) })
+	})
+}
+
+// runEngine runs replica r's pod here, as its node's kubelet would: the
+// weights fetched from the mirror in busybox, then the real engine, until
+// the pod is deleted. kwok calls the pod ready before anything runs, so
+// this waits for the engine's own /health.
+func (w *swapWorld) runEngine(r fleet.Replica) {
+	w.t.Helper()
+	engine, busybox := llamatest.Path(w.t), kubetest.Busybox(w.t)
+	pod, err := w.c.Admin.CoreV1().Pods(ns).Get(context.Background(), r.ID, metav1.GetOptions{})
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	w.c.RunPod(w.t, pod, map[string]kubetest.Image{
+		"busybox:1.37":                      {Path: busybox},
+		"ghcr.io/ggml-org/llama.cpp:server": {Entrypoint: engine},
+	})
+	waitFor(w.t, r.ID+"'s engine to answer /health", func() (string, bool) {
+		resp, err := http.Get(r.Endpoint + "/health")
+		if err != nil {
+			return err.Error(), false
+		}
+		resp.Body.Close()
+		return resp.Status, resp.StatusCode == http.StatusOK
+	})
+}
+
+// deleting is whether pod id is gone or being deleted.
+func (w *swapWorld) deleting(id string) bool {
+	p, err := w.c.Admin.CoreV1().Pods(ns).Get(context.Background(), id, metav1.GetOptions{})
+	return apierrors.IsNotFound(err) || err == nil && p.DeletionTimestamp != nil
+}
+
+// stream is a streamed chat answer being read, as a client reads it.
+type stream struct {
+	started, done chan struct{}
+	// What was read, once done is closed: the [DONE] line, the last
+	// chunk's finish reason and usage, and how reading ended.
+	sawDone bool
+	finish  string
+	tokens  int
+	chunks  int
+	err     error
+}
+
+// startStream asks r's engine, with its key, for a streamed answer of
+// answerTokens tokens, and returns once its first chunk has come.
+func startStream(t *testing.T, r fleet.Replica, key string) *stream {
+	t.Helper()
+	body := fmt.Sprintf(`{"model": %q, "messages": [{"role": "user", "content": "tell me a long story"}], "max_tokens": %d,
+		"ignore_eos": true, "stream": true, "stream_options": {"include_usage": true}}`, r.Model, answerTokens)
+	ctx, cancel := context.WithCancel(context.Background())
+	req, err := http.NewRequestWithContext(ctx, "POST", r.Endpoint+"/v1/chat/completions", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+key)
+	req.Header.Set("Content-Type", "application/json")
+	s := &stream{started: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(s.done)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			s.err = err
+			return
+		}
+		defer resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			s.err = fmt.Errorf("the engine answered %s", resp.Status)
+			return
+		}
+		sc := bufio.NewScanner(resp.Body)
+		sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
+		for sc.Scan() {
+			data, ok := strings.CutPrefix(sc.Text(), "data: ")
+			if !ok {
+				continue
+			}
+			if data == "[DONE]" {
+				s.sawDone = true
+				continue
+			}
+			var c struct {
+				Choices []struct {
+					FinishReason *string `json:"finish_reason"`
+				} `json:"choices"`
+				Usage *struct {
+					CompletionTokens int `json:"completion_tokens"`
+				} `json:"usage"`
+			}
+			if err := json.Unmarshal([]byte(data), &c); err != nil {
+				s.err = fmt.Errorf("a chunk that is not JSON: %q", data)
+				return
+			}
+			if s.chunks++; s.chunks == 1 {
+				close(s.started)
+			}
+			for _, ch := range c.Choices {
+				if ch.FinishReason != nil {
+					s.finish = *ch.FinishReason
+				}
+			}
+			if c.Usage != nil {
+				s.tokens = c.Usage.CompletionTokens
+			}
+		}
+		s.err = sc.Err()
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-s.done
+	})
+	select {
+	case <-s.started:
+	case <-s.done:
+		t.Fatalf("the answer ended before its first chunk: %v", s.err)
+	case <-time.After(time.Minute):
+		t.Fatal("no chunk of the answer came within a minute")
+	}
+	return s
+}
+
+// stillStreaming fails t when the answer has ended: cut by what acted on
+// it, or whole before it could act (then the case would prove nothing).
+func (s *stream) stillStreaming(t *testing.T, what string) {
+	t.Helper()
+	select {
+	case <-s.done:
+		if !s.whole() {
+			t.Fatalf("the answer was cut by %s: %s", what, s)
+		}
+		t.Fatalf("the answer ended before %s could act on it (%s): it must be longer", what, s)
+	default:
+	}
+}
+
+// whole is whether the ended answer is all there: every token asked for,
+// finished for its length, and the stream's last line.
+func (s *stream) whole() bool {
+	return s.err == nil && s.sawDone && s.finish == "length" && s.tokens == answerTokens
+}
+
+func (s *stream) String() string {
+	return fmt.Sprintf("%d chunks, %d of %d tokens, finish %q, [DONE] %v, error %v", s.chunks, s.tokens, answerTokens, s.finish, s.sawDone, s.err)
+}
+
+// complete waits for the answer's end and checks it is whole.
+func (s *stream) complete(t *testing.T) {
+	t.Helper()
+	select {
+	case <-s.done:
+	case <-time.After(3 * time.Minute):
+		t.Fatal("the answer did not end within 3 minutes")
+	}
+	if !s.whole() {
+		t.Errorf("the answer was cut: %s", s)
+	}
+}
+
+// TestKubernetesDrainIsBounded: a request that never ends does not keep a
+// pod its Deployment is losing for ever: past the drain timeout it is
+// deleted, and its Deployment lowered.
+func TestKubernetesDrainIsBounded(t *testing.T) {
+	w := startSwapWorld(t, 2*time.Second)
+	f, admin := w.f, w.c.Admin
+	use := f.Use("alpha", 1)
+	p := w.ready("alpha")
+	if _, ok := f.Hold(p.ID); !ok { // never released
+		t.Fatalf("a ready pod refused a request")
+	}
+	use()
+	// Given back for beta while it holds a request that never ends.
+	useB := f.Use("beta", 1)
+	defer useB()
+	sawDraining := false
+	waitFor(t, p.ID+" deleted past its drain timeout", func() ([]fleet.Replica, bool) {
+		rs := replicasOf(f, "alpha")
+		for _, r := range rs {
+			sawDraining = sawDraining || r.ID == p.ID && r.State == fleet.Draining
+		}
+		return rs, w.deleting(p.ID)
+	})
+	if !sawDraining {
+		t.Errorf("%s was deleted without draining first", p.ID)
+	}
+	w.ready("beta")
+	if n := *deploymentOf(t, admin, "alpha").Spec.Replicas; n != 0 {
+		t.Errorf("alpha's Deployment is at %d replicas after its pod was given back, want 0", n)
+	}
+}
