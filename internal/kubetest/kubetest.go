@@ -78,8 +78,21 @@ type Cluster struct {
 	dir  string
 }
 
-// PodCIDR is where kwok gives pods their addresses: loopback.
-const PodCIDR = "127.0.100.1/24"
+// podNet is where kwok gives one cluster's pods their addresses: a /24 of
+// loopback (Linux answers on all of 127.0.0.0/8), chosen at random among
+// 25,600 for each cluster. Every pod's engine listens on its address's
+// port 8080, so two clusters on one range (two test packages run at
+// once, as go test ./... does) answered each other's requests, or one's
+// engine could not bind: one fixed range made their tests flake
+// together. It says the range and the node's address, the range's first.
+func podNet(t testing.TB) (cidr, nodeIP string) {
+	var b [2]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		t.Fatal(err)
+	}
+	base := fmt.Sprintf("127.%d.%d", 100+int(b[0])%100, b[1])
+	return base + ".1/24", base + ".1"
+}
 
 // FakeNode annotation: kwok plays only the nodes carrying it.
 const (
@@ -178,6 +191,7 @@ func Start(t testing.TB) *Cluster {
 		"--concurrent-gc-syncs=5", "--v=0")
 	c.run(t, work, "kube-scheduler",
 		"--kubeconfig="+kubeconfig, "--leader-elect=false", "--secure-port=0", "--v=0")
+	cidr, nodeIP := podNet(t)
 	kwokArgs := []string{
 		"--kubeconfig=" + kubeconfig,
 		"--manage-all-nodes=false",
@@ -185,7 +199,7 @@ func Start(t testing.TB) *Cluster {
 		"--node-lease-duration-seconds=40",
 		// Pods' addresses on loopback: what a test sends a pod stays on
 		// this machine, where RunPod runs the pod's containers.
-		"--cidr=" + PodCIDR, "--node-ip=127.0.100.1",
+		"--cidr=" + cidr, "--node-ip=" + nodeIP,
 		"--server-address=127.0.0.1:" + strconv.Itoa(freePort(t)),
 	}
 	stages, _ := filepath.Glob(filepath.Join(dir, "stages", "*", "*.yaml"))
