@@ -26,13 +26,15 @@ func TestConfigPrecedence(t *testing.T) {
 		"HF_TOKEN":        "hf_env",
 	}
 	getenv := func(k string) string { return env[k] }
-	// The canary's settings at their defaults, as read.
+	// The canary's settings, the headroom and the drain bound at their
+	// defaults, as read.
 	policy := canary.DefaultPolicy
 	policy.MinRequests, policy.Window = 50, 30*time.Minute
 	canaryDefaults := func(c config) config {
 		c.CanaryShareText, c.CanaryRequestsText, c.CanaryWindowText = "0.1", "50", "30m"
 		c.CanaryShare, c.CanaryPolicy = 0.1, policy
 		c.Headroom = 1 << 30 // --headroom's default, as read
+		c.DrainTimeoutText, c.DrainTimeout = "10m", 10*time.Minute
 		return c
 	}
 	tests := []struct {
