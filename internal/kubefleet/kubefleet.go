@@ -392,7 +392,8 @@ func (f *Fleet) reconcileAll(ctx context.Context) error {
 	}
 	f.remember(models)
 	names := map[string]bool{}
-	for _, m := range models {
+	// In turn: a model given room goes before those whose room it keeps.
+	for _, m := range f.inTurn(models) {
 		names[m.Name] = true
 		if err := f.reconcile(ctx, m, models); err != nil {
 			return err
@@ -528,12 +529,12 @@ func (f *Fleet) reconcile(ctx context.Context, m catalog.Model, models []catalog
 	// The preferred profile runs what is wanted; replicas its pods could
 	// not be placed with are tried on the next.
 	keep := map[string]bool{}
-	making := ""
+	making, hold := "", false
 	if werr == nil && !h.Parked {
 		// The models given back for m are scaled to 0 first: the
 		// scheduler places m's pod once theirs have gone.
 		var given []catalog.Model
-		given, making = f.makeRoom(m, h.Want, models, now)
+		given, making, hold = f.makeRoom(m, h.Want, models, now)
 		for _, g := range given {
 			if err := f.reconcile(ctx, g, models); err != nil {
 				return err
@@ -546,6 +547,12 @@ func (f *Fleet) reconcile(ctx context.Context, m catalog.Model, models []catalog
 			remaining = 0
 		}
 		why := f.scaleWhy(m.Name, int(remaining), h.Parked)
+		if hold && remaining > int32(obs.scheduled) {
+			// The room it could take now is kept for models asked for
+			// before it: a pod of it waiting for the scheduler would
+			// take that room as it came free.
+			remaining, why = int32(obs.scheduled), making
+		}
 		if remaining > 0 {
 			f.mu.Lock()
 			delete(f.givenWhy, m.Name) // it runs again: what gave it back is past
