@@ -32,6 +32,14 @@ import (
 // as on the local fleet. A model so given back is held at 0 (heldBack),
 // not forgotten: its requests keep their place, and it is scaled up again
 // once no model asked for before them waits for room.
+//
+// Room that comes free while a model asked for first waits for busy pods
+// is the first one's too, by the local fleet's rule (fleet.Spare): a model
+// asked for later takes of it only what the first would never need
+// (keptBefore). Otherwise the later one's Deployment stays at the pods it
+// has placed, since a pod of it waiting for the scheduler would be placed
+// in the room the moment it came free, and its placement says, as the
+// local fleet's does, how much of the room is kept for whom.
 
 // fits is whether node n has room for a pod of profile p now (free), or
 // could have, were it idle: what the pod's requests ask, counted as the
