@@ -1,8 +1,12 @@
 package fleet
 
 import (
+	"cmp"
 	"slices"
+	"strings"
 	"time"
+
+	"modelserve/catalog"
 )
 
 // Who was first: requests waiting for memory are served in the order they
@@ -66,6 +70,14 @@ func Behind(held, waits time.Time) bool {
 // as one kept by its Scaling.Min, which nobody needs to ask for.
 func First(a, b time.Time) int { return a.Compare(b) }
 
+// Turn orders two models that want room as the fleets place them: the
+// critical first, since they may take room from others, the
+// opportunistic last, and within a class the first asked first (First),
+// given the oldest unanswered requests of each (aAsked, bAsked).
+func Turn(a, b catalog.Model, aAsked, bAsked time.Time) int {
+	return cmp.Or(cmp.Compare(classRank(a), classRank(b)), First(aAsked, bAsked), strings.Compare(a.Name, b.Name))
+}
+
 // Room that comes free while a model asked for first still waits for a
 // busy replica's room goes to the first asked too: a model asked for
 // later, smaller, that fits in it now, would otherwise hold it when the
@@ -112,4 +124,65 @@ func Spare(now, need int64, later []int64) int64 {
 		return max(now, 0)
 	}
 	return max(min(over, now), 0)
+}
+
+// Kept is the room the models earlier in a pass keep from those after
+// them (Spare), by node: the local fleet's claims, for the Kubernetes
+// fleet to keep and to say in the same words. The zero Kept keeps
+// nothing.
+type Kept struct{ cs claims }
+
+// Keep keeps amount of what p needs on node for m from the models after
+// it in the pass.
+func (k *Kept) Keep(node string, p catalog.Profile, m catalog.Model, amount int64) {
+	if k.cs == nil {
+		k.cs = claims{}
+	}
+	k.cs.keep(node, p, m, amount)
+}
+
+// Of is what is kept on node of what p needs: cards of p's class for a
+// profile on cards, else bytes of RAM.
+func (k *Kept) Of(node string, p catalog.Profile) int64 { return k.cs[node].of(p) }
+
+// RAM is the RAM kept on node, which a profile on cards needs some of
+// too.
+func (k *Kept) RAM(node string) int64 { return k.cs[node].ram() }
+
+// Line says, after what a placement text says of node, what of the room
+// p needs is kept there, and for whom: "; 1 GB of the room is kept for
+// beta, asked for before it", or "" when none is.
+func (k *Kept) Line(node string, p catalog.Profile) string { return k.cs[node].line(p) }
+
+// For says who keeps node's room: "beta, asked for before it"; "" when
+// nobody does.
+func (k *Kept) For(node string) string {
+	if c := k.cs[node]; c != nil {
+		return c.keptFor()
+	}
+	return ""
+}
+
+// Keeps is what of the room it has now on a node a model keeps from the
+// models after it while it waits for busy holders to fall idle: all but
+// what it can Spare. have is the node's free room less what models before
+// it keep (claimed), which is counted as given back once they are done
+// with it; hs are the node's holders as the swap rule sees them for
+// asker, those it would give back now adding to what it has now, the busy
+// ones giving theirs back later.
+func Keeps(hs []Holder, asker catalog.Model, have, claimed, need int64) int64 {
+	now := have
+	var later []int64
+	if claimed > 0 {
+		later = append(later, claimed)
+	}
+	for _, h := range hs {
+		switch giveFor(h, asker) {
+		case idleGive, drainGive:
+			now += h.Held
+		case busyGive:
+			later = append(later, h.Held)
+		}
+	}
+	return now - Spare(now, need, later)
 }

@@ -13,7 +13,9 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 
+	"modelserve/catalog"
 	"modelserve/internal/fleet"
 	"modelserve/internal/kubetest"
 	"modelserve/internal/llamatest"
@@ -46,13 +48,19 @@ func TestKubernetesDrainsBeforeDeleting(t *testing.T) {
 		})
 		// Each pod holds one request more than the one before: the least
 		// busy go first.
+		var releases []func()
+		defer func() {
+			for _, release := range releases {
+				release()
+			}
+		}()
 		for i, r := range pods {
 			for range i + 1 {
 				release, ok := f.Hold(r.ID)
 				if !ok {
 					t.Fatalf("a ready pod refused a request")
 				}
-				defer release()
+				releases = append(releases, release)
 			}
 		}
 		scale := func(max int) {
@@ -101,6 +109,9 @@ func TestKubernetesDrainsBeforeDeleting(t *testing.T) {
 			}
 		}
 		use()
+		for _, release := range releases {
+			release() // removed, its pods drain first (TestKubernetesRemovalDrains)
+		}
 		cat.remove("trio")
 		f.Poke()
 		waitFor(t, "trio's pods to be gone", func() ([]fleet.Replica, bool) {
@@ -428,4 +439,108 @@ func TestKubernetesDrainIsBounded(t *testing.T) {
 	if n := *deploymentOf(t, admin, "alpha").Spec.Replicas; n != 0 {
 		t.Errorf("alpha's Deployment is at %d replicas after its pod was given back, want 0", n)
 	}
+}
+
+// TestKubernetesRemovalDrains: a model removed from the catalog, or a
+// profile from its entry, loses its objects only once the answers its
+// pods hold have ended, as the drains of a scale-down do.
+func TestKubernetesRemovalDrains(t *testing.T) {
+	w := startSwapWorld(t)
+	f, cat, onDemand, admin := w.f, w.cat, w.onDemand, w.c.Admin
+	// drainsOn checks, over a pass or two, that the Deployment named dep
+	// and held pod p stay, p draining for why, and that p takes no new
+	// request.
+	drainsOn := func(t *testing.T, dep string, p fleet.Replica, why string) {
+		t.Helper()
+		for range 2 {
+			if err := f.Sync(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+		}
+		time.Sleep(time.Second)
+		if !hasDeployment(t, admin, dep) {
+			t.Fatalf("Deployment %s was deleted with %s answering", dep, p.ID)
+		}
+		if w.deleting(p.ID) {
+			t.Fatalf("%s was deleted with its answer in flight", p.ID)
+		}
+		rs := replicasOf(f, p.Model)
+		if i := slices.IndexFunc(rs, func(r fleet.Replica) bool { return r.ID == p.ID }); i < 0 || rs[i].State != fleet.Draining ||
+			!strings.Contains(rs[i].Detail, why+"; draining: waiting for 1 request in flight to end") {
+			t.Errorf("%s's replicas %+v; want %s draining, %s", p.Model, rs, p.ID, why)
+		}
+		if _, ok := f.Hold(p.ID); ok {
+			t.Errorf("%s, draining, took a new request", p.ID)
+		}
+	}
+
+	t.Run("a model removed from the catalog drains before its objects go", func(t *testing.T) {
+		use := f.Use("alpha", 1)
+		p := w.ready("alpha")
+		release, ok := f.Hold(p.ID)
+		if !ok {
+			t.Fatalf("a ready pod refused a request")
+		}
+		defer release()
+		dep := deploymentOf(t, admin, "alpha").Name
+		cat.remove("alpha")
+		use()
+		drainsOn(t, dep, p, "its model was removed from the catalog")
+		release()
+		waitFor(t, "alpha's Deployment and pod gone", func() (string, bool) {
+			return dep, !hasDeployment(t, admin, dep) && w.deleting(p.ID)
+		})
+	})
+
+	t.Run("a profile removed from its model's entry drains before its Deployment goes", func(t *testing.T) {
+		// Its first profile fits no node: its pods go to the second.
+		duo := onDemand("duo")
+		duo.Scaling.Min = 1
+		big, small := duo.Profiles[0], duo.Profiles[0]
+		big.Name, big.RAMBytes = "big", 8<<30
+		small.Name, small.RAMBytes = "small", 1<<30
+		duo.Profiles = []catalog.Profile{big, small}
+		cat.add(duo)
+		f.Poke()
+		p := waitFor(t, "a ready replica of duo on its second profile", func() (fleet.Replica, bool) {
+			rs := f.Serving("duo")
+			return first(rs), len(rs) == 1
+		})
+		pod, err := admin.CoreV1().Pods(ns).Get(context.Background(), p.ID, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		dep := pod.Labels["modelserve.io/deployment"]
+		if !strings.HasSuffix(dep, "-p1") {
+			t.Fatalf("duo's pod %s is of Deployment %q, want its second profile's", p.ID, dep)
+		}
+		release, ok := f.Hold(p.ID)
+		if !ok {
+			t.Fatalf("a ready pod refused a request")
+		}
+		defer release()
+		one := duo
+		one.Profiles = []catalog.Profile{big}
+		cat.remove("duo")
+		cat.add(one)
+		drainsOn(t, dep, p, "its profile was removed from its model's catalog entry")
+		release()
+		waitFor(t, "duo's second Deployment and its pod gone", func() (string, bool) {
+			return dep, !hasDeployment(t, admin, dep) && w.deleting(p.ID)
+		})
+		if !hasDeployment(t, admin, strings.TrimSuffix(dep, "-p1")+"-p0") {
+			t.Errorf("duo's first profile's Deployment went with the second's")
+		}
+	})
+}
+
+// hasDeployment is whether Deployment name is there, and not being
+// deleted.
+func hasDeployment(t *testing.T, admin kubernetes.Interface, name string) bool {
+	t.Helper()
+	d, err := admin.AppsV1().Deployments(ns).Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil && !apierrors.IsNotFound(err) {
+		t.Fatal(err)
+	}
+	return err == nil && d.DeletionTimestamp == nil
 }

@@ -392,7 +392,8 @@ func (f *Fleet) reconcileAll(ctx context.Context) error {
 	}
 	f.remember(models)
 	names := map[string]bool{}
-	for _, m := range models {
+	// In turn: a model given room goes before those whose room it keeps.
+	for _, m := range f.inTurn(models) {
 		names[m.Name] = true
 		if err := f.reconcile(ctx, m, models); err != nil {
 			return err
@@ -439,7 +440,11 @@ func (f *Fleet) remember(models []catalog.Model) {
 }
 
 // remove deletes a model's owner; the garbage collector removes what it
-// owns (Deployments, their pods, the Service, the Secret).
+// owns (Deployments, their pods, the Service, the Secret). Its pods drain
+// first, as those of a Deployment scaled to 0 do (scaledown.go): the owner
+// goes once the answers they are streaming have ended, or DrainTimeout
+// has passed, and the last drain to end reconciles the model again.
+// Deleted at once, the owner took its pods with it, answers and all.
 func (f *Fleet) remove(ctx context.Context, name string) error {
 	f.mu.Lock()
 	delete(f.models, name)
@@ -450,19 +455,41 @@ func (f *Fleet) remove(ctx context.Context, name string) error {
 	delete(f.heldBack, name)
 	delete(f.givenWhy, name)
 	delete(f.madeRoom, name)
-	f.forgetDrainsLocked(func(_ string, d *draining) bool { return d.model == name })
 	f.mu.Unlock()
 	f.memWaits.Forget(name)
 	if _, err := f.configMaps.ConfigMaps(f.opts.Namespace).Get(objName(name)); apierrors.IsNotFound(err) {
 		return nil
 	}
+	deps, err := f.deployments.Deployments(f.opts.Namespace).List(labels.SelectorFromSet(labels.Set{labelModel: objName(name)}))
+	if err != nil {
+		return err
+	}
+	drained := true
+	for _, d := range deps {
+		drained = f.drainedAway(ctx, name, d.Name, "its model was removed from the catalog") && drained
+	}
+	if !drained {
+		return nil
+	}
 	bg := metav1.DeletePropagationBackground
-	err := f.opts.Client.CoreV1().ConfigMaps(f.opts.Namespace).Delete(ctx, objName(name), metav1.DeleteOptions{PropagationPolicy: &bg})
+	err = f.opts.Client.CoreV1().ConfigMaps(f.opts.Namespace).Delete(ctx, objName(name), metav1.DeleteOptions{PropagationPolicy: &bg})
 	if err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("removing %s from the cluster: %w", name, err)
 	}
+	f.mu.Lock()
+	f.forgetDrainsLocked(func(_ string, d *draining) bool { return d.model == name })
+	f.mu.Unlock()
 	f.log.Info("removed a model's objects from the cluster", "model", name)
 	return nil
+}
+
+// drainedAway is whether every pod of Deployment name, which is to go with
+// them, has drained: each holding requests is chosen to go, and the
+// Deployment, no longer written, keeps them all until the last has
+// drained (scaleDown, to 0).
+func (f *Fleet) drainedAway(ctx context.Context, model, name, why string) bool {
+	left, _ := f.scaleDown(ctx, model, name, 0, why) // to 0 it deletes nothing, and fails not
+	return left == 0
 }
 
 // reconcile writes m's objects as the catalog (models) and its pods say
@@ -528,12 +555,12 @@ func (f *Fleet) reconcile(ctx context.Context, m catalog.Model, models []catalog
 	// The preferred profile runs what is wanted; replicas its pods could
 	// not be placed with are tried on the next.
 	keep := map[string]bool{}
-	making := ""
+	making, hold := "", false
 	if werr == nil && !h.Parked {
 		// The models given back for m are scaled to 0 first: the
 		// scheduler places m's pod once theirs have gone.
 		var given []catalog.Model
-		given, making = f.makeRoom(m, h.Want, models, now)
+		given, making, hold = f.makeRoom(m, h.Want, models, now)
 		for _, g := range given {
 			if err := f.reconcile(ctx, g, models); err != nil {
 				return err
@@ -546,6 +573,12 @@ func (f *Fleet) reconcile(ctx context.Context, m catalog.Model, models []catalog
 			remaining = 0
 		}
 		why := f.scaleWhy(m.Name, int(remaining), h.Parked)
+		if hold && remaining > int32(obs.scheduled) {
+			// The room it could take now is kept for models asked for
+			// before it: a pod of it waiting for the scheduler would
+			// take that room as it came free.
+			remaining, why = int32(obs.scheduled), making
+		}
 		if remaining > 0 {
 			f.mu.Lock()
 			delete(f.givenWhy, m.Name) // it runs again: what gave it back is past
@@ -597,7 +630,8 @@ func (f *Fleet) reconcile(ctx context.Context, m catalog.Model, models []catalog
 		return err
 	}
 	for _, d := range deps {
-		if !keep[d.Name] {
+		// Its pods drain first: it is deleted once they have.
+		if !keep[d.Name] && f.drainedAway(ctx, m.Name, d.Name, "its profile was removed from its model's catalog entry") {
 			if err := f.opts.Client.AppsV1().Deployments(ns).Delete(ctx, d.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
 				return err
 			}

@@ -32,6 +32,14 @@ import (
 // as on the local fleet. A model so given back is held at 0 (heldBack),
 // not forgotten: its requests keep their place, and it is scaled up again
 // once no model asked for before them waits for room.
+//
+// Room that comes free while a model asked for first waits for busy pods
+// is the first one's too, by the local fleet's rule (fleet.Spare): a model
+// asked for later takes of it only what the first would never need
+// (keptBefore). Otherwise the later one's Deployment stays at the pods it
+// has placed, since a pod of it waiting for the scheduler would be placed
+// in the room the moment it came free, and its placement says, as the
+// local fleet's does, how much of the room is kept for whom.
 
 // fits is whether node n has room for a pod of profile p now (free), or
 // could have, were it idle: what the pod's requests ask, counted as the
@@ -73,26 +81,28 @@ func (f *Fleet) wantsRoom(m catalog.Model, want int) bool {
 
 // holding is one of the fleet's pods on a node, as the swap rule sees it,
 // with the memory and cards it asks for; going is a pod that gives its
-// room back already.
+// room back already. Whether it is behind a waiting model (fleet.Behind)
+// is each asker's to say, from its readiness and its model's oldest
+// unanswered request (asked).
 type holding struct {
 	fleet.Holder
 	node      string
 	mem, gpus int64
 	going     bool
+	ready     bool
+	asked     time.Time
 }
 
-// holdings are the fleet's pods bound to nodes, as the swap rule sees them
-// for a model whose oldest waiting request was asked at waits (the zero
-// time for none). byName is the catalog: a pod of a model no longer in
-// it, of one no longer wanted (asked for by nobody lately, and kept by no
-// Min), of one given back, or one its Deployment is losing, is going
-// already.
+// holdings are the fleet's pods bound to nodes, as the swap rule sees
+// them. byName is the catalog: a pod of a model no longer in it, of one
+// no longer wanted (asked for by nobody lately, and kept by no Min), of
+// one given back, or one its Deployment is losing, is going already.
 //
 // Busy is said of each pod: one answering a request (Hold), or not ready
 // yet, or of a model with requests asked that no pod holds yet (they go
 // to whichever of its pods frees first). A model with one pod streaming
 // has its other pods idle.
-func (f *Fleet) holdings(byName map[string]catalog.Model, waits time.Time) []holding {
+func (f *Fleet) holdings(byName map[string]catalog.Model) []holding {
 	pods, _ := f.pods.Pods(f.opts.Namespace).List(labels.SelectorFromSet(labels.Set{labelManagedBy: managedBy}))
 	var out []holding
 	f.mu.Lock()
@@ -111,30 +121,30 @@ func (f *Fleet) holdings(byName map[string]catalog.Model, waits time.Time) []hol
 		d := f.demands[name]
 		dr := f.drains[pod.Name]
 		unrouted := d != nil && d.asks.Len() > held[name]
-		h := holding{node: pod.Spec.NodeName, mem: mem, gpus: gpus,
+		h := holding{node: pod.Spec.NodeName, mem: mem, gpus: gpus, ready: isReady(pod),
 			going: pod.DeletionTimestamp != nil || !ok || d == nil && m.Scaling.Min == 0 || f.heldBack[name] || dr != nil && dr.deployment != "",
 			Holder: fleet.Holder{ID: pod.Name, Model: name, Class: m.ClassOrDefault(), Min: m.Scaling.Min,
 				Busy: !isReady(pod) || f.holds[pod.Name] > 0 || unrouted}}
-		var oldest time.Time
 		if d != nil {
-			h.LastUsed, oldest = d.lastUse, d.asks.Oldest()
+			h.LastUsed, h.asked = d.lastUse, d.asks.Oldest()
 		}
-		h.Behind = isReady(pod) && fleet.Behind(oldest, waits)
 		out = append(out, h)
 	}
 	return out
 }
 
-// holders are the holdings by node as the swap rule sees them, holding
-// what a pod of p needs (memory, or cards), and what those going will
-// give back on each node.
-func holders(hs []holding, p catalog.Profile) (map[string][]fleet.Holder, map[string]int64) {
+// holders are the holdings by node as the swap rule sees them for a model
+// whose oldest waiting request was asked at waits, holding what a pod of p
+// needs (memory, or cards), and what those going will give back on each
+// node.
+func holders(hs []holding, p catalog.Profile, waits time.Time) (map[string][]fleet.Holder, map[string]int64) {
 	out, going := map[string][]fleet.Holder{}, map[string]int64{}
 	for _, h := range hs {
 		h.Held = h.mem
 		if p.GPUClass != "" {
 			h.Held = h.gpus
 		}
+		h.Behind = h.ready && fleet.Behind(h.asked, waits)
 		switch {
 		case h.Held == 0:
 		case h.going:
@@ -160,7 +170,7 @@ func (f *Fleet) reclaimable() map[string]giveable {
 	byName := f.known
 	f.mu.Unlock()
 	out := map[string]giveable{}
-	for _, h := range f.holdings(byName, time.Time{}) {
+	for _, h := range f.holdings(byName) {
 		if !h.going && (h.Min > 0 || !fleet.Reclaimable(h.Holder)) {
 			continue
 		}
@@ -177,10 +187,13 @@ func (f *Fleet) reclaimable() map[string]giveable {
 // makeRoom gives back, by the swap rule, the idle on-demand models whose
 // pods hold the room m needs for the pods it wants, when no node has room
 // for one of its preferred profile (the one its wanted pods are asked of
-// first: the others take only those the scheduler could not place). It returns the models given back (their Deployments are to be
-// scaled to 0 before m's is scaled up) and what m waits for, "" when it
-// waits for nothing of ours: there is room, or none can be made.
-func (f *Fleet) makeRoom(m catalog.Model, want int, models []catalog.Model, now time.Time) (given []catalog.Model, text string) {
+// first: the others take only those the scheduler could not place). It
+// returns the models given back (their Deployments are to be scaled to 0
+// before m's is scaled up), what m waits for ("" when it waits for
+// nothing of ours: there is room, or none can be made), and hold: m's
+// Deployment is not to be raised past the pods placed, for the room it
+// could take now is kept for models before it (keptBefore).
+func (f *Fleet) makeRoom(m catalog.Model, want int, models []catalog.Model, now time.Time) (given []catalog.Model, text string, hold bool) {
 	if len(m.Profiles) == 0 || !f.wantsRoom(m, want) {
 		f.setWaiting(m.Name, false)
 		f.mu.Lock()
@@ -191,64 +204,191 @@ func (f *Fleet) makeRoom(m catalog.Model, want int, models []catalog.Model, now 
 			delete(f.demands, m.Name)
 		}
 		f.mu.Unlock()
-		return nil, ""
+		return nil, "", false
 	}
 	if first := f.aheadOf(m, models, now); first != "" {
 		// Given back for a model asked for before it, and one asked for
 		// before it waits still: its turn comes after.
 		f.setWaiting(m.Name, false)
-		return nil, fmt.Sprintf("making room: waiting for %s, asked for before it, to be placed", first)
+		return nil, fmt.Sprintf("making room: waiting for %s, asked for before it, to be placed", first), false
 	}
 	p := m.Profiles[byPriority(m)[0]]
 	nodes := f.room()
-	for _, n := range nodes {
-		if fits(p, n, true) {
-			f.setWaiting(m.Name, false)
-			return nil, ""
-		}
-	}
 	byName := make(map[string]catalog.Model, len(models))
 	for _, mm := range models {
 		byName[mm.Name] = mm
 	}
-	hs, going := holders(f.holdings(byName, f.oldestAsk(m.Name)), p)
-	var busyText string
+	all := f.holdings(byName)
+	kept := f.keptBefore(m, models, nodes, all, now)
+	hs, going := holders(all, p, f.oldestAsk(m.Name))
+	o := look(m, p, nodes, hs, going, kept)
+	f.setWaiting(m.Name, o.waits)
+	if len(o.victims) > 0 {
+		given = f.giveBack(o.victims, m, byName, now)
+		f.log.Info("giving back models' pods to make room", "model", m.Name, "node", o.node, "pods", podIDs(o.victims))
+	}
+	return given, o.text, o.hold
+}
+
+// outlook is what a model that wants room finds on the nodes in its turn,
+// the room the models before it keep (fleet.Kept) not being its.
+type outlook struct {
+	// node is where its pod fits now, where room is made for it, or
+	// where it waits for busy pods; "" when none can be made.
+	node string
+	// victims are the pods to give back on node for it.
+	victims []fleet.Holder
+	// waits is whether it waits for busy pods to fall idle, or for the
+	// models before it, and text says what it waits for.
+	waits bool
+	text  string
+	// keep is what of node's room it keeps from the models after it:
+	// all it needs where it fits or room is made for it, else what of
+	// the room it has now it cannot spare (fleet.Keeps).
+	keep int64
+	// hold is whether its Deployment stays at the pods placed: room it
+	// could take now is kept for models before it, and a pod of it
+	// waiting for the scheduler could take that room as it came free.
+	hold bool
+}
+
+// look is what m finds for a pod of its profile p on nodes: hs are their
+// holders and going what pods given back already will free (holders), and
+// kept the room models before m keep.
+func look(m catalog.Model, p catalog.Profile, nodes []node, hs map[string][]fleet.Holder, going map[string]int64, kept *fleet.Kept) outlook {
+	kp := keptProfile(p)
+	need := p.RAMBytes
+	if p.GPUClass != "" {
+		need = int64(p.Cards())
+	}
+	// Where it fits now: the node with the most memory free, as the
+	// scheduler spreads pods by default.
+	best := -1
+	for i, n := range nodes {
+		if fitsKept(p, n, kept) && (best < 0 || n.mem-n.memUsed > nodes[best].mem-nodes[best].memUsed) {
+			best = i
+		}
+	}
+	if best >= 0 {
+		return outlook{node: nodes[best].name, keep: need}
+	}
+	var o outlook
+	claimedAny := false
 	for _, n := range nodes {
 		if !fits(p, n, false) {
 			continue
 		}
-		have, need := n.mem-n.memUsed, p.RAMBytes
+		have := n.mem - n.memUsed
 		if p.GPUClass != "" {
-			have, need = n.gpus-n.gpuUsed, int64(p.Cards())
+			have = n.gpus - n.gpuUsed
 		}
-		if have+going[n.name] >= need && going[n.name] > 0 {
-			f.setWaiting(m.Name, false)
-			return nil, fmt.Sprintf("making room on node %s: waiting for pods given back to stop", n.name)
+		claimed := kept.Of(n.name, kp)
+		claimedAny = claimedAny || claimed > 0
+		have -= claimed
+		g := going[n.name]
+		if have+g >= need && g > 0 {
+			return outlook{node: n.name, keep: need, text: fmt.Sprintf("making room on node %s: waiting for pods given back to stop", n.name)}
 		}
 		victims, all, ok := fleet.Victims(hs[n.name], m, have, need)
 		if !ok {
-			if have+all+going[n.name] >= need && busyText == "" {
-				var busy []string
-				for _, h := range hs[n.name] {
-					if h.Busy && h.Model != m.Name {
-						busy = append(busy, h.ID)
-					}
-				}
-				busyText = fmt.Sprintf("making room on node %s: waiting for %s to finish the requests %s",
-					n.name, strings.Join(busy, ", "), words.Plural(len(busy), "it answers", "they answer"))
+			if have+claimed+all+g >= need && !o.waits {
+				o = outlook{node: n.name, waits: true, text: waitText(m, n.name, hs[n.name], kept, kp),
+					keep: fleet.Keeps(hs[n.name], m, have+g, claimed, need)}
 			}
 			continue
 		}
 		if len(victims) == 0 {
 			continue // its memory or cards would do; something else (its cores) is short
 		}
-		given = f.giveBack(victims, m, byName, now)
-		f.setWaiting(m.Name, false)
-		f.log.Info("giving back models' pods to make room", "model", m.Name, "node", n.name, "pods", podIDs(victims))
-		return given, fmt.Sprintf("making room on node %s: giving back %s", n.name, podIDs(victims))
+		return outlook{node: n.name, victims: victims, keep: need,
+			text: fmt.Sprintf("making room on node %s: giving back %s", n.name, podIDs(victims))}
 	}
-	f.setWaiting(m.Name, busyText != "")
-	return nil, busyText
+	o.hold = o.waits && claimedAny
+	return o
+}
+
+// waitText says what m waits for on node: the busy pods of others there,
+// and what of the room the models before it keep, in the local fleet's
+// words.
+func waitText(m catalog.Model, node string, hs []fleet.Holder, kept *fleet.Kept, kp catalog.Profile) string {
+	var busy []string
+	for _, h := range hs {
+		if h.Busy && h.Model != m.Name {
+			busy = append(busy, h.ID)
+		}
+	}
+	switch {
+	case len(busy) > 0:
+		return fmt.Sprintf("making room on node %s: waiting for %s to finish the requests %s%s",
+			node, strings.Join(busy, ", "), words.Plural(len(busy), "it answers", "they answer"), kept.Line(node, kp))
+	case kept.For(node) != "":
+		return fmt.Sprintf("making room on node %s: waiting behind %s", node, kept.For(node))
+	}
+	return fmt.Sprintf("making room on node %s: waiting for pods given back to stop", node)
+}
+
+// fitsKept is whether node n has room for a pod of p now, less what the
+// models before it keep there.
+func fitsKept(p catalog.Profile, n node, kept *fleet.Kept) bool {
+	n.memUsed += kept.RAM(n.name)
+	if p.GPUClass != "" {
+		n.gpuUsed += kept.Of(n.name, keptProfile(p))
+	}
+	return fits(p, n, true)
+}
+
+// keptProfile is p as the room kept is counted by: its cards by the class
+// the nodes' labels name.
+func keptProfile(p catalog.Profile) catalog.Profile {
+	p.GPUClass = classOf(p.GPUClass)
+	return p
+}
+
+// keptBefore is the room the models whose turn comes before m's keep from
+// it, by node, as the local fleet's pass keeps it: each that wants room,
+// in turn (fleet.Turn: the critical first, then the first asked first),
+// keeps what its pod will take where it fits now or where room is being
+// made for it, and while it waits for busy pods to fall idle, what of the
+// room it has now it cannot spare (fleet.Keeps). A model asked for later
+// that took that room would otherwise hold it when the busy pods fall
+// idle, and the first would wait for the later one's answers too. It is
+// worked out afresh for each model, from the caches: a pass over one
+// model sees what a pass over all would.
+func (f *Fleet) keptBefore(m catalog.Model, models []catalog.Model, nodes []node, all []holding, now time.Time) *fleet.Kept {
+	kept := &fleet.Kept{}
+	for _, e := range f.inTurn(models) {
+		if e.Name == m.Name {
+			break
+		}
+		if len(e.Profiles) == 0 || f.isParked(e) || !f.wantsRoom(e, f.want(e, now)) ||
+			f.isHeldBack(e.Name) && f.firstAhead(e, models, now) != "" {
+			continue
+		}
+		p := e.Profiles[byPriority(e)[0]]
+		hs, going := holders(all, p, f.oldestAsk(e.Name))
+		o := look(e, p, nodes, hs, going, kept)
+		kept.Keep(o.node, keptProfile(p), e, o.keep)
+	}
+	return kept
+}
+
+// inTurn are models in the order they are given room (fleet.Turn).
+func (f *Fleet) inTurn(models []catalog.Model) []catalog.Model {
+	out := slices.Clone(models)
+	asked := make(map[string]time.Time, len(out))
+	for _, m := range out {
+		asked[m.Name] = f.oldestAsk(m.Name)
+	}
+	slices.SortFunc(out, func(a, b catalog.Model) int { return fleet.Turn(a, b, asked[a.Name], asked[b.Name]) })
+	return out
+}
+
+// isParked is whether m, as the catalog has it now, is parked.
+func (f *Fleet) isParked(m catalog.Model) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	pk := f.parks[m.Name]
+	return pk.reason != "" && pk.fingerprint == fingerprint(m)
 }
 
 // giveBack forgets what was asked of the victims' models, so their
@@ -294,12 +434,24 @@ func (f *Fleet) isHeldBack(model string) bool {
 }
 
 // aheadOf is, for m held back, a model that waits for room and whose turn
-// comes before m's (fleet.Behind): one kept by its Min, or asked for
-// before m's oldest waiting request. "" when none: m is held back no more.
+// comes before m's (firstAhead). "" when none: m is held back no more.
 func (f *Fleet) aheadOf(m catalog.Model, models []catalog.Model, now time.Time) string {
 	if !f.isHeldBack(m.Name) {
 		return ""
 	}
+	if first := f.firstAhead(m, models, now); first != "" {
+		return first
+	}
+	f.mu.Lock()
+	delete(f.heldBack, m.Name)
+	f.mu.Unlock()
+	return ""
+}
+
+// firstAhead is a model that waits for room and whose turn comes before
+// m's (fleet.Behind): one kept by its Min, or asked for before m's oldest
+// waiting request; "" when none.
+func (f *Fleet) firstAhead(m catalog.Model, models []catalog.Model, now time.Time) string {
 	mine := f.oldestAsk(m.Name)
 	for _, o := range models {
 		if o.Name == m.Name {
@@ -314,9 +466,6 @@ func (f *Fleet) aheadOf(m catalog.Model, models []catalog.Model, now time.Time) 
 			return o.Name
 		}
 	}
-	f.mu.Lock()
-	delete(f.heldBack, m.Name)
-	f.mu.Unlock()
 	return ""
 }
 

@@ -309,3 +309,87 @@ func TestKubernetesSwapOrder(t *testing.T) {
 		}
 	})
 }
+
+// TestKubernetesKeepsRoomForTheFirstAsked is the local fleet's backfill
+// rule (fleet.Spare) on a real control plane, on the node of 6 GB: beta
+// (5 GB) waits for busy alpha's 4; a model asked for after beta takes of
+// the 2 GB free only what beta will never need (1 GB), whichever way
+// alpha falls idle.
+func TestKubernetesKeepsRoomForTheFirstAsked(t *testing.T) {
+	w := startSwapWorld(t)
+	f, cat, onDemand, admin, ready := w.f, w.cat, w.onDemand, w.c.Admin, w.ready
+	sized := func(name string, gb int64) {
+		m := onDemand(name)
+		m.Profiles[0].RAMBytes = gb << 30
+		cat.remove(name)
+		cat.add(m)
+	}
+	sized("beta", 5)
+	sized("gamma", 2)
+	sized("delta", 1)
+	f.Poke()
+	// betaWaits has alpha answer, and beta asked for after it, waiting.
+	betaWaits := func(t *testing.T) (alpha fleet.Replica, endAlpha, endBeta func()) {
+		t.Helper()
+		endAlpha = f.Use("alpha", 1) // answering from now on
+		alpha = ready("alpha")
+		time.Sleep(time.Millisecond)
+		endBeta = f.Use("beta", 1)
+		waitFor(t, "beta to wait for alpha", func() (fleet.ModelHealth, bool) {
+			h := health(f, "beta")
+			return h, strings.Contains(h.Placement, "waiting for "+alpha.ID+" to finish the requests it answers")
+		})
+		time.Sleep(time.Millisecond)
+		return alpha, endAlpha, endBeta
+	}
+
+	t.Run("a later, smaller model that fits in the free room waits until the earlier one has started", func(t *testing.T) {
+		alpha, endAlpha, endBeta := betaWaits(t)
+		defer endBeta()
+		endGamma := f.Use("gamma", 1)
+		defer endGamma()
+		h := waitFor(t, "gamma to wait behind beta", func() (fleet.ModelHealth, bool) {
+			h := health(f, "gamma")
+			return h, strings.Contains(h.Placement, "; 1 GB of the room is kept for beta, asked for before it")
+		})
+		if want := "waiting for " + alpha.ID + " to finish the requests it answers"; !strings.Contains(h.Placement, want) || h.Unplaceable {
+			t.Errorf("gamma's health %+v; want it waiting, not unplaceable, for %s", h, want)
+		}
+		time.Sleep(2 * time.Second) // passes in which gamma must not start
+		if rs := replicasOf(f, "gamma"); len(rs) != 0 || *deploymentOf(t, admin, "gamma").Spec.Replicas != 0 {
+			t.Fatalf("gamma, asked after beta, took the 2 GB free that beta needs 1 of once alpha is idle: %+v", rs)
+		}
+		endAlpha()
+		ready("beta")
+		// Once beta is placed gamma may ask for a pod again, which waits
+		// for beta's room: none is on a node.
+		if rs := replicasOf(f, "gamma"); slices.ContainsFunc(rs, func(r fleet.Replica) bool { return r.Node != "" }) {
+			t.Errorf("gamma had a pod placed before beta started: %+v", rs)
+		}
+		endBeta()
+		ready("gamma")
+		endGamma()
+		cat.remove("gamma") // its room is the next case's
+		f.Poke()
+		waitFor(t, "gamma's pods gone", func() ([]fleet.Replica, bool) {
+			rs := replicasOf(f, "gamma")
+			return rs, len(rs) == 0
+		})
+	})
+
+	t.Run("a later model that fits in room the earlier one never needs starts at once", func(t *testing.T) {
+		alpha, endAlpha, endBeta := betaWaits(t)
+		defer endBeta()
+		endDelta := f.Use("delta", 1) // answering from now on
+		defer endDelta()
+		delta := ready("delta")
+		if rs := f.Serving("alpha"); len(rs) != 1 || rs[0].ID != alpha.ID || len(f.Serving("beta")) != 0 {
+			t.Fatalf("alpha %+v and beta %+v, with delta placed; want alpha answering and beta waiting still", rs, f.Serving("beta"))
+		}
+		endAlpha()
+		ready("beta")
+		if rs := f.Serving("delta"); len(rs) != 1 || rs[0].ID != delta.ID {
+			t.Errorf("delta %+v once beta is placed; want %s serving on: beta needs none of its room", rs, delta.ID)
+		}
+	})
+}
