@@ -48,16 +48,19 @@ type pool struct {
 	// it first. One handed its slot by its own grant ran on at once while
 	// the waiter ahead of it, handed a slot in the same grant, was still
 	// being woken; it reached the engine first, and the one that had
-	// waited longer waited for its answer too.
-	turns  uint64   // the last turn given
-	ahead  []uint64 // turns given and not yet taken, in order
-	passed chan struct{}
+	// waited longer waited for its answer too. A request handed a free
+	// slot as it comes, with nobody waiting and none ahead of it, takes
+	// no turn (0): it has nobody to wait for, and the turns cost it
+	// nothing.
+	turns  uint64        // the last turn given
+	ahead  []uint64      // turns given and not yet gone, in order
+	passed chan struct{} // closed when a turn goes; made by the first to wait for one
 }
 
 // newPool is the pool of a model whose ready replicas serving reads (nil:
 // none is ever read, for tests of the choice alone).
 func newPool(serving func() []fleet.Replica) *pool {
-	return &pool{inFlight: map[string]int{}, failed: map[string]time.Time{}, wake: make(chan struct{}), passed: make(chan struct{}),
+	return &pool{inFlight: map[string]int{}, failed: map[string]time.Time{}, wake: make(chan struct{}),
 		serving: serving}
 }
 
@@ -240,33 +243,42 @@ func (p *pool) lessLoaded(a, b fleet.Replica, key uint64) bool {
 // take counts a request sent to replica id.
 func (p *pool) take(id string) { p.inFlight[id]++ }
 
-// hand takes c's slot for a request, and gives the request its turn to go
-// on to the replica (goes). p.mu is held.
-func (p *pool) hand(c *choice) {
+// hand takes c's slot for a request and, numbered, gives the request its
+// turn to go on to the replica (goes). p.mu is held.
+func (p *pool) hand(c *choice, numbered bool) {
 	p.take(c.replica.ID)
-	p.turns++
-	c.turn = p.turns
-	p.ahead = append(p.ahead, c.turn)
+	if numbered {
+		p.turns++
+		c.turn = p.turns
+		p.ahead = append(p.ahead, c.turn)
+	}
 }
 
 // goes waits until the requests handed slots before the one whose turn is
 // turn have gone on to their replicas (or given their slots back).
 func (p *pool) goes(turn uint64) {
-	for {
-		p.mu.Lock()
-		if len(p.ahead) == 0 || p.ahead[0] >= turn {
-			p.mu.Unlock()
-			return
+	if turn == 0 {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for len(p.ahead) > 0 && p.ahead[0] < turn {
+		if p.passed == nil {
+			p.passed = make(chan struct{})
 		}
 		passed := p.passed
 		p.mu.Unlock()
 		<-passed
+		p.mu.Lock()
 	}
 }
 
 // gone says the request whose turn is turn has gone on (or given its slot
 // back): the next may go.
 func (p *pool) gone(turn uint64) {
+	if turn == 0 {
+		return
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.goneLocked(turn)
@@ -276,8 +288,10 @@ func (p *pool) gone(turn uint64) {
 func (p *pool) goneLocked(turn uint64) {
 	if i := slices.Index(p.ahead, turn); i >= 0 {
 		p.ahead = slices.Delete(p.ahead, i, i+1)
-		close(p.passed)
-		p.passed = make(chan struct{})
+		if p.passed != nil {
+			close(p.passed)
+			p.passed = nil
+		}
 	}
 }
 
@@ -337,9 +351,10 @@ func (p *pool) enqueue(w *waiter, now time.Time) (choice, bool) {
 	if w.got == nil {
 		if len(p.queue) == 0 {
 			// Nobody waits: a free slot is the request's at once, with no
-			// place in the queue to take and leave.
+			// place in the queue to take and leave, and a turn only when
+			// others handed slots have yet to go.
 			if c, ok := p.choose(w.offer(p.ready, now), w.key, now, w.explain); ok {
-				p.hand(&c)
+				p.hand(&c, len(p.ahead) > 0)
 				return c, true
 			}
 		}
@@ -407,7 +422,7 @@ func (p *pool) grant(now time.Time) {
 			i++
 			continue
 		}
-		p.hand(&c)
+		p.hand(&c, true)
 		p.queue = slices.Delete(p.queue, i, i+1)
 		w.got <- c
 	}

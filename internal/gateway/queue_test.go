@@ -47,6 +47,14 @@ func (f *stubFleet) Check(context.Context, string) (auth.Token, error) {
 	return auth.Token{}, auth.ErrBadToken
 }
 
+// admitSent admits a request for m, and says at once it was written to
+// the engine, as send does: the requests handed slots after it may go on.
+func admitSent(ctx context.Context, g *Gateway, m catalog.Model) (fleet.Replica, *apiError) {
+	r, s, aerr := g.admit(ctx, m, 0, nil, false, nil)
+	s.sent()
+	return r, aerr
+}
+
 func stubGateway(t *testing.T, f *stubFleet) *Gateway {
 	t.Helper()
 	g, err := New(Options{Catalog: f, Fleet: f, Tokens: f})
@@ -69,7 +77,7 @@ func TestWaitersGetSlotsInArrivalOrder(t *testing.T) {
 
 	p.read()
 	for range depthOf(rep) { // its slot, and its engine's queue
-		if _, _, aerr := g.admit(ctx, m, 0, nil, false, nil); aerr != nil {
+		if _, aerr := admitSent(ctx, g, m); aerr != nil {
 			t.Fatal(aerr)
 		}
 	}
@@ -80,7 +88,7 @@ func TestWaitersGetSlotsInArrivalOrder(t *testing.T) {
 		admitted[i] = make(chan struct{})
 		go func() {
 			p.read()
-			if _, _, aerr := g.admit(ctx, m, 0, nil, false, nil); aerr != nil {
+			if _, aerr := admitSent(ctx, g, m); aerr != nil {
 				t.Error(aerr)
 			}
 			served <- i
@@ -97,7 +105,7 @@ func TestWaitersGetSlotsInArrivalOrder(t *testing.T) {
 	late := make(chan struct{})
 	go func() {
 		p.read()
-		if _, _, aerr := g.admit(ctx, m, 0, nil, false, nil); aerr != nil {
+		if _, aerr := admitSent(ctx, g, m); aerr != nil {
 			t.Error(aerr)
 		}
 		served <- n
@@ -144,7 +152,7 @@ func TestColdWaitersAreNotOvertakenOnceAReplicaIsReady(t *testing.T) {
 	ask := func(who string, total int) {
 		go func() {
 			p.read() // what a request does as it comes (serve)
-			if _, _, aerr := g.admit(ctx, m, 0, nil, false, nil); aerr != nil {
+			if _, aerr := admitSent(ctx, g, m); aerr != nil {
 				t.Error(who, aerr)
 				return
 			}
@@ -212,7 +220,7 @@ func TestColdWaiterIsWokenByTheFleet(t *testing.T) {
 	}
 	got := make(chan fleet.Replica, 1)
 	go func() {
-		r, _, aerr := g.admit(context.Background(), catalog.Model{Name: "m"}, 0, nil, false, nil)
+		r, aerr := admitSent(context.Background(), g, catalog.Model{Name: "m"})
 		if aerr != nil {
 			t.Error(aerr)
 		}
@@ -344,13 +352,14 @@ func TestAColdWaiterGoesOnBeforeTheRequestThatWokeIt(t *testing.T) {
 		cold := make(chan func(), 1)
 		go func() {
 			p.read()
-			_, release, aerr := g.admit(ctx, m, 0, nil, false, nil)
+			_, s, aerr := g.admit(ctx, m, 0, nil, false, nil)
 			if aerr != nil {
 				t.Error(aerr)
 				close(cold)
 				return
 			}
-			cold <- release
+			s.sent() // written to the engine
+			cold <- s.release
 		}()
 		waitFor(t, 5*time.Second, "the cold one waiting", func() (bool, string) {
 			_, w := p.counts()
@@ -361,10 +370,12 @@ func TestAColdWaiterGoesOnBeforeTheRequestThatWokeIt(t *testing.T) {
 		f.stubFleet.ready = []fleet.Replica{rep}
 		f.stubFleet.mu.Unlock()
 		p.read()
-		_, lateRelease, aerr := g.admit(ctx, m, 0, nil, false, nil)
+		_, late, aerr := g.admit(ctx, m, 0, nil, false, nil)
 		if aerr != nil {
 			t.Fatal(aerr)
 		}
+		late.sent()
+		lateRelease := late.release
 		coldRelease, ok := <-cold
 		if !ok {
 			t.FailNow()
