@@ -50,15 +50,23 @@ func wanted(p *pool, rs []fleet.Replica) int {
 // another is ready; with none other ready, admit waits for one (for
 // reofferAfter, then offers a failed one the fleet still calls ready
 // once more), but for a stand-in (a canary), whose model answers instead
-// at once. tw, when tracing, is told of the waits and the choice.
+// at once. place is the request's place by arrival: 0 the first time,
+// then the one admit gave it, so a request that comes back after a
+// replica did not answer it goes back where it was in the queue, ahead
+// of those that came after it. tw, when tracing, is told of the waits and
+// the choice.
 //
 // The slot's turn is the request's to go on to the replica: it is sent
 // (slot.sent) once the request is written to the engine, and the
 // requests handed slots after it go on only then, so the engine reads
 // them in the order they waited.
-func (g *Gateway) admit(ctx context.Context, m catalog.Model, key uint64, avoid []fleet.Replica, standIn bool, tw *waitTrace) (fleet.Replica, slot, *apiError) {
+func (g *Gateway) admit(ctx context.Context, m catalog.Model, key uint64, avoid []fleet.Replica, place *uint64, standIn bool, tw *waitTrace) (fleet.Replica, slot, *apiError) {
 	p := g.pool(m.Name)
 	w := newWaiter(key, avoid, time.Now(), tw.explain())
+	if place != nil {
+		w.seq = *place
+		defer func() { *place = w.seq }()
+	}
 	var deadline <-chan time.Time
 	queued := false
 	leave := func(aerr *apiError) {

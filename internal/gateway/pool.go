@@ -348,6 +348,12 @@ func (w *waiter) offer(ready []fleet.Replica, now time.Time) []fleet.Replica {
 // replica w was given, if any: now, or while it was away from the queue
 // (woken, reading the replicas again). p.mu is held.
 func (p *pool) enqueue(w *waiter, now time.Time) (choice, bool) {
+	if w.seq == 0 {
+		// Its place by arrival, kept should it come back (a replica
+		// retired or gone under it).
+		p.seq++
+		w.seq = p.seq
+	}
 	if w.got == nil {
 		if len(p.queue) == 0 {
 			// Nobody waits: a free slot is the request's at once, with no
@@ -366,10 +372,6 @@ func (p *pool) enqueue(w *waiter, now time.Time) (choice, bool) {
 	default:
 	}
 	if !slices.Contains(p.queue, w) {
-		if w.seq == 0 {
-			p.seq++
-			w.seq = p.seq
-		}
 		i, _ := slices.BinarySearchFunc(p.queue, w.seq, func(q *waiter, seq uint64) int { return cmp.Compare(q.seq, seq) })
 		p.queue = slices.Insert(p.queue, i, w)
 	}

@@ -132,8 +132,9 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, m catalog.Model,
 	// start (admit says how long before it tries the same one again).
 	var tried []fleet.Replica
 	var wait waitTrace
+	var place uint64 // in the queue, kept from one attempt to the next
 	for range attempts {
-		rep, s, aerr := g.admit(ctx, m, req.affinity, tried, standIn, g.startWait(&wait, ctx, m.Name, tried, standIn, stops))
+		rep, s, aerr := g.admit(ctx, m, req.affinity, tried, &place, standIn, g.startWait(&wait, ctx, m.Name, tried, standIn, stops))
 		if aerr != nil {
 			switch {
 			case ctx.Err() != nil:
