@@ -133,7 +133,7 @@ func (g *Gateway) admit(ctx context.Context, m catalog.Model, key uint64, avoid 
 		r := c.replica
 		// Those handed slots before it go on first; it goes on once it
 		// is written to the engine (slot.sent), and the next may follow.
-		p.goes(c.turn)
+		p.goes(c.turn, r.ID)
 		release, held := g.opts.Fleet.Hold(r.ID)
 		if !held {
 			// Retired since the replicas were read: it takes no request

@@ -51,17 +51,25 @@ type pool struct {
 	// waited longer waited for its answer too. A request handed a free
 	// slot as it comes, with nobody waiting and none ahead of it, takes
 	// no turn (0): it has nobody to wait for, and the turns cost it
-	// nothing.
+	// nothing. A request waits only for those going to its own replica,
+	// and for turnWait at most: one whose engine is slow to take the
+	// connection (a node gone, its address not answering) holds up no
+	// other replica's, and its own for a moment only.
 	turns  uint64        // the last turn given
-	ahead  []uint64      // turns given and not yet gone, in order
+	ahead  []turn        // turns given and not yet gone, in order
 	passed chan struct{} // closed when a turn goes; made by the first to wait for one
+	// turnWait is how long a request waits at most for those handed
+	// slots on its replica before it to go on: a woken waiter runs within
+	// microseconds, a connection to an engine is made within a
+	// millisecond.
+	turnWait time.Duration
 }
 
 // newPool is the pool of a model whose ready replicas serving reads (nil:
 // none is ever read, for tests of the choice alone).
 func newPool(serving func() []fleet.Replica) *pool {
 	return &pool{inFlight: map[string]int{}, failed: map[string]time.Time{}, wake: make(chan struct{}),
-		serving: serving}
+		turnWait: 100 * time.Millisecond, serving: serving}
 }
 
 // read reads the model's ready replicas from the fleet, keeps them as the
@@ -243,6 +251,12 @@ func (p *pool) lessLoaded(a, b fleet.Replica, key uint64) bool {
 // take counts a request sent to replica id.
 func (p *pool) take(id string) { p.inFlight[id]++ }
 
+// turn is a request's turn to go on to its replica.
+type turn struct {
+	n       uint64
+	replica string // id
+}
+
 // hand takes c's slot for a request and, numbered, gives the request its
 // turn to go on to the replica (goes). p.mu is held.
 func (p *pool) hand(c *choice, numbered bool) {
@@ -250,43 +264,68 @@ func (p *pool) hand(c *choice, numbered bool) {
 	if numbered {
 		p.turns++
 		c.turn = p.turns
-		p.ahead = append(p.ahead, c.turn)
+		p.ahead = append(p.ahead, turn{c.turn, c.replica.ID})
 	}
 }
 
-// goes waits until the requests handed slots before the one whose turn is
-// turn have gone on to their replicas (or given their slots back).
-func (p *pool) goes(turn uint64) {
-	if turn == 0 {
+// goes waits until the requests handed slots on replica before the one
+// whose turn is n have gone on to it (or given their slots back), or
+// p.turnWait passed.
+func (p *pool) goes(n uint64, replica string) {
+	if n == 0 {
 		return
 	}
+	var bound *time.Timer
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	for len(p.ahead) > 0 && p.ahead[0] < turn {
+	for p.behind(n, replica) {
 		if p.passed == nil {
 			p.passed = make(chan struct{})
 		}
 		passed := p.passed
 		p.mu.Unlock()
-		<-passed
+		if bound == nil {
+			bound = time.NewTimer(p.turnWait)
+			defer bound.Stop()
+		}
+		select {
+		case <-passed:
+		case <-bound.C:
+			p.mu.Lock()
+			return
+		}
 		p.mu.Lock()
 	}
 }
 
-// gone says the request whose turn is turn has gone on (or given its slot
+// behind is whether a turn before n on replica has yet to go. p.mu is
+// held.
+func (p *pool) behind(n uint64, replica string) bool {
+	for _, t := range p.ahead {
+		if t.n >= n {
+			return false
+		}
+		if t.replica == replica {
+			return true
+		}
+	}
+	return false
+}
+
+// gone says the request whose turn is n has gone on (or given its slot
 // back): the next may go.
-func (p *pool) gone(turn uint64) {
-	if turn == 0 {
+func (p *pool) gone(n uint64) {
+	if n == 0 {
 		return
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.goneLocked(turn)
+	p.goneLocked(n)
 }
 
 // goneLocked is gone with p.mu held.
-func (p *pool) goneLocked(turn uint64) {
-	if i := slices.Index(p.ahead, turn); i >= 0 {
+func (p *pool) goneLocked(n uint64) {
+	if i := slices.IndexFunc(p.ahead, func(t turn) bool { return t.n == n }); i >= 0 {
 		p.ahead = slices.Delete(p.ahead, i, i+1)
 		if p.passed != nil {
 			close(p.passed)

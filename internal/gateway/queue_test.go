@@ -506,3 +506,63 @@ func TestARetriedRequestKeepsItsPlace(t *testing.T) {
 		}
 	}
 }
+
+// TestARequestSlowToGoOnHoldsUpOnlyItsReplicasNext: of two requests
+// handed slots in one grant, the later goes on at once when its replica
+// is another, however long the first takes to reach its engine, and
+// after a moment when its replica is the same. Waiting for the first
+// to be written to its engine, a request to a healthy replica waited for
+// a dead node's connection to time out.
+func TestARequestSlowToGoOnHoldsUpOnlyItsReplicasNext(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		replicas int
+		turnWait time.Duration
+	}{
+		{"another replica", 2, time.Hour},
+		{"the same replica", 1, 50 * time.Millisecond},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := &stubFleet{}
+			g := stubGateway(t, f)
+			m := catalog.Model{Name: "m"}
+			ctx := context.Background()
+			p := g.pool("m")
+			p.turnWait = tc.turnWait
+			admitted := make(chan fleet.Replica, 2)
+			for i := range 2 {
+				go func() {
+					// Neither says it was written: the first is still on
+					// its way to its engine.
+					r, _, aerr := g.admit(ctx, m, 0, nil, nil, false, nil)
+					if aerr != nil {
+						t.Error(aerr)
+					}
+					admitted <- r
+				}()
+				waitFor(t, 5*time.Second, fmt.Sprint(i+1, " waiting"), func() (bool, string) {
+					_, w := p.counts()
+					return w == i+1, fmt.Sprint(w, " waiting")
+				})
+			}
+			f.mu.Lock()
+			for i := range tc.replicas {
+				f.ready = append(f.ready, fleet.Replica{ID: fmt.Sprint("m-", i+1), Model: "m", Endpoint: "http://127.0.0.1:1", Load: &fleet.Load{Slots: 1}})
+			}
+			f.mu.Unlock()
+			p.lookAgain() // one grant hands both a slot
+			var got []fleet.Replica
+			for range 2 {
+				select {
+				case r := <-admitted:
+					got = append(got, r)
+				case <-time.After(10 * time.Second):
+					t.Fatalf("%d of 2 went on in 10s: the second waits for the first to reach its engine", len(got))
+				}
+			}
+			if a, b := got[0], got[1]; tc.replicas == 2 && a.ID == b.ID {
+				t.Fatalf("both were sent to %s, want one to each replica", a.ID)
+			}
+		})
+	}
+}
