@@ -7,7 +7,6 @@ import (
 	"io"
 	"modelserve/internal/auth"
 	"net/http"
-	"net/url"
 	"strconv"
 	"sync"
 	"time"
@@ -208,8 +207,8 @@ func (g *Gateway) send(w http.ResponseWriter, r *http.Request, m catalog.Model, 
 	var call callTrace
 	if g.opts.Tracer != nil {
 		// The trace context is written into a header of its own, made
-		// only for a traced request.
-		tr := &http.Request{Method: http.MethodPost, URL: &url.URL{Path: r.URL.Path}, Header: http.Header{}}
+		// only for a traced request; the span's path is the client's.
+		tr := &http.Request{Method: http.MethodPost, URL: r.URL, Header: http.Header{}}
 		call = g.startCall(ctx, tr, m.Name, rep, rn.answering())
 		up.header = tr.Header
 	}
