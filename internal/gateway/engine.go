@@ -46,10 +46,11 @@ func newEngineClient() *engineClient {
 // engineConn is a connection to an engine, with its buffers.
 type engineConn struct {
 	net.Conn
-	host string
-	br   *bufio.Reader
-	bw   *bufio.Writer
-	put  time.Time // when it was last put back idle
+	host  string
+	br    *bufio.Reader
+	bw    *bufio.Writer
+	put   time.Time // when it was last put back idle
+	probe *idleProbe
 }
 
 // engineRequest is a request to an engine: to host ("host:port"), for
@@ -135,18 +136,24 @@ func (ec *engineClient) conn(ctx context.Context, host string) (*engineConn, boo
 		c := cs[len(cs)-1]
 		cs[len(cs)-1] = nil
 		ec.idle[host] = cs[:len(cs)-1]
-		if now.Sub(c.put) < idleFor {
-			ec.mu.Unlock()
+		if now.Sub(c.put) >= idleFor {
+			c.Close()
+			continue
+		}
+		ec.mu.Unlock()
+		if !c.probe.closedWhileIdle() {
 			return c, true, nil
 		}
 		c.Close()
+		ec.mu.Lock()
 	}
 	ec.mu.Unlock()
 	nc, err := ec.dial(ctx, "tcp", host)
 	if err != nil {
 		return nil, false, err
 	}
-	return &engineConn{Conn: nc, host: host, br: bufio.NewReaderSize(nc, 4<<10), bw: bufio.NewWriterSize(nc, 4<<10)}, false, nil
+	return &engineConn{Conn: nc, host: host, br: bufio.NewReaderSize(nc, 4<<10), bw: bufio.NewWriterSize(nc, 4<<10),
+		probe: newIdleProbe(nc)}, false, nil
 }
 
 // keep puts c back among host's idle connections.
