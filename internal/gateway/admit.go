@@ -50,10 +50,23 @@ func wanted(p *pool, rs []fleet.Replica) int {
 // another is ready; with none other ready, admit waits for one (for
 // reofferAfter, then offers a failed one the fleet still calls ready
 // once more), but for a stand-in (a canary), whose model answers instead
-// at once. tw, when tracing, is told of the waits and the choice.
-func (g *Gateway) admit(ctx context.Context, m catalog.Model, key uint64, avoid []fleet.Replica, standIn bool, tw *waitTrace) (fleet.Replica, func(), *apiError) {
+// at once. place is the request's place by arrival: 0 the first time,
+// then the one admit gave it, so a request that comes back after a
+// replica did not answer it goes back where it was in the queue, ahead
+// of those that came after it. tw, when tracing, is told of the waits and
+// the choice.
+//
+// The slot's turn is the request's to go on to the replica: it is sent
+// (slot.sent) once the request is written to the engine, and the
+// requests handed slots after it go on only then, so the engine reads
+// them in the order they waited.
+func (g *Gateway) admit(ctx context.Context, m catalog.Model, key uint64, avoid []fleet.Replica, place *uint64, standIn bool, tw *waitTrace) (fleet.Replica, slot, *apiError) {
 	p := g.pool(m.Name)
 	w := newWaiter(key, avoid, time.Now(), tw.explain())
+	if place != nil {
+		w.seq = *place
+		defer func() { *place = w.seq }()
+	}
 	var deadline <-chan time.Time
 	queued := false
 	leave := func(aerr *apiError) {
@@ -75,14 +88,14 @@ func (g *Gateway) admit(ctx context.Context, m catalog.Model, key uint64, avoid 
 				p.mu.Unlock()
 				aerr := unavailable("model_not_ready", m.Name+" has no replica ready")
 				leave(aerr)
-				return fleet.Replica{}, nil, aerr
+				return fleet.Replica{}, slot{}, aerr
 			}
 			if !queued {
 				if waiting := len(p.queue) - 1; waiting >= g.opts.MaxQueue {
 					p.mu.Unlock()
 					aerr := queueFull(m.Name, waiting)
 					leave(aerr)
-					return fleet.Replica{}, nil, aerr
+					return fleet.Replica{}, slot{}, aerr
 				}
 				queued = true
 				g.metrics.queued(m.Name, 1)
@@ -103,7 +116,7 @@ func (g *Gateway) admit(ctx context.Context, m catalog.Model, key uint64, avoid 
 			var aerr *apiError
 			if c, ok, aerr = g.await(ctx, p, w, m.Name, len(rs) == 0, wake, deadline); aerr != nil {
 				leave(aerr)
-				return fleet.Replica{}, nil, aerr
+				return fleet.Replica{}, slot{}, aerr
 			}
 			if !ok {
 				p.read()
@@ -118,14 +131,14 @@ func (g *Gateway) admit(ctx context.Context, m catalog.Model, key uint64, avoid 
 		}
 		p.mu.Unlock()
 		r := c.replica
-		// Those handed slots before it go on first; it goes on as it
-		// takes its hold, and the next may follow.
-		p.goes(c.turn)
+		// Those handed slots before it go on first; it goes on once it
+		// is written to the engine (slot.sent), and the next may follow.
+		p.goes(c.turn, r.ID)
 		release, held := g.opts.Fleet.Hold(r.ID)
-		p.gone(c.turn)
 		if !held {
 			// Retired since the replicas were read: it takes no request
 			// now. The request keeps its place in the queue.
+			p.gone(c.turn)
 			p.read()
 			p.give(r.ID, time.Time{})
 			w.avoid = append(slices.Clip(w.avoid), r)
@@ -135,7 +148,33 @@ func (g *Gateway) admit(ctx context.Context, m catalog.Model, key uint64, avoid 
 			g.metrics.queued(m.Name, -1)
 		}
 		tw.routed(c, len(rs))
-		return r, release, nil
+		return r, slot{p: p, turn: c.turn, release: release}, nil
+	}
+}
+
+// slot is a request's slot on a replica, from admit: its turn to go on to
+// the replica, and its hold on it.
+type slot struct {
+	p       *pool
+	turn    uint64 // 0: none, or gone already
+	release func()
+}
+
+// sent says the request was written to the engine, or will not be: the
+// requests handed slots after it may go on.
+func (s *slot) sent() {
+	if s.turn != 0 {
+		s.p.gone(s.turn)
+		s.turn = 0
+	}
+}
+
+// done lets go of the slot's hold (the request is over), and of its turn
+// if it never went on.
+func (s *slot) done() {
+	s.sent()
+	if s.release != nil {
+		s.release()
 	}
 }
 

@@ -27,7 +27,6 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"io"
 	"log/slog"
-	"net/http"
 	"sync"
 	"time"
 
@@ -115,14 +114,13 @@ type Options struct {
 type Gateway struct {
 	opts Options
 	log  *slog.Logger
-	// upstream carries requests to the engines: the transport itself,
-	// not an http.Client over it, which copied every request's headers
-	// for redirects the gateway must never follow (the engine's key would
-	// go with them).
-	upstream *http.Transport
-	metrics  *metrics
-	names    names
-	tokens   tokens
+	// engines carries requests to the engines (engine.go): never through
+	// a proxy from the environment, which would see the engine's key, and
+	// never following a redirect, which would take the key with it.
+	engines *engineClient
+	metrics *metrics
+	names   names
+	tokens  tokens
 
 	mu    sync.Mutex
 	pools map[string]*pool // by catalog name
@@ -180,26 +178,15 @@ func New(opts Options) (*Gateway, error) {
 	if err != nil {
 		return nil, err
 	}
-	tr := http.DefaultTransport.(*http.Transport).Clone()
-	// Engines listen on the nodes' own addresses: never through a proxy
-	// from the environment, which would see the engine's key.
-	tr.Proxy = nil
-	// As many kept connections per engine as requests it may have in
-	// flight: with Go's default of two, every burst beyond two opened
-	// and closed connections, a cost paid on every request.
-	tr.MaxIdleConnsPerHost = 256
-	tr.MaxIdleConns = 1024
-	// Bytes are relayed as the engine wrote them, never decoded here.
-	tr.DisableCompression = true
 	g := &Gateway{
 		opts: opts, log: opts.Log, metrics: m,
 		// No timeout: an answer streams for as long as the engine writes
 		// it, and ends when the client goes.
-		upstream: tr,
-		names:    names{catalog: opts.Catalog, every: opts.CatalogEvery},
-		tokens:   tokens{every: opts.TokenEvery},
-		pools:    map[string]*pool{},
-		splits:   splits{byModel: map[string]*splitCount{}},
+		engines: newEngineClient(),
+		names:   names{catalog: opts.Catalog, every: opts.CatalogEvery},
+		tokens:  tokens{every: opts.TokenEvery},
+		pools:   map[string]*pool{},
+		splits:  splits{byModel: map[string]*splitCount{}},
 	}
 	if rt, ok := opts.Fleet.(readyTeller); ok {
 		rt.OnReady(g.replicaReady)
@@ -220,7 +207,7 @@ func (g *Gateway) replicaReady(model string) {
 }
 
 // Close lets go of the kept connections to engines.
-func (g *Gateway) Close() { g.upstream.CloseIdleConnections() }
+func (g *Gateway) Close() { g.engines.closeIdle() }
 
 // pool is the model's routing state, made on first use.
 func (g *Gateway) pool(model string) *pool {

@@ -48,17 +48,28 @@ type pool struct {
 	// it first. One handed its slot by its own grant ran on at once while
 	// the waiter ahead of it, handed a slot in the same grant, was still
 	// being woken; it reached the engine first, and the one that had
-	// waited longer waited for its answer too.
-	turns  uint64   // the last turn given
-	ahead  []uint64 // turns given and not yet taken, in order
-	passed chan struct{}
+	// waited longer waited for its answer too. A request handed a free
+	// slot as it comes, with nobody waiting and none ahead of it, takes
+	// no turn (0): it has nobody to wait for, and the turns cost it
+	// nothing. A request waits only for those going to its own replica,
+	// and for turnWait at most: one whose engine is slow to take the
+	// connection (a node gone, its address not answering) holds up no
+	// other replica's, and its own for a moment only.
+	turns  uint64        // the last turn given
+	ahead  []turn        // turns given and not yet gone, in order
+	passed chan struct{} // closed when a turn goes; made by the first to wait for one
+	// turnWait is how long a request waits at most for those handed
+	// slots on its replica before it to go on: a woken waiter runs within
+	// microseconds, a connection to an engine is made within a
+	// millisecond.
+	turnWait time.Duration
 }
 
 // newPool is the pool of a model whose ready replicas serving reads (nil:
 // none is ever read, for tests of the choice alone).
 func newPool(serving func() []fleet.Replica) *pool {
-	return &pool{inFlight: map[string]int{}, failed: map[string]time.Time{}, wake: make(chan struct{}), passed: make(chan struct{}),
-		serving: serving}
+	return &pool{inFlight: map[string]int{}, failed: map[string]time.Time{}, wake: make(chan struct{}),
+		turnWait: 100 * time.Millisecond, serving: serving}
 }
 
 // read reads the model's ready replicas from the fleet, keeps them as the
@@ -240,44 +251,86 @@ func (p *pool) lessLoaded(a, b fleet.Replica, key uint64) bool {
 // take counts a request sent to replica id.
 func (p *pool) take(id string) { p.inFlight[id]++ }
 
-// hand takes c's slot for a request, and gives the request its turn to go
-// on to the replica (goes). p.mu is held.
-func (p *pool) hand(c *choice) {
-	p.take(c.replica.ID)
-	p.turns++
-	c.turn = p.turns
-	p.ahead = append(p.ahead, c.turn)
+// turn is a request's turn to go on to its replica.
+type turn struct {
+	n       uint64
+	replica string // id
 }
 
-// goes waits until the requests handed slots before the one whose turn is
-// turn have gone on to their replicas (or given their slots back).
-func (p *pool) goes(turn uint64) {
-	for {
-		p.mu.Lock()
-		if len(p.ahead) == 0 || p.ahead[0] >= turn {
-			p.mu.Unlock()
-			return
-		}
-		passed := p.passed
-		p.mu.Unlock()
-		<-passed
+// hand takes c's slot for a request and, numbered, gives the request its
+// turn to go on to the replica (goes). p.mu is held.
+func (p *pool) hand(c *choice, numbered bool) {
+	p.take(c.replica.ID)
+	if numbered {
+		p.turns++
+		c.turn = p.turns
+		p.ahead = append(p.ahead, turn{c.turn, c.replica.ID})
 	}
 }
 
-// gone says the request whose turn is turn has gone on (or given its slot
-// back): the next may go.
-func (p *pool) gone(turn uint64) {
+// goes waits until the requests handed slots on replica before the one
+// whose turn is n have gone on to it (or given their slots back), or
+// p.turnWait passed.
+func (p *pool) goes(n uint64, replica string) {
+	if n == 0 {
+		return
+	}
+	var bound *time.Timer
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.goneLocked(turn)
+	for p.behind(n, replica) {
+		if p.passed == nil {
+			p.passed = make(chan struct{})
+		}
+		passed := p.passed
+		p.mu.Unlock()
+		if bound == nil {
+			bound = time.NewTimer(p.turnWait)
+			defer bound.Stop()
+		}
+		select {
+		case <-passed:
+		case <-bound.C:
+			p.mu.Lock()
+			return
+		}
+		p.mu.Lock()
+	}
+}
+
+// behind is whether a turn before n on replica has yet to go. p.mu is
+// held.
+func (p *pool) behind(n uint64, replica string) bool {
+	for _, t := range p.ahead {
+		if t.n >= n {
+			return false
+		}
+		if t.replica == replica {
+			return true
+		}
+	}
+	return false
+}
+
+// gone says the request whose turn is n has gone on (or given its slot
+// back): the next may go.
+func (p *pool) gone(n uint64) {
+	if n == 0 {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.goneLocked(n)
 }
 
 // goneLocked is gone with p.mu held.
-func (p *pool) goneLocked(turn uint64) {
-	if i := slices.Index(p.ahead, turn); i >= 0 {
+func (p *pool) goneLocked(n uint64) {
+	if i := slices.IndexFunc(p.ahead, func(t turn) bool { return t.n == n }); i >= 0 {
 		p.ahead = slices.Delete(p.ahead, i, i+1)
-		close(p.passed)
-		p.passed = make(chan struct{})
+		if p.passed != nil {
+			close(p.passed)
+			p.passed = nil
+		}
 	}
 }
 
@@ -334,12 +387,19 @@ func (w *waiter) offer(ready []fleet.Replica, now time.Time) []fleet.Replica {
 // replica w was given, if any: now, or while it was away from the queue
 // (woken, reading the replicas again). p.mu is held.
 func (p *pool) enqueue(w *waiter, now time.Time) (choice, bool) {
+	if w.seq == 0 {
+		// Its place by arrival, kept should it come back (a replica
+		// retired or gone under it).
+		p.seq++
+		w.seq = p.seq
+	}
 	if w.got == nil {
 		if len(p.queue) == 0 {
 			// Nobody waits: a free slot is the request's at once, with no
-			// place in the queue to take and leave.
+			// place in the queue to take and leave, and a turn only when
+			// others handed slots have yet to go.
 			if c, ok := p.choose(w.offer(p.ready, now), w.key, now, w.explain); ok {
-				p.hand(&c)
+				p.hand(&c, len(p.ahead) > 0)
 				return c, true
 			}
 		}
@@ -351,10 +411,6 @@ func (p *pool) enqueue(w *waiter, now time.Time) (choice, bool) {
 	default:
 	}
 	if !slices.Contains(p.queue, w) {
-		if w.seq == 0 {
-			p.seq++
-			w.seq = p.seq
-		}
 		i, _ := slices.BinarySearchFunc(p.queue, w.seq, func(q *waiter, seq uint64) int { return cmp.Compare(q.seq, seq) })
 		p.queue = slices.Insert(p.queue, i, w)
 	}
@@ -407,7 +463,7 @@ func (p *pool) grant(now time.Time) {
 			i++
 			continue
 		}
-		p.hand(&c)
+		p.hand(&c, true)
 		p.queue = slices.Delete(p.queue, i, i+1)
 		w.got <- c
 	}

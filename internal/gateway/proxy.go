@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -132,8 +131,9 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, m catalog.Model,
 	// start (admit says how long before it tries the same one again).
 	var tried []fleet.Replica
 	var wait waitTrace
+	var place uint64 // in the queue, kept from one attempt to the next
 	for range attempts {
-		rep, release, aerr := g.admit(ctx, m, req.affinity, tried, standIn, g.startWait(&wait, ctx, m.Name, tried, standIn, stops))
+		rep, s, aerr := g.admit(ctx, m, req.affinity, tried, &place, standIn, g.startWait(&wait, ctx, m.Name, tried, standIn, stops))
 		if aerr != nil {
 			switch {
 			case ctx.Err() != nil:
@@ -152,8 +152,8 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, m catalog.Model,
 			g.refuse(w, m.Name, aerr)
 			return true
 		}
-		answered := g.send(w, r, m, rep, body, start, rn)
-		release()
+		answered := g.send(w, r, m, rep, &s, body, start, rn)
+		s.done()
 		if answered {
 			return true
 		}
@@ -178,49 +178,45 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, m catalog.Model,
 // nor the client's error.
 const statusClientGone = 499
 
-// send offers the request to replica rep and relays its answer, naming the
-// model rn says when rn is set. It says false when the engine did not
-// answer at all and the request may go to another replica; then nothing
-// has been written.
-func (g *Gateway) send(w http.ResponseWriter, r *http.Request, m catalog.Model, rep fleet.Replica, body []byte, start time.Time, rn *renamer) bool {
+// send offers the request to replica rep, on its slot s, and relays its
+// answer, naming the model rn says when rn is set. The slot's turn goes
+// once the request is written to the engine. It says false when the
+// engine did not answer at all and the request may go to another replica;
+// then nothing has been written.
+func (g *Gateway) send(w http.ResponseWriter, r *http.Request, m catalog.Model, rep fleet.Replica, s *slot, body []byte, start time.Time, rn *renamer) bool {
 	p := g.pool(m.Name)
 	ctx := r.Context()
-	target := rep.Endpoint + r.URL.Path
-	if r.URL.RawQuery != "" {
-		target += "?" + r.URL.RawQuery
-	}
-	up, err := http.NewRequestWithContext(ctx, http.MethodPost, target, bytes.NewReader(body))
-	if err != nil {
+	host, ok := hostOf(rep.Endpoint)
+	if !ok {
+		s.sent()
 		p.give(rep.ID, time.Time{})
-		g.log.Error("building the request to a replica", "replica", rep.ID, "err", err)
+		g.log.Error("a replica's endpoint is not an http:// address", "replica", rep.ID, "endpoint", rep.Endpoint)
 		g.refuse(w, m.Name, internal())
 		return true
 	}
+	target := r.URL.EscapedPath()
+	if r.URL.RawQuery != "" {
+		target += "?" + r.URL.RawQuery
+	}
 	// Only what the engine needs of the client's headers: its key is
 	// modelserve's, never the client's token, nor the client's cookies.
-	// The names are written as the transport sends them, and a value
-	// that is the same for every request is one slice for all of them
-	// (the transport only reads them): Header.Set took seven allocations
-	// a request.
-	h := up.Header
-	h["Content-Type"] = jsonContentType
-	if a := r.Header["Accept"]; len(a) > 0 && a[0] != "" {
-		h["Accept"] = a[:1:1]
+	up := engineRequest{host: host, target: target, key: g.opts.Fleet.EngineKey(rep.ID), body: body, wrote: s.sent}
+	if a := r.Header["Accept"]; len(a) > 0 && headerValue(a[0]) {
+		up.accept = a[0]
 	}
-	h["Authorization"] = []string{"Bearer " + g.opts.Fleet.EngineKey(rep.ID)}
-	// llama-server closes a kept connection after a few requests, and
-	// Go's transport sends a POST again on a fresh connection only when
-	// told it may: an idempotency key with no value says so, and is not
-	// sent. It resends only what the engine never read, so nothing is
-	// generated twice; without it one request in a few failed on a
-	// connection the engine had just closed.
-	h["X-Idempotency-Key"] = nil
-	call := g.startCall(ctx, up, m.Name, rep, rn.answering())
+	var call callTrace
+	if g.opts.Tracer != nil {
+		// The trace context is written into a header of its own, made
+		// only for a traced request; the span's path is the client's.
+		tr := &http.Request{Method: http.MethodPost, URL: r.URL, Header: http.Header{}}
+		call = g.startCall(ctx, tr, m.Name, rep, rn.answering())
+		up.header = tr.Header
+	}
 	if call.on() {
 		defer func() { call.end(ctx, http.StatusBadGateway, start, time.Time{}, counts{}) }()
 	}
 
-	resp, err := g.upstream.RoundTrip(up)
+	resp, err := g.engines.do(ctx, &up)
 	if err != nil {
 		if ctx.Err() != nil {
 			p.give(rep.ID, time.Time{})
@@ -279,10 +275,6 @@ func (g *Gateway) send(w http.ResponseWriter, r *http.Request, m catalog.Model, 
 		stream: tally.stream, counts: c})
 	return true
 }
-
-// jsonContentType is the Content-Type of every request to an engine;
-// its capacity is its length, so that a header added to it is a copy.
-var jsonContentType = []string{"application/json"}[:1:1]
 
 // endsInDone are the routes whose event stream the engine closes with
 // "data: [DONE]" (OpenAI's chat and text completions).

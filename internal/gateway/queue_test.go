@@ -2,10 +2,14 @@ package gateway
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -47,6 +51,14 @@ func (f *stubFleet) Check(context.Context, string) (auth.Token, error) {
 	return auth.Token{}, auth.ErrBadToken
 }
 
+// admitSent admits a request for m, and says at once it was written to
+// the engine, as send does: the requests handed slots after it may go on.
+func admitSent(ctx context.Context, g *Gateway, m catalog.Model) (fleet.Replica, *apiError) {
+	r, s, aerr := g.admit(ctx, m, 0, nil, nil, false, nil)
+	s.sent()
+	return r, aerr
+}
+
 func stubGateway(t *testing.T, f *stubFleet) *Gateway {
 	t.Helper()
 	g, err := New(Options{Catalog: f, Fleet: f, Tokens: f})
@@ -69,7 +81,7 @@ func TestWaitersGetSlotsInArrivalOrder(t *testing.T) {
 
 	p.read()
 	for range depthOf(rep) { // its slot, and its engine's queue
-		if _, _, aerr := g.admit(ctx, m, 0, nil, false, nil); aerr != nil {
+		if _, aerr := admitSent(ctx, g, m); aerr != nil {
 			t.Fatal(aerr)
 		}
 	}
@@ -80,7 +92,7 @@ func TestWaitersGetSlotsInArrivalOrder(t *testing.T) {
 		admitted[i] = make(chan struct{})
 		go func() {
 			p.read()
-			if _, _, aerr := g.admit(ctx, m, 0, nil, false, nil); aerr != nil {
+			if _, aerr := admitSent(ctx, g, m); aerr != nil {
 				t.Error(aerr)
 			}
 			served <- i
@@ -97,7 +109,7 @@ func TestWaitersGetSlotsInArrivalOrder(t *testing.T) {
 	late := make(chan struct{})
 	go func() {
 		p.read()
-		if _, _, aerr := g.admit(ctx, m, 0, nil, false, nil); aerr != nil {
+		if _, aerr := admitSent(ctx, g, m); aerr != nil {
 			t.Error(aerr)
 		}
 		served <- n
@@ -144,7 +156,7 @@ func TestColdWaitersAreNotOvertakenOnceAReplicaIsReady(t *testing.T) {
 	ask := func(who string, total int) {
 		go func() {
 			p.read() // what a request does as it comes (serve)
-			if _, _, aerr := g.admit(ctx, m, 0, nil, false, nil); aerr != nil {
+			if _, aerr := admitSent(ctx, g, m); aerr != nil {
 				t.Error(who, aerr)
 				return
 			}
@@ -212,7 +224,7 @@ func TestColdWaiterIsWokenByTheFleet(t *testing.T) {
 	}
 	got := make(chan fleet.Replica, 1)
 	go func() {
-		r, _, aerr := g.admit(context.Background(), catalog.Model{Name: "m"}, 0, nil, false, nil)
+		r, aerr := admitSent(context.Background(), g, catalog.Model{Name: "m"})
 		if aerr != nil {
 			t.Error(aerr)
 		}
@@ -344,13 +356,14 @@ func TestAColdWaiterGoesOnBeforeTheRequestThatWokeIt(t *testing.T) {
 		cold := make(chan func(), 1)
 		go func() {
 			p.read()
-			_, release, aerr := g.admit(ctx, m, 0, nil, false, nil)
+			_, s, aerr := g.admit(ctx, m, 0, nil, nil, false, nil)
 			if aerr != nil {
 				t.Error(aerr)
 				close(cold)
 				return
 			}
-			cold <- release
+			s.sent() // written to the engine
+			cold <- s.release
 		}()
 		waitFor(t, 5*time.Second, "the cold one waiting", func() (bool, string) {
 			_, w := p.counts()
@@ -361,10 +374,12 @@ func TestAColdWaiterGoesOnBeforeTheRequestThatWokeIt(t *testing.T) {
 		f.stubFleet.ready = []fleet.Replica{rep}
 		f.stubFleet.mu.Unlock()
 		p.read()
-		_, lateRelease, aerr := g.admit(ctx, m, 0, nil, false, nil)
+		_, late, aerr := g.admit(ctx, m, 0, nil, nil, false, nil)
 		if aerr != nil {
 			t.Fatal(aerr)
 		}
+		late.sent()
+		lateRelease := late.release
 		coldRelease, ok := <-cold
 		if !ok {
 			t.FailNow()
@@ -377,5 +392,177 @@ func TestAColdWaiterGoesOnBeforeTheRequestThatWokeIt(t *testing.T) {
 		}
 		p.give(rep.ID, time.Time{})
 		p.give(rep.ID, time.Time{})
+	}
+}
+
+// TestARetriedRequestKeepsItsPlace: a request whose replica refused it
+// (went away) and that waits for another goes back where it was in the
+// queue: the next free slot is its, not that of one that came after it.
+// It came back with a new place and waited for the later one's answer
+// too.
+func TestARetriedRequestKeepsItsPlace(t *testing.T) {
+	// The replica that goes away: it takes the connection, and closes it
+	// without an answer when told.
+	gone, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer gone.Close()
+	accepted, refuse := make(chan struct{}), make(chan struct{})
+	go func() {
+		c, err := gone.Accept()
+		if err != nil {
+			return
+		}
+		close(accepted)
+		<-refuse
+		c.Close()
+	}()
+	// The replica that stays: it says whose request reached it, and
+	// answers each when told.
+	arrived, answer := make(chan string, 8), make(chan struct{})
+	engine := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var req struct{ User string }
+		_ = json.NewDecoder(r.Body).Decode(&req)
+		arrived <- req.User
+		<-answer
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `{"choices":[],"usage":{"completion_tokens":1,"prompt_tokens":1}}`)
+	}))
+	defer engine.Close()
+	defer close(answer)
+	stays := fleet.Replica{ID: "m-2", Model: "m", Endpoint: engine.URL, Load: &fleet.Load{Slots: 1}}
+	goes := fleet.Replica{ID: "m-1", Model: "m", Endpoint: "http://" + gone.Addr().String(), Load: &fleet.Load{Slots: 1}}
+	f := &stubFleet{ready: []fleet.Replica{stays}}
+	g, err := New(Options{Catalog: f, Fleet: f, Tokens: anyToken{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/", g.Forward)
+	gw := httptest.NewServer(mux)
+	defer gw.Close()
+	setReady := func(rs ...fleet.Replica) {
+		f.mu.Lock()
+		f.ready = rs
+		f.mu.Unlock()
+	}
+	// A failed test lets go of the requests still waiting at once.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	statuses := make(chan string, 8)
+	ask := func(who string) {
+		go func() {
+			req, _ := http.NewRequestWithContext(ctx, http.MethodPost, gw.URL+"/v1/chat/completions", strings.NewReader(`{"model":"m","user":"`+who+`"}`))
+			req.Header.Set("Authorization", "Bearer k")
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				statuses <- who + ": " + err.Error()
+				return
+			}
+			resp.Body.Close()
+			statuses <- fmt.Sprint(who, ": ", resp.StatusCode)
+		}()
+	}
+	waiting := func(n int) {
+		waitFor(t, 5*time.Second, fmt.Sprint(n, " waiting"), func() (bool, string) {
+			_, w := g.pool("m").counts()
+			return w == n, fmt.Sprint(w, " waiting")
+		})
+	}
+
+	// The staying replica is busy with two (its slot and its engine's
+	// queue); the first request goes to the other.
+	ask("busy1")
+	ask("busy2")
+	for range 2 {
+		select {
+		case <-arrived:
+		case s := <-statuses:
+			t.Fatalf("answered %s before it reached the engine", s)
+		}
+	}
+	setReady(goes, stays)
+	ask("first")
+	<-accepted
+	// The other goes away; a later request waits for the staying one.
+	setReady(stays)
+	ask("later")
+	waiting(1)
+	close(refuse)
+	waiting(2)
+	answer <- struct{}{} // a slot of the staying replica frees
+	if who := <-arrived; who != "first" {
+		t.Fatalf("%q reached the replica first, want the request that came before it and was refused by the replica that went away", who)
+	}
+	answer <- struct{}{}
+	answer <- struct{}{}
+	<-arrived
+	answer <- struct{}{}
+	for range 4 {
+		if s := <-statuses; !strings.HasSuffix(s, ": 200") {
+			t.Errorf("answered %s, want 200", s)
+		}
+	}
+}
+
+// TestARequestSlowToGoOnHoldsUpOnlyItsReplicasNext: of two requests
+// handed slots in one grant, the later goes on at once when its replica
+// is another, however long the first takes to reach its engine, and
+// after a moment when its replica is the same. Waiting for the first
+// to be written to its engine, a request to a healthy replica waited for
+// a dead node's connection to time out.
+func TestARequestSlowToGoOnHoldsUpOnlyItsReplicasNext(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		replicas int
+		turnWait time.Duration
+	}{
+		{"another replica", 2, time.Hour},
+		{"the same replica", 1, 50 * time.Millisecond},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := &stubFleet{}
+			g := stubGateway(t, f)
+			m := catalog.Model{Name: "m"}
+			ctx := context.Background()
+			p := g.pool("m")
+			p.turnWait = tc.turnWait
+			admitted := make(chan fleet.Replica, 2)
+			for i := range 2 {
+				go func() {
+					// Neither says it was written: the first is still on
+					// its way to its engine.
+					r, _, aerr := g.admit(ctx, m, 0, nil, nil, false, nil)
+					if aerr != nil {
+						t.Error(aerr)
+					}
+					admitted <- r
+				}()
+				waitFor(t, 5*time.Second, fmt.Sprint(i+1, " waiting"), func() (bool, string) {
+					_, w := p.counts()
+					return w == i+1, fmt.Sprint(w, " waiting")
+				})
+			}
+			f.mu.Lock()
+			for i := range tc.replicas {
+				f.ready = append(f.ready, fleet.Replica{ID: fmt.Sprint("m-", i+1), Model: "m", Endpoint: "http://127.0.0.1:1", Load: &fleet.Load{Slots: 1}})
+			}
+			f.mu.Unlock()
+			p.lookAgain() // one grant hands both a slot
+			var got []fleet.Replica
+			for range 2 {
+				select {
+				case r := <-admitted:
+					got = append(got, r)
+				case <-time.After(10 * time.Second):
+					t.Fatalf("%d of 2 went on in 10s: the second waits for the first to reach its engine", len(got))
+				}
+			}
+			if a, b := got[0], got[1]; tc.replicas == 2 && a.ID == b.ID {
+				t.Fatalf("both were sent to %s, want one to each replica", a.ID)
+			}
+		})
 	}
 }
