@@ -70,6 +70,18 @@ func Behind(held, waits time.Time) bool {
 // as one kept by its Scaling.Min, which nobody needs to ask for.
 func First(a, b time.Time) int { return a.Compare(b) }
 
+// classRank orders the models for placement: the critical first, since
+// they may take room from others, the opportunistic last.
+func classRank(m catalog.Model) int {
+	switch m.ClassOrDefault() {
+	case catalog.ClassCritical:
+		return 0
+	case catalog.ClassOpportunistic:
+		return 2
+	}
+	return 1
+}
+
 // Turn orders two models that want room as the fleets place them: the
 // critical first, since they may take room from others, the
 // opportunistic last, and within a class the first asked first (First),
@@ -169,13 +181,16 @@ func (k *Kept) For(node string) string {
 // it keep (claimed), which is counted as given back once they are done
 // with it; hs are the node's holders as the swap rule sees them for
 // asker, those it would give back now adding to what it has now, the busy
-// ones giving theirs back later.
-func Keeps(hs []Holder, asker catalog.Model, have, claimed, need int64) int64 {
+// ones giving theirs back later. stopping are what replicas given back
+// for models asked for before asker hold, each: theirs once those are
+// done with it too. Both fleets ask Keeps, so that they keep the same.
+func Keeps(hs []Holder, asker catalog.Model, have, claimed, need int64, stopping ...int64) int64 {
 	now := have
 	var later []int64
 	if claimed > 0 {
 		later = append(later, claimed)
 	}
+	later = append(later, stopping...)
 	for _, h := range hs {
 		switch giveFor(h, asker) {
 		case idleGive, drainGive:

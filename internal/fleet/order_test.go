@@ -1,6 +1,11 @@
 package fleet
 
-import "testing"
+import (
+	"testing"
+	"time"
+
+	"modelserve/catalog"
+)
 
 // TestSpare: of the room a waiting model has now, a later model may take
 // what the waiting one would have beyond its need however its busy
@@ -27,6 +32,96 @@ func TestSpare(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			if got := Spare(c.now, c.need, c.later); got != c.want {
 				t.Errorf("Spare(%d, %d, %v) = %d, want %d", c.now, c.need, c.later, got, c.want)
+			}
+		})
+	}
+}
+
+// TestTurn: models that want room are placed the critical first, the
+// opportunistic last, and within a class the first asked first, whatever
+// their names say.
+func TestTurn(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	crit := catalog.Model{Name: "zeta", Class: catalog.ClassCritical}
+	std := catalog.Model{Name: "mu"}
+	opp := catalog.Model{Name: "alpha", Class: catalog.ClassOpportunistic}
+	for _, c := range []struct {
+		name           string
+		a, b           catalog.Model
+		aAsked, bAsked time.Time
+		want           int // the sign of Turn(a, b)
+	}{
+		{"critical before standard asked for first", crit, std, t0.Add(time.Minute), t0, -1},
+		{"standard before opportunistic asked for first", std, opp, t0.Add(time.Minute), t0, -1},
+		{"opportunistic after critical", opp, crit, t0, t0.Add(time.Minute), 1},
+		{"the first asked first within a class", catalog.Model{Name: "b"}, catalog.Model{Name: "a"}, t0, t0.Add(time.Second), -1},
+		{"the later asked after, whatever its name", catalog.Model{Name: "a"}, catalog.Model{Name: "b"}, t0.Add(time.Second), t0, 1},
+		{"one nobody asks for (kept by its Min) before a waiting one", catalog.Model{Name: "b"}, catalog.Model{Name: "a"}, time.Time{}, t0, -1},
+		{"asked at once: by name", catalog.Model{Name: "a"}, catalog.Model{Name: "b"}, t0, t0, -1},
+		{"the same model", std, std, t0, t0, 0},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			got := Turn(c.a, c.b, c.aAsked, c.bAsked)
+			if sign(got) != c.want {
+				t.Errorf("Turn(%s, %s) = %d, want the sign %d", c.a.Name, c.b.Name, got, c.want)
+			}
+			if back := Turn(c.b, c.a, c.bAsked, c.aAsked); sign(back) != -c.want {
+				t.Errorf("Turn(%s, %s) = %d, want the sign %d", c.b.Name, c.a.Name, back, -c.want)
+			}
+		})
+	}
+}
+
+func sign(n int) int {
+	switch {
+	case n < 0:
+		return -1
+	case n > 0:
+		return 1
+	}
+	return 0
+}
+
+// TestKeeps: a waiting model keeps from later ones what of the room it has
+// now it would need however its busy holders fall idle: idle and draining
+// holders' room is its now, busy holders', the room models before it keep,
+// and replicas stopping for those give theirs back later.
+func TestKeeps(t *testing.T) {
+	asker := catalog.Model{Name: "first"}
+	idle := func(held int64) Holder {
+		return Holder{ID: "idle-1", Model: "idle", Class: catalog.ClassStandard, Held: held}
+	}
+	draining := func(held int64) Holder {
+		return Holder{ID: "draining-1", Model: "draining", Class: catalog.ClassStandard, Busy: true, Behind: true, Held: held}
+	}
+	busy := func(held int64) Holder {
+		return Holder{ID: "busy-1", Model: "busy", Class: catalog.ClassStandard, Busy: true, Held: held}
+	}
+	for _, c := range []struct {
+		name                string
+		hs                  []Holder
+		asker               catalog.Model
+		have, claimed, need int64
+		stopping            []int64
+		want                int64
+	}{
+		{"enough free: all it needs, no more", nil, asker, 10, 0, 6, nil, 6},
+		{"an idle holder's room is its now", []Holder{idle(4)}, asker, 2, 0, 6, nil, 6},
+		{"a draining holder's room is its now", []Holder{draining(4)}, asker, 2, 0, 6, nil, 6},
+		{"a busy holder giving back more than enough: only what it cannot spare", []Holder{busy(5)}, asker, 3, 0, 6, nil, 1},
+		{"a busy holder giving back just enough: all it has", []Holder{busy(3)}, asker, 3, 0, 6, nil, 3},
+		{"busy holders that never give back enough: nothing", []Holder{busy(2)}, asker, 3, 0, 10, nil, 0},
+		{"idle and busy together", []Holder{idle(2), busy(5)}, asker, 1, 0, 6, nil, 1},
+		{"room kept by an earlier model comes back later, as a busy holder's", nil, asker, 3, 5, 6, nil, 1},
+		{"a replica stopping for an earlier model gives back later", nil, asker, 3, 0, 6, []int64{5}, 1},
+		{"holders never given back count for nothing", []Holder{{ID: "c-1", Model: "crit", Class: catalog.ClassCritical, Held: 5},
+			{ID: "min-1", Model: "min", Class: catalog.ClassStandard, Min: 1, Held: 5}, {ID: "first-1", Model: "first", Held: 5}}, asker, 3, 0, 6, nil, 0},
+		{"a critical model has a busy opportunistic holder's room now", []Holder{{ID: "o-1", Model: "opp", Class: catalog.ClassOpportunistic, Busy: true, Held: 3}},
+			catalog.Model{Name: "first", Class: catalog.ClassCritical}, 3, 0, 6, nil, 6},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if got := Keeps(c.hs, c.asker, c.have, c.claimed, c.need, c.stopping...); got != c.want {
+				t.Errorf("Keeps(have %d, claimed %d, need %d, stopping %v) = %d, want %d", c.have, c.claimed, c.need, c.stopping, got, c.want)
 			}
 		})
 	}

@@ -41,18 +41,6 @@ type modelState struct {
 	hardware  bool
 }
 
-// classRank orders the models for placement: the critical first, since
-// they may take room from others, the opportunistic last.
-func classRank(m catalog.Model) int {
-	switch m.ClassOrDefault() {
-	case catalog.ClassCritical:
-		return 0
-	case catalog.ClassOpportunistic:
-		return 2
-	}
-	return 1
-}
-
 // fingerprint is what of a model its engine is started from: a replica
 // started from another fingerprint is replaced. Scaling, names and
 // descriptions change nothing in a running engine.
@@ -127,7 +115,7 @@ func (f *Fleet) reconcile(ctx context.Context) {
 	// Within a class, the models asked for first are placed first: requests
 	// waiting for room are served in the order they came.
 	slices.SortFunc(models, func(a, b catalog.Model) int {
-		return cmp.Or(cmp.Compare(classRank(a), classRank(b)), f.askedAtLocked(a.Name).Compare(f.askedAtLocked(b.Name)), strings.Compare(a.Name, b.Name))
+		return Turn(a, b, f.askedAtLocked(a.Name), f.askedAtLocked(b.Name))
 	})
 	now := time.Now()
 	// The room each model that waits for it keeps from those after it.
@@ -458,7 +446,7 @@ func cardLine(node string, p catalog.Profile, a account, fit, free int) string {
 // and says what it waits for. A model whose room is held by replicas that
 // will be given back once idle waits for them too: it is not unplaceable.
 // What of the room models before m keep (kept) is not m's, and m keeps
-// from those after it what it waits for (Spare).
+// from those after it what it waits for (Keeps).
 func (f *Fleet) makeRoomLocked(m catalog.Model, profs []catalog.Profile, caps []Capacity, kept claims) (string, bool) {
 	now := time.Now()
 	var busyText string
@@ -497,14 +485,12 @@ func (f *Fleet) makeRoomLocked(m catalog.Model, profs []catalog.Profile, caps []
 				}
 				return k
 			}
-			// What m can have now (have, and what is given back for it at
-			// once), what stops for m alone, and what busy replicas, each,
-			// give back once idle: what m keeps from the models after it.
-			var givable, mine int64
-			var later []int64
-			if claimed > 0 {
-				later = append(later, claimed)
-			}
+			// What stops for m alone, and what replicas stopping for
+			// models asked for before m give back, each, once those are
+			// done with it: with the holders, what m keeps from the
+			// models after it (Keeps).
+			var mine int64
+			var othersStopping []int64
 			byID := map[string]*replica{}
 			for _, r := range a.holders {
 				h := held(r)
@@ -523,19 +509,15 @@ func (f *Fleet) makeRoomLocked(m catalog.Model, profs []catalog.Profile, caps []
 					// Its room is another model's, asked for before m: m's
 					// turn comes once that one is idle in its turn.
 					waitLater += h
-					later = append(later, h)
+					othersStopping = append(othersStopping, h)
 					busy = append(busy, r)
 					continue
 				}
 				if hr := f.holderLocked(r, m, h); hr != nil {
 					holders = append(holders, *hr)
 					byID[r.id] = r
-					switch giveFor(*hr, m) {
-					case busyGive:
+					if giveFor(*hr, m) == busyGive {
 						busy = append(busy, r)
-						later = append(later, h)
-					case idleGive, drainGive:
-						givable += h
 					}
 				}
 			}
@@ -553,8 +535,7 @@ func (f *Fleet) makeRoomLocked(m catalog.Model, profs []catalog.Profile, caps []
 						busyText = fmt.Sprintf("%s on node %s: waiting for %s to finish the requests %s%s",
 							makingRoom, n.Name(), ids(busy), words.Plural(len(busy), "it answers", "they answer"), c.line(p))
 					}
-					nowRoom := have + givable
-					node, amount := n.Name(), nowRoom-Spare(nowRoom, need, later)-mine
+					node, amount := n.Name(), Keeps(holders, m, have, claimed, need, othersStopping...)-mine
 					busyKeep = func() { kept.keep(node, p, m, amount) }
 				}
 				continue
