@@ -57,17 +57,28 @@ func (t *tally) feed(b []byte) {
 			}
 			return
 		}
-		if !t.skip && len(t.line)+i <= maxLineKept {
+		switch {
+		case t.skip:
+		case len(t.line) == 0:
+			// A line whole in this read, as most of a stream's are, is
+			// read where it is: copying each event first was most of
+			// what a stream's counting allocated.
+			if i <= maxLineKept {
+				t.endLine(b[:i])
+			}
+		case len(t.line)+i <= maxLineKept:
 			t.line = append(t.line, b[:i]...)
-			t.endLine()
+			t.endLine(t.line)
 		}
 		t.line, t.skip = t.line[:0], false
 		b = b[i+1:]
 	}
 }
 
-func (t *tally) endLine() {
-	data, ok := bytes.CutPrefix(bytes.TrimRight(t.line, "\r"), []byte("data:"))
+// endLine reads one line of a stream, without its newline. It does not
+// keep line, which may be the relay's read buffer.
+func (t *tally) endLine(line []byte) {
+	data, ok := bytes.CutPrefix(bytes.TrimRight(line, "\r"), []byte("data:"))
 	if ok && string(bytes.TrimSpace(data)) == "[DONE]" {
 		t.done = true
 		return
