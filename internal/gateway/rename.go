@@ -20,28 +20,42 @@ import (
 type renamer struct {
 	from, to []byte
 	held     []byte
+	// in and out are next's buffers, kept from one read to the next: a
+	// stream is renamed read by read, and a buffer made for each was
+	// most of what renaming cost.
+	in, out []byte
 }
 
 func newRenamer(from, to string) *renamer {
 	return &renamer{from: []byte(`"model":` + strconv.Quote(from)), to: []byte(`"model":` + strconv.Quote(to))}
 }
 
-// next is what may be written of b, after what was held back before.
+// next is what may be written of b, after what was held back before. It
+// is good until the next call: the caller writes it at once.
 func (r *renamer) next(b []byte) []byte {
-	buf := append(r.held, b...)
-	var out []byte
+	buf := b
+	if len(r.held) > 0 {
+		r.in = append(append(r.in[:0], r.held...), b...)
+		buf = r.in
+	}
+	out, renamed := r.out[:0], false
 	for {
 		i := bytes.Index(buf, r.from)
 		if i < 0 {
 			break
 		}
-		out = append(append(out, buf[:i]...), r.to...)
+		out, renamed = append(append(out, buf[:i]...), r.to...), true
 		buf = buf[i+len(r.from):]
 	}
 	k := partialSuffix(buf, r.from)
-	out = append(out, buf[:len(buf)-k]...)
-	r.held = append([]byte(nil), buf[len(buf)-k:]...)
-	return out
+	// held is its own buffer: buf may be r.in, or b, which the caller
+	// reuses.
+	r.held = append(r.held[:0], buf[len(buf)-k:]...)
+	if !renamed {
+		return buf[:len(buf)-k]
+	}
+	r.out = append(out, buf[:len(buf)-k]...)
+	return r.out
 }
 
 // rest is what is still held back, for the answer's end.

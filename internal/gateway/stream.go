@@ -16,10 +16,12 @@ import (
 //
 // each is given the data of every event of a streamed answer, in order and
 // without the closing "[DONE]", or the whole body of an answer that is not
-// a stream (stream false, or an embeddings route). An error from each stops
-// the request, freeing the engine's slot, and is returned. Any answer but a
-// 200 is an operator's error carrying the gateway's or the engine's
-// sentence, as Ask's; so is a stream the engine broke off before its end.
+// a stream (stream false, or an embeddings route); data is good only until
+// each returns, as it is read where the answer was written. An error from
+// each stops the request, freeing the engine's slot, and is returned. Any
+// answer but a 200 is an operator's error carrying the gateway's or the
+// engine's sentence, as Ask's; so is a stream the engine broke off before
+// its end.
 func (g *Gateway) AskStream(ctx context.Context, route string, body []byte, each func(data []byte) error) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -43,7 +45,7 @@ func (g *Gateway) AskStream(ctx context.Context, route string, body []byte, each
 	if !sw.stream {
 		return each(sw.body.Bytes())
 	}
-	sw.endLine()
+	sw.endLine(sw.line)
 	if sw.err != nil {
 		return sw.err
 	}
@@ -107,20 +109,26 @@ func (w *streamWriter) Write(b []byte) (int, error) {
 			}
 			break
 		}
-		w.line = append(w.line, b[:i]...)
+		line := b[:i]
+		if len(w.line) > 0 {
+			// Only a line cut by the read is copied: most are whole in
+			// one and handed on from where they were written.
+			w.line = append(w.line, line...)
+			line = w.line
+		}
 		b = b[i+1:]
-		if w.endLine(); w.err != nil {
+		if w.endLine(line); w.err != nil {
 			return 0, w.err
 		}
 	}
 	return n, nil
 }
 
-// endLine hands on the data of the line read so far. Each of an OpenAI
-// stream's events is one data line; comments, event names and blank lines
-// carry nothing to show.
-func (w *streamWriter) endLine() {
-	line := bytes.TrimRight(w.line, "\r")
+// endLine hands on the data of a line of the stream, without its newline.
+// Each of an OpenAI stream's events is one data line; comments, event
+// names and blank lines carry nothing to show.
+func (w *streamWriter) endLine(line []byte) {
+	line = bytes.TrimRight(line, "\r")
 	w.line = w.line[:0]
 	data, ok := bytes.CutPrefix(line, []byte("data:"))
 	if !ok {

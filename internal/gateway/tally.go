@@ -12,10 +12,11 @@ import (
 // timings) and in the last events of a stream, vLLM in usage alone.
 type tally struct {
 	stream bool
-	// A stream's line being read, and the last data line that carried
-	// counts.
+	// A stream's line being read, and the counts of the last data line
+	// that carried them: read as the line goes by rather than kept, as
+	// a line may be the relay's read buffer.
 	line []byte
-	last []byte
+	last counts
 	// skip is a line too long to be one of the counts' events.
 	skip bool
 	// done is whether the stream's closing "data: [DONE]" went by: the
@@ -57,17 +58,28 @@ func (t *tally) feed(b []byte) {
 			}
 			return
 		}
-		if !t.skip && len(t.line)+i <= maxLineKept {
+		switch {
+		case t.skip:
+		case len(t.line) == 0:
+			// A line whole in this read, as most of a stream's are, is
+			// read where it is: copying each event first was most of
+			// what a stream's counting allocated.
+			if i <= maxLineKept {
+				t.endLine(b[:i])
+			}
+		case len(t.line)+i <= maxLineKept:
 			t.line = append(t.line, b[:i]...)
-			t.endLine()
+			t.endLine(t.line)
 		}
 		t.line, t.skip = t.line[:0], false
 		b = b[i+1:]
 	}
 }
 
-func (t *tally) endLine() {
-	data, ok := bytes.CutPrefix(bytes.TrimRight(t.line, "\r"), []byte("data:"))
+// endLine reads one line of a stream, without its newline. It does not
+// keep line, which may be the relay's read buffer.
+func (t *tally) endLine(line []byte) {
+	data, ok := bytes.CutPrefix(bytes.TrimRight(line, "\r"), []byte("data:"))
 	if ok && string(bytes.TrimSpace(data)) == "[DONE]" {
 		t.done = true
 		return
@@ -90,7 +102,7 @@ func (t *tally) endLine() {
 	if !ok || !(bytes.Contains(data, []byte(`"usage"`)) || bytes.Contains(data, []byte(`"timings"`))) {
 		return
 	}
-	t.last = append(t.last[:0], data...)
+	t.last = countsOf(data)
 }
 
 // counts are the answer's tokens, as far as the engine said, and how long
@@ -101,10 +113,14 @@ type counts struct {
 }
 
 func (t *tally) counts() counts {
-	src := t.last
-	if !t.stream {
-		src = t.body
+	if t.stream {
+		return t.last
 	}
+	return countsOf(t.body)
+}
+
+// countsOf reads the counts of an answer's body, or of a stream's event.
+func countsOf(src []byte) counts {
 	var c counts
 	if timings := objectOf(src, `"timings"`); timings != nil {
 		// prompt_n is what the engine evaluated; cache_n what it took
