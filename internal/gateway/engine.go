@@ -152,8 +152,7 @@ func (ec *engineClient) conn(ctx context.Context, host string) (*engineConn, boo
 	if err != nil {
 		return nil, false, err
 	}
-	return &engineConn{Conn: nc, host: host, br: bufio.NewReaderSize(nc, 4<<10), bw: bufio.NewWriterSize(nc, 4<<10),
-		probe: newIdleProbe(nc)}, false, nil
+	return ec.wrap(nc, host), false, nil
 }
 
 // keep puts c back among host's idle connections.
@@ -261,9 +260,40 @@ func (b *engineBody) Close() error {
 // not closed it.
 func (b *engineBody) finish(whole bool) {
 	b.done = true
-	if b.stop() && whole && b.keep && b.c.br.Buffered() == 0 {
+	live := b.stop()
+	if live && whole && b.keep && b.c.br.Buffered() == 0 {
 		b.ec.keep(b.c)
 		return
 	}
 	b.c.Close()
+	if live && whole && !b.keep {
+		// The engine closes the connection after the answer
+		// (llama-server does after every streamed one): a new one is
+		// opened now, beside the client reading the answer's end, so the
+		// next request finds it open rather than dial in its own time.
+		go b.ec.warm(b.c.host)
+	}
+}
+
+// warmWithin bounds the dial of a connection opened ahead of a request.
+const warmWithin = 2 * time.Second
+
+// warm opens a connection to host and keeps it for the next request: one
+// for each the engine closed after a whole answer, so the connections
+// open to an engine stay as many as its requests at once. A dial that
+// fails costs nothing: the next request dials itself, and says why.
+func (ec *engineClient) warm(host string) {
+	ctx, cancel := context.WithTimeout(context.Background(), warmWithin)
+	defer cancel()
+	nc, err := ec.dial(ctx, "tcp", host)
+	if err != nil {
+		return
+	}
+	ec.keep(ec.wrap(nc, host))
+}
+
+// wrap is nc, a new connection to host, with its buffers.
+func (ec *engineClient) wrap(nc net.Conn, host string) *engineConn {
+	return &engineConn{Conn: nc, host: host, br: bufio.NewReaderSize(nc, 4<<10), bw: bufio.NewWriterSize(nc, 4<<10),
+		probe: newIdleProbe(nc)}
 }

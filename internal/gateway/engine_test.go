@@ -124,3 +124,55 @@ func TestARequestIsToldWrittenBeforeItsAnswer(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestAConnectionTheEngineClosesAfterItsAnswerIsReplacedAhead: an engine
+// that closes the connection after each answer (llama-server after every
+// streamed one) has a new connection opened as the answer ends, so the
+// next request is written at once on it rather than dial in its own time.
+func TestAConnectionTheEngineClosesAfterItsAnswerIsReplacedAhead(t *testing.T) {
+	from := make(chan string, 2) // the address each request came from
+	engine := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		from <- r.RemoteAddr
+		w.Header().Set("Connection", "close")
+		io.WriteString(w, "data: {}\n\ndata: [DONE]\n\n")
+	}))
+	defer engine.Close()
+	host, _ := hostOf(engine.URL)
+	ec := newEngineClient()
+	defer ec.closeIdle()
+	ask := func() {
+		t.Helper()
+		resp, err := ec.do(context.Background(), &engineRequest{host: host, target: "/v1/chat/completions", key: "k", body: []byte(`{"model":"m"}`)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := io.Copy(io.Discard, resp.Body); err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+	}
+	ask()
+	first := <-from
+	// The connection opened ahead, once it is kept.
+	var ahead string
+	deadline := time.Now().Add(5 * time.Second)
+	for ahead == "" {
+		ec.mu.Lock()
+		if cs := ec.idle[host]; len(cs) == 1 {
+			ahead = cs[0].LocalAddr().String()
+		}
+		ec.mu.Unlock()
+		if time.Now().After(deadline) {
+			t.Fatal("no connection was opened ahead after an answer the engine closed its connection after")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if ahead == first {
+		t.Fatalf("the connection kept is the one the engine closed (%s)", first)
+	}
+	ask()
+	if second := <-from; second != ahead {
+		t.Errorf("the second request came from %s, want %s, the connection opened ahead for it", second, ahead)
+	}
+}
