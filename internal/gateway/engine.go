@@ -28,6 +28,9 @@ type engineClient struct {
 
 	mu   sync.Mutex
 	idle map[string][]*engineConn // by host:port, the last put back last
+	// closed is set by closeIdle, the gateway's Close: a connection put
+	// back since (one opened ahead, warm) is closed, not kept.
+	closed bool
 }
 
 // Kept connections: as many per engine as requests it may have in flight
@@ -160,17 +163,18 @@ func (ec *engineClient) keep(c *engineConn) {
 	c.put = time.Now()
 	ec.mu.Lock()
 	defer ec.mu.Unlock()
-	if cs := ec.idle[c.host]; len(cs) < maxIdlePerEngine {
+	if cs := ec.idle[c.host]; len(cs) < maxIdlePerEngine && !ec.closed {
 		ec.idle[c.host] = append(cs, c)
 		return
 	}
 	c.Close()
 }
 
-// closeIdle closes the kept connections.
+// closeIdle closes the kept connections, and those put back from now on.
 func (ec *engineClient) closeIdle() {
 	ec.mu.Lock()
 	defer ec.mu.Unlock()
+	ec.closed = true
 	for host, cs := range ec.idle {
 		for _, c := range cs {
 			c.Close()
