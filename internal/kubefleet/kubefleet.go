@@ -158,7 +158,10 @@ type Fleet struct {
 	evictions map[[2]string]int
 	waiting   map[string]bool
 	heldBack  map[string]bool
-	memWaits  fleet.Waits
+	// givenFor is, by pod, the model it was given back to make room for
+	// (swap.go): its room is that model's as it comes back.
+	givenFor map[string]string
+	memWaits fleet.Waits
 	// begun and done count the passes over all models; passed is closed
 	// (and replaced) at the end of each, for Sync.
 	begun, done int

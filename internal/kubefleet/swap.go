@@ -39,7 +39,10 @@ import (
 // (keptBefore). Otherwise the later one's Deployment stays at the pods it
 // has placed, since a pod of it waiting for the scheduler would be placed
 // in the room the moment it came free, and its placement says, as the
-// local fleet's does, how much of the room is kept for whom.
+// local fleet's does, how much of the room is kept for whom. The room of
+// pods given back for a model is that model's as they go (givenFor), as
+// a replica stopping for a model is on the local fleet: the models after
+// it count it as coming back to them only once it is done with it.
 
 // fits is whether node n has room for a pod of profile p now (free), or
 // could have, were it idle: what the pod's requests ask, counted as the
@@ -81,14 +84,16 @@ func (f *Fleet) wantsRoom(m catalog.Model, want int) bool {
 
 // holding is one of the fleet's pods on a node, as the swap rule sees it,
 // with the memory and cards it asks for; going is a pod that gives its
-// room back already. Whether it is behind a waiting model (fleet.Behind)
-// is each asker's to say, from its readiness and its model's oldest
-// unanswered request (asked).
+// room back already, and givenFor the model it was given back for ("" for
+// none in particular: its room is whoever's needs it). Whether it is
+// behind a waiting model (fleet.Behind) is each asker's to say, from its
+// readiness and its model's oldest unanswered request (asked).
 type holding struct {
 	fleet.Holder
 	node      string
 	mem, gpus int64
 	going     bool
+	givenFor  string
 	ready     bool
 	asked     time.Time
 }
@@ -108,8 +113,15 @@ func (f *Fleet) holdings(byName map[string]catalog.Model) []holding {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	held := map[string]int{}
+	listed := make(map[string]bool, len(pods))
 	for _, pod := range pods {
 		held[pod.Annotations[annotationModel]] += f.holds[pod.Name]
+		listed[pod.Name] = true
+	}
+	for id := range f.givenFor {
+		if !listed[id] { // gone: its room has come back
+			delete(f.givenFor, id)
+		}
 	}
 	for _, pod := range pods {
 		if pod.Spec.NodeName == "" || pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
@@ -128,17 +140,35 @@ func (f *Fleet) holdings(byName map[string]catalog.Model) []holding {
 		if d != nil {
 			h.LastUsed, h.asked = d.lastUse, d.asks.Oldest()
 		}
+		if h.going {
+			h.givenFor = f.givenFor[pod.Name]
+		} else {
+			delete(f.givenFor, pod.Name) // not going after all: what gave it back is past
+		}
 		out = append(out, h)
 	}
 	return out
 }
 
-// holders are the holdings by node as the swap rule sees them for a model
-// whose oldest waiting request was asked at waits, holding what a pod of p
-// needs (memory, or cards), and what those going will give back on each
-// node.
-func holders(hs []holding, p catalog.Profile, waits time.Time) (map[string][]fleet.Holder, map[string]int64) {
-	out, going := map[string][]fleet.Holder{}, map[string]int64{}
+// goingRoom is what the pods going on a node will give back, as a model
+// that wants room counts it, as the local fleet counts its replicas
+// stopping: now is the room of those given back for it, or for none in
+// particular, which it has now; mine is the part given back for it, which
+// it keeps already (it is no node's free room); others are what each pod
+// given back for another model holds, which comes back to this one only
+// once that model is done with it (fleet.Keeps' stopping). Counted as its
+// own, a model asked for later would take the room freed for the first.
+type goingRoom struct {
+	now, mine int64
+	others    []int64
+}
+
+// holders are the holdings by node as the swap rule sees them for model
+// asker, whose oldest waiting request was asked at waits, holding what a
+// pod of p needs (memory, or cards), and what those going will give back
+// on each node, for asker or for others.
+func holders(hs []holding, p catalog.Profile, asker string, waits time.Time) (map[string][]fleet.Holder, map[string]goingRoom) {
+	out, going := map[string][]fleet.Holder{}, map[string]goingRoom{}
 	for _, h := range hs {
 		h.Held = h.mem
 		if p.GPUClass != "" {
@@ -148,7 +178,17 @@ func holders(hs []holding, p catalog.Profile, waits time.Time) (map[string][]fle
 		switch {
 		case h.Held == 0:
 		case h.going:
-			going[h.node] += h.Held
+			g := going[h.node]
+			switch h.givenFor {
+			case "":
+				g.now += h.Held
+			case asker:
+				g.now += h.Held
+				g.mine += h.Held
+			default:
+				g.others = append(g.others, h.Held)
+			}
+			going[h.node] = g
 		default: // the swap rule says which may go (fleet.Victims)
 			out[h.node] = append(out[h.node], h.Holder)
 		}
@@ -220,7 +260,7 @@ func (f *Fleet) makeRoom(m catalog.Model, want int, models []catalog.Model, now 
 	}
 	all := f.holdings(byName)
 	kept := f.keptBefore(m, models, nodes, all, now)
-	hs, going := holders(all, p, f.oldestAsk(m.Name))
+	hs, going := holders(all, p, m.Name, f.oldestAsk(m.Name))
 	o := look(m, p, nodes, hs, going, kept)
 	f.setWaiting(m.Name, o.waits)
 	if len(o.victims) > 0 {
@@ -247,15 +287,18 @@ type outlook struct {
 	// the room it has now it cannot spare (fleet.Keeps).
 	keep int64
 	// hold is whether its Deployment stays at the pods placed: room it
-	// could take now is kept for models before it, and a pod of it
-	// waiting for the scheduler could take that room as it came free.
+	// could take now is kept for models before it, or room it waits for
+	// is being given back for one, and a pod of it waiting for the
+	// scheduler could take that room as it came free.
 	hold bool
 }
 
 // look is what m finds for a pod of its profile p on nodes: hs are their
-// holders and going what pods given back already will free (holders), and
-// kept the room models before m keep.
-func look(m catalog.Model, p catalog.Profile, nodes []node, hs map[string][]fleet.Holder, going map[string]int64, kept *fleet.Kept) outlook {
+// holders and going what pods given back already will free, for m or for
+// others (holders), and kept the room models before m keep. The room of
+// pods given back for m is m's already: it keeps of the rest of a node's
+// room only what that does not cover.
+func look(m catalog.Model, p catalog.Profile, nodes []node, hs map[string][]fleet.Holder, going map[string]goingRoom, kept *fleet.Kept) outlook {
 	kp := keptProfile(p)
 	need := p.RAMBytes
 	if p.GPUClass != "" {
@@ -273,7 +316,7 @@ func look(m catalog.Model, p catalog.Profile, nodes []node, hs map[string][]flee
 		return outlook{node: nodes[best].name, keep: need}
 	}
 	var o outlook
-	claimedAny := false
+	claimedAny, othersAny := false, false
 	for _, n := range nodes {
 		if !fits(p, n, false) {
 			continue
@@ -286,24 +329,30 @@ func look(m catalog.Model, p catalog.Profile, nodes []node, hs map[string][]flee
 		claimedAny = claimedAny || claimed > 0
 		have -= claimed
 		g := going[n.name]
-		if have+g >= need && g > 0 {
-			return outlook{node: n.name, keep: need, text: fmt.Sprintf("making room on node %s: waiting for pods given back to stop", n.name)}
+		have += g.now
+		if have >= need && g.now > 0 {
+			return outlook{node: n.name, keep: need - g.mine, text: fmt.Sprintf("making room on node %s: waiting for pods given back to stop", n.name)}
 		}
 		victims, all, ok := fleet.Victims(hs[n.name], m, have, need)
 		if !ok {
-			if have+claimed+all+g >= need && !o.waits {
+			var others int64
+			for _, h := range g.others {
+				others += h
+			}
+			if have+claimed+all+others >= need && !o.waits {
 				o = outlook{node: n.name, waits: true, text: waitText(m, n.name, hs[n.name], kept, kp),
-					keep: fleet.Keeps(hs[n.name], m, have+g, claimed, need)}
+					keep: fleet.Keeps(hs[n.name], m, have, claimed, need, g.others...) - g.mine}
+				othersAny = others > 0
 			}
 			continue
 		}
 		if len(victims) == 0 {
 			continue // its memory or cards would do; something else (its cores) is short
 		}
-		return outlook{node: n.name, victims: victims, keep: need,
+		return outlook{node: n.name, victims: victims, keep: need - g.mine,
 			text: fmt.Sprintf("making room on node %s: giving back %s", n.name, podIDs(victims))}
 	}
-	o.hold = o.waits && claimedAny
+	o.hold = o.waits && (claimedAny || othersAny)
 	return o
 }
 
@@ -365,7 +414,7 @@ func (f *Fleet) keptBefore(m catalog.Model, models []catalog.Model, nodes []node
 			continue
 		}
 		p := e.Profiles[byPriority(e)[0]]
-		hs, going := holders(all, p, f.oldestAsk(e.Name))
+		hs, going := holders(all, p, e.Name, f.oldestAsk(e.Name))
 		o := look(e, p, nodes, hs, going, kept)
 		kept.Keep(o.node, keptProfile(p), e, o.keep)
 	}
@@ -392,10 +441,29 @@ func (f *Fleet) isParked(m catalog.Model) bool {
 }
 
 // giveBack forgets what was asked of the victims' models, so their
-// Deployments fall to 0, and says why on each.
+// Deployments fall to 0, and says why on each. Their pods are remembered
+// as given back for m, all of them, since their Deployments lose them
+// all: while they go, their room is m's, and the models asked for after
+// m count it as coming back to them only once m is done with it.
 func (f *Fleet) giveBack(victims []fleet.Holder, m catalog.Model, byName map[string]catalog.Model, now time.Time) []catalog.Model {
+	pods := map[string][]*corev1.Pod{}
+	for _, h := range victims {
+		if pods[h.Model] == nil {
+			pods[h.Model] = f.modelPods(h.Model)
+		}
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if f.givenFor == nil {
+		f.givenFor = map[string]string{}
+	}
+	for _, ps := range pods {
+		for _, pod := range ps {
+			if pod.DeletionTimestamp == nil {
+				f.givenFor[pod.Name] = m.Name
+			}
+		}
+	}
 	var out []catalog.Model
 	for _, h := range victims {
 		reason, why := fleet.GiveBackWhy(h, m, now)

@@ -393,3 +393,85 @@ func TestKubernetesKeepsRoomForTheFirstAsked(t *testing.T) {
 		}
 	})
 }
+
+// TestKubernetesKeepsRoomGivenBackForTheFirstAsked is the local fleet's
+// count of room being given back, on a real control plane, on the node of
+// 6 GB: alpha's pod (4 GB), given back for beta (5 GB) once its answer
+// ends, is beta's room as it comes back, not the models' asked for after
+// beta. gamma (2 GB), asked for next, counts on 1 GB of the 2 free (beta
+// keeps the other); delta (1 GB), asked for after gamma, waits instead of
+// taking it, as it would were alpha's room anybody's.
+func TestKubernetesKeepsRoomGivenBackForTheFirstAsked(t *testing.T) {
+	w := startSwapWorld(t)
+	f, cat, onDemand, admin, ready := w.f, w.cat, w.onDemand, w.c.Admin, w.ready
+	sized := func(name string, gb int64) {
+		m := onDemand(name)
+		m.Profiles[0].RAMBytes = gb << 30
+		cat.remove(name)
+		cat.add(m)
+	}
+	sized("beta", 5)
+	sized("gamma", 2)
+	sized("delta", 1)
+	f.Poke()
+
+	endAlpha := f.Use("alpha", 1)
+	alpha := ready("alpha")
+	// The answer alpha streams: its pod drains until it ends.
+	endAnswer, ok := f.Hold(alpha.ID)
+	if !ok {
+		t.Fatalf("a ready pod refused a request")
+	}
+	defer endAnswer()
+	time.Sleep(time.Millisecond)
+	endBeta := f.Use("beta", 1)
+	defer endBeta()
+	waitFor(t, "beta to wait for alpha", func() (fleet.ModelHealth, bool) {
+		h := health(f, "beta")
+		return h, strings.Contains(h.Placement, "waiting for "+alpha.ID+" to finish the requests it answers")
+	})
+	time.Sleep(time.Millisecond)
+	endAlpha2 := f.Use("alpha", 1) // asked after beta: behind it
+	defer endAlpha2()
+	endAlpha()
+	waitFor(t, "beta to wait for alpha's pod given back for it", func() (fleet.ModelHealth, bool) {
+		h := health(f, "beta")
+		return h, strings.Contains(h.Placement, "waiting for pods given back to stop")
+	})
+	if h := health(f, "alpha"); !strings.Contains(h.LastStop, "given back for beta once the answers it has end") {
+		t.Errorf("alpha's last stop %q; want given back for beta once its answers end", h.LastStop)
+	}
+
+	time.Sleep(time.Millisecond)
+	endGamma := f.Use("gamma", 1)
+	defer endGamma()
+	waitFor(t, "gamma to wait behind beta", func() (fleet.ModelHealth, bool) {
+		h := health(f, "gamma")
+		return h, strings.Contains(h.Placement, "waiting behind beta")
+	})
+	time.Sleep(time.Millisecond)
+	endDelta := f.Use("delta", 1)
+	defer endDelta()
+	h := waitFor(t, "delta to wait for room", func() (fleet.ModelHealth, bool) {
+		h := health(f, "delta")
+		return h, strings.Contains(h.Placement, "making room on node small-1")
+	})
+	time.Sleep(2 * time.Second) // passes in which delta must not start
+	if rs := replicasOf(f, "delta"); len(rs) != 0 || *deploymentOf(t, admin, "delta").Spec.Replicas != 0 {
+		t.Fatalf("delta, asked after gamma, took the 1 GB free that gamma counts on while alpha's pod, given back for beta, drains (placement %q): %+v",
+			h.Placement, rs)
+	}
+	if h := health(f, "delta"); !strings.Contains(h.Placement, "waiting behind beta, gamma, asked for before it") || h.Unplaceable {
+		t.Errorf("delta's health %+v; want it waiting behind beta and gamma, not unplaceable", h)
+	}
+
+	// alpha's answer ends: its room is beta's. gamma then waits for busy
+	// beta, which gives it back more than it needs: the 1 GB left is
+	// room gamma never needs, and delta takes it.
+	endAnswer()
+	ready("beta")
+	ready("delta")
+	if rs := f.Serving("gamma"); len(rs) != 0 {
+		t.Errorf("gamma serving %+v with busy beta holding its room", rs)
+	}
+}
