@@ -36,6 +36,21 @@ type swapWorld struct {
 	onDemand func(name string) catalog.Model
 }
 
+// backfillSizes gives the backfill tests their models on the 6 GB node:
+// alpha 4 GB as every model starts, beta 5, gamma 2 and delta 1.
+func (w *swapWorld) backfillSizes() {
+	for _, s := range []struct {
+		name string
+		gb   int64
+	}{{"beta", 5}, {"gamma", 2}, {"delta", 1}} {
+		m := w.onDemand(s.name)
+		m.Profiles[0].RAMBytes = s.gb << 30
+		w.cat.remove(s.name)
+		w.cat.add(m)
+	}
+	w.f.Poke()
+}
+
 // mirrorToken is what the swap world's pods fetch weights with.
 const mirrorToken = "ms_nodes"
 
@@ -317,17 +332,8 @@ func TestKubernetesSwapOrder(t *testing.T) {
 // alpha falls idle.
 func TestKubernetesKeepsRoomForTheFirstAsked(t *testing.T) {
 	w := startSwapWorld(t)
-	f, cat, onDemand, admin, ready := w.f, w.cat, w.onDemand, w.c.Admin, w.ready
-	sized := func(name string, gb int64) {
-		m := onDemand(name)
-		m.Profiles[0].RAMBytes = gb << 30
-		cat.remove(name)
-		cat.add(m)
-	}
-	sized("beta", 5)
-	sized("gamma", 2)
-	sized("delta", 1)
-	f.Poke()
+	f, cat, admin, ready := w.f, w.cat, w.c.Admin, w.ready
+	w.backfillSizes()
 	// betaWaits has alpha answer, and beta asked for after it, waiting.
 	betaWaits := func(t *testing.T) (alpha fleet.Replica, endAlpha, endBeta func()) {
 		t.Helper()
@@ -403,17 +409,8 @@ func TestKubernetesKeepsRoomForTheFirstAsked(t *testing.T) {
 // taking it, as it would were alpha's room anybody's.
 func TestKubernetesKeepsRoomGivenBackForTheFirstAsked(t *testing.T) {
 	w := startSwapWorld(t)
-	f, cat, onDemand, admin, ready := w.f, w.cat, w.onDemand, w.c.Admin, w.ready
-	sized := func(name string, gb int64) {
-		m := onDemand(name)
-		m.Profiles[0].RAMBytes = gb << 30
-		cat.remove(name)
-		cat.add(m)
-	}
-	sized("beta", 5)
-	sized("gamma", 2)
-	sized("delta", 1)
-	f.Poke()
+	f, admin, ready := w.f, w.c.Admin, w.ready
+	w.backfillSizes()
 
 	endAlpha := f.Use("alpha", 1)
 	alpha := ready("alpha")
