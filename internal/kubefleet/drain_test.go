@@ -17,6 +17,7 @@ import (
 
 	"modelserve/catalog"
 	"modelserve/internal/fleet"
+	"modelserve/internal/kubefleet"
 	"modelserve/internal/kubetest"
 	"modelserve/internal/llamatest"
 )
@@ -112,12 +113,7 @@ func TestKubernetesDrainsBeforeDeleting(t *testing.T) {
 		for _, release := range releases {
 			release() // removed, its pods drain first (TestKubernetesRemovalDrains)
 		}
-		cat.remove("trio")
-		f.Poke()
-		waitFor(t, "trio's pods to be gone", func() ([]fleet.Replica, bool) {
-			rs := replicasOf(f, "trio")
-			return rs, len(rs) == 0
-		})
+		removeAndWait(t, f, cat, "trio")
 	})
 
 	t.Run("lowering max deletes the idle pod, not the one answering", func(t *testing.T) {
@@ -171,12 +167,7 @@ func TestKubernetesDrainsBeforeDeleting(t *testing.T) {
 			return rs, len(rs) == 1 && rs[0].ID == b.ID && *deploymentOf(t, admin, "duo").Spec.Replicas == 1
 		})
 		second()
-		cat.remove("duo")
-		f.Poke()
-		waitFor(t, "duo's pods to be gone", func() ([]fleet.Replica, bool) {
-			rs := replicasOf(f, "duo")
-			return rs, len(rs) == 0
-		})
+		removeAndWait(t, f, cat, "duo")
 	})
 
 	t.Run("a restarted pod ends its answer, then a new pod comes", func(t *testing.T) {
@@ -543,4 +534,16 @@ func hasDeployment(t *testing.T, admin kubernetes.Interface, name string) bool {
 		t.Fatal(err)
 	}
 	return err == nil && d.DeletionTimestamp == nil
+}
+
+// removeAndWait removes model from the catalog and waits for its pods to
+// be gone.
+func removeAndWait(t *testing.T, f *kubefleet.Fleet, cat *memCatalog, model string) {
+	t.Helper()
+	cat.remove(model)
+	f.Poke()
+	waitFor(t, model+"'s pods to be gone", func() ([]fleet.Replica, bool) {
+		rs := replicasOf(f, model)
+		return rs, len(rs) == 0
+	})
 }
