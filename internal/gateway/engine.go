@@ -31,6 +31,9 @@ type engineClient struct {
 	// closed is set by closeIdle, the gateway's Close: a connection put
 	// back since (one opened ahead, warm) is closed, not kept.
 	closed bool
+	// swept is when the kept connections of every engine were last
+	// looked over (sweepLocked).
+	swept time.Time
 }
 
 // Kept connections: as many per engine as requests it may have in flight
@@ -39,6 +42,9 @@ type engineClient struct {
 const (
 	maxIdlePerEngine = 256
 	idleFor          = 90 * time.Second
+	// sweepEvery is how often, at most, keep looks over every engine's
+	// kept connections for those idle longer than idleFor.
+	sweepEvery = 10 * time.Second
 )
 
 func newEngineClient() *engineClient {
@@ -163,11 +169,40 @@ func (ec *engineClient) keep(c *engineConn) {
 	c.put = time.Now()
 	ec.mu.Lock()
 	defer ec.mu.Unlock()
+	if c.put.Sub(ec.swept) >= sweepEvery {
+		ec.sweepLocked(c.put)
+	}
 	if cs := ec.idle[c.host]; len(cs) < maxIdlePerEngine && !ec.closed {
 		ec.idle[c.host] = append(cs, c)
 		return
 	}
 	c.Close()
+}
+
+// sweepLocked closes the connections kept longer than idleFor, of every
+// engine, and forgets the engines none is kept for. conn looks only at
+// the engine it is asked for: an engine stopped (a replica retired, a
+// model swapped out, each started again on a port of its own) is never
+// asked for again, and the connections kept for it stayed open, one or
+// more with each swap, for as long as modelserve ran. ec.mu is held.
+func (ec *engineClient) sweepLocked(now time.Time) {
+	ec.swept = now
+	for host, cs := range ec.idle {
+		fresh := cs[:0]
+		for _, c := range cs {
+			if now.Sub(c.put) >= idleFor {
+				c.Close()
+				continue
+			}
+			fresh = append(fresh, c)
+		}
+		clear(cs[len(fresh):])
+		if len(fresh) == 0 {
+			delete(ec.idle, host)
+		} else {
+			ec.idle[host] = fresh
+		}
+	}
 }
 
 // closeIdle closes the kept connections, and those put back from now on.

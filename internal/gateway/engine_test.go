@@ -176,3 +176,33 @@ func TestAConnectionTheEngineClosesAfterItsAnswerIsReplacedAhead(t *testing.T) {
 		t.Errorf("the second request came from %s, want %s, the connection opened ahead for it", second, ahead)
 	}
 }
+
+// TestConnectionsKeptForAnEngineGoneAreClosed: the connections kept for
+// an engine nobody asks for any more (its replica retired; the next
+// starts on another port) are closed once idle for idleFor, when a
+// connection to any engine is next put back, and the engine forgotten.
+func TestConnectionsKeptForAnEngineGoneAreClosed(t *testing.T) {
+	ec := newEngineClient()
+	defer ec.closeIdle()
+	ours, theirs := net.Pipe()
+	defer theirs.Close()
+	ec.idle["127.0.0.1:1"] = []*engineConn{{Conn: ours, host: "127.0.0.1:1", put: time.Now().Add(-idleFor)}}
+	other, otherEnd := net.Pipe()
+	defer otherEnd.Close()
+	ec.keep(&engineConn{Conn: other, host: "127.0.0.1:2"})
+
+	ec.mu.Lock()
+	_, kept := ec.idle["127.0.0.1:1"]
+	n := len(ec.idle["127.0.0.1:2"])
+	ec.mu.Unlock()
+	if kept {
+		t.Error("the engine gone is still among those connections are kept for")
+	}
+	if n != 1 {
+		t.Errorf("%d connections kept for the engine in use, want the one put back", n)
+	}
+	theirs.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := theirs.Read(make([]byte, 1)); err != io.EOF {
+		t.Errorf("the connection kept for the engine gone reads %v at its other end, want it closed (EOF)", err)
+	}
+}
