@@ -24,16 +24,7 @@ import (
 )
 
 func TestAStreamedChatIsATraceContinuingTheCallers(t *testing.T) {
-	rcv := otlptest.Start(t)
-	tr, err := trace.New(func(k string) string {
-		if k == "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT" {
-			return rcv.URL
-		}
-		return ""
-	}, trace.Options{Every: 50 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
+	rcv, tr := traceTo(t)
 	e := mustEnv(t, Options{Tracer: tr.Tracer("modelserve/gateway"), Propagator: tr.Propagator})
 	e.mustAdd(chatModel(t, "tiny", ggufgen.Spec{}))
 	e.waitServing("tiny", 1)
@@ -49,7 +40,6 @@ func TestAStreamedChatIsATraceContinuingTheCallers(t *testing.T) {
 	if err := stream.Err(); err != nil {
 		t.Fatal(err)
 	}
-	defer tr.Shutdown(context.Background())
 	req := rcv.WaitFor(t, "chat tiny")
 	if req.TraceID != callerTrace || req.ParentID != callerSpan || req.Kind != "SPAN_KIND_SERVER" {
 		t.Fatalf("request span %+v; want the caller's trace continued", req)
@@ -85,14 +75,7 @@ func TestAStreamedChatIsATraceContinuingTheCallers(t *testing.T) {
 // TestTraceContentRecordsThePromptWhenAsked: with --trace-content the
 // request's span has the prompt and the answer, plain and streamed.
 func TestTraceContentRecordsThePromptWhenAsked(t *testing.T) {
-	rcv := otlptest.Start(t)
-	tr, err := trace.New(func(k string) string {
-		return map[string]string{"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": rcv.URL}[k]
-	}, trace.Options{Every: 50 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tr.Shutdown(context.Background())
+	rcv, tr := traceTo(t)
 	e := mustEnv(t, Options{Tracer: tr.Tracer("modelserve/gateway"), Propagator: tr.Propagator, TraceContent: true})
 	e.mustAdd(chatModel(t, "tiny", ggufgen.Spec{}))
 	e.waitServing("tiny", 1)
@@ -147,14 +130,7 @@ func TestTraceContentRecordsThePromptWhenAsked(t *testing.T) {
 // has a span for the wait for its replica to start, a cold start (no
 // other replica was given back for it), before the routing decision.
 func TestAColdStartIsASpan(t *testing.T) {
-	rcv := otlptest.Start(t)
-	tr, err := trace.New(func(k string) string {
-		return map[string]string{"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": rcv.URL}[k]
-	}, trace.Options{Every: 50 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tr.Shutdown(context.Background())
+	rcv, tr := traceTo(t)
 	e := mustEnv(t, Options{Tracer: tr.Tracer("modelserve/gateway"), Propagator: tr.Propagator})
 	m := chatModel(t, "lazy", ggufgen.Spec{})
 	m.Scaling = catalog.Scaling{Min: 0, Max: 1}
@@ -184,14 +160,7 @@ func TestAColdStartIsASpan(t *testing.T) {
 // demand, the request for the second waits in a span named swap, which
 // says which replica was given back for it.
 func TestASwapIsASpan(t *testing.T) {
-	rcv := otlptest.Start(t)
-	tr, err := trace.New(func(k string) string {
-		return map[string]string{"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": rcv.URL}[k]
-	}, trace.Options{Every: 50 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tr.Shutdown(context.Background())
+	rcv, tr := traceTo(t)
 	node, err := fleet.Local(fleet.LocalConfig{Name: "small", CPUCores: 2, RAMBytes: 8 << 30, GPUs: []fleet.Card{}})
 	if err != nil {
 		t.Fatal(err)
@@ -249,14 +218,7 @@ func TestStoppedFor(t *testing.T) {
 // (modelserve.canary_of), as the engines' own token counts tell who
 // answered; once the trial ends, the spans say nothing of one.
 func TestACanaryTrialSaysWhichVersionAnswered(t *testing.T) {
-	rcv := otlptest.Start(t)
-	tr, err := trace.New(func(k string) string {
-		return map[string]string{"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": rcv.URL}[k]
-	}, trace.Options{Every: 50 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tr.Shutdown(context.Background())
+	rcv, tr := traceTo(t)
 	e := mustEnv(t, Options{Tracer: tr.Tracer("modelserve/gateway"), Propagator: tr.Propagator})
 	e.mustAdd(chatModel(t, "chatty", ggufgen.Spec{}))
 	canary := canaryModel(t, "chatty", 0.5)
@@ -366,4 +328,19 @@ func TestTheEngineIsSentTheTraceContext(t *testing.T) {
 			}
 		})
 	}
+}
+
+// traceTo is tracing exported to a receiver of the test's own every 50
+// ms, shut down when the test ends.
+func traceTo(t *testing.T) (*otlptest.Receiver, *trace.Tracing) {
+	t.Helper()
+	rcv := otlptest.Start(t)
+	tr, err := trace.New(func(k string) string {
+		return map[string]string{"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": rcv.URL}[k]
+	}, trace.Options{Every: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tr.Shutdown(context.Background()) })
+	return rcv, tr
 }
