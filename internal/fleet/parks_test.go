@@ -3,6 +3,7 @@ package fleet
 import (
 	"context"
 	"database/sql"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -56,9 +57,12 @@ func TestParkedModelStaysParkedAcrossARestart(t *testing.T) {
 		h, _ := first.health("foo")
 		return h.Parked, "health " + h.Reason
 	})
-	if got := keptParks(t, db); len(got) != 1 || got[0] != "foo" {
-		t.Fatalf("the database keeps the parks of %v, want foo's", got)
-	}
+	// The park is written just after the fleet says it, by the replica
+	// that ended.
+	waitFor(t, 10*time.Second, "foo's park kept in the database", func() (bool, string) {
+		got := keptParks(t, db)
+		return len(got) == 1 && got[0] == "foo", fmt.Sprintf("the database keeps the parks of %v, want foo's", got)
+	})
 	// The process stops. A park kept for a model since removed from the
 	// catalog is forgotten at the next start.
 	first.stop(t)
