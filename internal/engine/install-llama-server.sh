@@ -63,10 +63,11 @@ if cards; then
 	backends=(cuda vulkan)
 fi
 
-# Ready is an engine that starts, with its backend tried when there are
-# cards.
+# Ready is an engine that starts, laid out as this script lays it (exe/:
+# a copy from before it is laid out again), with its backend tried when
+# there are cards.
 ready() {
-	[[ -x $engine ]] && "$engine" --version 2>&1 | grep -q '^version: ' &&
+	[[ -x $engine && -d $dir/root/exe ]] && "$engine" --version 2>&1 | grep -q '^version: ' &&
 		{ [[ ${#backends[@]} -eq 0 ]] || [[ -f $dir/BACKEND ]]; }
 }
 
@@ -98,8 +99,8 @@ for tool in apt-get dpkg-deb dpkg; do
 done
 
 case $(dpkg --print-architecture) in
-amd64) triplet=x86_64-linux-gnu loader=ld-linux-x86-64.so.2 ;;
-arm64) triplet=aarch64-linux-gnu loader=ld-linux-aarch64.so.1 ;;
+amd64) triplet=x86_64-linux-gnu loader=ld-linux-x86-64.so.2 baseline=libggml-cpu-x64.so ;;
+arm64) triplet=aarch64-linux-gnu loader=ld-linux-aarch64.so.1 baseline= ;;
 *)
 	say "no llama-server build is set up for $(dpkg --print-architecture) machines: install llama-server yourself and pass --llama-server"
 	exit 1
@@ -205,16 +206,38 @@ if [[ ! -x $root/usr/bin/llama-server || ! -e $lib/$loader ]]; then
 	exit 1
 fi
 
-# ggml loads its backends at run time, choosing the best variant for this
-# CPU among the libggml-cpu-*.so (and a GPU backend, libggml-cuda.so or
-# libggml-vulkan.so, when there is one) it finds in a folder compiled in as
-# /usr/lib/$triplet/ggml/backends0 (the system's, not ours) and in the
-# folder of the running executable. Started through the loader, the running
-# executable is the loader itself, in $lib: links there make the extracted
-# backends the ones it finds.
+# ggml loads its backends at run time from the folder of the running
+# executable (and from /usr/lib/$triplet/ggml/backends0, compiled in: the
+# system's, not ours). Started through the loader, the running executable
+# is the loader itself, so the loader's folder is the one ggml reads: exe/,
+# a link of the loader beside links to the backends, apart from $lib.
+# ggml opens every libggml-cpu-*.so it finds there to score it against this
+# CPU before it keeps the best, and Debian ships fourteen: opening them all
+# took about as long as the rest of a tiny model's start. Once the best for
+# this machine is known, exe/ keeps it and the baseline variant, which runs
+# on any CPU of the architecture: on another CPU than this one (a cache
+# copied to another machine) the best scores nothing there and the
+# baseline runs. A GPU backend (libggml-cuda.so or libggml-vulkan.so) is
+# linked as it is.
+exe=$root/exe
+mkdir "$exe"
+ln "$lib/$loader" "$exe/$loader" 2>/dev/null || cp "$lib/$loader" "$exe/$loader"
 for so in "$lib"/ggml/backends0/libggml-*.so; do
-	ln -s "ggml/backends0/$(basename "$so")" "$lib/"
+	ln -s "../usr/lib/$triplet/ggml/backends0/$(basename "$so")" "$exe/"
 done
+run_engine() { "$exe/$loader" --library-path "$lib/llama:$lib:$root/lib/$triplet" "$root/usr/bin/llama-server" "$@"; }
+# The variant ggml chose, from its own line at a start that stops at once
+# (no such model), said at verbosity 4: "load_backend: loaded CPU backend from .../libggml-cpu-zen4.so".
+best=$(run_engine -m "$work/none.gguf" --port 0 -lv 4 2>&1 | sed -n 's|.*loaded CPU backend from .*/\(libggml-cpu-[A-Za-z0-9_.-]*\.so\)$|\1|p' | head -n 1 || true)
+if [[ -n $best && -n $baseline && -e $exe/$best && -e $exe/$baseline ]]; then
+	for so in "$exe"/libggml-cpu-*.so; do
+		case $(basename "$so") in "$best" | "$baseline") ;; *) rm "$so" ;; esac
+	done
+	printf '%s\n' "$best" >"$work/CPU"
+	say "ggml runs $best on this CPU; the engine starts with it and the baseline $baseline"
+else
+	say "could not tell which CPU variant ggml runs here: the engine starts with all $(ls "$exe"/libggml-cpu-*.so | wc -l) of them"
+fi
 
 # The wrapper names the folder it will live in, rather than finding itself
 # at run time: it must work through a symlink and with any PATH, even an
@@ -224,16 +247,15 @@ cat >"$work/llama-server" <<WRAPPER
 # llama.cpp's llama-server from Debian sid, run through the C library it was
 # built against (see install-llama-server.sh in modelserve's source).
 lib='$dir/root/usr/lib/$triplet'
-exec "\$lib/$loader" --library-path "\$lib/llama:\$lib:$dir/root/lib/$triplet" '$dir/root/usr/bin/llama-server' "\$@"
+exec '$dir/root/exe/$loader' --library-path "\$lib/llama:\$lib:$dir/root/lib/$triplet" '$dir/root/usr/bin/llama-server' "\$@"
 WRAPPER
 chmod +x "$work/llama-server"
 
 # The same command from where the files are now, before they move.
-version=$("$lib/$loader" --library-path "$lib/llama:$lib:$root/lib/$triplet" "$root/usr/bin/llama-server" --version 2>&1 |
-	grep -m 1 '^version: ' || true)
+version=$(run_engine --version 2>&1 | grep -m 1 '^version: ' || true)
 if [[ -z $version ]]; then
 	say "the unpacked llama-server does not start:"
-	"$lib/$loader" --library-path "$lib/llama:$lib:$root/lib/$triplet" "$root/usr/bin/llama-server" --version >&2 || true
+	run_engine --version >&2 || true
 	exit 1
 fi
 package=$(dpkg-deb -f "$apt/archives"/llama.cpp-tools_*.deb Version)

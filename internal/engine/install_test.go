@@ -30,9 +30,11 @@ func TestTheInstallerFetchesAGPUBackendWhereThereAreCards(t *testing.T) {
 		name string
 		smi  string // the stand-in nvidia-smi; "" for none
 		// installed: a working engine already in the cache, and whether
-		// it was installed with its backend tried.
-		installed, backend bool
-		want               []string
+		// it was installed with its backend tried; oldLayout, one
+		// installed before the engine ran from exe/ with the CPU
+		// backends chosen for the machine.
+		installed, backend, oldLayout bool
+		want                          []string
 	}{
 		{name: "no cards", want: []string{enginePackages}},
 		{name: "two cards", smi: lists, want: []string{enginePackages, cudaPackages, vulkanPackages}},
@@ -40,6 +42,7 @@ func TestTheInstallerFetchesAGPUBackendWhereThereAreCards(t *testing.T) {
 		{name: "installed, no cards", installed: true, want: []string{"ready"}},
 		{name: "installed before the cards", smi: lists, installed: true, want: []string{enginePackages, cudaPackages, vulkanPackages}},
 		{name: "installed with its backend", smi: lists, installed: true, backend: true, want: []string{"ready"}},
+		{name: "installed in the layout before exe/", installed: true, oldLayout: true, want: []string{enginePackages}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -56,6 +59,11 @@ func TestTheInstallerFetchesAGPUBackendWhereThereAreCards(t *testing.T) {
 				}
 				if err := os.Symlink(llamatest.Path(t), filepath.Join(dir, "llama-server")); err != nil {
 					t.Fatal(err)
+				}
+				if !tt.oldLayout {
+					if err := os.MkdirAll(filepath.Join(dir, "root", "exe"), 0o755); err != nil {
+						t.Fatal(err)
+					}
 				}
 				if tt.backend {
 					if err := os.WriteFile(filepath.Join(dir, "BACKEND"), []byte("cuda\n"), 0o644); err != nil {

@@ -24,14 +24,16 @@ import (
 
 // BenchmarkRouterMode: llama.cpp's own router (llama-server --models-dir,
 // --models-max: it starts an engine for a model on its first request)
-// beside modelserve, on the same engine, file and flags, in one run: the
-// cold first request of each (from the request to the first token of a
+// beside modelserve, on the same engine build, file and flags, in one run:
+// the cold first request of each (from the request to the first token of a
 // model not loaded), then throughput and p50 at 1 and 8 clients against
 // the engine asked directly. Reported: router/direct and modelserve/direct
-// throughput, the p50 each adds, and both cold starts.
+// throughput, the p50 each adds, and both cold starts. Each runs the build
+// as it is installed: the router as Debian ships it, modelserve as
+// install-llama-server.sh lays it out (through its wrapper script, with
+// the CPU backends ggml chose for this machine).
 func BenchmarkRouterMode(b *testing.B) {
 	bin, env := routerEngine(b)
-	sameEngine(b, bin, env)
 	const slots, pool = 4, 4096
 	dir := b.TempDir()
 	if err := ggufgen.WriteFile(filepath.Join(dir, "tiny.gguf"), ggufgen.Spec{}); err != nil {
@@ -210,29 +212,6 @@ func unload(b *testing.B, routerURL, model string) {
 	b.Fatalf("the router did not unload %s within 20s", model)
 }
 
-// sameEngine has modelserve's fleet run bin, the router's engine, with
-// env, as the router runs it: the installed copy's wrapper script, which
-// the fleet would run otherwise, spent about 1.5 ms of every cold start in
-// /bin/sh before the engine's loader began, a cost of how the tests
-// install llama-server that the router's engine did not pay.
-func sameEngine(b *testing.B, bin string, env []string) {
-	if bin == llamatest.Path(b) {
-		return // the operator's own engine: both run it already
-	}
-	cache := b.TempDir() // $MODELSERVE_CACHE/llama.cpp/llama-server, as engine.Installed finds it
-	if err := os.Mkdir(filepath.Join(cache, "llama.cpp"), 0o755); err != nil {
-		b.Fatal(err)
-	}
-	if err := os.Symlink(bin, filepath.Join(cache, "llama.cpp", "llama-server")); err != nil {
-		b.Fatal(err)
-	}
-	b.Setenv("MODELSERVE_CACHE", cache)
-	for _, kv := range env {
-		k, v, _ := strings.Cut(kv, "=")
-		b.Setenv(k, v) // the fleet's engines inherit modelserve's environment
-	}
-}
-
 // routerEngine is the llama-server to run in router mode, and what it
 // needs added to its environment, or skips the benchmark with why when it
 // has no router mode.
@@ -284,10 +263,13 @@ func routerEngine(b *testing.B) (string, []string) {
 		b.Fatal(err)
 	}
 	padded := append([]byte(loader), make([]byte, len(interp)-len(loader))...)
-	// ggml looks for its CPU backends beside the executable, where the
-	// loader is.
+	// ggml looks for its CPU backends beside the executable: there, the
+	// ones Debian ships, all of which it opens at each start to choose
+	// one, as Debian's llama-server does from the folder they are
+	// installed in. (The installed copy modelserve runs keeps only the
+	// one chosen for this machine and the baseline: install-llama-server.sh.)
 	home := b.TempDir()
-	backends, _ := filepath.Glob(filepath.Join(lib, "libggml-cpu-*.so"))
+	backends, _ := filepath.Glob(filepath.Join(lib, "ggml", "backends0", "libggml-cpu-*.so"))
 	for _, so := range backends {
 		if err := os.Symlink(so, filepath.Join(home, filepath.Base(so))); err != nil {
 			b.Fatal(err)
