@@ -164,7 +164,7 @@ func BenchmarkRouterMode(b *testing.B) {
 }
 
 // coldRounds is how many cold starts of each are measured.
-const coldRounds = 5
+const coldRounds = 9
 
 // unload asks the router to stop the engine of model, and waits until it
 // says the model is not loaded.
