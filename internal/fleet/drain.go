@@ -21,11 +21,11 @@ import (
 // when the answer has ended. A hold asked of a replica already draining is
 // refused, so no request reaches an engine the fleet may have stopped.
 
-// Hold says that a request is being sent to replica id: the replica is
-// not stopped until release is called (or the drain timeout passes). ok
-// is false when the replica is not one to send to: it is draining,
-// stopping, not ready, or gone.
-func (f *Fleet) Hold(id string) (release func(), ok bool) {
+// Hold says that a request asked at askedAt (as it was told to Use) is
+// being sent to replica id: the replica is not stopped until release is
+// called (or the drain timeout passes). ok is false when the replica is
+// not one to send to: it is draining, stopping, not ready, or gone.
+func (f *Fleet) Hold(id string, askedAt time.Time) (release func(), ok bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	r, found := f.replicas[id]

@@ -21,9 +21,10 @@ import (
 // gateway bounds.
 type Asks struct{ at []time.Time }
 
-// Add counts a request asked at t. Requests are added in the order they
-// came (under the fleet's lock), so t is the newest; one out of order is
-// put in its place.
+// Add counts a request asked at t. Requests are mostly added in the order
+// they came, so t is mostly the newest; one that took longer to reach the
+// fleet than a later one (its body was slower to read) is put in its
+// place.
 func (a *Asks) Add(t time.Time) {
 	if n := len(a.at); n == 0 || !t.Before(a.at[n-1]) {
 		a.at = append(a.at, t)

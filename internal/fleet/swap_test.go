@@ -21,7 +21,7 @@ func swapEntry(t *testing.T, name string, memGB int) catalog.Model {
 // ask is a request for model that ends once a replica of it is ready.
 func (tf *testFleet) ask(t *testing.T, model string) Replica {
 	t.Helper()
-	release := tf.Use(model, 1)
+	release := tf.Use(model, 1, time.Now())
 	defer release()
 	return tf.waitReady(t, model, readyWithin)
 }
@@ -113,12 +113,12 @@ func TestBusyReplicaIsNeverGivenBack(t *testing.T) {
 	MustAdd(t, nc, swapEntry(t, "alpha", 5))
 	MustAdd(t, nc, swapEntry(t, "beta", 5))
 	a := fl.ask(t, "alpha")
-	useA := fl.Use("alpha", 1)
-	holdA, ok := fl.Hold(a.ID)
+	useA := fl.Use("alpha", 1, time.Now())
+	holdA, ok := fl.Hold(a.ID, time.Now())
 	if !ok {
 		t.Fatal("alpha's ready replica cannot be held")
 	}
-	release := fl.Use("beta", 1)
+	release := fl.Use("beta", 1, time.Now())
 	defer release()
 	waitFor(t, 5*time.Second, "beta waiting for alpha's answer", func() (bool, string) {
 		h, _ := fl.health("beta")
@@ -150,11 +150,11 @@ func TestWaitersForRoomAreServedInArrivalOrder(t *testing.T) {
 		MustAdd(t, nc, swapEntry(t, n, 5))
 	}
 	a := fl.ask(t, "alpha")
-	useA := fl.Use("alpha", 1)
-	holdA, _ := fl.Hold(a.ID)
-	useZ := fl.Use("zeta", 1)
+	useA := fl.Use("alpha", 1, time.Now())
+	holdA, _ := fl.Hold(a.ID, time.Now())
+	useZ := fl.Use("zeta", 1, time.Now())
 	time.Sleep(5 * time.Millisecond)
-	useB := fl.Use("beta", 1)
+	useB := fl.Use("beta", 1, time.Now())
 	defer useB()
 	fl.Poke()
 	waitFor(t, 5*time.Second, "zeta and beta waiting", func() (bool, string) {
@@ -185,10 +185,10 @@ func TestModelAskedAgainAndAgainDoesNotStarveAWaitingOne(t *testing.T) {
 	MustAdd(t, nc, swapEntry(t, "alpha", 5))
 	MustAdd(t, nc, swapEntry(t, "beta", 5))
 	a := fl.ask(t, "alpha")
-	use1 := fl.Use("alpha", 1)
-	hold1, _ := fl.Hold(a.ID)
+	use1 := fl.Use("alpha", 1, time.Now())
+	hold1, _ := fl.Hold(a.ID, time.Now())
 	time.Sleep(time.Millisecond)
-	useB := fl.Use("beta", 1)
+	useB := fl.Use("beta", 1, time.Now())
 	defer useB()
 	fl.Poke()
 	waitFor(t, 5*time.Second, "beta waiting for alpha-1", func() (bool, string) {
@@ -198,8 +198,8 @@ func TestModelAskedAgainAndAgainDoesNotStarveAWaitingOne(t *testing.T) {
 	// alpha is asked again, after beta: its replica has answers on, but
 	// beta is ahead of this request, and behind the first.
 	time.Sleep(time.Millisecond)
-	use2 := fl.Use("alpha", 1)
-	hold2, ok := fl.Hold(a.ID)
+	use2 := fl.Use("alpha", 1, time.Now())
+	hold2, ok := fl.Hold(a.ID, time.Now())
 	if !ok {
 		t.Fatal("alpha-1 refused a request before beta's look")
 	}
@@ -243,21 +243,21 @@ func TestAGivenBackModelKeepsItsPlace(t *testing.T) {
 		MustAdd(t, nc, swapEntry(t, n, 5))
 	}
 	a := fl.ask(t, "alpha")
-	use1 := fl.Use("alpha", 1)
-	hold1, _ := fl.Hold(a.ID)
+	use1 := fl.Use("alpha", 1, time.Now())
+	hold1, _ := fl.Hold(a.ID, time.Now())
 	time.Sleep(time.Millisecond)
-	useB := fl.Use("beta", 1)
+	useB := fl.Use("beta", 1, time.Now())
 	time.Sleep(time.Millisecond)
-	use2 := fl.Use("alpha", 1) // asked after beta: behind it
+	use2 := fl.Use("alpha", 1, time.Now()) // asked after beta: behind it
 	defer use2()
 	time.Sleep(time.Millisecond)
-	useG := fl.Use("gamma", 1) // asked after alpha's second request
+	useG := fl.Use("gamma", 1, time.Now()) // asked after alpha's second request
 	defer useG()
 	fl.Poke()
 	hold1()
 	use1() // alpha-1 is given back: alpha's waiting request came after beta's
 	b := fl.waitReady(t, "beta", readyWithin)
-	holdB, _ := fl.Hold(b.ID)
+	holdB, _ := fl.Hold(b.ID, time.Now())
 	fl.Poke()
 	waitFor(t, 5*time.Second, "alpha and gamma waiting for beta-1", func() (bool, string) {
 		al, _ := fl.health("alpha")
@@ -282,9 +282,9 @@ func TestAClientThatGivesUpWaitingCostsNothing(t *testing.T) {
 	MustAdd(t, nc, swapEntry(t, "alpha", 5))
 	MustAdd(t, nc, swapEntry(t, "beta", 5))
 	a := fl.ask(t, "alpha")
-	useA := fl.Use("alpha", 1)
-	holdA, _ := fl.Hold(a.ID)
-	useB := fl.Use("beta", 1)
+	useA := fl.Use("alpha", 1, time.Now())
+	holdA, _ := fl.Hold(a.ID, time.Now())
+	useB := fl.Use("beta", 1, time.Now())
 	waitFor(t, 5*time.Second, "beta waiting for alpha-1", func() (bool, string) {
 		h, _ := fl.health("beta")
 		return strings.Contains(h.Placement, "waiting for alpha-1"), h.Placement
@@ -307,8 +307,8 @@ func TestAClientThatGivesUpWaitingCostsNothing(t *testing.T) {
 func (tf *testFleet) holdAsked(t *testing.T, model string) (end func()) {
 	t.Helper()
 	r := tf.ask(t, model)
-	use := tf.Use(model, 1)
-	hold, ok := tf.Hold(r.ID)
+	use := tf.Use(model, 1, time.Now())
+	hold, ok := tf.Hold(r.ID, time.Now())
 	if !ok {
 		t.Fatalf("%s's ready replica cannot be held", model)
 	}
@@ -349,12 +349,12 @@ func TestALaterSmallerModelWaitsBehindAnEarlierOne(t *testing.T) {
 		MustAdd(t, nc, m)
 	}
 	endA := fl.holdAsked(t, "alpha")
-	useB := fl.Use("beta", 1)
+	useB := fl.Use("beta", 1, time.Now())
 	defer useB()
 	fl.Poke()
 	fl.waitPlacement(t, "beta", "waiting for alpha-1")
 	time.Sleep(time.Millisecond)
-	useG := fl.Use("gamma", 1)
+	useG := fl.Use("gamma", 1, time.Now())
 	defer useG()
 	fl.Poke()
 	fl.waitBehind(t, "gamma", "beta")
@@ -387,12 +387,12 @@ func TestALaterModelTakesNoIdleRoomTheEarlierOneCountsOn(t *testing.T) {
 	}
 	fl.ask(t, "alpha") // idle from now on
 	endD := fl.holdAsked(t, "delta")
-	useB := fl.Use("beta", 1)
+	useB := fl.Use("beta", 1, time.Now())
 	defer useB()
 	fl.Poke()
 	fl.waitPlacement(t, "beta", "waiting for delta-1")
 	time.Sleep(time.Millisecond)
-	useG := fl.Use("gamma", 1)
+	useG := fl.Use("gamma", 1, time.Now())
 	defer useG()
 	fl.Poke()
 	fl.waitBehind(t, "gamma", "beta")
@@ -419,7 +419,7 @@ func TestALaterModelTakesRoomTheEarlierOneDoesNotNeed(t *testing.T) {
 		MustAdd(t, nc, m)
 	}
 	endA := fl.holdAsked(t, "alpha")
-	useB := fl.Use("beta", 1)
+	useB := fl.Use("beta", 1, time.Now())
 	defer useB()
 	fl.Poke()
 	fl.waitPlacement(t, "beta", "waiting for alpha-1")
@@ -448,7 +448,7 @@ func BenchmarkSwapCycle(b *testing.B) {
 		m.Scaling = catalog.Scaling{Min: 0, Max: 1, IdleAfter: time.Hour}
 		MustAdd(b, nc, m)
 	}
-	release := fl.Use("alpha", 1)
+	release := fl.Use("alpha", 1, time.Now())
 	fl.waitReady(b, "alpha", readyWithin)
 	release()
 	var own time.Duration
@@ -456,7 +456,7 @@ func BenchmarkSwapCycle(b *testing.B) {
 	for i := range b.N {
 		model := []string{"beta", "alpha"}[i%2]
 		began := time.Now()
-		release := fl.Use(model, 1)
+		release := fl.Use(model, 1, time.Now())
 		var r []Replica
 		for deadline := began.Add(readyWithin); len(r) == 0; r = fl.Serving(model) {
 			if time.Now().After(deadline) {

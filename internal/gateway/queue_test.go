@@ -41,10 +41,10 @@ func (f *stubFleet) Serving(string) []fleet.Replica {
 	f.asked++
 	return f.ready
 }
-func (f *stubFleet) Hold(string) (func(), bool)                    { return func() {}, true }
+func (f *stubFleet) Hold(string, time.Time) (func(), bool)         { return func() {}, true }
 func (f *stubFleet) EngineKey(string) string                       { return "k" }
 func (f *stubFleet) ModelHealth() []fleet.ModelHealth              { return nil }
-func (f *stubFleet) Use(string, int) func()                        { return func() {} }
+func (f *stubFleet) Use(string, int, time.Time) func()             { return func() {} }
 func (f *stubFleet) OnReady(fn func(string))                       { f.tell = append(f.tell, fn) }
 func (f *stubFleet) List(context.Context) ([]catalog.Model, error) { return stubCatalog, nil }
 func (f *stubFleet) Check(context.Context, string) (auth.Token, error) {
@@ -54,7 +54,7 @@ func (f *stubFleet) Check(context.Context, string) (auth.Token, error) {
 // admitSent admits a request for m, and says at once it was written to
 // the engine, as send does: the requests handed slots after it may go on.
 func admitSent(ctx context.Context, g *Gateway, m catalog.Model) (fleet.Replica, *apiError) {
-	r, s, aerr := g.admit(ctx, m, 0, nil, nil, false, nil)
+	r, s, aerr := g.admit(ctx, m, time.Now(), 0, nil, nil, false, nil)
 	s.sent()
 	return r, aerr
 }
@@ -324,7 +324,7 @@ type holdingFleet struct {
 	order chan int
 }
 
-func (f *holdingFleet) Hold(string) (func(), bool) {
+func (f *holdingFleet) Hold(string, time.Time) (func(), bool) {
 	f.mu.Lock()
 	n := f.holds
 	f.holds++
@@ -356,7 +356,7 @@ func TestAColdWaiterGoesOnBeforeTheRequestThatWokeIt(t *testing.T) {
 		cold := make(chan func(), 1)
 		go func() {
 			p.read()
-			_, s, aerr := g.admit(ctx, m, 0, nil, nil, false, nil)
+			_, s, aerr := g.admit(ctx, m, time.Now(), 0, nil, nil, false, nil)
 			if aerr != nil {
 				t.Error(aerr)
 				close(cold)
@@ -374,7 +374,7 @@ func TestAColdWaiterGoesOnBeforeTheRequestThatWokeIt(t *testing.T) {
 		f.stubFleet.ready = []fleet.Replica{rep}
 		f.stubFleet.mu.Unlock()
 		p.read()
-		_, late, aerr := g.admit(ctx, m, 0, nil, nil, false, nil)
+		_, late, aerr := g.admit(ctx, m, time.Now(), 0, nil, nil, false, nil)
 		if aerr != nil {
 			t.Fatal(aerr)
 		}
@@ -534,7 +534,7 @@ func TestARequestSlowToGoOnHoldsUpOnlyItsReplicasNext(t *testing.T) {
 				go func() {
 					// Neither says it was written: the first is still on
 					// its way to its engine.
-					r, _, aerr := g.admit(ctx, m, 0, nil, nil, false, nil)
+					r, _, aerr := g.admit(ctx, m, time.Now(), 0, nil, nil, false, nil)
 					if aerr != nil {
 						t.Error(aerr)
 					}

@@ -40,9 +40,10 @@ type draining struct {
 	drained, deleted bool
 }
 
-// Hold says a request is being sent to pod id; false when the pod is
-// draining, so no request reaches a pod about to be deleted.
-func (f *Fleet) Hold(id string) (release func(), ok bool) {
+// Hold says a request asked at askedAt (as it was told to Use) is being
+// sent to pod id; false when the pod is draining, so no request reaches a
+// pod about to be deleted.
+func (f *Fleet) Hold(id string, askedAt time.Time) (release func(), ok bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.drains[id] != nil {
