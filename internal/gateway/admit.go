@@ -136,12 +136,17 @@ func (g *Gateway) admit(ctx context.Context, m catalog.Model, asked time.Time, k
 		p.goes(c.turn, r.ID)
 		release, held := g.opts.Fleet.Hold(r.ID, asked)
 		if !held {
-			// Retired since the replicas were read: it takes no request
-			// now. The request keeps its place in the queue.
+			// Retired since the replicas were read, or kept for a model
+			// asked for before this request that waits for its room (the
+			// fleet still calls it ready): it takes no request of this
+			// one's now. The request keeps its place in the queue.
 			p.gone(c.turn)
 			p.read()
 			p.give(r.ID, time.Time{})
-			w.avoid = append(slices.Clip(w.avoid), r)
+			if !avoided(w.avoid, r) {
+				w.avoid = append(slices.Clip(w.avoid), r)
+			}
+			w.turnedAway = time.Now()
 			continue
 		}
 		if queued {
@@ -230,11 +235,16 @@ func without(rs, avoid []fleet.Replica) []fleet.Replica {
 	}
 	out := make([]fleet.Replica, 0, len(rs))
 	for _, r := range rs {
-		if !slices.ContainsFunc(avoid, func(a fleet.Replica) bool { return a.ID == r.ID && a.Endpoint == r.Endpoint }) {
+		if !avoided(avoid, r) {
 			out = append(out, r)
 		}
 	}
 	return out
+}
+
+// avoided is whether r is in avoid, told apart by id and address.
+func avoided(avoid []fleet.Replica, r fleet.Replica) bool {
+	return slices.ContainsFunc(avoid, func(a fleet.Replica) bool { return a.ID == r.ID && a.Endpoint == r.Endpoint })
 }
 
 // unstartable says why no replica of model will come: it was removed from

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -392,6 +393,67 @@ func TestAColdWaiterGoesOnBeforeTheRequestThatWokeIt(t *testing.T) {
 		}
 		p.give(rep.ID, time.Time{})
 		p.give(rep.ID, time.Time{})
+	}
+}
+
+// turningFleet is stubFleet whose holds are refused until let is closed,
+// as the fleet refuses a request a hold on a replica it keeps for a model
+// asked for before the request: the replica is still ready, and the
+// request is to wait its turn. It counts the holds asked of it.
+type turningFleet struct {
+	stubFleet
+	let   chan struct{}
+	asked atomic.Int64
+}
+
+func (f *turningFleet) Hold(string, time.Time) (func(), bool) {
+	f.asked.Add(1)
+	select {
+	case <-f.let:
+		return func() {}, true
+	default:
+		return nil, false
+	}
+}
+
+// TestARequestTurnedAwayWaitsItsTurn: a request the fleet refuses a hold
+// on a replica it still calls ready waits, without an error, and asks
+// for the replica again a poll later, not again and again at once; it
+// takes the replica once the fleet lets it.
+func TestARequestTurnedAwayWaitsItsTurn(t *testing.T) {
+	rep := fleet.Replica{ID: "m-1", Model: "m", Endpoint: "http://127.0.0.1:1", Load: &fleet.Load{Slots: 1}}
+	f := &turningFleet{stubFleet: stubFleet{ready: []fleet.Replica{rep}}, let: make(chan struct{})}
+	g := stubGateway(t, &f.stubFleet)
+	g.opts.Fleet = f
+	m := catalog.Model{Name: "m"}
+	got := make(chan fleet.Replica, 1)
+	go func() {
+		g.pool("m").read()
+		r, aerr := admitSent(context.Background(), g, m)
+		if aerr != nil {
+			t.Error(aerr)
+		}
+		got <- r
+	}()
+	// Past reofferAfter, when a replica a request avoids is offered it
+	// again.
+	const turned = 1500 * time.Millisecond
+	select {
+	case r := <-got:
+		t.Fatalf("admitted to %q while the fleet refused it", r.ID)
+	case <-time.After(turned):
+	}
+	if n := f.asked.Load(); n == 0 || n > int64(turned/pollBusy)+2 {
+		t.Errorf("the fleet was asked for a hold %d times in %s; want once a poll (%s) at most", n, turned, pollBusy)
+	}
+	close(f.let)
+	select {
+	case r := <-got:
+		if r.ID != rep.ID {
+			t.Errorf("admitted to %q, want %s", r.ID, rep.ID)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("not admitted within 5s of the fleet letting it")
 	}
 }
 
