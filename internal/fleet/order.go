@@ -71,6 +71,54 @@ func Behind(held, waits time.Time) bool {
 // as one kept by its Scaling.Min, which nobody needs to ask for.
 func First(a, b time.Time) int { return a.Compare(b) }
 
+// A busy replica that a model waiting for room waits on takes no new
+// request asked after that model's oldest waiting one. It is given back
+// for the waiting model once the answers to the requests asked before
+// that end (it drains, swap.go); a later request that took a hold on it
+// in the moment between the last of those ending and the fleet's next
+// look would have the drain wait for that request's whole answer too, and
+// the waiting model wait past its turn. The later request waits its own
+// turn instead: it keeps its place in the gateway's queue, and its model
+// its place for its next replica. Both fleets keep an Owed and ask it in
+// Hold.
+
+// Owed are the replicas the models waiting for room wait on (Waited),
+// with when each model's oldest waiting request was asked. The zero Owed
+// owes nothing.
+type Owed struct{ by map[string]owing }
+
+// owing is what one waiting model waits on.
+type owing struct {
+	asked time.Time
+	ids   []string
+}
+
+// Owe says model, whose oldest waiting request was asked at asked, waits
+// on the replicas ids (none: on nothing), in place of what it waited on
+// before.
+func (o *Owed) Owe(model string, asked time.Time, ids []string) {
+	if len(ids) == 0 {
+		delete(o.by, model)
+		return
+	}
+	if o.by == nil {
+		o.by = map[string]owing{}
+	}
+	o.by[model] = owing{asked: asked, ids: ids}
+}
+
+// Refuses is whether a request asked at asked is to take no hold on
+// replica id: a model whose oldest waiting request was asked before it
+// waits on id, and the request is behind that model (Behind).
+func (o *Owed) Refuses(id string, asked time.Time) bool {
+	for _, w := range o.by {
+		if Behind(asked, w.asked) && slices.Contains(w.ids, id) {
+			return true
+		}
+	}
+	return false
+}
+
 // classRank orders the models for placement: the critical first, since
 // they may take room from others, the opportunistic last.
 func classRank(m catalog.Model) int {

@@ -1,7 +1,9 @@
 package fleet
 
 import (
+	"context"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -113,8 +115,9 @@ func TestBusyReplicaIsNeverGivenBack(t *testing.T) {
 	MustAdd(t, nc, swapEntry(t, "alpha", 5))
 	MustAdd(t, nc, swapEntry(t, "beta", 5))
 	a := fl.ask(t, "alpha")
-	useA := fl.Use("alpha", 1, time.Now())
-	holdA, ok := fl.Hold(a.ID, time.Now())
+	askedA := time.Now()
+	useA := fl.Use("alpha", 1, askedA)
+	holdA, ok := fl.Hold(a.ID, askedA)
 	if !ok {
 		t.Fatal("alpha's ready replica cannot be held")
 	}
@@ -150,8 +153,9 @@ func TestWaitersForRoomAreServedInArrivalOrder(t *testing.T) {
 		MustAdd(t, nc, swapEntry(t, n, 5))
 	}
 	a := fl.ask(t, "alpha")
-	useA := fl.Use("alpha", 1, time.Now())
-	holdA, _ := fl.Hold(a.ID, time.Now())
+	askedA := time.Now()
+	useA := fl.Use("alpha", 1, askedA)
+	holdA, _ := fl.Hold(a.ID, askedA)
 	useZ := fl.Use("zeta", 1, time.Now())
 	time.Sleep(5 * time.Millisecond)
 	useB := fl.Use("beta", 1, time.Now())
@@ -185,25 +189,24 @@ func TestModelAskedAgainAndAgainDoesNotStarveAWaitingOne(t *testing.T) {
 	MustAdd(t, nc, swapEntry(t, "alpha", 5))
 	MustAdd(t, nc, swapEntry(t, "beta", 5))
 	a := fl.ask(t, "alpha")
-	use1 := fl.Use("alpha", 1, time.Now())
-	hold1, _ := fl.Hold(a.ID, time.Now())
+	asked1 := time.Now()
+	use1 := fl.Use("alpha", 1, asked1)
+	hold1, _ := fl.Hold(a.ID, asked1)
 	time.Sleep(time.Millisecond)
-	useB := fl.Use("beta", 1, time.Now())
-	defer useB()
-	fl.Poke()
-	waitFor(t, 5*time.Second, "beta waiting for alpha-1", func() (bool, string) {
-		h, _ := fl.health("beta")
-		return strings.Contains(h.Placement, "waiting for alpha-1"), h.Placement
-	})
-	// alpha is asked again, after beta: its replica has answers on, but
-	// beta is ahead of this request, and behind the first.
-	time.Sleep(time.Millisecond)
-	use2 := fl.Use("alpha", 1, time.Now())
-	hold2, ok := fl.Hold(a.ID, time.Now())
+	// alpha is asked again, after beta, and this request reaches the
+	// fleet first (beta's took longer to read): it takes alpha-1 before
+	// the fleet knows beta waits for its room. Beta is ahead of it, and
+	// behind the first.
+	askedB := time.Now()
+	asked2 := askedB.Add(time.Millisecond)
+	use2 := fl.Use("alpha", 1, asked2)
+	hold2, ok := fl.Hold(a.ID, asked2)
 	if !ok {
-		t.Fatal("alpha-1 refused a request before beta's look")
+		t.Fatal("alpha-1 refused a request before beta was asked for")
 	}
-	fl.Poke()
+	useB := fl.Use("beta", 1, askedB)
+	defer useB()
+	fl.waitPlacement(t, "beta", "waiting for alpha-1")
 	time.Sleep(200 * time.Millisecond)
 	if rs := fl.replicasOf("alpha"); len(rs) != 1 || rs[0].State != Ready {
 		t.Fatalf("alpha-1 given back for beta while alpha's request asked before beta's is on: %s", jsonOf(rs))
@@ -231,6 +234,100 @@ func TestModelAskedAgainAndAgainDoesNotStarveAWaitingOne(t *testing.T) {
 	use2()
 }
 
+// pausingCatalog is a catalog whose List waits while paused is held: the
+// fleet reads the catalog first in each pass, so a pass begun meanwhile
+// waits too, and a test can act in the moment before the fleet's next
+// look.
+type pausingCatalog struct {
+	Catalog
+	paused sync.RWMutex
+}
+
+func (c *pausingCatalog) List(ctx context.Context) ([]catalog.Model, error) {
+	c.paused.RLock()
+	defer c.paused.RUnlock()
+	return c.Catalog.List(ctx)
+}
+
+// TestALaterRequestWaitsBehindAWaitingModel: beta waits for alpha-1's
+// room while alpha-1 answers a request asked before beta's. A request for
+// alpha asked after beta's takes no hold on alpha-1, not even in the
+// moment between alpha's earlier answers ending and the fleet's next
+// look, when alpha-1 is ready still: it would have alpha-1's drain wait
+// for its whole answer, and beta wait past its turn. One asked before
+// beta's still takes it. Once beta is placed, the later request is
+// served in its turn, after beta's.
+func TestALaterRequestWaitsBehindAWaitingModel(t *testing.T) {
+	cat := MustCatalog(t)
+	pc := &pausingCatalog{Catalog: cat}
+	fl := MustRun(t, pc, Options{Nodes: []Node{smallNode(t)}, Interval: time.Hour})
+	nc := fl.notifying(cat)
+	MustAdd(t, nc, swapEntry(t, "alpha", 5))
+	MustAdd(t, nc, swapEntry(t, "beta", 5))
+	a := fl.ask(t, "alpha")
+	asked1 := time.Now()
+	use1 := fl.Use("alpha", 1, asked1)
+	hold1, _ := fl.Hold(a.ID, asked1)
+	time.Sleep(time.Millisecond)
+	asked2 := time.Now() // before beta's too: it waits for alpha-1's slot
+	use2 := fl.Use("alpha", 1, asked2)
+	time.Sleep(time.Millisecond)
+	askedB := time.Now()
+	useB := fl.Use("beta", 1, askedB)
+	defer useB()
+	fl.waitPlacement(t, "beta", "waiting for alpha-1")
+	time.Sleep(time.Millisecond)
+	askedLate := time.Now()
+	useLate := fl.Use("alpha", 1, askedLate)
+	defer useLate()
+	if release, ok := fl.Hold(a.ID, askedLate); ok {
+		release()
+		t.Error("alpha-1 took a request asked after beta's, which waits for its room")
+	}
+	hold2, ok := fl.Hold(a.ID, asked2)
+	if !ok {
+		t.Fatal("alpha-1 refused a request asked before beta's")
+	}
+	hold2()
+	use2()
+
+	// The fleet's next look waits while alpha's requests asked before
+	// beta's end: alpha-1 is ready still, its give-back not yet decided.
+	if err := fl.Sync(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	pc.paused.Lock()
+	hold1()
+	use1()
+	if rs := fl.replicasOf("alpha"); len(rs) != 1 || rs[0].State != Ready {
+		pc.paused.Unlock()
+		t.Fatalf("alpha-1 changed before the fleet's look: %s", jsonOf(rs))
+	}
+	if release, ok := fl.Hold(a.ID, askedLate); ok {
+		release()
+		t.Error("alpha-1 took a request asked after beta's in the moment before the fleet's look")
+	}
+	pc.paused.Unlock()
+	b := fl.waitReady(t, "beta", readyWithin)
+	assertGone(t, []int{a.PID})
+
+	// In turn: beta's request takes beta-1, and alpha's later one, which
+	// waits for beta-1's room now, alpha's next replica once beta's is
+	// answered.
+	holdB, ok := fl.Hold(b.ID, askedB)
+	if !ok {
+		t.Fatal("beta-1 refused beta's request")
+	}
+	holdB()
+	useB()
+	a2 := fl.waitReady(t, "alpha", readyWithin)
+	release, ok := fl.Hold(a2.ID, askedLate)
+	if !ok {
+		t.Fatalf("%s refused alpha's request, whose turn it is", a2.ID)
+	}
+	release()
+}
+
 // TestAGivenBackModelKeepsItsPlace: alpha's replica is given back for beta
 // while an alpha request asked after beta's waits; gamma, asked after that
 // request and before the give-back, does not go before it when beta falls
@@ -243,10 +340,12 @@ func TestAGivenBackModelKeepsItsPlace(t *testing.T) {
 		MustAdd(t, nc, swapEntry(t, n, 5))
 	}
 	a := fl.ask(t, "alpha")
-	use1 := fl.Use("alpha", 1, time.Now())
-	hold1, _ := fl.Hold(a.ID, time.Now())
+	asked1 := time.Now()
+	use1 := fl.Use("alpha", 1, asked1)
+	hold1, _ := fl.Hold(a.ID, asked1)
 	time.Sleep(time.Millisecond)
-	useB := fl.Use("beta", 1, time.Now())
+	askedB := time.Now()
+	useB := fl.Use("beta", 1, askedB)
 	time.Sleep(time.Millisecond)
 	use2 := fl.Use("alpha", 1, time.Now()) // asked after beta: behind it
 	defer use2()
@@ -257,7 +356,10 @@ func TestAGivenBackModelKeepsItsPlace(t *testing.T) {
 	hold1()
 	use1() // alpha-1 is given back: alpha's waiting request came after beta's
 	b := fl.waitReady(t, "beta", readyWithin)
-	holdB, _ := fl.Hold(b.ID, time.Now())
+	holdB, ok := fl.Hold(b.ID, askedB)
+	if !ok {
+		t.Fatal("beta's replica refused beta's request")
+	}
 	fl.Poke()
 	waitFor(t, 5*time.Second, "alpha and gamma waiting for beta-1", func() (bool, string) {
 		al, _ := fl.health("alpha")
@@ -282,8 +384,9 @@ func TestAClientThatGivesUpWaitingCostsNothing(t *testing.T) {
 	MustAdd(t, nc, swapEntry(t, "alpha", 5))
 	MustAdd(t, nc, swapEntry(t, "beta", 5))
 	a := fl.ask(t, "alpha")
-	useA := fl.Use("alpha", 1, time.Now())
-	holdA, _ := fl.Hold(a.ID, time.Now())
+	askedA := time.Now()
+	useA := fl.Use("alpha", 1, askedA)
+	holdA, _ := fl.Hold(a.ID, askedA)
 	useB := fl.Use("beta", 1, time.Now())
 	waitFor(t, 5*time.Second, "beta waiting for alpha-1", func() (bool, string) {
 		h, _ := fl.health("beta")
@@ -307,8 +410,9 @@ func TestAClientThatGivesUpWaitingCostsNothing(t *testing.T) {
 func (tf *testFleet) holdAsked(t *testing.T, model string) (end func()) {
 	t.Helper()
 	r := tf.ask(t, model)
-	use := tf.Use(model, 1, time.Now())
-	hold, ok := tf.Hold(r.ID, time.Now())
+	asked := time.Now()
+	use := tf.Use(model, 1, asked)
+	hold, ok := tf.Hold(r.ID, asked)
 	if !ok {
 		t.Fatalf("%s's ready replica cannot be held", model)
 	}
@@ -456,7 +560,7 @@ func BenchmarkSwapCycle(b *testing.B) {
 	for i := range b.N {
 		model := []string{"beta", "alpha"}[i%2]
 		began := time.Now()
-		release := fl.Use(model, 1, time.Now())
+		release := fl.Use(model, 1, began)
 		var r []Replica
 		for deadline := began.Add(readyWithin); len(r) == 0; r = fl.Serving(model) {
 			if time.Now().After(deadline) {

@@ -48,8 +48,9 @@ type Fleet interface {
 	Serving(model string) []fleet.Replica
 	// Hold says a request asked at askedAt (its arrival, as told to Use)
 	// is being sent to replica id, which is not retired until release; ok
-	// is false for a replica no longer to send to (draining, gone), which
-	// the gateway then leaves alone.
+	// is false for a replica no longer to send to (draining, gone), or
+	// not this request's yet (kept for a model asked for before it, which
+	// waits for its room), which the gateway then leaves alone a while.
 	Hold(id string, askedAt time.Time) (release func(), ok bool)
 	// EngineKey is the key a replica's engine wants.
 	EngineKey(id string) string
