@@ -208,20 +208,23 @@ func TestKubernetesDrainsBeforeDeleting(t *testing.T) {
 		q := ready("alpha")
 		w.runEngine(q)
 		time.Sleep(time.Millisecond)
-		useB := f.Use("beta", 1, time.Now())
+		// The answer's request is asked after beta's, and reaches the
+		// fleet, and q, before it (beta's took longer to read).
+		askedB := time.Now()
+		askedAfter := askedB.Add(time.Millisecond)
+		after := f.Use("alpha", 1, askedAfter)
+		defer after()
+		release, ok := f.Hold(q.ID, askedAfter)
+		if !ok {
+			t.Fatalf("a ready pod refused a request")
+		}
+		defer release()
+		useB := f.Use("beta", 1, askedB)
 		defer useB()
 		waitFor(t, "beta to wait for alpha", func() (fleet.ModelHealth, bool) {
 			h := health(f, "beta")
 			return h, strings.Contains(h.Placement, "waiting for "+q.ID)
 		})
-		time.Sleep(time.Millisecond)
-		after := f.Use("alpha", 1, time.Now()) // the answer's request, asked after beta's
-		defer after()
-		release, ok := f.Hold(q.ID, time.Now())
-		if !ok {
-			t.Fatalf("a ready pod refused a request")
-		}
-		defer release()
 		s := startStream(t, q, f.EngineKey(q.ID))
 		before() // alpha's requests are all behind beta's now
 		waitFor(t, "alpha given back for beta", func() (string, bool) {

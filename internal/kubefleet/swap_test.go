@@ -254,7 +254,8 @@ func TestKubernetesSwap(t *testing.T) {
 // TestKubernetesSwapOrder is the local fleet's order among models waiting
 // for room, on a real control plane: a model asked for again and again
 // does not starve a waiting one, one given back keeps its requests'
-// place, and a critical model takes the room of a busy opportunistic one.
+// place, a request asked after a waiting model's waits behind it, and a
+// critical model takes the room of a busy opportunistic one.
 func TestKubernetesSwapOrder(t *testing.T) {
 	w := startSwapWorld(t)
 	f, cat, onDemand, admin, ready, scaledTo0 := w.f, w.cat, w.onDemand, w.c.Admin, w.ready, w.scaledTo0
@@ -297,6 +298,56 @@ func TestKubernetesSwapOrder(t *testing.T) {
 		}
 		use2()
 		ready("gamma")
+	})
+
+	t.Run("a request asked after a waiting model's takes no pod it waits on", func(t *testing.T) {
+		asked1 := time.Now()
+		use1 := f.Use("alpha", 1, asked1)
+		alpha := ready("alpha")
+		hold1, ok := f.Hold(alpha.ID, asked1)
+		if !ok {
+			t.Fatalf("a ready pod refused a request")
+		}
+		time.Sleep(time.Millisecond)
+		askedB := time.Now()
+		useB := f.Use("beta", 1, askedB)
+		defer useB()
+		waitFor(t, "beta to wait for alpha", func() (fleet.ModelHealth, bool) {
+			h := health(f, "beta")
+			return h, strings.Contains(h.Placement, "waiting for "+alpha.ID)
+		})
+		time.Sleep(time.Millisecond)
+		// Taken, it would have alpha's pod, given back for beta once the
+		// answer asked before beta's ends, drain for this one's too.
+		askedLate := time.Now()
+		useLate := f.Use("alpha", 1, askedLate)
+		defer useLate()
+		if release, ok := f.Hold(alpha.ID, askedLate); ok {
+			release()
+			t.Errorf("%s took a request asked after beta's, which waits for its room", alpha.ID)
+		}
+		// One asked before beta's (retried, its arrival kept) still does.
+		if release, ok := f.Hold(alpha.ID, asked1); !ok {
+			t.Errorf("%s refused a request asked before beta's", alpha.ID)
+		} else {
+			release()
+		}
+		hold1()
+		use1()
+		// In turn: beta, then alpha's later request on alpha's next pod.
+		b := ready("beta")
+		holdB, ok := f.Hold(b.ID, askedB)
+		if !ok {
+			t.Fatalf("%s refused beta's request", b.ID)
+		}
+		holdB()
+		useB()
+		a2 := ready("alpha")
+		release, ok := f.Hold(a2.ID, askedLate)
+		if !ok {
+			t.Fatalf("%s refused alpha's request, whose turn it is", a2.ID)
+		}
+		release()
 	})
 
 	t.Run("a critical model takes the room of a busy opportunistic one", func(t *testing.T) {
