@@ -73,10 +73,10 @@ func First(a, b time.Time) int { return a.Compare(b) }
 
 // A busy replica that a model waiting for room waits on takes no new
 // request asked after that model's oldest waiting one. It is given back
-// for the waiting model once the answers to the requests asked before
-// that end (it drains, swap.go); a later request that took a hold on it
-// in the moment between the last of those ending and the fleet's next
-// look would have the drain wait for that request's whole answer too, and
+// for the waiting model once the requests asked before the waiting one's
+// are answered (swap.go); a later request that took a hold on it in the
+// moment between the last of those answers ending and the fleet's next
+// look would have the replica drain for that request's whole answer, and
 // the waiting model wait past its turn. The later request waits its own
 // turn instead: it keeps its place in the gateway's queue, and its model
 // its place for its next replica. Both fleets keep an Owed and ask it in
