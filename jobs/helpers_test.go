@@ -81,10 +81,10 @@ func (g gatewayFleet) ModelHealth() []fleet.ModelHealth {
 	return out
 }
 
-func (g gatewayFleet) Use(string, int) func() { return func() {} }
+func (g gatewayFleet) Use(string, int, time.Time) func() { return func() {} }
 
 // Hold takes every request: the fake fleet retires no replica under one.
-func (g gatewayFleet) Hold(string) (func(), bool) { return func() {}, true }
+func (g gatewayFleet) Hold(string, time.Time) (func(), bool) { return func() {}, true }
 
 // noTokens knows no token: the smoke test asks as modelserve itself.
 type noTokens struct{}

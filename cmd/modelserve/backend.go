@@ -6,6 +6,7 @@ import (
 	"database/sql"
 	"log/slog"
 	"path/filepath"
+	"time"
 
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -38,8 +39,8 @@ type fleetBackend interface {
 	Pool() []plan.Node
 	Serving(model string) []fleet.Replica
 	EngineKey(id string) string
-	Hold(id string) (release func(), ok bool)
-	Use(model string, replicas int) (release func())
+	Hold(id string, askedAt time.Time) (release func(), ok bool)
+	Use(model string, replicas int, askedAt time.Time) (release func())
 	Starts(ctx context.Context, limit int) ([]fleet.Start, error)
 }
 

@@ -48,8 +48,11 @@ type demand struct {
 	due *time.Timer
 }
 
-// Use says that a request for model is being served and that replicas
-// replicas (at least one) are needed for what is asked of it now. The fleet
+// Use says that a request for model, asked at askedAt, is being served and
+// that replicas replicas (at least one) are needed for what is asked of it
+// now. askedAt is the request's arrival, as the gateway saw it: its place
+// among the models waiting for room (order.go), and the time its hold on
+// a replica is asked with (Hold), so both go by one clock. The fleet
 // keeps the model at max(Scaling.Min, min(replicas, Scaling.Max)) replicas
 // (a Max of 0 means 1) while requests come, and lets those above Min go
 // once none has come for the model's Scaling.IdleAfter (DefaultIdleAfter
@@ -59,7 +62,7 @@ type demand struct {
 // and none of its replicas is idle. Concurrent first requests each call
 // Use, and start one replica between them: the wanted count is a maximum,
 // not a sum.
-func (f *Fleet) Use(model string, replicas int) (release func()) {
+func (f *Fleet) Use(model string, replicas int, askedAt time.Time) (release func()) {
 	replicas = max(replicas, 1)
 	now := time.Now()
 	f.mu.Lock()
@@ -71,7 +74,7 @@ func (f *Fleet) Use(model string, replicas int) (release func()) {
 		d = &demand{window: now}
 		f.demands[model] = d
 	}
-	d.asks.Add(now)
+	d.asks.Add(askedAt)
 	d.lastUse = now
 	d.peak = max(d.peak, replicas)
 	more := replicas > d.want
@@ -89,7 +92,7 @@ func (f *Fleet) Use(model string, replicas int) (release func()) {
 			look := false
 			if f.demands[model] == d {
 				was := d.asks.Oldest()
-				d.asks.Done(now)
+				d.asks.Done(askedAt)
 				d.lastUse = time.Now()
 				// Its replicas may be idle now, or its requests all
 				// behind another model's that waits for their room.

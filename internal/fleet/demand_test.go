@@ -40,7 +40,7 @@ func TestUseStartsOneReplicaAndIdleStopsIt(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			releases[i] = fl.Use("lazy", 1)
+			releases[i] = fl.Use("lazy", 1, time.Now())
 		}()
 	}
 	wg.Wait()
@@ -76,7 +76,7 @@ func TestUseStartsOneReplicaAndIdleStopsIt(t *testing.T) {
 	}
 
 	// Asked for again, it starts again.
-	release := fl.Use("lazy", 1)
+	release := fl.Use("lazy", 1, time.Now())
 	defer release()
 	if r := fl.waitReady(t, "lazy", readyWithin); r.ID != "lazy-2" {
 		t.Errorf("started again as %s, want lazy-2", r.ID)
@@ -90,7 +90,7 @@ func TestAnIdleTimeShorterThanTheIntervalIsKept(t *testing.T) {
 	cat := MustCatalog(t)
 	fl := MustRun(t, cat, Options{Interval: time.Hour})
 	MustAdd(t, fl.notifying(cat), onDemandEntry(t, "quick", 1, time.Second))
-	release := fl.Use("quick", 1)
+	release := fl.Use("quick", 1, time.Now())
 	fl.waitReady(t, "quick", readyWithin)
 	release()
 	waitFor(t, 30*time.Second, "quick stopped a second after its last request", func() (bool, string) {
@@ -108,7 +108,7 @@ func TestUseScalesUpToMaxAndBackDown(t *testing.T) {
 	fl.waitReady(t, "busy", readyWithin)
 
 	// Asked for more than its Max: it gets its Max.
-	release := fl.Use("busy", 5)
+	release := fl.Use("busy", 5, time.Now())
 	waitFor(t, readyWithin, "busy at its max of 2", func() (bool, string) {
 		n := len(fl.Serving("busy"))
 		return n == 2, fmt.Sprintf("%d serving", n)

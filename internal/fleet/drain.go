@@ -21,15 +21,18 @@ import (
 // when the answer has ended. A hold asked of a replica already draining is
 // refused, so no request reaches an engine the fleet may have stopped.
 
-// Hold says that a request is being sent to replica id: the replica is
-// not stopped until release is called (or the drain timeout passes). ok
-// is false when the replica is not one to send to: it is draining,
-// stopping, not ready, or gone.
-func (f *Fleet) Hold(id string) (release func(), ok bool) {
+// Hold says that a request asked at askedAt (as it was told to Use) is
+// being sent to replica id: the replica is not stopped until release is
+// called (or the drain timeout passes). ok is false when the replica is
+// not one to send to: it is draining, stopping, not ready, or gone; or
+// when it is not the request's yet: a model asked for before it waits for
+// the replica's room (Owed), and the request waits its turn, behind that
+// model's.
+func (f *Fleet) Hold(id string, askedAt time.Time) (release func(), ok bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	r, found := f.replicas[id]
-	if !found || r.stopping || r.released || r.state != Ready {
+	if !found || r.stopping || r.released || r.state != Ready || f.owed.Refuses(id, askedAt) {
 		return nil, false
 	}
 	r.holds++

@@ -21,7 +21,7 @@ func TestAStoppedReplicaDrainsFirst(t *testing.T) {
 	MustAdd(t, f.notifying(cat), entry("tiny", MustWriteModel(t, "tiny.gguf", ggufgen.Spec{}), 1))
 	r := f.waitReady(t, "tiny", readyWithin)
 
-	release, ok := f.Hold(r.ID)
+	release, ok := f.Hold(r.ID, time.Now())
 	if !ok {
 		t.Fatalf("a ready replica refused a hold")
 	}
@@ -37,7 +37,7 @@ func TestAStoppedReplicaDrainsFirst(t *testing.T) {
 			t.Errorf("a draining replica is still served: %+v", s)
 		}
 	}
-	if _, ok := f.Hold(r.ID); ok {
+	if _, ok := f.Hold(r.ID, time.Now()); ok {
 		t.Error("a draining replica took a new hold")
 	}
 	if code, body := chat(t, r.Endpoint, f.EngineKey(r.ID), "tiny"); code != 200 {
@@ -61,7 +61,7 @@ func TestADrainIsBounded(t *testing.T) {
 	m := entry("tiny", MustWriteModel(t, "tiny.gguf", ggufgen.Spec{}), 1)
 	MustAdd(t, f.notifying(cat), m)
 	r := f.waitReady(t, "tiny", readyWithin)
-	if _, ok := f.Hold(r.ID); !ok {
+	if _, ok := f.Hold(r.ID, time.Now()); !ok {
 		t.Fatal("a ready replica refused a hold")
 	}
 	m.Scaling = catalog.Scaling{Min: 0, Max: 1}

@@ -230,6 +230,10 @@ type Fleet struct {
 	seq      map[string]int
 	// demands are what the gateway asked of each model lately (Use).
 	demands map[string]*demand
+	// owed are the busy replicas the models waiting for room wait on, as
+	// the last pass found them: they take no request asked after such a
+	// model's (Hold, order.go).
+	owed Owed
 	// evictions count the replicas given back to make room (swap.go);
 	// memWaits how long models waited for it (memwait.go).
 	evictions map[[2]string]int

@@ -21,9 +21,10 @@ import (
 // gateway bounds.
 type Asks struct{ at []time.Time }
 
-// Add counts a request asked at t. Requests are added in the order they
-// came (under the fleet's lock), so t is the newest; one out of order is
-// put in its place.
+// Add counts a request asked at t. Requests are mostly added in the order
+// they came, so t is mostly the newest; one that took longer to reach the
+// fleet than a later one (its body was slower to read) is put in its
+// place.
 func (a *Asks) Add(t time.Time) {
 	if n := len(a.at); n == 0 || !t.Before(a.at[n-1]) {
 		a.at = append(a.at, t)
@@ -69,6 +70,54 @@ func Behind(held, waits time.Time) bool {
 // the first asked first; a model with none comes before every waiting one,
 // as one kept by its Scaling.Min, which nobody needs to ask for.
 func First(a, b time.Time) int { return a.Compare(b) }
+
+// A busy replica that a model waiting for room waits on takes no new
+// request asked after that model's oldest waiting one. It is given back
+// for the waiting model once the requests asked before the waiting one's
+// are answered (swap.go); a later request that took a hold on it in the
+// moment between the last of those answers ending and the fleet's next
+// look would have the replica drain for that request's whole answer, and
+// the waiting model wait past its turn. The later request waits its own
+// turn instead: it keeps its place in the gateway's queue, and its model
+// its place for its next replica. Both fleets keep an Owed and ask it in
+// Hold.
+
+// Owed are the replicas the models waiting for room wait on (Waited),
+// with when each model's oldest waiting request was asked. The zero Owed
+// owes nothing.
+type Owed struct{ by map[string]owing }
+
+// owing is what one waiting model waits on.
+type owing struct {
+	asked time.Time
+	ids   []string
+}
+
+// Owe says model, whose oldest waiting request was asked at asked, waits
+// on the replicas ids (none: on nothing), in place of what it waited on
+// before.
+func (o *Owed) Owe(model string, asked time.Time, ids []string) {
+	if len(ids) == 0 {
+		delete(o.by, model)
+		return
+	}
+	if o.by == nil {
+		o.by = map[string]owing{}
+	}
+	o.by[model] = owing{asked: asked, ids: ids}
+}
+
+// Refuses is whether a request asked at asked is to take no hold on
+// replica id: a model whose oldest waiting request was asked before it
+// waits on id, and the request is behind that model (Behind).
+func (o *Owed) Refuses(id string, asked time.Time) bool {
+	for _, w := range o.by {
+		if Behind(asked, w.asked) && slices.Contains(w.ids, id) {
+			return true
+		}
+	}
+	return false
+}
 
 // classRank orders the models for placement: the critical first, since
 // they may take room from others, the opportunistic last.

@@ -126,3 +126,67 @@ func TestKeeps(t *testing.T) {
 		})
 	}
 }
+
+// TestWaited: a waiting model waits on the ready replicas answering
+// requests asked before its own: not on one starting, one behind it
+// (given back for it now), one idle, nor one never given back for it.
+func TestWaited(t *testing.T) {
+	asker := catalog.Model{Name: "first"}
+	hs := []Holder{
+		{ID: "busy-1", Model: "busy", Class: catalog.ClassStandard, Busy: true, Ready: true, Held: 5},
+		{ID: "starting-1", Model: "starting", Class: catalog.ClassStandard, Busy: true, Held: 5},
+		{ID: "behind-1", Model: "behind", Class: catalog.ClassStandard, Busy: true, Ready: true, Behind: true, Held: 5},
+		{ID: "idle-1", Model: "idle", Class: catalog.ClassStandard, Ready: true, Held: 5},
+		{ID: "crit-1", Model: "crit", Class: catalog.ClassCritical, Busy: true, Ready: true, Held: 5},
+		{ID: "min-1", Model: "min", Class: catalog.ClassStandard, Min: 1, Busy: true, Ready: true, Held: 5},
+		{ID: "first-1", Model: "first", Class: catalog.ClassStandard, Busy: true, Ready: true, Held: 5},
+	}
+	if got := Waited(hs, asker); len(got) != 1 || got[0] != "busy-1" {
+		t.Errorf("Waited = %v, want [busy-1]", got)
+	}
+	opp := []Holder{{ID: "opp-1", Model: "opp", Class: catalog.ClassOpportunistic, Busy: true, Ready: true, Held: 5}}
+	if got := Waited(opp, catalog.Model{Name: "first", Class: catalog.ClassCritical}); len(got) != 0 {
+		t.Errorf("a critical model waits on %v, a busy opportunistic replica it takes the room of now", got)
+	}
+}
+
+// TestOwedRefuses: a request asked after a waiting model's oldest takes
+// no replica that model waits on; one asked before, or at once, does, as
+// does any request on a replica nobody waits on, or one that only a model
+// with nothing asked (kept by its Min) waits on.
+func TestOwedRefuses(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	var o Owed
+	o.Owe("beta", t0, []string{"alpha-1", "gamma-1"})
+	o.Owe("delta", t0.Add(time.Minute), []string{"eps-1"})
+	o.Owe("min", time.Time{}, []string{"zeta-1"})
+	for _, c := range []struct {
+		name  string
+		id    string
+		asked time.Time
+		want  bool
+	}{
+		{"asked after the waiting model's", "alpha-1", t0.Add(time.Second), true},
+		{"another replica it waits on", "gamma-1", t0.Add(time.Second), true},
+		{"asked before", "alpha-1", t0.Add(-time.Second), false},
+		{"asked at once", "alpha-1", t0, false},
+		{"a replica nobody waits on", "other-1", t0.Add(time.Second), false},
+		{"before the second waiting model's", "eps-1", t0.Add(time.Second), false},
+		{"after the second waiting model's", "eps-1", t0.Add(2 * time.Minute), true},
+		{"waited on by a model with nothing asked", "zeta-1", t0.Add(time.Hour), false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if got := o.Refuses(c.id, c.asked); got != c.want {
+				t.Errorf("Refuses(%s, %s) = %v, want %v", c.id, c.asked.Sub(t0), got, c.want)
+			}
+		})
+	}
+	o.Owe("beta", t0, nil)
+	if o.Refuses("alpha-1", t0.Add(time.Second)) {
+		t.Error("beta waits on nothing now, and alpha-1 still refuses a request asked after it")
+	}
+	var none Owed
+	if none.Refuses("alpha-1", t0) {
+		t.Error("the zero Owed refuses a request")
+	}
+}

@@ -118,8 +118,10 @@ func (f *Fleet) reconcile(ctx context.Context) {
 		return Turn(a, b, f.askedAtLocked(a.Name), f.askedAtLocked(b.Name))
 	})
 	now := time.Now()
-	// The room each model that waits for it keeps from those after it.
+	// The room each model that waits for it keeps from those after it,
+	// and the replicas it waits on, found afresh.
 	kept := claims{}
+	f.owed = Owed{}
 	for _, m := range models {
 		st := f.stateLocked(m, engineErr == nil)
 		st.want = f.wantLocked(m, now) // Min, or more while in demand (demand.go)
@@ -444,13 +446,16 @@ func cardLine(node string, p catalog.Profile, a account, fit, free int) string {
 // makeRoomLocked finds room for m that replicas stopping will give back,
 // or that replicas given back (swap.go) will: it stops as few as will do,
 // and says what it waits for. A model whose room is held by replicas that
-// will be given back once idle waits for them too: it is not unplaceable.
+// will be given back once idle waits for them too: it is not unplaceable,
+// and those answering requests asked before its own take none asked
+// after it meanwhile (Owed).
 // What of the room models before m keep (kept) is not m's, and m keeps
 // from those after it what it waits for (Keeps).
 func (f *Fleet) makeRoomLocked(m catalog.Model, profs []catalog.Profile, caps []Capacity, kept claims) (string, bool) {
 	now := time.Now()
 	var busyText string
 	var busyKeep func()
+	var waited []string
 	for _, p := range profs {
 		for i, n := range f.nodes {
 			a := f.accountLocked(n, caps[i])
@@ -537,6 +542,7 @@ func (f *Fleet) makeRoomLocked(m catalog.Model, profs []catalog.Profile, caps []
 					}
 					node, amount := n.Name(), Keeps(holders, m, have, claimed, need, othersStopping...)-mine
 					busyKeep = func() { kept.keep(node, p, m, amount) }
+					waited = Waited(holders, m)
 				}
 				continue
 			}
@@ -557,6 +563,7 @@ func (f *Fleet) makeRoomLocked(m catalog.Model, profs []catalog.Profile, caps []
 			st.waitsForIdle = true
 		}
 		busyKeep()
+		f.owed.Owe(m.Name, f.askedAtLocked(m.Name), waited)
 		return busyText, true
 	}
 	return "", false

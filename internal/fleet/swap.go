@@ -19,12 +19,14 @@ import (
 // make room (makeRoomLocked asks it); never a critical model's, never one
 // its model's Scaling.Min keeps, never one answering or about to answer a
 // request. Requests waiting for room are served in the order they came:
-// models are placed in the order they were first asked for, and a busy
+// models are placed in the order they were first asked for, a busy
 // replica whose model was asked for again after another model began to
 // wait for its room is given back once the answers it has end (it drains,
 // drain.go), so a model asked for again and again does not starve a
-// waiting one. A critical model may also take the room of opportunistic
-// replicas that are busy: they drain first.
+// waiting one, and a busy replica a model waits on takes no new request
+// asked after that model's (Owed, order.go). A critical model may also
+// take the room of opportunistic replicas that are busy: they drain
+// first.
 
 // give is what a replica is to a model that needs its room.
 type give int
@@ -47,8 +49,8 @@ type Holder struct {
 	Class string
 	Min   int
 	// Busy is a replica answering a request or about to (its model is in
-	// use, or it is not ready yet).
-	Busy bool
+	// use, or it is not ready yet); Ready one that takes requests now.
+	Busy, Ready bool
 	// Behind is a busy replica whose model was asked for again after the
 	// asker began to wait: it is given back once its answers end.
 	Behind bool
@@ -77,6 +79,23 @@ func giveFor(h Holder, asker catalog.Model) give {
 		return busyGive
 	}
 	return idleGive
+}
+
+// Waited are the holders of hs asker waits on that answer requests now:
+// ready, and busy with requests asked before asker's oldest waiting one,
+// which are let end first (busyGive). A request asked after asker's is
+// to take none of them (Owed). One starting is not among them yet: once
+// ready, a replica of a model asked for after asker (one that took room
+// asker could spare) answers its own model's requests, all behind
+// asker's, until asker needs its room.
+func Waited(hs []Holder, asker catalog.Model) []string {
+	var out []string
+	for _, h := range hs {
+		if h.Ready && giveFor(h, asker) == busyGive {
+			out = append(out, h.ID)
+		}
+	}
+	return out
 }
 
 // Reclaimable is whether h would be given back now for a model that needs
@@ -152,12 +171,12 @@ func (f *Fleet) holderLocked(r *replica, m catalog.Model, held int64) *Holder {
 		return nil
 	}
 	d := f.demands[r.model]
-	h := &Holder{ID: r.id, Model: r.model, Class: st.class, Min: st.min, Held: held,
+	h := &Holder{ID: r.id, Model: r.model, Class: st.class, Min: st.min, Held: held, Ready: r.state == Ready,
 		Busy: r.state != Ready || r.holds > 0 || d != nil && d.asks.Len() > 0, LastUsed: f.lastUsedLocked(r)}
 	// A ready replica all of whose model's requests came after m's oldest
 	// waiting one is behind m; one starting is let answer what it was
 	// started for.
-	h.Behind = r.state == Ready && Behind(f.askedAtLocked(r.model), f.askedAtLocked(m.Name))
+	h.Behind = h.Ready && Behind(f.askedAtLocked(r.model), f.askedAtLocked(m.Name))
 	return h
 }
 

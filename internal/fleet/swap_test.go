@@ -1,7 +1,9 @@
 package fleet
 
 import (
+	"context"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -21,7 +23,7 @@ func swapEntry(t *testing.T, name string, memGB int) catalog.Model {
 // ask is a request for model that ends once a replica of it is ready.
 func (tf *testFleet) ask(t *testing.T, model string) Replica {
 	t.Helper()
-	release := tf.Use(model, 1)
+	release := tf.Use(model, 1, time.Now())
 	defer release()
 	return tf.waitReady(t, model, readyWithin)
 }
@@ -113,12 +115,13 @@ func TestBusyReplicaIsNeverGivenBack(t *testing.T) {
 	MustAdd(t, nc, swapEntry(t, "alpha", 5))
 	MustAdd(t, nc, swapEntry(t, "beta", 5))
 	a := fl.ask(t, "alpha")
-	useA := fl.Use("alpha", 1)
-	holdA, ok := fl.Hold(a.ID)
+	askedA := time.Now()
+	useA := fl.Use("alpha", 1, askedA)
+	holdA, ok := fl.Hold(a.ID, askedA)
 	if !ok {
 		t.Fatal("alpha's ready replica cannot be held")
 	}
-	release := fl.Use("beta", 1)
+	release := fl.Use("beta", 1, time.Now())
 	defer release()
 	waitFor(t, 5*time.Second, "beta waiting for alpha's answer", func() (bool, string) {
 		h, _ := fl.health("beta")
@@ -150,11 +153,12 @@ func TestWaitersForRoomAreServedInArrivalOrder(t *testing.T) {
 		MustAdd(t, nc, swapEntry(t, n, 5))
 	}
 	a := fl.ask(t, "alpha")
-	useA := fl.Use("alpha", 1)
-	holdA, _ := fl.Hold(a.ID)
-	useZ := fl.Use("zeta", 1)
+	askedA := time.Now()
+	useA := fl.Use("alpha", 1, askedA)
+	holdA, _ := fl.Hold(a.ID, askedA)
+	useZ := fl.Use("zeta", 1, time.Now())
 	time.Sleep(5 * time.Millisecond)
-	useB := fl.Use("beta", 1)
+	useB := fl.Use("beta", 1, time.Now())
 	defer useB()
 	fl.Poke()
 	waitFor(t, 5*time.Second, "zeta and beta waiting", func() (bool, string) {
@@ -185,25 +189,24 @@ func TestModelAskedAgainAndAgainDoesNotStarveAWaitingOne(t *testing.T) {
 	MustAdd(t, nc, swapEntry(t, "alpha", 5))
 	MustAdd(t, nc, swapEntry(t, "beta", 5))
 	a := fl.ask(t, "alpha")
-	use1 := fl.Use("alpha", 1)
-	hold1, _ := fl.Hold(a.ID)
+	asked1 := time.Now()
+	use1 := fl.Use("alpha", 1, asked1)
+	hold1, _ := fl.Hold(a.ID, asked1)
 	time.Sleep(time.Millisecond)
-	useB := fl.Use("beta", 1)
-	defer useB()
-	fl.Poke()
-	waitFor(t, 5*time.Second, "beta waiting for alpha-1", func() (bool, string) {
-		h, _ := fl.health("beta")
-		return strings.Contains(h.Placement, "waiting for alpha-1"), h.Placement
-	})
-	// alpha is asked again, after beta: its replica has answers on, but
-	// beta is ahead of this request, and behind the first.
-	time.Sleep(time.Millisecond)
-	use2 := fl.Use("alpha", 1)
-	hold2, ok := fl.Hold(a.ID)
+	// alpha is asked again, after beta, and this request reaches the
+	// fleet first (beta's took longer to read): it takes alpha-1 before
+	// the fleet knows beta waits for its room. Beta is ahead of it, and
+	// behind the first.
+	askedB := time.Now()
+	asked2 := askedB.Add(time.Millisecond)
+	use2 := fl.Use("alpha", 1, asked2)
+	hold2, ok := fl.Hold(a.ID, asked2)
 	if !ok {
-		t.Fatal("alpha-1 refused a request before beta's look")
+		t.Fatal("alpha-1 refused a request before beta was asked for")
 	}
-	fl.Poke()
+	useB := fl.Use("beta", 1, askedB)
+	defer useB()
+	fl.waitPlacement(t, "beta", "waiting for alpha-1")
 	time.Sleep(200 * time.Millisecond)
 	if rs := fl.replicasOf("alpha"); len(rs) != 1 || rs[0].State != Ready {
 		t.Fatalf("alpha-1 given back for beta while alpha's request asked before beta's is on: %s", jsonOf(rs))
@@ -231,6 +234,100 @@ func TestModelAskedAgainAndAgainDoesNotStarveAWaitingOne(t *testing.T) {
 	use2()
 }
 
+// pausingCatalog is a catalog whose List waits while paused is held: the
+// fleet reads the catalog first in each pass, so a pass begun meanwhile
+// waits too, and a test can act in the moment before the fleet's next
+// look.
+type pausingCatalog struct {
+	Catalog
+	paused sync.RWMutex
+}
+
+func (c *pausingCatalog) List(ctx context.Context) ([]catalog.Model, error) {
+	c.paused.RLock()
+	defer c.paused.RUnlock()
+	return c.Catalog.List(ctx)
+}
+
+// TestALaterRequestWaitsBehindAWaitingModel: beta waits for alpha-1's
+// room while alpha-1 answers a request asked before beta's. A request for
+// alpha asked after beta's takes no hold on alpha-1, not even in the
+// moment between alpha's earlier answers ending and the fleet's next
+// look, when alpha-1 is ready still: it would have alpha-1's drain wait
+// for its whole answer, and beta wait past its turn. One asked before
+// beta's still takes it. Once beta is placed, the later request is
+// served in its turn, after beta's.
+func TestALaterRequestWaitsBehindAWaitingModel(t *testing.T) {
+	cat := MustCatalog(t)
+	pc := &pausingCatalog{Catalog: cat}
+	fl := MustRun(t, pc, Options{Nodes: []Node{smallNode(t)}, Interval: time.Hour})
+	nc := fl.notifying(cat)
+	MustAdd(t, nc, swapEntry(t, "alpha", 5))
+	MustAdd(t, nc, swapEntry(t, "beta", 5))
+	a := fl.ask(t, "alpha")
+	asked1 := time.Now()
+	use1 := fl.Use("alpha", 1, asked1)
+	hold1, _ := fl.Hold(a.ID, asked1)
+	time.Sleep(time.Millisecond)
+	asked2 := time.Now() // before beta's too: it waits for alpha-1's slot
+	use2 := fl.Use("alpha", 1, asked2)
+	time.Sleep(time.Millisecond)
+	askedB := time.Now()
+	useB := fl.Use("beta", 1, askedB)
+	defer useB()
+	fl.waitPlacement(t, "beta", "waiting for alpha-1")
+	time.Sleep(time.Millisecond)
+	askedLate := time.Now()
+	useLate := fl.Use("alpha", 1, askedLate)
+	defer useLate()
+	if release, ok := fl.Hold(a.ID, askedLate); ok {
+		release()
+		t.Error("alpha-1 took a request asked after beta's, which waits for its room")
+	}
+	hold2, ok := fl.Hold(a.ID, asked2)
+	if !ok {
+		t.Fatal("alpha-1 refused a request asked before beta's")
+	}
+	hold2()
+	use2()
+
+	// The fleet's next look waits while alpha's requests asked before
+	// beta's end: alpha-1 is ready still, its give-back not yet decided.
+	if err := fl.Sync(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	pc.paused.Lock()
+	hold1()
+	use1()
+	if rs := fl.replicasOf("alpha"); len(rs) != 1 || rs[0].State != Ready {
+		pc.paused.Unlock()
+		t.Fatalf("alpha-1 changed before the fleet's look: %s", jsonOf(rs))
+	}
+	if release, ok := fl.Hold(a.ID, askedLate); ok {
+		release()
+		t.Error("alpha-1 took a request asked after beta's in the moment before the fleet's look")
+	}
+	pc.paused.Unlock()
+	b := fl.waitReady(t, "beta", readyWithin)
+	assertGone(t, []int{a.PID})
+
+	// In turn: beta's request takes beta-1, and alpha's later one, which
+	// waits for beta-1's room now, alpha's next replica once beta's is
+	// answered.
+	holdB, ok := fl.Hold(b.ID, askedB)
+	if !ok {
+		t.Fatal("beta-1 refused beta's request")
+	}
+	holdB()
+	useB()
+	a2 := fl.waitReady(t, "alpha", readyWithin)
+	release, ok := fl.Hold(a2.ID, askedLate)
+	if !ok {
+		t.Fatalf("%s refused alpha's request, whose turn it is", a2.ID)
+	}
+	release()
+}
+
 // TestAGivenBackModelKeepsItsPlace: alpha's replica is given back for beta
 // while an alpha request asked after beta's waits; gamma, asked after that
 // request and before the give-back, does not go before it when beta falls
@@ -243,21 +340,26 @@ func TestAGivenBackModelKeepsItsPlace(t *testing.T) {
 		MustAdd(t, nc, swapEntry(t, n, 5))
 	}
 	a := fl.ask(t, "alpha")
-	use1 := fl.Use("alpha", 1)
-	hold1, _ := fl.Hold(a.ID)
+	asked1 := time.Now()
+	use1 := fl.Use("alpha", 1, asked1)
+	hold1, _ := fl.Hold(a.ID, asked1)
 	time.Sleep(time.Millisecond)
-	useB := fl.Use("beta", 1)
+	askedB := time.Now()
+	useB := fl.Use("beta", 1, askedB)
 	time.Sleep(time.Millisecond)
-	use2 := fl.Use("alpha", 1) // asked after beta: behind it
+	use2 := fl.Use("alpha", 1, time.Now()) // asked after beta: behind it
 	defer use2()
 	time.Sleep(time.Millisecond)
-	useG := fl.Use("gamma", 1) // asked after alpha's second request
+	useG := fl.Use("gamma", 1, time.Now()) // asked after alpha's second request
 	defer useG()
 	fl.Poke()
 	hold1()
 	use1() // alpha-1 is given back: alpha's waiting request came after beta's
 	b := fl.waitReady(t, "beta", readyWithin)
-	holdB, _ := fl.Hold(b.ID)
+	holdB, ok := fl.Hold(b.ID, askedB)
+	if !ok {
+		t.Fatal("beta's replica refused beta's request")
+	}
 	fl.Poke()
 	waitFor(t, 5*time.Second, "alpha and gamma waiting for beta-1", func() (bool, string) {
 		al, _ := fl.health("alpha")
@@ -282,9 +384,10 @@ func TestAClientThatGivesUpWaitingCostsNothing(t *testing.T) {
 	MustAdd(t, nc, swapEntry(t, "alpha", 5))
 	MustAdd(t, nc, swapEntry(t, "beta", 5))
 	a := fl.ask(t, "alpha")
-	useA := fl.Use("alpha", 1)
-	holdA, _ := fl.Hold(a.ID)
-	useB := fl.Use("beta", 1)
+	askedA := time.Now()
+	useA := fl.Use("alpha", 1, askedA)
+	holdA, _ := fl.Hold(a.ID, askedA)
+	useB := fl.Use("beta", 1, time.Now())
 	waitFor(t, 5*time.Second, "beta waiting for alpha-1", func() (bool, string) {
 		h, _ := fl.health("beta")
 		return strings.Contains(h.Placement, "waiting for alpha-1"), h.Placement
@@ -307,8 +410,9 @@ func TestAClientThatGivesUpWaitingCostsNothing(t *testing.T) {
 func (tf *testFleet) holdAsked(t *testing.T, model string) (end func()) {
 	t.Helper()
 	r := tf.ask(t, model)
-	use := tf.Use(model, 1)
-	hold, ok := tf.Hold(r.ID)
+	asked := time.Now()
+	use := tf.Use(model, 1, asked)
+	hold, ok := tf.Hold(r.ID, asked)
 	if !ok {
 		t.Fatalf("%s's ready replica cannot be held", model)
 	}
@@ -349,12 +453,12 @@ func TestALaterSmallerModelWaitsBehindAnEarlierOne(t *testing.T) {
 		MustAdd(t, nc, m)
 	}
 	endA := fl.holdAsked(t, "alpha")
-	useB := fl.Use("beta", 1)
+	useB := fl.Use("beta", 1, time.Now())
 	defer useB()
 	fl.Poke()
 	fl.waitPlacement(t, "beta", "waiting for alpha-1")
 	time.Sleep(time.Millisecond)
-	useG := fl.Use("gamma", 1)
+	useG := fl.Use("gamma", 1, time.Now())
 	defer useG()
 	fl.Poke()
 	fl.waitBehind(t, "gamma", "beta")
@@ -387,12 +491,12 @@ func TestALaterModelTakesNoIdleRoomTheEarlierOneCountsOn(t *testing.T) {
 	}
 	fl.ask(t, "alpha") // idle from now on
 	endD := fl.holdAsked(t, "delta")
-	useB := fl.Use("beta", 1)
+	useB := fl.Use("beta", 1, time.Now())
 	defer useB()
 	fl.Poke()
 	fl.waitPlacement(t, "beta", "waiting for delta-1")
 	time.Sleep(time.Millisecond)
-	useG := fl.Use("gamma", 1)
+	useG := fl.Use("gamma", 1, time.Now())
 	defer useG()
 	fl.Poke()
 	fl.waitBehind(t, "gamma", "beta")
@@ -419,7 +523,7 @@ func TestALaterModelTakesRoomTheEarlierOneDoesNotNeed(t *testing.T) {
 		MustAdd(t, nc, m)
 	}
 	endA := fl.holdAsked(t, "alpha")
-	useB := fl.Use("beta", 1)
+	useB := fl.Use("beta", 1, time.Now())
 	defer useB()
 	fl.Poke()
 	fl.waitPlacement(t, "beta", "waiting for alpha-1")
@@ -448,7 +552,7 @@ func BenchmarkSwapCycle(b *testing.B) {
 		m.Scaling = catalog.Scaling{Min: 0, Max: 1, IdleAfter: time.Hour}
 		MustAdd(b, nc, m)
 	}
-	release := fl.Use("alpha", 1)
+	release := fl.Use("alpha", 1, time.Now())
 	fl.waitReady(b, "alpha", readyWithin)
 	release()
 	var own time.Duration
@@ -456,7 +560,7 @@ func BenchmarkSwapCycle(b *testing.B) {
 	for i := range b.N {
 		model := []string{"beta", "alpha"}[i%2]
 		began := time.Now()
-		release := fl.Use(model, 1)
+		release := fl.Use(model, 1, began)
 		var r []Replica
 		for deadline := began.Add(readyWithin); len(r) == 0; r = fl.Serving(model) {
 			if time.Now().After(deadline) {

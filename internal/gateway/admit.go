@@ -43,9 +43,9 @@ func wanted(p *pool, rs []fleet.Replica) int {
 // too many requests wait already (429), none became ready in time (503),
 // or the client went away (ctx's error, nil apiError never). It chooses
 // among m's ready replicas as its pool last read them (pool.read, which
-// the caller does first). The replica chosen is held (Fleet.Hold) until
-// release: the fleet retires it only once the request is over. Replicas
-// in avoid (by id and address: an engine started again has a new one)
+// the caller does first). The replica chosen is held (Fleet.Hold, for
+// the request as asked at asked) until release: the fleet retires it only
+// once the request is over. Replicas in avoid (by id and address: an engine started again has a new one)
 // already failed this request, and are not offered it again while
 // another is ready; with none other ready, admit waits for one (for
 // reofferAfter, then offers a failed one the fleet still calls ready
@@ -60,7 +60,7 @@ func wanted(p *pool, rs []fleet.Replica) int {
 // (slot.sent) once the request is written to the engine, and the
 // requests handed slots after it go on only then, so the engine reads
 // them in the order they waited.
-func (g *Gateway) admit(ctx context.Context, m catalog.Model, key uint64, avoid []fleet.Replica, place *uint64, standIn bool, tw *waitTrace) (fleet.Replica, slot, *apiError) {
+func (g *Gateway) admit(ctx context.Context, m catalog.Model, asked time.Time, key uint64, avoid []fleet.Replica, place *uint64, standIn bool, tw *waitTrace) (fleet.Replica, slot, *apiError) {
 	p := g.pool(m.Name)
 	w := newWaiter(key, avoid, time.Now(), tw.explain())
 	if place != nil {
@@ -134,14 +134,19 @@ func (g *Gateway) admit(ctx context.Context, m catalog.Model, key uint64, avoid 
 		// Those handed slots before it go on first; it goes on once it
 		// is written to the engine (slot.sent), and the next may follow.
 		p.goes(c.turn, r.ID)
-		release, held := g.opts.Fleet.Hold(r.ID)
+		release, held := g.opts.Fleet.Hold(r.ID, asked)
 		if !held {
-			// Retired since the replicas were read: it takes no request
-			// now. The request keeps its place in the queue.
+			// Retired since the replicas were read, or kept for a model
+			// asked for before this request that waits for its room (the
+			// fleet still calls it ready): it takes no request of this
+			// one's now. The request keeps its place in the queue.
 			p.gone(c.turn)
 			p.read()
 			p.give(r.ID, time.Time{})
-			w.avoid = append(slices.Clip(w.avoid), r)
+			if !avoided(w.avoid, r) {
+				w.avoid = append(slices.Clip(w.avoid), r)
+			}
+			w.turnedAway = time.Now()
 			continue
 		}
 		if queued {
@@ -230,11 +235,16 @@ func without(rs, avoid []fleet.Replica) []fleet.Replica {
 	}
 	out := make([]fleet.Replica, 0, len(rs))
 	for _, r := range rs {
-		if !slices.ContainsFunc(avoid, func(a fleet.Replica) bool { return a.ID == r.ID && a.Endpoint == r.Endpoint }) {
+		if !avoided(avoid, r) {
 			out = append(out, r)
 		}
 	}
 	return out
+}
+
+// avoided is whether r is in avoid, told apart by id and address.
+func avoided(avoid []fleet.Replica, r fleet.Replica) bool {
+	return slices.ContainsFunc(avoid, func(a fleet.Replica) bool { return a.ID == r.ID && a.Endpoint == r.Endpoint })
 }
 
 // unstartable says why no replica of model will come: it was removed from

@@ -294,18 +294,18 @@ func (f ownEngineFleet) EngineKey(id string) string {
 	return f.Fleet.EngineKey(id)
 }
 
-func (f ownEngineFleet) Hold(id string) (func(), bool) {
+func (f ownEngineFleet) Hold(id string, askedAt time.Time) (func(), bool) {
 	if id == f.rep.ID {
 		return func() {}, true
 	}
-	return f.Fleet.Hold(id)
+	return f.Fleet.Hold(id, askedAt)
 }
 
-func (f ownEngineFleet) Use(model string, replicas int) func() {
+func (f ownEngineFleet) Use(model string, replicas int, askedAt time.Time) func() {
 	if model == f.model {
 		return func() {}
 	}
-	return f.Fleet.Use(model, replicas)
+	return f.Fleet.Use(model, replicas, askedAt)
 }
 
 // TestADeadCanaryIsCoveredByItsModel: when the canary's engine is killed,

@@ -46,17 +46,21 @@ type Catalog interface {
 type Fleet interface {
 	// Serving are a model's ready replicas, with their engines' load.
 	Serving(model string) []fleet.Replica
-	// Hold says a request is being sent to replica id, which is not
-	// retired until release; ok is false for a replica no longer to send
-	// to (draining, gone), which the gateway then leaves alone.
-	Hold(id string) (release func(), ok bool)
+	// Hold says a request asked at askedAt (its arrival, as told to Use)
+	// is being sent to replica id, which is not retired until release; ok
+	// is false for a replica no longer to send to (draining, gone), or
+	// not this request's yet (kept for a model asked for before it, which
+	// waits for its room), which the gateway then leaves alone a while.
+	Hold(id string, askedAt time.Time) (release func(), ok bool)
 	// EngineKey is the key a replica's engine wants.
 	EngineKey(id string) string
 	// ModelHealth says which models are parked or unplaceable, and why.
 	ModelHealth() []fleet.ModelHealth
-	// Use says a model is in use and how many replicas it needs, until
-	// release: models loaded on demand start, and stop when idle.
-	Use(model string, replicas int) (release func())
+	// Use says a model is in use by a request asked at askedAt, and how
+	// many replicas it needs, until release: models loaded on demand
+	// start, and stop when idle. The model's place among those waiting
+	// for room is its oldest request's askedAt.
+	Use(model string, replicas int, askedAt time.Time) (release func())
 }
 
 // Tokens checks the API tokens clients send (auth.Tokens).

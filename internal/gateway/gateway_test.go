@@ -475,11 +475,11 @@ func (f deadReplicaFleet) Serving(model string) []fleet.Replica {
 
 // Hold lets requests go to the dead replica, which the fleet does not know
 // of.
-func (f deadReplicaFleet) Hold(id string) (func(), bool) {
+func (f deadReplicaFleet) Hold(id string, askedAt time.Time) (func(), bool) {
 	if id == f.dead.ID {
 		return func() {}, true
 	}
-	return f.Fleet.Hold(id)
+	return f.Fleet.Hold(id, askedAt)
 }
 
 // TestAReplicaThatDoesNotAnswerIsAvoided: a request sent to a replica whose

@@ -359,6 +359,12 @@ type waiter struct {
 	avoid   []fleet.Replica
 	began   time.Time
 	explain bool
+	// turnedAway is when the fleet last refused w a hold on a replica
+	// (Fleet.Hold), which it may still call ready: one it keeps for a
+	// model asked for before w, which waits for its room. Offered it
+	// again at once, w would be handed the slot it gave back and refused
+	// again, over and over, until that model is placed.
+	turnedAway time.Time
 	// got is made when the waiter first queues (nil before: nothing is
 	// handed to it), buffered, and holds one choice at most: a waiter is
 	// handed one only while queued, and leaves the queue as it is.
@@ -370,12 +376,12 @@ func newWaiter(key uint64, avoid []fleet.Replica, began time.Time, explain bool)
 }
 
 // offer is which of ready w may go to: those but the replicas that
-// failed it; the fleet still calling one ready a while later (an engine
-// that was not yet listening when its pod turned ready) offers it once
-// more rather than keep the request waiting for another that may never
-// come.
+// failed it or turned it away; the fleet still calling one ready a while
+// later (an engine that was not yet listening when its pod turned ready)
+// offers it once more rather than keep the request waiting for another
+// that may never come, and one that turned it away, a poll after it did.
 func (w *waiter) offer(ready []fleet.Replica, now time.Time) []fleet.Replica {
-	if others := without(ready, w.avoid); len(others) > 0 || now.Sub(w.began) < reofferAfter {
+	if others := without(ready, w.avoid); len(others) > 0 || now.Sub(w.began) < reofferAfter || now.Sub(w.turnedAway) < pollBusy {
 		return others
 	}
 	return ready

@@ -122,7 +122,10 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, m catalog.Model,
 	if len(rs) == 0 {
 		stops = g.lastStops(ctx)
 	}
-	release := g.opts.Fleet.Use(m.Name, wanted(p, rs))
+	// The fleet orders the models waiting for room by when their
+	// requests came, and holds replicas by it too: it is told when this
+	// one came, not when it got this far.
+	release := g.opts.Fleet.Use(m.Name, wanted(p, rs), start)
 	defer release()
 	// A replica that did not answer at all (refused the connection, or
 	// closed it before a byte of the answer: an engine that just died or
@@ -133,7 +136,7 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, m catalog.Model,
 	var wait waitTrace
 	var place uint64 // in the queue, kept from one attempt to the next
 	for range attempts {
-		rep, s, aerr := g.admit(ctx, m, req.affinity, tried, &place, standIn, g.startWait(&wait, ctx, m.Name, tried, standIn, stops))
+		rep, s, aerr := g.admit(ctx, m, start, req.affinity, tried, &place, standIn, g.startWait(&wait, ctx, m.Name, tried, standIn, stops))
 		if aerr != nil {
 			switch {
 			case ctx.Err() != nil:

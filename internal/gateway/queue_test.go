@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -41,10 +42,10 @@ func (f *stubFleet) Serving(string) []fleet.Replica {
 	f.asked++
 	return f.ready
 }
-func (f *stubFleet) Hold(string) (func(), bool)                    { return func() {}, true }
+func (f *stubFleet) Hold(string, time.Time) (func(), bool)         { return func() {}, true }
 func (f *stubFleet) EngineKey(string) string                       { return "k" }
 func (f *stubFleet) ModelHealth() []fleet.ModelHealth              { return nil }
-func (f *stubFleet) Use(string, int) func()                        { return func() {} }
+func (f *stubFleet) Use(string, int, time.Time) func()             { return func() {} }
 func (f *stubFleet) OnReady(fn func(string))                       { f.tell = append(f.tell, fn) }
 func (f *stubFleet) List(context.Context) ([]catalog.Model, error) { return stubCatalog, nil }
 func (f *stubFleet) Check(context.Context, string) (auth.Token, error) {
@@ -54,7 +55,7 @@ func (f *stubFleet) Check(context.Context, string) (auth.Token, error) {
 // admitSent admits a request for m, and says at once it was written to
 // the engine, as send does: the requests handed slots after it may go on.
 func admitSent(ctx context.Context, g *Gateway, m catalog.Model) (fleet.Replica, *apiError) {
-	r, s, aerr := g.admit(ctx, m, 0, nil, nil, false, nil)
+	r, s, aerr := g.admit(ctx, m, time.Now(), 0, nil, nil, false, nil)
 	s.sent()
 	return r, aerr
 }
@@ -324,7 +325,7 @@ type holdingFleet struct {
 	order chan int
 }
 
-func (f *holdingFleet) Hold(string) (func(), bool) {
+func (f *holdingFleet) Hold(string, time.Time) (func(), bool) {
 	f.mu.Lock()
 	n := f.holds
 	f.holds++
@@ -356,7 +357,7 @@ func TestAColdWaiterGoesOnBeforeTheRequestThatWokeIt(t *testing.T) {
 		cold := make(chan func(), 1)
 		go func() {
 			p.read()
-			_, s, aerr := g.admit(ctx, m, 0, nil, nil, false, nil)
+			_, s, aerr := g.admit(ctx, m, time.Now(), 0, nil, nil, false, nil)
 			if aerr != nil {
 				t.Error(aerr)
 				close(cold)
@@ -374,7 +375,7 @@ func TestAColdWaiterGoesOnBeforeTheRequestThatWokeIt(t *testing.T) {
 		f.stubFleet.ready = []fleet.Replica{rep}
 		f.stubFleet.mu.Unlock()
 		p.read()
-		_, late, aerr := g.admit(ctx, m, 0, nil, nil, false, nil)
+		_, late, aerr := g.admit(ctx, m, time.Now(), 0, nil, nil, false, nil)
 		if aerr != nil {
 			t.Fatal(aerr)
 		}
@@ -392,6 +393,67 @@ func TestAColdWaiterGoesOnBeforeTheRequestThatWokeIt(t *testing.T) {
 		}
 		p.give(rep.ID, time.Time{})
 		p.give(rep.ID, time.Time{})
+	}
+}
+
+// turningFleet is stubFleet whose holds are refused until let is closed,
+// as the fleet refuses a request a hold on a replica it keeps for a model
+// asked for before the request: the replica is still ready, and the
+// request is to wait its turn. It counts the holds asked of it.
+type turningFleet struct {
+	stubFleet
+	let   chan struct{}
+	asked atomic.Int64
+}
+
+func (f *turningFleet) Hold(string, time.Time) (func(), bool) {
+	f.asked.Add(1)
+	select {
+	case <-f.let:
+		return func() {}, true
+	default:
+		return nil, false
+	}
+}
+
+// TestARequestTurnedAwayWaitsItsTurn: a request the fleet refuses a hold
+// on a replica it still calls ready waits, without an error, and asks
+// for the replica again a poll later, not again and again at once; it
+// takes the replica once the fleet lets it.
+func TestARequestTurnedAwayWaitsItsTurn(t *testing.T) {
+	rep := fleet.Replica{ID: "m-1", Model: "m", Endpoint: "http://127.0.0.1:1", Load: &fleet.Load{Slots: 1}}
+	f := &turningFleet{stubFleet: stubFleet{ready: []fleet.Replica{rep}}, let: make(chan struct{})}
+	g := stubGateway(t, &f.stubFleet)
+	g.opts.Fleet = f
+	m := catalog.Model{Name: "m"}
+	got := make(chan fleet.Replica, 1)
+	go func() {
+		g.pool("m").read()
+		r, aerr := admitSent(context.Background(), g, m)
+		if aerr != nil {
+			t.Error(aerr)
+		}
+		got <- r
+	}()
+	// Past reofferAfter, when a replica a request avoids is offered it
+	// again.
+	const turned = 1500 * time.Millisecond
+	select {
+	case r := <-got:
+		t.Fatalf("admitted to %q while the fleet refused it", r.ID)
+	case <-time.After(turned):
+	}
+	if n := f.asked.Load(); n == 0 || n > int64(turned/pollBusy)+2 {
+		t.Errorf("the fleet was asked for a hold %d times in %s; want once a poll (%s) at most", n, turned, pollBusy)
+	}
+	close(f.let)
+	select {
+	case r := <-got:
+		if r.ID != rep.ID {
+			t.Errorf("admitted to %q, want %s", r.ID, rep.ID)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("not admitted within 5s of the fleet letting it")
 	}
 }
 
@@ -534,7 +596,7 @@ func TestARequestSlowToGoOnHoldsUpOnlyItsReplicasNext(t *testing.T) {
 				go func() {
 					// Neither says it was written: the first is still on
 					// its way to its engine.
-					r, _, aerr := g.admit(ctx, m, 0, nil, nil, false, nil)
+					r, _, aerr := g.admit(ctx, m, time.Now(), 0, nil, nil, false, nil)
 					if aerr != nil {
 						t.Error(aerr)
 					}

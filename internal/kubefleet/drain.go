@@ -40,12 +40,15 @@ type draining struct {
 	drained, deleted bool
 }
 
-// Hold says a request is being sent to pod id; false when the pod is
-// draining, so no request reaches a pod about to be deleted.
-func (f *Fleet) Hold(id string) (release func(), ok bool) {
+// Hold says a request asked at askedAt (as it was told to Use) is being
+// sent to pod id; false when the pod is draining, so no request reaches a
+// pod about to be deleted, or when a model asked for before the request
+// waits for the pod's room (fleet.Owed): the request waits its turn,
+// behind that model's, as on the local fleet.
+func (f *Fleet) Hold(id string, askedAt time.Time) (release func(), ok bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.drains[id] != nil {
+	if f.drains[id] != nil || f.owed.Refuses(id, askedAt) {
 		return nil, false
 	}
 	f.holds[id]++

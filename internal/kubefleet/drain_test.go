@@ -41,7 +41,7 @@ func TestKubernetesDrainsBeforeDeleting(t *testing.T) {
 		trio.Profiles[0].RAMBytes = 1 << 30
 		trio.Scaling.Max = 3
 		cat.add(trio)
-		use := f.Use("trio", 3)
+		use := f.Use("trio", 3, time.Now())
 		defer use()
 		pods := waitFor(t, "three ready replicas of trio", func() ([]fleet.Replica, bool) {
 			rs := f.Serving("trio")
@@ -57,7 +57,7 @@ func TestKubernetesDrainsBeforeDeleting(t *testing.T) {
 		}()
 		for i, r := range pods {
 			for range i + 1 {
-				release, ok := f.Hold(r.ID)
+				release, ok := f.Hold(r.ID, time.Now())
 				if !ok {
 					t.Fatalf("a ready pod refused a request")
 				}
@@ -121,12 +121,12 @@ func TestKubernetesDrainsBeforeDeleting(t *testing.T) {
 		duo.Profiles[0].RAMBytes = 1 << 30
 		duo.Scaling.Max = 2
 		cat.add(duo)
-		first := f.Use("duo", 1)
+		first := f.Use("duo", 1, time.Now())
 		a := ready("duo")
 		// b is ready seconds after a: the ReplicaSet controller, left to
 		// choose, deletes the pod ready last, which is the one answering.
 		time.Sleep(3 * time.Second)
-		second := f.Use("duo", 2)
+		second := f.Use("duo", 2, time.Now())
 		defer second()
 		b := waitFor(t, "a second ready replica of duo", func() (fleet.Replica, bool) {
 			for _, r := range f.Serving("duo") {
@@ -138,7 +138,7 @@ func TestKubernetesDrainsBeforeDeleting(t *testing.T) {
 		})
 		first()
 		w.runEngine(b)
-		release, ok := f.Hold(b.ID)
+		release, ok := f.Hold(b.ID, time.Now())
 		if !ok {
 			t.Fatalf("a ready pod refused a request")
 		}
@@ -171,11 +171,11 @@ func TestKubernetesDrainsBeforeDeleting(t *testing.T) {
 	})
 
 	t.Run("a restarted pod ends its answer, then a new pod comes", func(t *testing.T) {
-		use := f.Use("alpha", 1)
+		use := f.Use("alpha", 1, time.Now())
 		defer use()
 		p := ready("alpha")
 		w.runEngine(p)
-		release, ok := f.Hold(p.ID)
+		release, ok := f.Hold(p.ID, time.Now())
 		if !ok {
 			t.Fatalf("a ready pod refused a request")
 		}
@@ -204,24 +204,27 @@ func TestKubernetesDrainsBeforeDeleting(t *testing.T) {
 	})
 
 	t.Run("a model given back ends its answer first, and the other waits for it", func(t *testing.T) {
-		before := f.Use("alpha", 1) // asked before beta: alpha keeps its room for it
+		before := f.Use("alpha", 1, time.Now()) // asked before beta: alpha keeps its room for it
 		q := ready("alpha")
 		w.runEngine(q)
 		time.Sleep(time.Millisecond)
-		useB := f.Use("beta", 1)
+		// The answer's request is asked after beta's, and reaches the
+		// fleet, and q, before it (beta's took longer to read).
+		askedB := time.Now()
+		askedAfter := askedB.Add(time.Millisecond)
+		after := f.Use("alpha", 1, askedAfter)
+		defer after()
+		release, ok := f.Hold(q.ID, askedAfter)
+		if !ok {
+			t.Fatalf("a ready pod refused a request")
+		}
+		defer release()
+		useB := f.Use("beta", 1, askedB)
 		defer useB()
 		waitFor(t, "beta to wait for alpha", func() (fleet.ModelHealth, bool) {
 			h := health(f, "beta")
 			return h, strings.Contains(h.Placement, "waiting for "+q.ID)
 		})
-		time.Sleep(time.Millisecond)
-		after := f.Use("alpha", 1) // the answer's request, asked after beta's
-		defer after()
-		release, ok := f.Hold(q.ID)
-		if !ok {
-			t.Fatalf("a ready pod refused a request")
-		}
-		defer release()
 		s := startStream(t, q, f.EngineKey(q.ID))
 		before() // alpha's requests are all behind beta's now
 		waitFor(t, "alpha given back for beta", func() (string, bool) {
@@ -406,14 +409,14 @@ func (s *stream) complete(t *testing.T) {
 func TestKubernetesDrainIsBounded(t *testing.T) {
 	w := startSwapWorld(t, 2*time.Second)
 	f, admin := w.f, w.c.Admin
-	use := f.Use("alpha", 1)
+	use := f.Use("alpha", 1, time.Now())
 	p := w.ready("alpha")
-	if _, ok := f.Hold(p.ID); !ok { // never released
+	if _, ok := f.Hold(p.ID, time.Now()); !ok { // never released
 		t.Fatalf("a ready pod refused a request")
 	}
 	use()
 	// Given back for beta while it holds a request that never ends.
-	useB := f.Use("beta", 1)
+	useB := f.Use("beta", 1, time.Now())
 	defer useB()
 	sawDraining := false
 	waitFor(t, p.ID+" deleted past its drain timeout", func() ([]fleet.Replica, bool) {
@@ -460,15 +463,15 @@ func TestKubernetesRemovalDrains(t *testing.T) {
 			!strings.Contains(rs[i].Detail, why+"; draining: waiting for 1 request in flight to end") {
 			t.Errorf("%s's replicas %+v; want %s draining, %s", p.Model, rs, p.ID, why)
 		}
-		if _, ok := f.Hold(p.ID); ok {
+		if _, ok := f.Hold(p.ID, time.Now()); ok {
 			t.Errorf("%s, draining, took a new request", p.ID)
 		}
 	}
 
 	t.Run("a model removed from the catalog drains before its objects go", func(t *testing.T) {
-		use := f.Use("alpha", 1)
+		use := f.Use("alpha", 1, time.Now())
 		p := w.ready("alpha")
-		release, ok := f.Hold(p.ID)
+		release, ok := f.Hold(p.ID, time.Now())
 		if !ok {
 			t.Fatalf("a ready pod refused a request")
 		}
@@ -505,7 +508,7 @@ func TestKubernetesRemovalDrains(t *testing.T) {
 		if !strings.HasSuffix(dep, "-p1") {
 			t.Fatalf("duo's pod %s is of Deployment %q, want its second profile's", p.ID, dep)
 		}
-		release, ok := f.Hold(p.ID)
+		release, ok := f.Hold(p.ID, time.Now())
 		if !ok {
 			t.Fatalf("a ready pod refused a request")
 		}

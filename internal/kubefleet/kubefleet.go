@@ -157,7 +157,11 @@ type Fleet struct {
 	madeRoom  map[string]bool
 	evictions map[[2]string]int
 	waiting   map[string]bool
-	heldBack  map[string]bool
+	// owed are the busy pods the models waiting for room wait on, as
+	// each one's last pass found them: they take no request asked after
+	// such a model's (Hold, fleet.Owed).
+	owed     fleet.Owed
+	heldBack map[string]bool
 	// givenFor is, by pod, the model it was given back to make room for
 	// (swap.go): its room is that model's as it comes back.
 	givenFor map[string]string
@@ -455,6 +459,7 @@ func (f *Fleet) remove(ctx context.Context, name string) error {
 	delete(f.parks, name)
 	delete(f.lastStops, name)
 	delete(f.waiting, name)
+	f.owed.Owe(name, time.Time{}, nil)
 	delete(f.heldBack, name)
 	delete(f.givenWhy, name)
 	delete(f.madeRoom, name)

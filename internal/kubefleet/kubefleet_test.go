@@ -265,7 +265,7 @@ func TestKubernetesFleet(t *testing.T) {
 			rs := f.Serving("steady")
 			return first(rs), len(rs) == 1
 		})
-		release, ok := f.Hold(r.ID)
+		release, ok := f.Hold(r.ID, time.Now())
 		if !ok {
 			t.Fatalf("a ready replica refused a request")
 		}
@@ -275,7 +275,7 @@ func TestKubernetesFleet(t *testing.T) {
 		if len(f.Serving("steady")) != 0 {
 			t.Errorf("a draining replica is still served: %+v", f.Serving("steady"))
 		}
-		if _, ok := f.Hold(r.ID); ok {
+		if _, ok := f.Hold(r.ID, time.Now()); ok {
 			t.Errorf("a draining replica took a new request")
 		}
 		time.Sleep(2 * time.Second) // a pass or two, in which the pod must stay

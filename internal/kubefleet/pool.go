@@ -233,12 +233,14 @@ type demand struct {
 	want    int
 }
 
-// Use says a request for model is being served and that replicas replicas
-// are needed now: the model's Deployment is raised to max(Scaling.Min,
-// min(replicas, Scaling.Max)) while requests come, and falls back to Min
-// once none has come for its Scaling.IdleAfter (fleet.DefaultIdleAfter
-// when unset). Call release when the request is over.
-func (f *Fleet) Use(model string, replicas int) (release func()) {
+// Use says a request for model, asked at askedAt (its arrival, as the
+// gateway saw it, and the time its hold is asked with), is being served
+// and that replicas replicas are needed now: the model's Deployment is
+// raised to max(Scaling.Min, min(replicas, Scaling.Max)) while requests
+// come, and falls back to Min once none has come for its
+// Scaling.IdleAfter (fleet.DefaultIdleAfter when unset). Call release
+// when the request is over.
+func (f *Fleet) Use(model string, replicas int, askedAt time.Time) (release func()) {
 	replicas = max(replicas, 1)
 	f.mu.Lock()
 	d := f.demands[model]
@@ -246,9 +248,8 @@ func (f *Fleet) Use(model string, replicas int) (release func()) {
 		d = &demand{}
 		f.demands[model] = d
 	}
-	now := time.Now()
-	d.asks.Add(now)
-	d.lastUse = now
+	d.asks.Add(askedAt)
+	d.lastUse = time.Now()
 	more := replicas > d.want
 	d.want = max(d.want, replicas)
 	f.mu.Unlock()
@@ -261,7 +262,7 @@ func (f *Fleet) Use(model string, replicas int) (release func()) {
 		look := false
 		if !done && f.demands[model] == d {
 			was := d.asks.Oldest()
-			d.asks.Done(now)
+			d.asks.Done(askedAt)
 			d.lastUse = time.Now()
 			// Its pods may be idle now, or its requests all behind
 			// another model's that waits for their room.

@@ -31,7 +31,9 @@ import (
 // model takes the room of opportunistic ones, busy or kept by their Min,
 // as on the local fleet. A model so given back is held at 0 (heldBack),
 // not forgotten: its requests keep their place, and it is scaled up again
-// once no model asked for before them waits for room.
+// once no model asked for before them waits for room. A busy pod a
+// waiting model waits on takes no request asked after that model's
+// (fleet.Owed), so none is let hold up its give-back.
 //
 // Room that comes free while a model asked for first waits for busy pods
 // is the first one's too, by the local fleet's rule (fleet.Spare): a model
@@ -94,7 +96,6 @@ type holding struct {
 	mem, gpus int64
 	going     bool
 	givenFor  string
-	ready     bool
 	asked     time.Time
 }
 
@@ -133,9 +134,9 @@ func (f *Fleet) holdings(byName map[string]catalog.Model) []holding {
 		d := f.demands[name]
 		dr := f.drains[pod.Name]
 		unrouted := d != nil && d.asks.Len() > held[name]
-		h := holding{node: pod.Spec.NodeName, mem: mem, gpus: gpus, ready: isReady(pod),
+		h := holding{node: pod.Spec.NodeName, mem: mem, gpus: gpus,
 			going: pod.DeletionTimestamp != nil || !ok || d == nil && m.Scaling.Min == 0 || f.heldBack[name] || dr != nil && dr.deployment != "",
-			Holder: fleet.Holder{ID: pod.Name, Model: name, Class: m.ClassOrDefault(), Min: m.Scaling.Min,
+			Holder: fleet.Holder{ID: pod.Name, Model: name, Class: m.ClassOrDefault(), Min: m.Scaling.Min, Ready: isReady(pod),
 				Busy: !isReady(pod) || f.holds[pod.Name] > 0 || unrouted}}
 		if d != nil {
 			h.LastUsed, h.asked = d.lastUse, d.asks.Oldest()
@@ -174,7 +175,7 @@ func holders(hs []holding, p catalog.Profile, asker string, waits time.Time) (ma
 		if p.GPUClass != "" {
 			h.Held = h.gpus
 		}
-		h.Behind = h.ready && fleet.Behind(h.asked, waits)
+		h.Behind = h.Ready && fleet.Behind(h.asked, waits)
 		switch {
 		case h.Held == 0:
 		case h.going:
@@ -260,9 +261,11 @@ func (f *Fleet) makeRoom(m catalog.Model, want int, models []catalog.Model, now 
 	}
 	all := f.holdings(byName)
 	kept := f.keptBefore(m, models, nodes, all, now)
-	hs, going := holders(all, p, m.Name, f.oldestAsk(m.Name))
+	asked := f.oldestAsk(m.Name)
+	hs, going := holders(all, p, m.Name, asked)
 	o := look(m, p, nodes, hs, going, kept)
 	f.setWaiting(m.Name, o.waits)
+	f.owe(m.Name, asked, o.waited)
 	if len(o.victims) > 0 {
 		given = f.giveBack(o.victims, m, byName, now)
 		f.log.Info("giving back models' pods to make room", "model", m.Name, "node", o.node, "pods", podIDs(o.victims))
@@ -279,9 +282,12 @@ type outlook struct {
 	// victims are the pods to give back on node for it.
 	victims []fleet.Holder
 	// waits is whether it waits for busy pods to fall idle, or for the
-	// models before it, and text says what it waits for.
-	waits bool
-	text  string
+	// models before it, and text says what it waits for; waited are the
+	// busy pods it waits on that answer requests asked before its own
+	// (fleet.Waited), which take none asked after it meanwhile.
+	waits  bool
+	text   string
+	waited []string
 	// keep is what of node's room it keeps from the models after it:
 	// all it needs where it fits or room is made for it, else what of
 	// the room it has now it cannot spare (fleet.Keeps).
@@ -340,7 +346,7 @@ func look(m catalog.Model, p catalog.Profile, nodes []node, hs map[string][]flee
 				others += h
 			}
 			if have+claimed+all+others >= need && !o.waits {
-				o = outlook{node: n.name, waits: true, text: waitText(m, n.name, hs[n.name], kept, kp),
+				o = outlook{node: n.name, waits: true, text: waitText(m, n.name, hs[n.name], kept, kp), waited: fleet.Waited(hs[n.name], m),
 					keep: fleet.Keeps(hs[n.name], m, have, claimed, need, g.others...) - g.mine}
 				othersAny = others > 0
 			}
@@ -564,7 +570,17 @@ func (f *Fleet) setWaiting(model string, waits bool) {
 		f.waiting[model] = true
 	} else {
 		delete(f.waiting, model)
+		f.owed.Owe(model, time.Time{}, nil) // it waits on no pod
 	}
+}
+
+// owe says model, whose oldest waiting request was asked at asked, waits
+// on the busy pods waited (fleet.Waited): they take no request asked
+// after it (Hold).
+func (f *Fleet) owe(model string, asked time.Time, waited []string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.owed.Owe(model, asked, waited)
 }
 
 func podIDs(hs []fleet.Holder) string {

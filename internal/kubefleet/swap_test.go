@@ -163,7 +163,7 @@ func TestKubernetesSwap(t *testing.T) {
 	w := startSwapWorld(t)
 	f, cat, onDemand, admin, ready, scaledTo0 := w.f, w.cat, w.onDemand, w.c.Admin, w.ready, w.scaledTo0
 
-	release := f.Use("alpha", 1)
+	release := f.Use("alpha", 1, time.Now())
 	alpha := ready("alpha")
 	release()
 
@@ -178,7 +178,7 @@ func TestKubernetesSwap(t *testing.T) {
 	})
 
 	t.Run("an idle model on demand is scaled to 0 for another asked for", func(t *testing.T) {
-		release := f.Use("beta", 1)
+		release := f.Use("beta", 1, time.Now())
 		defer release()
 		ready("beta")
 		// alpha's pod is gone; a new one waits its turn, before gamma's.
@@ -201,9 +201,9 @@ func TestKubernetesSwap(t *testing.T) {
 	})
 
 	t.Run("a model answering requests is not scaled down: the other waits for it", func(t *testing.T) {
-		releaseBeta := f.Use("beta", 1)
+		releaseBeta := f.Use("beta", 1, time.Now())
 		beta := ready("beta")
-		releaseGamma := f.Use("gamma", 1)
+		releaseGamma := f.Use("gamma", 1, time.Now())
 		defer releaseGamma()
 		h := waitFor(t, "gamma to wait for beta", func() (fleet.ModelHealth, bool) {
 			h := health(f, "gamma")
@@ -233,7 +233,7 @@ func TestKubernetesSwap(t *testing.T) {
 		ready("pinned")
 		scaledTo0("gamma")
 		// ...and is never given back itself.
-		release := f.Use("alpha", 1)
+		release := f.Use("alpha", 1, time.Now())
 		defer release()
 		h := waitFor(t, "alpha to be unplaceable", func() (fleet.ModelHealth, bool) {
 			h := health(f, "alpha")
@@ -254,22 +254,23 @@ func TestKubernetesSwap(t *testing.T) {
 // TestKubernetesSwapOrder is the local fleet's order among models waiting
 // for room, on a real control plane: a model asked for again and again
 // does not starve a waiting one, one given back keeps its requests'
-// place, and a critical model takes the room of a busy opportunistic one.
+// place, a request asked after a waiting model's waits behind it, and a
+// critical model takes the room of a busy opportunistic one.
 func TestKubernetesSwapOrder(t *testing.T) {
 	w := startSwapWorld(t)
 	f, cat, onDemand, admin, ready, scaledTo0 := w.f, w.cat, w.onDemand, w.c.Admin, w.ready, w.scaledTo0
 
 	t.Run("a model asked for again and again does not starve a waiting one", func(t *testing.T) {
-		use1 := f.Use("alpha", 1)
+		use1 := f.Use("alpha", 1, time.Now())
 		alpha := ready("alpha")
 		time.Sleep(time.Millisecond)
-		useB := f.Use("beta", 1)
+		useB := f.Use("beta", 1, time.Now())
 		waitFor(t, "beta to wait for alpha", func() (fleet.ModelHealth, bool) {
 			h := health(f, "beta")
 			return h, strings.Contains(h.Placement, "waiting for "+alpha.ID)
 		})
 		time.Sleep(time.Millisecond)
-		use2 := f.Use("alpha", 1) // asked after beta: behind it
+		use2 := f.Use("alpha", 1, time.Now()) // asked after beta: behind it
 		defer use2()
 		f.Poke()
 		time.Sleep(time.Second) // a pass or two, in which alpha must stay: its first request came before beta's
@@ -277,7 +278,7 @@ func TestKubernetesSwapOrder(t *testing.T) {
 			t.Fatalf("alpha, with a request asked before beta's unanswered, was given back: %+v", rs)
 		}
 		time.Sleep(time.Millisecond)
-		useG := f.Use("gamma", 1) // asked after alpha's second request
+		useG := f.Use("gamma", 1, time.Now()) // asked after alpha's second request
 		defer useG()
 		use1()
 		ready("beta")
@@ -299,6 +300,56 @@ func TestKubernetesSwapOrder(t *testing.T) {
 		ready("gamma")
 	})
 
+	t.Run("a request asked after a waiting model's takes no pod it waits on", func(t *testing.T) {
+		asked1 := time.Now()
+		use1 := f.Use("alpha", 1, asked1)
+		alpha := ready("alpha")
+		hold1, ok := f.Hold(alpha.ID, asked1)
+		if !ok {
+			t.Fatalf("a ready pod refused a request")
+		}
+		time.Sleep(time.Millisecond)
+		askedB := time.Now()
+		useB := f.Use("beta", 1, askedB)
+		defer useB()
+		waitFor(t, "beta to wait for alpha", func() (fleet.ModelHealth, bool) {
+			h := health(f, "beta")
+			return h, strings.Contains(h.Placement, "waiting for "+alpha.ID)
+		})
+		time.Sleep(time.Millisecond)
+		// Taken, it would have alpha's pod, given back for beta once the
+		// answer asked before beta's ends, drain for this one's too.
+		askedLate := time.Now()
+		useLate := f.Use("alpha", 1, askedLate)
+		defer useLate()
+		if release, ok := f.Hold(alpha.ID, askedLate); ok {
+			release()
+			t.Errorf("%s took a request asked after beta's, which waits for its room", alpha.ID)
+		}
+		// One asked before beta's (retried, its arrival kept) still does.
+		if release, ok := f.Hold(alpha.ID, asked1); !ok {
+			t.Errorf("%s refused a request asked before beta's", alpha.ID)
+		} else {
+			release()
+		}
+		hold1()
+		use1()
+		// In turn: beta, then alpha's later request on alpha's next pod.
+		b := ready("beta")
+		holdB, ok := f.Hold(b.ID, askedB)
+		if !ok {
+			t.Fatalf("%s refused beta's request", b.ID)
+		}
+		holdB()
+		useB()
+		a2 := ready("alpha")
+		release, ok := f.Hold(a2.ID, askedLate)
+		if !ok {
+			t.Fatalf("%s refused alpha's request, whose turn it is", a2.ID)
+		}
+		release()
+	})
+
 	t.Run("a critical model takes the room of a busy opportunistic one", func(t *testing.T) {
 		opp := onDemand("opp")
 		opp.Class = catalog.ClassOpportunistic
@@ -310,9 +361,9 @@ func TestKubernetesSwapOrder(t *testing.T) {
 		f.Poke()
 		o := ready("opp")
 		scaledTo0("gamma")
-		useO := f.Use("opp", 1) // answering, and kept by its Min
+		useO := f.Use("opp", 1, time.Now()) // answering, and kept by its Min
 		defer useO()
-		useC := f.Use("crit", 1)
+		useC := f.Use("crit", 1, time.Now())
 		defer useC()
 		ready("crit")
 		// opp's pod is gone; its Min asks for one that waits for room.
@@ -337,10 +388,10 @@ func TestKubernetesKeepsRoomForTheFirstAsked(t *testing.T) {
 	// betaWaits has alpha answer, and beta asked for after it, waiting.
 	betaWaits := func(t *testing.T) (alpha fleet.Replica, endAlpha, endBeta func()) {
 		t.Helper()
-		endAlpha = f.Use("alpha", 1) // answering from now on
+		endAlpha = f.Use("alpha", 1, time.Now()) // answering from now on
 		alpha = ready("alpha")
 		time.Sleep(time.Millisecond)
-		endBeta = f.Use("beta", 1)
+		endBeta = f.Use("beta", 1, time.Now())
 		waitFor(t, "beta to wait for alpha", func() (fleet.ModelHealth, bool) {
 			h := health(f, "beta")
 			return h, strings.Contains(h.Placement, "waiting for "+alpha.ID+" to finish the requests it answers")
@@ -352,7 +403,7 @@ func TestKubernetesKeepsRoomForTheFirstAsked(t *testing.T) {
 	t.Run("a later, smaller model that fits in the free room waits until the earlier one has started", func(t *testing.T) {
 		alpha, endAlpha, endBeta := betaWaits(t)
 		defer endBeta()
-		endGamma := f.Use("gamma", 1)
+		endGamma := f.Use("gamma", 1, time.Now())
 		defer endGamma()
 		h := waitFor(t, "gamma to wait behind beta", func() (fleet.ModelHealth, bool) {
 			h := health(f, "gamma")
@@ -386,7 +437,7 @@ func TestKubernetesKeepsRoomForTheFirstAsked(t *testing.T) {
 	t.Run("a later model that fits in room the earlier one never needs starts at once", func(t *testing.T) {
 		alpha, endAlpha, endBeta := betaWaits(t)
 		defer endBeta()
-		endDelta := f.Use("delta", 1) // answering from now on
+		endDelta := f.Use("delta", 1, time.Now()) // answering from now on
 		defer endDelta()
 		delta := ready("delta")
 		if rs := f.Serving("alpha"); len(rs) != 1 || rs[0].ID != alpha.ID || len(f.Serving("beta")) != 0 {
@@ -412,23 +463,23 @@ func TestKubernetesKeepsRoomGivenBackForTheFirstAsked(t *testing.T) {
 	f, admin, ready := w.f, w.c.Admin, w.ready
 	w.backfillSizes()
 
-	endAlpha := f.Use("alpha", 1)
+	endAlpha := f.Use("alpha", 1, time.Now())
 	alpha := ready("alpha")
 	// The answer alpha streams: its pod drains until it ends.
-	endAnswer, ok := f.Hold(alpha.ID)
+	endAnswer, ok := f.Hold(alpha.ID, time.Now())
 	if !ok {
 		t.Fatalf("a ready pod refused a request")
 	}
 	defer endAnswer()
 	time.Sleep(time.Millisecond)
-	endBeta := f.Use("beta", 1)
+	endBeta := f.Use("beta", 1, time.Now())
 	defer endBeta()
 	waitFor(t, "beta to wait for alpha", func() (fleet.ModelHealth, bool) {
 		h := health(f, "beta")
 		return h, strings.Contains(h.Placement, "waiting for "+alpha.ID+" to finish the requests it answers")
 	})
 	time.Sleep(time.Millisecond)
-	endAlpha2 := f.Use("alpha", 1) // asked after beta: behind it
+	endAlpha2 := f.Use("alpha", 1, time.Now()) // asked after beta: behind it
 	defer endAlpha2()
 	endAlpha()
 	waitFor(t, "beta to wait for alpha's pod given back for it", func() (fleet.ModelHealth, bool) {
@@ -440,14 +491,14 @@ func TestKubernetesKeepsRoomGivenBackForTheFirstAsked(t *testing.T) {
 	}
 
 	time.Sleep(time.Millisecond)
-	endGamma := f.Use("gamma", 1)
+	endGamma := f.Use("gamma", 1, time.Now())
 	defer endGamma()
 	waitFor(t, "gamma to wait behind beta", func() (fleet.ModelHealth, bool) {
 		h := health(f, "gamma")
 		return h, strings.Contains(h.Placement, "waiting behind beta")
 	})
 	time.Sleep(time.Millisecond)
-	endDelta := f.Use("delta", 1)
+	endDelta := f.Use("delta", 1, time.Now())
 	defer endDelta()
 	h := waitFor(t, "delta to wait for room", func() (fleet.ModelHealth, bool) {
 		h := health(f, "delta")
