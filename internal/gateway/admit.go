@@ -45,8 +45,9 @@ func wanted(p *pool, rs []fleet.Replica) int {
 // among m's ready replicas as its pool last read them (pool.read, which
 // the caller does first). The replica chosen is held (Fleet.Hold, for
 // the request as asked at asked) until release: the fleet retires it only
-// once the request is over. Replicas in avoid (by id and address: an engine started again has a new one)
-// already failed this request, and are not offered it again while
+// once the request is over. Replicas in avoid (by id and address: an
+// engine started again has a new one) already failed this request, and
+// are not offered it again while
 // another is ready; with none other ready, admit waits for one (for
 // reofferAfter, then offers a failed one the fleet still calls ready
 // once more), but for a stand-in (a canary), whose model answers instead
