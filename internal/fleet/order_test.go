@@ -1,6 +1,7 @@
 package fleet
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -133,18 +134,23 @@ func TestKeeps(t *testing.T) {
 func TestWaited(t *testing.T) {
 	asker := catalog.Model{Name: "first"}
 	hs := []Holder{
-		{ID: "busy-1", Model: "busy", Class: catalog.ClassStandard, Busy: true, Ready: true, Held: 5},
-		{ID: "starting-1", Model: "starting", Class: catalog.ClassStandard, Busy: true, Held: 5},
+		{ID: "busy-1", Model: "busy", Class: catalog.ClassStandard, Busy: true, Ready: true, Ahead: true, Held: 5},
+		// Started for a request asked before the asker's: once ready, it
+		// answers that one alone.
+		{ID: "starting-1", Model: "starting", Class: catalog.ClassStandard, Busy: true, Ahead: true, Held: 5},
+		// Started in room the asker could spare, for a model asked for
+		// after it: it answers its own model's requests.
+		{ID: "later-1", Model: "later", Class: catalog.ClassStandard, Busy: true, Held: 5},
 		{ID: "behind-1", Model: "behind", Class: catalog.ClassStandard, Busy: true, Ready: true, Behind: true, Held: 5},
 		{ID: "idle-1", Model: "idle", Class: catalog.ClassStandard, Ready: true, Held: 5},
 		{ID: "crit-1", Model: "crit", Class: catalog.ClassCritical, Busy: true, Ready: true, Held: 5},
 		{ID: "min-1", Model: "min", Class: catalog.ClassStandard, Min: 1, Busy: true, Ready: true, Held: 5},
 		{ID: "first-1", Model: "first", Class: catalog.ClassStandard, Busy: true, Ready: true, Held: 5},
 	}
-	if got := Waited(hs, asker); len(got) != 1 || got[0] != "busy-1" {
-		t.Errorf("Waited = %v, want [busy-1]", got)
+	if got := Waited(hs, asker); !slices.Equal(got, []string{"busy-1", "starting-1"}) {
+		t.Errorf("Waited = %v, want [busy-1 starting-1]", got)
 	}
-	opp := []Holder{{ID: "opp-1", Model: "opp", Class: catalog.ClassOpportunistic, Busy: true, Ready: true, Held: 5}}
+	opp := []Holder{{ID: "opp-1", Model: "opp", Class: catalog.ClassOpportunistic, Busy: true, Ready: true, Ahead: true, Held: 5}}
 	if got := Waited(opp, catalog.Model{Name: "first", Class: catalog.ClassCritical}); len(got) != 0 {
 		t.Errorf("a critical model waits on %v, a busy opportunistic replica it takes the room of now", got)
 	}

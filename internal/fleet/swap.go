@@ -54,6 +54,10 @@ type Holder struct {
 	// Behind is a busy replica whose model was asked for again after the
 	// asker began to wait: it is given back once its answers end.
 	Behind bool
+	// Ahead is a replica whose model has a request unanswered that was
+	// asked before the asker's oldest waiting one: that request's to
+	// answer (or to start for) first.
+	Ahead bool
 	// LastUsed is when its model was last asked for; the zero time when
 	// not since its demand was forgotten.
 	LastUsed time.Time
@@ -81,17 +85,20 @@ func giveFor(h Holder, asker catalog.Model) give {
 	return idleGive
 }
 
-// Waited are the holders of hs asker waits on that answer requests now:
-// ready, and busy with requests asked before asker's oldest waiting one,
-// which are let end first (busyGive). A request asked after asker's is
-// to take none of them (Owed). One starting is not among them yet: once
-// ready, a replica of a model asked for after asker (one that took room
-// asker could spare) answers its own model's requests, all behind
-// asker's, until asker needs its room.
+// Waited are the holders of hs asker waits on that are another model's
+// requests asked before asker's oldest waiting one to answer (busyGive,
+// Ahead): ready and answering them, or starting for them. Those are let
+// end first; a request asked after asker's is to take none of them
+// (Owed). Taken as it becomes ready, a replica started for a request
+// asked before asker's answered the requests of its model asked after it
+// too, and asker waited for them. A replica of a model asked for only
+// after asker (one that took room asker could spare) is not among them:
+// it answers its own model's requests, all behind asker's, until asker
+// needs its room.
 func Waited(hs []Holder, asker catalog.Model) []string {
 	var out []string
 	for _, h := range hs {
-		if h.Ready && giveFor(h, asker) == busyGive {
+		if h.Ahead && giveFor(h, asker) == busyGive {
 			out = append(out, h.ID)
 		}
 	}
@@ -175,8 +182,11 @@ func (f *Fleet) holderLocked(r *replica, m catalog.Model, held int64) *Holder {
 		Busy: r.state != Ready || r.holds > 0 || d != nil && d.asks.Len() > 0, LastUsed: f.lastUsedLocked(r)}
 	// A ready replica all of whose model's requests came after m's oldest
 	// waiting one is behind m; one starting is let answer what it was
-	// started for.
-	h.Behind = h.Ready && Behind(f.askedAtLocked(r.model), f.askedAtLocked(m.Name))
+	// started for. One whose model has a request asked before m's is
+	// ahead of m (Waited).
+	asked, waits := f.askedAtLocked(r.model), f.askedAtLocked(m.Name)
+	h.Behind = h.Ready && Behind(asked, waits)
+	h.Ahead = !asked.IsZero() && !Behind(asked, waits)
 	return h
 }
 

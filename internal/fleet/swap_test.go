@@ -328,6 +328,40 @@ func TestALaterRequestWaitsBehindAWaitingModel(t *testing.T) {
 	release()
 }
 
+// TestAReplicaStartingForAnEarlierRequestTakesNoLaterOne: gamma's replica
+// is starting for a request asked before alpha's, and alpha waits for its
+// room. Once ready, it answers that request, and no request for gamma
+// asked after alpha's: taken as it became ready, those had alpha wait for
+// their answers too, past its turn.
+func TestAReplicaStartingForAnEarlierRequestTakesNoLaterOne(t *testing.T) {
+	cat := MustCatalog(t)
+	fl := MustRun(t, cat, Options{Nodes: []Node{smallNode(t)}, Interval: time.Hour})
+	nc := fl.notifying(cat)
+	MustAdd(t, nc, swapEntry(t, "gamma", 5))
+	MustAdd(t, nc, swapEntry(t, "alpha", 5))
+	askedG := time.Now()
+	useG := fl.Use("gamma", 1, askedG)
+	askedA := askedG.Add(time.Millisecond)
+	useA := fl.Use("alpha", 1, askedA)
+	defer useA()
+	fl.waitPlacement(t, "alpha", "waiting for gamma-1")
+	g := fl.waitReady(t, "gamma", readyWithin)
+	askedLate := askedA.Add(time.Millisecond)
+	useLate := fl.Use("gamma", 1, askedLate)
+	defer useLate()
+	if release, ok := fl.Hold(g.ID, askedLate); ok {
+		release()
+		t.Error("gamma-1, started for a request asked before alpha's, took one asked after alpha's")
+	}
+	hold, ok := fl.Hold(g.ID, askedG)
+	if !ok {
+		t.Fatal("gamma-1 refused the request it was started for")
+	}
+	hold()
+	useG()
+	fl.waitReady(t, "alpha", readyWithin)
+}
+
 // TestAGivenBackModelKeepsItsPlace: alpha's replica is given back for beta
 // while an alpha request asked after beta's waits; gamma, asked after that
 // request and before the give-back, does not go before it when beta falls

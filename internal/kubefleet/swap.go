@@ -176,6 +176,7 @@ func holders(hs []holding, p catalog.Profile, asker string, waits time.Time) (ma
 			h.Held = h.gpus
 		}
 		h.Behind = h.Ready && fleet.Behind(h.asked, waits)
+		h.Ahead = !h.asked.IsZero() && !fleet.Behind(h.asked, waits)
 		switch {
 		case h.Held == 0:
 		case h.going:
