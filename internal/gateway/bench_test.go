@@ -130,10 +130,33 @@ func runLoad(b *testing.B, n, conc int, target func(i int) (url, key string, bod
 // ratio moved by a third from one run to the next. A turn is two rounds
 // at least, so that at 64 clients the ramp at its start and end is not
 // most of it; which side goes first swaps every round (alternateCPU).
-func alternate(b *testing.B, n, conc int, x, y func(i int) (url, key string, body []byte)) (xa []answer, xt time.Duration, ya []answer, yt time.Duration) {
+func alternate(b *testing.B, n, conc int, x, y func(i int) (url, key string, body []byte), gs ...*Gateway) (xs, ys sideRun) {
 	b.Helper()
-	xa, xt, _, ya, yt, _ = alternateCPU(b, n, conc, x, y, func() {})
-	return xa, xt, ya, yt
+	return alternateCPU(b, n, conc, x, y, func() {}, gs...)
+}
+
+// dropIdle closes the connections the benchmarks' client and the
+// gateways gs keep: done after each turn, so that no side's turn begins
+// with the engine's HTTP threads held by the connections the side before
+// it keeps. llama-server serves a kept connection on one thread of its
+// --threads-http until it has been idle for 5 s, and the gateway's
+// connections and the direct side's together are more than it has: the
+// side that went second waited for threads the first one's idle
+// connections held, and at 8 clients modelserve measured an eighth of
+// the engine's throughput in one run of the router benchmark.
+func dropIdle(gs ...*Gateway) {
+	benchClient.CloseIdleConnections()
+	for _, g := range gs {
+		ec := g.engines
+		ec.mu.Lock()
+		for host, cs := range ec.idle {
+			for _, c := range cs {
+				c.Close()
+			}
+			delete(ec.idle, host)
+		}
+		ec.mu.Unlock()
+	}
 }
 
 // turns is how many turns alternate takes at least.
@@ -175,12 +198,15 @@ func BenchmarkOverhead(b *testing.B) {
 				runLoad(b, conc, conc, gateway) // warm the connections
 				runLoad(b, conc, conc, direct)
 				dialed := dials.Load()
-				da, dt, ga, gt := alternate(b, n, conc, direct, gateway)
+				d, g := alternate(b, n, conc, direct, gateway, e.gw)
+				da, dt, ga, gt := d.answers, d.took, g.answers, g.took
 				b.ReportMetric(float64(dials.Load()-dialed)/float64(len(ga))*100, "engine_dials_per_100")
 				b.ReportMetric(float64(quantile(ga, 1, took))/1e6, "gateway_max_ms")
 				b.ReportMetric(float64(quantile(da, 1, took))/1e6, "direct_max_ms")
 				b.ReportMetric(float64(len(ga))/gt.Seconds()/(float64(len(da))/dt.Seconds()), "throughput_ratio")
 				b.ReportMetric(float64(quantile(ga, .5, took)-quantile(da, .5, took))/1e6, "added_p50_ms")
+				b.ReportMetric(pairedRatio(d, g), "paired_throughput_ratio")
+				b.ReportMetric(float64(pairedP50(d, g))/1e6, "paired_added_p50_ms")
 				b.ReportMetric(float64(quantile(ga, .99, took)-quantile(da, .99, took))/1e6, "added_p99_ms")
 				b.ReportMetric(float64(len(da))/dt.Seconds(), "direct_req/s")
 				if stream {

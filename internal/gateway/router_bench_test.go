@@ -149,6 +149,7 @@ func BenchmarkRouterMode(b *testing.B) {
 					side := sides[(round+k)%len(sides)]
 					a, t := runLoad(b, turn, conc, side.to)
 					*side.as, *side.t = append(*side.as, a...), *side.t+t
+					dropIdle(e.gw)
 				}
 			}
 			rate := func(as []answer, t time.Duration) float64 { return float64(len(as)) / t.Seconds() }

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strconv"
 	"sync/atomic"
 	"syscall"
@@ -97,11 +98,13 @@ func BenchmarkTracingOverhead(b *testing.B) {
 				n := max(conc*16, b.N)
 				runLoad(b, conc, conc, off) // warm the connections
 				runLoad(b, conc, conc, on)
-				fa, ft, fcpu, na, nt, ncpu := alternateCPU(b, n, conc, off, on, func() { tr.Flush(context.Background()) })
-				b.ReportMetric(float64(len(na))/nt.Seconds()/(float64(len(fa))/ft.Seconds()), "throughput_ratio")
-				b.ReportMetric(float64(quantile(na, .5, took)-quantile(fa, .5, took))/1e6, "added_p50_ms")
-				b.ReportMetric(float64(len(fa))/ft.Seconds(), "off_req/s")
-				offCPU, onCPU := fcpu.Seconds()/float64(len(fa)), ncpu.Seconds()/float64(len(na))
+				f, o := alternateCPU(b, n, conc, off, on, func() { tr.Flush(context.Background()) }, e.gw, traced)
+				b.ReportMetric(o.rate()/f.rate(), "throughput_ratio")
+				b.ReportMetric(float64(quantile(o.answers, .5, took)-quantile(f.answers, .5, took))/1e6, "added_p50_ms")
+				b.ReportMetric(pairedRatio(f, o), "paired_throughput_ratio")
+				b.ReportMetric(float64(pairedP50(f, o))/1e6, "paired_added_p50_ms")
+				b.ReportMetric(f.rate(), "off_req/s")
+				offCPU, onCPU := f.cpu.Seconds()/float64(len(f.answers)), o.cpu.Seconds()/float64(len(o.answers))
 				b.ReportMetric(onCPU/offCPU, "cpu_ratio")
 				b.ReportMetric((onCPU-offCPU)*1e6, "added_cpu_us")
 			})
@@ -125,32 +128,69 @@ func BenchmarkTracingOverhead(b *testing.B) {
 // collect) falls on each side alike: in a fixed order, with tracing off
 // on both sides, the second measured 0.93 to 0.97 of the first's
 // throughput at 64 clients, whichever gateway it was; swapping, 0.98 to
-// 1.04 either way.
-func alternateCPU(b *testing.B, n, conc int, x, y func(i int) (url, key string, body []byte), flush func()) (
-	xa []answer, xt, xcpu time.Duration, ya []answer, yt, ycpu time.Duration) {
+// 1.04 either way. The connections each side keeps are closed after
+// each of its turns (dropIdle, gs the gateways measured).
+func alternateCPU(b *testing.B, n, conc int, x, y func(i int) (url, key string, body []byte), flush func(), gs ...*Gateway) (xs, ys sideRun) {
 	b.Helper()
 	turn := max(conc*2, n/turns)
-	runX := func() {
+	run := func(s *sideRun, to func(i int) (url, key string, body []byte), after func()) {
 		c := cpuTime()
-		a, t := runLoad(b, turn, conc, x)
-		xa, xt, xcpu = append(xa, a...), xt+t, xcpu+cpuTime()-c
-	}
-	runY := func() {
-		c := cpuTime()
-		a, t := runLoad(b, turn, conc, y)
-		flush()
-		ya, yt, ycpu = append(ya, a...), yt+t, ycpu+cpuTime()-c
+		a, t := runLoad(b, turn, conc, to)
+		after()
+		s.answers, s.took, s.cpu = append(s.answers, a...), s.took+t, s.cpu+cpuTime()-c
+		s.turns = append(s.turns, turnRun{answers: a, took: t})
+		dropIdle(gs...)
 	}
 	for round := 0; round*turn < n || round%2 == 1; round++ {
 		if round%2 == 0 {
-			runX()
-			runY()
+			run(&xs, x, func() {})
+			run(&ys, y, flush)
 		} else {
-			runY()
-			runX()
+			run(&ys, y, flush)
+			run(&xs, x, func() {})
 		}
 	}
-	return xa, xt, xcpu, ya, yt, ycpu
+	return xs, ys
+}
+
+// sideRun is what one side of alternateCPU measured: every answer, the
+// wall and CPU time of its turns, and each turn alone.
+type sideRun struct {
+	answers   []answer
+	took, cpu time.Duration
+	turns     []turnRun
+}
+
+type turnRun struct {
+	answers []answer
+	took    time.Duration
+}
+
+func (s sideRun) rate() float64 { return float64(len(s.answers)) / s.took.Seconds() }
+
+// pairedRatio and pairedP50 compare y with x round by round, a turn of
+// each taken side by side, and say the median of the rounds: y's
+// throughput over x's, and what y adds to x's p50. A slow moment of a
+// busy machine falls in one round and moves one of the medians' many
+// values, where in the whole it moved the one figure: the two sides'
+// turns of a round ran within a second of each other.
+func pairedRatio(x, y sideRun) float64 {
+	rs := make([]float64, 0, len(x.turns))
+	for i := range min(len(x.turns), len(y.turns)) {
+		xt, yt := x.turns[i], y.turns[i]
+		rs = append(rs, float64(len(yt.answers))/yt.took.Seconds()/(float64(len(xt.answers))/xt.took.Seconds()))
+	}
+	slices.Sort(rs)
+	return rs[len(rs)/2]
+}
+
+func pairedP50(x, y sideRun) time.Duration {
+	ds := make([]time.Duration, 0, len(x.turns))
+	for i := range min(len(x.turns), len(y.turns)) {
+		ds = append(ds, quantile(y.turns[i].answers, .5, took)-quantile(x.turns[i].answers, .5, took))
+	}
+	slices.Sort(ds)
+	return ds[len(ds)/2]
 }
 
 // cpuTime is the user and system time this process has used: unlike
