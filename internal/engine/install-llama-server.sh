@@ -210,10 +210,13 @@ fi
 # executable (and from /usr/lib/$triplet/ggml/backends0, compiled in: the
 # system's, not ours). Started through the loader, the running executable
 # is the loader itself, so the loader's folder is the one ggml reads: exe/,
-# a link of the loader beside links to the backends, apart from $lib.
+# the loader (a hard link, or a copy: the running executable is named by
+# where a symbolic link leads) beside links to the backends, apart from
+# $lib.
 # ggml opens every libggml-cpu-*.so it finds there to score it against this
 # CPU before it keeps the best, and Debian ships fourteen: opening them all
-# took about as long as the rest of a tiny model's start. Once the best for
+# took about a fifth of a tiny model's start (15 to 20 ms of 80 on two
+# cores), at every start and so every swap. Once the best for
 # this machine is known, exe/ keeps it and the baseline variant, which runs
 # on any CPU of the architecture: on another CPU than this one (a cache
 # copied to another machine) the best scores nothing there and the
@@ -221,13 +224,14 @@ fi
 # linked as it is.
 exe=$root/exe
 mkdir "$exe"
-ln "$lib/$loader" "$exe/$loader" 2>/dev/null || cp "$lib/$loader" "$exe/$loader"
+ln -L "$lib/$loader" "$exe/$loader" 2>/dev/null || cp -L "$lib/$loader" "$exe/$loader"
 for so in "$lib"/ggml/backends0/libggml-*.so; do
 	ln -s "../usr/lib/$triplet/ggml/backends0/$(basename "$so")" "$exe/"
 done
 run_engine() { "$exe/$loader" --library-path "$lib/llama:$lib:$root/lib/$triplet" "$root/usr/bin/llama-server" "$@"; }
 # The variant ggml chose, from its own line at a start that stops at once
-# (no such model), said at verbosity 4: "load_backend: loaded CPU backend from .../libggml-cpu-zen4.so".
+# (no such model), said at verbosity 4:
+#   load_backend: loaded CPU backend from .../libggml-cpu-zen4.so
 best=$(run_engine -m "$work/none.gguf" --port 0 -lv 4 2>&1 | sed -n 's|.*loaded CPU backend from .*/\(libggml-cpu-[A-Za-z0-9_.-]*\.so\)$|\1|p' | head -n 1 || true)
 if [[ -n $best && -n $baseline && -e $exe/$best && -e $exe/$baseline ]]; then
 	for so in "$exe"/libggml-cpu-*.so; do
