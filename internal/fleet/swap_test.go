@@ -234,6 +234,23 @@ func TestModelAskedAgainAndAgainDoesNotStarveAWaitingOne(t *testing.T) {
 	use2()
 }
 
+// mustKeepOrder holds replica id for a request asked at early, which it
+// is to take, and returns the hold's release, once it has refused one
+// asked at late, after a model that waits for its room (else it says
+// refused).
+func (tf *testFleet) mustKeepOrder(t *testing.T, id string, early, late time.Time, refused string) (release func()) {
+	t.Helper()
+	if release, ok := tf.Hold(id, late); ok {
+		release()
+		t.Error(refused)
+	}
+	release, ok := tf.Hold(id, early)
+	if !ok {
+		t.Fatalf("%s refused a request asked before the model that waits for its room", id)
+	}
+	return release
+}
+
 // pausingCatalog is a catalog whose List waits while paused is held: the
 // fleet reads the catalog first in each pass, so a pass begun meanwhile
 // waits too, and a test can act in the moment before the fleet's next
@@ -280,15 +297,7 @@ func TestALaterRequestWaitsBehindAWaitingModel(t *testing.T) {
 	askedLate := time.Now()
 	useLate := fl.Use("alpha", 1, askedLate)
 	defer useLate()
-	if release, ok := fl.Hold(a.ID, askedLate); ok {
-		release()
-		t.Error("alpha-1 took a request asked after beta's, which waits for its room")
-	}
-	hold2, ok := fl.Hold(a.ID, asked2)
-	if !ok {
-		t.Fatal("alpha-1 refused a request asked before beta's")
-	}
-	hold2()
+	fl.mustKeepOrder(t, a.ID, asked2, askedLate, "alpha-1 took a request asked after beta's, which waits for its room")()
 	use2()
 
 	// The fleet's next look waits while alpha's requests asked before
@@ -349,15 +358,7 @@ func TestAReplicaStartingForAnEarlierRequestTakesNoLaterOne(t *testing.T) {
 	askedLate := askedA.Add(time.Millisecond)
 	useLate := fl.Use("gamma", 1, askedLate)
 	defer useLate()
-	if release, ok := fl.Hold(g.ID, askedLate); ok {
-		release()
-		t.Error("gamma-1, started for a request asked before alpha's, took one asked after alpha's")
-	}
-	hold, ok := fl.Hold(g.ID, askedG)
-	if !ok {
-		t.Fatal("gamma-1 refused the request it was started for")
-	}
-	hold()
+	fl.mustKeepOrder(t, g.ID, askedG, askedLate, "gamma-1, started for a request asked before alpha's, took one asked after alpha's")()
 	useG()
 	fl.waitReady(t, "alpha", readyWithin)
 }
