@@ -18,6 +18,15 @@ import (
 const (
 	pollCold = 20 * time.Millisecond
 	pollBusy = 250 * time.Millisecond
+	// turnedAwayFor is how long a request the fleet refused a hold on a
+	// replica it still calls ready (Fleet.Hold: kept for a model asked for
+	// before the request) is not offered that replica, and how often it
+	// looks again meanwhile. Offered it again at once, the request was
+	// handed the slot it had just given back and refused again, hundreds
+	// of times a second; offered it a poll (or reofferAfter) later, a
+	// request of its model asked after it, arriving once the fleet had let
+	// the replica go on, took the replica first.
+	turnedAwayFor = 20 * time.Millisecond
 )
 
 // wanted is how many replicas a model needs for the requests in flight and
@@ -141,13 +150,12 @@ func (g *Gateway) admit(ctx context.Context, m catalog.Model, asked time.Time, k
 			// asked for before this request that waits for its room (the
 			// fleet still calls it ready): it takes no request of this
 			// one's now. The request keeps its place in the queue.
+			// A retired one leaves the ready replicas as they are read
+			// again; one kept is offered again a moment later.
 			p.gone(c.turn)
 			p.read()
 			p.give(r.ID, time.Time{})
-			if !avoided(w.avoid, r) {
-				w.avoid = append(slices.Clip(w.avoid), r)
-			}
-			w.turnedAway = time.Now()
+			w.turned, w.turnedAway = r, time.Now()
 			continue
 		}
 		if queued {
@@ -192,6 +200,9 @@ func (s *slot) done() {
 // away.
 func (g *Gateway) await(ctx context.Context, p *pool, w *waiter, model string, cold bool, wake <-chan struct{}, deadline <-chan time.Time) (choice, bool, *apiError) {
 	poll := pollBusy
+	if !w.turnedAway.IsZero() && time.Since(w.turnedAway) < turnedAwayFor {
+		poll = turnedAwayFor
+	}
 	if cold {
 		if !g.readyTold {
 			poll = pollCold

@@ -359,11 +359,11 @@ type waiter struct {
 	avoid   []fleet.Replica
 	began   time.Time
 	explain bool
-	// turnedAway is when the fleet last refused w a hold on a replica
-	// (Fleet.Hold), which it may still call ready: one it keeps for a
-	// model asked for before w, which waits for its room. Offered it
-	// again at once, w would be handed the slot it gave back and refused
-	// again, over and over, until that model is placed.
+	// turned is the replica on which the fleet last refused w a hold
+	// (Fleet.Hold), at turnedAway: one it may still call ready, kept for a
+	// model asked for before w, which waits for its room. It is not
+	// offered to w again for turnedAwayFor.
+	turned     fleet.Replica
 	turnedAway time.Time
 	// got is made when the waiter first queues (nil before: nothing is
 	// handed to it), buffered, and holds one choice at most: a waiter is
@@ -376,12 +376,16 @@ func newWaiter(key uint64, avoid []fleet.Replica, began time.Time, explain bool)
 }
 
 // offer is which of ready w may go to: those but the replicas that
-// failed it or turned it away; the fleet still calling one ready a while
-// later (an engine that was not yet listening when its pod turned ready)
-// offers it once more rather than keep the request waiting for another
-// that may never come, and one that turned it away, a poll after it did.
+// failed it, and the one that turned it away a moment ago
+// (turnedAwayFor); the fleet still calling one that failed it ready a
+// while later (an engine that was not yet listening when its pod turned
+// ready) offers it once more rather than keep the request waiting for
+// another that may never come.
 func (w *waiter) offer(ready []fleet.Replica, now time.Time) []fleet.Replica {
-	if others := without(ready, w.avoid); len(others) > 0 || now.Sub(w.began) < reofferAfter || now.Sub(w.turnedAway) < pollBusy {
+	if !w.turnedAway.IsZero() && now.Sub(w.turnedAway) < turnedAwayFor {
+		ready = without(ready, []fleet.Replica{w.turned})
+	}
+	if others := without(ready, w.avoid); len(others) > 0 || now.Sub(w.began) < reofferAfter {
 		return others
 	}
 	return ready

@@ -443,8 +443,8 @@ func TestARequestTurnedAwayWaitsItsTurn(t *testing.T) {
 		t.Fatalf("admitted to %q while the fleet refused it", r.ID)
 	case <-time.After(turned):
 	}
-	if n := f.asked.Load(); n == 0 || n > int64(turned/pollBusy)+2 {
-		t.Errorf("the fleet was asked for a hold %d times in %s; want once a poll (%s) at most", n, turned, pollBusy)
+	if n := f.asked.Load(); n == 0 || n > int64(turned/turnedAwayFor)+2 {
+		t.Errorf("the fleet was asked for a hold %d times in %s; want once in %s at most", n, turned, turnedAwayFor)
 	}
 	close(f.let)
 	select {
