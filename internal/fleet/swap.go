@@ -65,6 +65,17 @@ type Holder struct {
 	Held int64
 }
 
+// Place says where h's model stands against an asker waiting for room:
+// asked is when h's model's oldest unanswered request was asked, waits
+// when the asker's was. A ready replica all of whose model's requests
+// came after the asker's is Behind it (one starting is let answer what it
+// was started for); one whose model has a request asked before is Ahead
+// (Waited). Both fleets place their holders so.
+func (h *Holder) Place(asked, waits time.Time) {
+	h.Behind = h.Ready && Behind(asked, waits)
+	h.Ahead = !asked.IsZero() && !Behind(asked, waits)
+}
+
 // giveFor is what h is to asker, which needs its room.
 func giveFor(h Holder, asker catalog.Model) give {
 	if h.Model == asker.Name {
@@ -180,13 +191,7 @@ func (f *Fleet) holderLocked(r *replica, m catalog.Model, held int64) *Holder {
 	d := f.demands[r.model]
 	h := &Holder{ID: r.id, Model: r.model, Class: st.class, Min: st.min, Held: held, Ready: r.state == Ready,
 		Busy: r.state != Ready || r.holds > 0 || d != nil && d.asks.Len() > 0, LastUsed: f.lastUsedLocked(r)}
-	// A ready replica all of whose model's requests came after m's oldest
-	// waiting one is behind m; one starting is let answer what it was
-	// started for. One whose model has a request asked before m's is
-	// ahead of m (Waited).
-	asked, waits := f.askedAtLocked(r.model), f.askedAtLocked(m.Name)
-	h.Behind = h.Ready && Behind(asked, waits)
-	h.Ahead = !asked.IsZero() && !Behind(asked, waits)
+	h.Place(f.askedAtLocked(r.model), f.askedAtLocked(m.Name))
 	return h
 }
 

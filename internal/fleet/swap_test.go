@@ -188,10 +188,7 @@ func TestModelAskedAgainAndAgainDoesNotStarveAWaitingOne(t *testing.T) {
 	nc := fl.notifying(cat)
 	MustAdd(t, nc, swapEntry(t, "alpha", 5))
 	MustAdd(t, nc, swapEntry(t, "beta", 5))
-	a := fl.ask(t, "alpha")
-	asked1 := time.Now()
-	use1 := fl.Use("alpha", 1, asked1)
-	hold1, _ := fl.Hold(a.ID, asked1)
+	a, _, end1 := fl.holdAsked(t, "alpha")
 	time.Sleep(time.Millisecond)
 	// alpha is asked again, after beta, and this request reaches the
 	// fleet first (beta's took longer to read): it takes alpha-1 before
@@ -211,8 +208,7 @@ func TestModelAskedAgainAndAgainDoesNotStarveAWaitingOne(t *testing.T) {
 	if rs := fl.replicasOf("alpha"); len(rs) != 1 || rs[0].State != Ready {
 		t.Fatalf("alpha-1 given back for beta while alpha's request asked before beta's is on: %s", jsonOf(rs))
 	}
-	hold1()
-	use1() // the request ahead of beta's is answered: alpha's are all behind it
+	end1() // the request ahead of beta's is answered: alpha's are all behind it
 	waitFor(t, 5*time.Second, "alpha-1 draining for beta", func() (bool, string) {
 		rs := fl.replicasOf("alpha")
 		return len(rs) == 1 && rs[0].State == Draining, jsonOf(rs)
@@ -281,10 +277,7 @@ func TestALaterRequestWaitsBehindAWaitingModel(t *testing.T) {
 	nc := fl.notifying(cat)
 	MustAdd(t, nc, swapEntry(t, "alpha", 5))
 	MustAdd(t, nc, swapEntry(t, "beta", 5))
-	a := fl.ask(t, "alpha")
-	asked1 := time.Now()
-	use1 := fl.Use("alpha", 1, asked1)
-	hold1, _ := fl.Hold(a.ID, asked1)
+	a, _, end1 := fl.holdAsked(t, "alpha")
 	time.Sleep(time.Millisecond)
 	asked2 := time.Now() // before beta's too: it waits for alpha-1's slot
 	use2 := fl.Use("alpha", 1, asked2)
@@ -306,8 +299,7 @@ func TestALaterRequestWaitsBehindAWaitingModel(t *testing.T) {
 		t.Fatal(err)
 	}
 	pc.paused.Lock()
-	hold1()
-	use1()
+	end1()
 	if rs := fl.replicasOf("alpha"); len(rs) != 1 || rs[0].State != Ready {
 		pc.paused.Unlock()
 		t.Fatalf("alpha-1 changed before the fleet's look: %s", jsonOf(rs))
@@ -374,10 +366,7 @@ func TestAGivenBackModelKeepsItsPlace(t *testing.T) {
 	for _, n := range []string{"alpha", "beta", "gamma"} {
 		MustAdd(t, nc, swapEntry(t, n, 5))
 	}
-	a := fl.ask(t, "alpha")
-	asked1 := time.Now()
-	use1 := fl.Use("alpha", 1, asked1)
-	hold1, _ := fl.Hold(a.ID, asked1)
+	_, _, end1 := fl.holdAsked(t, "alpha")
 	time.Sleep(time.Millisecond)
 	askedB := time.Now()
 	useB := fl.Use("beta", 1, askedB)
@@ -388,8 +377,7 @@ func TestAGivenBackModelKeepsItsPlace(t *testing.T) {
 	useG := fl.Use("gamma", 1, time.Now()) // asked after alpha's second request
 	defer useG()
 	fl.Poke()
-	hold1()
-	use1() // alpha-1 is given back: alpha's waiting request came after beta's
+	end1() // alpha-1 is given back: alpha's waiting request came after beta's
 	b := fl.waitReady(t, "beta", readyWithin)
 	holdB, ok := fl.Hold(b.ID, askedB)
 	if !ok {
@@ -440,18 +428,18 @@ func TestAClientThatGivesUpWaitingCostsNothing(t *testing.T) {
 	}
 }
 
-// holdAsked has alpha's replica answer a request (asked for, and held)
-// until the returned func ends it.
-func (tf *testFleet) holdAsked(t *testing.T, model string) (end func()) {
+// holdAsked has model's replica r answer a request (asked for at asked,
+// and held) until the returned func ends it.
+func (tf *testFleet) holdAsked(t *testing.T, model string) (r Replica, asked time.Time, end func()) {
 	t.Helper()
-	r := tf.ask(t, model)
-	asked := time.Now()
+	r = tf.ask(t, model)
+	asked = time.Now()
 	use := tf.Use(model, 1, asked)
 	hold, ok := tf.Hold(r.ID, asked)
 	if !ok {
 		t.Fatalf("%s's ready replica cannot be held", model)
 	}
-	return func() { hold(); use() }
+	return r, asked, func() { hold(); use() }
 }
 
 // waitPlacement waits until model's placement says want.
@@ -487,7 +475,7 @@ func TestALaterSmallerModelWaitsBehindAnEarlierOne(t *testing.T) {
 	for _, m := range []catalog.Model{swapEntry(t, "alpha", 5), swapEntry(t, "beta", 6), swapEntry(t, "gamma", 3)} {
 		MustAdd(t, nc, m)
 	}
-	endA := fl.holdAsked(t, "alpha")
+	_, _, endA := fl.holdAsked(t, "alpha")
 	useB := fl.Use("beta", 1, time.Now())
 	defer useB()
 	fl.Poke()
@@ -525,7 +513,7 @@ func TestALaterModelTakesNoIdleRoomTheEarlierOneCountsOn(t *testing.T) {
 		MustAdd(t, nc, m)
 	}
 	fl.ask(t, "alpha") // idle from now on
-	endD := fl.holdAsked(t, "delta")
+	_, _, endD := fl.holdAsked(t, "delta")
 	useB := fl.Use("beta", 1, time.Now())
 	defer useB()
 	fl.Poke()
@@ -557,13 +545,13 @@ func TestALaterModelTakesRoomTheEarlierOneDoesNotNeed(t *testing.T) {
 	for _, m := range []catalog.Model{swapEntry(t, "alpha", 5), swapEntry(t, "beta", 6), swapEntry(t, "gamma", 3)} {
 		MustAdd(t, nc, m)
 	}
-	endA := fl.holdAsked(t, "alpha")
+	_, _, endA := fl.holdAsked(t, "alpha")
 	useB := fl.Use("beta", 1, time.Now())
 	defer useB()
 	fl.Poke()
 	fl.waitPlacement(t, "beta", "waiting for alpha-1")
 	time.Sleep(time.Millisecond)
-	endG := fl.holdAsked(t, "gamma") // started in what beta does not need
+	_, _, endG := fl.holdAsked(t, "gamma") // started in what beta does not need
 	defer endG()
 	endA()
 	fl.waitReady(t, "beta", readyWithin)

@@ -147,15 +147,9 @@ func alternate(b *testing.B, n, conc int, x, y func(i int) (url, key string, bod
 func dropIdle(gs ...*Gateway) {
 	benchClient.CloseIdleConnections()
 	for _, g := range gs {
-		ec := g.engines
-		ec.mu.Lock()
-		for host, cs := range ec.idle {
-			for _, c := range cs {
-				c.Close()
-			}
-			delete(ec.idle, host)
-		}
-		ec.mu.Unlock()
+		g.engines.mu.Lock()
+		g.engines.dropIdleLocked()
+		g.engines.mu.Unlock()
 	}
 }
 

@@ -210,6 +210,11 @@ func (ec *engineClient) closeIdle() {
 	ec.mu.Lock()
 	defer ec.mu.Unlock()
 	ec.closed = true
+	ec.dropIdleLocked()
+}
+
+// dropIdleLocked closes the connections kept now. ec.mu is held.
+func (ec *engineClient) dropIdleLocked() {
 	for host, cs := range ec.idle {
 		for _, c := range cs {
 			c.Close()

@@ -175,8 +175,7 @@ func holders(hs []holding, p catalog.Profile, asker string, waits time.Time) (ma
 		if p.GPUClass != "" {
 			h.Held = h.gpus
 		}
-		h.Behind = h.Ready && fleet.Behind(h.asked, waits)
-		h.Ahead = !h.asked.IsZero() && !fleet.Behind(h.asked, waits)
+		h.Place(h.asked, waits)
 		switch {
 		case h.Held == 0:
 		case h.going:
