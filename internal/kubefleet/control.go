@@ -7,6 +7,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"modelserve/internal/operr"
 )
@@ -116,10 +117,15 @@ func (f *Fleet) Unpark(ctx context.Context, model string) error {
 			return operr.New(operr.Conflict, "%s stays parked: %v", model, err)
 		}
 		// Remembered here before the owner's annotation goes: the
-		// informer's copy may show the park a moment longer, and pods
-		// older than now failed before the operator fixed the cause.
+		// informer's copy may show the park a moment longer, and the
+		// pods it has now failed before the operator fixed the cause
+		// (deleted below, they may show a moment longer too).
+		failed := map[types.UID]bool{}
+		for _, p := range f.modelPods(model) {
+			failed[p.UID] = true
+		}
 		f.mu.Lock()
-		f.parks[model] = park{fingerprint: fingerprint(m), unparked: time.Now().Truncate(time.Second)}
+		f.parks[model] = park{fingerprint: fingerprint(m), failed: failed}
 		f.mu.Unlock()
 		if _, err := f.apply(ctx, f.ownerMap(m, "", "")); err != nil {
 			return operr.Wrap(operr.Unavailable, err, "the cluster did not take %s's unpark: %v", model, err)

@@ -28,6 +28,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"sync"
 	"time"
 
@@ -99,12 +100,18 @@ type Options struct {
 }
 
 // park is why a model was parked, and for which fingerprint; after an
-// operator unparked it, reason is "" and unparked is when, to the second
-// (a pod's creation time has no finer grain): pods made before then
-// failed before the cause was fixed.
+// operator unparked it, reason is "" and failed are the pods it had then,
+// which failed before the cause was fixed. Pods, not a time: a pod's
+// creation time is to the second, and a pod that failed in the second
+// of the unpark, not yet seen deleted, parked the model again.
 type park struct {
 	fingerprint, reason string
-	unparked            time.Time
+	failed              map[types.UID]bool
+}
+
+// samePark is whether a and b are one park, as read at two moments.
+func samePark(a, b park) bool {
+	return a.fingerprint == b.fingerprint && a.reason == b.reason && maps.Equal(a.failed, b.failed)
 }
 
 // allModels is the queue key that reconciles every model: the catalog's
@@ -515,10 +522,11 @@ func (f *Fleet) reconcile(ctx context.Context, m catalog.Model, models []catalog
 	f.mu.Lock()
 	pk := f.parks[m.Name]
 	f.mu.Unlock()
+	read := pk
 	if pk.fingerprint != fp {
-		pk.unparked = time.Time{}
+		pk.failed = nil
 	}
-	obs := observe(f.modelPods(m.Name), f.opts.MaxFailures, pk.unparked)
+	obs := observe(f.modelPods(m.Name), f.opts.MaxFailures, pk.failed)
 	h.Ready, h.Failures = obs.ready, obs.failures
 	h.HardwareExists = f.hardwareExists(m)
 
@@ -542,10 +550,18 @@ func (f *Fleet) reconcile(ctx context.Context, m catalog.Model, models []catalog
 	}
 	parkedFor := ""
 	if parkedWhy != "" {
-		h.Parked, h.Reason, parkedFor = true, parkedWhy, fp
 		f.mu.Lock()
-		f.parks[m.Name] = park{fingerprint: fp, reason: parkedWhy}
+		unparked := !samePark(f.parks[m.Name], read)
+		if !unparked {
+			f.parks[m.Name] = park{fingerprint: fp, reason: parkedWhy}
+		}
 		f.mu.Unlock()
+		if unparked {
+			// An operator unparked it while this pass read the park
+			// from before: the pass Unpark queued reads it anew.
+			return nil
+		}
+		h.Parked, h.Reason, parkedFor = true, parkedWhy, fp
 	}
 
 	owner, err := f.apply(ctx, f.ownerMap(m, parkedFor, parkedWhy))

@@ -5,10 +5,10 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
 
 	"modelserve/internal/fleet"
 )
@@ -32,9 +32,9 @@ type observation struct {
 	crashed string
 }
 
-// observe reads a model's pods; only those made at since or later can
-// park it (the zero time: all of them).
-func observe(pods []*corev1.Pod, maxFailures int, since time.Time) observation {
+// observe reads a model's pods; those of failed, which failed before an
+// operator unparked the model, cannot park it again.
+func observe(pods []*corev1.Pod, maxFailures int, failed map[types.UID]bool) observation {
 	o := observation{unschedulable: map[string]int{}}
 	slices.SortFunc(pods, func(a, b *corev1.Pod) int { return strings.Compare(a.Name, b.Name) })
 	for _, p := range pods {
@@ -56,7 +56,7 @@ func observe(pods []*corev1.Pod, maxFailures int, since time.Time) observation {
 		for _, cs := range append(slices.Clone(p.Status.InitContainerStatuses), p.Status.ContainerStatuses...) {
 			o.failures = max(o.failures, int(cs.RestartCount))
 			if o.crashed == "" && !cs.Ready && int(cs.RestartCount) >= maxFailures && cs.LastTerminationState.Terminated != nil &&
-				!p.CreationTimestamp.Time.Before(since) {
+				!failed[p.UID] {
 				o.crashed = crashReason(cs)
 			}
 		}
