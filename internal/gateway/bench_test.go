@@ -169,9 +169,10 @@ func took(a answer) time.Duration  { return a.took }
 func first(a answer) time.Duration { return a.first }
 
 // BenchmarkOverhead: throughput and latency through the gateway against
-// straight to the engine, at 1, 16 and 64 requests at once, plain and
+// straight to the engine, at 1, 8 and 64 requests at once, plain and
 // streaming. Reported: gateway/direct throughput (goal ≥ 0.95) and the
-// p50 and p99 the gateway adds.
+// p50 and p99 the gateway adds; for plain answers at 1 and 8, the same
+// two of a bare TCP relay (floor_...), the part of it any hop costs.
 func BenchmarkOverhead(b *testing.B) {
 	e := mustEnv(b, Options{MaxQueue: 256})
 	m := chatModel(b, "tiny", ggufgen.Spec{})
@@ -181,11 +182,13 @@ func BenchmarkOverhead(b *testing.B) {
 	rep := e.waitServing("tiny", 1)[0]
 	key := e.fleet.EngineKey(rep.ID)
 	dials := countDials(e.gw)
+	relay := tcpRelay(b, rep.Endpoint)
 	for _, stream := range []bool{false, true} {
 		body, _ := json.Marshal(map[string]any{"model": "tiny", "max_tokens": 8, "stream": stream,
 			"messages": []map[string]string{{"role": "user", "content": "Say hello."}}})
 		direct := func(int) (string, string, []byte) { return rep.Endpoint + "/v1/chat/completions", key, body }
 		gateway := func(int) (string, string, []byte) { return e.url + "/v1/chat/completions", e.token, body }
+		relayed := func(int) (string, string, []byte) { return relay + "/v1/chat/completions", key, body }
 		for _, conc := range []int{1, 8, 64} {
 			b.Run(fmt.Sprintf("stream=%v/conc=%d", stream, conc), func(b *testing.B) {
 				n := max(conc*16, b.N)
@@ -205,10 +208,71 @@ func BenchmarkOverhead(b *testing.B) {
 				b.ReportMetric(float64(len(da))/dt.Seconds(), "direct_req/s")
 				if stream {
 					b.ReportMetric(float64(quantile(ga, .5, first)-quantile(da, .5, first))/1e6, "added_ttft_p50_ms")
+				} else if conc < 64 {
+					// The floor: what a hop that only copies bytes costs,
+					// in turns with the engine alone as the gateway was.
+					d, r := alternate(b, n, conc, direct, relayed, e.gw)
+					b.ReportMetric(pairedRatio(d, r), "floor_throughput_ratio")
+					b.ReportMetric(float64(pairedP50(d, r))/1e6, "floor_added_p50_ms")
 				}
 			})
 		}
 	}
+}
+
+// tcpRelay is a hop in front of the engine at endpoint that copies bytes
+// both ways and reads none of them: the least a gateway can cost, which
+// says how much of what the gateway adds is the hop's and how much its
+// own. It stops with the benchmark.
+func tcpRelay(b *testing.B, endpoint string) (url string) {
+	b.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	var mu sync.Mutex
+	open := map[net.Conn]bool{}
+	track := func(c net.Conn, on bool) {
+		mu.Lock()
+		defer mu.Unlock()
+		if on {
+			open[c] = true
+		} else {
+			delete(open, c)
+		}
+	}
+	b.Cleanup(func() {
+		ln.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		for c := range open {
+			c.Close()
+		}
+	})
+	host, _ := hostOf(endpoint)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				up, err := net.Dial("tcp", host)
+				if err != nil {
+					return
+				}
+				defer up.Close()
+				track(c, true)
+				track(up, true)
+				defer track(c, false)
+				defer track(up, false)
+				go func() { io.Copy(up, c); up.Close() }()
+				io.Copy(c, up)
+			}()
+		}
+	}()
+	return "http://" + ln.Addr().String()
 }
 
 // countDials counts the connections g opens to engines from now on: each
