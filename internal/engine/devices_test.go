@@ -2,6 +2,7 @@ package engine_test
 
 import (
 	"context"
+	"os/exec"
 	"testing"
 
 	"modelserve/internal/engine"
@@ -57,5 +58,19 @@ func TestParseDevices(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestTheInstalledCopyStartsWithoutItsShell: the command line the
+// installer wrote beside the installed copy starts the real engine.
+func TestTheInstalledCopyStartsWithoutItsShell(t *testing.T) {
+	path := llamatest.Path(t)
+	argv := engine.Command(path)
+	if len(argv) < 2 {
+		t.Fatalf("the installed copy starts as %q: the installer wrote no command line beside it", argv)
+	}
+	out, err := exec.Command(argv[0], append(argv[1:], "--version")...).CombinedOutput()
+	if _, ok := engine.ParseVersion(string(out)); err != nil || !ok {
+		t.Fatalf("%q --version: %v\n%s", argv, err, out)
 	}
 }

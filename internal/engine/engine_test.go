@@ -3,6 +3,8 @@ package engine
 import (
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 )
 
@@ -77,6 +79,53 @@ func TestImageVersion(t *testing.T) {
 	} {
 		if got := ImageVersion(image).String(); got != want {
 			t.Errorf("ImageVersion(%q) = %q, want %q", image, got, want)
+		}
+	}
+}
+
+// TestCommandRunsTheInstalledCopyWithoutItsShell: the installed copy is
+// started as its wrapper would exec it, from the exec file beside it; any
+// other engine, or an exec file not as the installer writes it, is
+// started as the path it is.
+func TestCommandRunsTheInstalledCopyWithoutItsShell(t *testing.T) {
+	cache := t.TempDir()
+	t.Setenv("MODELSERVE_CACHE", cache)
+	dir := filepath.Join(cache, "llama.cpp")
+	installed := filepath.Join(dir, "llama-server")
+	loader := filepath.Join(dir, "root", "exe", "ld-linux-x86-64.so.2")
+	server := filepath.Join(dir, "root", "usr", "bin", "llama-server")
+	for _, p := range []string{installed, loader, server} {
+		mustExecutable(t, p)
+	}
+	write := func(lines ...string) {
+		t.Helper()
+		if err := os.WriteFile(filepath.Join(dir, "exec"), []byte(strings.Join(lines, "\n")+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	alone := []string{installed}
+	if got := Command(installed); !slices.Equal(got, alone) {
+		t.Errorf("without exec: %q, want the wrapper %q", got, alone)
+	}
+	want := []string{loader, "--library-path", "/lib/a:/lib/b", server}
+	write(want...)
+	if got := Command(installed); !slices.Equal(got, want) {
+		t.Errorf("Command = %q, want %q", got, want)
+	}
+	if got := Command("/opt/mine/llama-server"); !slices.Equal(got, []string{"/opt/mine/llama-server"}) {
+		t.Errorf("an operator's engine is started as %q, want as its path", got)
+	}
+	for name, lines := range map[string][]string{
+		"a loader outside the copy":  {"/bin/sh", "-c", server},
+		"an engine outside the copy": {loader, "--library-path", "/lib/a", "/usr/bin/llama-server"},
+		"a loader that is not there": {filepath.Join(dir, "root", "exe", "nothing"), server},
+		"the loader alone":           {loader},
+		"an empty argument":          {loader, "", server},
+		"too long":                   {loader, strings.Repeat("x", maxExec), server},
+	} {
+		write(lines...)
+		if got := Command(installed); !slices.Equal(got, alone) {
+			t.Errorf("exec with %s: %q, want the wrapper %q", name, got, alone)
 		}
 	}
 }

@@ -63,11 +63,11 @@ if cards; then
 	backends=(cuda vulkan)
 fi
 
-# Ready is an engine that starts, laid out as this script lays it (exe/:
-# a copy from before it is laid out again), with its backend tried when
-# there are cards.
+# Ready is an engine that starts, laid out as this script lays it (exe/
+# and exec: a copy from before them is laid out again), with its backend
+# tried when there are cards.
 ready() {
-	[[ -x $engine && -d $dir/root/exe ]] && "$engine" --version 2>&1 | grep -q '^version: ' &&
+	[[ -x $engine && -d $dir/root/exe && -f $dir/exec ]] && "$engine" --version 2>&1 | grep -q '^version: ' &&
 		{ [[ ${#backends[@]} -eq 0 ]] || [[ -f $dir/BACKEND ]]; }
 }
 
@@ -254,6 +254,14 @@ lib='$dir/root/usr/lib/$triplet'
 exec '$dir/root/exe/$loader' --library-path "\$lib/llama:\$lib:$dir/root/lib/$triplet" '$dir/root/usr/bin/llama-server' "\$@"
 WRAPPER
 chmod +x "$work/llama-server"
+# The same command, an argument a line, for modelserve to start without
+# the shell between (engine.Command in engine.go): the shell's own start
+# was about 5 ms of every engine start, and so of every cold start and
+# swap. A folder whose name holds a line break gets the wrapper alone.
+if [[ $dir != *$'\n'* ]]; then
+	printf '%s\n' "$dir/root/exe/$loader" --library-path "$dir/root/usr/lib/$triplet/llama:$dir/root/usr/lib/$triplet:$dir/root/lib/$triplet" \
+		"$dir/root/usr/bin/llama-server" >"$work/exec"
+fi
 
 # The same command from where the files are now, before they move.
 version=$(run_engine --version 2>&1 | grep -m 1 '^version: ' || true)

@@ -32,8 +32,10 @@ func TestTheInstallerFetchesAGPUBackendWhereThereAreCards(t *testing.T) {
 		// installed: a working engine already in the cache, and whether
 		// it was installed with its backend tried; oldLayout, one
 		// installed before the engine ran from exe/ with the CPU
-		// backends chosen for the machine.
-		installed, backend, oldLayout bool
+		// backends chosen for the machine; noExec, one installed before
+		// the installer wrote the command line modelserve starts it
+		// with (exec).
+		installed, backend, oldLayout, noExec bool
 		want                          []string
 	}{
 		{name: "no cards", want: []string{enginePackages}},
@@ -43,6 +45,7 @@ func TestTheInstallerFetchesAGPUBackendWhereThereAreCards(t *testing.T) {
 		{name: "installed before the cards", smi: lists, installed: true, want: []string{enginePackages, cudaPackages, vulkanPackages}},
 		{name: "installed with its backend", smi: lists, installed: true, backend: true, want: []string{"ready"}},
 		{name: "installed in the layout before exe/", installed: true, oldLayout: true, want: []string{enginePackages}},
+		{name: "installed before exec", installed: true, noExec: true, want: []string{enginePackages}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -62,6 +65,11 @@ func TestTheInstallerFetchesAGPUBackendWhereThereAreCards(t *testing.T) {
 				}
 				if !tt.oldLayout {
 					if err := os.MkdirAll(filepath.Join(dir, "root", "exe"), 0o755); err != nil {
+						t.Fatal(err)
+					}
+				}
+				if !tt.oldLayout && !tt.noExec {
+					if err := os.WriteFile(filepath.Join(dir, "exec"), []byte("see TestTheInstalledCopyStartsWithoutItsShell\n"), 0o644); err != nil {
 						t.Fatal(err)
 					}
 				}

@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"time"
 	"unsafe"
+
+	"modelserve/internal/engine"
 )
 
 // Start runs the engine on a free loopback port, in a process group of its
@@ -24,8 +26,11 @@ func (n *LocalNode) Start(_ context.Context, spec Spec) (Process, error) {
 	if err != nil {
 		return nil, err
 	}
-	args := append(append([]string(nil), spec.Args...), "--host", "127.0.0.1", "--port", strconv.Itoa(port))
-	cmd := exec.Command(spec.Engine, args...)
+	// The installed copy starts as its wrapper would exec it, without
+	// the shell (engine.Command).
+	argv := engine.Command(spec.Engine)
+	args := append(append(argv[1:len(argv):len(argv)], spec.Args...), "--host", "127.0.0.1", "--port", strconv.Itoa(port))
+	cmd := exec.Command(argv[0], args...)
 	cmd.Env = append(os.Environ(), spec.Env...)
 	cmd.Stdout, cmd.Stderr = spec.Output, spec.Output
 	// Pdeathsig: should modelserve itself be killed, its engines die with
