@@ -36,7 +36,7 @@ func TestTheInstallerFetchesAGPUBackendWhereThereAreCards(t *testing.T) {
 		// the installer wrote the command line modelserve starts it
 		// with (exec).
 		installed, backend, oldLayout, noExec bool
-		want                          []string
+		want                                  []string
 	}{
 		{name: "no cards", want: []string{enginePackages}},
 		{name: "two cards", smi: lists, want: []string{enginePackages, cudaPackages, vulkanPackages}},

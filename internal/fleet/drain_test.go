@@ -93,3 +93,33 @@ func errString(err error) string {
 	}
 	return err.Error()
 }
+
+// TestOnStoppingIsToldWhileTheEngineRuns: whoever keeps connections open
+// to an engine hears of its stop while it still runs, so that it closes
+// them first: llama-server, stopping, waits for each open connection's
+// client to close its end.
+func TestOnStoppingIsToldWhileTheEngineRuns(t *testing.T) {
+	cat := MustCatalog(t)
+	f := MustRun(t, cat, Options{})
+	MustAdd(t, f.notifying(cat), entry("tiny", MustWriteModel(t, "tiny.gguf", ggufgen.Spec{}), 1))
+	r := f.waitReady(t, "tiny", readyWithin)
+	type told struct {
+		endpoint string
+		running  bool
+	}
+	heard := make(chan told, 4)
+	f.OnStopping(func(endpoint string) {
+		heard <- told{endpoint, syscall.Kill(r.PID, 0) == nil}
+	})
+	if err := f.Stop(r.ID); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case h := <-heard:
+		if h.endpoint != r.Endpoint || !h.running {
+			t.Errorf("told of %q stopping, its engine running %v; want %q told while it ran", h.endpoint, h.running, r.Endpoint)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatalf("the fleet stopped %s and told nobody", r.ID)
+	}
+}

@@ -246,6 +246,9 @@ type Fleet struct {
 	wg sync.WaitGroup
 	// onReady are told the model of each replica that becomes ready.
 	onReady []func(model string)
+	// onStopping are told the endpoint of each engine about to be
+	// stopped (stopEngine).
+	onStopping []func(endpoint string)
 }
 
 // OnReady has fn called with a replica's model each time a replica
@@ -257,6 +260,16 @@ func (f *Fleet) OnReady(fn func(model string)) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.onReady = append(f.onReady, fn)
+}
+
+// OnStopping has fn called with an engine's endpoint the moment before
+// the engine is stopped, so that whoever keeps connections open to it
+// (the gateway) closes them: the engine waits for them to close before it
+// exits. fn must not block.
+func (f *Fleet) OnStopping(fn func(endpoint string)) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.onStopping = append(f.onStopping, fn)
 }
 
 // New returns a fleet that runs opts.Catalog once Run is called.

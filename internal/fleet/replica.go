@@ -184,15 +184,15 @@ func (f *Fleet) attempt(ctx context.Context, r *replica) (outcome, string) {
 	for ready := false; !ready; {
 		select {
 		case <-ctx.Done():
-			proc.Stop(f.opts.StopGrace)
+			f.stopEngine(proc)
 			return stopped, ""
 		case <-r.restart:
-			proc.Stop(f.opts.StopGrace)
+			f.stopEngine(proc)
 			return restarted, ""
 		case <-proc.Done():
 			return failedStart, failureReason(proc.Err(), tail.Lines())
 		case <-deadline.C:
-			proc.Stop(f.opts.StopGrace)
+			f.stopEngine(proc)
 			why := fmt.Sprintf("not ready within %s, its startup deadline", r.startup)
 			if last := meaningful(tail.Lines()); last != "" {
 				why += "; its last words: " + last
@@ -261,6 +261,13 @@ func (f *Fleet) attempt(ctx context.Context, r *replica) (outcome, string) {
 		load = f.readLoadOnce(ctx, r, proc)
 	}
 	rss := proc.RSS()
+	if ctx.Err() != nil {
+		// Stopped within the settle (given back for another model the
+		// moment after its request): the engine goes first, and its
+		// room with it, then the start is kept. Kept first, the
+		// history's write held every such swap's room.
+		f.stopEngine(proc)
+	}
 	f.mu.Lock()
 	r.rss = rss
 	f.mu.Unlock()
@@ -296,10 +303,10 @@ func (f *Fleet) attempt(ctx context.Context, r *replica) (outcome, string) {
 	for {
 		select {
 		case <-ctx.Done():
-			proc.Stop(f.opts.StopGrace)
+			f.stopEngine(proc)
 			return stopped, ""
 		case <-r.restart:
-			proc.Stop(f.opts.StopGrace)
+			f.stopEngine(proc)
 			return restarted, ""
 		case <-proc.Done():
 			why := failureReason(proc.Err(), tail.Lines()) +
@@ -322,7 +329,7 @@ func (f *Fleet) attempt(ctx context.Context, r *replica) (outcome, string) {
 			if missed++; missed < healthMisses {
 				continue
 			}
-			proc.Stop(f.opts.StopGrace)
+			f.stopEngine(proc)
 			why := fmt.Sprintf("it stopped answering /health (%d checks %s apart) after %s ready, and was stopped to start again",
 				healthMisses, f.opts.HealthEvery, time.Since(readyAt).Round(time.Second))
 			if time.Since(readyAt) < stableAfter {
@@ -388,6 +395,21 @@ func (f *Fleet) tellReady(model string) {
 	for _, fn := range told {
 		fn(model)
 	}
+}
+
+// stopEngine stops an engine, OnStopping's listeners told first, so
+// that they close the connections they keep open to it: llama-server's
+// HTTP server waits, for each connection open when it stops, a tenth of a
+// second for the client to close its end, and a kept connection nobody
+// reads is closed by nobody. That wait was half of every swap.
+func (f *Fleet) stopEngine(proc Process) {
+	f.mu.Lock()
+	told := slices.Clone(f.onStopping)
+	f.mu.Unlock()
+	for _, fn := range told {
+		fn(proc.Endpoint())
+	}
+	proc.Stop(f.opts.StopGrace)
 }
 
 // probe is the status /health answers with; 0 for no answer.

@@ -213,6 +213,24 @@ func (ec *engineClient) closeIdle() {
 	ec.dropIdleLocked()
 }
 
+// forget closes the connections kept to the engine at endpoint, which is
+// about to be stopped: llama-server, stopping, waits for the client to
+// close each connection open to it, and a kept one is read by nobody
+// until a request takes it.
+func (ec *engineClient) forget(endpoint string) {
+	host, ok := hostOf(endpoint)
+	if !ok {
+		return
+	}
+	ec.mu.Lock()
+	cs := ec.idle[host]
+	delete(ec.idle, host)
+	ec.mu.Unlock()
+	for _, c := range cs {
+		c.Close()
+	}
+}
+
 // dropIdleLocked closes the connections kept now. ec.mu is held.
 func (ec *engineClient) dropIdleLocked() {
 	for host, cs := range ec.idle {

@@ -147,6 +147,12 @@ type readyTeller interface {
 	OnReady(fn func(model string))
 }
 
+// stoppingTeller is a fleet that calls fn with an engine's endpoint the
+// moment before it stops the engine (fleet.Fleet.OnStopping).
+type stoppingTeller interface {
+	OnStopping(fn func(endpoint string))
+}
+
 // New returns a gateway over opts' catalog, fleet and tokens.
 func New(opts Options) (*Gateway, error) {
 	switch {
@@ -195,6 +201,9 @@ func New(opts Options) (*Gateway, error) {
 	if rt, ok := opts.Fleet.(readyTeller); ok {
 		rt.OnReady(g.replicaReady)
 		g.readyTold = true
+	}
+	if st, ok := opts.Fleet.(stoppingTeller); ok {
+		st.OnStopping(g.engines.forget)
 	}
 	return g, nil
 }

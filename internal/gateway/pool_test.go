@@ -1,12 +1,16 @@
 package gateway
 
 import (
+	"context"
 	"fmt"
+	"net/http"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"modelserve/internal/fleet"
+	"modelserve/internal/ggufgen"
 )
 
 func replicas(n, slots int) []fleet.Replica {
@@ -213,5 +217,52 @@ func TestTallyReadsTheCounts(t *testing.T) {
 	plain.feed([]byte(`{"choices":[],"timings":{"prompt_n":3,"cache_n":4,"predicted_n":9}}`))
 	if c := plain.counts(); c != (counts{prompt: 7, cached: 4, completion: 9}) {
 		t.Errorf("plain counts %+v", c)
+	}
+}
+
+// TestTheGatewayLetsGoOfAnEngineBeingStopped: once the fleet stops an
+// engine, the gateway keeps no connection to it. llama-server, stopping,
+// waits a tenth of a second for the client of each open connection to
+// close it, and a kept connection is read by nobody: every swap waited
+// for the gateway's.
+func TestTheGatewayLetsGoOfAnEngineBeingStopped(t *testing.T) {
+	e := mustEnv(t, Options{})
+	e.mustAdd(chatModel(t, "tiny", ggufgen.Spec{}))
+	rep := e.waitServing("tiny", 1)[0]
+	resp, body := e.post(context.Background(), "/v1/chat/completions", e.token, map[string]any{"model": "tiny", "max_tokens": 2,
+		"messages": []map[string]string{{"role": "user", "content": "Hello"}}})
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("%d %s", resp.StatusCode, body)
+	}
+	host, _ := hostOf(rep.Endpoint)
+	kept := func() int {
+		e.gw.engines.mu.Lock()
+		defer e.gw.engines.mu.Unlock()
+		return len(e.gw.engines.idle[host])
+	}
+	if kept() == 0 {
+		t.Fatal("the gateway kept no connection to the engine after its answer")
+	}
+	pid := 0
+	for _, r := range e.fleet.Replicas() {
+		if r.ID == rep.ID {
+			pid = r.PID
+		}
+	}
+	if pid == 0 {
+		t.Fatalf("the fleet names no process of %s", rep.ID)
+	}
+	if err := e.fleet.Stop(rep.ID); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for syscall.Kill(pid, 0) == nil {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s's engine still runs 20 s after its stop", rep.ID)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := kept(); n != 0 {
+		t.Errorf("the gateway keeps %d connections to %s, stopped", n, rep.ID)
 	}
 }

@@ -29,6 +29,7 @@ import (
 	"io"
 	"log/slog"
 	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -181,6 +182,8 @@ type Fleet struct {
 	// pods waiting for theirs to end before they are deleted (drain.go).
 	holds  map[string]int
 	drains map[string]*draining
+	// onStopping are told the endpoint of each pod being deleted.
+	onStopping []func(endpoint string)
 }
 
 // New returns a fleet over opts, refusing a missing option by name.
@@ -279,10 +282,20 @@ func (f *Fleet) Run(ctx context.Context) error {
 		UpdateFunc: func(_, o any) { f.enqueueOwner(o) },
 		DeleteFunc: f.enqueueOwner,
 	}
-	for _, inf := range []cache.SharedIndexInformer{podInf.Informer(), cmInf.Informer(), depInf.Informer()} {
+	for _, inf := range []cache.SharedIndexInformer{cmInf.Informer(), depInf.Informer()} {
 		if _, err := inf.AddEventHandler(byModel); err != nil {
 			return err
 		}
+	}
+	if _, err := podInf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: f.enqueueOwner,
+		UpdateFunc: func(old, o any) {
+			f.tellStopping(old, o)
+			f.enqueueOwner(o)
+		},
+		DeleteFunc: f.enqueueOwner,
+	}); err != nil {
+		return err
 	}
 	// A node come or gone changes where every model can go.
 	if _, err := nodeInf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
@@ -372,6 +385,36 @@ func (f *Fleet) work(ctx context.Context) bool {
 	}
 	f.queue.Forget(key)
 	return true
+}
+
+// OnStopping has fn called with a pod's endpoint when the pod of a
+// replica begins to be deleted, so that whoever keeps connections open to
+// its engine (the gateway) closes them: llama-server, stopping, waits for
+// the client of each open connection to close it. fn must not block.
+func (f *Fleet) OnStopping(fn func(endpoint string)) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.onStopping = append(f.onStopping, fn)
+}
+
+// tellStopping tells OnStopping's listeners of a replica's pod whose
+// deletion began between old and now.
+func (f *Fleet) tellStopping(old, now any) {
+	was, ok1 := old.(*corev1.Pod)
+	p, ok2 := now.(*corev1.Pod)
+	if !ok1 || !ok2 || was.DeletionTimestamp != nil || p.DeletionTimestamp == nil || p.Labels[labelManagedBy] != managedBy {
+		return
+	}
+	endpoint := replica(p).Endpoint
+	if endpoint == "" {
+		return
+	}
+	f.mu.Lock()
+	told := slices.Clone(f.onStopping)
+	f.mu.Unlock()
+	for _, fn := range told {
+		fn(endpoint)
+	}
 }
 
 // enqueueOwner puts the model an object of ours belongs to on the queue.

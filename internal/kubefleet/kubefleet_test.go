@@ -2,6 +2,7 @@ package kubefleet_test
 
 import (
 	"context"
+	"maps"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -243,12 +244,26 @@ func TestKubernetesFleet(t *testing.T) {
 
 	t.Run("stopping a replica deletes its pod and its Deployment starts another", func(t *testing.T) {
 		before := first(f.Serving("tiny"))
+		// Whoever keeps connections to its engine (the gateway) is told,
+		// to close them: llama-server waits for them as it stops.
+		var toldMu sync.Mutex
+		told := map[string]bool{}
+		f.OnStopping(func(endpoint string) {
+			toldMu.Lock()
+			defer toldMu.Unlock()
+			told[endpoint] = true
+		})
 		if err := f.Stop(before.ID); err != nil {
 			t.Fatalf("Stop: %v", err)
 		}
 		waitFor(t, "a new ready replica of tiny", func() (fleet.Replica, bool) {
 			rs := f.Serving("tiny")
 			return first(rs), len(rs) == 1 && rs[0].ID != before.ID
+		})
+		waitFor(t, "the pod's deletion told to OnStopping", func() (map[string]bool, bool) {
+			toldMu.Lock()
+			defer toldMu.Unlock()
+			return maps.Clone(told), told[before.Endpoint]
 		})
 		if err := f.Stop(before.ID); kindOf(err) != operr.NotFound && kindOf(err) != operr.Conflict {
 			t.Errorf("stopping a replica that has gone: %v, want not found (or stopping already)", err)
