@@ -94,6 +94,7 @@ func BenchmarkThreeModelsInMemoryForOne(b *testing.B) {
 		var failed []string
 		var longest, over time.Duration
 		var worst sent
+		var went []sent // the later requests answered before the worst
 		overtaken, within, between := 0, 0, 0
 		over = -time.Hour
 		for i, r := range all {
@@ -120,6 +121,7 @@ func BenchmarkThreeModelsInMemoryForOne(b *testing.B) {
 				// and answered after those ahead of it were served in its
 				// time: a replica it waited for took them on.
 				over, worst, overtaken, within, between = d, r, 0, 0, 0
+				went = went[:0]
 				for _, q := range all[i+1:] {
 					switch {
 					case q.model == r.model && q.end.Before(r.end):
@@ -127,8 +129,10 @@ func BenchmarkThreeModelsInMemoryForOne(b *testing.B) {
 						if q.at.Sub(r.at) < sameMoment {
 							within++
 						}
+						went = append(went, q)
 					case q.model != r.model && q.end.After(ahead) && q.end.Before(r.end):
 						between++
+						went = append(went, q)
 					}
 				}
 			}
@@ -140,6 +144,17 @@ func BenchmarkThreeModelsInMemoryForOne(b *testing.B) {
 			"other models were answered after those ahead of it and before it", len(all), clients, len(failed), starts,
 			longest.Round(time.Millisecond), swap.Round(time.Millisecond), over.Round(time.Millisecond),
 			worst.model, worst.end.Sub(worst.at).Round(time.Millisecond), overtaken, worst.model, within, between)
+		if over > 0 {
+			// What went before it, and what the fleet did meanwhile, for
+			// whoever looks into why.
+			for _, q := range went {
+				b.Logf("  went before it: %s sent %s after it, answered %s before it", q.model,
+					q.at.Sub(worst.at).Round(time.Millisecond), worst.end.Sub(q.end).Round(time.Millisecond))
+			}
+			for _, l := range s.fleetLines(worst.at, worst.end) {
+				b.Logf("  meanwhile: %s", l)
+			}
+		}
 		b.ReportMetric(float64(len(failed)), "errors")
 		b.ReportMetric(float64(longest.Milliseconds()), "longest-wait-ms")
 		b.ReportMetric(float64(swap.Milliseconds()), "one-swap-ms")
@@ -153,6 +168,24 @@ func BenchmarkThreeModelsInMemoryForOne(b *testing.B) {
 		}
 		b.StartTimer()
 	}
+}
+
+// fleetLines are the fleet's log lines from one moment to another, each
+// with its time from the first: what it placed, gave back and retired.
+func (s *apiServer) fleetLines(from, to time.Time) []string {
+	var out []string
+	for _, l := range strings.Split(s.logs.String(), "\n") {
+		at, rest, ok := strings.Cut(strings.TrimPrefix(l, "time="), " ")
+		if !ok || !strings.Contains(rest, "part=fleet") {
+			continue
+		}
+		t, err := time.Parse(time.RFC3339Nano, at)
+		if err != nil || t.Before(from.Add(-time.Millisecond)) || t.After(to) {
+			continue
+		}
+		out = append(out, fmt.Sprintf("+%s %s", t.Sub(from).Round(time.Millisecond), rest))
+	}
+	return out
 }
 
 func later(a, b time.Time) time.Time {

@@ -132,8 +132,15 @@ func startSwapWorldSized(t testing.TB, hub *hubtest.Server, budget int64, names 
 			t.Fatalf("serving %s ended %s: %s; steps %+v", name, last.State, last.Error, last.Steps)
 		}
 	}
+	// Connections kept for as many clients as the tests run at once: with
+	// Go's default of two, six of eight clients dialled again for every
+	// request, and a request sent first could reach modelserve after one
+	// sent milliseconds later, which the order the benchmark checks
+	// cannot tell from modelserve's own.
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.MaxIdleConnsPerHost = 16
 	c := openai.NewClient(option.WithBaseURL(s.base+"/v1/"), option.WithAPIKey(s.token), option.WithMaxRetries(0),
-		option.WithRequestTimeout(2*time.Minute))
+		option.WithRequestTimeout(2*time.Minute), option.WithHTTPClient(&http.Client{Transport: tr}))
 	return s, c, data
 }
 
