@@ -146,7 +146,8 @@ func BenchmarkThreeModelsInMemoryForOne(b *testing.B) {
 			worst.model, worst.end.Sub(worst.at).Round(time.Millisecond), overtaken, worst.model, within, between)
 		if over > 0 {
 			// What went before it, and what the fleet did meanwhile, for
-			// whoever looks into why.
+			// whoever looks into why (go test -v: without it a
+			// benchmark's log is cut after ten lines).
 			for _, q := range went {
 				b.Logf("  went before it: %s sent %s after it, answered %s before it", q.model,
 					q.at.Sub(worst.at).Round(time.Millisecond), worst.end.Sub(q.end).Round(time.Millisecond))
