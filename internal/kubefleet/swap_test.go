@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -194,9 +195,11 @@ func TestKubernetesSwap(t *testing.T) {
 		}
 		// The wait ends in the pass that sees beta's pod placed, which
 		// may come after the pod is seen ready.
-		waitFor(t, "beta's one wait for memory tallied", func() (fleet.WaitTally, bool) {
+		// Beta's health beside the tally: what the fleet last made of its
+		// placement says which pass let the wait go untallied.
+		waitFor(t, "beta's one wait for memory tallied", func() (string, bool) {
 			w := f.MemoryWaits()
-			return w, w.Count == 1 && w.Sum > 0
+			return fmt.Sprintf("%+v; beta %+v", w, health(f, "beta")), w.Count == 1 && w.Sum > 0
 		})
 	})
 
