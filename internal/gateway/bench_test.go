@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"slices"
 	"strings"
 	"sync"
@@ -218,6 +219,54 @@ func BenchmarkOverhead(b *testing.B) {
 			})
 		}
 	}
+}
+
+// BenchmarkOwnLogic: the gateway beside a bare net/http handler that
+// relays each request through the gateway's own engine client, one
+// client at a time, each in turns with the engine alone. The bare relay
+// is net/http's server and the hop without the gateway's logic (the
+// token, the catalog, the fleet's holds, the queue, the metrics): the
+// gap between the two is what that logic costs a request.
+func BenchmarkOwnLogic(b *testing.B) {
+	e := mustEnv(b, Options{MaxQueue: 256})
+	m := chatModel(b, "tiny", ggufgen.Spec{})
+	m.Profiles[0].Pool, m.Profiles[0].Slots = 4096, 4
+	m.Profiles[0].RAMBytes = 0
+	e.mustAdd(m)
+	rep := e.waitServing("tiny", 1)[0]
+	key := e.fleet.EngineKey(rep.ID)
+	host, _ := hostOf(rep.Endpoint)
+	ec := newEngineClient()
+	bare := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, err := readBody(r.Body, r.ContentLength, 1<<20)
+		if err != nil {
+			w.WriteHeader(http.StatusBadRequest)
+			return
+		}
+		resp, err := ec.do(r.Context(), &engineRequest{host: host, target: r.URL.EscapedPath(), key: key, body: body})
+		if err != nil {
+			w.WriteHeader(http.StatusBadGateway)
+			return
+		}
+		defer resp.Body.Close()
+		_, _, _ = relay(w, resp, nil, false)
+	}))
+	defer bare.Close()
+	defer ec.closeIdle()
+	body, _ := json.Marshal(map[string]any{"model": "tiny", "max_tokens": 8,
+		"messages": []map[string]string{{"role": "user", "content": "Say hello."}}})
+	direct := func(int) (string, string, []byte) { return rep.Endpoint + "/v1/chat/completions", key, body }
+	relayed := func(int) (string, string, []byte) { return bare.URL + "/v1/chat/completions", key, body }
+	gateway := func(int) (string, string, []byte) { return e.url + "/v1/chat/completions", e.token, body }
+	n := max(16, b.N)
+	runLoad(b, 1, 1, relayed) // warm the connections
+	runLoad(b, 1, 1, gateway)
+	d, r := alternate(b, n, 1, direct, relayed, e.gw)
+	d2, g := alternate(b, n, 1, direct, gateway, e.gw)
+	b.ReportMetric(pairedRatio(d, r), "bare_throughput_ratio")
+	b.ReportMetric(float64(pairedP50(d, r))/1e6, "bare_added_p50_ms")
+	b.ReportMetric(pairedRatio(d2, g), "gateway_throughput_ratio")
+	b.ReportMetric(float64(pairedP50(d2, g))/1e6, "gateway_added_p50_ms")
 }
 
 // tcpRelay is a hop in front of the engine at endpoint that copies bytes
