@@ -175,12 +175,7 @@ func first(a answer) time.Duration { return a.first }
 // p50 and p99 the gateway adds; for plain answers at 1 and 8, the same
 // two of a bare TCP relay (floor_...), the part of it any hop costs.
 func BenchmarkOverhead(b *testing.B) {
-	e := mustEnv(b, Options{MaxQueue: 256})
-	m := chatModel(b, "tiny", ggufgen.Spec{})
-	m.Profiles[0].Pool, m.Profiles[0].Slots = 4096, 4
-	m.Profiles[0].RAMBytes = 0
-	e.mustAdd(m)
-	rep := e.waitServing("tiny", 1)[0]
+	e, rep := benchEnv(b)
 	key := e.fleet.EngineKey(rep.ID)
 	dials := countDials(e.gw)
 	relay := tcpRelay(b, rep.Endpoint)
@@ -228,12 +223,7 @@ func BenchmarkOverhead(b *testing.B) {
 // token, the catalog, the fleet's holds, the queue, the metrics): the
 // gap between the two is what that logic costs a request.
 func BenchmarkOwnLogic(b *testing.B) {
-	e := mustEnv(b, Options{MaxQueue: 256})
-	m := chatModel(b, "tiny", ggufgen.Spec{})
-	m.Profiles[0].Pool, m.Profiles[0].Slots = 4096, 4
-	m.Profiles[0].RAMBytes = 0
-	e.mustAdd(m)
-	rep := e.waitServing("tiny", 1)[0]
+	e, rep := benchEnv(b)
 	key := e.fleet.EngineKey(rep.ID)
 	host, _ := hostOf(rep.Endpoint)
 	ec := newEngineClient()
@@ -267,6 +257,19 @@ func BenchmarkOwnLogic(b *testing.B) {
 	b.ReportMetric(float64(pairedP50(d, r))/1e6, "bare_added_p50_ms")
 	b.ReportMetric(pairedRatio(d2, g), "gateway_throughput_ratio")
 	b.ReportMetric(float64(pairedP50(d2, g))/1e6, "gateway_added_p50_ms")
+}
+
+// benchEnv is the gateway benchmarks' world: the real fleet and engine,
+// one replica of a tiny chat model with four slots and no memory asked,
+// ready.
+func benchEnv(b *testing.B) (*env, fleet.Replica) {
+	b.Helper()
+	e := mustEnv(b, Options{MaxQueue: 256})
+	m := chatModel(b, "tiny", ggufgen.Spec{})
+	m.Profiles[0].Pool, m.Profiles[0].Slots = 4096, 4
+	m.Profiles[0].RAMBytes = 0
+	e.mustAdd(m)
+	return e, e.waitServing("tiny", 1)[0]
 }
 
 // tcpRelay is a hop in front of the engine at endpoint that copies bytes

@@ -18,7 +18,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"modelserve/internal/fleet"
-	"modelserve/internal/ggufgen"
 	"modelserve/internal/trace"
 )
 
@@ -50,12 +49,7 @@ import (
 // is paid for every 2 requests (not every 128, a batch's 512 spans), and
 // added_cpu_us there is mostly that.
 func BenchmarkTracingOverhead(b *testing.B) {
-	e := mustEnv(b, Options{MaxQueue: 256})
-	m := chatModel(b, "tiny", ggufgen.Spec{})
-	m.Profiles[0].Pool, m.Profiles[0].Slots = 4096, 4
-	m.Profiles[0].RAMBytes = 0
-	e.mustAdd(m)
-	e.waitServing("tiny", 1)
+	e, _ := benchEnv(b)
 
 	// A collector that takes every export and keeps nothing, as a real
 	// one on another machine costs this process nothing: decoding and
