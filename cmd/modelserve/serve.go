@@ -156,7 +156,7 @@ func serve(ctx context.Context, cfg config, log *slog.Logger, ready func(addr st
 		Catalog: store, Fleet: fl, Tokens: auth.NewTokens(db), Metrics: met.Registerer(), Log: log.With("part", "gateway"),
 	}
 	if tracing.On() {
-		gwOpts.Tracer, gwOpts.Propagator = tracing.Tracer("modelserve/gateway"), tracing.Propagator
+		gwOpts.Tracer, gwOpts.Propagator = tracing.HotTracer("modelserve/gateway"), tracing.Propagator
 		gwOpts.TraceContent = cfg.TraceContent
 	}
 	gw, err := gateway.New(gwOpts)

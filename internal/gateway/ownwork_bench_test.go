@@ -76,7 +76,7 @@ func BenchmarkOwnWork(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer tr.Shutdown(context.Background())
-	tg, err := New(Options{Catalog: oneModel{"tiny"}, Fleet: f, Tokens: anyToken{}, Tracer: tr.Tracer("modelserve/gateway"), Propagator: tr.Propagator})
+	tg, err := New(Options{Catalog: oneModel{"tiny"}, Fleet: f, Tokens: anyToken{}, Tracer: tr.HotTracer("modelserve/gateway"), Propagator: tr.Propagator})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -45,7 +45,7 @@ var (
 	clientKind = trace.WithSpanKind(trace.SpanKindClient)
 )
 
-// attrList is a list lent to give a span its attributes in: the SDK
+// attrList is a list lent to give a span its attributes in: the tracer
 // copies what it is given, and a list made for every call was an
 // allocation of each span. It holds the most any span of a request is
 // given at once (the routing decision's, at most 8).

@@ -36,15 +36,15 @@ import (
 // queue: by Little's law conc/throughput, about 64/400 req/s = 160 ms.
 // Tracing's CPU then slows every request queued ahead: it adds about
 // conc × its CPU per request / cores to the p50, and BenchmarkTraceHooks
-// measures 18 to 20 µs of CPU a traced request (its four spans, their
-// export and the garbage they make): 64 × 19 µs / 2 ≈ 0.6 ms, where the
-// goal of 0.2 ms would need 6 µs, about what the SDK's Start,
-// SetAttributes and End of four spans cost alone. And 0.2 ms of 160 ms
+// measures 10 to 12 µs of CPU a traced request with lean spans (its
+// spans, their export to a collector in this process, and the garbage
+// they make; 20 to 26 µs with the SDK's spans): 64 × 10 µs / 2 ≈ 0.3 ms,
+// where the goal of 0.2 ms would need 6 µs. And 0.2 ms of 160 ms
 // is 0.13% of throughput, where off_req/s at 64 clients measured 485,
 // 406 and 343 in three runs of -benchtime 1x (load average 2 to 7): the
 // added_p50_ms they gave at 64 clients (+5.8, -3.3, +5.5 plain; +9.2,
-// -7.3, -17.4 streamed) is noise around that 0.6 ms. At 8 clients the
-// same arithmetic gives 8 × 19 µs / 2 ≈ 0.08 ms. With -benchtime 1x a
+// -7.3, -17.4 streamed) is noise around that figure. At 8 clients the
+// same arithmetic gives 8 × 10 µs / 2 ≈ 0.04 ms. With -benchtime 1x a
 // turn is 2·conc requests and each is flushed, so at 1 client an export
 // is paid for every 2 requests (not every 128, a batch's 512 spans), and
 // added_cpu_us there is mostly that.
@@ -72,7 +72,7 @@ func BenchmarkTracingOverhead(b *testing.B) {
 	// The same gateway as the untraced one, figures included, but for
 	// its tracer.
 	traced, err := New(Options{Catalog: e.cat, Fleet: e.fleet, Tokens: e.tokens, MaxQueue: 256, Metrics: prometheus.NewRegistry(),
-		Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Tracer: tr.Tracer("modelserve/gateway"), Propagator: tr.Propagator})
+		Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Tracer: tr.HotTracer("modelserve/gateway"), Propagator: tr.Propagator})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -216,7 +216,7 @@ func BenchmarkTraceHooks(b *testing.B) {
 	defer tr.Shutdown(context.Background())
 	rep := fleet.Replica{ID: "tiny-1", Model: "tiny", Node: "local", Endpoint: "http://127.0.0.1:9", Load: &fleet.Load{Slots: 4}}
 	g, err := New(Options{Catalog: oneModel{"tiny"}, Fleet: &stubFleet{ready: []fleet.Replica{rep}}, Tokens: anyToken{},
-		Tracer: tr.Tracer("modelserve/gateway"), Propagator: tr.Propagator})
+		Tracer: tr.HotTracer("modelserve/gateway"), Propagator: tr.Propagator})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -52,7 +52,7 @@ func TestJaegerReceivesAStreamedChat(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer tr.Shutdown(context.Background())
-	e := mustEnv(t, Options{Tracer: tr.Tracer("modelserve/gateway"), Propagator: tr.Propagator})
+	e := mustEnv(t, Options{Tracer: tr.HotTracer("modelserve/gateway"), Propagator: tr.Propagator})
 	e.mustAdd(chatModel(t, "tiny", ggufgen.Spec{}))
 	e.waitServing("tiny", 1)
 	const caller = "4bf92f3577b34da6a3ce929d0e0e4736"

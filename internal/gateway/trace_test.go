@@ -25,7 +25,7 @@ import (
 
 func TestAStreamedChatIsATraceContinuingTheCallers(t *testing.T) {
 	rcv, tr := traceTo(t)
-	e := mustEnv(t, Options{Tracer: tr.Tracer("modelserve/gateway"), Propagator: tr.Propagator})
+	e := mustEnv(t, Options{Tracer: tr.HotTracer("modelserve/gateway"), Propagator: tr.Propagator})
 	e.mustAdd(chatModel(t, "tiny", ggufgen.Spec{}))
 	e.waitServing("tiny", 1)
 	tok := e.mustToken("app", auth.Limits{})
@@ -76,7 +76,7 @@ func TestAStreamedChatIsATraceContinuingTheCallers(t *testing.T) {
 // request's span has the prompt and the answer, plain and streamed.
 func TestTraceContentRecordsThePromptWhenAsked(t *testing.T) {
 	rcv, tr := traceTo(t)
-	e := mustEnv(t, Options{Tracer: tr.Tracer("modelserve/gateway"), Propagator: tr.Propagator, TraceContent: true})
+	e := mustEnv(t, Options{Tracer: tr.HotTracer("modelserve/gateway"), Propagator: tr.Propagator, TraceContent: true})
 	e.mustAdd(chatModel(t, "tiny", ggufgen.Spec{}))
 	e.waitServing("tiny", 1)
 	client := e.client(e.mustToken("app", auth.Limits{}))
@@ -131,7 +131,7 @@ func TestTraceContentRecordsThePromptWhenAsked(t *testing.T) {
 // other replica was given back for it), before the routing decision.
 func TestAColdStartIsASpan(t *testing.T) {
 	rcv, tr := traceTo(t)
-	e := mustEnv(t, Options{Tracer: tr.Tracer("modelserve/gateway"), Propagator: tr.Propagator})
+	e := mustEnv(t, Options{Tracer: tr.HotTracer("modelserve/gateway"), Propagator: tr.Propagator})
 	m := chatModel(t, "lazy", ggufgen.Spec{})
 	m.Scaling = catalog.Scaling{Min: 0, Max: 1}
 	e.mustAdd(m)
@@ -165,7 +165,7 @@ func TestASwapIsASpan(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := mustEnvOn(t, []fleet.Node{node}, Options{Tracer: tr.Tracer("modelserve/gateway"), Propagator: tr.Propagator})
+	e := mustEnvOn(t, []fleet.Node{node}, Options{Tracer: tr.HotTracer("modelserve/gateway"), Propagator: tr.Propagator})
 	for _, name := range []string{"alpha", "beta"} {
 		m := chatModel(t, name, ggufgen.Spec{})
 		m.Profiles[0].RAMBytes = 5 << 30 // room for one of the two
@@ -219,7 +219,7 @@ func TestStoppedFor(t *testing.T) {
 // answered; once the trial ends, the spans say nothing of one.
 func TestACanaryTrialSaysWhichVersionAnswered(t *testing.T) {
 	rcv, tr := traceTo(t)
-	e := mustEnv(t, Options{Tracer: tr.Tracer("modelserve/gateway"), Propagator: tr.Propagator})
+	e := mustEnv(t, Options{Tracer: tr.HotTracer("modelserve/gateway"), Propagator: tr.Propagator})
 	e.mustAdd(chatModel(t, "chatty", ggufgen.Spec{}))
 	canary := canaryModel(t, "chatty", 0.5)
 	e.mustAdd(canary)

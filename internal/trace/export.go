@@ -4,6 +4,7 @@ import (
 	"context"
 	"math"
 	"sync"
+	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -49,6 +50,8 @@ type exporter struct {
 	// order first met.
 	resources []*resource.Resource
 	scopes    []instrumentation.Scope
+	// view is the SDK span being written, read once.
+	view spanView
 }
 
 // maxKeptBuffer bounds the buffer kept for the next batch: a batch of
@@ -65,11 +68,20 @@ func (e *exporter) start(ctx context.Context) error {
 	return e.client.Start(ctx)
 }
 
-// ExportSpans sends one batch.
+// ExportSpans sends one batch of the SDK's spans.
 func (e *exporter) ExportSpans(ctx context.Context, ss []sdktrace.ReadOnlySpan) error {
+	items := make([]item, len(ss))
+	for i, s := range ss {
+		items[i] = item{sdk: s}
+	}
+	return e.export(ctx, items)
+}
+
+// export sends one batch, of the SDK's spans and lean ones alike.
+func (e *exporter) export(ctx context.Context, batch []item) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	out := e.encode(ss)
+	out := e.encode(batch)
 	if len(out) == 0 {
 		return nil
 	}
@@ -97,12 +109,12 @@ func (e *exporter) Shutdown(ctx context.Context) error {
 
 // encode writes the batch: for each resource a message, its spans grouped
 // by their tracer's scope, as OTLP has them.
-func (e *exporter) encode(ss []sdktrace.ReadOnlySpan) []*tracepb.ResourceSpans {
+func (e *exporter) encode(ss []item) []*tracepb.ResourceSpans {
 	e.buf = e.buf[:0]
 	e.resources = e.resources[:0]
 	for _, sd := range ss {
-		if sd != nil && !containsRes(e.resources, sd.Resource()) {
-			e.resources = append(e.resources, sd.Resource())
+		if sd.ok() && !containsRes(e.resources, sd.resource()) {
+			e.resources = append(e.resources, sd.resource())
 		}
 	}
 	type part struct{ from, to int }
@@ -118,8 +130,8 @@ func (e *exporter) encode(ss []sdktrace.ReadOnlySpan) []*tracepb.ResourceSpans {
 		}
 		e.scopes = e.scopes[:0]
 		for _, sd := range ss {
-			if sd != nil && sd.Resource() == r && !containsScope(e.scopes, sd.InstrumentationScope()) {
-				e.scopes = append(e.scopes, sd.InstrumentationScope())
+			if sd.ok() && sd.resource() == r && !containsScope(e.scopes, sd.scope()) {
+				e.scopes = append(e.scopes, sd.scope())
 			}
 		}
 		for _, sc := range e.scopes {
@@ -134,8 +146,12 @@ func (e *exporter) encode(ss []sdktrace.ReadOnlySpan) []*tracepb.ResourceSpans {
 				e.close(s)
 			}
 			for _, sd := range ss {
-				if sd != nil && sd.Resource() == r && sd.InstrumentationScope() == sc {
-					e.span(sd)
+				if sd.ok() && sd.resource() == r && sd.scope() == sc {
+					if sd.lean != nil {
+						e.span(&sd.lean.spanView)
+					} else {
+						e.span(e.viewOf(sd.sdk))
+					}
 				}
 			}
 			e.str(3, sc.SchemaURL)
@@ -176,27 +192,49 @@ func containsScope(ss []instrumentation.Scope, s instrumentation.Scope) bool {
 	return false
 }
 
+// spanView is what a span's message is written from: the SDK's span
+// read through its methods, or a lean span's record as it is.
+type spanView struct {
+	name                        string
+	kind                        oteltrace.SpanKind
+	sc, parent                  oteltrace.SpanContext
+	start, end                  time.Time
+	attrs                       []attribute.KeyValue
+	events                      []sdktrace.Event
+	links                       []sdktrace.Link
+	status                      sdktrace.Status
+	droppedAttrs                int
+	droppedEvents, droppedLinks int
+}
+
+// viewOf reads an SDK span into the exporter's view, kept for the next.
+func (e *exporter) viewOf(sd sdktrace.ReadOnlySpan) *spanView {
+	e.view = spanView{name: sd.Name(), kind: sd.SpanKind(), sc: sd.SpanContext(), parent: sd.Parent(), start: sd.StartTime(), end: sd.EndTime(),
+		attrs: sd.Attributes(), events: sd.Events(), links: sd.Links(), status: sd.Status(),
+		droppedAttrs: sd.DroppedAttributes(), droppedEvents: sd.DroppedEvents(), droppedLinks: sd.DroppedLinks()}
+	return &e.view
+}
+
 // span writes one ScopeSpans.spans.
-func (e *exporter) span(sd sdktrace.ReadOnlySpan) {
+func (e *exporter) span(sd *spanView) {
 	at := e.open(2)
-	sc := sd.SpanContext()
+	sc := sd.sc
 	tid, sid := sc.TraceID(), sc.SpanID()
 	e.bytes(1, tid[:])
 	e.bytes(2, sid[:])
 	e.str(3, sc.TraceState().String())
-	parent := sd.Parent()
-	if psid := parent.SpanID(); psid.IsValid() {
+	if psid := sd.parent.SpanID(); psid.IsValid() {
 		e.bytes(4, psid[:])
 	}
-	e.str(5, sd.Name())
-	e.varint(6, uint64(spanKind(sd.SpanKind())))
-	e.fixed64(7, unixNano(sd.StartTime().UnixNano()))
-	e.fixed64(8, unixNano(sd.EndTime().UnixNano()))
-	for _, a := range sd.Attributes() {
+	e.str(5, sd.name)
+	e.varint(6, uint64(spanKind(sd.kind)))
+	e.fixed64(7, unixNano(sd.start.UnixNano()))
+	e.fixed64(8, unixNano(sd.end.UnixNano()))
+	for _, a := range sd.attrs {
 		e.keyValue(9, a)
 	}
-	e.varint(10, uint64(clampUint32(sd.DroppedAttributes())))
-	for _, ev := range sd.Events() {
+	e.varint(10, uint64(clampUint32(sd.droppedAttrs)))
+	for _, ev := range sd.events {
 		s := e.open(11)
 		e.fixed64(1, unixNano(ev.Time.UnixNano()))
 		e.str(2, ev.Name)
@@ -206,8 +244,8 @@ func (e *exporter) span(sd sdktrace.ReadOnlySpan) {
 		e.varint(4, uint64(clampUint32(ev.DroppedAttributeCount)))
 		e.close(s)
 	}
-	e.varint(12, uint64(clampUint32(sd.DroppedEvents())))
-	for _, l := range sd.Links() {
+	e.varint(12, uint64(clampUint32(sd.droppedEvents)))
+	for _, l := range sd.links {
 		s := e.open(13)
 		ltid, lsid := l.SpanContext.TraceID(), l.SpanContext.SpanID()
 		e.bytes(1, ltid[:])
@@ -220,24 +258,49 @@ func (e *exporter) span(sd sdktrace.ReadOnlySpan) {
 		e.fixed32(6, spanFlags(l.SpanContext.TraceFlags(), l.SpanContext))
 		e.close(s)
 	}
-	e.varint(14, uint64(clampUint32(sd.DroppedLinks())))
+	e.varint(14, uint64(clampUint32(sd.droppedLinks)))
 	// The status is always there, as the SDK's exporter sends it.
 	st := e.open(15)
-	e.str(2, sd.Status().Description)
-	e.varint(3, uint64(statusCode(sd.Status().Code)))
+	e.str(2, sd.status.Description)
+	e.varint(3, uint64(statusCode(sd.status.Code)))
 	e.close(st)
-	e.fixed32(16, spanFlags(sc.TraceFlags(), parent))
+	e.fixed32(16, spanFlags(sc.TraceFlags(), sd.parent))
 	e.close(at)
 }
 
-// keyValue writes a as a KeyValue, field f.
+// keyValue writes a as a KeyValue, field f. A scalar's lengths are
+// known before it is written, and go first; a list or a map is measured
+// as it is written (open, close).
 func (e *exporter) keyValue(f protowire.Number, a attribute.KeyValue) {
-	at := e.open(f)
+	var value int // the AnyValue's length
+	switch a.Value.Type() {
+	case attribute.STRING:
+		value = 1 + protowire.SizeBytes(len(a.Value.AsString()))
+	case attribute.BOOL:
+		value = 2
+	case attribute.INT64:
+		value = 1 + protowire.SizeVarint(uint64(a.Value.AsInt64()))
+	case attribute.FLOAT64:
+		value = 9
+	default:
+		at := e.open(f)
+		e.str(1, string(a.Key))
+		v := e.open(2)
+		e.value(a.Value)
+		e.close(v)
+		e.close(at)
+		return
+	}
+	n := 1 + protowire.SizeBytes(value)
+	if a.Key != "" {
+		n += 1 + protowire.SizeBytes(len(a.Key))
+	}
+	e.buf = protowire.AppendTag(e.buf, f, protowire.BytesType)
+	e.buf = protowire.AppendVarint(e.buf, uint64(n))
 	e.str(1, string(a.Key))
-	v := e.open(2)
+	e.buf = protowire.AppendTag(e.buf, 2, protowire.BytesType)
+	e.buf = protowire.AppendVarint(e.buf, uint64(value))
 	e.value(a.Value)
-	e.close(v)
-	e.close(at)
 }
 
 // value writes an AnyValue's fields: the one its kind is, written even

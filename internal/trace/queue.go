@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/sdk/instrumentation"
+	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 )
 
@@ -16,7 +18,7 @@ import (
 // every span, as a channel between them did (three times a gateway
 // request, each a trip through the scheduler).
 type queue struct {
-	exp     sdktrace.SpanExporter
+	exp     batchExporter
 	size    int
 	batch   int
 	every   time.Duration
@@ -28,14 +30,69 @@ type queue struct {
 	once    sync.Once
 
 	mu      sync.Mutex
-	pending []sdktrace.ReadOnlySpan
+	pending []item
 
 	dropped  prometheus.Counter
 	exported prometheus.Counter
 	failed   prometheus.Counter
 }
 
-func newQueue(exp sdktrace.SpanExporter, o Options) *queue {
+// item is a finished span: the SDK's, or a lean one's record.
+type item struct {
+	sdk  sdktrace.ReadOnlySpan
+	lean *leanRecord
+}
+
+func (it item) ok() bool { return it.sdk != nil || it.lean != nil }
+
+func (it item) resource() *resource.Resource {
+	if it.lean != nil {
+		return it.lean.res
+	}
+	return it.sdk.Resource()
+}
+
+func (it item) scope() instrumentation.Scope {
+	if it.lean != nil {
+		return it.lean.tracer.scope
+	}
+	return it.sdk.InstrumentationScope()
+}
+
+// done gives a lean span's record back, once exported or dropped.
+func (it item) done() {
+	if it.lean != nil {
+		it.lean.release()
+	}
+}
+
+// batchExporter sends a batch: modelserve's exporter, or the SDK's
+// (sdkExporter) when the client is told to send JSON.
+type batchExporter interface {
+	export(context.Context, []item) error
+	Shutdown(context.Context) error
+}
+
+// sdkExporter is the SDK's exporter, sent the SDK's spans of a batch:
+// with it, every span is the SDK's (Tracing.HotTracer is its tracer).
+type sdkExporter struct {
+	sdktrace.SpanExporter
+	spans []sdktrace.ReadOnlySpan
+}
+
+func (s *sdkExporter) export(ctx context.Context, batch []item) error {
+	s.spans = s.spans[:0]
+	for _, it := range batch {
+		if it.sdk != nil {
+			s.spans = append(s.spans, it.sdk)
+		}
+	}
+	err := s.ExportSpans(ctx, s.spans)
+	clear(s.spans)
+	return err
+}
+
+func newQueue(exp batchExporter, o Options) *queue {
 	if o.QueueSize <= 0 {
 		o.QueueSize = 2048
 	}
@@ -50,7 +107,7 @@ func newQueue(exp sdktrace.SpanExporter, o Options) *queue {
 	}
 	q := &queue{
 		exp: exp, size: o.QueueSize, batch: o.BatchSize, every: o.Every, timeout: o.ExportTimeout,
-		pending: make([]sdktrace.ReadOnlySpan, 0, o.QueueSize),
+		pending: make([]item, 0, o.QueueSize),
 		full:    make(chan struct{}, 1), flush: make(chan chan struct{}), stop: make(chan struct{}), stopped: make(chan struct{}),
 		dropped: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "modelserve_trace_spans_dropped_total", Help: "Finished spans not exported: the export queue was full (a collector down or slow), an export failed, or the process stopped first.",
@@ -81,10 +138,16 @@ func (q *queue) OnEnd(s sdktrace.ReadOnlySpan) {
 	if !s.SpanContext().IsSampled() {
 		return
 	}
+	q.add(item{sdk: s})
+}
+
+// add queues a finished span, or drops it when the queue is full.
+func (q *queue) add(s item) {
 	q.mu.Lock()
 	if len(q.pending) == q.size {
 		q.mu.Unlock()
 		q.dropped.Inc()
+		s.done()
 		return
 	}
 	q.pending = append(q.pending, s)
@@ -99,7 +162,7 @@ func (q *queue) OnEnd(s sdktrace.ReadOnlySpan) {
 }
 
 // take moves up to a batch of the pending spans into buf.
-func (q *queue) take(buf []sdktrace.ReadOnlySpan) []sdktrace.ReadOnlySpan {
+func (q *queue) take(buf []item) []item {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	n := min(len(q.pending), q.batch)
@@ -114,19 +177,22 @@ func (q *queue) loop() {
 	defer close(q.stopped)
 	tick := time.NewTicker(q.every)
 	defer tick.Stop()
-	buf := make([]sdktrace.ReadOnlySpan, 0, q.batch)
+	buf := make([]item, 0, q.batch)
 	send := func() {
 		if len(buf) == 0 {
 			return
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), q.timeout)
-		if err := q.exp.ExportSpans(ctx, buf); err != nil {
+		if err := q.exp.export(ctx, buf); err != nil {
 			q.failed.Inc()
 			q.dropped.Add(float64(len(buf)))
 		} else {
 			q.exported.Add(float64(len(buf)))
 		}
 		cancel()
+		for _, it := range buf {
+			it.done()
+		}
 		clear(buf)
 		buf = buf[:0]
 	}

@@ -44,6 +44,9 @@ type Tracing struct {
 	Endpoint string
 	sdk      *sdktrace.TracerProvider
 	queue    *queue
+	// lean makes the hot path's spans (HotTracer); nil when the SDK's
+	// exporter sends JSON, which only takes the SDK's spans.
+	lean *leanProvider
 }
 
 // Off is tracing turned off: a no-op tracer, nothing exported.
@@ -60,6 +63,18 @@ func (t *Tracing) Tracer(name string) oteltrace.Tracer {
 		return off
 	}
 	return t.Provider.Tracer(name)
+}
+
+// HotTracer is the named tracer of a part that traces every request it
+// serves (the gateway): lean spans (lean.go), which cost a request a
+// fraction of the SDK's, exported with the SDK's to the same collector.
+// With tracing off it records nothing, and with the JSON protocol it is
+// the SDK's.
+func (t *Tracing) HotTracer(name string) oteltrace.Tracer {
+	if t == nil || t.lean == nil {
+		return t.Tracer(name)
+	}
+	return t.lean.Tracer(name)
 }
 
 // off is the tracer that records nothing.
@@ -130,7 +145,7 @@ func FromEnv(e Env, o Options) (*Tracing, error) {
 	if err != nil {
 		return nil, err
 	}
-	exp, err := exporterTo(endpoint)
+	exp, ours, err := exporterTo(endpoint)
 	if err != nil {
 		return nil, fmt.Errorf("tracing to %s: %w", endpoint, err)
 	}
@@ -144,12 +159,13 @@ func FromEnv(e Env, o Options) (*Tracing, error) {
 			return nil, err
 		}
 	}
-	sdk := sdktrace.NewTracerProvider(
-		sdktrace.WithSampler(sampler),
-		sdktrace.WithResource(resource.NewSchemaless(attribute.String("service.name", name))),
-		sdktrace.WithSpanProcessor(q),
-	)
-	return &Tracing{Provider: sdk, Propagator: propagation.TraceContext{}, Endpoint: endpoint, sdk: sdk, queue: q}, nil
+	res := resource.NewSchemaless(attribute.String("service.name", name))
+	sdk := sdktrace.NewTracerProvider(sdktrace.WithSampler(sampler), sdktrace.WithResource(res), sdktrace.WithSpanProcessor(q))
+	t := &Tracing{Provider: sdk, Propagator: propagation.TraceContext{}, Endpoint: endpoint, sdk: sdk, queue: q}
+	if ours {
+		t.lean = newLeanProvider(sampler, res, q)
+	}
+	return t, nil
 }
 
 // Flush exports what is queued now, within ctx: for a benchmark that
@@ -162,20 +178,21 @@ func (t *Tracing) Flush(ctx context.Context) error {
 }
 
 // exporterTo is the exporter to the collector at endpoint: modelserve's
-// own, which writes the protobuf encoding, or, when the client is told to
-// send JSON (OTEL_EXPORTER_OTLP_TRACES_PROTOCOL or
+// own (ours), which writes the protobuf encoding, or, when the client is
+// told to send JSON (OTEL_EXPORTER_OTLP_TRACES_PROTOCOL or
 // OTEL_EXPORTER_OTLP_PROTOCOL is http/json), the SDK's, which builds the
 // messages JSON is written from.
-func exporterTo(endpoint string) (sdktrace.SpanExporter, error) {
+func exporterTo(endpoint string) (exp batchExporter, ours bool, err error) {
 	protocol, ok := os.LookupEnv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
 	if !ok {
 		protocol = os.Getenv("OTEL_EXPORTER_OTLP_PROTOCOL")
 	}
 	if strings.TrimSpace(protocol) == "http/json" {
-		return otlptracehttp.New(context.Background(), otlptracehttp.WithEndpointURL(endpoint))
+		sdk, err := otlptracehttp.New(context.Background(), otlptracehttp.WithEndpointURL(endpoint))
+		return &sdkExporter{SpanExporter: sdk}, false, err
 	}
-	exp := newExporter(otlptracehttp.NewClient(otlptracehttp.WithEndpointURL(endpoint)))
-	return exp, exp.start(context.Background())
+	e := newExporter(otlptracehttp.NewClient(otlptracehttp.WithEndpointURL(endpoint)))
+	return e, true, e.start(context.Background())
 }
 
 // Shutdown exports what is queued, within ctx, and stops. Spans still
