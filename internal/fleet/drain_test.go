@@ -3,6 +3,7 @@ package fleet
 import (
 	"log/slog"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -124,5 +125,59 @@ func TestOnStoppingIsToldWhileTheEngineRuns(t *testing.T) {
 		}
 	case <-time.After(20 * time.Second):
 		t.Fatalf("the fleet stopped %s and told nobody", r.ID)
+	}
+}
+
+// TestAReplicaStoppedAsItSettlesIsToldOnce: a replica stopped the moment
+// after it is ready (as a swap gives one back within its settle) has its
+// stop told once, its engine stopped once.
+func TestAReplicaStoppedAsItSettlesIsToldOnce(t *testing.T) {
+	cat := MustCatalog(t)
+	f := MustRun(t, cat, Options{})
+	var mu sync.Mutex
+	tells := map[string]int{}
+	f.OnStopping(func(endpoint string) {
+		mu.Lock()
+		defer mu.Unlock()
+		tells[endpoint]++
+	})
+	stopped := make(chan Replica, 1)
+	var once sync.Once
+	f.OnReady(func(model string) {
+		once.Do(func() {
+			go func() { // a listener must not block
+				for _, r := range f.replicasOf(model) {
+					if r.State == Ready {
+						if err := f.Stop(r.ID); err != nil {
+							t.Error(err)
+						}
+						stopped <- r
+						return
+					}
+				}
+				t.Error("told of a replica ready, and none is")
+				close(stopped)
+			}()
+		})
+	})
+	MustAdd(t, f.notifying(cat), entry("tiny", MustWriteModel(t, "tiny.gguf", ggufgen.Spec{}), 1))
+	var r Replica
+	select {
+	case r = <-stopped:
+	case <-time.After(readyWithin):
+		t.Fatal("no replica became ready")
+	}
+	waitFor(t, 20*time.Second, r.ID+" gone", func() (bool, string) {
+		for _, x := range f.replicasOf("tiny") {
+			if x.ID == r.ID {
+				return false, x.ID + " is " + string(x.State)
+			}
+		}
+		return true, ""
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	if tells[r.Endpoint] != 1 {
+		t.Fatalf("the stop of %s was told %d times, want once", r.ID, tells[r.Endpoint])
 	}
 }

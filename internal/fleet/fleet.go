@@ -245,10 +245,10 @@ type Fleet struct {
 	// wg is the replicas' supervisors, which Run waits for.
 	wg sync.WaitGroup
 	// onReady are told the model of each replica that becomes ready.
-	onReady []func(model string)
+	onReady Listeners[string]
 	// onStopping are told the endpoint of each engine about to be
 	// stopped (stopEngine).
-	onStopping []func(endpoint string)
+	onStopping Listeners[string]
 }
 
 // OnReady has fn called with a replica's model each time a replica
@@ -256,21 +256,13 @@ type Fleet struct {
 // rather than at its next look, and again a moment later, once its
 // engine has said how many requests it serves at once (Replica.Load).
 // fn must not block.
-func (f *Fleet) OnReady(fn func(model string)) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.onReady = append(f.onReady, fn)
-}
+func (f *Fleet) OnReady(fn func(model string)) { f.onReady.Add(fn) }
 
 // OnStopping has fn called with an engine's endpoint the moment before
 // the engine is stopped, so that whoever keeps connections open to it
 // (the gateway) closes them: the engine waits for them to close before it
 // exits. fn must not block.
-func (f *Fleet) OnStopping(fn func(endpoint string)) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.onStopping = append(f.onStopping, fn)
-}
+func (f *Fleet) OnStopping(fn func(endpoint string)) { f.onStopping.Add(fn) }
 
 // New returns a fleet that runs opts.Catalog once Run is called.
 func New(opts Options) (*Fleet, error) {

@@ -7,7 +7,6 @@ import (
 	"io"
 	"net/http"
 	"path/filepath"
-	"slices"
 	"strings"
 	"time"
 
@@ -238,7 +237,7 @@ func (f *Fleet) attempt(ctx context.Context, r *replica) (outcome, string) {
 	}
 	r.load = told
 	f.mu.Unlock()
-	f.tellReady(r.model)
+	f.onReady.Tell(r.model)
 	var load Load // the engine's own word, once read
 	if told == nil {
 		// An unsized profile's engine chose its slots itself: until it
@@ -289,6 +288,9 @@ func (f *Fleet) attempt(ctx context.Context, r *replica) (outcome, string) {
 	cancel()
 	if err != nil {
 		f.log.Warn("the replica's start is not kept in the history", "replica", r.id, "err", err)
+	}
+	if ctx.Err() != nil {
+		return stopped, "" // its engine stopped within the settle, above
 	}
 
 	stable := time.NewTimer(stableAfter)
@@ -382,19 +384,8 @@ func (f *Fleet) readLoadOnce(ctx context.Context, r *replica, proc Process) Load
 	f.mu.Lock()
 	r.load = &l
 	f.mu.Unlock()
-	f.tellReady(r.model)
+	f.onReady.Tell(r.model)
 	return l
-}
-
-// tellReady tells OnReady's listeners of a replica of model ready, or of
-// its slots now known.
-func (f *Fleet) tellReady(model string) {
-	f.mu.Lock()
-	told := slices.Clone(f.onReady)
-	f.mu.Unlock()
-	for _, fn := range told {
-		fn(model)
-	}
 }
 
 // stopEngine stops an engine, OnStopping's listeners told first, so
@@ -403,12 +394,7 @@ func (f *Fleet) tellReady(model string) {
 // second for the client to close its end, and a kept connection nobody
 // reads is closed by nobody. That wait was half of every swap.
 func (f *Fleet) stopEngine(proc Process) {
-	f.mu.Lock()
-	told := slices.Clone(f.onStopping)
-	f.mu.Unlock()
-	for _, fn := range told {
-		fn(proc.Endpoint())
-	}
+	f.onStopping.Tell(proc.Endpoint())
 	proc.Stop(f.opts.StopGrace)
 }
 

@@ -200,7 +200,7 @@ func (s *slot) done() {
 // away.
 func (g *Gateway) await(ctx context.Context, p *pool, w *waiter, model string, cold bool, wake <-chan struct{}, deadline <-chan time.Time) (choice, bool, *apiError) {
 	poll := pollBusy
-	if !w.turnedAway.IsZero() && time.Since(w.turnedAway) < turnedAwayFor {
+	if w.justTurnedAway(time.Now()) {
 		poll = turnedAwayFor
 	}
 	if cold {

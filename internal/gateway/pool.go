@@ -382,13 +382,19 @@ func newWaiter(key uint64, avoid []fleet.Replica, began time.Time, explain bool)
 // ready) offers it once more rather than keep the request waiting for
 // another that may never come.
 func (w *waiter) offer(ready []fleet.Replica, now time.Time) []fleet.Replica {
-	if !w.turnedAway.IsZero() && now.Sub(w.turnedAway) < turnedAwayFor {
+	if w.justTurnedAway(now) {
 		ready = without(ready, []fleet.Replica{w.turned})
 	}
 	if others := without(ready, w.avoid); len(others) > 0 || now.Sub(w.began) < reofferAfter {
 		return others
 	}
 	return ready
+}
+
+// justTurnedAway is whether the fleet refused w a hold less than
+// turnedAwayFor before now.
+func (w *waiter) justTurnedAway(now time.Time) bool {
+	return !w.turnedAway.IsZero() && now.Sub(w.turnedAway) < turnedAwayFor
 }
 
 // enqueue puts w in the queue in its place by arrival (a waiter whose

@@ -29,7 +29,6 @@ import (
 	"io"
 	"log/slog"
 	"maps"
-	"slices"
 	"sync"
 	"time"
 
@@ -183,7 +182,7 @@ type Fleet struct {
 	holds  map[string]int
 	drains map[string]*draining
 	// onStopping are told the endpoint of each pod being deleted.
-	onStopping []func(endpoint string)
+	onStopping fleet.Listeners[string]
 }
 
 // New returns a fleet over opts, refusing a missing option by name.
@@ -391,11 +390,7 @@ func (f *Fleet) work(ctx context.Context) bool {
 // replica begins to be deleted, so that whoever keeps connections open to
 // its engine (the gateway) closes them: llama-server, stopping, waits for
 // the client of each open connection to close it. fn must not block.
-func (f *Fleet) OnStopping(fn func(endpoint string)) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.onStopping = append(f.onStopping, fn)
-}
+func (f *Fleet) OnStopping(fn func(endpoint string)) { f.onStopping.Add(fn) }
 
 // tellStopping tells OnStopping's listeners of a replica's pod whose
 // deletion began between old and now.
@@ -409,12 +404,7 @@ func (f *Fleet) tellStopping(old, now any) {
 	if endpoint == "" {
 		return
 	}
-	f.mu.Lock()
-	told := slices.Clone(f.onStopping)
-	f.mu.Unlock()
-	for _, fn := range told {
-		fn(endpoint)
-	}
+	f.onStopping.Tell(endpoint)
 }
 
 // enqueueOwner puts the model an object of ours belongs to on the queue.
