@@ -211,9 +211,8 @@ func (g *Gateway) send(w http.ResponseWriter, r *http.Request, m catalog.Model, 
 	if g.opts.Tracer != nil {
 		// The trace context is written into a header of its own, made
 		// only for a traced request; the span's path is the client's.
-		tr := &http.Request{Method: http.MethodPost, URL: r.URL, Header: http.Header{}}
-		call = g.startCall(ctx, tr, m.Name, rep, rn.answering())
-		up.header = tr.Header
+		up.header = http.Header{}
+		call = g.startCall(ctx, r.URL.Path, up.header, m.Name, rep, rn.answering())
 	}
 	if call.on() {
 		defer func() { call.end(ctx, http.StatusBadGateway, start, time.Time{}, counts{}) }()

@@ -321,20 +321,20 @@ type callTrace struct {
 // on is whether the call is traced.
 func (c *callTrace) on() bool { return c.span != nil }
 
-// startCall begins the client span of the call to an engine of model,
-// and passes the trace on in up's headers; answerAs, when model is a
+// startCall begins the client span of the call to an engine of model on
+// path, and passes the trace on in header; answerAs, when model is a
 // canary, is the model it answers for. While model has a canary, the
 // old version's calls say so too: a trace read during a trial names the
 // version that answered, whichever it was.
-func (g *Gateway) startCall(ctx context.Context, up *http.Request, model string, rep fleet.Replica, answerAs string) callTrace {
+func (g *Gateway) startCall(ctx context.Context, path string, header http.Header, model string, rep fleet.Replica, answerAs string) callTrace {
 	if g.opts.Tracer == nil {
 		return callTrace{}
 	}
-	ctx, span := g.tracer().Start(ctx, engineSpanName(up.URL.Path), clientKind)
+	ctx, span := g.tracer().Start(ctx, engineSpanName(path), clientKind)
 	if _, w3c := g.propagator().(propagation.TraceContext); w3c {
-		setTraceContext(up.Header, span.SpanContext())
+		setTraceContext(header, span.SpanContext())
 	} else {
-		g.propagator().Inject(ctx, headerCarrier(up.Header))
+		g.propagator().Inject(ctx, headerCarrier(header))
 	}
 	trial := answerAs != ""
 	if !trial {

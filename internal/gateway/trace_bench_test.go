@@ -240,7 +240,7 @@ func BenchmarkTraceHooks(b *testing.B) {
 				// What the pool says of the candidates when asked to explain.
 				c := choice{replica: rep, why: onlyReplica, load: 1, loads: []string{rep.ID + " " + strconv.Itoa(1) + "/" + strconv.Itoa(depthOf(rep))}}
 				tw.routed(c, 1)
-				call := g.startCall(ctx, up, "tiny", rep, "")
+				call := g.startCall(ctx, up.URL.Path, up.Header, "tiny", rep, "")
 				call.end(ctx, http.StatusOK, start, time.Now(), counts{prompt: 12, cached: 4, completion: 8})
 				span.End()
 				if n++; n%flushEvery == 0 {
