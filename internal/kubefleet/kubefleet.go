@@ -660,6 +660,13 @@ func (f *Fleet) reconcile(ctx context.Context, m catalog.Model, models []catalog
 	f.mu.Lock()
 	madeRoom := f.madeRoom[m.Name]
 	f.mu.Unlock()
+	// The pass's calls to the API server take a while, in which the
+	// scheduler may place the pod it began by seeing turned away: its
+	// placement is said from the pods as they are now. Said from the
+	// first look, a pod placed meanwhile (which makeRoom, reading anew,
+	// saw placed) was the scheduler's old "Insufficient memory" with no
+	// room left for it, and its wait for memory was dropped untallied.
+	obs = observe(f.modelPods(m.Name), f.opts.MaxFailures, pk.failed)
 	switch {
 	case making != "":
 		// Waiting for room being made is not being unplaceable.
