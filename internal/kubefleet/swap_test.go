@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/client-go/kubernetes"
+
 	"modelserve/catalog"
 	"modelserve/internal/fleet"
 	"modelserve/internal/ggufgen"
@@ -59,9 +61,19 @@ const mirrorToken = "ms_nodes"
 // the fleet's drains instead of its default.
 func startSwapWorld(t *testing.T, drainTimeout ...time.Duration) *swapWorld {
 	t.Helper()
+	return startSwapWorldThrough(t, nil, drainTimeout...)
+}
+
+// startSwapWorldThrough is startSwapWorld with the fleet's client to the
+// control plane passed through through (nil: as it is).
+func startSwapWorldThrough(t *testing.T, through func(kubernetes.Interface) kubernetes.Interface, drainTimeout ...time.Duration) *swapWorld {
+	t.Helper()
 	c := kubetest.Start(t)
 	c.AddNode(t, kubetest.Node{Name: "small-1", CPU: 8, Memory: "6Gi"})
 	client := c.Client(t, c.Account(t, "../../deploy/rbac.yaml"))
+	if through != nil {
+		client = through(client)
+	}
 	mirrorDir := t.TempDir()
 	mirrorURL := serveMirror(t, mirrorDir)
 	// A context the engine lets an answer run to: seconds of writing.
