@@ -19,16 +19,18 @@ import (
 
 // Lean spans are for the part that traces every request it serves, the
 // gateway: the same OpenTelemetry API as the SDK's spans, the same
-// sampler, resource, queue and exporter, but each span's record is kept
-// in a pool and written straight into OTLP's encoding when its batch
-// goes. The SDK's span costs a request more than the gateway's own work:
-// a new record for every span, a snapshot of it at its end, and a map to
-// deduplicate its attributes (BenchmarkTraceHooks: about 20 µs of CPU a
-// request, against about 6 µs with lean spans).
+// sampler, resource, queue and exporter, but each span's record is taken
+// from those given back by spans exported before, and written straight
+// into OTLP's encoding when its batch goes. The SDK's span cost a traced
+// gateway request a new record for every span, a snapshot of it at its
+// end and a map to deduplicate its attributes: BenchmarkTraceHooks
+// measured 21 to 22 µs of CPU a request with the SDK's spans, 10 to 11
+// with lean ones, their export included.
 //
-// What a lean span keeps follows the SDK's default limits: 128
-// attributes (a key set again replaces its value), 128 events and 128
-// links (the oldest go first), each drop counted in the span.
+// What a lean span keeps follows the SDK's default limits (the
+// OTEL_SPAN_*_LIMIT variables are not read): 128 attributes (a key set
+// again replaces its value), 128 events and 128 links (the oldest go
+// first), each drop counted in the span.
 
 // leanLimit is the most attributes, events or links a lean span keeps:
 // the SDK's default limit of each.
