@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"reflect"
+	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -27,14 +29,13 @@ import (
 // measured 21 to 22 µs of CPU a request with the SDK's spans, 10 to 11
 // with lean ones, their export included.
 //
-// What a lean span keeps follows the SDK's default limits (the
-// OTEL_SPAN_*_LIMIT variables are not read): 128 attributes (a key set
-// again replaces its value), 128 events and 128 links (the oldest go
-// first), each drop counted in the span.
-
-// leanLimit is the most attributes, events or links a lean span keeps:
-// the SDK's default limit of each.
-const leanLimit = 128
+// What a lean span keeps follows the SDK's limits, from the same
+// OTEL_SPAN_*_LIMIT, OTEL_EVENT_ATTRIBUTE_COUNT_LIMIT and
+// OTEL_LINK_ATTRIBUTE_COUNT_LIMIT variables (sdktrace.NewSpanLimits): its
+// attributes (a key set again replaces its value), events and links (the
+// oldest go first), each drop counted in the span, and its attributes'
+// strings cut to the length limit. Nested lists and maps are kept as
+// given: the gateway sets none.
 
 // leanKept is the most attributes a record given back keeps room for: a
 // span carrying many does not keep its room. A record's first
@@ -55,6 +56,7 @@ type leanProvider struct {
 	sampler sdktrace.Sampler
 	res     *resource.Resource
 	q       *queue
+	limits  sdktrace.SpanLimits
 
 	mu      sync.Mutex
 	tracers map[instrumentation.Scope]*leanTracer
@@ -67,7 +69,7 @@ type leanProvider struct {
 }
 
 func newLeanProvider(sampler sdktrace.Sampler, res *resource.Resource, q *queue) *leanProvider {
-	return &leanProvider{sampler: sampler, res: res, q: q, tracers: map[instrumentation.Scope]*leanTracer{}}
+	return &leanProvider{sampler: sampler, res: res, q: q, limits: sdktrace.NewSpanLimits(), tracers: map[instrumentation.Scope]*leanTracer{}}
 }
 
 // Tracer is the tracer of the named scope, one for each.
@@ -303,14 +305,16 @@ func (s *leanSpan) AddLink(l oteltrace.Link) {
 // it is, a new one is added while there is room, and an invalid one is
 // dropped; each drop counted.
 func (r *leanRecord) setAttributes(kv []attribute.KeyValue) {
+	l := r.tracer.p.limits
 	for _, a := range kv {
 		if !a.Valid() {
 			r.droppedAttrs++
 			continue
 		}
+		a = truncated(l.AttributeValueLengthLimit, a)
 		if i := indexOfKey(r.attrs, a.Key); i >= 0 {
 			r.attrs[i] = a
-		} else if len(r.attrs) < leanLimit {
+		} else if l.AttributeCountLimit < 0 || len(r.attrs) < l.AttributeCountLimit {
 			r.attrs = append(r.attrs, a)
 		} else {
 			r.droppedAttrs++
@@ -327,30 +331,95 @@ func indexOfKey(kv []attribute.KeyValue, k attribute.Key) int {
 	return -1
 }
 
+// truncated is a with its strings (or bytes) cut to limit characters (a
+// negative limit: as they are).
+func truncated(limit int, a attribute.KeyValue) attribute.KeyValue {
+	if limit < 0 {
+		return a
+	}
+	switch a.Value.Type() {
+	case attribute.STRING:
+		if s := a.Value.AsString(); len(s) > limit {
+			a.Value = attribute.StringValue(cut(limit, s))
+		}
+	case attribute.STRINGSLICE:
+		ss, changed := a.Value.AsStringSlice(), false // a copy
+		for i, s := range ss {
+			if len(s) > limit {
+				ss[i], changed = cut(limit, s), true
+			}
+		}
+		if changed {
+			a.Value = attribute.StringSliceValue(ss)
+		}
+	case attribute.BYTESLICE:
+		if b := a.Value.AsByteSlice(); len(b) > limit {
+			a.Value = attribute.ByteSliceValue(b[:limit])
+		}
+	}
+	return a
+}
+
+// cut is s's first limit characters, its invalid bytes left out, as the
+// SDK cuts a string longer than the limit.
+func cut(limit int, s string) string {
+	if !utf8.ValidString(s) {
+		s = strings.ToValidUTF8(s, "")
+	}
+	n := 0
+	for i := range s {
+		if n == limit {
+			return s[:i]
+		}
+		n++
+	}
+	return s
+}
+
+// limitAttrs is attrs within limit, and how many it drops.
+func limitAttrs(limit int, attrs []attribute.KeyValue) ([]attribute.KeyValue, int) {
+	switch {
+	case limit == 0:
+		return nil, len(attrs)
+	case limit > 0 && len(attrs) > limit:
+		return attrs[:limit], len(attrs) - limit
+	}
+	return attrs, 0
+}
+
+// evict makes room for one more in a list of limit, the oldest going
+// first; it says whether there is room at all.
+func evict[T any](list []T, limit int, dropped *int) ([]T, bool) {
+	switch {
+	case limit == 0:
+		*dropped++
+		return list, false
+	case limit > 0 && len(list) >= limit:
+		*dropped++
+		return append(list[:0], list[len(list)-limit+1:]...), true
+	}
+	return list, true
+}
+
 func (r *leanRecord) addEvent(name string, opts ...oteltrace.EventOption) {
 	c := oteltrace.NewEventConfig(opts...)
-	attrs := c.Attributes()
-	dropped := max(0, len(attrs)-leanLimit)
-	ev := sdktrace.Event{Name: name, Time: c.Timestamp(), Attributes: attrs[:len(attrs)-dropped], DroppedAttributeCount: dropped}
-	if len(r.events) == leanLimit {
-		r.events = append(r.events[:0], r.events[1:]...)
-		r.droppedEvents++
+	attrs, dropped := limitAttrs(r.tracer.p.limits.AttributePerEventCountLimit, c.Attributes())
+	events, ok := evict(r.events, r.tracer.p.limits.EventCountLimit, &r.droppedEvents)
+	if r.events = events; ok {
+		r.events = append(r.events, sdktrace.Event{Name: name, Time: c.Timestamp(), Attributes: attrs, DroppedAttributeCount: dropped})
 	}
-	r.events = append(r.events, ev)
 }
 
 func (r *leanRecord) addLink(l oteltrace.Link) {
 	// A link to nothing, saying nothing, is no link, as to the SDK.
-	if !l.SpanContext.IsValid() && len(l.Attributes) == 0 {
+	if !l.SpanContext.IsValid() && len(l.Attributes) == 0 && l.SpanContext.TraceState().Len() == 0 {
 		return
 	}
-	dropped := max(0, len(l.Attributes)-leanLimit)
-	link := sdktrace.Link{SpanContext: l.SpanContext, Attributes: l.Attributes[:len(l.Attributes)-dropped], DroppedAttributeCount: dropped}
-	if len(r.links) == leanLimit {
-		r.links = append(r.links[:0], r.links[1:]...)
-		r.droppedLinks++
+	attrs, dropped := limitAttrs(r.tracer.p.limits.AttributePerLinkCountLimit, l.Attributes)
+	links, ok := evict(r.links, r.tracer.p.limits.LinkCountLimit, &r.droppedLinks)
+	if r.links = links; ok {
+		r.links = append(r.links, sdktrace.Link{SpanContext: l.SpanContext, Attributes: attrs, DroppedAttributeCount: dropped})
 	}
-	r.links = append(r.links, link)
 }
 
 // release gives r back to its provider, emptied: nothing it held is kept

@@ -105,12 +105,52 @@ func TestLeanSpansAreSentAsTheSDKsWould(t *testing.T) {
 		req.End(oteltrace.WithTimestamp(at(20))) // a span ends once
 		req.SetAttributes(attribute.String("after", "the end"))
 	}
-	scenario(sdk.provider.Tracer("modelserve/gateway"))
-	scenario(lean.provider.Tracer("modelserve/gateway"))
-	want, got := sdk.spans(t), lean.spans(t)
+	want, got := sameAsSDK(t, sdk, lean, caller, scenario)
 	if len(want) != 4 {
 		t.Fatalf("the SDK sent %d spans, want 4", len(want))
 	}
+	if got["a new root"].TraceId == nil || string(got["a new root"].TraceId) == string(got["chat tiny"].TraceId) {
+		t.Error("a span started as a new root shares its parent's trace")
+	}
+}
+
+// The limits an operator sets in the SDK's variables bound lean spans
+// as they bound the SDK's: attributes, events, links and their
+// attributes counted, strings cut to the length limit.
+func TestLeanSpansKeepTheSDKsLimits(t *testing.T) {
+	for k, v := range map[string]string{"OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT": "5", "OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT": "4",
+		"OTEL_SPAN_EVENT_COUNT_LIMIT": "2", "OTEL_SPAN_LINK_COUNT_LIMIT": "1", "OTEL_EVENT_ATTRIBUTE_COUNT_LIMIT": "1"} {
+		t.Setenv(k, v)
+	}
+	sdk, lean := sides(t, sdktrace.AlwaysSample())
+	at := time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)
+	caller := oteltrace.NewSpanContext(oteltrace.SpanContextConfig{TraceID: oteltrace.TraceID{7}, SpanID: oteltrace.SpanID{7}, TraceFlags: oteltrace.FlagsSampled})
+	want, _ := sameAsSDK(t, sdk, lean, caller, func(tr oteltrace.Tracer) {
+		_, span := tr.Start(context.Background(), "limited", oteltrace.WithTimestamp(at), oteltrace.WithLinks(oteltrace.Link{SpanContext: caller}))
+		span.SetAttributes(attribute.String("long", "a secret prompt about zebras"), attribute.String("invalid", "ab\xffcd\xfe\xffefgh"),
+			attribute.String("wide", "zébrés à rayures"), attribute.StringSlice("list", []string{"ok", "much too long"}),
+			attribute.String("short", "tiny"), attribute.Int("past the count", 1))
+		span.SetAttributes(attribute.String("long", "set again, when full"))
+		for i := range 3 {
+			span.AddEvent(fmt.Sprintf("event %d", i), oteltrace.WithTimestamp(at), oteltrace.WithAttributes(attribute.Int("a", i), attribute.Int("b", i)))
+		}
+		span.AddLink(oteltrace.Link{SpanContext: caller})
+		span.End(oteltrace.WithTimestamp(at.Add(time.Millisecond)))
+	})
+	if sp := want["limited"]; sp == nil || len(sp.Attributes) != 4 || sp.DroppedAttributesCount != 2 || len(sp.Events) != 2 || len(sp.Links) != 1 || sp.DroppedLinksCount != 1 {
+		t.Fatalf("the SDK did not keep the limits set: %s", prototext.Format(sp))
+	}
+}
+
+// sameAsSDK runs scenario through the SDK's tracer and the lean one, and
+// fails t where what reached the collector differs: span by span, by
+// name, their random IDs compared by which span (or caller's) they name.
+// It returns the spans each sent.
+func sameAsSDK(t *testing.T, sdk, lean side, caller oteltrace.SpanContext, scenario func(oteltrace.Tracer)) (want, got map[string]*tracepb.Span) {
+	t.Helper()
+	scenario(sdk.provider.Tracer("modelserve/gateway"))
+	scenario(lean.provider.Tracer("modelserve/gateway"))
+	want, got = sdk.spans(t), lean.spans(t)
 	names := func(m map[string]*tracepb.Span) (ns []string) {
 		for n := range m {
 			ns = append(ns, n)
@@ -158,9 +198,6 @@ func TestLeanSpansAreSentAsTheSDKsWould(t *testing.T) {
 			t.Errorf("span %q differs from the SDK's:\nSDK:  %s\nlean: %s", n, prototext.Format(w), prototext.Format(g))
 		}
 	}
-	if got["a new root"].TraceId == nil || string(got["a new root"].TraceId) == string(got["chat tiny"].TraceId) {
-		t.Error("a span started as a new root shares its parent's trace")
-	}
 	// The resource and scope are the SDK's too.
 	rs := func(s side) *coltracepb.ExportTraceServiceRequest {
 		r := proto.Clone(s.sent.sent[0]).(*coltracepb.ExportTraceServiceRequest)
@@ -174,6 +211,7 @@ func TestLeanSpansAreSentAsTheSDKsWould(t *testing.T) {
 	if !proto.Equal(rs(sdk), rs(lean)) {
 		t.Errorf("lean spans' resource and scope differ from the SDK's:\nSDK:  %s\nlean: %s", prototext.Format(rs(sdk)), prototext.Format(rs(lean)))
 	}
+	return want, got
 }
 
 // The sampler decides for lean spans as for the SDK's: a span not
