@@ -42,7 +42,11 @@ func TestJaegerReceivesAServeJob(t *testing.T) {
 	if end.State != Done {
 		t.Fatalf("job ended %s: %s", end.State, end.Error)
 	}
-	spans := jg.Trace(t, end.TraceID, 1+len(end.Steps)+2)
+	names := []string{"serve job"}
+	for _, st := range end.Steps {
+		names = append(names, st.Name)
+	}
+	spans := jg.Trace(t, end.TraceID, names...)
 	by := map[string]jaegertest.Span{}
 	clients := 0
 	for _, s := range spans {

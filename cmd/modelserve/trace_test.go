@@ -89,20 +89,21 @@ func TestJaegerTracesTheBinary(t *testing.T) {
 	if last.State != jobs.Done || len(last.TraceID) != 32 {
 		t.Fatalf("job ended %s (%s) with trace id %q; want done, with its trace", last.State, last.Error, last.TraceID)
 	}
-	steps := map[string]jaegertest.Span{}
+	spans := map[string]jaegertest.Span{}
 	var root jaegertest.Span
-	for _, sp := range jg.Trace(t, last.TraceID, 8) {
+	steps := []string{"registry", "plan", "mirror", "check", "catalog", "placement", "smoke test"}
+	for _, sp := range jg.Trace(t, last.TraceID, append([]string{"serve job"}, steps...)...) {
 		if sp.Name == "serve job" {
 			root = sp
 		} else {
-			steps[sp.Name] = sp
+			spans[sp.Name] = sp
 		}
 	}
 	if root.Service != "modelserve-binary" {
 		t.Fatalf("jaeger's root span of the job %+v; want serve job, of service modelserve-binary", root)
 	}
-	for _, step := range []string{"registry", "plan", "mirror", "check", "catalog", "placement", "smoke test"} {
-		if sp, ok := steps[step]; !ok || sp.Parent != root.SpanID {
+	for _, step := range steps {
+		if sp, ok := spans[step]; !ok || sp.Parent != root.SpanID {
 			t.Errorf("jaeger has step span %q %+v; want a child of the job's root span", step, sp)
 		}
 	}
@@ -129,7 +130,7 @@ func TestJaegerTracesTheBinary(t *testing.T) {
 		t.Fatal(err)
 	}
 	by := map[string]jaegertest.Span{}
-	for _, sp := range jg.Trace(t, caller, 3) {
+	for _, sp := range jg.Trace(t, caller, "chat "+last.Model, "route", "engine chat") {
 		by[sp.Name] = sp
 		for k, v := range sp.Tags {
 			if strings.Contains(v, "zebras") {

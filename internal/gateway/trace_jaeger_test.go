@@ -58,7 +58,7 @@ func TestJaegerReceivesAStreamedChat(t *testing.T) {
 	const caller = "4bf92f3577b34da6a3ce929d0e0e4736"
 	ask(e, caller)
 
-	spans := jg.Trace(t, caller, 3)
+	spans := jg.Trace(t, caller, "chat tiny", "route", "engine chat")
 	by := map[string]jaegertest.Span{}
 	for _, s := range spans {
 		by[s.Name] = s
@@ -79,7 +79,7 @@ func TestJaegerReceivesAStreamedChat(t *testing.T) {
 	}
 	// The untraced request went first: had it been exported, Jaeger
 	// would have it by now.
-	if leaked := jg.Trace(t, untraced, 0); len(leaked) != 0 {
+	if leaked := jg.Trace(t, untraced); len(leaked) != 0 {
 		t.Errorf("jaeger has %d spans of the request sent with tracing off", len(leaked))
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -161,21 +162,29 @@ type Span struct {
 	Tags                           map[string]string
 }
 
-// Trace waits (up to 30s) for a trace holding want spans at least, and
-// returns its spans.
-func (j *Jaeger) Trace(t testing.TB, traceID string, want int) []Span {
+// Trace waits (up to 30s) for a trace holding a span of each of names,
+// and returns its spans. A span ends, and is exported, after those it
+// follows: waiting for a count of them, a trace could be taken whole
+// before its last span (a job's root, which ends once the job is told
+// ended) had come. With no names it returns what Jaeger has now.
+func (j *Jaeger) Trace(t testing.TB, traceID string, names ...string) []Span {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	var spans []Span
-	for time.Now().Before(deadline) {
+	for {
 		spans = j.get(t, traceID)
-		if len(spans) >= want {
+		missing := slices.DeleteFunc(slices.Clone(names), func(n string) bool {
+			return slices.ContainsFunc(spans, func(s Span) bool { return s.Name == n })
+		})
+		if len(missing) == 0 {
 			return spans
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("jaeger has %d spans of trace %s, and none named %q", len(spans), traceID, missing)
+			return nil
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	t.Fatalf("jaeger has %d spans of trace %s, want %d at least", len(spans), traceID, want)
-	return nil
 }
 
 func (j *Jaeger) get(t testing.TB, traceID string) []Span {
