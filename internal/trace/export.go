@@ -113,7 +113,7 @@ func (e *exporter) encode(ss []item) []*tracepb.ResourceSpans {
 	e.buf = e.buf[:0]
 	e.resources = e.resources[:0]
 	for _, sd := range ss {
-		if sd.ok() && !containsRes(e.resources, sd.resource()) {
+		if !containsRes(e.resources, sd.resource()) {
 			e.resources = append(e.resources, sd.resource())
 		}
 	}
@@ -130,7 +130,7 @@ func (e *exporter) encode(ss []item) []*tracepb.ResourceSpans {
 		}
 		e.scopes = e.scopes[:0]
 		for _, sd := range ss {
-			if sd.ok() && sd.resource() == r && !containsScope(e.scopes, sd.scope()) {
+			if sd.resource() == r && !containsScope(e.scopes, sd.scope()) {
 				e.scopes = append(e.scopes, sd.scope())
 			}
 		}
@@ -146,7 +146,7 @@ func (e *exporter) encode(ss []item) []*tracepb.ResourceSpans {
 				e.close(s)
 			}
 			for _, sd := range ss {
-				if sd.ok() && sd.resource() == r && sd.scope() == sc {
+				if sd.resource() == r && sd.scope() == sc {
 					if sd.lean != nil {
 						e.span(&sd.lean.spanView)
 					} else {

@@ -136,7 +136,7 @@ func (t *leanTracer) Start(ctx context.Context, name string, opts ...oteltrace.S
 	s := &leanSpan{p: t.p, sc: oteltrace.NewSpanContext(scc)}
 	if res.Decision != sdktrace.Drop {
 		r := t.p.record()
-		r.tracer, r.res, r.export = t, t.p.res, res.Decision == sdktrace.RecordAndSample
+		r.tracer = t
 		r.name, r.kind, r.sc, r.parent = name, oteltrace.ValidateSpanKind(cfg.SpanKind()), s.sc, parent
 		if r.start = cfg.Timestamp(); r.start.IsZero() {
 			r.start = time.Now()
@@ -194,8 +194,6 @@ type leanSpan struct {
 type leanRecord struct {
 	spanView
 	tracer *leanTracer
-	res    *resource.Resource
-	export bool
 	inline [leanInline]attribute.KeyValue
 }
 
@@ -227,7 +225,7 @@ func (s *leanSpan) End(opts ...oteltrace.SpanEndOption) {
 		// span never lasts less than nothing.
 		r.end = r.start.Add(end.Sub(r.start))
 	}
-	if !r.export {
+	if !r.sc.IsSampled() { // recorded, not to be exported (RecordOnly)
 		r.release()
 		return
 	}
@@ -432,7 +430,7 @@ func (r *leanRecord) release() {
 		attrs = r.inline[:0]
 	}
 	r.spanView = spanView{attrs: attrs[:0]}
-	r.tracer, r.res, r.export = nil, nil, false
+	r.tracer = nil
 	p.freeMu.Lock()
 	if len(p.free) < maxFree {
 		p.free = append(p.free, r)

@@ -43,11 +43,9 @@ type item struct {
 	lean *leanRecord
 }
 
-func (it item) ok() bool { return it.sdk != nil || it.lean != nil }
-
 func (it item) resource() *resource.Resource {
 	if it.lean != nil {
-		return it.lean.res
+		return it.lean.tracer.p.res
 	}
 	return it.sdk.Resource()
 }
