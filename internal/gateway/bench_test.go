@@ -53,11 +53,17 @@ var officialHeaders = map[string]string{
 
 // call sends body to url with key and reads the whole answer; for a stream,
 // first is when the first event arrived.
-func call(url, key string, body []byte) (answer, error) {
+func call(url, key string, body []byte) (answer, error) { return callWith(url, key, body) }
+
+// callWith is call with more headers, given as name, value, ...
+func callWith(url, key string, body []byte, header ...string) (answer, error) {
 	start := time.Now()
 	req, _ := http.NewRequest(http.MethodPost, url, bytes.NewReader(body))
 	for k, v := range officialHeaders {
 		req.Header.Set(k, v)
+	}
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Set(header[i], header[i+1])
 	}
 	req.Header.Set("Authorization", "Bearer "+key)
 	req.Header["X-Idempotency-Key"] = nil // the gateway may close a kept connection: a POST is sent again on a new one
@@ -98,6 +104,13 @@ func call(url, key string, body []byte) (answer, error) {
 // their answers and the wall time.
 func runLoad(b *testing.B, n, conc int, target func(i int) (url, key string, body []byte)) ([]answer, time.Duration) {
 	b.Helper()
+	return runLoadWith(b, n, conc, target, nil)
+}
+
+// runLoadWith is runLoad, request i sending the headers header(i) (name,
+// value, ...) besides; header may be nil.
+func runLoadWith(b *testing.B, n, conc int, target func(i int) (url, key string, body []byte), header func(i int) []string) ([]answer, time.Duration) {
+	b.Helper()
 	out := make([]answer, n)
 	next := make(chan int)
 	var wg sync.WaitGroup
@@ -109,7 +122,11 @@ func runLoad(b *testing.B, n, conc int, target func(i int) (url, key string, bod
 			defer wg.Done()
 			for i := range next {
 				url, key, body := target(i)
-				a, err := call(url, key, body)
+				var h []string
+				if header != nil {
+					h = header(i)
+				}
+				a, err := callWith(url, key, body, h...)
 				if err != nil {
 					failed.Do(func() { b.Error(err) })
 				}
