@@ -68,15 +68,6 @@ func (e *exporter) start(ctx context.Context) error {
 	return e.client.Start(ctx)
 }
 
-// ExportSpans sends one batch of the SDK's spans.
-func (e *exporter) ExportSpans(ctx context.Context, ss []sdktrace.ReadOnlySpan) error {
-	items := make([]item, len(ss))
-	for i, s := range ss {
-		items[i] = item{sdk: s}
-	}
-	return e.export(ctx, items)
-}
-
 // export sends one batch, of the SDK's spans and lean ones alike.
 func (e *exporter) export(ctx context.Context, batch []item) error {
 	e.mu.Lock()
