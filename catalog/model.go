@@ -103,6 +103,10 @@ type Profile struct {
 	CardBytes int64 `json:"card_bytes,omitempty"`
 	RAMBytes  int64 `json:"ram_bytes,omitempty"`
 	CPUCores  int   `json:"cpu_cores,omitempty"`
+	// PromptCacheBytes is the most llama.cpp's prompt cache may hold of a
+	// node's RAM (its --cache-ram), part of RAMBytes on the CPU; 0 keeps
+	// none, as for a judge or a profile written before it was sized.
+	PromptCacheBytes int64 `json:"prompt_cache_bytes,omitempty"`
 	// Env is set in the engine's environment: the named engine settings
 	// only, each with a value it takes (engine_env.go).
 	Env map[string]string `json:"env,omitempty"`

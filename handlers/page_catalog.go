@@ -310,8 +310,11 @@ func runsText(p catalog.Profile) string {
 	if p.Embeddings {
 		parts = append(parts, "embeddings")
 	}
-	if p.Judge {
+	switch {
+	case p.Judge:
 		parts = append(parts, "no prompt cache (a judge)")
+	case p.PromptCacheBytes > 0:
+		parts = append(parts, "a prompt cache of "+words.Size(p.PromptCacheBytes))
 	}
 	return strings.Join(parts, "; ")
 }

@@ -326,5 +326,5 @@ func (r Request) context() int {
 
 // ask is the sizing the request asks of plan.Size.
 func (r Request) ask() plan.Ask {
-	return plan.Ask{CtxPool: r.CtxPool, ContextLength: r.ContextLength, Longest: r.Longest, Embeddings: r.Embeddings}
+	return plan.Ask{CtxPool: r.CtxPool, ContextLength: r.ContextLength, Longest: r.Longest, Embeddings: r.Embeddings, Judge: r.GuardFormat != ""}
 }

@@ -384,7 +384,7 @@ func (p *pipeline) check(ctx context.Context) error {
 	// The sizing the plan step showed, now from the header on the mirror:
 	// what the engine is started with and the replica is placed by.
 	req := &p.req
-	x := plan.Extra{Env: req.Env, Judge: req.GuardFormat != "", MemoryBytes: int64(req.MemoryGB) << 30, Cores: p.cores}
+	x := plan.Extra{Env: req.Env, MemoryBytes: int64(req.MemoryGB) << 30, Cores: p.cores}
 	sz, profiles, err := p.choice.Serve(plan.Model{Header: h, WeightsBytes: p.choice.Set.Bytes, ProjectorBytes: mmproj}, req.ask(), p.s.pool(), x)
 	if err != nil {
 		return err
@@ -392,6 +392,9 @@ func (p *pipeline) check(ctx context.Context) error {
 	req.CtxPool, req.ContextLength, req.Embeddings = sz.CtxPool, sz.ContextLength, profiles[0].Embeddings
 	p.profiles = profiles
 	basis := fmt.Sprintf("weights %s + KV cache %s for %d tokens + engine %s", words.Size(sz.WeightsBytes), words.Size(sz.KVBytes), sz.CtxPool, words.Size(sz.ComputeBytes))
+	if sz.PromptCacheBytes > 0 && profiles[0].CardBytes == 0 {
+		basis += fmt.Sprintf(" (of which its prompt cache %s)", words.Size(sz.PromptCacheBytes))
+	}
 	if sz.ProjectorBytes > 0 {
 		basis += " + projector " + words.Size(sz.ProjectorBytes)
 	}

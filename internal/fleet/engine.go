@@ -183,12 +183,10 @@ func EngineArgs(m catalog.Model, p catalog.Profile, weights, projector string, t
 			args = append(args, "--batch-size", n, "--ubatch-size", n)
 		}
 	}
-	if p.Judge {
-		// No prompt cache for a judge: each prompt it sees is a new text
-		// that will not come again, and the default cache (up to 8 GB)
-		// only grows, by gigabytes over a day.
-		args = append(args, "--cache-ram", "0")
-	}
+	// The prompt cache as sized (none for a judge, whose prompts do not
+	// come again): llama.cpp's default, up to 8 GiB, only grows, by
+	// gigabytes over a day, past the memory the replica was placed by.
+	args = append(args, "--cache-ram", strconv.FormatInt(p.PromptCacheBytes>>20, 10))
 	args = append(args, "-m", weights)
 	if projector != "" {
 		args = append(args, "--mmproj", projector)

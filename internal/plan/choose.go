@@ -81,12 +81,11 @@ func Choose(repo hf.Repo, plan Plan, planned bool, w Want) (Choice, error) {
 }
 
 // Extra is what a profile carries beside its sizing, from the request:
-// the engine's settings, whether it judges for the guardrails, the RAM the
-// first profile reserves on CPUs in place of its sizing (0: the sizing's),
-// and the cores a CPU replica holding need bytes computes on.
+// the engine's settings, the RAM the first profile reserves on CPUs in
+// place of its sizing (0: the sizing's), and the cores a CPU replica
+// holding need bytes computes on.
 type Extra struct {
 	Env         map[string]string
-	Judge       bool
 	MemoryBytes int64
 	Cores       func(need int64) int
 }
@@ -102,28 +101,31 @@ func (c Choice) Serve(m Model, ask Ask, nodes []Node, x Extra) (Sizing, []catalo
 	if sz.Fit == FitsNowhere {
 		return sz, nil, refused("%s %s", c.Set.Name, sz.Reason)
 	}
-	first := c.profile(c.Layouts[0], sz, ask.Embeddings, 100, x)
+	first := c.profile(c.Layouts[0], sz, ask, 100, x)
 	if first.GPUClass == "" && x.MemoryBytes > 0 {
+		// The cache keeps within what is reserved, beside the rest.
 		first.RAMBytes = x.MemoryBytes
+		first.PromptCacheBytes = wholeMiB(min(first.PromptCacheBytes, max(0, x.MemoryBytes-(sz.NeedBytes-sz.PromptCacheBytes))))
 		if x.Cores != nil {
 			first.CPUCores = x.Cores(first.RAMBytes)
 		}
 	}
 	profiles := []catalog.Profile{first}
 	for i, o := range c.Layouts[1:] {
-		fz := Size(m, o, Ask{CtxPool: sz.CtxPool, ContextLength: sz.ContextLength, Embeddings: ask.Embeddings}, nodes)
+		fz := Size(m, o, Ask{CtxPool: sz.CtxPool, ContextLength: sz.ContextLength, Embeddings: ask.Embeddings, Judge: ask.Judge}, nodes)
 		if fz.Fit != FitsNowhere {
-			profiles = append(profiles, c.profile(o, fz, ask.Embeddings, 90-10*i, x))
+			profiles = append(profiles, c.profile(o, fz, ask, 90-10*i, x))
 		}
 	}
 	return sz, profiles, nil
 }
 
-// profile is layout o, sized sz, as a catalog profile: on the CPU it
-// holds sz's need of a node's RAM, on cards its need on each card.
-func (c Choice) profile(o Option, sz Sizing, embeddings bool, priority int, x Extra) catalog.Profile {
+// profile is layout o, sized sz as ask asked, as a catalog profile: on
+// the CPU it holds sz's need of a node's RAM, on cards its need on each
+// card.
+func (c Choice) profile(o Option, sz Sizing, ask Ask, priority int, x Extra) catalog.Profile {
 	p := catalog.Profile{Engine: EngineLlamaCpp, Env: x.Env, Priority: priority, Weight: 1,
-		Pool: sz.CtxPool, Slots: sz.Slots, Embeddings: embeddings, Judge: x.Judge}
+		Pool: sz.CtxPool, Slots: sz.Slots, Embeddings: ask.Embeddings, Judge: ask.Judge, PromptCacheBytes: sz.PromptCacheBytes}
 	if p.Pool > 0 {
 		p.Slots = max(p.Slots, 1)
 	}

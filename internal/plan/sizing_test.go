@@ -164,9 +164,63 @@ func TestSizeIsWhatTheEngineGets(t *testing.T) {
 	if def.NeedBytes != asked.NeedBytes || def.KVBytes != asked.KVBytes {
 		t.Errorf("the default needs %d (KV %d), the same pool asked for %d (KV %d)", def.NeedBytes, def.KVBytes, asked.NeedBytes, asked.KVBytes)
 	}
-	if want := m.Header.MemoryBytes(m.WeightsBytes, def.CtxPool, def.Slots, 0); def.NeedBytes != want {
-		t.Errorf("needs %d, the header's estimate for that pool is %d", def.NeedBytes, want)
+	if want := m.Header.MemoryBytes(m.WeightsBytes, def.CtxPool, def.Slots, 0) + def.PromptCacheBytes; def.NeedBytes != want {
+		t.Errorf("needs %d, the header's estimate for that pool and its prompt cache is %d", def.NeedBytes, want)
 	}
+}
+
+// TestPromptCacheIsCountedAndNeverCostsContext: the engine's prompt cache
+// is one slot's KV cache where there is room, counted in what a CPU
+// replica is placed by; where room is short the context keeps what it
+// had without one, and the cache has what is left; a judge and an
+// embedding model keep none; on cards it is not in a card's need; and a
+// replica's reserved RAM holds it beside the rest.
+func TestPromptCacheIsCountedAndNeverCostsContext(t *testing.T) {
+	m := mustModel(t, "8B", ggufgen.Llama8B())
+	slotKV := func(s Sizing) int64 { return int64(s.ContextLength) * m.Header.KVBytesPerToken() }
+
+	roomy := Size(m, cpu, Ask{}, []Node{ramNode(64, 60)})
+	if want := wholeMiB(slotKV(roomy)); roomy.PromptCacheBytes != want || want == 0 {
+		t.Errorf("with room, a prompt cache of %d; want one slot's KV cache, %d", roomy.PromptCacheBytes, want)
+	}
+	if roomy.PromptCacheBytes%(1<<20) != 0 {
+		t.Errorf("a prompt cache of %d bytes is not whole MiB, what --cache-ram takes", roomy.PromptCacheBytes)
+	}
+
+	tight := Size(m, cpu, Ask{Longest: true}, []Node{ramNode(16, 6)})
+	if tight.ContextLength != 8192 || tight.Slots != 1 {
+		t.Errorf("on 6 GB free the longest is %d slots of %d; want 1 of 8192, as without a cache", tight.Slots, tight.ContextLength)
+	}
+	if tight.NeedBytes > gbBytes(6) || tight.PromptCacheBytes >= slotKV(tight) {
+		t.Errorf("needs %d with a cache of %d on 6 GB: want the cache only what the room leaves, less than a slot's %d", tight.NeedBytes, tight.PromptCacheBytes, slotKV(tight))
+	}
+
+	for name, ask := range map[string]Ask{"a judge": {Judge: true}, "embeddings": {Embeddings: true}} {
+		if s := Size(m, cpu, ask, []Node{ramNode(64, 60)}); s.PromptCacheBytes != 0 {
+			t.Errorf("%s: a prompt cache of %d, want none", name, s.PromptCacheBytes)
+		}
+	}
+
+	card := Size(m, cards("L4", 1), Ask{}, []Node{cardNode("L4", 1, 24)})
+	if want := m.Header.CardBytes(m.WeightsBytes, card.CtxPool, card.Slots, 1); card.NeedBytes != want || card.PromptCacheBytes == 0 {
+		t.Errorf("on a card: needs %d with a cache of %d; want the card's %d, the cache in RAM beside it", card.NeedBytes, card.PromptCacheBytes, want)
+	}
+
+	c := Choice{Set: hf.FileSet{Name: "m-Q4_K_M"}, Layouts: []Option{cpu}}
+	sz, profiles, err := c.Serve(m, Ask{}, []Node{ramNode(64, 60)}, Extra{MemoryBytes: sz8BWithout(t, m) + 3<<20 + 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := profiles[0]; p.PromptCacheBytes != 3<<20 || sz.PromptCacheBytes <= p.PromptCacheBytes {
+		t.Errorf("reserved 3 MiB past the engine's need: a cache of %d (sized %d); want 3 MiB", p.PromptCacheBytes, sz.PromptCacheBytes)
+	}
+}
+
+// sz8BWithout is the default pool's need for m with no prompt cache.
+func sz8BWithout(t *testing.T, m Model) int64 {
+	t.Helper()
+	s := Size(m, cpu, Ask{}, []Node{ramNode(64, 60)})
+	return s.NeedBytes - s.PromptCacheBytes
 }
 
 func fileSize(path string) (int64, error) {
@@ -245,8 +299,8 @@ func TestServeSizesEachProfileForItsCards(t *testing.T) {
 	m := mustModel(t, "serve-cards", ggufgen.Spec{ContextLength: 32768})
 	nodes := []Node{cardNode("L4", 4, 24), ramNode(64, 60)}
 	c := Choice{Set: hf.FileSet{Name: "m-Q4_K_M"}, Layouts: []Option{cards("L4", 2), cards("L4", 4), cpu}}
-	ask := Ask{CtxPool: 16384, ContextLength: 4096}
-	sz, profiles, err := c.Serve(m, ask, nodes, Extra{Judge: true, MemoryBytes: 8 << 30, Cores: func(int64) int { return 3 }})
+	ask := Ask{CtxPool: 16384, ContextLength: 4096, Judge: true}
+	sz, profiles, err := c.Serve(m, ask, nodes, Extra{MemoryBytes: 8 << 30, Cores: func(int64) int { return 3 }})
 	if err != nil {
 		t.Fatal(err)
 	}
