@@ -506,7 +506,15 @@ func (r *ranged) work(ctx context.Context, file *os.File, c *conn, grew chan<- s
 		}
 		err := r.fetchPart(ctx, file, c, p, gen, grew)
 		var rt *retryable
+		// A cut or a busy registry: this part waits and is asked for
+		// again; the others go on. Too many in a row fail the try, and
+		// the fetch's own retries take over. Its wait is set as it is
+		// let go, not after: a connection looking for work in between
+		// took it up at once, with no wait at all.
+		cut := err != nil && !errors.Is(err, errShed) && !errors.Is(err, errTaken) && !errors.Is(err, errStalled) &&
+			ctx.Err() == nil && errors.As(err, &rt)
 		r.mu.Lock()
+		retries := !cut || r.failedLocked(p)
 		if p.gen == gen && p.conn == c {
 			p.busy, p.conn = false, nil
 		}
@@ -522,11 +530,11 @@ func (r *ranged) work(ctx context.Context, file *os.File, c *conn, grew chan<- s
 			}
 		case ctx.Err() != nil:
 			return nil
-		case errors.As(err, &rt):
-			// A cut or a busy registry: this part waits and is asked
-			// for again; the others go on. Too many in a row fail the
-			// try, and the fetch's own retries take over.
-			if !r.failed(p) {
+		case cut:
+			if m, ok := r.d.m.opts.Metrics.(partMetrics); ok {
+				m.MirrorPartRefetched()
+			}
+			if !retries {
 				return err
 			}
 		default:
@@ -548,15 +556,10 @@ func (r *ranged) finishedPart(n int64, took time.Duration) {
 	r.mu.Unlock()
 }
 
-// failed counts a failed request for p and sets when it may be asked for
-// again, as fetchFile spaces its tries; false when p has failed more
-// often in a row than the fetch may retry.
-func (r *ranged) failed(p *part) bool {
-	if m, ok := r.d.m.opts.Metrics.(partMetrics); ok {
-		m.MirrorPartRefetched()
-	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
+// failedLocked counts a failed request for p and sets when it may be
+// asked for again, as fetchFile spaces its tries; false when p has failed
+// more often in a row than the fetch may retry.
+func (r *ranged) failedLocked(p *part) bool {
 	p.fails++
 	if p.fails > r.d.m.opts.MaxRetries {
 		return false
