@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -160,9 +161,29 @@ func ownClient(s *apiServer) openai.Client {
 }
 
 func askModel(c openai.Client, model, text string) error {
-	_, err := c.Chat.Completions.New(context.Background(), openai.ChatCompletionNewParams{Model: model, MaxTokens: openai.Int(4),
-		Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage(text)}})
+	_, err := askTimed(c, model, text)
 	return err
+}
+
+// askTimed is askModel, saying also how long the engine took over the
+// answer itself, from the prompt's first token to the last generated (its
+// timings: prompt_ms and predicted_ms); 0 when it did not say.
+func askTimed(c openai.Client, model, text string) (time.Duration, error) {
+	resp, err := c.Chat.Completions.New(context.Background(), openai.ChatCompletionNewParams{Model: model, MaxTokens: openai.Int(4),
+		Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage(text)}})
+	if err != nil {
+		return 0, err
+	}
+	var t struct {
+		Timings struct {
+			PromptMS    float64 `json:"prompt_ms"`
+			PredictedMS float64 `json:"predicted_ms"`
+		} `json:"timings"`
+	}
+	if json.Unmarshal([]byte(resp.RawJSON()), &t) != nil {
+		return 0, nil
+	}
+	return time.Duration((t.Timings.PromptMS + t.Timings.PredictedMS) * float64(time.Millisecond)), nil
 }
 
 // fleetView is GET /api/v1/replicas as these tests read it.
