@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"flag"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -34,7 +35,22 @@ func (s *switchedTracer) Start(ctx context.Context, name string, opts ...oteltra
 	return trace.Or(nil).Start(ctx, name, opts...)
 }
 
-// slice is a stretch of a sliced load with tracing on or off.
+// slicedPairs is how many pairs of slices, one on and one off, sliced
+// measures throughput in: the standard error of the ratio goes with one
+// over its square root (about 0.01 at 60 on this 2-core machine, at each
+// concurrency), so a run that is to say where the ratio is to a few
+// thousandths asks for more (-args -sliced-pairs=150: 40 minutes for
+// BenchmarkTracingOverhead).
+var slicedPairs = flag.Int("sliced-pairs", 60, "pairs of slices, one on and one off, the benchmarks measure throughput ratios in")
+
+// sliceLength is a slice's length for requests that took as: a dozen
+// times their p50, so that few straddle two, within half a second (the
+// exporter's batches) and a second.
+func sliceLength(as []answer) time.Duration {
+	return min(max(12*quantile(as, .5, took), 500*time.Millisecond), time.Second)
+}
+
+// slice is a stretch of a sliced load with one side on or off.
 type slice struct {
 	from, to time.Time
 	on       bool
@@ -45,9 +61,10 @@ type slice struct {
 // one off.
 type slicedRun struct{ slices []slice }
 
-// sliced sends one unbroken load, conc clients through a gateway whose
-// tracer st is switched on and off in slices of about d, for pairs pairs
-// of slices, and counts the requests answered in each. A pair's order is
+// sliced sends one unbroken load, conc clients to target, switched on
+// and off by set (a gateway's tracer, or the target itself) in slices of
+// about d, for slicedPairs pairs of slices, and counts the requests
+// answered in each. A pair's order is
 // drawn at random and each slice's length is jittered by a fifth, so that
 // nothing periodic (the exporter's batch timer) keeps to one side. flush,
 // at the end of each on slice and counted in it, exports what it traced:
@@ -69,7 +86,7 @@ type slicedRun struct{ slices []slice }
 // counted whole in the second, so with slices d long and requests taking
 // p, about p/d of them carry some of the other side's cost, which draws
 // the two sides' figures together by as much.
-func sliced(b *testing.B, st *switchedTracer, conc, pairs int, d time.Duration, target func(i int) (url, key string, body []byte), flush func()) slicedRun {
+func sliced(b *testing.B, set func(on bool), conc int, d time.Duration, target func(i int) (url, key string, body []byte), flush func()) slicedRun {
 	b.Helper()
 	var (
 		stop   atomic.Bool
@@ -98,10 +115,10 @@ func sliced(b *testing.B, st *switchedTracer, conc, pairs int, d time.Duration, 
 	// The load settles before the first slice.
 	time.Sleep(d)
 	var run slicedRun
-	for range pairs {
+	for range *slicedPairs {
 		first := rand.N(2) == 0
 		for _, on := range []bool{first, !first} {
-			st.on.Store(on)
+			set(on)
 			s := slice{from: time.Now(), on: on}
 			time.Sleep(d + time.Duration(rand.Int64N(int64(d/5)*2)) - d/5)
 			if on {
@@ -111,7 +128,7 @@ func sliced(b *testing.B, st *switchedTracer, conc, pairs int, d time.Duration, 
 			run.slices = append(run.slices, s)
 		}
 	}
-	st.on.Store(false)
+	set(false)
 	stop.Store(true)
 	wg.Wait()
 	for _, at := range ends {
@@ -129,6 +146,16 @@ func sliced(b *testing.B, st *switchedTracer, conc, pairs int, d time.Duration, 
 		}
 	}
 	return run
+}
+
+// report reports the ratio (sliced_throughput_ratio), its standard error
+// (sliced_ratio_se) and the low end of its 95% interval
+// (sliced_ratio_low95).
+func (r slicedRun) report(b *testing.B) {
+	ratio, se := r.ratio()
+	b.ReportMetric(ratio, "sliced_throughput_ratio")
+	b.ReportMetric(se, "sliced_ratio_se")
+	b.ReportMetric(ratio-2*se, "sliced_ratio_low95")
 }
 
 // rate is the requests answered a second in the slices on (or off).

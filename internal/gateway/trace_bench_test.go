@@ -3,7 +3,6 @@ package gateway
 import (
 	"context"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -26,13 +25,6 @@ import (
 	"modelserve/internal/fleet"
 	"modelserve/internal/trace"
 )
-
-// slicedPairs is how many pairs of slices, one on and one off, the
-// throughput is measured in: the standard error of the ratio goes with
-// one over its square root (about 0.01 at 60 on this 2-core machine, at
-// each concurrency), so a run that is to say where the ratio is to a
-// few thousandths asks for more (-args -sliced-pairs=240: half an hour).
-var slicedPairs = flag.Int("sliced-pairs", 60, "pairs of slices, one with tracing on and one off, BenchmarkTracingOverhead measures throughput in")
 
 // BenchmarkTracingOverhead: the gateway with tracing on (every request
 // sampled, exported to a collector on loopback) against the same gateway
@@ -112,13 +104,8 @@ func BenchmarkTracingOverhead(b *testing.B) {
 
 				sw := func(int) (string, string, []byte) { return ssrv.URL + "/v1/chat/completions", e.token, body }
 				warm, _ := runLoad(b, conc*4, conc, sw)
-				d := min(max(12*quantile(warm, .5, took), 500*time.Millisecond), time.Second)
-				s := sliced(b, st, conc, *slicedPairs, d, sw, func() { tr.Flush(context.Background()) })
+				sliced(b, st.on.Store, conc, sliceLength(warm), sw, func() { tr.Flush(context.Background()) }).report(b)
 				dropIdle(switched)
-				ratio, se := s.ratio()
-				b.ReportMetric(ratio, "sliced_throughput_ratio")
-				b.ReportMetric(se, "sliced_ratio_se")
-				b.ReportMetric(ratio-2*se, "sliced_ratio_low95")
 				b.ReportMetric(float64(quantile(y, .5, took)-quantile(x, .5, took))/1e6, "together_added_p50_ms")
 				b.ReportMetric(float64(pairedAdded(x, y))/1e6, "together_paired_added_ms")
 				b.ReportMetric(o.rate()/f.rate(), "throughput_ratio")
