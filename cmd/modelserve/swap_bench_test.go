@@ -26,11 +26,11 @@ import (
 // generation: not a wait). One swap is the one it waited for, as long as
 // the fleet's log says it took (from giving back room for its model to the
 // model's replica being ready), and at least the longest of a few swaps
-// measured alone beforehand: under load a swap took up to 40% longer
+// measured alone beforehand: under load a swap took up to a third longer
 // than alone (the old engine's stop and the new one's load, the engine's
 // own time), and the bound is to catch a request that waited for more
-// than one, not a slower one. Those unanswered at a include the requests sent
-// within a millisecond after it (sameMoment): eight clients send at once
+// than one, not a slower one. Those unanswered at a include the requests
+// sent within a millisecond after it (sameMoment): eight clients send at once
 // after each answer, and which of two requests sent in the same moment
 // reached modelserve first is not the order of the clocks read before
 // sending them. It reports the errors, the longest wait, and the most any

@@ -64,14 +64,13 @@ type slicedRun struct{ slices []slice }
 // sliced sends one unbroken load, conc clients to target, switched on
 // and off by set (a gateway's tracer, or the target itself) in slices of
 // about d, for slicedPairs pairs of slices, and counts the requests
-// answered in each. A pair's order is
-// drawn at random and each slice's length is jittered by a fifth, so that
-// nothing periodic (the exporter's batch timer) keeps to one side. flush,
-// at the end of each on slice and counted in it, exports what it traced:
-// at least as often as the batches a gateway sends on its own (512 spans
-// or a second), so tracing's export is counted in full; the slices are
-// half a second at least, as slices of 100 ms would flush five times as
-// often as a gateway does.
+// answered in each. A pair's order is drawn at random and each slice's
+// length is jittered by a fifth, so that nothing periodic (the exporter's
+// batch timer) keeps to one side. flush, at the end of each on slice and
+// counted in it, exports what it traced: at least as often as the batches
+// a gateway sends on its own (512 spans or a second), so tracing's export
+// is counted in full; the slices are half a second at least, as slices of
+// 100 ms would flush five times as often as a gateway does.
 //
 // Turns of each side's own, the connections dropped between them, began
 // and ended with a ramp, and one turn's throughput moved from the next by
@@ -81,11 +80,11 @@ type slicedRun struct{ slices []slice }
 // own wander is left: with tracing off in both slices of each pair, a
 // slice's throughput moved from its neighbour's by 5 to 10% at 8
 // clients, and by a third over 20 s, so the standard error of the ratio
-// is about 0.075/√pairs. A request is
-// counted in the slice it was answered in: one that straddles two is
-// counted whole in the second, so with slices d long and requests taking
-// p, about p/d of them carry some of the other side's cost, which draws
-// the two sides' figures together by as much.
+// is about 0.075/√pairs. A request is counted in the slice it was
+// answered in: one that straddles two is counted whole in the second, so
+// with slices d long and requests taking p, about p/d of them carry some
+// of the other side's cost, which draws the two sides' figures together
+// by as much.
 func sliced(b *testing.B, set func(on bool), conc int, d time.Duration, target func(i int) (url, key string, body []byte), flush func()) slicedRun {
 	b.Helper()
 	var (
@@ -132,7 +131,7 @@ func sliced(b *testing.B, set func(on bool), conc int, d time.Duration, target f
 	stop.Store(true)
 	wg.Wait()
 	for _, at := range ends {
-		i, _ := slices.BinarySearchFunc(run.slices, at, func(s slice, t time.Time) int {
+		i, in := slices.BinarySearchFunc(run.slices, at, func(s slice, t time.Time) int {
 			switch {
 			case !s.to.After(t):
 				return -1
@@ -141,7 +140,7 @@ func sliced(b *testing.B, set func(on bool), conc int, d time.Duration, target f
 			}
 			return 0
 		})
-		if i < len(run.slices) && !run.slices[i].from.After(at) && run.slices[i].to.After(at) {
+		if in {
 			run.slices[i].answered++
 		}
 	}

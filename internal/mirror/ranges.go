@@ -505,16 +505,12 @@ func (r *ranged) work(ctx context.Context, file *os.File, c *conn, grew chan<- s
 			return nil
 		}
 		err := r.fetchPart(ctx, file, c, p, gen, grew)
-		var rt *retryable
-		// A cut or a busy registry: this part waits and is asked for
-		// again; the others go on. Too many in a row fail the try, and
-		// the fetch's own retries take over. Its wait is set as it is
-		// let go, not after: a connection looking for work in between
-		// took it up at once, with no wait at all.
-		cut := err != nil && !errors.Is(err, errShed) && !errors.Is(err, errTaken) && !errors.Is(err, errStalled) &&
-			ctx.Err() == nil && errors.As(err, &rt)
+		end := endOf(ctx, err)
 		r.mu.Lock()
-		retries := !cut || r.failedLocked(p)
+		// A cut part's wait is set as it is let go, not after: a
+		// connection looking for work in between took it up at once,
+		// with no wait at all.
+		retries := end != partCut || r.failedLocked(p)
 		if p.gen == gen && p.conn == c {
 			p.busy, p.conn = false, nil
 		}
@@ -522,15 +518,18 @@ func (r *ranged) work(ctx context.Context, file *os.File, c *conn, grew chan<- s
 			p.fails = 0
 		}
 		r.mu.Unlock()
-		switch {
-		case err == nil, errors.Is(err, errShed):
-		case errors.Is(err, errTaken), errors.Is(err, errStalled):
+		switch end {
+		case partDone:
+		case partMoved:
 			if !r.refetched() {
 				return retry(fmt.Errorf("parts of %s kept stalling", r.d.name))
 			}
-		case ctx.Err() != nil:
+		case partStopped:
 			return nil
-		case cut:
+		case partCut:
+			// This part waits and is asked for again; the others go
+			// on. Too many in a row fail the try, and the fetch's own
+			// retries take over.
 			if m, ok := r.d.m.opts.Metrics.(partMetrics); ok {
 				m.MirrorPartRefetched()
 			}
@@ -542,6 +541,33 @@ func (r *ranged) work(ctx context.Context, file *os.File, c *conn, grew chan<- s
 		}
 	}
 	return nil
+}
+
+// partEnd is how a connection's fetch of a part ended, as work treats it.
+type partEnd int
+
+const (
+	partDone    partEnd = iota // fetched, or shed by the controller
+	partMoved                  // taken for another connection, or stalled
+	partStopped                // the fetch was cancelled
+	partCut                    // a cut or a busy registry: asked for again after a wait
+	partFailed                 // anything else ends the try
+)
+
+// endOf is how a part's fetch that returned err ended, in ctx.
+func endOf(ctx context.Context, err error) partEnd {
+	var rt *retryable
+	switch {
+	case err == nil, errors.Is(err, errShed):
+		return partDone
+	case errors.Is(err, errTaken), errors.Is(err, errStalled):
+		return partMoved
+	case ctx.Err() != nil:
+		return partStopped
+	case errors.As(err, &rt):
+		return partCut
+	}
+	return partFailed
 }
 
 // finishedPart lets a connection that finished its part set the pace the
