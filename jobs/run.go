@@ -392,8 +392,8 @@ func (p *pipeline) check(ctx context.Context) error {
 	req.CtxPool, req.ContextLength, req.Embeddings = sz.CtxPool, sz.ContextLength, profiles[0].Embeddings
 	p.profiles = profiles
 	basis := fmt.Sprintf("weights %s + KV cache %s for %d tokens + engine %s", words.Size(sz.WeightsBytes), words.Size(sz.KVBytes), sz.CtxPool, words.Size(sz.ComputeBytes))
-	if sz.PromptCacheBytes > 0 && profiles[0].CardBytes == 0 {
-		basis += fmt.Sprintf(" (of which its prompt cache %s)", words.Size(sz.PromptCacheBytes))
+	if c := profiles[0].PromptCacheBytes; c > 0 && profiles[0].Cards() == 0 {
+		basis += fmt.Sprintf(" (of which its prompt cache %s)", words.Size(c))
 	}
 	if sz.ProjectorBytes > 0 {
 		basis += " + projector " + words.Size(sz.ProjectorBytes)
