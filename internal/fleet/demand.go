@@ -81,7 +81,7 @@ func (f *Fleet) Use(model string, replicas int, askedAt time.Time) (release func
 	d.want = max(d.want, replicas)
 	f.mu.Unlock()
 	if more {
-		f.Poke()
+		f.look()
 	}
 	var once sync.Once
 	return func() {
@@ -100,7 +100,7 @@ func (f *Fleet) Use(model string, replicas int, askedAt time.Time) (release func
 			}
 			f.mu.Unlock()
 			if look {
-				f.Poke()
+				f.look()
 			}
 		})
 	}
@@ -175,7 +175,7 @@ func (f *Fleet) wantLocked(m catalog.Model, now time.Time) int {
 		next = idle
 	}
 	if d.due == nil {
-		d.due = time.AfterFunc(next, f.Poke)
+		d.due = time.AfterFunc(next, f.look)
 	} else {
 		d.due.Reset(next)
 	}

@@ -1,8 +1,10 @@
 package fleet
 
 import (
+	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -127,5 +129,47 @@ func TestUseScalesUpToMaxAndBackDown(t *testing.T) {
 	time.Sleep(800 * time.Millisecond)
 	if n := len(fl.Serving("busy")); n != 1 {
 		t.Errorf("%d serving after idle; the min of 1 stays", n)
+	}
+}
+
+// countingCatalog counts the fleet's reads of the whole catalog.
+type countingCatalog struct {
+	Catalog
+	lists atomic.Int64
+}
+
+func (c *countingCatalog) List(ctx context.Context) ([]catalog.Model, error) {
+	c.lists.Add(1)
+	return c.Catalog.List(ctx)
+}
+
+// TestALookReadsNoCatalog: what the requests do (one comes or ends, a
+// replica is let go) has the fleet look again at once, with the catalog
+// as it last read it, which none of that changed; a Poke or a Sync, after
+// a change to the catalog, reads it again.
+func TestALookReadsNoCatalog(t *testing.T) {
+	cat := MustCatalog(t)
+	cc := &countingCatalog{Catalog: cat}
+	var passes atomic.Int64
+	fl := MustRun(t, cc, Options{Interval: time.Hour, beforePass: func() { passes.Add(1) }})
+	MustAdd(t, fl.notifying(cat), onDemandEntry(t, "lazy", 1, time.Hour))
+	pass := func(what string, ask func()) {
+		t.Helper()
+		was := passes.Load()
+		ask()
+		waitFor(t, 5*time.Second, "a pass after "+what, func() (bool, string) {
+			return passes.Load() > was, fmt.Sprintf("%d passes", passes.Load()-was)
+		})
+	}
+	lists := cc.lists.Load()
+	for range 20 {
+		pass("a look", fl.look)
+	}
+	if n := cc.lists.Load() - lists; n != 0 {
+		t.Errorf("20 looks read the catalog %d times; want none", n)
+	}
+	pass("a poke", fl.Poke)
+	if n := cc.lists.Load() - lists; n != 1 {
+		t.Errorf("a poke read the catalog %d times; want once", n)
 	}
 }

@@ -47,7 +47,7 @@ func (f *Fleet) Hold(id string, askedAt time.Time) (release func(), ok bool) {
 			}
 			f.mu.Unlock()
 			if look {
-				f.Poke() // another model may wait for its room
+				f.look() // another model may wait for its room
 			}
 		})
 	}, true

@@ -89,6 +89,11 @@ type Options struct {
 	// for the system and other programs: nothing is promised from it.
 	// None unless set (the command's --headroom sets it).
 	Headroom Headroom
+
+	// beforePass, for tests, is called in each pass once it has the
+	// catalog, before it takes the fleet's lock: a test holds the fleet's
+	// next look back to act in the moment before it.
+	beforePass func()
 }
 
 // State is where a replica is in its life.
@@ -217,6 +222,11 @@ type Fleet struct {
 	log    *slog.Logger
 	health *http.Client
 	poke   chan struct{}
+	// looks asks the loop to look again with the catalog as it last read
+	// it (look).
+	looks chan struct{}
+	// listed is the catalog as the loop last read it, the loop's own.
+	listed []catalog.Model
 	// syncs carries the waits of Sync to the loop, which closes each after
 	// its next pass.
 	syncs chan chan struct{}
@@ -313,7 +323,7 @@ func New(opts Options) (*Fleet, error) {
 	return &Fleet{
 		opts: opts, nodes: nodes, log: opts.Log,
 		health: &http.Client{Transport: tr, Timeout: 2 * time.Second},
-		poke:   make(chan struct{}, 1), syncs: make(chan chan struct{}),
+		poke:   make(chan struct{}, 1), looks: make(chan struct{}, 1), syncs: make(chan chan struct{}),
 		replicas: map[string]*replica{}, models: map[string]*modelState{}, seq: map[string]int{},
 	}, nil
 }
@@ -323,6 +333,20 @@ func New(opts Options) (*Fleet, error) {
 func (f *Fleet) Poke() {
 	select {
 	case f.poke <- struct{}{}:
+	default:
+	}
+}
+
+// look asks the fleet to look again now at what runs, with the catalog as
+// it last read it: a request came or ended, a replica was let go or its
+// engine exited, a model may have fallen idle. None of that changes the
+// catalog, and reading it was half of a pass's time, on the way from one
+// model's last answer to the swap its room waits for. A change to the
+// catalog is seen at once through Poke or Sync (NotifyingCatalog), and
+// any other at the next tick. It never blocks.
+func (f *Fleet) look() {
+	select {
+	case f.looks <- struct{}{}:
 	default:
 	}
 }
@@ -350,6 +374,7 @@ func (f *Fleet) Run(ctx context.Context) error {
 		f.replicas, f.models, f.demands = map[string]*replica{}, map[string]*modelState{}, map[string]*demand{}
 		f.restored, f.unpark = nil, nil
 		f.mu.Unlock()
+		f.listed = nil
 		f.health.CloseIdleConnections()
 	}()
 	if _, err := f.enginePath(); err != nil {
@@ -368,12 +393,14 @@ func (f *Fleet) Run(ctx context.Context) error {
 	tick := time.NewTicker(f.opts.Interval)
 	defer tick.Stop()
 	var synced chan struct{}
+	reread := true
 	for {
-		f.reconcile(ctx)
+		f.reconcile(ctx, reread)
 		if synced != nil {
 			close(synced)
 			synced = nil
 		}
+		reread = true
 		select {
 		case <-ctx.Done():
 			f.stopAll("modelserve is stopping")
@@ -381,6 +408,8 @@ func (f *Fleet) Run(ctx context.Context) error {
 			return nil
 		case <-tick.C:
 		case <-f.poke:
+		case <-f.looks:
+			reread = false
 		case synced = <-f.syncs:
 		}
 	}

@@ -54,18 +54,26 @@ func fingerprint(m catalog.Model) string {
 }
 
 // reconcile compares the catalog with the replicas and starts or stops
-// replicas until they agree.
-func (f *Fleet) reconcile(ctx context.Context) {
+// replicas until they agree. reread has it read the catalog again; else
+// it compares the catalog as it last read it (look).
+func (f *Fleet) reconcile(ctx context.Context, reread bool) {
 	if ctx.Err() != nil {
 		return
 	}
-	models, err := f.opts.Catalog.List(ctx)
-	if err != nil {
-		// A catalog that cannot be read is no reason to stop what runs.
-		if ctx.Err() == nil {
-			f.log.Error("reading the catalog to reconcile the fleet", "err", err)
+	if reread || f.listed == nil { // an empty catalog is read every time
+		listed, err := f.opts.Catalog.List(ctx)
+		if err != nil {
+			// A catalog that cannot be read is no reason to stop what runs.
+			if ctx.Err() == nil {
+				f.log.Error("reading the catalog to reconcile the fleet", "err", err)
+			}
+			return
 		}
-		return
+		f.listed = listed
+	}
+	models := slices.Clone(f.listed) // sorted below
+	if f.opts.beforePass != nil {
+		f.opts.beforePass()
 	}
 	caps := f.capacities()
 	_, engineErr := f.enginePath()

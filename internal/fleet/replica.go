@@ -459,7 +459,7 @@ func (f *Fleet) failed(r *replica, out outcome, why string) (wait time.Duration,
 }
 
 // end records that r's engine has exited for good, gives back what it was
-// promised, and pokes the reconciling, which may now place another there.
+// promised, and has the fleet look again: it may now place another there.
 func (f *Fleet) end(r *replica, s State, why string) {
 	f.mu.Lock()
 	r.released = true
@@ -472,5 +472,5 @@ func (f *Fleet) end(r *replica, s State, why string) {
 	}
 	f.mu.Unlock()
 	r.cancel()
-	f.Poke()
+	f.look()
 }

@@ -247,21 +247,6 @@ func (tf *testFleet) mustKeepOrder(t *testing.T, id string, early, late time.Tim
 	return release
 }
 
-// pausingCatalog is a catalog whose List waits while paused is held: the
-// fleet reads the catalog first in each pass, so a pass begun meanwhile
-// waits too, and a test can act in the moment before the fleet's next
-// look.
-type pausingCatalog struct {
-	Catalog
-	paused sync.RWMutex
-}
-
-func (c *pausingCatalog) List(ctx context.Context) ([]catalog.Model, error) {
-	c.paused.RLock()
-	defer c.paused.RUnlock()
-	return c.Catalog.List(ctx)
-}
-
 // TestALaterRequestWaitsBehindAWaitingModel: beta waits for alpha-1's
 // room while alpha-1 answers a request asked before beta's. A request for
 // alpha asked after beta's takes no hold on alpha-1, not even in the
@@ -272,8 +257,9 @@ func (c *pausingCatalog) List(ctx context.Context) ([]catalog.Model, error) {
 // served in its turn, after beta's.
 func TestALaterRequestWaitsBehindAWaitingModel(t *testing.T) {
 	cat := MustCatalog(t)
-	pc := &pausingCatalog{Catalog: cat}
-	fl := MustRun(t, pc, Options{Nodes: []Node{smallNode(t)}, Interval: time.Hour})
+	var paused sync.RWMutex // held: the fleet's next pass waits for it
+	fl := MustRun(t, cat, Options{Nodes: []Node{smallNode(t)}, Interval: time.Hour,
+		beforePass: func() { paused.RLock(); paused.RUnlock() }})
 	nc := fl.notifying(cat)
 	MustAdd(t, nc, swapEntry(t, "alpha", 5))
 	MustAdd(t, nc, swapEntry(t, "beta", 5))
@@ -298,17 +284,17 @@ func TestALaterRequestWaitsBehindAWaitingModel(t *testing.T) {
 	if err := fl.Sync(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	pc.paused.Lock()
+	paused.Lock()
 	end1()
 	if rs := fl.replicasOf("alpha"); len(rs) != 1 || rs[0].State != Ready {
-		pc.paused.Unlock()
+		paused.Unlock()
 		t.Fatalf("alpha-1 changed before the fleet's look: %s", jsonOf(rs))
 	}
 	if release, ok := fl.Hold(a.ID, askedLate); ok {
 		release()
 		t.Error("alpha-1 took a request asked after beta's in the moment before the fleet's look")
 	}
-	pc.paused.Unlock()
+	paused.Unlock()
 	b := fl.waitReady(t, "beta", readyWithin)
 	assertGone(t, []int{a.PID})
 
