@@ -20,10 +20,22 @@ import (
 
 type holderKey struct{}
 
-// holder is who a request came from, filled in while it is handled.
+// holder is who a request came from, filled in while it is handled, and
+// when it came.
 type holder struct {
+	arrived     time.Time
 	mu          sync.Mutex
 	user, token string
+}
+
+// Arrived is when the request reached modelserve: when the middleware
+// first saw it, before any handler read its body or checked who sent
+// it. Without the middleware around the handler it says false.
+func Arrived(ctx context.Context) (time.Time, bool) {
+	if h, ok := ctx.Value(holderKey{}).(*holder); ok {
+		return h.arrived, true
+	}
+	return time.Time{}, false
 }
 
 // SetUser records that the request is a signed-in console user's. Without
@@ -46,11 +58,13 @@ func SetToken(ctx context.Context, name string) {
 }
 
 // Handler logs each request next serves to log at Info, when its answer is
-// done: for a stream (SSE), when the stream ends.
+// done (for a stream (SSE), when the stream ends), timed when it arrived,
+// as Apache's and gorilla/handlers' access logs are: its time and its
+// duration say when it came and when it was done, to the nanosecond.
 func Handler(log *slog.Logger, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
-		h := &holder{}
+		h := &holder{arrived: start}
 		rec := &recorder{ResponseWriter: w}
 		next.ServeHTTP(rec, r.WithContext(context.WithValue(r.Context(), holderKey{}, h)))
 		status := rec.status
@@ -69,7 +83,11 @@ func Handler(log *slog.Logger, next http.Handler) http.Handler {
 			attrs = append(attrs, slog.String("token", h.token))
 		}
 		h.mu.Unlock()
-		log.LogAttrs(r.Context(), slog.LevelInfo, "request", attrs...)
+		if log.Enabled(r.Context(), slog.LevelInfo) {
+			rec := slog.NewRecord(start, slog.LevelInfo, "request", 0)
+			rec.AddAttrs(attrs...)
+			_ = log.Handler().Handle(r.Context(), rec) // as slog's own methods, which drop a handler's error
+		}
 	})
 }
 

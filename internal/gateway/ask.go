@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"time"
 
 	"modelserve/internal/auth"
 	"modelserve/internal/operr"
@@ -29,7 +30,7 @@ func (g *Gateway) Ask(ctx context.Context, route string, body []byte) ([]byte, e
 	}
 	r.Header.Set("Content-Type", "application/json")
 	rec := &recorder{header: http.Header{}}
-	g.forward(rec, r, self, true)
+	g.forward(rec, r, self, true, time.Now())
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}

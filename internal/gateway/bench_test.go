@@ -277,7 +277,7 @@ func BenchmarkOwnLogic(b *testing.B) {
 			return
 		}
 		defer resp.Body.Close()
-		_, _, _ = relay(w, resp, nil, false)
+		_, _, _ = relay(w, resp, nil, false, "")
 	}))
 	defer bare.Close()
 	defer ec.closeIdle()

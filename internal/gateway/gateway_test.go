@@ -7,12 +7,14 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
 
 	"modelserve/catalog"
 	"modelserve/internal/auth"
@@ -294,6 +296,85 @@ func TestColdStart(t *testing.T) {
 	if rs := e.fleet.Serving("lazy"); len(rs) != 1 || rs[0].ID != "lazy-2" {
 		t.Errorf("serving after a second cold start: %+v, want lazy-2", rs)
 	}
+}
+
+// TestAnswersSayWhereTheirTimeWent: every answer relayed from an engine
+// says, in its Server-Timing header, how long it waited in modelserve for
+// a replica and how long the engine took to begin its answer. The first
+// request for a cold model waited through its replica's whole load; the
+// next waited next to nothing; neither says more time than the client
+// saw pass; a stream says it too.
+func TestAnswersSayWhereTheirTimeWent(t *testing.T) {
+	e := mustEnv(t, Options{})
+	lazy := chatModel(t, "lazy", ggufgen.Spec{})
+	lazy.Scaling = catalog.Scaling{Min: 0, Max: 1, IdleAfter: time.Hour}
+	e.mustAdd(lazy)
+	c := e.client(e.token)
+
+	ask := func(what string) (wait, engine, took time.Duration) {
+		t.Helper()
+		var resp *http.Response
+		began := time.Now()
+		if _, err := c.Chat.Completions.New(context.Background(), hello("lazy", 4), option.WithResponseInto(&resp)); err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		took = time.Since(began)
+		wait, engine = timingOf(t, what, resp.Header)
+		if wait+engine > took {
+			t.Errorf("%s: says it waited %s and the engine took %s, more than the %s the client saw pass", what, wait, engine, took)
+		}
+		if engine <= 0 {
+			t.Errorf("%s: says the engine took %s", what, engine)
+		}
+		return wait, engine, took
+	}
+	coldWait, _, _ := ask("the first request, for a cold model")
+	rs := e.fleet.Replicas()
+	if len(rs) != 1 || rs[0].ReadyAt.IsZero() {
+		t.Fatalf("replicas after the first request: %+v", rs)
+	}
+	if load := rs[0].ReadyAt.Sub(rs[0].Started); coldWait < load {
+		t.Errorf("the first request says it waited %s, less than its replica's load (%s), which it waited through", coldWait, load)
+	}
+	warmWait, _, _ := ask("a request for a ready replica")
+	if warmWait >= coldWait/2 || warmWait > 50*time.Millisecond {
+		t.Errorf("a request for a ready replica says it waited %s (the cold one %s)", warmWait, coldWait)
+	}
+
+	resp, body := e.post(context.Background(), "/v1/chat/completions", e.token, map[string]any{
+		"model": "lazy", "stream": true, "max_tokens": 4, "messages": []map[string]string{{"role": "user", "content": "Say hello."}}})
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), "[DONE]") {
+		t.Fatalf("a stream: %d %s", resp.StatusCode, body)
+	}
+	timingOf(t, "a stream", resp.Header)
+}
+
+// timingOf reads the wait and engine durations of a Server-Timing header
+// (metric;desc="...";dur=ms, comma-separated), failing when either is
+// missing.
+func timingOf(t *testing.T, what string, h http.Header) (wait, engine time.Duration) {
+	t.Helper()
+	got := map[string]time.Duration{}
+	for _, v := range h.Values("Server-Timing") {
+		for metric := range strings.SplitSeq(v, ",") {
+			params := strings.Split(strings.TrimSpace(metric), ";")
+			for _, p := range params[1:] {
+				if ms, ok := strings.CutPrefix(p, "dur="); ok {
+					f, err := strconv.ParseFloat(ms, 64)
+					if err != nil {
+						t.Fatalf("%s: Server-Timing %q: %v", what, v, err)
+					}
+					got[params[0]] = time.Duration(f * float64(time.Millisecond))
+				}
+			}
+		}
+	}
+	wait, okWait := got["wait"]
+	engine, okEngine := got["engine"]
+	if !okWait || !okEngine {
+		t.Fatalf("%s: Server-Timing %q says no wait or no engine time", what, h.Values("Server-Timing"))
+	}
+	return wait, engine
 }
 
 // TestParkedModelAnswers503WithItsReason: a model whose engine cannot load

@@ -5,13 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"modelserve/internal/auth"
 	"net/http"
 	"strconv"
 	"sync"
 	"time"
 
 	"modelserve/catalog"
+	"modelserve/internal/accesslog"
+	"modelserve/internal/auth"
 	"modelserve/internal/fleet"
 )
 
@@ -25,18 +26,25 @@ const attempts = 3
 // of the model's canary, for its share of them), and the engine's answer
 // comes back as the engine writes it.
 func (g *Gateway) Forward(w http.ResponseWriter, r *http.Request) {
+	// A request's place among those waiting is when it reached modelserve,
+	// before its token was checked: requests that came in one order are
+	// not put in another by how long each took to get this far.
+	start, ok := accesslog.Arrived(r.Context())
+	if !ok {
+		start = time.Now()
+	}
 	who, aerr := g.authenticate(r)
 	if aerr != nil {
 		g.refuse(w, "", aerr)
 		return
 	}
-	g.forward(w, r, who, false)
+	g.forward(w, r, who, false, start)
 }
 
-// forward is Forward for a caller already known to be who; own says it is
-// modelserve itself (Ask, AskStream), which may name a canary.
-func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, who auth.Token, own bool) {
-	start := time.Now()
+// forward is Forward for a caller already known to be who, whose request
+// arrived at start; own says it is modelserve itself (Ask, AskStream),
+// which may name a canary.
+func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, who auth.Token, own bool, start time.Time) {
 	body, err := readBody(http.MaxBytesReader(w, r.Body, g.opts.MaxBody), r.ContentLength, g.opts.MaxBody)
 	if err != nil {
 		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
@@ -218,6 +226,7 @@ func (g *Gateway) send(w http.ResponseWriter, r *http.Request, m catalog.Model, 
 		defer func() { call.end(ctx, http.StatusBadGateway, start, time.Time{}, counts{}) }()
 	}
 
+	sentAt := time.Now()
 	resp, err := g.engines.do(ctx, &up)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -232,7 +241,8 @@ func (g *Gateway) send(w http.ResponseWriter, r *http.Request, m catalog.Model, 
 	}
 	defer resp.Body.Close()
 
-	first, tally, err := relay(w, resp, rn, call.on() && g.opts.TraceContent)
+	timing := serverTiming(sentAt.Sub(start), time.Since(sentAt))
+	first, tally, err := relay(w, resp, rn, call.on() && g.opts.TraceContent, timing)
 	if err == nil && tally.stream && !tally.done && resp.StatusCode == http.StatusOK && endsInDone[r.URL.Path] {
 		// An engine killed mid-stream may end the body as if it were
 		// done: only the missing [DONE] tells.
@@ -300,6 +310,18 @@ func (g *Gateway) refuse(w http.ResponseWriter, model string, aerr *apiError) {
 	g.ended(ending{model: model, status: aerr.status})
 }
 
+// serverTiming is the Server-Timing header (W3C Server Timing) of an
+// answer relayed from an engine: how long the request waited in
+// modelserve before it was sent to a replica (its queue, a cold start or
+// a swap, from its arrival), and how long the engine took to
+// begin its answer (the whole answer for a plain request, the first
+// event for a stream). A client, or a browser's tools, sees where the
+// time went without a trace.
+func serverTiming(wait, engine time.Duration) string {
+	return fmt.Sprintf(`wait;dur=%.2f;desc="waiting for a replica", engine;dur=%.2f;desc="the engine, to its answer"`,
+		float64(wait)/float64(time.Millisecond), float64(engine)/float64(time.Millisecond))
+}
+
 // hopHeaders are the headers of one connection, not of the answer (RFC
 // 9110 section 7.6.1): they are not relayed.
 var hopHeaders = map[string]bool{
@@ -313,12 +335,16 @@ var hopHeaders = map[string]bool{
 // on the way. It returns when the first bytes of the body were written
 // (time to first token, for a stream) and the answer's token counts (and
 // a stream's text, with keepText), and an error when the engine broke off
-// or the client went away (errClientGone).
-func relay(w http.ResponseWriter, resp *http.Response, rn *renamer, keepText bool) (first time.Time, t tally, err error) {
+// or the client went away (errClientGone). timing, unless "", is the
+// gateway's Server-Timing, added after any the engine sent.
+func relay(w http.ResponseWriter, resp *http.Response, rn *renamer, keepText bool, timing string) (first time.Time, t tally, err error) {
 	for k, vs := range resp.Header {
 		if !hopHeaders[k] {
 			w.Header()[k] = vs
 		}
+	}
+	if timing != "" {
+		w.Header().Add("Server-Timing", timing)
 	}
 	if rn != nil {
 		// The renamed body is not the length the engine said.
