@@ -56,7 +56,14 @@ func startAPI(t testing.TB, cfg config) *apiServer {
 	addrc := make(chan string, 1)
 	done := make(chan error, 1)
 	var logs testlog.Buffer
-	log := slog.New(slog.NewTextHandler(&logs, nil))
+	// Times to the nanosecond, not slog's millisecond: the benchmarks
+	// measure spans of a few milliseconds between the fleet's lines.
+	log := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{ReplaceAttr: func(groups []string, a slog.Attr) slog.Attr {
+		if a.Key == slog.TimeKey && len(groups) == 0 {
+			a.Value = slog.StringValue(a.Value.Time().Format(time.RFC3339Nano))
+		}
+		return a
+	}}))
 	go func() { done <- serve(ctx, cfg, log, func(a string) { addrc <- a }) }()
 	s := &apiServer{t: t, token: tok, logs: &logs}
 	select {

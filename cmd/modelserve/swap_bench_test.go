@@ -1,11 +1,13 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
 	"net/http"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -14,71 +16,83 @@ import (
 	"time"
 
 	"github.com/openai/openai-go/v3"
+
+	"modelserve/internal/store"
 )
 
 // BenchmarkThreeModelsInMemoryForOne: three tiny models on demand in
 // memory for one, 300 requests in random order from 8 clients, through
 // the real binary and the real engine. Every request is to be answered (one
 // that is not fails the benchmark), and none is to wait longer than the
-// answers queued ahead of it plus one swap: request i, sent at a, ends no
-// later than the last of the requests unanswered at a does, plus one swap,
-// plus its own answer (the engine's timings for it, its prompt and its
-// generation: not a wait). One swap is the one it waited for, as long as
-// the fleet's log says it took (from giving back room for its model to the
-// model's replica being ready), and at least the longest of a few swaps
-// measured alone beforehand: under load a swap took up to a third longer
-// than alone (the old engine's stop and the new one's load, the engine's
-// own time), and the bound is to catch a request that waited for more
-// than one, not a slower one. Those unanswered at a include the requests
-// sent within a millisecond after it (sameMoment): eight clients send at once
-// after each answer, and which of two requests sent in the same moment
-// reached modelserve first is not the order of the clocks read before
-// sending them. It reports the errors, the longest wait, and the most any
-// request went past its bound (≤ 0: every one within).
+// answers queued ahead of it plus one swap.
+//
+// The queue is modelserve's, so its order is modelserve's: a request is
+// ahead of another when it arrived first (its access log line's time,
+// which is the arrival the gateway queues it by), and it is queued ahead
+// until it is done (that time plus the line's duration). A request's wait
+// is from its arrival to its sending to a replica, as its answer's
+// Server-Timing says; its answer, after that, is the engine's. By the
+// clients' clocks the order was not modelserve's: eight clients send at
+// once after each answer, and a request written up to 4 ms before another
+// reached modelserve after it.
+//
+// One swap is the one it waited for: the engine's part, from giving back
+// room for its model (the fleet's log) to the model's replica being ready
+// (its history), plus modelserve's own part as a swap alone had it (the
+// rest of that swap's wait: the decision before, the admission after).
+// It is at least the longest swap alone: under load the engine's part
+// took up to a third longer than alone, and the bound is to catch a
+// request that waited for more than one swap, not a slower one.
+//
+// It reports the errors, the longest wait as the clients saw it (from
+// writing a request to its answer), the longest the kernel and the
+// clients took to hand a request to modelserve, and the most any request
+// went past its bound (≤ 0: every one within).
 func BenchmarkThreeModelsInMemoryForOne(b *testing.B) {
-	const sameMoment = time.Millisecond
-	s, c, _ := startSwapWorld(b, "alpha", "beta", "gamma")
+	s, c, data := startSwapWorld(b, "alpha", "beta", "gamma")
 	models := []string{"alpha", "beta", "gamma"}
 
 	// One swap, alone: each request asks for the model not loaded.
-	var swap time.Duration
+	var alone []sent
 	for i, model := range []string{"alpha", "beta", "gamma", "alpha", "beta"} {
-		began := time.Now()
-		own, err := askTimed(c, model, fmt.Sprintf("swap %d alone", i))
+		a, err := askSeen(c, model, fmt.Sprintf("swap %d alone", i))
 		if err != nil {
 			b.Fatalf("the swap to %s alone: %v", model, err)
 		}
-		if own == 0 {
-			b.Fatalf("the engine's answer for %s gave no timings", model)
-		}
 		if i > 0 { // the first is a cold start, not a swap
-			swap = max(swap, time.Since(began)-own)
+			alone = append(alone, sent{asked: a, model: model, end: time.Now()})
 		}
 	}
+	var swap, own time.Duration // a swap alone; modelserve's own part of it
+	s.placeInQueue(b, alone)
+	aloneSwaps := s.settledSwaps(b, data)
+	for _, r := range alone {
+		sp, ok := waitedFor(aloneSwaps, r)
+		if !ok {
+			b.Fatalf("the fleet's log tells of no swap for the request for %s alone", r.model)
+		}
+		swap = max(swap, r.wait())
+		own = max(own, r.wait()-sp.ready.Sub(sp.from))
+	}
+
 	const (
 		clients  = 8
 		requests = 300
 		bound    = 90 * time.Second // the whole run's, well above what it takes
 	)
-	// A connection for each client, made before the run: a request sent
-	// first at the start of the run, by a client that dialled meanwhile,
-	// reached modelserve after others sent milliseconds later, and its
-	// bound counted the dial as modelserve's wait.
+	// A connection for each client, its own, made before the run: what
+	// the clients see is then the requests' and not their dials'.
+	conns := make([]openai.Client, clients)
 	var warm sync.WaitGroup
-	for range clients {
+	for i := range conns {
+		conns[i] = ownClient(s)
 		warm.Go(func() {
-			if err := askModel(c, "beta", "warm"); err != nil {
+			if err := askModel(conns[i], "beta", "warm"); err != nil {
 				b.Errorf("warming the clients' connections: %v", err)
 			}
 		})
 	}
 	warm.Wait()
-	type sent struct {
-		at, end time.Time
-		own     time.Duration // the engine's time over its answer
-		err     error
-		model   string
-	}
 	b.ResetTimer()
 	for range b.N {
 		swapsBefore := s.evictions()
@@ -93,7 +107,7 @@ func BenchmarkThreeModelsInMemoryForOne(b *testing.B) {
 		}
 		close(next)
 		deadline := time.Now().Add(bound)
-		for range clients {
+		for _, c := range conns {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
@@ -101,9 +115,8 @@ func BenchmarkThreeModelsInMemoryForOne(b *testing.B) {
 					if time.Now().After(deadline) {
 						return
 					}
-					model := models[rand.N(len(models))]
-					r := sent{at: time.Now(), model: model}
-					r.own, r.err = askTimed(c, model, fmt.Sprintf("request %d", i))
+					r := sent{model: models[rand.N(len(models))]}
+					r.asked, r.err = askSeen(c, r.model, fmt.Sprintf("request %d", i))
 					r.end = time.Now()
 					mu.Lock()
 					all = append(all, r)
@@ -114,74 +127,71 @@ func BenchmarkThreeModelsInMemoryForOne(b *testing.B) {
 		wg.Wait()
 		b.StopTimer()
 
-		slices.SortFunc(all, func(x, y sent) int { return x.at.Compare(y.at) })
-		swaps := s.swaps()
+		var failed []string
+		var answered []sent
+		for _, r := range all {
+			if r.err == nil {
+				answered = append(answered, r)
+				continue
+			}
+			var apiErr *openai.Error
+			if errors.As(r.err, &apiErr) {
+				r.err = fmt.Errorf("%d %s", apiErr.StatusCode, apiErr.RawJSON())
+			}
+			failed = append(failed, r.model+": "+r.err.Error())
+		}
+		s.placeInQueue(b, answered)
+		slices.SortFunc(answered, func(x, y sent) int { return x.arrived.Compare(y.arrived) })
+		swaps := s.settledSwaps(b, data)
 		var slowest time.Duration
 		for _, w := range swaps {
 			slowest = max(slowest, w.ready.Sub(w.from))
 		}
-		var failed []string
-		var longest, over time.Duration
+		var longest, handing, over time.Duration
 		var worst sent
-		var went []sent // the later requests answered before the worst
-		overtaken, within, between := 0, 0, 0
+		var worstAhead time.Time
 		over = -time.Hour
-		for i, r := range all {
-			if r.err != nil {
-				var apiErr *openai.Error
-				if errors.As(r.err, &apiErr) {
-					r.err = fmt.Errorf("%d %s", apiErr.StatusCode, apiErr.RawJSON())
-				}
-				failed = append(failed, r.model+": "+r.err.Error())
-				continue
-			}
-			ahead := r.at
-			for j, q := range all {
-				if j != i && q.at.Before(r.at.Add(sameMoment)) && q.end.After(r.at) {
-					ahead = later(ahead, q.end)
+		for i, r := range answered {
+			longest = max(longest, r.end.Sub(r.written))
+			handing = max(handing, r.arrived.Sub(r.written))
+			ahead := r.arrived
+			for j, q := range answered {
+				if j != i && q.arrived.Before(r.arrived) && q.done.After(r.arrived) {
+					ahead = later(ahead, q.done)
 				}
 			}
-			longest = max(longest, r.end.Sub(r.at))
-			if d := r.end.Sub(ahead.Add(max(swap, waitedFor(swaps, r.model, r.at, r.end)) + r.own)); d > over {
-				// Who went before it, of those sent after it: requests
-				// for its own model say its queue was not kept in order.
-				// Those sent within a moment of it may have reached
-				// modelserve first. Requests for other models sent after it
-				// and answered after those ahead of it were served in its
-				// time: a replica it waited for took them on.
-				over, worst, overtaken, within, between = d, r, 0, 0, 0
-				went = went[:0]
-				for _, q := range all[i+1:] {
-					switch {
-					case q.model == r.model && q.end.Before(r.end):
-						overtaken++
-						if q.at.Sub(r.at) < sameMoment {
-							within++
-						}
-						went = append(went, q)
-					case q.model != r.model && q.end.After(ahead) && q.end.Before(r.end):
-						between++
-						went = append(went, q)
-					}
-				}
+			one := swap
+			if sp, ok := waitedFor(swaps, r); ok {
+				one = max(one, sp.ready.Sub(sp.from)+own)
+			}
+			if d := r.sentOn().Sub(ahead.Add(one)); d > over {
+				over, worst, worstAhead = d, r, ahead
 			}
 		}
 		starts := s.evictions() - swapsBefore
-		b.Logf("%d requests from %d clients, %d errors, %d swaps; longest wait %s; one swap alone %s; "+
-			"most past its bound (the answers ahead of it, one swap and its own answer) %s, by a request for %s that waited %s (its own answer %s, the swap it waited for %s), "+
-			"which %d later requests for %s went before (%d of them sent within 1ms of it), and %d later requests for "+
-			"other models were answered after those ahead of it and before it", len(all), clients, len(failed), starts,
-			longest.Round(time.Millisecond), swap.Round(time.Millisecond), over.Round(time.Millisecond),
-			worst.model, worst.end.Sub(worst.at).Round(time.Millisecond), worst.own.Round(time.Millisecond), waitedFor(swaps, worst.model, worst.at, worst.end).Round(time.Millisecond), overtaken, worst.model, within, between)
+		sp, _ := waitedFor(swaps, worst)
+		b.Logf("%d requests from %d clients, %d errors, %d swaps; longest wait %s (%s in modelserve's hands); one swap alone %s "+
+			"(modelserve's own part %s); most past its bound (the answers ahead of it and one swap) %s, by a request for %s that "+
+			"waited %s from the last answer ahead of it (the swap it waited for %s); the kernel and the clients took up to %s to hand "+
+			"a request to modelserve", len(all), clients, len(failed), starts, longest.Round(time.Millisecond),
+			answered[slices.IndexFunc(answered, func(r sent) bool { return r.end.Sub(r.written) == longest })].wait().Round(time.Millisecond),
+			swap.Round(time.Millisecond), own.Round(100*time.Microsecond), over.Round(100*time.Microsecond), worst.model,
+			worst.sentOn().Sub(worstAhead).Round(100*time.Microsecond), sp.ready.Sub(sp.from).Round(time.Millisecond),
+			handing.Round(100*time.Microsecond))
 		if over > 0 {
-			// What went before it, and what the fleet did meanwhile, for
+			// Who went before it, and what the fleet did meanwhile, for
 			// whoever looks into why (go test -v: without it a
 			// benchmark's log is cut after ten lines).
-			for _, q := range went {
-				b.Logf("  went before it: %s sent %s after it, answered %s before it", q.model,
-					q.at.Sub(worst.at).Round(time.Millisecond), worst.end.Sub(q.end).Round(time.Millisecond))
+			ms := func(t time.Time) time.Duration { return t.Sub(worst.arrived).Round(100 * time.Microsecond) }
+			b.Logf("  from its arrival: the last answer ahead of it ended +%s, the swap it waited for began +%s and was ready +%s, "+
+				"it was sent to its replica +%s", ms(worstAhead), ms(sp.from), ms(sp.ready), ms(worst.sentOn()))
+			for _, q := range answered {
+				if q.arrived.After(worst.arrived) && q.sentOn().Before(worst.sentOn()) && q.sentOn().After(worstAhead) {
+					b.Logf("  went before it: %s, come %s after it, sent to its replica %s before it", q.model,
+						q.arrived.Sub(worst.arrived).Round(100*time.Microsecond), worst.sentOn().Sub(q.sentOn()).Round(100*time.Microsecond))
+				}
 			}
-			for _, l := range s.fleetLines(worst.at, worst.end) {
+			for _, l := range s.fleetLines(worst.arrived, worst.sentOn().Add(20*time.Millisecond)) {
 				b.Logf("  meanwhile: %s", l)
 			}
 		}
@@ -189,7 +199,7 @@ func BenchmarkThreeModelsInMemoryForOne(b *testing.B) {
 		b.ReportMetric(float64(longest.Milliseconds()), "longest-wait-ms")
 		b.ReportMetric(float64(swap.Milliseconds()), "one-swap-ms")
 		b.ReportMetric(float64(slowest.Milliseconds()), "slowest-swap-in-run-ms")
-		b.ReportMetric(float64(over.Milliseconds()), "past-bound-ms")
+		b.ReportMetric(float64(over)/float64(time.Millisecond), "past-bound-ms")
 		b.ReportMetric(float64(starts), "swaps")
 		if len(all) < requests {
 			b.Errorf("only %d of %d requests were sent within %s", len(all), requests, bound)
@@ -201,6 +211,65 @@ func BenchmarkThreeModelsInMemoryForOne(b *testing.B) {
 	}
 }
 
+// sent is one request of the benchmark: what its client saw (asked, and
+// when its answer ended) and modelserve's access log says.
+type sent struct {
+	asked
+	model string
+	end   time.Time
+	err   error
+	// arrived and done are when modelserve had it and was done with it.
+	arrived, done time.Time
+}
+
+// wait is how long it waited in modelserve for a replica, as its answer's
+// Server-Timing says.
+func (r sent) wait() time.Duration { return r.timing["wait"] }
+
+// sentOn is when modelserve sent it to a replica.
+func (r sent) sentOn() time.Time { return r.arrived.Add(r.wait()) }
+
+// placeInQueue sets when modelserve had each request and was done with
+// it, by its access log: of the lines for the request's connection (its
+// remote), the one that arrived nearest to when the request was written,
+// and not after its answer ended. A connection's requests are one after
+// another, so no other comes as near.
+func (s *apiServer) placeInQueue(b *testing.B, rs []sent) {
+	type line struct{ arrived, done time.Time }
+	byRemote := map[string][]line{}
+	for _, l := range strings.Split(s.logs.String(), "\n") {
+		at, rest, ok := strings.Cut(strings.TrimPrefix(l, "time="), " ")
+		if !ok || !strings.Contains(rest, " msg=request ") {
+			continue
+		}
+		t, err := time.Parse(time.RFC3339Nano, at)
+		d, derr := time.ParseDuration(logField(rest, "duration"))
+		if err != nil || derr != nil {
+			continue
+		}
+		remote := logField(rest, "remote")
+		byRemote[remote] = append(byRemote[remote], line{arrived: t, done: t.Add(d)})
+	}
+	for i := range rs {
+		r := &rs[i]
+		best := time.Duration(-1)
+		for _, l := range byRemote[r.local] {
+			if l.arrived.After(r.end) {
+				continue
+			}
+			if d := l.arrived.Sub(r.written); best < 0 || d.Abs() < best {
+				best, r.arrived, r.done = d.Abs(), l.arrived, l.done
+			}
+		}
+		if best < 0 {
+			b.Fatalf("modelserve's access log has no line for a request from %s", r.local)
+		}
+		if _, ok := r.timing["wait"]; !ok {
+			b.Fatalf("the answer to a request for %s said no wait (Server-Timing)", r.model)
+		}
+	}
+}
+
 // swapSpan is a swap the fleet made: from giving back room for model to
 // the model's new replica being ready.
 type swapSpan struct {
@@ -209,10 +278,12 @@ type swapSpan struct {
 }
 
 // swaps are the swaps the fleet's log tells of, in the order they ended.
-// A replica is ready as long after its placing as its "replica ready"
-// line's took says: the line itself is written a moment later, once the
+// A replica is ready when the fleet's history says (ready, to the
+// nanosecond), else as long after its placing as its "replica ready"
+// line's took says (to the millisecond, from its engine's start rather
+// than its placing): the line itself is written a moment later, once the
 // requests that waited for it have reached it.
-func (s *apiServer) swaps() []swapSpan {
+func (s *apiServer) swaps(ready map[string]time.Time) []swapSpan {
 	var out []swapSpan
 	giving := map[string]time.Time{} // model: when room began to be given back for it
 	placed := map[string]time.Time{} // replica: when it was placed
@@ -242,8 +313,12 @@ func (s *apiServer) swaps() []swapSpan {
 			if i <= 0 || err != nil || !ok {
 				continue
 			}
+			end, ok := ready[rep]
+			if !ok {
+				end = at.Add(took)
+			}
 			if from, ok := giving[rep[:i]]; ok {
-				out = append(out, swapSpan{model: rep[:i], from: from, ready: at.Add(took)})
+				out = append(out, swapSpan{model: rep[:i], from: from, ready: end})
 				delete(giving, rep[:i])
 			}
 		}
@@ -251,17 +326,60 @@ func (s *apiServer) swaps() []swapSpan {
 	return out
 }
 
-// waitedFor is how long the swap that a request for model, sent at at
-// and answered at end, waited for took: the last to make model ready
-// between the two, 0 when none did.
-func waitedFor(swaps []swapSpan, model string, at, end time.Time) time.Duration {
-	var d time.Duration
-	for _, w := range swaps {
-		if w.model == model && w.ready.After(at) && w.ready.Before(end) {
-			d = w.ready.Sub(w.from)
+// settledSwaps are the swaps once the fleet has logged every replica it
+// placed as ready (or 5 s have passed): it does so once the requests that
+// waited for one have reached it (settleAfterReady), after their answers,
+// maybe, and the swap a request waited for would be missing.
+func (s *apiServer) settledSwaps(b *testing.B, data string) []swapSpan {
+	for give := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		logs := s.logs.String()
+		if strings.Count(logs, `msg="placing a replica"`) <= strings.Count(logs, `msg="replica ready"`) || time.Now().After(give) {
+			return s.swaps(readyTimes(b, data))
 		}
 	}
-	return d
+}
+
+// readyTimes are when each replica started in the data folder became
+// ready, by the fleet's history of starts (replica_starts).
+func readyTimes(b *testing.B, data string) map[string]time.Time {
+	db, err := store.Open(context.Background(), filepath.Join(data, "modelserve.db"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer db.Close()
+	rows, err := db.Query(`SELECT replica, ready_at FROM replica_starts`)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer rows.Close()
+	out := map[string]time.Time{}
+	for rows.Next() {
+		var id, at string
+		if err := rows.Scan(&id, &at); err != nil {
+			b.Fatal(err)
+		}
+		if t, err := time.Parse(time.RFC3339Nano, at); err == nil {
+			out[id] = t
+		}
+	}
+	if err := rows.Err(); err != nil {
+		b.Fatal(err)
+	}
+	return out
+}
+
+// waitedFor is the swap a request waited for: the last to make its
+// model ready between its arrival and its sending to a replica; false
+// when none did.
+func waitedFor(swaps []swapSpan, r sent) (swapSpan, bool) {
+	var out swapSpan
+	found := false
+	for _, w := range swaps {
+		if w.model == r.model && w.ready.After(r.arrived) && !w.ready.After(r.sentOn()) {
+			out, found = w, true
+		}
+	}
+	return out, found
 }
 
 // logField is the value of key=value in a log line's text, unquoted

@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -11,8 +10,10 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
+	"net/http/httptrace"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -161,29 +162,54 @@ func ownClient(s *apiServer) openai.Client {
 }
 
 func askModel(c openai.Client, model, text string) error {
-	_, err := askTimed(c, model, text)
+	_, err := askSeen(c, model, text)
 	return err
 }
 
-// askTimed is askModel, saying also how long the engine took over the
-// answer itself, from the prompt's first token to the last generated (its
-// timings: prompt_ms and predicted_ms); 0 when it did not say.
-func askTimed(c openai.Client, model, text string) (time.Duration, error) {
-	resp, err := c.Chat.Completions.New(context.Background(), openai.ChatCompletionNewParams{Model: model, MaxTokens: openai.Int(4),
-		Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage(text)}})
+// asked is what a client can tell of one request it sent: when it was
+// written to its connection, from which address (the remote that
+// modelserve's access log names), and the answer's Server-Timing, by
+// metric (wait, engine).
+type asked struct {
+	written time.Time
+	local   string
+	timing  map[string]time.Duration
+}
+
+// askSeen is askModel, saying also what the client saw of it (asked).
+func askSeen(c openai.Client, model, text string) (asked, error) {
+	var a asked
+	var raw *http.Response
+	ctx := httptrace.WithClientTrace(context.Background(), &httptrace.ClientTrace{
+		GotConn:      func(info httptrace.GotConnInfo) { a.local = info.Conn.LocalAddr().String() },
+		WroteRequest: func(httptrace.WroteRequestInfo) { a.written = time.Now() },
+	})
+	_, err := c.Chat.Completions.New(ctx, openai.ChatCompletionNewParams{Model: model, MaxTokens: openai.Int(4),
+		Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage(text)}}, option.WithResponseInto(&raw))
 	if err != nil {
-		return 0, err
+		return a, err
 	}
-	var t struct {
-		Timings struct {
-			PromptMS    float64 `json:"prompt_ms"`
-			PredictedMS float64 `json:"predicted_ms"`
-		} `json:"timings"`
+	a.timing = serverTimings(raw.Header)
+	return a, nil
+}
+
+// serverTimings are the durations an answer's Server-Timing headers give,
+// by metric name ("wait;dur=1.25;desc=..." is wait: 1.25 ms).
+func serverTimings(h http.Header) map[string]time.Duration {
+	out := map[string]time.Duration{}
+	for _, v := range h.Values("Server-Timing") {
+		for metric := range strings.SplitSeq(v, ",") {
+			name, params, _ := strings.Cut(strings.TrimSpace(metric), ";")
+			for p := range strings.SplitSeq(params, ";") {
+				if ms, ok := strings.CutPrefix(strings.TrimSpace(p), "dur="); ok {
+					if f, err := strconv.ParseFloat(ms, 64); err == nil {
+						out[name] = time.Duration(f * float64(time.Millisecond))
+					}
+				}
+			}
+		}
 	}
-	if json.Unmarshal([]byte(resp.RawJSON()), &t) != nil {
-		return 0, nil
-	}
-	return time.Duration((t.Timings.PromptMS + t.Timings.PredictedMS) * float64(time.Millisecond)), nil
+	return out
 }
 
 // fleetView is GET /api/v1/replicas as these tests read it.
