@@ -259,13 +259,16 @@ func (f *Fleet) attempt(ctx context.Context, r *replica) (outcome, string) {
 	if told != nil && ctx.Err() == nil {
 		load = f.readLoadOnce(ctx, r, proc)
 	}
-	rss := proc.RSS()
+	var rss int64 // 0: not measured
 	if ctx.Err() != nil {
 		// Stopped within the settle (given back for another model the
 		// moment after its request): the engine goes first, and its
-		// room with it, then the start is kept. Kept first, the
-		// history's write held every such swap's room.
+		// room with it, then the start is kept, its memory unmeasured.
+		// Kept first, the history's write held every such swap's room,
+		// and the walk of /proc held it 2–5 ms more.
 		f.stopEngine(proc)
+	} else {
+		rss = proc.RSS()
 	}
 	f.mu.Lock()
 	r.rss = rss
