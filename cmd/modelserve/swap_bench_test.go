@@ -17,6 +17,7 @@ import (
 
 	"github.com/openai/openai-go/v3"
 
+	"modelserve/internal/fleet"
 	"modelserve/internal/store"
 )
 
@@ -245,18 +246,13 @@ func (r sent) sentOn() time.Time { return r.arrived.Add(r.wait()) }
 func (s *apiServer) placeInQueue(b *testing.B, rs []sent) {
 	type line struct{ arrived, done time.Time }
 	byRemote := map[string][]line{}
-	for _, l := range strings.Split(s.logs.String(), "\n") {
-		at, rest, ok := strings.Cut(strings.TrimPrefix(l, "time="), " ")
-		if !ok || !strings.Contains(rest, " msg=request ") {
+	for _, l := range s.timedLines() {
+		d, err := time.ParseDuration(logField(l.rest, "duration"))
+		if err != nil || !strings.Contains(l.rest, " msg=request ") {
 			continue
 		}
-		t, err := time.Parse(time.RFC3339Nano, at)
-		d, derr := time.ParseDuration(logField(rest, "duration"))
-		if err != nil || derr != nil {
-			continue
-		}
-		remote := logField(rest, "remote")
-		byRemote[remote] = append(byRemote[remote], line{arrived: t, done: t.Add(d)})
+		remote := logField(l.rest, "remote")
+		byRemote[remote] = append(byRemote[remote], line{arrived: l.at, done: l.at.Add(d)})
 	}
 	for i := range rs {
 		r := &rs[i]
@@ -295,13 +291,9 @@ func (s *apiServer) swaps(ready map[string]time.Time) []swapSpan {
 	var out []swapSpan
 	giving := map[string]time.Time{} // model: when room began to be given back for it
 	placed := map[string]time.Time{} // replica: when it was placed
-	for _, l := range strings.Split(s.logs.String(), "\n") {
-		at, rest, ok := strings.Cut(strings.TrimPrefix(l, "time="), " ")
-		if !ok || !strings.Contains(rest, "part=fleet") {
-			continue
-		}
-		t, err := time.Parse(time.RFC3339Nano, at)
-		if err != nil {
+	for _, l := range s.timedLines() {
+		t, rest := l.at, l.rest
+		if !strings.Contains(rest, "part=fleet") {
 			continue
 		}
 		switch {
@@ -348,30 +340,20 @@ func (s *apiServer) settledSwaps(b *testing.B, data string) []swapSpan {
 }
 
 // readyTimes are when each replica started in the data folder became
-// ready, by the fleet's history of starts (replica_starts).
+// ready, by the fleet's history of starts.
 func readyTimes(b *testing.B, data string) map[string]time.Time {
 	db, err := store.Open(context.Background(), filepath.Join(data, "modelserve.db"))
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer db.Close()
-	rows, err := db.Query(`SELECT replica, ready_at FROM replica_starts`)
+	starts, err := fleet.NewHistory(db).Recent(context.Background(), 1<<20) // every start a run makes, many times over
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer rows.Close()
 	out := map[string]time.Time{}
-	for rows.Next() {
-		var id, at string
-		if err := rows.Scan(&id, &at); err != nil {
-			b.Fatal(err)
-		}
-		if t, err := time.Parse(time.RFC3339Nano, at); err == nil {
-			out[id] = t
-		}
-	}
-	if err := rows.Err(); err != nil {
-		b.Fatal(err)
+	for _, st := range starts {
+		out[st.Replica] = st.ReadyAt
 	}
 	return out
 }
@@ -405,16 +387,33 @@ func logField(line, key string) string {
 // with its time from the first: what it placed, gave back and retired.
 func (s *apiServer) fleetLines(from, to time.Time) []string {
 	var out []string
+	for _, l := range s.timedLines() {
+		if !strings.Contains(l.rest, "part=fleet") || l.at.Before(from.Add(-time.Millisecond)) || l.at.After(to) {
+			continue
+		}
+		out = append(out, fmt.Sprintf("+%s %s", l.at.Sub(from).Round(time.Millisecond), l.rest))
+	}
+	return out
+}
+
+// timedLine is one line of the server's log: its time, to the nanosecond
+// (startAPI), and the rest of it.
+type timedLine struct {
+	at   time.Time
+	rest string
+}
+
+// timedLines are the server's log lines so far, each with its time.
+func (s *apiServer) timedLines() []timedLine {
+	var out []timedLine
 	for _, l := range strings.Split(s.logs.String(), "\n") {
 		at, rest, ok := strings.Cut(strings.TrimPrefix(l, "time="), " ")
-		if !ok || !strings.Contains(rest, "part=fleet") {
+		if !ok {
 			continue
 		}
-		t, err := time.Parse(time.RFC3339Nano, at)
-		if err != nil || t.Before(from.Add(-time.Millisecond)) || t.After(to) {
-			continue
+		if t, err := time.Parse(time.RFC3339Nano, at); err == nil {
+			out = append(out, timedLine{at: t, rest: rest})
 		}
-		out = append(out, fmt.Sprintf("+%s %s", t.Sub(from).Round(time.Millisecond), rest))
 	}
 	return out
 }

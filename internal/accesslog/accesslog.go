@@ -84,9 +84,9 @@ func Handler(log *slog.Logger, next http.Handler) http.Handler {
 		}
 		h.mu.Unlock()
 		if log.Enabled(r.Context(), slog.LevelInfo) {
-			rec := slog.NewRecord(start, slog.LevelInfo, "request", 0)
-			rec.AddAttrs(attrs...)
-			_ = log.Handler().Handle(r.Context(), rec) // as slog's own methods, which drop a handler's error
+			line := slog.NewRecord(start, slog.LevelInfo, "request", 0)
+			line.AddAttrs(attrs...)
+			_ = log.Handler().Handle(r.Context(), line) // as slog's own methods, which drop a handler's error
 		}
 	})
 }
