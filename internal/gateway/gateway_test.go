@@ -5,8 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -595,5 +598,24 @@ func TestAReplicaThatDoesNotAnswerIsAvoided(t *testing.T) {
 	e.waitCounter(e.gw.metrics.requests, 6, "tiny", "tiny-1", "200")
 	if !strings.Contains(e.logs.String(), "a replica did not answer; it is avoided for a while") {
 		t.Error("the failure is not logged")
+	}
+}
+
+// An engine's own Server-Timing is kept beside the gateway's, and the
+// gateway's is not written into the engine's answer it was copied from.
+func TestRelayAddsItsTimingBesideTheEngines(t *testing.T) {
+	engine := make([]string, 1, 4) // room after it, as a parsed header may have
+	engine[0] = `cache;dur=1`
+	resp := &http.Response{StatusCode: http.StatusOK, Header: http.Header{"Server-Timing": engine, "Content-Type": {"application/json"}},
+		Body: io.NopCloser(strings.NewReader(`{}`))}
+	w := httptest.NewRecorder()
+	if _, _, err := relay(w, resp, nil, false, `wait;dur=2`); err != nil {
+		t.Fatal(err)
+	}
+	if got := w.Header().Values("Server-Timing"); !slices.Equal(got, []string{`cache;dur=1`, `wait;dur=2`}) {
+		t.Errorf("the answer's Server-Timing is %q, want the engine's and then the gateway's", got)
+	}
+	if spare := engine[:2][1]; spare != "" {
+		t.Errorf("the gateway's timing %q was written into the engine's header", spare)
 	}
 }

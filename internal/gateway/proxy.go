@@ -340,7 +340,9 @@ var hopHeaders = map[string]bool{
 func relay(w http.ResponseWriter, resp *http.Response, rn *renamer, keepText bool, timing string) (first time.Time, t tally, err error) {
 	for k, vs := range resp.Header {
 		if !hopHeaders[k] {
-			w.Header()[k] = vs
+			// Capped, so that adding to it (Server-Timing) copies rather
+			// than writes into the engine's answer's own array.
+			w.Header()[k] = vs[:len(vs):len(vs)]
 		}
 	}
 	if timing != "" {
