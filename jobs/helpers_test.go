@@ -178,9 +178,10 @@ func (e *testEnv) addModel(repo string, opts hubtest.RepoOptions, files map[stri
 
 func MustStart(t testing.TB, s *Server, req Request) Job {
 	t.Helper()
+	t0 := time.Now()
 	j, err := s.Start(context.Background(), req)
 	if err != nil {
-		t.Fatalf("Start(%+v): %v", req, err)
+		t.Fatalf("Start(%+v) failed after %v: %v", req, time.Since(t0), err)
 	}
 	return j
 }

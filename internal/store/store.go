@@ -21,8 +21,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-
-	_ "github.com/mattn/go-sqlite3" // registers the "sqlite3" driver
 )
 
 //go:embed migrations/*.sql
@@ -39,8 +37,9 @@ func Open(ctx context.Context, file string) (*sql.DB, error) {
 	// SQLite leaves foreign keys off unless asked, per connection; steps
 	// must not outlive their job.
 	q.Set("_foreign_keys", "on")
-	// Several goroutines write (jobs, the fleet, sign-ins). Waiting up to
-	// five seconds for the write lock beats failing with SQLITE_BUSY.
+	// Several goroutines write (jobs, the fleet, sign-ins); they queue
+	// for the write lock in Go (gate.go). Another process writing waits
+	// up to five seconds for it rather than fail with SQLITE_BUSY.
 	q.Set("_busy_timeout", "5000")
 	// Transactions take the write lock at BEGIN, so two writers never
 	// deadlock upgrading read locks (which busy_timeout cannot resolve).
@@ -48,10 +47,8 @@ func Open(ctx context.Context, file string) (*sql.DB, error) {
 	if err := private(file); err != nil {
 		return nil, err
 	}
-	db, err := sql.Open("sqlite3", "file:"+file+"?"+q.Encode())
-	if err != nil {
-		return nil, fmt.Errorf("open %s: %w", file, err)
-	}
+	// Its writers queue for the write lock in Go (gate.go).
+	db := sql.OpenDB(&connector{dsn: "file:" + file + "?" + q.Encode(), gate: make(gate, 1)})
 	if err := db.PingContext(ctx); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("open %s: %w", file, err)

@@ -1,0 +1,118 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// TestAWriteIsNotStarvedByABusyWriter: one goroutine writes in
+// transactions back to back, each holding the write lock 20 ms; another
+// writes once meanwhile, as a job's start does beside running jobs. It
+// gets its turn after the transaction under way, not a "database is
+// locked" five seconds later: SQLite's own wait sleeps between tries, and
+// the busy writer took the lock again each time in between.
+func TestAWriteIsNotStarvedByABusyWriter(t *testing.T) {
+	db, err := Open(context.Background(), filepath.Join(t.TempDir(), "m.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	ctx := context.Background()
+	if _, err := db.ExecContext(ctx, `CREATE TABLE t (who TEXT, n INTEGER)`); err != nil {
+		t.Fatal(err)
+	}
+
+	var stop atomic.Bool
+	busy := make(chan error, 1)
+	go func() {
+		// Bounded: it stops when the other write is done, or after
+		// longer than SQLite's own wait.
+		deadline := time.Now().Add(7 * time.Second)
+		for n := 0; !stop.Load() && time.Now().Before(deadline); n++ {
+			tx, err := db.BeginTx(ctx, nil)
+			if err != nil {
+				busy <- err
+				return
+			}
+			_, err = tx.ExecContext(ctx, `INSERT INTO t VALUES ('busy', ?)`, n)
+			time.Sleep(20 * time.Millisecond)
+			if err == nil {
+				err = tx.Commit()
+			} else {
+				tx.Rollback()
+			}
+			if err != nil {
+				busy <- err
+				return
+			}
+		}
+		busy <- nil
+	}()
+
+	// Once the busy writer is under way.
+	for {
+		var n int
+		if err := db.QueryRowContext(ctx, `SELECT COUNT(*) FROM t`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n > 0 {
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	start := time.Now()
+	_, err = db.ExecContext(ctx, `INSERT INTO t VALUES ('once', 0)`)
+	took := time.Since(start)
+	stop.Store(true)
+	if err != nil {
+		t.Fatalf("a write beside a busy writer failed after %v: %v", took, err)
+	}
+	if took > time.Second {
+		t.Errorf("a write beside a busy writer took %v; the busy writer's transactions take 20 ms", took)
+	}
+	if err := <-busy; err != nil {
+		t.Errorf("the busy writer: %v", err)
+	}
+}
+
+// TestAWriteWaitingItsTurnEndsWithItsContext: a write queued behind a
+// transaction that does not end gives up when its caller does, and the
+// database writes again once the transaction ends.
+func TestAWriteWaitingItsTurnEndsWithItsContext(t *testing.T) {
+	db, err := Open(context.Background(), filepath.Join(t.TempDir(), "m.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	bg := context.Background()
+	if _, err := db.ExecContext(bg, `CREATE TABLE t (n INTEGER)`); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := db.BeginTx(bg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(bg, 50*time.Millisecond)
+	defer cancel()
+	if _, err := db.ExecContext(ctx, `INSERT INTO t VALUES (1)`); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("a write behind an open transaction, its context ended: %v; want the context's error", err)
+	}
+	// A read does not queue behind the writer.
+	var n int
+	if err := db.QueryRowContext(bg, `SELECT COUNT(*) FROM t`).Scan(&n); err != nil {
+		t.Fatalf("a read beside an open transaction: %v", err)
+	}
+	if err := tx.Rollback(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.ExecContext(bg, `INSERT INTO t VALUES (2)`); err != nil {
+		t.Fatalf("a write after the transaction ended: %v", err)
+	}
+	if err := db.QueryRowContext(bg, `SELECT COUNT(*) FROM t`).Scan(&n); err != nil || n != 1 {
+		t.Fatalf("the table has %d rows (%v); want the one written after", n, err)
+	}
+}
