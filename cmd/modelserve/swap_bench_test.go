@@ -330,26 +330,26 @@ func (s *apiServer) swaps(ready map[string]time.Time) []swapSpan {
 // placed as ready (or 5 s have passed): it does so once the requests that
 // waited for one have reached it (settleAfterReady), after their answers,
 // maybe, and the swap a request waited for would be missing.
-func (s *apiServer) settledSwaps(b *testing.B, data string) []swapSpan {
+func (s *apiServer) settledSwaps(t testing.TB, data string) []swapSpan {
 	for give := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
 		logs := s.logs.String()
 		if strings.Count(logs, `msg="placing a replica"`) <= strings.Count(logs, `msg="replica ready"`) || time.Now().After(give) {
-			return s.swaps(readyTimes(b, data))
+			return s.swaps(readyTimes(t, data))
 		}
 	}
 }
 
 // readyTimes are when each replica started in the data folder became
 // ready, by the fleet's history of starts.
-func readyTimes(b *testing.B, data string) map[string]time.Time {
+func readyTimes(t testing.TB, data string) map[string]time.Time {
 	db, err := store.Open(context.Background(), filepath.Join(data, "modelserve.db"))
 	if err != nil {
-		b.Fatal(err)
+		t.Fatal(err)
 	}
 	defer db.Close()
 	starts, err := fleet.NewHistory(db).Recent(context.Background(), 1<<20) // every start a run makes, many times over
 	if err != nil {
-		b.Fatal(err)
+		t.Fatal(err)
 	}
 	out := map[string]time.Time{}
 	for _, st := range starts {

@@ -619,7 +619,7 @@ func TestRemovedWhileWaitingAnswers404(t *testing.T) {
 // asked before beta's keep their place: each ends before beta's does,
 // rather than waiting for beta's swap and the swap back.
 func TestAModelAskedInALoopDoesNotStarveAWaitingOne(t *testing.T) {
-	s, c, _ := startSwapWorld(t, "alpha", "beta")
+	s, c, data := startSwapWorld(t, "alpha", "beta")
 	var swap time.Duration
 	for i, model := range []string{"alpha", "beta", "alpha"} {
 		began := time.Now()
@@ -695,10 +695,25 @@ func TestAModelAskedInALoopDoesNotStarveAWaitingOne(t *testing.T) {
 			}
 		}
 	}
-	t.Logf("beta waited %s; the answers ahead of it ended %s after it was asked; one swap alone %s; %d alpha requests",
-		beta.end.Sub(beta.at).Round(time.Millisecond), ahead.Sub(beta.at).Round(time.Millisecond), swap.Round(time.Millisecond), len(alphas))
-	if over := beta.end.Sub(ahead.Add(2 * swap)); over > 0 {
-		t.Errorf("beta was answered %s past the answers ahead of it plus a swap (and a swap's slack): a model asked for again and again starved it", over.Round(time.Millisecond))
+	// The swap beta waited for, from the giving back of alpha's room to
+	// beta's replica ready, as the fleet recorded it: the engine's load
+	// under this load took 144 ms once against 79 ms alone, and that is
+	// not a starved wait.
+	var waited time.Duration
+	for _, sp := range s.settledSwaps(t, data) {
+		if sp.model == "beta" && sp.ready.After(beta.at) && !sp.ready.After(beta.end) {
+			waited = sp.ready.Sub(sp.from)
+		}
+	}
+	if waited == 0 {
+		t.Fatalf("the fleet's log tells of no swap to beta while it waited:\n%s", strings.Join(s.fleetLines(beta.at, beta.end), "\n"))
+	}
+	t.Logf("beta waited %s; the answers ahead of it ended %s after it was asked; its swap %s; one swap alone %s; %d alpha requests",
+		beta.end.Sub(beta.at).Round(time.Millisecond), ahead.Sub(beta.at).Round(time.Millisecond), waited.Round(time.Millisecond),
+		swap.Round(time.Millisecond), len(alphas))
+	// A swap alone is the slack: modelserve's pass and beta's short answer.
+	if over := beta.end.Sub(ahead.Add(waited + swap)); over > 0 {
+		t.Errorf("beta was answered %s past the answers ahead of it plus its swap (and a swap's slack): a model asked for again and again starved it", over.Round(time.Millisecond))
 	}
 	if late > 0 {
 		t.Errorf("%d of alpha's requests asked before beta's were answered after it: they lost their place when alpha's replica was given back", late)
