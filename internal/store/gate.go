@@ -98,33 +98,41 @@ func (c *gatedConn) Begin() (driver.Tx, error) {
 	return c.BeginTx(context.Background(), driver.TxOptions{})
 }
 
-// ExecContext runs a statement; outside a transaction, in the gate.
-func (c *gatedConn) ExecContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Result, error) {
+// exec runs a statement, by run; outside a transaction, in the gate.
+func (c *gatedConn) exec(ctx context.Context, run func() (driver.Result, error)) (driver.Result, error) {
 	if !c.inTx {
 		if err := c.gate.enter(ctx); err != nil {
 			return nil, err
 		}
 		defer c.gate.leave()
 	}
-	return c.conn.ExecContext(ctx, query, args)
+	return run()
 }
 
-// QueryContext runs a query; outside a transaction, one that may write
+// query runs query, by run; outside a transaction, one that may write
 // (anything but a SELECT: UPDATE ... RETURNING, a pragma) holds the gate
 // until its rows are closed, since SQLite writes as they are read.
-func (c *gatedConn) QueryContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Rows, error) {
+func (c *gatedConn) query(ctx context.Context, query string, run func() (driver.Rows, error)) (driver.Rows, error) {
 	if c.inTx || reads(query) {
-		return c.conn.QueryContext(ctx, query, args)
+		return run()
 	}
 	if err := c.gate.enter(ctx); err != nil {
 		return nil, err
 	}
-	rows, err := c.conn.QueryContext(ctx, query, args)
+	rows, err := run()
 	if err != nil {
 		c.gate.leave()
 		return nil, err
 	}
 	return &gatedRows{Rows: rows, leave: sync.OnceFunc(c.gate.leave)}, nil
+}
+
+func (c *gatedConn) ExecContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Result, error) {
+	return c.exec(ctx, func() (driver.Result, error) { return c.conn.ExecContext(ctx, query, args) })
+}
+
+func (c *gatedConn) QueryContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Rows, error) {
+	return c.query(ctx, query, func() (driver.Rows, error) { return c.conn.QueryContext(ctx, query, args) })
 }
 
 func (c *gatedConn) PrepareContext(ctx context.Context, query string) (driver.Stmt, error) {
@@ -179,29 +187,11 @@ type gatedStmt struct {
 }
 
 func (s *gatedStmt) ExecContext(ctx context.Context, args []driver.NamedValue) (driver.Result, error) {
-	if !s.conn.inTx {
-		if err := s.conn.gate.enter(ctx); err != nil {
-			return nil, err
-		}
-		defer s.conn.gate.leave()
-	}
-	return s.Stmt.(driver.StmtExecContext).ExecContext(ctx, args)
+	return s.conn.exec(ctx, func() (driver.Result, error) { return s.Stmt.(driver.StmtExecContext).ExecContext(ctx, args) })
 }
 
 func (s *gatedStmt) QueryContext(ctx context.Context, args []driver.NamedValue) (driver.Rows, error) {
-	q := s.Stmt.(driver.StmtQueryContext)
-	if s.conn.inTx || reads(s.query) {
-		return q.QueryContext(ctx, args)
-	}
-	if err := s.conn.gate.enter(ctx); err != nil {
-		return nil, err
-	}
-	rows, err := q.QueryContext(ctx, args)
-	if err != nil {
-		s.conn.gate.leave()
-		return nil, err
-	}
-	return &gatedRows{Rows: rows, leave: sync.OnceFunc(s.conn.gate.leave)}, nil
+	return s.conn.query(ctx, s.query, func() (driver.Rows, error) { return s.Stmt.(driver.StmtQueryContext).QueryContext(ctx, args) })
 }
 
 // gatedRows lets the gate go when its rows are closed.

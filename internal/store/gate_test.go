@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"path/filepath"
 	"sync/atomic"
@@ -16,15 +17,8 @@ import (
 // locked" five seconds later: SQLite's own wait sleeps between tries, and
 // the busy writer took the lock again each time in between.
 func TestAWriteIsNotStarvedByABusyWriter(t *testing.T) {
-	db, err := Open(context.Background(), filepath.Join(t.TempDir(), "m.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
+	db := openWithTable(t, `CREATE TABLE t (who TEXT, n INTEGER)`)
 	ctx := context.Background()
-	if _, err := db.ExecContext(ctx, `CREATE TABLE t (who TEXT, n INTEGER)`); err != nil {
-		t.Fatal(err)
-	}
 
 	var stop atomic.Bool
 	busy := make(chan error, 1)
@@ -65,7 +59,7 @@ func TestAWriteIsNotStarvedByABusyWriter(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 	}
 	start := time.Now()
-	_, err = db.ExecContext(ctx, `INSERT INTO t VALUES ('once', 0)`)
+	_, err := db.ExecContext(ctx, `INSERT INTO t VALUES ('once', 0)`)
 	took := time.Since(start)
 	stop.Store(true)
 	if err != nil {
@@ -83,15 +77,8 @@ func TestAWriteIsNotStarvedByABusyWriter(t *testing.T) {
 // transaction that does not end gives up when its caller does, and the
 // database writes again once the transaction ends.
 func TestAWriteWaitingItsTurnEndsWithItsContext(t *testing.T) {
-	db, err := Open(context.Background(), filepath.Join(t.TempDir(), "m.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
+	db := openWithTable(t, `CREATE TABLE t (n INTEGER)`)
 	bg := context.Background()
-	if _, err := db.ExecContext(bg, `CREATE TABLE t (n INTEGER)`); err != nil {
-		t.Fatal(err)
-	}
 	tx, err := db.BeginTx(bg, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -100,6 +87,17 @@ func TestAWriteWaitingItsTurnEndsWithItsContext(t *testing.T) {
 	defer cancel()
 	if _, err := db.ExecContext(ctx, `INSERT INTO t VALUES (1)`); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("a write behind an open transaction, its context ended: %v; want the context's error", err)
+	}
+	// A prepared write queues the same way.
+	st, err := db.PrepareContext(bg, `INSERT INTO t VALUES (3)`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	ctx2, cancel2 := context.WithTimeout(bg, 50*time.Millisecond)
+	defer cancel2()
+	if _, err := st.ExecContext(ctx2); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("a prepared write behind an open transaction, its context ended: %v; want the context's error", err)
 	}
 	// A read does not queue behind the writer.
 	var n int
@@ -115,4 +113,19 @@ func TestAWriteWaitingItsTurnEndsWithItsContext(t *testing.T) {
 	if err := db.QueryRowContext(bg, `SELECT COUNT(*) FROM t`).Scan(&n); err != nil || n != 1 {
 		t.Fatalf("the table has %d rows (%v); want the one written after", n, err)
 	}
+}
+
+// openWithTable opens a new database, closed when the test ends, with the
+// one table create makes.
+func openWithTable(t *testing.T, create string) *sql.DB {
+	t.Helper()
+	db, err := Open(context.Background(), filepath.Join(t.TempDir(), "m.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	if _, err := db.ExecContext(context.Background(), create); err != nil {
+		t.Fatal(err)
+	}
+	return db
 }
