@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -178,12 +179,22 @@ func (e *testEnv) addModel(repo string, opts hubtest.RepoOptions, files map[stri
 
 func MustStart(t testing.TB, s *Server, req Request) Job {
 	t.Helper()
+	j, err := timedStart(s, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return j
+}
+
+// timedStart starts a job for req; its error says how long the start
+// took to fail (a wait for the database's write lock shows there).
+func timedStart(s *Server, req Request) (Job, error) {
 	t0 := time.Now()
 	j, err := s.Start(context.Background(), req)
 	if err != nil {
-		t.Fatalf("Start(%+v) failed after %v: %v", req, time.Since(t0), err)
+		return Job{}, fmt.Errorf("Start(%+v) failed after %v: %w", req, time.Since(t0), err)
 	}
-	return j
+	return j, nil
 }
 
 // MustEnd waits for the job to end and returns it as it ended.

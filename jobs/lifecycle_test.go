@@ -170,15 +170,30 @@ func TestManyJobsAtOnce(t *testing.T) {
 			tinyFile: {Name: repo}, "tiny-Q8_0.gguf": {Name: repo + " Q8"}})
 		repos = append(repos, repo)
 	}
+	// The starts run beside each other; a start that fails is reported
+	// here, as t.Fatal may only be called from the test's own goroutine.
 	var wg sync.WaitGroup
 	ids := make(chan string, 20)
+	failed := make(chan error, 20)
 	for i := range 20 {
 		wg.Go(func() {
-			ids <- MustStart(t, e.srv, Request{Repo: repos[i%5], Replicas: 1}).ID
+			j, err := timedStart(e.srv, Request{Repo: repos[i%5], Replicas: 1})
+			if err != nil {
+				failed <- err
+				return
+			}
+			ids <- j.ID
 		})
 	}
 	wg.Wait()
 	close(ids)
+	close(failed)
+	for err := range failed {
+		t.Error(err)
+	}
+	if t.Failed() {
+		t.FailNow()
+	}
 	for id := range ids {
 		if j := MustEnd(t, e.srv, id); j.State != Done {
 			t.Errorf("job %s ended %s: %s", id, j.State, j.Error)
