@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -494,6 +496,58 @@ func TestShutdownLeavesNoEngineAndRestartStartsAfresh(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestAFleetStoppedWhileAStartIsKeptStopsItsEngine: the fleet stops in
+// the moment after a replica is ready and measured, while its start is
+// being written to the history (here held behind another writer's
+// transaction). Its engine is stopped with the rest, not left running
+// with nobody to stop it.
+func TestAFleetStoppedWhileAStartIsKeptStopsItsEngine(t *testing.T) {
+	db, err := store.Open(context.Background(), filepath.Join(t.TempDir(), "modelserve.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	cat := catalog.NewStore(db)
+	measured := make(chan struct{})
+	log := slog.New(slog.NewTextHandler(&lineWatch{w: tWriter{t}, line: `msg="replica ready"`, seen: measured}, nil))
+	fl := MustRun(t, cat, Options{History: NewHistory(db), Log: log})
+	MustAdd(t, fl.notifying(cat), entry("tiny", MustWriteModel(t, "tiny.gguf", ggufgen.Spec{}), 1))
+	// The history's write waits behind this transaction.
+	tx, err := db.BeginTx(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-measured:
+	case <-time.After(readyWithin):
+		tx.Rollback()
+		t.Fatal("the replica was not ready in time")
+	}
+	fl.cancel()
+	time.Sleep(20 * time.Millisecond) // the fleet's context has ended
+	if err := tx.Rollback(); err != nil {
+		t.Fatal(err)
+	}
+	fl.stop(t)
+	assertGone(t, fl.node.started())
+}
+
+// lineWatch writes on to w, and closes seen the first time a write holds
+// line.
+type lineWatch struct {
+	w    io.Writer
+	line string
+	seen chan struct{}
+	once sync.Once
+}
+
+func (l *lineWatch) Write(p []byte) (int, error) {
+	if strings.Contains(string(p), l.line) {
+		l.once.Do(func() { close(l.seen) })
+	}
+	return l.w.Write(p)
 }
 
 // TestAddedToAnswering measures what the fleet adds between a model put in

@@ -185,7 +185,8 @@ func (tf *testFleet) start() {
 }
 
 // stop cancels Run and waits for it, failing the test should it take
-// longer than the engines' grace.
+// longer than the engines' grace. A fleet stopped already (by the test,
+// before its cleanup) is found so.
 func (tf *testFleet) stop(t testing.TB) {
 	t.Helper()
 	tf.cancel()
@@ -194,6 +195,7 @@ func (tf *testFleet) stop(t testing.TB) {
 		if err != nil {
 			t.Errorf("Run returned %v", err)
 		}
+		tf.done <- nil
 	case <-time.After(20 * time.Second):
 		t.Errorf("Run did not return within 20s of its context ending")
 	}

@@ -66,7 +66,6 @@ func TestParkedModelStaysParkedAcrossARestart(t *testing.T) {
 	// The process stops. A park kept for a model since removed from the
 	// catalog is forgotten at the next start.
 	first.stop(t)
-	first.done <- nil // stopped: its cleanup finds it so
 	if _, err := db.Exec(`INSERT INTO parked_models (model, fingerprint, reason, failures, parked_at)
 		VALUES ('gone', 'x', 'it failed', 3, '2026-01-01T00:00:00Z')`); err != nil {
 		t.Fatal(err)

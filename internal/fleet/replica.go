@@ -260,7 +260,10 @@ func (f *Fleet) attempt(ctx context.Context, r *replica) (outcome, string) {
 		load = f.readLoadOnce(ctx, r, proc)
 	}
 	var rss int64 // 0: not measured
-	if ctx.Err() != nil {
+	// Asked once: stopped later (while the start is kept, below), the
+	// engine is stopped by the loop after, as at any other moment.
+	stoppedEarly := ctx.Err() != nil
+	if stoppedEarly {
 		// Stopped within the settle (given back for another model the
 		// moment after its request): the engine goes first, and its
 		// room with it, then the start is kept, its memory unmeasured.
@@ -292,7 +295,7 @@ func (f *Fleet) attempt(ctx context.Context, r *replica) (outcome, string) {
 	if err != nil {
 		f.log.Warn("the replica's start is not kept in the history", "replica", r.id, "err", err)
 	}
-	if ctx.Err() != nil {
+	if stoppedEarly {
 		return stopped, "" // its engine stopped within the settle, above
 	}
 
