@@ -525,8 +525,7 @@ func TestAFleetStoppedWhileAStartIsKeptStopsItsEngine(t *testing.T) {
 		tx.Rollback()
 		t.Fatal("the replica was not ready in time")
 	}
-	fl.cancel()
-	time.Sleep(20 * time.Millisecond) // the fleet's context has ended
+	fl.cancel() // its context has ended when cancel returns
 	if err := tx.Rollback(); err != nil {
 		t.Fatal(err)
 	}
