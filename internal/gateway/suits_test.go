@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"net/http"
 	"strings"
@@ -118,5 +119,81 @@ func TestAnswersKeepToTheModelsLongestAnswer(t *testing.T) {
 	}
 	if listed, err := c.Models.Get(ctx, "tiny"); err != nil || !strings.Contains(listed.JSON.ExtraFields["modelserve"].Raw(), `"max_output":12`) {
 		t.Errorf("/v1/models/tiny does not say its longest answer: %+v, %v", listed, err)
+	}
+}
+
+// TestEveryRouteThatGeneratesKeepsToTheLongestAnswer: llama-server
+// generates on OpenAI's Responses API and Anthropic's Messages API too, by
+// their own length fields, and ran to the end of the context there when
+// the catch-all forwarded them as they came. Each keeps to max_output as
+// the chat does, a route the gateway does not know is refused rather than
+// passed on, and a length sent as null does not undo the one given.
+func TestEveryRouteThatGeneratesKeepsToTheLongestAnswer(t *testing.T) {
+	e := mustEnv(t, Options{})
+	m := chatModel(t, "tiny", ggufgen.Spec{})
+	m.MaxOutput = 12
+	e.mustAdd(m)
+	e.waitServing("tiny", 1)
+	ctx := context.Background()
+	msgs := []map[string]string{{"role": "user", "content": "hi"}}
+
+	// usage.output_tokens on both, as each API names it
+	// (completion_tokens on the chat).
+	var answer struct {
+		Usage struct {
+			Output     int `json:"output_tokens"`
+			Completion int `json:"completion_tokens"`
+		} `json:"usage"`
+	}
+	for _, c := range []struct {
+		name, path string
+		body       map[string]any
+	}{
+		{"a chat whose max_tokens is null", "/v1/chat/completions", map[string]any{"model": "tiny", "messages": msgs, "max_tokens": nil, "ignore_eos": true}},
+		{"a response with no length", "/v1/responses", map[string]any{"model": "tiny", "input": "hi", "ignore_eos": true}},
+		{"a response whose length is null", "/v1/responses", map[string]any{"model": "tiny", "input": "hi", "max_output_tokens": nil, "ignore_eos": true}},
+		{"a message with no max_tokens", "/v1/messages", map[string]any{"model": "tiny", "messages": msgs, "ignore_eos": true}},
+		{"a message whose max_tokens is null", "/v1/messages", map[string]any{"model": "tiny", "messages": msgs, "max_tokens": nil, "ignore_eos": true}},
+		// The engine reads no n_predict on /v1/messages: naming one does
+		// not stand for a length there.
+		{"a message with only n_predict", "/v1/messages", map[string]any{"model": "tiny", "messages": msgs, "n_predict": 5, "ignore_eos": true}},
+	} {
+		resp, body := e.post(ctx, c.path, e.token, c.body)
+		answer.Usage.Output, answer.Usage.Completion = 0, 0
+		if err := json.Unmarshal(body, &answer); resp.StatusCode != http.StatusOK || err != nil || answer.Usage.Output+answer.Usage.Completion != 12 {
+			t.Errorf("%s: %d, %d tokens (%.300s); want tiny's longest answer, 12", c.name, resp.StatusCode, answer.Usage.Output+answer.Usage.Completion, body)
+		}
+	}
+	for _, c := range []struct {
+		name, path, param string
+		body              map[string]any
+	}{
+		{"max_output_tokens beyond it", "/v1/responses", "max_output_tokens", map[string]any{"model": "tiny", "input": "hi", "max_output_tokens": 500}},
+		{"a response's n_predict beyond it", "/v1/responses", "n_predict", map[string]any{"model": "tiny", "input": "hi", "max_output_tokens": 5, "n_predict": 500}},
+		{"a message's max_tokens beyond it", "/v1/messages", "max_tokens", map[string]any{"model": "tiny", "messages": msgs, "max_tokens": 500}},
+	} {
+		resp, body := e.post(ctx, c.path, e.token, c.body)
+		if ae := apiErr(t, body); resp.StatusCode != http.StatusBadRequest || ae.Code != "max_tokens_too_large" || ae.Param == nil || *ae.Param != c.param ||
+			!strings.Contains(ae.Message, "tiny's longest answer, 12 tokens: ask for 12 or fewer") {
+			t.Errorf("%s: %d %s; want a 400 naming the limit", c.name, resp.StatusCode, body)
+		}
+	}
+	// Within it, as asked.
+	resp, body := e.post(ctx, "/v1/messages", e.token, map[string]any{"model": "tiny", "messages": msgs, "max_tokens": 5, "ignore_eos": true})
+	if err := json.Unmarshal(body, &answer); resp.StatusCode != http.StatusOK || err != nil || answer.Usage.Output != 5 {
+		t.Errorf("a message with max_tokens 5: %d %.300s; want 5 tokens", resp.StatusCode, body)
+	}
+	// Counting a prompt generates nothing, and is passed on.
+	if resp, body := e.post(ctx, "/v1/messages/count_tokens", e.token, map[string]any{"model": "tiny", "messages": msgs}); resp.StatusCode != http.StatusOK {
+		t.Errorf("count_tokens: %d %s; want the engine's count", resp.StatusCode, body)
+	}
+	// The engine's routes the gateway does not know are refused, whatever
+	// they do.
+	for _, path := range []string{"/v1/chat/completions/control", "/v1/audio/transcriptions", "/v1/streams/lookup"} {
+		resp, body := e.post(ctx, path, e.token, map[string]any{"model": "tiny", "messages": msgs})
+		if ae := apiErr(t, body); resp.StatusCode != http.StatusNotFound || ae.Code != "unknown_url" ||
+			!strings.Contains(ae.Message, "the gateway does not forward POST "+path+": it forwards /v1/chat/completions, ") {
+			t.Errorf("POST %s: %d %s; want a 404 in the gateway's words", path, resp.StatusCode, body)
+		}
 	}
 }
