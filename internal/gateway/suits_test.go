@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -195,5 +196,53 @@ func TestEveryRouteThatGeneratesKeepsToTheLongestAnswer(t *testing.T) {
 			!strings.Contains(ae.Message, "the gateway does not forward POST "+path+": it forwards /v1/chat/completions, ") {
 			t.Errorf("POST %s: %d %s; want a 404 in the gateway's words", path, resp.StatusCode, body)
 		}
+	}
+}
+
+// TestAPromptLongerThanTheContextIsRefusedInOpenAIsWords: llama-server
+// refuses a prompt longer than a slot's context with a 400 of its own type
+// ("try increasing it", which no client can); the gateway answers
+// OpenAI's context_length_exceeded instead, which the official client
+// raises with its code, naming the limit, on every route that reads a
+// prompt. It is the client's error, not the model's failure.
+func TestAPromptLongerThanTheContextIsRefusedInOpenAIsWords(t *testing.T) {
+	e := mustEnv(t, Options{})
+	e.mustAdd(chatModel(t, "tiny", ggufgen.Spec{}))
+	e.waitServing("tiny", 1)
+	c := e.client(e.token)
+	ctx := context.Background()
+	long := strings.Repeat("hello world ", 1000)
+
+	_, err := c.Chat.Completions.New(ctx, openai.ChatCompletionNewParams{Model: "tiny", MaxTokens: openai.Int(2),
+		Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage(long)}})
+	var ae *openai.Error
+	if !errors.As(err, &ae) || ae.StatusCode != http.StatusBadRequest || ae.Code != "context_length_exceeded" ||
+		ae.Type != "invalid_request_error" || ae.Param != "messages" ||
+		!regexp.MustCompile(`^the prompt is \d+ tokens, and tiny reads at most 1024 tokens a request: shorten the prompt`).MatchString(ae.Message) {
+		t.Errorf("a chat longer than the context: %v; want a 400 context_length_exceeded naming 1024 tokens", err)
+	}
+	for _, r := range []struct {
+		path, param string
+		body        map[string]any
+	}{
+		{"/v1/completions", "prompt", map[string]any{"model": "tiny", "prompt": long, "max_tokens": 2}},
+		{"/v1/responses", "input", map[string]any{"model": "tiny", "input": long, "max_output_tokens": 2}},
+		{"/v1/messages", "messages", map[string]any{"model": "tiny", "max_tokens": 2, "messages": []map[string]string{{"role": "user", "content": long}}}},
+	} {
+		resp, body := e.post(ctx, r.path, e.token, r.body)
+		if got := apiErr(t, body); resp.StatusCode != http.StatusBadRequest || got.Code != "context_length_exceeded" ||
+			got.Param == nil || *got.Param != r.param || !strings.Contains(got.Message, "tiny reads at most 1024 tokens a request") {
+			t.Errorf("%s: %d %s; want a 400 context_length_exceeded naming 1024 tokens", r.path, resp.StatusCode, body)
+		}
+	}
+	// A prompt that fits is answered on the same connection after them.
+	if _, err := c.Chat.Completions.New(ctx, hello("tiny", 2)); err != nil {
+		t.Errorf("a chat that fits, after them: %v", err)
+	}
+	waitFor(t, 2*time.Second, "the requests counted", func() (bool, string) {
+		return e.gw.Traffic()["tiny"].Requests == 5, ""
+	})
+	if tr := e.gw.Traffic()["tiny"]; tr.Failed != 0 {
+		t.Errorf("tiny's last minute: %+v; want none failed", tr)
 	}
 }
