@@ -135,6 +135,10 @@ type Deps struct {
 	Notify *notify.Notifier
 	// Tracer, when set, records each run of a job as a trace (trace.go).
 	Tracer trace.Tracer
+	// TraceContent lets the traces carry what a model said (the smoke
+	// test's answer), as --trace-content does the gateway's; off, they
+	// carry how it answered but not what.
+	TraceContent bool
 
 	// What an update needs (Server.Update): the updates noticed, and
 	// where versions end. Without Updates no update is served.
