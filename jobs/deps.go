@@ -128,6 +128,12 @@ type Deps struct {
 	// UnplacedGrace is how long a model may go unplaced before the job
 	// stops waiting for it; a minute unless set.
 	UnplacedGrace time.Duration
+	// MirrorNoProgress ends a mirror step whose files have not grown for
+	// that long while one of them is being fetched; 10 minutes unless set.
+	// MirrorWithin ends one still fetching after that long; six hours
+	// unless set, as the reference pipeline bounds it (mirror_bounds.go).
+	MirrorNoProgress time.Duration
+	MirrorWithin     time.Duration
 	// Metrics, when set, is told of jobs and steps.
 	Metrics Metrics
 	// Notify is told of jobs failed and updates promoted or rolled back

@@ -308,9 +308,7 @@ func (p *pipeline) fetch(ctx context.Context) error {
 			unchecked++
 		}
 	}
-	paths, err := p.s.deps.Mirror.Fetch(ctx, files, func(pr mirror.Progress) {
-		p.s.progress(p.l, pr.BytesDone, pr.BytesTotal, pr.Connections)
-	})
+	paths, err := p.fetchBounded(ctx, files)
 	if err != nil {
 		return err
 	}
