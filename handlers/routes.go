@@ -90,8 +90,9 @@ func (s *Server) apiRoutes(mux *http.ServeMux) {
 func (s *Server) gatewayRoutes(mux *http.ServeMux) {
 	// The gateway, for OpenAI clients: the served models by name, behind
 	// the same API tokens (internal/gateway). Any other POST /v1/ whose
-	// body names a model (rerank, responses, messages, ...) goes to that
-	// model's replica the same way.
+	// body names a model goes to the gateway too, which passes on the
+	// engine's routes it knows (responses, messages, ...) and refuses the
+	// rest.
 	if g := s.deps.Gateway; g != nil {
 		mux.HandleFunc("GET /v1/models", g.ListModels)
 		mux.HandleFunc("GET /v1/models/{model}", g.ShowModel)

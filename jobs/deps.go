@@ -128,6 +128,12 @@ type Deps struct {
 	// UnplacedGrace is how long a model may go unplaced before the job
 	// stops waiting for it; a minute unless set.
 	UnplacedGrace time.Duration
+	// MirrorNoProgress ends a mirror step whose files have not grown for
+	// that long while one of them is being fetched; 10 minutes unless set.
+	// MirrorWithin ends one still fetching after that long; six hours
+	// unless set, as the reference pipeline bounds it (mirror_bounds.go).
+	MirrorNoProgress time.Duration
+	MirrorWithin     time.Duration
 	// Metrics, when set, is told of jobs and steps.
 	Metrics Metrics
 	// Notify is told of jobs failed and updates promoted or rolled back
@@ -135,6 +141,10 @@ type Deps struct {
 	Notify *notify.Notifier
 	// Tracer, when set, records each run of a job as a trace (trace.go).
 	Tracer trace.Tracer
+	// TraceContent lets the traces carry what a model said (the smoke
+	// test's answer), as --trace-content does the gateway's; off, they
+	// carry how it answered but not what.
+	TraceContent bool
 
 	// What an update needs (Server.Update): the updates noticed, and
 	// where versions end. Without Updates no update is served.

@@ -267,12 +267,14 @@ func TestFitsNowhereIsRefusedBeforeTheDownload(t *testing.T) {
 	}
 }
 
-// TestRequestJSON: the API's request body as the server reads it.
+// TestRequestJSON: the API's request body as the server reads it. "tp",
+// gpus_per_node's older name in the reference pipeline, is taken for it.
 func TestRequestJSON(t *testing.T) {
 	for _, tc := range []struct {
 		body    string
 		longest bool
 		ctx     int
+		gpus    int
 		err     string
 	}{
 		{body: `{"repo": "a/b", "context_length": "max"}`, longest: true},
@@ -280,6 +282,11 @@ func TestRequestJSON(t *testing.T) {
 		{body: `{"repo": "a/b"}`},
 		{body: `{"repo": "a/b", "context_length": "lots"}`, err: `context_length is a number of tokens, or "max" for the longest that fits, not "lots"`},
 		{body: `{"repo": "a/b", "contex_length": 8192}`, err: `unknown field "contex_length"`},
+		{body: `{"repo": "a/b", "tp": 2}`, gpus: 2},
+		{body: `{"repo": "a/b", "gpus_per_node": 4}`, gpus: 4},
+		{body: `{"repo": "a/b", "tp": 2, "gpus_per_node": 2}`, gpus: 2},
+		{body: `{"repo": "a/b", "gpus_per_node": 4, "tp": 2}`,
+			err: "tp is gpus_per_node's older name, and the request gives 2 for one and 4 for the other: give gpus_per_node alone"},
 	} {
 		var r Request
 		err := json.Unmarshal([]byte(tc.body), &r)
@@ -288,7 +295,7 @@ func TestRequestJSON(t *testing.T) {
 			if err == nil || !strings.Contains(err.Error(), tc.err) {
 				t.Errorf("%s: %v, want %q", tc.body, err, tc.err)
 			}
-		case err != nil || r.Longest != tc.longest || r.ContextLength != tc.ctx || r.Repo != "a/b":
+		case err != nil || r.Longest != tc.longest || r.ContextLength != tc.ctx || r.GPUsPerNode != tc.gpus || r.Repo != "a/b":
 			t.Errorf("%s: %+v (%v)", tc.body, r, err)
 		}
 	}

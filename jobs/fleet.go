@@ -162,6 +162,19 @@ func (s *Server) smoke(ctx context.Context, name string, embeddings bool) (strin
 	return strings.TrimSpace(out.Text()), tps, nil
 }
 
+// answered is the smoke test's sentence: how fast the model answered and,
+// with withAnswer, what it said. An embedding model's reply is the size
+// of its vector, never content.
+func answered(reply string, tps float64, embeddings, withAnswer bool) string {
+	switch {
+	case embeddings:
+		return "answered with " + reply
+	case withAnswer:
+		return fmt.Sprintf("answered at %.1f tokens/s: %q", tps, reply)
+	}
+	return fmt.Sprintf("answered at %.1f tokens/s", tps)
+}
+
 // smokeReach is how long the smoke test asks again when no replica
 // answered at all: a pod just made ready can be unreachable for a moment
 // while its address is routed, and a replica that died is replaced

@@ -34,7 +34,8 @@ type Request struct {
 	Format string `json:"format,omitempty"`
 	// Where it runs: on the CPU, or on GPUsPerNode cards of GPUClass on
 	// each of Nodes nodes. Left empty, the planner decides, and without one
-	// it runs on this node's CPU.
+	// it runs on this node's CPU. "tp" is GPUsPerNode's older name, which
+	// UnmarshalJSON takes for it.
 	CPU         bool   `json:"cpu,omitempty"`
 	GPUClass    string `json:"gpu_class,omitempty"`
 	GPUsPerNode int    `json:"gpus_per_node,omitempty"`
@@ -106,13 +107,16 @@ type Request struct {
 const maxReplicas = 64
 
 // UnmarshalJSON reads a request, refusing fields it does not have (a
-// misspelt field silently ignored would serve the wrong thing), and takes
-// "context_length": "max" for the longest context that fits.
+// misspelt field silently ignored would serve the wrong thing), takes
+// "context_length": "max" for the longest context that fits, and "tp" for
+// gpus_per_node: requests written for the reference pipeline use that
+// older name.
 func (r *Request) UnmarshalJSON(b []byte) error {
 	type plain Request
 	var in struct {
 		plain
 		ContextLength json.RawMessage `json:"context_length,omitempty"`
+		TP            *int            `json:"tp,omitempty"`
 	}
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
@@ -126,6 +130,12 @@ func (r *Request) UnmarshalJSON(b []byte) error {
 		return err
 	}
 	*r = Request(in.plain)
+	if in.TP != nil {
+		if r.GPUsPerNode != 0 && r.GPUsPerNode != *in.TP {
+			return invalid("tp is gpus_per_node's older name, and the request gives %d for one and %d for the other: give gpus_per_node alone", *in.TP, r.GPUsPerNode)
+		}
+		r.GPUsPerNode = *in.TP
+	}
 	r.ContextLength = 0
 	switch c := bytes.TrimSpace(in.ContextLength); {
 	case len(c) == 0, string(c) == "null":

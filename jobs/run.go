@@ -115,11 +115,7 @@ func (s *Server) run(ctx context.Context, l *live) error {
 		return failedAt(StepSmoke, err)
 	}
 	s.set(l, func(j *Job) { j.Reply, j.TokensPerSecond = reply, tps })
-	if p.req.Embeddings {
-		s.step(l, StepSmoke, Done, "answered with "+reply)
-	} else {
-		s.step(l, StepSmoke, Done, fmt.Sprintf("answered at %.1f tokens/s: %q", tps, reply))
-	}
+	s.step(l, StepSmoke, Done, answered(reply, tps, p.req.Embeddings, true))
 	if p.req.CanaryOf != "" {
 		// 8. An update: the new version beside the old, judged.
 		return s.trial(ctx, l, p)
@@ -312,9 +308,7 @@ func (p *pipeline) fetch(ctx context.Context) error {
 			unchecked++
 		}
 	}
-	paths, err := p.s.deps.Mirror.Fetch(ctx, files, func(pr mirror.Progress) {
-		p.s.progress(p.l, pr.BytesDone, pr.BytesTotal, pr.Connections)
-	})
+	paths, err := p.fetchBounded(ctx, files)
 	if err != nil {
 		return err
 	}

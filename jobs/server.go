@@ -119,6 +119,12 @@ func New(d Deps) (*Server, error) {
 	if d.UnplacedGrace <= 0 {
 		d.UnplacedGrace = time.Minute
 	}
+	if d.MirrorNoProgress <= 0 {
+		d.MirrorNoProgress = 10 * time.Minute
+	}
+	if d.MirrorWithin <= 0 {
+		d.MirrorWithin = 6 * time.Hour
+	}
 	if d.Fleet != nil && d.Gateway == nil {
 		return nil, errors.New("jobs with a fleet need the gateway, which the smoke test asks through: set Deps.Gateway")
 	}

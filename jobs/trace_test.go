@@ -2,7 +2,10 @@ package jobs
 
 import (
 	"context"
+	"fmt"
 	"net/http"
+	"strconv"
+	"strings"
 	"testing"
 
 	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
@@ -92,6 +95,40 @@ func TestAServeJobIsATraceWithASpanPerStep(t *testing.T) {
 	}
 	if clients[StepRegistry] == 0 || clients[StepMirror] == 0 {
 		t.Errorf("client spans by step %v; want the registry's and the mirror's requests", clients)
+	}
+}
+
+// TestTheSmokeTestsAnswerLeavesInATraceOnlyWithContentOn: the smoke
+// test's step says what the model answered, on the job's page; its span
+// carries how fast, and what it said only with --trace-content, as the
+// gateway's prompts and answers: a collector may be another team's.
+func TestTheSmokeTestsAnswerLeavesInATraceOnlyWithContentOn(t *testing.T) {
+	for _, content := range []bool{false, true} {
+		t.Run(fmt.Sprintf("content %t", content), func(t *testing.T) {
+			rcv := otlptest.Start(t)
+			opt, flush := withTracing(rcv)
+			f := &fakeFleet{readyAt: 1, health: ModelHealth{Model: "tiny"}}
+			f.endpoint = engine(t, http.StatusOK).URL
+			e := newEnv(t, withNodeMemory(64<<30), withFleet(f), opt, func(e *testEnv) { e.deps.TraceContent = content })
+			e.addModel(tinyRepo, hubtest.RepoOptions{}, map[string]ggufgen.Spec{tinyFile: {}})
+			j := MustStart(t, e.srv, Request{Repo: tinyRepo, Replicas: 1})
+			end := MustEnd(t, e.srv, j.ID)
+			st, _ := end.Step(StepSmoke)
+			quoted := strconv.Quote(end.Reply)
+			if end.State != Done || end.Reply == "" || !strings.HasSuffix(st.Detail, quoted) {
+				t.Fatalf("job ended %s, smoke test %q; want done, quoting the reply %s", end.State, st.Detail, quoted)
+			}
+			e.srv.Close()
+			flush()
+			got := rcv.WaitFor(t, StepSmoke).Attrs["modelserve.step.detail"]
+			want := fmt.Sprintf("answered at %.1f tokens/s", end.TokensPerSecond)
+			if content {
+				want = st.Detail
+			}
+			if got != want {
+				t.Errorf("the smoke test's span detail %q; want %q", got, want)
+			}
+		})
 	}
 }
 

@@ -143,7 +143,7 @@ func (c *config) settings() []setting {
 		{"mirror-url", "MODELSERVE_MIRROR_URL", "", "modelserve's address as the cluster's nodes reach it, to fetch weights from /mirror/; empty uses --public-url", &c.MirrorURL},
 		{"mirror-token", "MODELSERVE_MIRROR_TOKEN", "", "API token (modelserve token create) the nodes fetch weights with, written to the Secret modelserve-mirror; empty leaves that Secret to the operator", &c.MirrorToken},
 		{"trace-url", "MODELSERVE_TRACE_URL", "", "where a trace viewer shows a trace, with {trace_id} (e.g. http://jaeger:16686/trace/{trace_id}): the job page links each job's trace there", &c.TraceURL},
-		{"trace-content", "MODELSERVE_TRACE_CONTENT", "", "true records the gateway's prompts and answers (up to 16 KiB each) on their traces; off by default, as they may hold what should not leave", &c.TraceContentText},
+		{"trace-content", "MODELSERVE_TRACE_CONTENT", "", "true records the gateway's prompts and answers (up to 16 KiB each) on their traces, and the smoke test's answer on its job's; off by default, as they may hold what should not leave", &c.TraceContentText},
 		{"gpu-product-label", "MODELSERVE_GPU_PRODUCT_LABEL", "", "node label naming a node's card, which GPU profiles are placed by; empty means nvidia.com/gpu.product", &c.GPUProductLabel},
 	}
 }

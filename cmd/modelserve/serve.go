@@ -193,7 +193,7 @@ func serve(ctx context.Context, cfg config, log *slog.Logger, ready func(addr st
 	js, err := jobs.New(jobs.Deps{
 		DB: db, Registry: regs, Mirror: mir, Catalog: cat, Planner: planner, Fleet: jobsFleet, Gateway: gw,
 		EngineBuild: version.Build, Architectures: known, VLLM: vllm, Pool: fl.Pool,
-		Log: log, Metrics: met, Notify: notifier, Tracer: tracing.Tracer("modelserve/jobs"),
+		Log: log, Metrics: met, Notify: notifier, Tracer: tracing.Tracer("modelserve/jobs"), TraceContent: cfg.TraceContent,
 		Updates: watcher, Versions: store, Share: share, Policy: cfg.CanaryPolicy, Meters: gatewayMeters{gw}, Evals: jobsEvals{runner},
 	})
 	if err != nil {

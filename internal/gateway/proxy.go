@@ -240,6 +240,13 @@ func (g *Gateway) send(w http.ResponseWriter, r *http.Request, m catalog.Model, 
 		return false
 	}
 	defer resp.Body.Close()
+	// A prompt longer than the slot's context is refused in the gateway's
+	// words, naming the model the client asked for (exceeded.go).
+	asked := m.Name
+	if a := rn.answering(); a != "" {
+		asked = a
+	}
+	contextExceeded(resp, asked, r.URL.Path)
 
 	timing := serverTiming(sentAt.Sub(start), time.Since(sentAt))
 	first, tally, err := relay(w, resp, rn, call.on() && g.opts.TraceContent, timing)

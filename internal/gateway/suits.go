@@ -3,7 +3,10 @@ package gateway
 import (
 	"bytes"
 	"encoding/json"
+	"net/http"
+	"slices"
 	"strconv"
+	"strings"
 
 	"modelserve/catalog"
 )
@@ -14,16 +17,57 @@ import (
 // (an instruction no client can follow, counted as the replica's
 // failure), and an answer with no length ran until the context was full.
 
-// generating are the routes whose answer the engine generates, token by
-// token; embeddingRoutes those that embed.
-var (
-	generating      = map[string]bool{"/v1/chat/completions": true, "/v1/completions": true}
-	embeddingRoutes = map[string]bool{"/v1/embeddings": true}
-)
+// routes are the engine's POST /v1/ routes the gateway forwards, and what
+// each is. A route not here is refused, not passed on: llama-server
+// generates on routes an OpenAI client never names (its Anthropic
+// /v1/messages, its Responses API), and one the gateway did not know would
+// run uncapped until the context was full.
+var routes = map[string]route{
+	"/v1/chat/completions": {lengths: openAILengths, prompt: "messages"},
+	"/v1/completions":      {lengths: openAILengths, prompt: "prompt"},
+	// OpenAI's Responses API names its length max_output_tokens; the
+	// engine reads the chat's fields there too.
+	"/v1/responses": {lengths: append([]string{"max_output_tokens"}, openAILengths...), prompt: "input"},
+	// Anthropic's Messages API: max_tokens, which its clients always send.
+	// The engine reads no other field there (n_predict is ignored).
+	"/v1/messages":   {lengths: []string{"max_tokens"}, prompt: "messages"},
+	"/v1/embeddings": {embeds: true, prompt: "input"},
+	"/v1/rerank":     {prompt: "query"},
+	"/v1/reranking":  {prompt: "query"},
+	// Counting a prompt's tokens generates nothing.
+	"/v1/messages/count_tokens":         {prompt: "messages"},
+	"/v1/chat/completions/input_tokens": {prompt: "messages"},
+	"/v1/responses/input_tokens":        {prompt: "input"},
+}
 
-// lengthFields are the fields that bound an answer's length: OpenAI's two
-// and llama.cpp's own.
-var lengthFields = []string{"max_tokens", "max_completion_tokens", "n_predict"}
+// openAILengths are the fields that bound an answer's length on OpenAI's
+// chat and text completions as llama-server reads them: OpenAI's two and
+// its own n_predict, which wins over them.
+var openAILengths = []string{"max_tokens", "max_completion_tokens", "n_predict"}
+
+// A route is one of routes.
+type route struct {
+	// lengths are the fields the engine bounds a generated answer's length
+	// by on this route, each held to the model's longest answer; the first
+	// is set when a request names none. None: it generates nothing.
+	lengths []string
+	// embeds says it answers with embeddings.
+	embeds bool
+	// prompt is the field the prompt is in, named by a refusal of it.
+	prompt string
+}
+
+func (r route) generates() bool { return len(r.lengths) > 0 }
+
+// routeNames lists routes for a refusal, in a stable order.
+func routeNames() string {
+	names := make([]string, 0, len(routes))
+	for p := range routes {
+		names = append(names, p)
+	}
+	slices.Sort(names)
+	return strings.Join(names, ", ")
+}
 
 // suit checks req, sent to path, against what m serves, and gives a
 // generating request that names no length m's longest answer
@@ -31,12 +75,17 @@ var lengthFields = []string{"max_tokens", "max_completion_tokens", "n_predict"}
 // (ContextLength): the engine would otherwise generate until the context
 // is full. It returns the body to send, req's fields updated alike.
 func suit(path string, m catalog.Model, req *request, body []byte) ([]byte, *apiError) {
+	rt, known := routes[path]
+	if !known {
+		return nil, &apiError{status: http.StatusNotFound, Type: "invalid_request_error", Code: "unknown_url",
+			Message: "the gateway does not forward POST " + path + ": it forwards " + routeNames()}
+	}
 	embeds := m.Capabilities.Embeddings
 	switch {
-	case embeddingRoutes[path] && !embeds:
+	case rt.embeds && !embeds:
 		return nil, unsuited(m.Name + " is a chat model and makes no embeddings: ask it at POST /v1/chat/completions, " +
 			`or ask a model GET /v1/models marks "embeddings": true for embeddings`)
-	case generating[path] && embeds:
+	case rt.generates() && embeds:
 		return nil, unsuited(m.Name + " is an embedding model and generates no text: ask it at POST /v1/embeddings, " +
 			"or ask a chat model GET /v1/models lists for " + path)
 	}
@@ -48,11 +97,11 @@ func suit(path string, m catalog.Model, req *request, body []byte) ([]byte, *api
 			Message: `"tools" is not a list: send it as a JSON array of tool definitions, or leave it out`}
 	}
 	limit := m.MaxOutput
-	if !generating[path] || limit <= 0 {
+	if !rt.generates() || limit <= 0 {
 		return body, nil
 	}
 	named := false
-	for _, f := range lengthFields {
+	for _, f := range rt.lengths {
 		raw, ok := req.fields[f]
 		if !ok || string(raw) == "null" {
 			continue
@@ -76,15 +125,19 @@ func suit(path string, m catalog.Model, req *request, body []byte) ([]byte, *api
 		// request's context before the limit anyway.
 		return body, nil
 	}
-	n := strconv.Itoa(limit)
-	req.fields["max_tokens"] = json.RawMessage(n)
-	// The field goes first, the body otherwise as it came: no decoding and
-	// encoding again of a long prompt. The body is a JSON object (it was
-	// parsed as one), so it begins with "{" once its spaces are cut.
-	rest := bytes.TrimLeft(body, " \t\r\n")[1:]
-	out := make([]byte, 0, len(body)+len(n)+16)
-	out = append(append(append(out, `{"max_tokens":`...), n...), ',')
-	return append(out, rest...), nil
+	n, field := strconv.Itoa(limit), rt.lengths[0]
+	req.fields[field] = json.RawMessage(n)
+	// The field goes last, the body otherwise as it came: no decoding and
+	// encoding again of a long prompt. Last, since the engine reads the
+	// last of a name, as members does: a "max_tokens": null the client
+	// sent (not a length, so not named) would otherwise win over it, and
+	// the engine reads null as no bound. The body is a JSON object with a
+	// model in it, so it ends with "}" once its spaces are cut.
+	head := bytes.TrimRight(body, " \t\r\n")
+	head = head[:len(head)-1]
+	out := make([]byte, 0, len(head)+len(field)+len(n)+8)
+	out = append(append(append(append(append(append(out, head...), `,"`...), field...), `":`...), n...), '}')
+	return out, nil
 }
 
 func unsuited(msg string) *apiError {
