@@ -61,21 +61,27 @@ func Text(s string, known ...string) string {
 }
 
 // Query is a URL's raw query with the values of secret keys, and whatever
-// looks like a credential in any other value, replaced by Mark; ok is
-// false when the query does not parse, and must then be left out whole.
+// looks like a credential in any other value, replaced by Mark; raw as it
+// is when there is none. ok is false when the query does not parse, and
+// must then be left out whole.
 func Query(raw string) (string, bool) {
 	q, err := url.ParseQuery(raw)
 	if err != nil {
 		return "", false
 	}
+	changed := false
 	for k, vs := range q {
-		for i := range vs {
+		for i, v := range vs {
 			if Key(k) {
 				vs[i] = Mark
 			} else {
-				vs[i] = Text(vs[i])
+				vs[i] = Text(v)
 			}
+			changed = changed || vs[i] != v
 		}
+	}
+	if !changed {
+		return raw, true
 	}
 	return q.Encode(), true
 }

@@ -52,6 +52,7 @@ func TestQuery(t *testing.T) {
 		{"limit=5&token=hunter2", "limit=5&token=redacted"},
 		{"next=%2Fjobs%3Ftoken%3Dhunter2", "next=%2Fjobs%3Ftoken%3Dredacted"},
 		{"q=hf_AbCdEfGhIjKlMnOp", "q=redacted"},
+		{"repo=a%2Fb&page=2", "repo=a%2Fb&page=2"},
 	} {
 		if got, ok := redact.Query(tc.in); !ok || got != tc.want {
 			t.Errorf("Query(%q) = %q, %v; want %q", tc.in, got, ok, tc.want)
