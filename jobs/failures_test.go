@@ -132,6 +132,11 @@ func TestStepFailures(t *testing.T) {
 				e.addModel("acme/Foo-GGUF", hubtest.RepoOptions{}, map[string]ggufgen.Spec{"foo-Q4_K_M.gguf": {Architecture: "foo"}})
 			},
 			want: "llama.cpp b6000 on the nodes cannot run this: its architecture foo is not one it knows"},
+		{name: "an architecture of 200,000 characters", req: Request{Repo: "acme/Long-GGUF"}, step: StepCheck,
+			setup: func(e *testEnv) {
+				e.addModel("acme/Long-GGUF", hubtest.RepoOptions{}, map[string]ggufgen.Spec{"long-Q4_K_M.gguf": {Architecture: strings.Repeat("a", 200_000)}})
+			},
+			want: "its architecture " + strings.Repeat("a", 200) + "… (195.1 KB cut) is not one it knows"},
 		{name: "original weights, which this fleet does not run", req: Request{Repo: "acme/Orig", Format: FormatSafetensors, GPUClass: "L4"},
 			step: StepPlan,
 			setup: func(e *testEnv) {
