@@ -311,12 +311,12 @@ func (m Model) Validate() error {
 			return err
 		}
 	} else if !nameOK(m.Name) {
-		return invalid("the model name %q is not allowed: %s", m.Name, nameRule)
+		return invalid("the model name %s is not allowed: %s", operr.Quote(m.Name), nameRule)
 	}
 	seen := map[string]bool{}
 	for _, a := range m.Aliases {
 		if !nameOK(a) {
-			return invalid("the alias %q of %s is not allowed: %s", a, m.Name, nameRule)
+			return invalid("the alias %s of %s is not allowed: %s", operr.Quote(a), m.Name, nameRule)
 		}
 		if a == m.Name {
 			return invalid("%s lists its own name %q as an alias: drop it, the name already reaches it", m.Name, a)
@@ -329,7 +329,7 @@ func (m Model) Validate() error {
 	switch m.Class {
 	case "", ClassCritical, ClassStandard, ClassOpportunistic:
 	default:
-		return invalid("the class of %s is critical, standard or opportunistic (empty means standard), not %q", m.Name, m.Class)
+		return invalid("the class of %s is critical, standard or opportunistic (empty means standard), not %s", m.Name, operr.Quote(m.Class))
 	}
 	format := ""
 	if m.Guard != nil {
@@ -338,17 +338,17 @@ func (m Model) Validate() error {
 	switch m.Role {
 	case "":
 		if format != "" {
-			return invalid("%s has the guard format %q but not the role guard: set its role to guard, or drop the format", m.Name, format)
+			return invalid("%s has the guard format %s but not the role guard: set its role to guard, or drop the format", m.Name, operr.Quote(format))
 		}
 	case RoleGuard:
 		if format == "" {
 			return invalid("%s has the role guard but no guard format: give it one of %s", m.Name, strings.Join(GuardFormats(), ", "))
 		}
 		if !KnownGuardFormat(format) {
-			return invalid("the guard format of %s is one of %s, not %q", m.Name, strings.Join(GuardFormats(), ", "), format)
+			return invalid("the guard format of %s is one of %s, not %s", m.Name, strings.Join(GuardFormats(), ", "), operr.Quote(format))
 		}
 	default:
-		return invalid("the role of %s is empty (it serves clients) or guard (it judges for the guardrails), not %q", m.Name, m.Role)
+		return invalid("the role of %s is empty (it serves clients) or guard (it judges for the guardrails), not %s", m.Name, operr.Quote(m.Role))
 	}
 	if m.ContextLength <= 0 {
 		return invalid("the context length of %s is %d: give it the most tokens one request may use, more than 0", m.Name, m.ContextLength)
@@ -368,7 +368,7 @@ func (m Model) Validate() error {
 			return invalid("profile %d of %s has no name: name each profile (cpu, gpu-1xa100, ...)", i+1, m.Name)
 		}
 		if names[p.Name] {
-			return invalid("%s has two profiles named %q: give each its own name", m.Name, p.Name)
+			return invalid("%s has two profiles named %s: give each its own name", m.Name, operr.Quote(p.Name))
 		}
 		names[p.Name] = true
 		keys := make([]string, 0, len(p.Env))
@@ -393,9 +393,9 @@ func (m Model) validCanary() error {
 	match := canaryName.FindStringSubmatch(m.Name)
 	switch {
 	case !nameOK(c.Of):
-		return invalid("the canary %q is of the model %q, which is not a model's name: %s", m.Name, c.Of, nameRule)
+		return invalid("the canary %s is of the model %s, which is not a model's name: %s", operr.Quote(m.Name), operr.Quote(c.Of), nameRule)
 	case match == nil || match[1] != c.Of || len(m.Name) > maxNameLen+8:
-		return invalid("a canary of %s is named %s@ and the first 7 hex digits of its commit, not %q", c.Of, c.Of, m.Name)
+		return invalid("a canary of %s is named %s@ and the first 7 hex digits of its commit, not %s", c.Of, c.Of, operr.Quote(m.Name))
 	case c.Share < 0 || c.Share > 1 || c.Share != c.Share:
 		return invalid("the canary %s takes a share of %s's requests from 0 to 1, not %v", m.Name, c.Of, c.Share)
 	case len(m.Aliases) > 0:

@@ -6,6 +6,7 @@ import (
 	"net/url"
 	"strconv"
 
+	"modelserve/internal/operr"
 	"modelserve/jobs"
 )
 
@@ -108,12 +109,12 @@ func paging(r *http.Request) (limit, offset int, err error) {
 	limit, offset = 50, 0
 	if v := r.URL.Query().Get("limit"); v != "" {
 		if limit, err = strconv.Atoi(v); err != nil || limit < 1 || limit > 500 {
-			return 0, 0, badRequest("limit is a whole number from 1 to 500, not " + strconv.Quote(v))
+			return 0, 0, badRequest("limit is a whole number from 1 to 500, not " + operr.Quote(v))
 		}
 	}
 	if v := r.URL.Query().Get("offset"); v != "" {
 		if offset, err = strconv.Atoi(v); err != nil || offset < 0 {
-			return 0, 0, badRequest("offset is a whole number from 0, not " + strconv.Quote(v))
+			return 0, 0, badRequest("offset is a whole number from 0, not " + operr.Quote(v))
 		}
 	}
 	return limit, offset, nil

@@ -11,10 +11,11 @@ import (
 	"strings"
 
 	"modelserve/internal/operr"
+	"modelserve/internal/words"
 )
 
 // A request's JSON body is refused with a sentence that says what to mend,
-// and quotes no more than a hundred characters of what was sent: the
+// and quotes no more of what was sent than words.Clip keeps: the
 // decoder's own messages carry the whole of a field's name or a number's
 // text, which may be a megabyte long.
 
@@ -46,10 +47,7 @@ func bodyProblem(err error) string {
 	}
 	// A syntax error names a character and an offset; anything else is
 	// cut, should it quote more than that.
-	if r := []rune(msg); len(r) > 160 {
-		msg = string(r[:160]) + "…"
-	}
-	return msg
+	return words.Clip(msg)
 }
 
 // jsonKind names the JSON a Go type is read from.

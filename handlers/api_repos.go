@@ -20,13 +20,13 @@ func (s *Server) apiRepo(w http.ResponseWriter, r *http.Request) {
 	if q := r.URL.Query().Get("context"); q != "" {
 		n, err := strconv.Atoi(q)
 		if err != nil || n < 0 {
-			s.apiError(w, r, badRequest("context is a whole number of tokens, 0 or more, not "+strconv.Quote(q)))
+			s.apiError(w, r, badRequest("context is a whole number of tokens, 0 or more, not "+operr.Quote(q)))
 			return
 		}
 		tokens = n
 	}
 	if err := hf.CheckRepoID(id); err != nil {
-		s.apiError(w, r, badRequest(strconv.Quote(id)+" is not a repository; it looks like owner/name, or local/<folder>"))
+		s.apiError(w, r, badRequest(operr.Quote(id)+" is not a repository; it looks like owner/name, or local/<folder>"))
 		return
 	}
 	repo, err := s.deps.Registry.Repo(r.Context(), id, rev)

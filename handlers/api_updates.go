@@ -95,7 +95,7 @@ func (s *Server) apiUpdateList(w http.ResponseWriter, r *http.Request) {
 	o := updates.ListOptions{Model: q.Get("model"), Limit: limit}
 	if v := q.Get("before"); v != "" {
 		if o.Before, err = strconv.ParseInt(v, 10, 64); err != nil || o.Before < 1 {
-			s.apiError(w, r, badRequest("before is an update's id, a whole number from 1, not "+quoteShort(v)))
+			s.apiError(w, r, badRequest("before is an update's id, a whole number from 1, not "+operr.Quote(v)))
 			return
 		}
 	}

@@ -2,7 +2,6 @@ package handlers
 
 import (
 	"fmt"
-	"strconv"
 	"time"
 )
 
@@ -52,11 +51,3 @@ func timeText(t, now time.Time) string {
 }
 
 func formatFloat(f float64) string { return fmt.Sprintf("%.1f", f) }
-
-// quoteShort is a form's value quoted for a sentence, cut short.
-func quoteShort(s string) string {
-	if len(s) > 20 {
-		s = s[:20] + "…"
-	}
-	return strconv.Quote(s)
-}

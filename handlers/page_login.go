@@ -28,8 +28,10 @@ func (s *Server) renderLogin(w http.ResponseWriter, r *http.Request, v visit, st
 	if next == "/" {
 		next = ""
 	}
+	// A user's name is at most 64 characters (auth): a longer one is
+	// shown clipped, not a megabyte of page to anyone who asks.
 	s.render(w, r, status, views.LoginPage(views.Login{
-		Layout: s.layout(visit{csrf: v.csrf}, "login", "Sign in"), Name: name, Next: next, Error: msg,
+		Layout: s.layout(visit{csrf: v.csrf}, "login", "Sign in"), Name: words.Clip(name), Next: next, Error: msg,
 	}))
 }
 
@@ -41,7 +43,7 @@ func (s *Server) loginSubmit(w http.ResponseWriter, r *http.Request, v visit) {
 	next := localPath(r.PostFormValue("next"))
 	keys := signInKeys(name, clientAddr(r))
 	if wait := s.throttle.wait(keys); wait > 0 {
-		s.deps.Log.Warn("sign-in refused: too many failures", "user", name, "remote", r.RemoteAddr)
+		s.deps.Log.Warn("sign-in refused: too many failures", "user", words.Clip(name), "remote", r.RemoteAddr)
 		w.Header().Set("Retry-After", fmt.Sprint(int(math.Ceil(wait.Seconds()))))
 		s.renderLogin(w, r, v, http.StatusTooManyRequests, name, next, tooMany(wait))
 		return
@@ -49,7 +51,7 @@ func (s *Server) loginSubmit(w http.ResponseWriter, r *http.Request, v visit) {
 	user, err := s.users.Authenticate(r.Context(), name, password)
 	if errors.Is(err, auth.ErrBadPassword) {
 		s.throttle.fail(keys)
-		s.deps.Log.Warn("sign-in failed", "user", name, "remote", r.RemoteAddr)
+		s.deps.Log.Warn("sign-in failed", "user", words.Clip(name), "remote", r.RemoteAddr)
 		s.renderLogin(w, r, v, http.StatusUnauthorized, name, next, err.Error()+": check both and try again")
 		return
 	}

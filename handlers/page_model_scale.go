@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"modelserve/catalog"
+	"modelserve/internal/operr"
 )
 
 // modelScale changes how many replicas of a model run and how long those
@@ -56,7 +57,7 @@ func formIdleAfter(r *http.Request) (*time.Duration, error) {
 func replicaCount(text, which string) (int, error) {
 	n, err := strconv.Atoi(strings.TrimSpace(text))
 	if err != nil {
-		return 0, badRequest("the " + which + " replicas to run is a whole number, 0 or more, not " + quoteShort(text))
+		return 0, badRequest("the " + which + " replicas to run is a whole number, 0 or more, not " + operr.Quote(text))
 	}
 	return n, nil
 }

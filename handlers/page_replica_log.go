@@ -2,9 +2,9 @@ package handlers
 
 import (
 	"net/http"
-	"strconv"
 	"time"
 
+	"modelserve/internal/operr"
 	"modelserve/views"
 )
 
@@ -15,7 +15,7 @@ func (s *Server) replicaLogPage(w http.ResponseWriter, r *http.Request, v visit)
 	rep, ok := s.replicaOf(id)
 	if !ok {
 		s.message(w, r, v, http.StatusNotFound, "No such replica",
-			"the fleet has no replica named "+strconv.Quote(id)+": it may have stopped since; the fleet page lists those it has")
+			"the fleet has no replica named "+operr.Quote(id)+": it may have stopped since; the fleet page lists those it has")
 		return
 	}
 	now := time.Now()

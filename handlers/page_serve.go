@@ -26,7 +26,7 @@ func (s *Server) servePage(w http.ResponseWriter, r *http.Request, v visit) {
 	f := formFrom(q)
 	rep := s.serveReport(r.Context(), &f, q.Get("file"))
 	s.render(w, r, http.StatusOK, views.ServePageView(views.ServePage{
-		Layout: s.layout(v, "serve", "Serve a model"), Form: f, Report: rep, Choices: serveChoices(),
+		Layout: s.layout(v, "serve", "Serve a model"), Form: echoForm(f), Report: rep, Choices: serveChoices(),
 		Search: s.searchModels(r), SearchOn: s.deps.Finder != nil,
 	}))
 }
@@ -37,13 +37,13 @@ func (s *Server) servePage(w http.ResponseWriter, r *http.Request, v visit) {
 func (s *Server) serveReportFragment(w http.ResponseWriter, r *http.Request, v visit) {
 	if !isFragment(r) {
 		// Someone opened the fragment's URL: the page has the same query.
-		http.Redirect(w, r, "/serve?"+r.URL.RawQuery, http.StatusSeeOther)
+		http.Redirect(w, r, withQuery("/serve", r.URL.RawQuery), http.StatusSeeOther)
 		return
 	}
 	q := r.URL.Query()
 	f := formFrom(q)
 	rep := s.serveReport(r.Context(), &f, q.Get("file"))
-	s.render(w, r, http.StatusOK, views.ServeReport(f, rep, serveChoices(), v.csrf))
+	s.render(w, r, http.StatusOK, views.ServeReport(echoForm(f), rep, serveChoices(), v.csrf))
 }
 
 // serveMemory redraws what the pool and slots typed change: the bars, the
@@ -62,7 +62,7 @@ func (s *Server) serveMemory(w http.ResponseWriter, r *http.Request, v visit) {
 		return
 	}
 	s.render(w, r, http.StatusOK, templ.Join(views.MemoryView(rep.Memory), views.PerSlotUpdate(rep.PerSlot),
-		views.SetRows(rep, true), views.WhereSelect(f, rep, true), views.ServeAction(rep.Blocked, v.csrf, true)))
+		views.SetRows(rep, true), views.WhereSelect(echoForm(f), rep, true), views.ServeAction(rep.Blocked, v.csrf, true)))
 }
 
 // serveSubmit starts a job with the form's request and shows it. A request
@@ -88,7 +88,7 @@ func (s *Server) serveSubmit(w http.ResponseWriter, r *http.Request, v visit) {
 	}
 	rep := s.serveReport(r.Context(), &f, "")
 	s.render(w, r, status, views.ServePageView(views.ServePage{
-		Layout: s.layout(v, "serve", "Serve a model"), Form: f, Report: rep, Error: msg, Choices: serveChoices(),
+		Layout: s.layout(v, "serve", "Serve a model"), Form: echoForm(f), Report: rep, Error: msg, Choices: serveChoices(),
 		SearchOn: s.deps.Finder != nil,
 	}))
 }
@@ -106,6 +106,29 @@ func formFrom(q url.Values) views.ServeForm {
 	if !q.Has("replicas") {
 		f.Replicas = "1"
 	}
+	return f
+}
+
+// echoForm is the form as the page shows it again: each field as typed,
+// unless it is longer than any value the field takes, when it is clipped
+// as words.Clip clips what a page quotes: a megabyte typed into the name
+// came back as a megabyte of page. The request is made from the form as
+// typed, so its refusal quotes what was sent.
+func echoForm(f views.ServeForm) views.ServeForm {
+	echo := func(s *string, most int) {
+		if len(*s) > most {
+			*s = words.Clip(*s)
+		}
+	}
+	// A repository id, a name, a class or a number is far shorter than
+	// words.ClipMost; a revision and a file's path have bounds of their
+	// own (hf.CheckRevision, hf.CheckPath).
+	for _, s := range []*string{&f.Repo, &f.Format, &f.Where, &f.CtxPool, &f.Slots, &f.Replicas, &f.Name, &f.Class, &f.GuardFormat} {
+		echo(s, words.ClipMost)
+	}
+	echo(&f.Revision, 255)
+	echo(&f.Chosen, 1024)
+	echo(&f.Projector, 1024)
 	return f
 }
 

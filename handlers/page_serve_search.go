@@ -22,7 +22,7 @@ type Finder interface {
 // page itself shows the same results for ?q= (the form without JavaScript).
 func (s *Server) serveSearch(w http.ResponseWriter, r *http.Request, v visit) {
 	if !isFragment(r) {
-		http.Redirect(w, r, "/serve?"+r.URL.RawQuery, http.StatusSeeOther)
+		http.Redirect(w, r, withQuery("/serve", r.URL.RawQuery), http.StatusSeeOther)
 		return
 	}
 	// A failed search is a sentence in place, answered 200 so htmx swaps it.

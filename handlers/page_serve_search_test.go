@@ -15,6 +15,7 @@ import (
 	"modelserve/internal/hf"
 	"modelserve/internal/hubtest"
 	"modelserve/internal/operr"
+	"modelserve/internal/words"
 )
 
 // newSearchEnv is a console whose search asks a hubtest Hub holding two
@@ -96,7 +97,7 @@ func TestServeSearchRefusesALongQuery(t *testing.T) {
 	long := strings.Repeat("x", 201)
 	doc := mustDoc(t, b.get("/serve/search?q="+long, htmx...))
 	alert := doc.Find(`[data-testid="alert"]`).Text()
-	if !strings.Contains(alert, operr.Quote(long)) || strings.Count(alert, "x") > 101 {
+	if !strings.Contains(alert, operr.Quote(long)) || strings.Count(alert, "x") > words.ClipMost+1 {
 		t.Fatalf("a 201-character query: %q", alert)
 	}
 	if n := len(hub.Log()); n != 0 {

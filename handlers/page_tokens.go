@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"modelserve/internal/auth"
+	"modelserve/internal/words"
 	"modelserve/views"
 )
 
@@ -59,7 +60,9 @@ func (s *Server) tokensSubmit(w http.ResponseWriter, r *http.Request, v visit) {
 			s.pageError(w, r, v, err)
 			return
 		}
-		f.Error = err.Error()
+		// A token's name is at most 64 characters: a longer one is shown
+		// clipped, as the sentence above it quotes it.
+		f.Error, f.Name = err.Error(), words.Clip(f.Name)
 		s.renderTokens(w, r, v, http.StatusBadRequest, views.TokensPage{Form: f})
 		return
 	}

@@ -14,6 +14,7 @@ import (
 
 	"modelserve/internal/accesslog"
 	"modelserve/internal/auth"
+	"modelserve/internal/redact"
 )
 
 // A console session is a row on the server (auth.Sessions) and a cookie
@@ -242,16 +243,40 @@ func (s *Server) toSignIn(w http.ResponseWriter, r *http.Request) {
 // localPath is next when it is a path on this server, and "/" otherwise:
 // after signing in, nobody is sent off to another site ("//evil.example",
 // "https://evil.example", "/\evil.example", which browsers read as another
-// host).
+// host), nor to a URL longer than any page of the console (maxURL). What
+// looks like a credential in its query is taken out (redact.Query): a
+// token put in a URL by mistake went on through the sign-in page into
+// the log lines of both redirects.
 func localPath(next string) string {
-	if next == "" || next[0] != '/' || strings.HasPrefix(next, "//") || strings.ContainsAny(next, "\\\r\n\t") {
+	if next == "" || len(next) > maxURL || next[0] != '/' || strings.HasPrefix(next, "//") || strings.ContainsAny(next, "\\\r\n\t") {
 		return "/"
 	}
 	u, err := url.Parse(next)
 	if err != nil || u.Scheme != "" || u.Host != "" || u.User != nil || !strings.HasPrefix(u.Path, "/") {
 		return "/"
 	}
-	return next
+	if u.RawQuery == "" {
+		return next
+	}
+	q, ok := redact.Query(u.RawQuery)
+	if !ok {
+		return u.EscapedPath()
+	}
+	return u.EscapedPath() + "?" + q
+}
+
+// maxURL is the longest URL the console sends a visitor to: far longer
+// than any of its pages' (the serve form's is the longest), far shorter
+// than a megabyte of query, which was a megabyte of Location header.
+const maxURL = 2 << 10
+
+// withQuery is path with a request's query, for a redirect to the page
+// that shows it; without it when it is longer than any such page's.
+func withQuery(path, rawQuery string) string {
+	if rawQuery == "" || len(path)+1+len(rawQuery) > maxURL {
+		return path
+	}
+	return path + "?" + rawQuery
 }
 
 func safeMethod(m string) bool {

@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"modelserve/internal/operr"
 )
 
 // save writes the job and, when step is not negative, that one step, in one
@@ -200,7 +202,7 @@ func listJobs(ctx context.Context, db *sql.DB, o ListOptions) ([]Job, int, error
 		var started int64
 		err := db.QueryRowContext(ctx, `SELECT started FROM jobs WHERE id = ?`, o.Before).Scan(&started)
 		if errors.Is(err, sql.ErrNoRows) {
-			return nil, 0, invalid("there is no job %q to list from: give the id of a job in the list", o.Before)
+			return nil, 0, invalid("there is no job %s to list from: give the id of a job in the list", operr.Quote(o.Before))
 		}
 		if err != nil {
 			return nil, 0, fmt.Errorf("list jobs: %w", err)

@@ -108,6 +108,11 @@ func TestStepFailures(t *testing.T) {
 				e.addModel("acme/Tiny-GGUF", hubtest.RepoOptions{}, map[string]ggufgen.Spec{"tiny-Q4_K_M.gguf": {}, "tiny-Q8_0.gguf": {}})
 			},
 			want: `acme/Tiny-GGUF has no file matching "Q9_K"; it has: tiny-Q4_K_M, tiny-Q8_0`},
+		{name: "a quantisation of a megabyte", req: Request{Repo: "acme/Tiny-GGUF", Quant: strings.Repeat("Q", 1<<20)}, step: StepPlan,
+			setup: func(e *testEnv) {
+				e.addModel("acme/Tiny-GGUF", hubtest.RepoOptions{}, map[string]ggufgen.Spec{"tiny-Q4_K_M.gguf": {}})
+			},
+			want: `acme/Tiny-GGUF has no file matching "` + strings.Repeat("Q", 200) + `"… (1 MB cut); it has: tiny-Q4_K_M`},
 		{name: "no such projector", req: Request{Repo: "acme/Tiny-GGUF", Projector: "mmproj-big.gguf"}, step: StepPlan,
 			setup: func(e *testEnv) {
 				e.addModel("acme/Tiny-GGUF", hubtest.RepoOptions{}, map[string]ggufgen.Spec{
@@ -132,6 +137,11 @@ func TestStepFailures(t *testing.T) {
 				e.addModel("acme/Foo-GGUF", hubtest.RepoOptions{}, map[string]ggufgen.Spec{"foo-Q4_K_M.gguf": {Architecture: "foo"}})
 			},
 			want: "llama.cpp b6000 on the nodes cannot run this: its architecture foo is not one it knows"},
+		{name: "an architecture of 200,000 characters", req: Request{Repo: "acme/Long-GGUF"}, step: StepCheck,
+			setup: func(e *testEnv) {
+				e.addModel("acme/Long-GGUF", hubtest.RepoOptions{}, map[string]ggufgen.Spec{"long-Q4_K_M.gguf": {Architecture: strings.Repeat("a", 200_000)}})
+			},
+			want: "its architecture " + strings.Repeat("a", 200) + "… (195.1 KB cut) is not one it knows"},
 		{name: "original weights, which this fleet does not run", req: Request{Repo: "acme/Orig", Format: FormatSafetensors, GPUClass: "L4"},
 			step: StepPlan,
 			setup: func(e *testEnv) {

@@ -150,7 +150,7 @@ func (s *Server) smoke(ctx context.Context, name string, embeddings bool) (strin
 	secs := time.Since(start).Seconds()
 	out, ok := chat.ReadCompletion(b)
 	if !ok {
-		return "", 0, sentencef("the replica's answer was not a completion: %s", clip(b))
+		return "", 0, sentencef("the replica's answer was not a completion: %s", words.Clip(strings.TrimSpace(string(b))))
 	}
 	// The wall clock, as a client sees it: the prompt, the generation and
 	// the way there. The engine's own figure counts the generation alone
@@ -208,16 +208,7 @@ func (s *Server) smokeEmbeddings(ctx context.Context, name string) (string, floa
 	}
 	out, ok := chat.ReadEmbeddings(b)
 	if !ok {
-		return "", 0, sentencef("the replica answered no vector: %s", clip(b))
+		return "", 0, sentencef("the replica answered no vector: %s", words.Clip(strings.TrimSpace(string(b))))
 	}
 	return fmt.Sprintf("a vector of %d dimensions", len(out.Data[0].Embedding)), 0, nil
-}
-
-// clip is an engine's answer short enough for a sentence.
-func clip(b []byte) string {
-	s := strings.TrimSpace(string(b))
-	if len(s) > 300 {
-		s = s[:300] + "…"
-	}
-	return s
 }

@@ -241,7 +241,7 @@ func normalize(req Request) (Request, error) {
 			return req, invalid("original weights run on vLLM, on GPUs; a GGUF file runs on the CPU: name a GPU class, or serve a GGUF file")
 		}
 	default:
-		return req, invalid("the format is gguf or safetensors, not %q", req.Format)
+		return req, invalid("the format is gguf or safetensors, not %s", operr.Quote(req.Format))
 	}
 	switch req.Engine {
 	case "":
@@ -254,18 +254,18 @@ func normalize(req Request) (Request, error) {
 			return req, invalid("vLLM here runs original (safetensors) weights: give the format safetensors, or drop the engine")
 		}
 	default:
-		return req, invalid("the engine is llamacpp or vllm, not %q", req.Engine)
+		return req, invalid("the engine is llamacpp or vllm, not %s", operr.Quote(req.Engine))
 	}
 	if req.CPU && req.GPUClass != "" {
 		return req, invalid("it runs on the CPU or on %s cards, not both: drop cpu or gpu_class", req.GPUClass)
 	}
 	if req.GuardFormat != "" && !catalog.KnownGuardFormat(req.GuardFormat) {
-		return req, invalid("the guard format is one of %s, not %q", strings.Join(catalog.GuardFormats(), ", "), req.GuardFormat)
+		return req, invalid("the guard format is one of %s, not %s", strings.Join(catalog.GuardFormats(), ", "), operr.Quote(req.GuardFormat))
 	}
 	switch req.Class {
 	case "", catalog.ClassCritical, catalog.ClassStandard, catalog.ClassOpportunistic:
 	default:
-		return req, invalid("the class is critical, standard or opportunistic, not %q", req.Class)
+		return req, invalid("the class is critical, standard or opportunistic, not %s", operr.Quote(req.Class))
 	}
 	if req.GuardFormat != "" && req.Replicas == 0 {
 		return req, invalid("a judge model must always run: give it 1 or more replicas, not 0 (on demand)")

@@ -13,9 +13,11 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
-	"strings"
 	"sync"
 	"time"
+
+	"modelserve/internal/redact"
+	"modelserve/internal/words"
 )
 
 type holderKey struct{}
@@ -72,15 +74,15 @@ func Handler(log *slog.Logger, next http.Handler) http.Handler {
 			status = http.StatusOK // nothing written: net/http sends 200
 		}
 		attrs := []slog.Attr{
-			slog.String("method", r.Method), slog.String("path", Path(r.URL)), slog.Int("status", status),
-			slog.Duration("duration", time.Since(start)), slog.Int64("bytes", rec.bytes), slog.String("remote", r.RemoteAddr),
+			slog.String("method", words.Clip(r.Method)), slog.String("path", Path(r.URL)), slog.Int("status", status),
+			slog.Duration("duration", time.Since(start)), slog.Int64("bytes", rec.bytes), slog.String("remote", words.Clip(r.RemoteAddr)),
 		}
 		h.mu.Lock()
 		if h.user != "" {
-			attrs = append(attrs, slog.String("user", h.user))
+			attrs = append(attrs, slog.String("user", words.Clip(h.user)))
 		}
 		if h.token != "" {
-			attrs = append(attrs, slog.String("token", h.token))
+			attrs = append(attrs, slog.String("token", words.Clip(h.token)))
 		}
 		h.mu.Unlock()
 		if log.Enabled(r.Context(), slog.LevelInfo) {
@@ -91,36 +93,20 @@ func Handler(log *slog.Logger, next http.Handler) http.Handler {
 	})
 }
 
-// Path is the request's path with its query, the values of any key that
-// may hold a secret replaced by "redacted": a token or password sent in a
-// URL by mistake must not be copied into every log it passes through.
+// Path is the request's path with its query as the log writes it: any
+// secret in it replaced by "redacted" (redact.Query), since a token or
+// password sent in a URL by mistake must not be copied into every log it
+// passes through; and clipped (words.Clip), since a URL may be a
+// megabyte long.
 func Path(u *url.URL) string {
 	if u.RawQuery == "" {
-		return u.EscapedPath()
+		return words.Clip(u.EscapedPath())
 	}
-	q, err := url.ParseQuery(u.RawQuery)
-	if err != nil {
-		return u.EscapedPath() + "?(unreadable query left out)"
+	q, ok := redact.Query(u.RawQuery)
+	if !ok {
+		return words.Clip(u.EscapedPath()) + "?(unreadable query left out)"
 	}
-	for k, vs := range q {
-		if secretKey(k) {
-			for i := range vs {
-				vs[i] = "redacted"
-			}
-		}
-	}
-	return u.EscapedPath() + "?" + q.Encode()
-}
-
-// secretKey says whether a query key may name a secret.
-func secretKey(k string) bool {
-	k = strings.ToLower(k)
-	for _, s := range []string{"token", "key", "pass", "secret", "auth", "csrf", "sig", "credential", "session", "code"} {
-		if strings.Contains(k, s) {
-			return true
-		}
-	}
-	return false
+	return words.Clip(u.EscapedPath() + "?" + q)
 }
 
 // recorder notes the status and size of an answer. It passes Flush on (the

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"strings"
 	"testing"
 	"time"
 
@@ -21,6 +22,10 @@ func TestPathRedactsSecrets(t *testing.T) {
 		{"/api/v1/jobs?limit=5&token=hunter2", "/api/v1/jobs?limit=5&token=redacted"},
 		{"/login?next=%2Fjobs&password=x&api_key=y", "/login?api_key=redacted&next=%2Fjobs&password=redacted"},
 		{"/jobs?csrf=abc", "/jobs?csrf=redacted"},
+		// A token under a key of no secret name is known by its shape,
+		// and so is one inside the next a sign-in carries.
+		{"/jobs?q=hf_AbCdEfGhIjKlMnOpQr", "/jobs?q=redacted"},
+		{"/login?next=%2Fjobs%3Faccess_token%3Dabc", "/login?next=%2Fjobs%3Faccess_token%3Dredacted"},
 	} {
 		u, err := url.Parse(tt.in)
 		if err != nil {
@@ -28,6 +33,25 @@ func TestPathRedactsSecrets(t *testing.T) {
 		}
 		if got := accesslog.Path(u); got != tt.want {
 			t.Errorf("Path(%s) = %s, want %s", tt.in, got, tt.want)
+		}
+	}
+}
+
+// A megabyte of URL is a log line of a few hundred bytes that says how
+// much of it was cut.
+func TestLineOfAHugeRequestIsShort(t *testing.T) {
+	var buf bytes.Buffer
+	h := accesslog.Handler(slog.New(slog.NewTextHandler(&buf, nil)), http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		accesslog.SetUser(r.Context(), strings.Repeat("u", 1<<20))
+	}))
+	huge := strings.Repeat("x", 1<<20)
+	for _, target := range []string{"/" + huge, "/jobs?q=" + huge} {
+		buf.Reset()
+		req := httptest.NewRequest(http.MethodGet, target, nil)
+		req.RemoteAddr = huge
+		h.ServeHTTP(httptest.NewRecorder(), req)
+		if line := buf.String(); len(line) > 2<<10 || strings.Count(line, "MB cut)") != 3 {
+			t.Errorf("the line of a request of %d bytes is %d bytes long: %.600s", len(target), len(line), line)
 		}
 	}
 }

@@ -10,9 +10,9 @@ import (
 	"errors"
 	"fmt"
 	"time"
-	"unicode/utf8"
 
 	"modelserve/internal/operr"
+	"modelserve/internal/words"
 )
 
 // Console sessions live on the server, one row each (migration 0008): the
@@ -73,7 +73,7 @@ func (s *Sessions) Start(ctx context.Context, user string, ttl time.Duration, c 
 	now := s.now()
 	sess := Session{
 		ID: hex.EncodeToString(idb[:]), User: user, Created: now, LastSeen: now, Expires: now.Add(ttl),
-		UserAgent: clip(c.UserAgent, 200), Address: clip(c.Address, 100),
+		UserAgent: words.Clip(c.UserAgent), Address: words.Clip(c.Address),
 	}
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
@@ -203,16 +203,4 @@ func (s *Sessions) List(ctx context.Context, user string) ([]Session, error) {
 		out = append(out, sess)
 	}
 	return out, rows.Err()
-}
-
-// clip is s cut to at most n bytes on a rune boundary: a user agent is
-// whatever a client sends.
-func clip(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n]
 }

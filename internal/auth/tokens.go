@@ -20,6 +20,8 @@ import (
 	"time"
 
 	"github.com/mattn/go-sqlite3"
+
+	"modelserve/internal/operr"
 )
 
 // Errors a caller can tell apart.
@@ -117,7 +119,7 @@ var modelPattern = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,63}$`)
 // CreateLimited is Create for a token that may do only what lim says.
 func (t *Tokens) CreateLimited(ctx context.Context, name string, lim Limits) (string, error) {
 	if !namePattern.MatchString(name) {
-		return "", fmt.Errorf("%q is not a token name: use letters, digits and ._@- (at most 64)", name)
+		return "", fmt.Errorf("%s is not a token name: use letters, digits and ._@- (at most 64)", operr.Quote(name))
 	}
 	scope := lim.Scope
 	switch {
@@ -128,11 +130,11 @@ func (t *Tokens) CreateLimited(ctx context.Context, name string, lim Limits) (st
 	case scope == ScopeAll && len(lim.Models) > 0:
 		return "", fmt.Errorf("a token limited to models is for the gateway only: drop --scope all, or the model list")
 	case scope != ScopeAll && scope != ScopeGateway:
-		return "", fmt.Errorf("%q is not a token scope: use all (the API and the gateway) or gateway (/v1/ only)", scope)
+		return "", fmt.Errorf("%s is not a token scope: use all (the API and the gateway) or gateway (/v1/ only)", operr.Quote(scope))
 	}
 	for _, m := range lim.Models {
 		if !modelPattern.MatchString(m) {
-			return "", fmt.Errorf("%q is not a model name: name catalog models or aliases (lowercase letters, digits and ._-), separated by commas", m)
+			return "", fmt.Errorf("%s is not a model name: name catalog models or aliases (lowercase letters, digits and ._-), separated by commas", operr.Quote(m))
 		}
 	}
 	var raw [32]byte
@@ -181,7 +183,7 @@ func (t *Tokens) Revoke(ctx context.Context, name string) error {
 		return err
 	}
 	if n, _ := res.RowsAffected(); n == 0 {
-		return fmt.Errorf("no token is called %q (%w); modelserve token list shows them", name, ErrNotFound)
+		return fmt.Errorf("no token is called %s (%w); modelserve token list shows them", operr.Quote(name), ErrNotFound)
 	}
 	return nil
 }

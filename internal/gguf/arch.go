@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"modelserve/internal/operr"
+	"modelserve/internal/words"
 	"slices"
 	"strconv"
 	"strings"
@@ -110,7 +111,7 @@ func (k Known) Supported(arch string, build int) error {
 	case arch == "clip":
 		return operr.New(operr.Refused, "%s on the nodes cannot run this: it is a vision projector (architecture clip), loaded beside a model's weights, not a model", engine)
 	case !known:
-		return operr.New(operr.Refused, "%s on the nodes cannot run this: its architecture %s is not one it knows", engine, arch)
+		return operr.New(operr.Refused, "%s on the nodes cannot run this: its architecture %s is not one it knows", engine, words.Clip(arch))
 	case build > 0 && first > build:
 		return operr.New(operr.Refused, "%s needs llama.cpp b%d or newer; the nodes run b%d: update llama-server on the nodes, or pick a model of another architecture", arch, first, build)
 	}

@@ -430,7 +430,7 @@ func (w *walker) tensorInfo() error {
 		return err
 	}
 	if dims == 0 || dims > maxDims {
-		return refused("its header says tensor %s has %d dimensions; a tensor has 1 to %d", clip(name), dims, maxDims)
+		return refused("its header says tensor %s has %d dimensions; a tensor has 1 to %d", operr.Quote(name), dims, maxDims)
 	}
 	elements := uint64(1)
 	for range dims {
@@ -440,7 +440,7 @@ func (w *walker) tensorInfo() error {
 		}
 		hi, lo := bits.Mul64(elements, d)
 		if hi != 0 || lo > uint64(w.size) {
-			return refused("its header says tensor %s has more elements than the file has bytes", clip(name))
+			return refused("its header says tensor %s has more elements than the file has bytes", operr.Quote(name))
 		}
 		elements = lo
 	}
@@ -450,10 +450,10 @@ func (w *walker) tensorInfo() error {
 	}
 	trait, ok := parser.GGMLType(typ).Trait()
 	if !ok || trait.BlockSize == 0 {
-		return refused("its header says tensor %s is of type %d, which is no ggml type", clip(name), typ)
+		return refused("its header says tensor %s is of type %d, which is no ggml type", operr.Quote(name), typ)
 	}
 	if bytes := elements / trait.BlockSize * trait.TypeSize; bytes > uint64(w.size) {
-		return refused("its header says tensor %s takes %d bytes, more than the whole file", clip(name), bytes)
+		return refused("its header says tensor %s takes %d bytes, more than the whole file", operr.Quote(name), bytes)
 	}
 	return w.skip(8) // the data's offset
 }
@@ -596,9 +596,6 @@ func (w *walker) text() (string, error) {
 func refused(format string, args ...any) error {
 	return operr.New(operr.Refused, format, args...)
 }
-
-// clip is a name from a file, short enough for a sentence.
-func clip(s string) string { return operr.Quote(s) }
 
 // list walks n items, each at least least bytes. When the bytes run out
 // and alike says the items are much the same size, it guesses where the

@@ -4,9 +4,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"modelserve/internal/operr"
 	"net/http"
 	"strings"
+
+	"modelserve/internal/operr"
+	"modelserve/internal/redact"
+	"modelserve/internal/words"
 )
 
 // Sentinels for the Hub's refusals, for errors.Is. The error that carries one
@@ -82,10 +85,10 @@ func (c *Client) refused(resp *http.Response, s subject, authed bool) error {
 	case code == "RepoNotFound":
 		return refusal(ErrNotFound, "there is no repository %s on %s: check the owner and the name", s.id, c.host())
 	case code == "RevisionNotFound":
-		return refusal(ErrRevisionNotFound, "%s has no revision %q: name one of its branches, tags or commits",
-			s.id, s.revision)
+		return refusal(ErrRevisionNotFound, "%s has no revision %s: name one of its branches, tags or commits",
+			s.id, operr.Quote(s.revision))
 	case code == "EntryNotFound" && s.path != "":
-		return refusal(ErrNotFound, "%s has no file %q at %s", s.id, s.path, shortRev(s.revision))
+		return refusal(ErrNotFound, "%s has no file %s at %s", s.id, operr.Quote(s.path), shortRev(s.revision))
 	case code == "EntryNotFound":
 		return refusal(ErrNotFound, "%s has no such folder at %s", s.id, shortRev(s.revision))
 	case resp.StatusCode == http.StatusUnauthorized && authed:
@@ -99,7 +102,7 @@ func (c *Client) refused(resp *http.Response, s subject, authed bool) error {
 	case resp.StatusCode == http.StatusNotFound:
 		return refusal(ErrNotFound, "%s answered 404 Not Found for %s%s", c.host(), s.id, s.pathSuffix())
 	}
-	return fmt.Errorf("%s answered %s for %s%s: %s", c.host(), resp.Status, s.id, s.pathSuffix(), hubMessage(resp))
+	return fmt.Errorf("%s answered %s for %s%s: %s", c.host(), words.Clip(resp.Status), s.id, s.pathSuffix(), c.hubMessage(resp))
 }
 
 func (s subject) pathSuffix() string {
@@ -118,14 +121,18 @@ func shortRev(rev string) string {
 }
 
 // hubMessage is what the Hub said about a refusal, for the cases the table
-// does not name.
-func hubMessage(resp *http.Response) string {
-	if m := resp.Header.Get("X-Error-Message"); m != "" {
-		return m
+// does not name: clipped (words.Clip) and without anything that looks like
+// a credential (redact.Text), the client's own token first. A registry's
+// message is whatever it sends: one of 600 KB made log lines of 600 KB,
+// and one that echoed the Authorization header put the token in them.
+func (c *Client) hubMessage(resp *http.Response) string {
+	m := resp.Header.Get("X-Error-Message")
+	if m == "" {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		m = strings.TrimSpace(string(b))
 	}
-	b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-	if m := strings.TrimSpace(string(b)); m != "" {
-		return m
+	if m == "" {
+		return "no reason given"
 	}
-	return "no reason given"
+	return words.Clip(redact.Text(strings.ToValidUTF8(m, "?"), c.token))
 }

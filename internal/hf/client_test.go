@@ -543,3 +543,43 @@ func sha(b []byte) string {
 	h := sha256.Sum256(b)
 	return hex.EncodeToString(h[:])
 }
+
+// TestARegistryErrorIsBoundedAndScrubbed: a registry that answers with a
+// message of 600 KB echoing the request's Authorization header gives an
+// error (which the job logs and shows) of a few hundred bytes, without the
+// token, in the Bearer form or alone.
+func TestARegistryErrorIsBoundedAndScrubbed(t *testing.T) {
+	s := hubtest.New(t)
+	s.AddRepo("acme/open", hubtest.RepoOptions{})
+	// A Hub token has a shape of its own; a mirror's may look like
+	// anything, and is known as the one configured.
+	for _, token := range []string{"hf_EchoedBackByAProxy0123456789abcd", "plain-mirror-secret-0451"} {
+		s.AddToken(token, "acme/open")
+		t.Run(token[:3], func(t *testing.T) { refusalSaysNoToken(t, s, token) })
+	}
+}
+
+func refusalSaysNoToken(t *testing.T, s *hubtest.Server, token string) {
+	for name, say := range map[string]func(*http.Request) string{
+		"the header first": func(r *http.Request) string {
+			return "bad request; you sent Authorization: " + r.Header.Get("Authorization") + " " + strings.Repeat("x", 600<<10)
+		},
+		"the token alone": func(r *http.Request) string {
+			return "the token " + strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ") + " is refused " + strings.Repeat("x", 600<<10)
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			s.FailNextSaying("acme/open", http.StatusBadRequest, 1, say)
+			_, err := mustClient(t, s.URL(), token).Repo(context.Background(), "acme/open", "main")
+			if err == nil {
+				t.Fatal("a refusal was read as an answer")
+			}
+			if msg := err.Error(); len(msg) > 1<<10 || strings.Contains(msg, token) || strings.Contains(msg, token[3:]) {
+				t.Errorf("the registry's refusal is an error of %d bytes: %.600s", len(msg), msg)
+			}
+			if !strings.Contains(err.Error(), "KB cut)") {
+				t.Errorf("the error does not say the registry's message was cut: %.600s", err)
+			}
+		})
+	}
+}

@@ -12,6 +12,7 @@ import (
 	"modelserve/internal/hf"
 	"modelserve/internal/hubtest"
 	"modelserve/internal/operr"
+	"modelserve/internal/words"
 )
 
 // newSearchHub is a Hub holding GGUF repositories named qwen (one gated,
@@ -110,7 +111,7 @@ func TestSearchRefusesALongQuery(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			_, err := search(context.Background(), long)
 			msg, ok := operr.Sentence(err)
-			if !ok || !strings.Contains(msg, operr.Quote(long)) || strings.Count(msg, "q") > 110 {
+			if !ok || !strings.Contains(msg, operr.Quote(long)) || strings.Count(msg, "q") > words.ClipMost+10 {
 				t.Fatalf("a %d-character query: %v", len(long), err)
 			}
 		})

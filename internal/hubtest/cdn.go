@@ -15,11 +15,14 @@ import (
 // faults are what is wrong with one file's downloads (or, for the path "",
 // with a repository's Hub routes) until cleared.
 type faults struct {
-	flipAt      int64 // offset of the byte served flipped; -1 for none
-	cutAfter    int64 // body bytes written before the connection is cut
-	cuts        int   // responses still to cut
-	failStatus  int
-	fails       int // answers still to fail with failStatus
+	flipAt     int64 // offset of the byte served flipped; -1 for none
+	cutAfter   int64 // body bytes written before the connection is cut
+	cuts       int   // responses still to cut
+	failStatus int
+	fails      int // answers still to fail with failStatus
+	// failSaying, when set, is the message of an injected failure, made
+	// from the request it answers.
+	failSaying  func(*http.Request) string
 	bps         int64
 	ignoreRange bool
 	stallAfter  int64 // body bytes written before the response stops sending
@@ -85,17 +88,26 @@ func (s *Server) ClearFaults(id, path string) {
 	s.mu.Unlock()
 }
 
+// FailNextSaying is FailNext at the Hub's routes of a repository with a
+// message of the test's making, from the request it answers, in the
+// answer's X-Error-Message and body: a registry behind a proxy, or a
+// broken one, says what it likes, as long as it likes, and may echo what
+// it was sent, the Authorization header included.
+func (s *Server) FailNextSaying(id string, status, k int, say func(*http.Request) string) {
+	s.edit(id, "", func(f *faults) { f.failStatus, f.fails, f.failSaying = status, k, say })
+}
+
 // takeFailure uses up one injected failure, returning its status (0 for
-// none) and the Retry-After to send.
-func (s *Server) takeFailure(k fileKey) (status, retryAfter int) {
+// none), the Retry-After to send and what to say, when a test made it.
+func (s *Server) takeFailure(k fileKey) (status, retryAfter int, say func(*http.Request) string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	f := s.faults[k]
 	if f == nil || f.fails <= 0 {
-		return 0, 0
+		return 0, 0, nil
 	}
 	f.fails--
-	return f.failStatus, s.retryAfter
+	return f.failStatus, s.retryAfter, f.failSaying
 }
 
 // takeBodyFaults copies the faults for one response with a body, using up a
@@ -147,7 +159,7 @@ func (s *Server) serveCDN(w http.ResponseWriter, r *http.Request) {
 		cdnError(w, http.StatusNotFound, "NoSuchKey", "")
 		return
 	}
-	if status, retryAfter := s.takeFailure(ref.key); status != 0 {
+	if status, retryAfter, _ := s.takeFailure(ref.key); status != 0 {
 		if status == http.StatusTooManyRequests && retryAfter >= 0 {
 			w.Header().Set("Retry-After", strconv.Itoa(retryAfter))
 		}

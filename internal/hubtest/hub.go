@@ -98,7 +98,7 @@ func writeError(w http.ResponseWriter, r *http.Request, status int, code, msg st
 
 // writeInjected answers an injected failure; false when there is none.
 func (s *Server) writeInjected(w http.ResponseWriter, r *http.Request, k fileKey) bool {
-	status, retryAfter := s.takeFailure(k)
+	status, retryAfter, say := s.takeFailure(k)
 	if status == 0 {
 		return false
 	}
@@ -108,6 +108,9 @@ func (s *Server) writeInjected(w http.ResponseWriter, r *http.Request, k fileKey
 		if retryAfter >= 0 {
 			w.Header().Set("Retry-After", strconv.Itoa(retryAfter))
 		}
+	}
+	if say != nil {
+		msg = say(r)
 	}
 	writeError(w, r, status, "", msg)
 	return true

@@ -25,6 +25,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"modelserve/internal/operr"
 )
 
 // The kinds of notice.
@@ -160,7 +162,7 @@ func New(rawURL string, reg prometheus.Registerer, o Options) (*Notifier, error)
 func CheckURL(rawURL string) error {
 	u, err := url.Parse(rawURL)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return fmt.Errorf("--notify-url %q is not a webhook's address: give an http:// or https:// URL", truncate(rawURL, 100))
+		return fmt.Errorf("--notify-url %s is not a webhook's address: give an http:// or https:// URL", operr.Quote(rawURL))
 	}
 	return nil
 }

@@ -14,6 +14,9 @@ package operr
 import (
 	"errors"
 	"fmt"
+	"strconv"
+
+	"modelserve/internal/words"
 )
 
 // Kind is what sort of refusal an error is.
@@ -80,13 +83,10 @@ func Sentence(err error) (string, bool) {
 	return e.Msg, true
 }
 
-// Quote is user input quoted for a sentence, at most 100 characters of it:
-// a sentence that echoed a megabyte of a request back would be no sentence.
+// Quote is user input quoted for a sentence, clipped as words.Clip clips
+// it (the quote holds what is kept; how much was cut follows it): a
+// sentence that echoed a megabyte of a request back would be no sentence.
 func Quote(s string) string {
-	const most = 100
-	r := []rune(s)
-	if len(r) > most {
-		return fmt.Sprintf("%q…", string(r[:most]))
-	}
-	return fmt.Sprintf("%q", s)
+	head, cut := words.Cut(s)
+	return strconv.Quote(head) + cut
 }

@@ -181,7 +181,7 @@ func pickGGUF(repo hf.Repo, w Want) (hf.FileSet, error) {
 		for _, st := range sets {
 			names = append(names, st.Name)
 		}
-		return hf.FileSet{}, refused("%s has no file matching %q; it has: %s", repo.ID, cmpOr(w.File, w.Quant), strings.Join(names, ", "))
+		return hf.FileSet{}, refused("%s has no file matching %s; it has: %s", repo.ID, operr.Quote(cmpOr(w.File, w.Quant)), strings.Join(names, ", "))
 	}
 	// Both a split and a joined copy of one quantisation: the joined one,
 	// which is one download to verify rather than several.
@@ -226,13 +226,13 @@ func projectorOf(repo hf.Repo, name string) (hf.File, error) {
 		return all[i], nil
 	}
 	if len(all) == 0 {
-		return hf.File{}, refused("%s has no vision projector %q; it has none: serve it without a projector", repo.ID, name)
+		return hf.File{}, refused("%s has no vision projector %s; it has none: serve it without a projector", repo.ID, operr.Quote(name))
 	}
 	paths := make([]string, 0, len(all))
 	for _, f := range all {
 		paths = append(paths, f.Path)
 	}
-	return hf.File{}, refused("%s has no vision projector %q; it has: %s", repo.ID, name, strings.Join(paths, ", "))
+	return hf.File{}, refused("%s has no vision projector %s; it has: %s", repo.ID, operr.Quote(name), strings.Join(paths, ", "))
 }
 
 // refused is an operator's refusal: what was asked cannot be served here.

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"modelserve/internal/operr"
+	"modelserve/internal/words"
 )
 
 // vllmArchitectures is the list of model classes vLLM runs, with the first
@@ -134,7 +135,7 @@ func (k VLLMKnown) Supported(arch string, v VLLMVersion) error {
 	switch {
 	case !ok:
 		return operr.New(operr.Refused, "%s is not a model class vLLM runs, as far as modelserve knows: serve a GGUF file of it on llama.cpp, "+
-			"or pick a model of another architecture", arch)
+			"or pick a model of another architecture", words.Clip(arch))
 	case v.Known() && r.First.Known() && v.less(r.First):
 		return operr.New(operr.Refused, "%s needs vLLM %s or newer; the nodes run %s: update vLLM (--vllm-image, or the nodes' vllm), or pick a model of another architecture",
 			arch, r.First, v)

@@ -1,10 +1,14 @@
 // Package words writes numbers the way modelserve's pages and sentences
-// say them: byte sizes, counts of things, percentages and spans of time.
+// say them: byte sizes, counts of things, percentages and spans of time;
+// and how much of someone's input they quote back.
 //
 // Each of these was once written in five or six places that drifted
 // apart: one page said "9 GB" where the job's sentence beside it said
-// "9.0 GB", and a small model was "0.0 GB". Everything that puts a size,
-// a plural or a percentage in front of an operator asks this package.
+// "9.0 GB", and a small model was "0.0 GB"; six clippers cut input at 20,
+// 100 or 300 characters, or not at all, and a megabyte typed into a field
+// came back whole in the page, the error and the log line. Everything
+// that puts a size, a plural, a percentage or a piece of input in front
+// of an operator asks this package.
 package words
 
 import (
@@ -12,7 +16,36 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 )
+
+// ClipMost is the most of one piece of input, in bytes, that an answer,
+// a page, a header, an error or a log line quotes back: enough to
+// recognise what was sent, never a megabyte of it.
+const ClipMost = 200
+
+// Clip is s as an answer, a page, a header, an error or a log line may
+// quote it: s itself when it is at most ClipMost bytes, else its first
+// ClipMost bytes, cut on a rune boundary, and how much was cut:
+// "xxxx… (1 MB cut)".
+func Clip(s string) string {
+	head, cut := Cut(s)
+	return head + cut
+}
+
+// Cut is Clip in its two parts, for a caller that quotes the head: head
+// is s, or as much of it as is kept; cut is "", or what says that the
+// rest was cut and how much of it there was ("… (1 MB cut)").
+func Cut(s string) (head, cut string) {
+	if len(s) <= ClipMost {
+		return s, ""
+	}
+	n := ClipMost
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n], "… (" + Size(int64(len(s)-n)) + " cut)"
+}
 
 // units are binary, as the engine and the mirror count bytes; named as
 // people read them.

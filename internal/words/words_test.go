@@ -2,8 +2,10 @@ package words
 
 import (
 	"math"
+	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 )
 
 func TestSize(t *testing.T) {
@@ -138,6 +140,29 @@ func TestSpan(t *testing.T) {
 			}
 			if back, err := time.ParseDuration(got); err != nil || back != tc.d.Round(time.Second) {
 				t.Errorf("Span(%v) = %q reads back as %v, %v", tc.d, got, back, err)
+			}
+		})
+	}
+}
+
+func TestClip(t *testing.T) {
+	mib := strings.Repeat("x", 1<<20)
+	for _, tc := range []struct {
+		name, in, want string
+	}{
+		{"short input is kept whole", "acme/tiny", "acme/tiny"},
+		{"input of exactly the most is kept whole", strings.Repeat("a", ClipMost), strings.Repeat("a", ClipMost)},
+		{"a megabyte is cut, and says how much", mib, strings.Repeat("x", ClipMost) + "… (1 MB cut)"},
+		{"a few bytes over are counted exactly", strings.Repeat("b", ClipMost+7), strings.Repeat("b", ClipMost) + "… (7 bytes cut)"},
+		{"a rune is never cut in two", "a" + strings.Repeat("é", ClipMost), "a" + strings.Repeat("é", ClipMost/2-1) + "… (202 bytes cut)"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := Clip(tc.in)
+			if got != tc.want {
+				t.Errorf("Clip = %.80q… (%d bytes), want %.80q… (%d bytes)", got, len(got), tc.want, len(tc.want))
+			}
+			if !utf8.ValidString(got) {
+				t.Errorf("Clip cut a rune in two: %q", got)
 			}
 		})
 	}
