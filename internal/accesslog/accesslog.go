@@ -97,10 +97,15 @@ func Handler(log *slog.Logger, next http.Handler) http.Handler {
 // secret in it replaced by "redacted" (redact.Query), since a token or
 // password sent in a URL by mistake must not be copied into every log it
 // passes through; and clipped (words.Clip), since a URL may be a
-// megabyte long.
+// megabyte long. A query longer than queryMost is left out, with its
+// size: looking for secrets through a megabyte of it took seconds of a
+// core for every such request, to write two hundred bytes of it.
 func Path(u *url.URL) string {
 	if u.RawQuery == "" {
 		return words.Clip(u.EscapedPath())
+	}
+	if len(u.RawQuery) > queryMost {
+		return words.Clip(u.EscapedPath()) + "?… (a query of " + words.Size(int64(len(u.RawQuery))) + " left out)"
 	}
 	q, ok := redact.Query(u.RawQuery)
 	if !ok {
@@ -108,6 +113,11 @@ func Path(u *url.URL) string {
 	}
 	return words.Clip(u.EscapedPath() + "?" + q)
 }
+
+// queryMost is the longest query the log reads for secrets and writes
+// in part: ten times what it writes of it, which no form or API of
+// modelserve's comes near.
+const queryMost = 10 * words.ClipMost
 
 // recorder notes the status and size of an answer. It passes Flush on (the
 // event streams need it) and unwraps for http.ResponseController.
