@@ -57,7 +57,7 @@ func newBackend(ctx context.Context, cfg config, enginePath string, store *catal
 		if err := checkLocalMemory(ctx, cfg.LocalMemory, store); err != nil {
 			return nil, nil, nil, err
 		}
-		f, cat, jf, err := newFleet(enginePath, cfg.VLLM, cfg.LocalMemory, cfg.Headroom, cfg.DrainTimeout, store, db, notifier, log)
+		f, cat, jf, err := newFleet(enginePath, cfg.VLLM, cfg.LocalMemory, cfg.Headroom, cfg.DrainTimeout, residency(cfg.Residency), store, db, notifier, log)
 		if err != nil {
 			return nil, nil, nil, err
 		}
@@ -70,6 +70,15 @@ func newBackend(ctx context.Context, cfg config, enginePath string, store *catal
 		return f, fleet.NewNotifyingCatalog(store, f), jobsFleet{f}, nil
 	}
 	return nil, nil, nil, operr.New(operr.Invalid, "--fleet %q is not a fleet modelserve runs: use local (engine processes on this machine) or kubernetes", cfg.Fleet)
+}
+
+// residency is --residency as the fleets take it: 0 there is their
+// default, and none is negative.
+func residency(d time.Duration) time.Duration {
+	if d == 0 {
+		return -1
+	}
+	return d
 }
 
 // checkLocalMemory refuses a --local-memory that could not hold even the
@@ -130,6 +139,6 @@ func newKubeFleet(cfg config, store *catalog.Store, log *slog.Logger) (*kubeflee
 		Client: client, Catalog: store, Namespace: cmp.Or(cfg.Namespace, "modelserve"),
 		EngineImage: cfg.EngineImage, VLLMImage: cfg.VLLMImage, FetchImage: cfg.FetchImage, WeightsVolume: cfg.WeightsVolume,
 		MirrorURL: mirrorURL, MirrorDir: filepath.Join(cfg.Data, "mirror"), MirrorToken: cfg.MirrorToken,
-		GPUProductLabel: cfg.GPUProductLabel, DrainTimeout: cfg.DrainTimeout, Log: log.With("part", "fleet", "fleet", "kubernetes"),
+		GPUProductLabel: cfg.GPUProductLabel, DrainTimeout: cfg.DrainTimeout, Residency: residency(cfg.Residency), Log: log.With("part", "fleet", "fleet", "kubernetes"),
 	})
 }

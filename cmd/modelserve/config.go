@@ -76,6 +76,11 @@ type config struct {
 	// finish the answers it is writing.
 	DrainTimeoutText string
 	DrainTimeout     time.Duration
+	// ResidencyText is --residency as given, and Residency what it reads
+	// as: the least a replica that was used stays before it is given back
+	// for another model on demand; 0 keeps none.
+	ResidencyText string
+	Residency     time.Duration
 	// How an update's canary is tried (canary-*), as given and as read:
 	// the share of its model's requests it takes, and the requests and
 	// time its trial is bounded by.
@@ -127,6 +132,7 @@ func (c *config) settings() []setting {
 		{"local-memory", "MODELSERVE_LOCAL_MEMORY", "", "the memory the local fleet may promise its replicas on this machine (12GiB, 350MB, or bytes): the node's memory as the planner, the serve form and placement see it; empty for what the machine has", &c.LocalMemoryText},
 		{"headroom", "MODELSERVE_HEADROOM", "", "memory kept free on each device (a node's RAM, each GPU) for the system and other programs, never promised to a replica (1GiB, 512MiB, 0 for none); empty for 1GiB, or none beside --local-memory, which is the operator's margin already", &c.HeadroomText},
 		{"drain-timeout", "MODELSERVE_DRAIN_TIMEOUT", "10m", "the longest a replica being retired (scaled down, idle, given back for another model, stopped or restarted) waits for the answers it is writing to end before it is stopped anyway", &c.DrainTimeoutText},
+		{"residency", "MODELSERVE_RESIDENCY", "5s", "the least a model loaded on demand and used stays before another model on demand takes its room (it stays ten of its loads when that is more), so two models asked for in turn do not swap at every request; the other waits, or is answered 429 with Retry-After past its queue; 0 turns it off", &c.ResidencyText},
 		{"canary-share", "MODELSERVE_CANARY_SHARE", "0.1", "the share of a model's requests an update's canary takes while it is judged (0.1 is 10%); an update may give its own", &c.CanaryShareText},
 		{"canary-requests", "MODELSERVE_CANARY_REQUESTS", "50", "how many requests a canary serves before it is judged on them", &c.CanaryRequestsText},
 		{"canary-window", "MODELSERVE_CANARY_WINDOW", "30m", "the longest a canary is tried before it is judged on what it served", &c.CanaryWindowText},
@@ -195,6 +201,9 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (co
 	}
 	if c.DrainTimeout, err = time.ParseDuration(strings.TrimSpace(c.DrainTimeoutText)); err != nil || c.DrainTimeout < time.Second || c.DrainTimeout > 24*time.Hour {
 		return c, usageError{fmt.Errorf("--drain-timeout is a duration from 1s to 24h (10m, 1h), the longest an answer may take, not %s", operr.Quote(c.DrainTimeoutText))}
+	}
+	if c.Residency, err = time.ParseDuration(strings.TrimSpace(c.ResidencyText)); err != nil || c.Residency < 0 || c.Residency > time.Hour {
+		return c, usageError{fmt.Errorf("--residency is a duration from 0 to 1h (5s, 1m; 0 for none), the least a model loaded on demand stays once used, not %s", operr.Quote(c.ResidencyText))}
 	}
 	if t := strings.TrimSpace(c.TraceURL); t != "" {
 		if u, err := url.Parse(t); err != nil || (u.Scheme != "http" && u.Scheme != "https") || !strings.Contains(t, "{trace_id}") {

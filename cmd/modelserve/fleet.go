@@ -55,14 +55,15 @@ func (a jobsFleet) NodeCPUs(memGB int) []int { return a.f.NodeCPUs(memGB) }
 // are the models parked, which a restart must not start again.
 // The caller runs the fleet (Run) and waits for it on shutdown.
 // budget, when not 0, is the memory the fleet may promise on this machine
-// (--local-memory).
-func newFleet(engine, vllm string, budget, headroom int64, drainTimeout time.Duration, store *catalog.Store, db *sql.DB, notifier *notify.Notifier, log *slog.Logger) (*fleet.Fleet, *fleet.NotifyingCatalog, jobs.Fleet, error) {
+// (--local-memory); residency is the least a used replica stays
+// (fleet.Options.Residency).
+func newFleet(engine, vllm string, budget, headroom int64, drainTimeout, residency time.Duration, store *catalog.Store, db *sql.DB, notifier *notify.Notifier, log *slog.Logger) (*fleet.Fleet, *fleet.NotifyingCatalog, jobs.Fleet, error) {
 	node, err := fleet.Local(fleet.LocalConfig{Budget: budget, Engine: engine})
 	if err != nil {
 		return nil, nil, nil, err
 	}
 	f, err := fleet.New(fleet.Options{Catalog: store, Engine: engine, VLLM: vllm, Nodes: []fleet.Node{node}, History: fleet.NewHistory(db), Parks: fleet.NewParks(db),
-		Notify: notifier, Headroom: fleet.Headroom{RAM: headroom, Card: headroom}, DrainTimeout: drainTimeout, Log: log.With("part", "fleet")})
+		Notify: notifier, Headroom: fleet.Headroom{RAM: headroom, Card: headroom}, DrainTimeout: drainTimeout, Residency: residency, Log: log.With("part", "fleet")})
 	if err != nil {
 		return nil, nil, nil, err
 	}

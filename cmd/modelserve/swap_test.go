@@ -116,11 +116,17 @@ func startSwapWorldOn(t testing.TB, hub *hubtest.Server, budget int64, names ...
 
 // startSwapWorldSized is startSwapWorldOn with each model's token pool
 // (ctx_pool) as given: the larger, the more memory its replica takes.
-func startSwapWorldSized(t testing.TB, hub *hubtest.Server, budget int64, names []string, pools []int) (*apiServer, openai.Client, string) {
+// Its residency is off (config's zero): these are tests of swapping
+// itself, each swap asked for at once; tune, when given, sets more of
+// its config (a residency, for the tests of that).
+func startSwapWorldSized(t testing.TB, hub *hubtest.Server, budget int64, names []string, pools []int, tune ...func(*config)) (*apiServer, openai.Client, string) {
 	t.Helper()
 	data := t.TempDir()
-	s := startAPI(t, config{Addr: "127.0.0.1:0", Data: data, HFEndpoint: hub.URL(), LlamaServer: llamatest.Path(t),
-		LocalMemory: budget})
+	cfg := config{Addr: "127.0.0.1:0", Data: data, HFEndpoint: hub.URL(), LlamaServer: llamatest.Path(t), LocalMemory: budget}
+	for _, f := range tune {
+		f(&cfg)
+	}
+	s := startAPI(t, cfg)
 	for i, name := range names {
 		repo := "acme/" + name + "-GGUF"
 		tinyRepo(t, hub, repo, name+"-Q4_K_M.gguf", ggufgen.Spec{ContextLength: 4096})
@@ -216,10 +222,12 @@ func serverTimings(h http.Header) map[string]time.Duration {
 type fleetView struct {
 	Replicas []struct {
 		ID, Model, State, Detail string
+		ReadyAt                  time.Time `json:"ready_at"`
 	} `json:"replicas"`
 	Models []struct {
-		Model    string `json:"model"`
-		LastStop string `json:"last_stop"`
+		Model     string `json:"model"`
+		LastStop  string `json:"last_stop"`
+		Placement string `json:"placement"`
 	} `json:"models"`
 	Starts []struct {
 		Model string `json:"model"`

@@ -36,6 +36,7 @@ func (f *Fleet) Hold(id string, askedAt time.Time) (release func(), ok bool) {
 		return nil, false
 	}
 	r.holds++
+	r.usedAt = time.Now()
 	var once sync.Once
 	return func() {
 		once.Do(func() {

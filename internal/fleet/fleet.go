@@ -89,6 +89,11 @@ type Options struct {
 	// for the system and other programs: nothing is promised from it.
 	// None unless set (the command's --headroom sets it).
 	Headroom Headroom
+	// Residency is the least a replica that was used stays before it is
+	// given back for another model on demand (swap.go): it stays
+	// ResidencyLoads of its loads when that is more. DefaultResidency
+	// unless set; negative keeps none, for tests of swapping itself.
+	Residency time.Duration
 
 	// beforePass, for tests, is called in each pass once it has the
 	// catalog, before it takes the fleet's lock: a test holds the fleet's
@@ -177,6 +182,12 @@ type ModelHealth struct {
 	// another model, and why: "tiny-1: given back for chatty, idle for 4
 	// min".
 	LastStop string `json:"last_stop,omitempty"`
+	// ResidencyEnds is, for a model waiting for room that replicas of
+	// others hold for their residency (swap.go), when the first of those
+	// residencies ends: when its requests may be answered, at the
+	// soonest, which the gateway tells a client it turns away
+	// (Retry-After).
+	ResidencyEnds time.Time `json:"residency_ends,omitzero"`
 }
 
 // NodeStatus is one node, as the API shows it.
@@ -248,6 +259,10 @@ type Fleet struct {
 	// memWaits how long models waited for it (memwait.go).
 	evictions map[[2]string]int
 	memWaits  Waits
+	// resides has the fleet look again when the first residency a model
+	// waits for ends (wakeAt), rather than at its next tick.
+	resides *time.Timer
+	wakeAt  time.Time
 	// restored are the parks Run read from Options.Parks that no model's
 	// state has taken up yet; unpark the kept parks to forget.
 	restored map[string]park
@@ -302,6 +317,9 @@ func New(opts Options) (*Fleet, error) {
 	}
 	if opts.LoadEvery <= 0 {
 		opts.LoadEvery = 2 * time.Second
+	}
+	if opts.Residency == 0 {
+		opts.Residency = DefaultResidency
 	}
 	nodes := opts.Nodes
 	if len(nodes) == 0 {
@@ -370,6 +388,10 @@ func (f *Fleet) Run(ctx context.Context) error {
 		f.running = false
 		for name := range f.demands {
 			f.dropDemandLocked(name)
+		}
+		if f.resides != nil {
+			f.resides.Stop()
+			f.resides, f.wakeAt = nil, time.Time{}
 		}
 		f.replicas, f.models, f.demands = map[string]*replica{}, map[string]*modelState{}, map[string]*demand{}
 		f.restored, f.unpark = nil, nil
@@ -471,6 +493,7 @@ func (f *Fleet) ModelHealth() []ModelHealth {
 			Model: name, Class: st.class, Want: st.want,
 			Parked: st.parked, Failures: st.failedStarts, Reason: st.reason,
 			Unplaceable: st.unplaceable, Placement: st.placement, HardwareExists: st.hardware, LastStop: st.lastStop,
+			ResidencyEnds: st.residencyEnds,
 		}
 		for _, r := range f.replicas {
 			if r.model == name && r.state == Ready {

@@ -134,7 +134,7 @@ type testFleet struct {
 }
 
 // MustRun starts a fleet over cat. opts' Catalog, Engine, Nodes, Log,
-// Threads and Backoff are filled in where left empty.
+// Threads, Backoff and Residency (off) are filled in where left empty.
 func MustRun(t testing.TB, cat Catalog, opts Options) *testFleet {
 	t.Helper()
 	if opts.Catalog == nil {
@@ -158,6 +158,12 @@ func MustRun(t testing.TB, cat Catalog, opts Options) *testFleet {
 	}
 	if opts.Backoff == 0 {
 		opts.Backoff = 20 * time.Millisecond
+	}
+	if opts.Residency == 0 {
+		// Off: these tests swap at once on purpose, to test swapping and
+		// the other rules; a residency would have each swap wait seconds.
+		// The residency's own tests (TestResidency) step a clock.
+		opts.Residency = -1
 	}
 	f, err := New(opts)
 	if err != nil {

@@ -244,7 +244,7 @@ func Keeps(hs []Holder, asker catalog.Model, have, claimed, need int64, stopping
 		switch giveFor(h, asker) {
 		case idleGive, drainGive:
 			now += h.Held
-		case busyGive:
+		case busyGive, residentGive:
 			later = append(later, h.Held)
 		}
 	}

@@ -35,6 +35,9 @@ type modelState struct {
 	// waitsForIdle is a model waiting for busy replicas of others to fall
 	// idle and give back their room (swap.go).
 	waitsForIdle bool
+	// residencyEnds is, while it waits for room replicas of others hold
+	// for their residency, when the first of those ends.
+	residencyEnds time.Time
 	// lastStop says which of its replicas was last given back, and why.
 	lastStop  string
 	placement string
@@ -159,7 +162,7 @@ func (f *Fleet) reconcile(ctx context.Context, reread bool) {
 		if st.parked {
 			continue
 		}
-		st.unplaceable, st.placement, st.waitsForIdle = false, "", false
+		st.unplaceable, st.placement, st.waitsForIdle, st.residencyEnds = false, "", false, time.Time{}
 		st.hardware = f.hardwareLocked(m, caps)
 		if len(active) >= st.want {
 			continue
@@ -464,6 +467,7 @@ func (f *Fleet) makeRoomLocked(m catalog.Model, profs []catalog.Profile, caps []
 	var busyText string
 	var busyKeep func()
 	var waited []string
+	var resident time.Time
 	for _, p := range profs {
 		for i, n := range f.nodes {
 			a := f.accountLocked(n, caps[i])
@@ -541,7 +545,10 @@ func (f *Fleet) makeRoomLocked(m catalog.Model, profs []catalog.Profile, caps []
 			victims, all, ok := Victims(holders, m, have, need)
 			if !ok {
 				if have+claimed+all+waitLater >= need && busyText == "" {
+					why, until := Residing(holders, m, now)
 					switch {
+					case why != "":
+						busyText, resident = fmt.Sprintf("%s on node %s: waiting: %s", makingRoom, n.Name(), why), until
 					case len(busy) == 0:
 						busyText = fmt.Sprintf("%s on node %s: waiting behind %s", makingRoom, n.Name(), c.keptFor())
 					default:
@@ -568,13 +575,31 @@ func (f *Fleet) makeRoomLocked(m catalog.Model, profs []catalog.Profile, caps []
 	}
 	if busyText != "" {
 		if st := f.models[m.Name]; st != nil {
-			st.waitsForIdle = true
+			st.waitsForIdle, st.residencyEnds = true, resident
+		}
+		if !resident.IsZero() {
+			f.wakeAtLocked(resident, now)
 		}
 		busyKeep()
 		f.owed.Owe(m.Name, f.askedAtLocked(m.Name), waited)
 		return busyText, true
 	}
 	return "", false
+}
+
+// wakeAtLocked has the fleet look again at at, when a residency a model
+// waits for ends, unless it looks before then already: the model's
+// requests go on the moment the room may be theirs, not at a tick.
+func (f *Fleet) wakeAtLocked(at, now time.Time) {
+	if !f.wakeAt.IsZero() && f.wakeAt.After(now) && !at.Before(f.wakeAt) {
+		return
+	}
+	f.wakeAt = at
+	if f.resides == nil {
+		f.resides = time.AfterFunc(at.Sub(now), f.look)
+		return
+	}
+	f.resides.Reset(at.Sub(now))
 }
 
 func ids(rs []*replica) string {

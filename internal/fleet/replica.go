@@ -51,8 +51,11 @@ type replica struct {
 	// is the timer that stops a draining r anyway, and why the reason it
 	// is retired.
 	holds int
-	drain *time.Timer
-	why   string
+	// usedAt is when r last took a request (Hold): whether it is kept
+	// for its residency (swap.go).
+	usedAt time.Time
+	drain  *time.Timer
+	why    string
 	// evictedFor is the critical model r is stopping to make room for:
 	// the room it gives back is that model's.
 	evictedFor string

@@ -2,6 +2,7 @@ package fleet
 
 import (
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -102,5 +103,68 @@ func TestBehind(t *testing.T) {
 	x.Done(at(0))
 	if !Behind(x.Oldest(), waits) {
 		t.Error("not behind once its request asked before the waiting one is answered")
+	}
+}
+
+// TestResidency is the swap rule's hysteresis, stepping a clock: a
+// replica used since it became ready is no victim for a model on demand
+// until its residency (ResidencyLoads of its load, no less than the
+// floor) has passed, and the waiting model is told how long, and when to
+// look again.
+func TestResidency(t *testing.T) {
+	t0 := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	floor := 5 * time.Second
+	asker := catalog.Model{Name: "beta"}
+	holder := func(load time.Duration, used time.Time, now time.Time, floor time.Duration) Holder {
+		h := Holder{ID: "alpha-1", Model: "alpha", Class: catalog.ClassStandard, Ready: true, LastUsed: used, Held: 4}
+		h.Reside(t0, load, used, floor, now)
+		return h
+	}
+	victims := func(h Holder) []Holder {
+		v, _, _ := Victims([]Holder{h}, asker, 0, 4)
+		return v
+	}
+	used := t0.Add(100 * time.Millisecond)
+
+	// Inside the floor: kept, and said so.
+	h := holder(100*time.Millisecond, used, t0.Add(3500*time.Millisecond), floor)
+	if v, all, ok := Victims([]Holder{h}, asker, 0, 4); ok || len(v) > 0 || all != 4 {
+		t.Errorf("1.5s before its residency ends: victims %v, ok %v, all %d; want none now, its 4 once it ends", v, ok, all)
+	}
+	why, until := Residing([]Holder{h}, asker, t0.Add(3500*time.Millisecond))
+	if want := "alpha-1 is kept 2s more after its load (residency)"; why != want || !until.Equal(t0.Add(floor)) {
+		t.Errorf("Residing: %q until %v; want %q until %v", why, until, want, t0.Add(floor))
+	}
+	if got := Keeps([]Holder{h}, asker, 0, 0, 4); got != 0 {
+		t.Errorf("Keeps with only a resident holder: %d; want 0, nothing to keep now", got)
+	}
+	// At its end: given back, and its last stop says it had its residency.
+	h = holder(100*time.Millisecond, used, t0.Add(floor), floor)
+	if v := victims(h); len(v) != 1 {
+		t.Fatalf("at the end of its residency: victims %v; want alpha-1", v)
+	}
+	if _, why := GiveBackWhy(h, asker, t0.Add(floor)); !strings.Contains(why, "after its 5s residency") {
+		t.Errorf("given back after its residency: %q; want it to say so", why)
+	}
+	// A slow load stays ResidencyLoads of its loads, past the floor.
+	if v := victims(holder(2*time.Second, used, t0.Add(19*time.Second), floor)); len(v) > 0 {
+		t.Errorf("a 2s load 19s after ready: victims %v; want it kept for %d loads", v, ResidencyLoads)
+	}
+	if v := victims(holder(2*time.Second, used, t0.Add(20*time.Second), floor)); len(v) != 1 {
+		t.Errorf("a 2s load 20s after ready: victims %v; want it given back", v)
+	}
+	// Never used since it became ready: nobody wants it, it is not kept.
+	if v := victims(holder(100*time.Millisecond, t0.Add(-time.Second), t0.Add(time.Second), floor)); len(v) != 1 {
+		t.Errorf("unused since ready: victims %v; want it given back", v)
+	}
+	// Residency off.
+	if v := victims(holder(100*time.Millisecond, used, t0.Add(time.Second), -1)); len(v) != 1 {
+		t.Errorf("residency off: victims %v; want it given back", v)
+	}
+	// A critical model does not wait for an opportunistic one's.
+	o := holder(100*time.Millisecond, used, t0.Add(time.Second), floor)
+	o.Class = catalog.ClassOpportunistic
+	if v, _, _ := Victims([]Holder{o}, catalog.Model{Name: "beta", Class: catalog.ClassCritical}, 0, 4); len(v) != 1 {
+		t.Errorf("critical asker, opportunistic resident: victims %v; want it given back", v)
 	}
 }

@@ -103,7 +103,7 @@ func (g *Gateway) admit(ctx context.Context, m catalog.Model, asked time.Time, k
 			if !queued {
 				if waiting := len(p.queue) - 1; waiting >= g.opts.MaxQueue {
 					p.mu.Unlock()
-					aerr := queueFull(m.Name, waiting)
+					aerr := g.full(m.Name, waiting)
 					leave(aerr)
 					return fleet.Replica{}, slot{}, aerr
 				}
@@ -223,15 +223,47 @@ func (g *Gateway) await(ctx context.Context, p *pool, w *waiter, model string, c
 	case <-t.C:
 	case <-deadline:
 		if cold {
+			if aerr := g.kept(model, 0); aerr != nil {
+				return choice{}, false, aerr
+			}
 			return choice{}, false, unavailable("model_not_ready", model+" has no replica ready after "+
 				g.opts.MaxWait.String()+" of waiting: the fleet page says how its start is going; retry later")
 		}
 		_, waiting := p.counts()
-		return choice{}, false, queueFull(model, waiting-1)
+		return choice{}, false, g.full(model, waiting-1)
 	case <-ctx.Done():
 		return choice{}, false, unavailable("client_gone", "the request ended before a replica was free")
 	}
 	return choice{}, false, nil
+}
+
+// full is the answer to a request for model past its queue's limit,
+// with waiting requests ahead of it: 429, to retry when the fleet's
+// residency that keeps model's room (kept) ends, or in a moment.
+func (g *Gateway) full(model string, waiting int) *apiError {
+	if aerr := g.kept(model, waiting); aerr != nil {
+		return aerr
+	}
+	return queueFull(model, waiting)
+}
+
+// kept is, for model waiting for room the fleet keeps for another
+// model's residency (fleet.ModelHealth.ResidencyEnds), the 429 a request
+// past its queue's limit (waiting ahead of it, or its wait's bound) is
+// answered with, to retry once the residency ends; nil when none keeps
+// it. Retried sooner, the request would find the room kept still.
+func (g *Gateway) kept(model string, waiting int) *apiError {
+	for _, h := range g.opts.Fleet.ModelHealth() {
+		if h.Model != model || h.ResidencyEnds.IsZero() {
+			continue
+		}
+		left := time.Until(h.ResidencyEnds)
+		if left <= 0 {
+			return nil
+		}
+		return residencyFull(model, waiting, h.Placement, left)
+	}
+	return nil
 }
 
 // reofferAfter is how long a request waits for another replica before it

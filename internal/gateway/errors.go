@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"modelserve/internal/operr"
@@ -67,6 +68,21 @@ func tooLarge(limit int64) *apiError {
 func queueFull(model string, waiting int) *apiError {
 	return &apiError{status: http.StatusTooManyRequests, Type: "rate_limit_exceeded", Code: "queue_full", retryAfter: time.Second,
 		Message: model + " is busy: " + strconv.Itoa(waiting) + " requests are already waiting for its replicas; retry in a moment"}
+}
+
+// residencyFull is queueFull for a model whose room the fleet keeps for
+// another model's residency for left more, as placement (the fleet's
+// sentence) says: Retry-After is what is left of it, rounded up.
+func residencyFull(model string, waiting int, placement string, left time.Duration) *apiError {
+	msg := model + " waits for room another model keeps for its residency"
+	if _, why, ok := strings.Cut(placement, "waiting: "); ok {
+		msg = model + " waits for room: " + why
+	}
+	if waiting > 0 {
+		msg += ", and " + strconv.Itoa(waiting) + " requests are already waiting for it"
+	}
+	return &apiError{status: http.StatusTooManyRequests, Type: "rate_limit_exceeded", Code: "queue_full", retryAfter: left,
+		Message: msg + "; retry after " + strconv.Itoa(int((left+time.Second-1)/time.Second)) + "s"}
 }
 
 func unavailable(code, msg string) *apiError {

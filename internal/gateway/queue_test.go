@@ -628,3 +628,60 @@ func TestARequestSlowToGoOnHoldsUpOnlyItsReplicasNext(t *testing.T) {
 		})
 	}
 }
+
+// residentFleet has no replica of m ready, and says m waits for room
+// another model keeps for its residency until ends.
+type residentFleet struct {
+	stubFleet
+	ends time.Time
+}
+
+func (f *residentFleet) ModelHealth() []fleet.ModelHealth {
+	return []fleet.ModelHealth{{Model: "m", Placement: "making room on node local: waiting: alpha-1 is kept 4s more after its load (residency)",
+		ResidencyEnds: f.ends}}
+}
+
+// TestPastTheQueueWhileRoomIsKeptAnswers429UntilItsEnd: a request for a
+// model whose room the fleet keeps for another's residency waits its
+// turn; one past the queue's limit is answered 429 with Retry-After the
+// residency's rest, rounded up, and the fleet's sentence of what keeps
+// it, not "retry in a moment" to come back and find it kept still.
+func TestPastTheQueueWhileRoomIsKeptAnswers429UntilItsEnd(t *testing.T) {
+	f := &residentFleet{ends: time.Now().Add(3200 * time.Millisecond)}
+	g, err := New(Options{Catalog: f, Fleet: f, Tokens: f, MaxQueue: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := catalog.Model{Name: "m"}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	waited := make(chan *apiError, 1)
+	go func() {
+		_, aerr := admitSent(ctx, g, m)
+		waited <- aerr
+	}()
+	p := g.pool("m")
+	waitFor(t, 5*time.Second, "the first request waiting", func() (bool, string) {
+		_, w := p.counts()
+		return w == 1, fmt.Sprint(w, " waiting")
+	})
+	_, aerr := admitSent(ctx, g, m)
+	if aerr == nil || aerr.status != http.StatusTooManyRequests {
+		t.Fatalf("past the queue's limit while the room is kept: %+v; want 429", aerr)
+	}
+	rec := httptest.NewRecorder()
+	aerr.write(rec)
+	if got := rec.Header().Get("Retry-After"); got != "4" {
+		t.Errorf("Retry-After %q; want 4, the 3.2s left of the residency rounded up", got)
+	}
+	if !strings.Contains(aerr.Message, "alpha-1 is kept 4s more after its load (residency)") {
+		t.Errorf("the 429 says %q; want what keeps the room", aerr.Message)
+	}
+	select {
+	case aerr := <-waited:
+		t.Fatalf("the first request did not wait its turn: %+v", aerr)
+	default:
+	}
+	cancel()
+	<-waited
+}

@@ -52,6 +52,7 @@ func (f *Fleet) Hold(id string, askedAt time.Time) (release func(), ok bool) {
 		return nil, false
 	}
 	f.holds[id]++
+	f.usedAt[id] = time.Now()
 	var once sync.Once
 	return func() {
 		once.Do(func() {

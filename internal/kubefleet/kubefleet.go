@@ -93,6 +93,11 @@ type Options struct {
 	// requests sent to it to end before it is deleted anyway: 10 minutes
 	// unless set (--drain-timeout).
 	DrainTimeout time.Duration
+	// Residency is the least a pod that was used stays before its model
+	// is given back for another model on demand (fleet.Residency):
+	// fleet.DefaultResidency unless set; negative keeps none
+	// (--residency).
+	Residency time.Duration
 	// Resync is how often the informers replay every object, which
 	// reconciles every model again: 30 s unless set.
 	Resync time.Duration
@@ -181,6 +186,11 @@ type Fleet struct {
 	// pods waiting for theirs to end before they are deleted (drain.go).
 	holds  map[string]int
 	drains map[string]*draining
+	// usedAt is when each pod last took a request (Hold), and keptFrom,
+	// by model, when the residency of pods a model waits for ends
+	// (swap.go): whether they are kept, and when to look again.
+	usedAt   map[string]time.Time
+	keptFrom map[string]time.Time
 	// onStopping are told the endpoint of each pod being deleted.
 	onStopping fleet.Listeners[string]
 }
@@ -213,6 +223,9 @@ func New(opts Options) (*Fleet, error) {
 	if opts.MaxFailures <= 0 {
 		opts.MaxFailures = 3
 	}
+	if opts.Residency == 0 {
+		opts.Residency = fleet.DefaultResidency
+	}
 	if opts.Resync <= 0 {
 		opts.Resync = 30 * time.Second
 	}
@@ -224,7 +237,7 @@ func New(opts Options) (*Fleet, error) {
 		queue:  workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]()),
 		models: map[string]fleet.ModelHealth{}, demands: map[string]*demand{}, parks: map[string]park{},
 		lastStops: map[string]string{}, givenWhy: map[string]string{}, madeRoom: map[string]bool{}, evictions: map[[2]string]int{}, waiting: map[string]bool{}, heldBack: map[string]bool{},
-		holds: map[string]int{}, drains: map[string]*draining{},
+		holds: map[string]int{}, drains: map[string]*draining{}, usedAt: map[string]time.Time{}, keptFrom: map[string]time.Time{},
 		passed: make(chan struct{}), first: make(chan struct{}),
 	}, nil
 }
@@ -618,6 +631,9 @@ func (f *Fleet) reconcile(ctx context.Context, m catalog.Model, models []catalog
 		// scheduler places m's pod once theirs have gone.
 		var given []catalog.Model
 		given, making, hold = f.makeRoom(m, h.Want, models, now)
+		f.mu.Lock()
+		h.ResidencyEnds = f.keptFrom[m.Name]
+		f.mu.Unlock()
 		for _, g := range given {
 			if err := f.reconcile(ctx, g, models); err != nil {
 				return err

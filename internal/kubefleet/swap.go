@@ -124,6 +124,12 @@ func (f *Fleet) holdings(byName map[string]catalog.Model) []holding {
 			delete(f.givenFor, id)
 		}
 	}
+	for id := range f.usedAt {
+		if !listed[id] {
+			delete(f.usedAt, id)
+		}
+	}
+	now := time.Now()
 	for _, pod := range pods {
 		if pod.Spec.NodeName == "" || pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
 			continue
@@ -141,6 +147,10 @@ func (f *Fleet) holdings(byName map[string]catalog.Model) []holding {
 		if d != nil {
 			h.LastUsed, h.asked = d.lastUse, d.asks.Oldest()
 		}
+		// Its engine's load, from its container's start to its pod's
+		// readiness: what its residency is counted from.
+		r := replica(pod)
+		h.Reside(r.ReadyAt, r.ReadyAt.Sub(r.Started), f.usedAt[pod.Name], f.opts.Residency, now)
 		if h.going {
 			h.givenFor = f.givenFor[pod.Name]
 		} else {
@@ -263,8 +273,20 @@ func (f *Fleet) makeRoom(m catalog.Model, want int, models []catalog.Model, now 
 	kept := f.keptBefore(m, models, nodes, all, now)
 	asked := f.oldestAsk(m.Name)
 	hs, going := holders(all, p, m.Name, asked)
-	o := look(m, p, nodes, hs, going, kept)
+	o := look(m, p, nodes, hs, going, kept, now)
 	f.setWaiting(m.Name, o.waits)
+	f.mu.Lock()
+	if o.resident.IsZero() {
+		delete(f.keptFrom, m.Name)
+	} else {
+		f.keptFrom[m.Name] = o.resident
+	}
+	f.mu.Unlock()
+	if !o.resident.IsZero() {
+		// Looked at again the moment the residency ends, not at a
+		// resync.
+		f.queue.AddAfter(m.Name, o.resident.Sub(now))
+	}
 	f.owe(m.Name, asked, o.waited)
 	if len(o.victims) > 0 {
 		given = f.giveBack(o.victims, m, byName, now)
@@ -288,6 +310,9 @@ type outlook struct {
 	waits  bool
 	text   string
 	waited []string
+	// resident is, when it waits for pods kept for their residency
+	// (fleet.Residing), when the first of those residencies ends.
+	resident time.Time
 	// keep is what of node's room it keeps from the models after it:
 	// all it needs where it fits or room is made for it, else what of
 	// the room it has now it cannot spare (fleet.Keeps).
@@ -301,10 +326,10 @@ type outlook struct {
 
 // look is what m finds for a pod of its profile p on nodes: hs are their
 // holders and going what pods given back already will free, for m or for
-// others (holders), and kept the room models before m keep. The room of
-// pods given back for m is m's already: it keeps of the rest of a node's
-// room only what that does not cover.
-func look(m catalog.Model, p catalog.Profile, nodes []node, hs map[string][]fleet.Holder, going map[string]goingRoom, kept *fleet.Kept) outlook {
+// others (holders), and kept the room models before m keep, as of now.
+// The room of pods given back for m is m's already: it keeps of the rest
+// of a node's room only what that does not cover.
+func look(m catalog.Model, p catalog.Profile, nodes []node, hs map[string][]fleet.Holder, going map[string]goingRoom, kept *fleet.Kept, now time.Time) outlook {
 	kp := keptProfile(p)
 	need := p.RAMBytes
 	if p.GPUClass != "" {
@@ -348,6 +373,9 @@ func look(m catalog.Model, p catalog.Profile, nodes []node, hs map[string][]flee
 			if have+claimed+all+others >= need && !o.waits {
 				o = outlook{node: n.name, waits: true, text: waitText(m, n.name, hs[n.name], kept, kp), waited: fleet.Waited(hs[n.name], m),
 					keep: fleet.Keeps(hs[n.name], m, have, claimed, need, g.others...) - g.mine}
+				if why, until := fleet.Residing(hs[n.name], m, now); why != "" {
+					o.text, o.resident = fmt.Sprintf("making room on node %s: waiting: %s", n.name, why), until
+				}
 				othersAny = others > 0
 			}
 			continue
@@ -421,7 +449,7 @@ func (f *Fleet) keptBefore(m catalog.Model, models []catalog.Model, nodes []node
 		}
 		p := e.Profiles[byPriority(e)[0]]
 		hs, going := holders(all, p, e.Name, f.oldestAsk(e.Name))
-		o := look(e, p, nodes, hs, going, kept)
+		o := look(e, p, nodes, hs, going, kept, now)
 		kept.Keep(o.node, keptProfile(p), e, o.keep)
 	}
 	return kept

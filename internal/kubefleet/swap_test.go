@@ -107,6 +107,10 @@ func startSwapWorldThrough(t *testing.T, through func(kubernetes.Interface) kube
 		Client: client, Catalog: cat, Namespace: ns, EngineImage: "ghcr.io/ggml-org/llama.cpp:server",
 		MirrorURL: mirrorURL, MirrorDir: mirrorDir, MirrorToken: mirrorToken, Resync: 5 * time.Second,
 		Log: slog.New(slog.NewTextHandler(&logs, nil)),
+		// These are tests of swapping itself, each swap asked for at
+		// once: a residency would have every one wait seconds for the
+		// model before. TestLookWaitsForAResidentPod tests it.
+		Residency: -1,
 	}
 	if len(drainTimeout) > 0 {
 		opts.DrainTimeout = drainTimeout[0]
