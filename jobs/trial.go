@@ -272,10 +272,14 @@ func (s *Server) promote(ctx context.Context, l *live, p *pipeline) error {
 				return err
 			}
 			if before.Origin == nil || before.Origin.Revision == p.repo.Commit {
-				// Resumed after the entry took the new version: the one
-				// before is no longer known to go back to.
-				return sentencef("%s's replicas did not start on %s: %s; the canary takes all its requests meanwhile: the fleet page says why",
-					of, hf.Short(p.repo.Commit), err)
+				// Resumed after the entry took the new version: the entry
+				// before it is gone, and only its commit is known.
+				back := "the commit it ran before"
+				if up, uerr := s.deps.Updates.Get(ctx, p.req.UpdateID); uerr == nil {
+					back = hf.Short(up.OldCommit)
+				}
+				return sentencef("%s's replicas did not start on %s: %s; the promotion began before modelserve restarted, "+
+					"so the entry before it is not kept to go back to: serve %s at %s again", of, hf.Short(p.repo.Commit), err, of, back)
 			}
 			return s.restore(ctx, l, p, before, err)
 		}
