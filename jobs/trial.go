@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"modelserve/catalog"
 	"modelserve/internal/canary"
 	"modelserve/internal/hf"
 	"modelserve/internal/notify"
@@ -233,7 +234,10 @@ func (s *Server) refresh() {
 
 // promote makes the canary the model: every request goes to the canary
 // while the model's entry takes the new version and its replicas restart
-// on it; then the canary goes.
+// on it; then the canary goes. Replicas that cannot start on the new
+// version put the entry back as it was (restore): a model whose entry
+// points at a version that does not run serves nothing once the canary
+// goes.
 func (s *Server) promote(ctx context.Context, l *live, p *pipeline) error {
 	of, name := p.req.CanaryOf, p.name
 	if err := s.setShare(ctx, name, 1); err != nil {
@@ -247,6 +251,8 @@ func (s *Server) promote(ctx context.Context, l *live, p *pipeline) error {
 	if err != nil {
 		return err
 	}
+	// The entry as it served: its origin is replaced below, not changed.
+	before := m
 	ref, kind := "", ""
 	if m.Origin != nil {
 		ref, kind = m.Origin.Ref, m.Origin.RefKind
@@ -262,7 +268,20 @@ func (s *Server) promote(ctx context.Context, l *live, p *pipeline) error {
 	if m.Scaling.Min > 0 {
 		s.step(l, StepVerdict, Running, fmt.Sprintf("%s takes every request of %s while its replicas restart on %s", name, of, hf.Short(p.repo.Commit)))
 		if err := s.waitRestarted(ctx, of, changed); err != nil {
-			return err
+			if ctx.Err() != nil {
+				return err
+			}
+			if before.Origin == nil || before.Origin.Revision == p.repo.Commit {
+				// Resumed after the entry took the new version: the entry
+				// before it is gone, and only its commit is known.
+				back := "the commit it ran before"
+				if up, uerr := s.deps.Updates.Get(ctx, p.req.UpdateID); uerr == nil {
+					back = hf.Short(up.OldCommit)
+				}
+				return sentencef("%s's replicas did not start on %s: %s; the promotion began before modelserve restarted, "+
+					"so the entry before it is not kept to go back to: serve %s at %s again", of, hf.Short(p.repo.Commit), err, of, back)
+			}
+			return s.restore(ctx, l, p, before, err)
 		}
 	}
 	if err := s.deps.Catalog.Remove(ctx, name); err != nil {
@@ -277,8 +296,34 @@ func (s *Server) promote(ctx context.Context, l *live, p *pipeline) error {
 	return nil
 }
 
+// restore puts model's entry back as it was before the promotion (was),
+// its replicas having failed to start on the new version (why), and waits
+// for them to serve again on the version before, the canary taking every
+// request meanwhile. The error it returns is the trial's ending: the job
+// then rolls the canary back (undo), and its version and update with it.
+func (s *Server) restore(ctx context.Context, l *live, p *pipeline, was catalog.Model, why error) error {
+	of, name, old := p.req.CanaryOf, p.name, hf.Short(was.Origin.Revision)
+	reason := fmt.Sprintf("the promoted version's replicas could not start: %s", why)
+	s.step(l, StepVerdict, Running, fmt.Sprintf("%s; %s goes back to %s, and %s takes every request of it until %s serves again", reason, of, old, name, old))
+	restored := time.Now()
+	if err := s.deps.Catalog.Add(ctx, was, was.AddedBy); err != nil {
+		return fmt.Errorf("put %s back on %s after its promotion failed: %w", of, old, err)
+	}
+	s.refresh()
+	if err := s.waitRestarted(ctx, of, restored); err != nil {
+		if ctx.Err() != nil {
+			return err
+		}
+		return sentencef("%s rolled back, and %s is back on %s, which does not start either: %s; before it, %s", name, of, old, err, reason)
+	}
+	s.deps.Log.Warn("a promotion rolled back: the new version did not start", "model", of, "commit", p.repo.Commit, "why", why)
+	return sentencef("%s rolled back, %s serving %s again: %s", name, of, old, reason)
+}
+
 // waitRestarted waits for a ready replica of model started since, bounded
-// by the placement's own timeout.
+// by the placement's own timeout. A park ends the wait at once: the fleet
+// starts a parked model no more, and waiting out the timeout held a
+// promotion for half an hour with nothing of the new version serving.
 func (s *Server) waitRestarted(ctx context.Context, model string, since time.Time) error {
 	deadline := time.Now().Add(s.deps.ReadyTimeout)
 	tick := time.NewTicker(s.deps.Poll)
@@ -289,9 +334,14 @@ func (s *Server) waitRestarted(ctx context.Context, model string, since time.Tim
 				return nil
 			}
 		}
+		// The catalog's Add waits for the fleet to look at the entry
+		// (fleet.NotifyingCatalog), so a park seen here is of this entry,
+		// not of the one it replaced.
+		if h, ok := s.health(model); ok && h.Parked {
+			return sentencef("they failed to start %s and are parked: %s", words.Plural(h.Failures, "once", fmt.Sprintf("%d times", h.Failures)), h.Reason)
+		}
 		if time.Now().After(deadline) {
-			return sentencef("%s's replicas were not ready on the new version after %s; the canary takes all its requests meanwhile: "+
-				"the fleet page says why", model, s.deps.ReadyTimeout)
+			return sentencef("none was ready after %s", s.deps.ReadyTimeout)
 		}
 		select {
 		case <-ctx.Done():

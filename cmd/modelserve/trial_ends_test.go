@@ -13,6 +13,7 @@ import (
 
 	"modelserve/catalog"
 	"modelserve/internal/ggufgen"
+	"modelserve/internal/hf"
 	"modelserve/internal/plan"
 	"modelserve/internal/store"
 	"modelserve/internal/updates"
@@ -158,4 +159,92 @@ func TestACanaryWithNoRoomBesideItsModelIsRefused(t *testing.T) {
 	}
 	t.Logf("refused: %s", last.Error)
 	w.trialEnded(t, why, false)
+}
+
+// TestAPromotionThatCannotRestartGoesBack: chatty's canary passes its
+// trial, but the new weights on the mirror were replaced behind
+// modelserve's back by a damaged copy, as a restore or a sync that writes
+// a file beside the old and renames it over does. The canary's engine
+// keeps the file it opened and serves on; every engine started after it
+// fails to load the new one. The promotion's restart of chatty therefore
+// fails until the fleet parks it: the trial ends at once, rolled back,
+// saying why, with chatty's entry on its old commit and its replica
+// ready, rather than waiting out the placement's half hour and then
+// recording a promotion that never served.
+func TestAPromotionThatCannotRestartGoesBack(t *testing.T) {
+	w := newUpdateWorld(t, testPolicy(20))
+	job := w.startUpdate(t)
+	if job.Ended() {
+		t.Fatalf("the update ended before its trial: %s %s\n%+v", job.State, job.Error, job.Steps)
+	}
+	damage(t, filepath.Join(w.cfg.Data, "mirror", "chatty", hf.Short(w.moved), updFile))
+
+	w.chat(t, 200)
+	seen := w.s.watch(job.ID, 3*time.Minute)
+	last := seen[len(seen)-1]
+	const why = "the promoted version's replicas could not start"
+	if last.State != jobs.Failed || !strings.Contains(last.Error, why) || !strings.Contains(last.Error, "parked") {
+		t.Fatalf("the update ended %s: %q\n%+v", last.State, last.Error, last.Steps)
+	}
+	t.Logf("rolled back: %s", last.Error)
+	judged, _ := last.Step(jobs.StepCanary)
+	verdict, _ := last.Step(jobs.StepVerdict)
+	if judged.State != jobs.Done || verdict.State != jobs.Failed || !strings.Contains(verdict.Detail, why) {
+		t.Errorf("the canary step %+v and the verdict %+v; want it judged, then the verdict failed saying why", judged, verdict)
+	}
+	// From the canary's verdict to chatty serving its old commit again:
+	// three failed starts and their backoff, then one that loads.
+	took := last.Finished.Sub(judged.At)
+	t.Logf("from the verdict to the end of the roll-back: %s", took.Round(time.Millisecond))
+	if took > 2*time.Minute {
+		t.Errorf("the roll-back took %s after the verdict, where the placement's own timeout is 30 minutes", took)
+	}
+
+	// Its replica is ready on the old commit when the job ends, not
+	// starting, and the park of the version that failed is gone with it.
+	var fleet struct {
+		Replicas []struct {
+			Model, State string
+			Started      time.Time
+		}
+		Models []struct {
+			Model  string
+			Parked bool
+			Ready  int
+		}
+	}
+	w.s.do("GET", "/api/v1/replicas", nil, &fleet)
+	ready := 0
+	for _, r := range fleet.Replicas {
+		if r.Model == "chatty" && r.State == "ready" && r.Started.After(judged.At) {
+			ready++
+		}
+	}
+	if ready != 1 {
+		t.Errorf("chatty's replicas when the roll-back ended: %+v; want one ready, started after the verdict", fleet.Replicas)
+	}
+	for _, h := range fleet.Models {
+		if h.Model == "chatty" && h.Parked {
+			t.Errorf("chatty is still parked after the roll-back: %+v", h)
+		}
+	}
+	w.canaryGone(t, why)
+}
+
+// damage replaces file by a copy of its first half, written beside it
+// and renamed over it: an engine that has the file open keeps the whole
+// one, and one that opens it now finds its tensors cut short.
+func damage(t *testing.T, file string) {
+	t.Helper()
+	b, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmp := file + ".restored"
+	if err := os.WriteFile(tmp, b[:len(b)/2], 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, file); err != nil {
+		t.Fatal(err)
+	}
 }
