@@ -15,8 +15,9 @@ import (
 // it loads (GGML_BACKEND_PATH), which files it writes (LLAMA_ARG_LOG_FILE)
 // and which tools it runs (LLAMA_ARG_TOOLS), and a prefix such as GGML_ or
 // LLAMA_ARG_ admitted all of those. Everything not listed here is the
-// operator's, set in modelserve's own environment or on its command line,
-// where the engine inherits it.
+// operator's, set in a wrapper given as the engine (--llama-server): an
+// engine inherits of modelserve's environment only what it needs to run
+// and these settings (fleet's engineEnviron).
 type engineSetting struct {
 	what string
 	// check says what is wrong with a value, "" when it is fine.
@@ -89,7 +90,7 @@ func EngineSettings() []string {
 func checkSetting(k, v string) string {
 	s, ok := engineSettings[k]
 	if !ok {
-		return fmt.Sprintf("%s is not an engine setting a request may set: the settings are %s; anything else is set in modelserve's own environment by the operator", operr.Quote(k), strings.Join(EngineSettings(), ", "))
+		return fmt.Sprintf("%s is not an engine setting a request may set: the settings are %s; anything else is the operator's, in a wrapper given as the engine (--llama-server)", operr.Quote(k), strings.Join(EngineSettings(), ", "))
 	}
 	if len(v) > maxSettingValue {
 		return fmt.Sprintf("%s=%s is too long: %s takes %s", k, operr.Quote(v), k, s.check(""))

@@ -173,6 +173,10 @@ type Deps struct {
 	// Gateway serves /v1/ (the OpenAI-compatible API of the served
 	// models); nil serves nothing there.
 	Gateway Gateway
+	// Tokens are the API tokens the console lists, makes and revokes,
+	// shared with the gateway so that it hears of a revoke at once
+	// (auth.Tokens.OnRevoke); nil keeps them in DB for the console alone.
+	Tokens *auth.Tokens
 	// Secure marks the session cookie Secure on plain HTTP too: for a
 	// console behind a proxy that ends TLS. Over TLS it is always Secure.
 	Secure bool
@@ -233,7 +237,10 @@ func New(d Deps) (http.Handler, error) {
 	if d.CanaryShare == 0 {
 		d.CanaryShare = jobs.DefaultShare
 	}
-	s := &Server{deps: d, tokens: auth.NewTokens(d.DB), events: newEvents(),
+	if d.Tokens == nil {
+		d.Tokens = auth.NewTokens(d.DB)
+	}
+	s := &Server{deps: d, tokens: d.Tokens, events: newEvents(),
 		users: auth.NewUsers(d.DB), sessions: newSessionStore(newKeysIfNone(d.SessionKeys)), live: auth.NewSessions(d.DB),
 		throttle: newThrottle(), asks: newAsks()}
 	return s.routes(), nil

@@ -57,6 +57,7 @@ func (p *pipeline) checkOriginal() error {
 	p.profiles = []catalog.Profile{{
 		Name: fmt.Sprintf("gpu-%dx%s", cards, strings.ToLower(o.Class)), Engine: plan.EngineVLLM,
 		GPUClass: o.Class, GPUsPerNode: cards, CardBytes: need, Pool: pool, Slots: slots, Priority: 100, Weight: 1,
+		Env: p.req.Env,
 	}}
 	p.req.CtxPool, p.req.ContextLength = pool, pool/slots
 	on := "on one " + o.Class

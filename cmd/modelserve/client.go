@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -35,7 +36,9 @@ const (
 
 // client is a running server, as the client commands reach it.
 type client struct {
-	base  string
+	base string
+	// shown is base as every message prints it: without a password.
+	shown string
 	token string
 	http  *http.Client
 }
@@ -44,19 +47,24 @@ type client struct {
 // command's own defined by extra.
 func clientFlags(name string, args []string, getenv func(string) string, stderr io.Writer, usage string, extra ...func(*flag.FlagSet)) (*flag.FlagSet, *client, error) {
 	fs := newFlagSet(name)
-	base := fs.String("url", or(getenv("MODELSERVE_URL"), defaultURL), "the server's address (env MODELSERVE_URL)")
-	token := fs.String("token", getenv("MODELSERVE_TOKEN"), "API token, from modelserve token create (env MODELSERVE_TOKEN; a flag shows in process lists)")
+	// The environment is read after the flags, not given as their
+	// defaults: --help prints a flag's default, and the token (or a
+	// password in the address) would be printed with it.
+	base := fs.String("url", "", "the server's address (env MODELSERVE_URL; else "+defaultURL+")")
+	token := fs.String("token", "", "API token, from modelserve token create (env MODELSERVE_TOKEN; a flag shows in process lists)")
 	for _, define := range extra {
 		define(fs)
 	}
 	if err := parseFlags(fs, args, stderr, usage); err != nil {
 		return nil, nil, err
 	}
-	u, err := url.Parse(strings.TrimRight(*base, "/"))
+	raw := cmp.Or(*base, getenv("MODELSERVE_URL"), defaultURL)
+	u, err := url.Parse(strings.TrimRight(raw, "/"))
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, nil, usageError{fmt.Errorf("%s is not a server's address: give --url or MODELSERVE_URL as http://host:port", operr.Quote(*base))}
+		return nil, nil, usageError{fmt.Errorf("%s is not a server's address: give --url or MODELSERVE_URL as http://host:port", operr.Quote(redactURL(raw)))}
 	}
-	if *token == "" {
+	tok := cmp.Or(*token, getenv("MODELSERVE_TOKEN"))
+	if tok == "" {
 		return nil, nil, errors.New("no API token: set MODELSERVE_TOKEN (or --token) to one made with modelserve token create --data DIR NAME on the server")
 	}
 	// No overall timeout: a job's events and a reply stream for as long as
@@ -67,7 +75,20 @@ func clientFlags(name string, args []string, getenv func(string) string, stderr 
 		TLSHandshakeTimeout:   10 * time.Second,
 		ResponseHeaderTimeout: 5 * time.Minute, // a model loaded on demand answers late
 	}
-	return fs, &client{base: u.String(), token: *token, http: &http.Client{Transport: tr}}, nil
+	return fs, &client{base: u.String(), shown: u.Redacted(), token: tok, http: &http.Client{Transport: tr}}, nil
+}
+
+// redactURL is an address as the client prints it: without the password
+// of its user part (http://user:xxxxx@host), also when it does not parse.
+func redactURL(raw string) string {
+	if u, err := url.Parse(raw); err == nil {
+		return u.Redacted()
+	}
+	scheme, rest, ok := strings.Cut(raw, "://")
+	if at := strings.LastIndexByte(rest, '@'); ok && at >= 0 {
+		return scheme + "://xxxxx" + rest[at:]
+	}
+	return raw
 }
 
 // send makes a request with the token; body, when not nil, goes as JSON.
@@ -94,7 +115,7 @@ func (c *client) send(ctx context.Context, method, path string, body any) (*http
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
-		return nil, fmt.Errorf("cannot reach modelserve at %s (is it running? MODELSERVE_URL or --url says where): %w", c.base, err)
+		return nil, fmt.Errorf("cannot reach modelserve at %s (is it running? MODELSERVE_URL or --url says where): %w", c.shown, err)
 	}
 	if resp.StatusCode >= 400 {
 		defer resp.Body.Close()
@@ -129,7 +150,7 @@ func (c *client) refusal(resp *http.Response) error {
 		msg = resp.Status
 	}
 	if resp.StatusCode == http.StatusUnauthorized {
-		return fmt.Errorf("%s refused the token (401): %s", c.base, msg)
+		return fmt.Errorf("%s refused the token (401): %s", c.shown, msg)
 	}
 	return fmt.Errorf("%s (%d)", msg, resp.StatusCode)
 }

@@ -201,3 +201,58 @@ func hasPrefixVar(env []string, prefix string) bool {
 	}
 	return false
 }
+
+// TestAnEngineSeesNoneOfTheServersSecrets starts a real engine from a
+// modelserve whose environment holds the registry's token, the session
+// secret, the metrics token and another token: the engine's environment,
+// which anything running as its user can read (/proc/<pid>/environ),
+// holds none of them, and still holds what it needs to run (its PATH,
+// locale, time zone and cards), its key, the setting its profile carries
+// and the one the operator gave every engine.
+func TestAnEngineSeesNoneOfTheServersSecrets(t *testing.T) {
+	secrets := map[string]string{
+		"HF_TOKEN":                  "hf_sEcReT0001",
+		"MODELSERVE_SESSION_SECRET": "session-sEcReT-0002-0123456789abcdef",
+		"MODELSERVE_METRICS_TOKEN":  "metrics-sEcReT-0003",
+		"SOME_OTHER_TOKEN":          "other-sEcReT-0004",
+		"LLAMA_ARG_HF_TOKEN":        "hf_sEcReT0005",
+	}
+	for k, v := range secrets {
+		t.Setenv(k, v)
+	}
+	needed := []string{"LANG=C.UTF-8", "TZ=Europe/Berlin", "CUDA_VISIBLE_DEVICES=0", "GGML_CUDA_NO_PINNED=1"}
+	for _, kv := range needed {
+		k, v, _ := strings.Cut(kv, "=")
+		t.Setenv(k, v)
+	}
+	engine := llamatest.Path(t)
+	hub := hubtest.New(t)
+	tinyRepo(t, hub, "acme/Chatty-GGUF", "Chatty-Q4_K_M.gguf", ggufgen.Spec{})
+	s := startAPI(t, config{Addr: "127.0.0.1:0", Data: t.TempDir(), HFEndpoint: hub.URL(), LlamaServer: engine})
+	var job jobs.Job
+	if code := s.do("POST", "/api/v1/serve", map[string]any{"repo": "acme/Chatty-GGUF", "replicas": 1,
+		"context_length": 1024, "ctx_pool": 2048, "env": map[string]string{"OMP_NUM_THREADS": "2"}}, &job); code != http.StatusAccepted {
+		t.Fatalf("serve: %d", code)
+	}
+	if last := s.watch(job.ID, 3*time.Minute); last[len(last)-1].State != jobs.Done {
+		t.Fatalf("job ended %s: %s", last[len(last)-1].State, last[len(last)-1].Error)
+	}
+	_, env := processOf(t, enginePID(t, s))
+	joined := strings.Join(env, "\n")
+	for k, v := range secrets {
+		if hasPrefixVar(env, k+"=") || strings.Contains(joined, v) {
+			t.Errorf("the engine's environment holds modelserve's %s", k)
+		}
+	}
+	if hasPrefixVar(env, "MODELSERVE_") {
+		t.Errorf("the engine's environment holds a MODELSERVE_ variable:\n%s", joined)
+	}
+	for _, kv := range append(needed, "PATH="+os.Getenv("PATH"), "OMP_NUM_THREADS=2") {
+		if !hasVar(env, kv) {
+			t.Errorf("the engine's environment lacks %s:\n%s", kv, joined)
+		}
+	}
+	if !hasPrefixVar(env, "LLAMA_API_KEY=") {
+		t.Errorf("the engine's environment lacks its key (LLAMA_API_KEY)")
+	}
+}

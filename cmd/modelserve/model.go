@@ -97,7 +97,7 @@ func modelCmd(ctx context.Context, args []string, getenv func(string) string, st
 	}
 	if !wait {
 		fmt.Fprintln(stdout, job.ID)
-		fmt.Fprintf(stderr, "job %s started; modelserve model serve --wait follows one, and the console shows it at %s/jobs/%s\n", job.ID, c.base, job.ID)
+		fmt.Fprintf(stderr, "job %s started; modelserve model serve --wait follows one, and the console shows it at %s/jobs/%s\n", job.ID, c.shown, job.ID)
 		return nil
 	}
 	fmt.Fprintf(stderr, "job %s\n", job.ID)

@@ -152,8 +152,9 @@ func serve(ctx context.Context, cfg config, log *slog.Logger, ready func(addr st
 	// The gateway sends OpenAI clients' requests to the replicas by model
 	// name (and the job's smoke test through the same path). It runs nothing in the background; Close lets go of the
 	// connections it keeps to the engines.
+	toks := auth.NewTokens(db)
 	gwOpts := gateway.Options{
-		Catalog: store, Fleet: fl, Tokens: auth.NewTokens(db), Metrics: met.Registerer(), Log: log.With("part", "gateway"),
+		Catalog: store, Fleet: fl, Tokens: toks, Metrics: met.Registerer(), Log: log.With("part", "gateway"),
 	}
 	if tracing.On() {
 		gwOpts.Tracer, gwOpts.Propagator = tracing.HotTracer("modelserve/gateway"), tracing.Propagator
@@ -166,6 +167,9 @@ func serve(ctx context.Context, cfg config, log *slog.Logger, ready func(addr st
 	defer gw.Close()
 	// A catalog change reaches /v1/models and the routing at once.
 	cat.OnChange(gw.Refresh)
+	// A token revoked from the console is refused by the gateway's next
+	// request with it, not at the end of the while it keeps tokens.
+	toks.OnRevoke(gw.ForgetTokens)
 
 	// The watcher for new weights checks the catalog's models served from
 	// a branch, each on its interval, in the background: it never holds
@@ -269,7 +273,7 @@ func serve(ctx context.Context, cfg config, log *slog.Logger, ready func(addr st
 		DB: db, Jobs: js, Catalog: cat, Mirror: mir, Metrics: met.Handler(), MetricsToken: cfg.MetricsToken, Log: log,
 		Registry: regs, Finder: regs, Updates: watcher, Versions: store, CanaryShare: share, Evals: runner, Planner: planner, Pool: poolOf(fl.Pool), Fleet: fl, Gateway: gw,
 		SessionKeys: site.keys, Secure: site.secure, TrustedProxies: site.trusted, PublicURL: cfg.PublicURL, DataDir: absDir(cfg.Data),
-		TraceURL: cfg.TraceURL,
+		TraceURL: cfg.TraceURL, Tokens: toks,
 	})
 	if err != nil {
 		return err

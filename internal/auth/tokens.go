@@ -17,6 +17,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/mattn/go-sqlite3"
@@ -38,6 +39,18 @@ var namePattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._@-]{0,63}$`)
 type Tokens struct {
 	db  *sql.DB
 	now func() time.Time
+
+	mu       sync.Mutex
+	onRevoke []func()
+}
+
+// OnRevoke has f called after each token revoked through t, before Revoke
+// returns: whoever keeps tokens it checked (the gateway) lets go of them
+// then, not when its while is over.
+func (t *Tokens) OnRevoke(f func()) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.onRevoke = append(t.onRevoke, f)
 }
 
 // NewTokens keeps tokens in db.
@@ -176,7 +189,10 @@ func (t *Tokens) List(ctx context.Context) ([]TokenInfo, error) {
 	return out, rows.Err()
 }
 
-// Revoke deletes the token called name; requests carrying it fail from now on.
+// Revoke deletes the token called name; requests carrying it fail from now
+// on, at the gateway too when it is told (OnRevoke): a token revoked by
+// another process (modelserve token revoke) reaches the gateway within its
+// Options.TokenEvery.
 func (t *Tokens) Revoke(ctx context.Context, name string) error {
 	res, err := t.db.ExecContext(ctx, `DELETE FROM api_tokens WHERE name = ?`, name)
 	if err != nil {
@@ -184,6 +200,12 @@ func (t *Tokens) Revoke(ctx context.Context, name string) error {
 	}
 	if n, _ := res.RowsAffected(); n == 0 {
 		return fmt.Errorf("no token is called %s (%w); modelserve token list shows them", operr.Quote(name), ErrNotFound)
+	}
+	t.mu.Lock()
+	hooks := slices.Clone(t.onRevoke)
+	t.mu.Unlock()
+	for _, f := range hooks {
+		f()
 	}
 	return nil
 }

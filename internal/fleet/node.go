@@ -72,7 +72,9 @@ type Card struct {
 type Spec struct {
 	Engine string
 	Args   []string
-	// Env is added to the node's environment (KEY=value).
+	// Env is the engine's own environment (KEY=value): its key, its cards
+	// and its profile's settings, added to the little a local engine keeps
+	// of modelserve's (engineEnviron).
 	Env []string
 	// Output receives the engine's stdout and stderr.
 	Output io.Writer

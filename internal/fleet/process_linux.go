@@ -31,7 +31,7 @@ func (n *LocalNode) Start(_ context.Context, spec Spec) (Process, error) {
 	argv := engine.Command(spec.Engine)
 	args := append(append(argv[1:len(argv):len(argv)], spec.Args...), "--host", "127.0.0.1", "--port", strconv.Itoa(port))
 	cmd := exec.Command(argv[0], args...)
-	cmd.Env = append(os.Environ(), spec.Env...)
+	cmd.Env = engineEnviron(os.Environ(), spec.Env)
 	cmd.Stdout, cmd.Stderr = spec.Output, spec.Output
 	// Pdeathsig: should modelserve itself be killed, its engines die with
 	// it, so a restart never finds an old engine holding memory it does

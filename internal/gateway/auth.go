@@ -43,13 +43,26 @@ func mayUse(who auth.Token, asked, name string) *apiError {
 // tokens keeps the tokens checked lately, for Options.TokenEvery: a
 // client's requests then cost the token store one read in that while
 // rather than one each, which was the largest part of the gateway's own
-// work on a request. A revoked token is refused once its while is over.
-// Only tokens that passed are kept, by their hash, and no more than
-// maxKeptTokens of them.
+// work on a request. A token revoked in this process is refused at once
+// (ForgetTokens); one revoked by another process sharing the database,
+// once its while is over. Only tokens that passed are kept, by their hash,
+// and no more than maxKeptTokens of them.
 type tokens struct {
 	every time.Duration
 	mu    sync.Mutex
 	kept  map[[sha256.Size]byte]keptToken
+	// forgot counts ForgetTokens: a check that began before one does not
+	// keep what it read, which may be the token just revoked.
+	forgot uint64
+}
+
+// ForgetTokens lets go of every token kept: the next request with each is
+// checked against the token store. Called when a token is revoked.
+func (g *Gateway) ForgetTokens() {
+	g.tokens.mu.Lock()
+	defer g.tokens.mu.Unlock()
+	clear(g.tokens.kept)
+	g.tokens.forgot++
 }
 
 type keptToken struct {
@@ -64,6 +77,7 @@ func (ts *tokens) check(r *http.Request, store Tokens, tok string) (auth.Token, 
 	now := time.Now()
 	ts.mu.Lock()
 	k, ok := ts.kept[key]
+	forgot := ts.forgot
 	ts.mu.Unlock()
 	if ok && now.Before(k.until) {
 		return k.who, nil
@@ -74,6 +88,9 @@ func (ts *tokens) check(r *http.Request, store Tokens, tok string) (auth.Token, 
 	}
 	ts.mu.Lock()
 	defer ts.mu.Unlock()
+	if ts.forgot != forgot {
+		return who, nil
+	}
 	if ts.kept == nil {
 		ts.kept = map[[sha256.Size]byte]keptToken{}
 	}

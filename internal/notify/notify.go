@@ -9,11 +9,22 @@
 // goes into a bounded queue and a single sender posts it, retrying a few
 // times with a growing wait; a notice that finds the queue full, or fails
 // every try, is dropped and counted in /metrics.
+//
+// A try that times out is tried again, though the webhook may have taken
+// it and only answered late: a notice lost is worse than one told twice,
+// and every try of one notice carries the same X-Modelserve-Notice-Id,
+// by which a webhook that keeps what it took drops a second copy. A
+// notice waiting for its next try does not hold back the ones after it,
+// which go out in between: a slow webhook delays a notice by at most one
+// try's timeout, and notices may arrive out of order (each says when it
+// happened, in at).
 package notify
 
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -21,6 +32,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 
@@ -185,55 +197,105 @@ func (n *Notifier) Send(e Event) {
 	}
 }
 
-// Run sends the queued notices, one at a time, until ctx ends.
+// IDHeader names the notice on each of its tries, so that a webhook can
+// tell a notice tried again from a new one.
+const IDHeader = "X-Modelserve-Notice-Id"
+
+// notice is a notice on its way: its body and id, the same on every try,
+// and when its next try is due.
+type notice struct {
+	e     Event
+	body  []byte
+	id    string
+	tries int
+	wait  time.Duration
+	due   time.Time
+}
+
+// Run sends the notices, one try at a time, until ctx ends: the queued
+// ones in order, and between them those whose next try is due.
 func (n *Notifier) Run(ctx context.Context) {
+	var again []*notice // waiting for their next try, soonest first
+	defer func() {
+		if len(again) > 0 {
+			n.lost.WithLabelValues("failed").Add(float64(len(again)))
+		}
+	}()
 	for {
+		// A timer left unstopped is collected (Go 1.23), and one that
+		// fires after another case was taken is not read.
+		var due <-chan time.Time
+		if len(again) > 0 {
+			due = time.After(time.Until(again[0].due))
+		}
+		var next *notice
 		select {
 		case <-ctx.Done():
 			return
 		case e := <-n.queue:
-			n.deliver(ctx, e)
+			next = n.newNotice(e)
+			if next == nil {
+				continue
+			}
+		case <-due:
+			next, again = again[0], again[1:]
 		}
+		if !n.try(ctx, next) {
+			continue
+		}
+		if len(again) >= n.opts.Queue {
+			// As many waiting as may be queued: the webhook is down or
+			// slow for all of them, and this one is given up.
+			n.lose(next, errors.New("too many notices wait for another try"))
+			continue
+		}
+		i, _ := slices.BinarySearchFunc(again, next.due, func(a *notice, t time.Time) int { return a.due.Compare(t) })
+		again = slices.Insert(again, i, next)
 	}
 }
 
-// deliver tries e until the webhook takes it (2xx), a try answers what no
-// retry mends (4xx but 408 and 429), or the tries run out.
-func (n *Notifier) deliver(ctx context.Context, e Event) {
+// newNotice is e on its way, with its id; nil when it cannot be sent.
+func (n *Notifier) newNotice(e Event) *notice {
 	body, err := json.Marshal(e)
 	if err != nil {
 		n.lost.WithLabelValues("failed").Inc()
-		return
+		return nil
 	}
-	wait := n.opts.Backoff
-	for try := 1; ; try++ {
-		err := n.post(ctx, body)
-		if err == nil {
-			n.sent.Inc()
-			return
-		}
-		var final finalError
-		if try >= n.opts.Attempts || errors.As(err, &final) || ctx.Err() != nil {
-			n.lost.WithLabelValues("failed").Inc()
-			n.opts.Log.Warn("a notice was not delivered", "event", e.Kind, "model", e.Model, "tries", try, "err", err)
-			return
-		}
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			n.lost.WithLabelValues("failed").Inc()
-			return
-		case <-t.C:
-		}
-		wait = min(2*wait, time.Minute)
+	id := make([]byte, 16)
+	_, _ = rand.Read(id) // crypto/rand.Read never fails on Linux
+	return &notice{e: e, body: body, id: hex.EncodeToString(id), wait: n.opts.Backoff}
+}
+
+// try posts x once, and says whether it is to be tried again (x.due says
+// when): not once the webhook took it (2xx), answered what no retry mends
+// (4xx but 408 and 429), or the tries ran out.
+func (n *Notifier) try(ctx context.Context, x *notice) (again bool) {
+	x.tries++
+	err := n.post(ctx, x.body, x.id)
+	if err == nil {
+		n.sent.Inc()
+		return false
 	}
+	var final finalError
+	if x.tries >= n.opts.Attempts || errors.As(err, &final) || ctx.Err() != nil {
+		n.lose(x, err)
+		return false
+	}
+	x.due = time.Now().Add(x.wait)
+	x.wait = min(2*x.wait, time.Minute)
+	return true
+}
+
+// lose counts x as never delivered, and logs why.
+func (n *Notifier) lose(x *notice, err error) {
+	n.lost.WithLabelValues("failed").Inc()
+	n.opts.Log.Warn("a notice was not delivered", "event", x.e.Kind, "model", x.e.Model, "tries", x.tries, "err", err)
 }
 
 // finalError is a refusal another try would get again.
 type finalError struct{ error }
 
-func (n *Notifier) post(ctx context.Context, body []byte) error {
+func (n *Notifier) post(ctx context.Context, body []byte, id string) error {
 	ctx, cancel := context.WithTimeout(ctx, n.opts.Timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, n.url, bytes.NewReader(body))
@@ -241,6 +303,7 @@ func (n *Notifier) post(ctx context.Context, body []byte) error {
 		return finalError{err}
 	}
 	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set(IDHeader, id)
 	resp, err := n.opts.Client.Do(req)
 	if err != nil {
 		return err

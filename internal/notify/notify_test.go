@@ -194,3 +194,65 @@ func TestNoticeURLIsChecked(t *testing.T) {
 		}
 	}
 }
+
+// TestASlowWebhookHoldsBackOneTryOnly: a webhook slower than a try's
+// timeout for one notice (it answers only when the try gives up) sees
+// each of its tries under the same X-Modelserve-Notice-Id, and the notice
+// sent after it arrives as soon as the first try has timed out, before the
+// slow one is tried again, under an id of its own.
+func TestASlowWebhookHoldsBackOneTryOnly(t *testing.T) {
+	type arrival struct{ kind, id string }
+	arrivals := make(chan arrival, 16)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var e struct{ Event string }
+		_ = json.NewDecoder(r.Body).Decode(&e)
+		arrivals <- arrival{e.Event, r.Header.Get(notify.IDHeader)}
+		if e.Event == notify.KindParked {
+			<-r.Context().Done() // slower than the try's timeout
+			return
+		}
+	}))
+	defer srv.Close()
+	const timeout, backoff = 200 * time.Millisecond, time.Second
+	n, reg, stop := start(t, srv.URL, notify.Options{Timeout: timeout, Backoff: backoff, Attempts: 3})
+	begun := time.Now()
+	n.Send(notify.Parked("slow", "its engine exited 3 times"))
+	n.Send(notify.Promoted("fast", "abc1234"))
+
+	next := func() arrival {
+		t.Helper()
+		select {
+		case a := <-arrivals:
+			return a
+		case <-time.After(30 * time.Second):
+			t.Fatal("the webhook got no more tries")
+			return arrival{}
+		}
+	}
+	slow := next()
+	if slow.kind != notify.KindParked || len(slow.id) < 16 {
+		t.Fatalf("first arrival %+v, want the parked notice with an id", slow)
+	}
+	fast := next()
+	took := time.Since(begun)
+	if fast.kind != notify.KindPromoted {
+		t.Fatalf("after the slow notice's first try came %+v, want the promoted notice: the slow one's retries held it back", fast)
+	}
+	if fast.id == "" || fast.id == slow.id {
+		t.Errorf("the second notice's id %q, the first's %q: want one of its own", fast.id, slow.id)
+	}
+	if took > timeout+backoff {
+		t.Errorf("the second notice arrived %v after it was sent, past the slow one's timeout (%v) and backoff", took, timeout)
+	}
+	for range 2 {
+		if again := next(); again != slow {
+			t.Errorf("the slow notice tried again as %+v, want %+v: the same id on every try", again, slow)
+		}
+	}
+	waitCount(t, reg, "modelserve_notice_failures_total", "failed", 1)
+	stop()
+	if s := counter(t, reg, "modelserve_notices_sent_total", ""); s != 1 {
+		t.Errorf("sent %v, want 1 (the fast notice)", s)
+	}
+	t.Logf("the notice after the slow one arrived %v after it was sent (try timeout %v)", took, timeout)
+}
