@@ -133,9 +133,9 @@ const (
 func Parse(data []byte) (Suite, error) { return parse(context.Background(), data, false) }
 
 // parse is Parse, stopping when ctx ends. A kept suite (one read back from
-// the store) is read with the rules it was kept under: its size is not
-// checked again, and a case whose pattern or schema costs more than the
-// bounds allow is kept, to fail when it runs with the sentence why
+// the store to be run) is read with the rules it was kept under: its size
+// is not checked again, and a case whose pattern or schema costs more than
+// the bounds allow is kept, to fail when it runs with the sentence why
 // (Case.unjudged).
 func parse(ctx context.Context, data []byte, kept bool) (Suite, error) {
 	if len(data) > MaxSuiteBytes && !kept {
@@ -502,7 +502,9 @@ func leafError(ve *jsonschema.ValidationError) string {
 }
 
 // JSON is the suite written out, indented, as the editor shows it and the
-// store keeps it. The same suite always writes the same bytes.
+// store keeps it. The same suite always writes the same bytes: a suite
+// kept is shown with the digest of the bytes kept, so a change here
+// changes the digest of suites kept before it.
 func (s Suite) JSON() []byte {
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
