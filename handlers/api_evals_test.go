@@ -217,6 +217,12 @@ func TestEvalsAPIBoundsRegularExpressions(t *testing.T) {
 		return resp.StatusCode
 	})
 	b := e.signedIn()
+	// The page's account of the format states the bound the API holds to.
+	doc := mustStatus(t, b.get("/catalog/tiny/evals"), http.StatusOK)
+	if got, want := strings.Join(strings.Fields(doc.Find(`[data-testid="regex-bound"]`).Text()), " "),
+		fmt.Sprintf("compile to at most %d instructions in all", evals.MaxRegexProgram); !strings.Contains(got, want) {
+		t.Errorf("the format says %q; want it to say %q", got, want)
+	}
 	median("the evals page", func() int {
 		resp := b.get("/catalog/tiny/evals")
 		io.Copy(io.Discard, resp.Body)
