@@ -3,10 +3,15 @@ package handlers_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
+	"runtime/metrics"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"modelserve/internal/evals"
 )
@@ -127,4 +132,101 @@ func TestEvalsAPI(t *testing.T) {
 	if resp, body := c.do(http.MethodPost, "/api/v1/catalog/tiny/evals/run", nil); resp.StatusCode != http.StatusConflict {
 		t.Errorf("run a removed suite: %s %s", resp.Status, body)
 	}
+}
+
+// evalsSuite is a suite of n JSON Schema cases, each with schema, where
+// NUM is the case's number.
+func evalsSuite(n int, schema string) string {
+	cases := make([]string, n)
+	for i := range cases {
+		cases[i] = fmt.Sprintf(`{"name": "c%d", "prompt": "Answer with JSON.", "expect": {"json_schema": %s}}`,
+			i+1, strings.ReplaceAll(schema, "NUM", strconv.Itoa(i+1)))
+	}
+	return `{"cases": [` + strings.Join(cases, ",\n") + `]}`
+}
+
+// TestEvalsAPIBoundsRegularExpressions: the suite of issue 44, eight cases
+// each with a 16 KB pattern of "a{1000}" repeated (27 s and 2 GB to refuse
+// when each pattern was compiled), is refused through the API within a
+// second and 100 MiB, saying which case, which field and the bound. A
+// suite near 1 MiB whose patterns take the whole bound is kept, and
+// reading it through the API and on its page takes under 50 ms: the
+// fastest of five, since the machine running the tests may be busy with
+// much else (each read compiled the suite again, 0.2 to 0.4 s, before
+// suites were kept compiled).
+func TestEvalsAPIBoundsRegularExpressions(t *testing.T) {
+	e := newConsoleEnv(t)
+	if err := e.catalog.Add(context.Background(), tinyModel("tiny"), "test"); err != nil {
+		t.Fatal(err)
+	}
+	c := newAPIClient(t, e)
+	put := func(suite string) (*http.Response, []byte) {
+		t.Helper()
+		req, _ := http.NewRequest(http.MethodPut, e.srv.URL+"/api/v1/catalog/tiny/evals", strings.NewReader(suite))
+		req.Header.Set("Authorization", "Bearer "+c.tok)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp, b
+	}
+
+	hostile := evalsSuite(8, `{"type": "string", "pattern": "`+strings.Repeat("a{1000}", 2300)+`"}`)
+	sample := []metrics.Sample{{Name: "/gc/heap/allocs:bytes"}}
+	metrics.Read(sample)
+	allocated, start := sample[0].Value.Uint64(), time.Now()
+	resp, body := put(hostile)
+	took := time.Since(start)
+	metrics.Read(sample)
+	allocated = sample[0].Value.Uint64() - allocated
+	var refusal struct{ Error string }
+	json.Unmarshal(body, &refusal)
+	want := `case 1 ("c1"): expect.json_schema has a pattern at "#/pattern", "a{1000}`
+	if resp.StatusCode != http.StatusBadRequest || !strings.Contains(refusal.Error, want) || !strings.Contains(refusal.Error, "at most 20000") {
+		t.Errorf("PUT the issue's suite: %s %.300s; want 400 saying %q and the bound", resp.Status, body, want)
+	}
+	t.Logf("the issue's suite of %d bytes refused in %s, %d MiB allocated", len(hostile), took.Round(time.Millisecond), allocated>>20)
+	if took > time.Second && !raceEnabled || allocated > 100<<20 {
+		t.Errorf("refusing the issue's suite took %s and allocated %d MiB; the bounds are 1s and 100 MiB", took, allocated>>20)
+	}
+
+	large := evalsSuite(evals.MaxCases, `{"type": "object", "properties": {"id": {"type": "string", "pattern": "^cNUM-[a-z]{0,95}$"}, `+
+		`"note": {"enum": [`+strings.TrimSuffix(strings.Repeat(`"`+strings.Repeat("x", 60)+`", `, 100), ", ")+`]}}}`)
+	if resp, body := put(large); resp.StatusCode != http.StatusOK {
+		t.Fatalf("PUT a suite whose patterns take the whole bound: %s %.300s", resp.Status, body)
+	}
+	median := func(what string, get func() int) {
+		t.Helper()
+		took := make([]time.Duration, 5)
+		for i := range took {
+			start := time.Now()
+			if status := get(); status != http.StatusOK {
+				t.Fatalf("%s: %d", what, status)
+			}
+			took[i] = time.Since(start)
+		}
+		t.Logf("%s of a suite of %d bytes: %v", what, len(large), took)
+		if slices.Min(took) > 50*time.Millisecond && !raceEnabled {
+			t.Errorf("%s took %s at the fastest of five; want under 50ms", what, slices.Min(took))
+		}
+	}
+	median("GET /api/v1/catalog/tiny/evals", func() int {
+		resp, _ := c.do(http.MethodGet, "/api/v1/catalog/tiny/evals", nil)
+		return resp.StatusCode
+	})
+	b := e.signedIn()
+	// The page's account of the format states the bound the API holds to.
+	doc := mustStatus(t, b.get("/catalog/tiny/evals"), http.StatusOK)
+	if got, want := strings.Join(strings.Fields(doc.Find(`[data-testid="regex-bound"]`).Text()), " "),
+		fmt.Sprintf("compile to at most %d instructions in all", evals.MaxRegexProgram); !strings.Contains(got, want) {
+		t.Errorf("the format says %q; want it to say %q", got, want)
+	}
+	median("the evals page", func() int {
+		resp := b.get("/catalog/tiny/evals")
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode
+	})
 }

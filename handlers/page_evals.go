@@ -89,7 +89,7 @@ func (s *Server) loadEvals(ctx context.Context, v visit, name string) (views.Eva
 		p.AddCase.Kind = evals.KindSimilarity
 	}
 	if len(st.Suite.Cases) > 0 {
-		p.Form.Suite = string(st.Suite.JSON())
+		p.Form.Suite = string(st.SuiteJSON())
 		p.RunURL = evalsURL(m.Name) + "/run"
 	}
 	return p, st, nil

@@ -38,7 +38,7 @@ func (s *Server) evalsAddCase(w http.ResponseWriter, r *http.Request, v visit) {
 		Cases []json.RawMessage `json:"cases"`
 	}
 	if len(st.Suite.Cases) > 0 {
-		if err := json.Unmarshal(st.Suite.JSON(), &kept); err != nil {
+		if err := json.Unmarshal(st.SuiteJSON(), &kept); err != nil {
 			s.pageError(w, r, v, err)
 			return
 		}

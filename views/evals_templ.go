@@ -1054,7 +1054,20 @@ func SuiteFormat() templ.Component {
 		if templ_7745c5c3_Err != nil {
 			return templ_7745c5c3_Err
 		}
-		templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 102, "</code>, at most 100 cases. Each case has a <code>name</code> (unique, up to 100 characters), a <code>prompt</code> and optionally a <code>system</code> message (each up to 8 KiB), <code>max_tokens</code> (1 to 1024; 64 when left out), and <code>expect</code>, exactly one of:</p><ul><li><code>regex</code>: the answer matches the pattern (RE2: <code>(?i)</code> matches in any case, <code>(?s)</code> lets <code>.</code> cross lines);</li><li><code>json_schema</code>: the answer, trimmed and out of a <code>```json</code> fence, is JSON valid against the schema given inline;</li><li><code>exact</code>: the answer, trimmed, is this text (in any case with <code>\"ignore_case\": true</code>);</li><li><code>similarity</code>, an embedding model's only kind: <code>anchor</code>, <code>closer</code> and <code>farther</code> texts, and no prompt.</li></ul><p>Unknown fields are refused, and a suite refused is said by case and field, with nothing changed.</p></section>")
+		templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 102, "</code>, at most 100 cases. Each case has a <code>name</code> (unique, up to 100 characters), a <code>prompt</code> and optionally a <code>system</code> message (each up to 8 KiB), <code>max_tokens</code> (1 to 1024; 64 when left out), and <code>expect</code>, exactly one of:</p><ul><li><code>regex</code>: the answer matches the pattern (RE2: <code>(?i)</code> matches in any case, <code>(?s)</code> lets <code>.</code> cross lines);</li><li><code>json_schema</code>: the answer, trimmed and out of a <code>```json</code> fence, is JSON valid against the schema given inline;</li><li><code>exact</code>: the answer, trimmed, is this text (in any case with <code>\"ignore_case\": true</code>);</li><li><code>similarity</code>, an embedding model's only kind: <code>anchor</code>, <code>closer</code> and <code>farther</code> texts, and no prompt.</li></ul><p data-testid=\"regex-bound\">The suite's regular expressions (each <code>regex</code>, and each <code>pattern</code> and <code>patternProperties</code> name in its schemas) compile to at most 20000 instructions in all: a counted repeat is written out in full, so <code>")
+		if templ_7745c5c3_Err != nil {
+			return templ_7745c5c3_Err
+		}
+		var templ_7745c5c3_Var54 string
+		templ_7745c5c3_Var54, templ_7745c5c3_Err = templ.JoinStringErrs("a{1000}")
+		if templ_7745c5c3_Err != nil {
+			return templ.Error{Err: templ_7745c5c3_Err, FileName: `evals.templ`, Line: 209, Col: 126}
+		}
+		_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var54))
+		if templ_7745c5c3_Err != nil {
+			return templ_7745c5c3_Err
+		}
+		templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 103, "</code> is 1000 of them; write a long one with <code>+</code> or <code>*</code>.</p><p>Unknown fields are refused, and a suite refused is said by case and field, with nothing changed.</p></section>")
 		if templ_7745c5c3_Err != nil {
 			return templ_7745c5c3_Err
 		}

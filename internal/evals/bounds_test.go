@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"runtime/metrics"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -77,6 +78,110 @@ func TestParseRefusesCostlySchemas(t *testing.T) {
 	}
 }
 
+// hostilePattern is the pattern of issue 44: 16 KB of "a{1000}" that Go's
+// regexp would compile to 2.3 million instructions, 4.6 s and half a
+// gigabyte for each compile.
+var hostilePattern = strings.Repeat("a{1000}", 2300)
+
+// manyCases is a suite of n JSON Schema cases, each with schema, where
+// NUM is the case's number.
+func manyCases(n int, schema string) string {
+	cases := make([]string, n)
+	for i := range cases {
+		cases[i] = fmt.Sprintf(`{"name": "c%d", "prompt": "Answer with JSON.", "expect": {"json_schema": %s}}`,
+			i+1, strings.ReplaceAll(schema, "NUM", strconv.Itoa(i+1)))
+	}
+	return `{"cases": [` + strings.Join(cases, ", ") + `]}`
+}
+
+// Each place a suite holds a regular expression is bounded by what it
+// compiles to, before it is compiled: the issue's suite of eight hostile
+// patterns is refused at once, in a sentence naming the case, the field
+// and the bound; a suite whose patterns take the whole bound is kept, as
+// quickly.
+func TestParseBoundsRegularExpressions(t *testing.T) {
+	at := func(n int, p string) string { return strings.Repeat("a{1000}", n) + p }
+	refused := []struct{ name, suite, want string }{
+		{"the issue's eight hostile patterns", manyCases(8, `{"type": "string", "pattern": "`+hostilePattern+`"}`),
+			`case 1 ("c1"): expect.json_schema has a pattern at "#/pattern", "a{1000}`},
+		{"a pattern in a property", manyCases(1, `{"properties": {"id": {"pattern": "`+at(21, "")+`"}}}`),
+			`case 1 ("c1"): expect.json_schema has a pattern at "#/properties/id/pattern"`},
+		{"a patternProperties name", manyCases(1, `{"patternProperties": {"`+at(21, "")+`": {"type": "string"}}}`),
+			`case 1 ("c1"): expect.json_schema has a pattern at "#/patternProperties"`},
+		{"a draft-07 pattern", manyCases(1, `{"$schema": "http://json-schema.org/draft-07/schema#", "pattern": "`+at(21, "")+`"}`),
+			`case 1 ("c1"): expect.json_schema has a pattern at "#/pattern"`},
+		{"expect.regex", `{"cases": [{"name": "r", "prompt": "p", "expect": {"regex": "` + at(142, "") + `"}}]}`,
+			`case 1 ("r"): expect.regex compiles to more than 20000 instructions, and the regular expressions of a suite may compile to at most 20000 in all`},
+		{"the suite's patterns together", manyCases(3, `{"pattern": "`+at(8, "NUM")+`"}`),
+			`case 3 ("c3"): expect.json_schema has a pattern at "#/pattern", "a{1000}a{1000}`},
+	}
+	for _, tc := range refused {
+		t.Run(tc.name, func(t *testing.T) {
+			if len(tc.suite) > MaxSuiteBytes {
+				t.Fatalf("the suite is %d bytes, over the limit before any bound of its patterns", len(tc.suite))
+			}
+			var err error
+			took := boundedParse(t, func() { _, err = Parse([]byte(tc.suite)) })
+			e, ok := operr.As(err)
+			if !ok || e.Kind != operr.Invalid || !strings.Contains(e.Msg, tc.want) || !strings.Contains(e.Msg, "20000") {
+				t.Fatalf("Parse = %v; want an invalid suite saying %q and the bound", err, tc.want)
+			}
+			t.Logf("refused in %s: %s", took, e.Msg)
+		})
+	}
+	// A pattern met again is compiled, and counted, once.
+	for _, tc := range []struct{ name, suite string }{
+		{"patterns that take the whole bound", manyCases(8, `{"type": "string", "pattern": "`+at(2, "NUM{498}")+`"}`)},
+		{"the same pattern eight times", manyCases(8, `{"type": "string", "pattern": "`+at(19, "")+`", "properties": {"a": {"pattern": "`+at(19, "")+`"}}}`)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var err error
+			took := boundedParse(t, func() { _, err = Parse([]byte(tc.suite)) })
+			if err != nil {
+				t.Fatalf("refused: %v", err)
+			}
+			t.Logf("kept in %s", took)
+		})
+	}
+}
+
+// boundedParse runs f, failing the test should it take a second (not
+// under the race detector) or allocate 100 MiB.
+func boundedParse(t *testing.T, f func()) time.Duration {
+	t.Helper()
+	sample := []metrics.Sample{{Name: "/gc/heap/allocs:bytes"}}
+	metrics.Read(sample)
+	before, start := sample[0].Value.Uint64(), time.Now()
+	boundedMemory(t, 1<<30, 30*time.Second, f)
+	took := time.Since(start)
+	metrics.Read(sample)
+	if n := sample[0].Value.Uint64() - before; took > time.Second && !raceEnabled || n > 100<<20 {
+		t.Errorf("took %s and allocated %d MiB; the bounds are 1s and 100 MiB", took.Round(time.Millisecond), n>>20)
+	}
+	return took
+}
+
+// An answer's string checked against format "regex" (asserted by a
+// draft-07 schema) is compiled under the same bound: the issue's pattern
+// as an answer fails the case at once.
+func TestJudgeBoundsRegexFormat(t *testing.T) {
+	s, err := Parse([]byte(hostileSuite(`{"$schema": "http://json-schema.org/draft-07/schema#", "type": "string", "format": "regex"}`)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pass bool
+	var reason string
+	boundedParse(t, func() {
+		pass, reason = s.Cases[0].judge(context.Background(), `"`+hostilePattern+`"`, new(sync.WaitGroup))
+	})
+	if pass || !strings.Contains(reason, "does not fit the schema") {
+		t.Errorf("judge = %v, %q; want the answer refused as no regex", pass, reason)
+	}
+	if pass, reason := s.Cases[0].judge(context.Background(), `"(?i)paris"`, new(sync.WaitGroup)); !pass {
+		t.Errorf("a small regular expression as the answer: %q", reason)
+	}
+}
+
 // A suite kept before the bounds were drawn still reads, and its costly
 // case fails when judged, saying why, without being checked.
 func TestKeptCostlySchemaIsNotJudged(t *testing.T) {
@@ -87,6 +192,24 @@ func TestKeptCostlySchemaIsNotJudged(t *testing.T) {
 	pass, reason := s.Cases[0].judge(context.Background(), `"x"`, new(sync.WaitGroup))
 	if pass || !strings.Contains(reason, `not judged: case 1 ("hostile"): expect.json_schema expands to more than 2000 subschemas`) {
 		t.Errorf("judge = %v, %q; want a failure saying the schema is not judged", pass, reason)
+	}
+
+	// So with a pattern past the bound of regular expressions: read, not
+	// compiled.
+	kept := `{"cases": [{"name": "r", "prompt": "p", "expect": {"regex": "` + strings.Repeat("a{1000}", 142) + `"}}, ` +
+		`{"name": "j", "prompt": "p", "expect": {"json_schema": {"pattern": "` + hostilePattern + `"}}}]}`
+	var err2 error
+	boundedParse(t, func() { s, err2 = parse(context.Background(), []byte(kept), true) })
+	if err2 != nil {
+		t.Fatalf("the kept suite does not read: %v", err2)
+	}
+	for i, want := range []string{
+		`not judged: case 1 ("r"): expect.regex compiles to more than 20000 instructions`,
+		`not judged: case 2 ("j"): expect.json_schema has a pattern at "#/pattern"`,
+	} {
+		if pass, reason := s.Cases[i].judge(context.Background(), "aaa", new(sync.WaitGroup)); pass || !strings.Contains(reason, want) {
+			t.Errorf("case %d: judge = %v, %q; want %q", i+1, pass, reason, want)
+		}
 	}
 }
 
@@ -127,6 +250,7 @@ func FuzzJudge(f *testing.F) {
 		{hostileSuite(`{"type": "array", "uniqueItems": true, "items": {"anyOf": [{"type": "integer"}, {"multipleOf": 0.0001}]}}`), "[" + strings.Repeat("1e99999,", 500) + "2]"},
 		{hostileSuite(`{"properties": {"a": {"const": {"x": [1, 2, 3]}}}, "required": ["a"]}`), "```json\n{\"a\": {\"x\": [1, 2, 3]}}\n```"},
 		{hostileSuite(`{"pattern": "^(a|aa)+$"}`), `"` + strings.Repeat("a", 5000) + `b"`},
+		{hostileSuite(`{"$schema": "http://json-schema.org/draft-07/schema#", "items": {"format": "regex"}}`), `["` + strings.Repeat("a{1000}", 1000) + `", "b{1000}"]`},
 	} {
 		f.Add([]byte(seed.suite), seed.answer)
 	}

@@ -94,4 +94,17 @@ type Stored struct {
 	Digest    string    `json:"digest,omitempty"`
 	UpdatedAt time.Time `json:"updated_at,omitzero"`
 	UpdatedBy string    `json:"updated_by,omitempty"`
+
+	// text is the suite as kept (Suite.JSON), when it was read from the
+	// store.
+	text string
+}
+
+// SuiteJSON is the suite written out as the editor shows it and the store
+// keeps it: Suite.JSON, without writing a kept suite out again.
+func (s Stored) SuiteJSON() []byte {
+	if s.text != "" {
+		return []byte(s.text)
+	}
+	return s.Suite.JSON()
 }

@@ -19,6 +19,9 @@ import (
 // case's check is bounded (see Case.validate); judging counts the checks
 // under way.
 func (c Case) judge(ctx context.Context, answer string, judging *sync.WaitGroup) (bool, string) {
+	if c.unjudged != "" {
+		return false, "not judged: " + c.unjudged
+	}
 	switch c.Kind() {
 	case KindRegex:
 		if c.re.MatchString(answer) {
@@ -35,9 +38,6 @@ func (c Case) judge(ctx context.Context, answer string, judging *sync.WaitGroup)
 		}
 		return false, fmt.Sprintf("the answer is not %s: %s", operr.Quote(want), operr.Quote(got))
 	case KindJSONSchema:
-		if c.unjudged != "" {
-			return false, "not judged: " + c.unjudged
-		}
 		text := unfence(answer)
 		if len(text) > MaxJudgedBytes {
 			return false, fmt.Sprintf("not judged: the answer is %d bytes, and a JSON Schema case checks at most %d: give the case a smaller max_tokens", len(text), MaxJudgedBytes)

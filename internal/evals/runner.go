@@ -64,8 +64,9 @@ var ErrNoSuite = errors.New("no eval suite")
 // Runner keeps suites and runs them. Its methods are safe for concurrent
 // use.
 type Runner struct {
-	deps  Deps
-	store store
+	deps   Deps
+	store  store
+	suites *suites
 
 	// active are the runs under way, by target: one run at a time asks a
 	// target, so two runs' requests do not slow each other's latencies.
@@ -100,7 +101,7 @@ func New(d Deps) (*Runner, error) {
 	if d.CaseTimeout <= 0 {
 		d.CaseTimeout = 2 * time.Minute
 	}
-	return &Runner{deps: d, store: store{d.DB}, active: map[string]*active{}}, nil
+	return &Runner{deps: d, store: store{d.DB}, suites: newSuites(), active: map[string]*active{}}, nil
 }
 
 // FailInterrupted ends every run a modelserve that stopped left running:
@@ -132,14 +133,24 @@ func (r *Runner) Close() {
 }
 
 // Suite is the suite of the model named name, with no cases when it has
-// none.
+// none. It is read to be shown, not compiled.
 func (r *Runner) Suite(ctx context.Context, name string) (Stored, error) {
 	if _, err := r.deps.Catalog.Get(ctx, name); err != nil {
 		return Stored{}, err
 	}
-	st, _, err := r.store.suite(ctx, name)
-	return st, err
+	kept, ok, err := r.store.suite(ctx, name)
+	if err != nil {
+		return Stored{}, err
+	}
+	if !ok {
+		r.suites.forget(name)
+		return noSuite(name), nil
+	}
+	return r.suites.shown(name, kept)
 }
+
+// noSuite is the suite of a model that has none.
+func noSuite(model string) Stored { return Stored{Model: model, Suite: Suite{Cases: []Case{}}} }
 
 // SetSuite replaces the suite of the model named name with the one data
 // holds (a suite of no cases removes it), after checking it whole: a
@@ -150,18 +161,23 @@ func (r *Runner) SetSuite(ctx context.Context, name string, data []byte, by stri
 	if err != nil {
 		return Stored{}, err
 	}
-	suite, err := parse(ctx, data, false)
+	suite, err := r.suites.parse(ctx, data, false)
 	if err != nil {
 		return Stored{}, err
 	}
 	if err := fits(m, suite); err != nil {
 		return Stored{}, err
 	}
-	if err := r.store.setSuite(ctx, name, suite, time.Now(), by); err != nil {
+	kept, err := r.store.setSuite(ctx, name, suite, time.Now(), by)
+	if err != nil {
 		return Stored{}, err
 	}
-	st, _, err := r.store.suite(ctx, name)
-	return st, err
+	if len(suite.Cases) == 0 {
+		r.suites.forget(name)
+		return noSuite(name), nil
+	}
+	// Kept compiled: neither a read nor a run compiles it again.
+	return r.suites.put(name, kept, suite), nil
 }
 
 // fits refuses a case m cannot answer: an embedding model answers
@@ -230,13 +246,18 @@ func (r *Runner) begin(ctx context.Context, model, target string, stop context.C
 	if _, err := r.deps.Catalog.Get(ctx, model); err != nil {
 		return Run{}, Suite{}, err
 	}
-	st, ok, err := r.store.suite(ctx, model)
+	kept, ok, err := r.store.suite(ctx, model)
 	if err != nil {
 		return Run{}, Suite{}, err
 	}
 	if !ok {
+		r.suites.forget(model)
 		return Run{}, Suite{}, operr.Wrap(operr.Conflict, ErrNoSuite,
 			"%s has no eval suite to run: give it one with PUT /api/v1/catalog/%s/evals, or on its evals page", model, model)
+	}
+	st, suite, err := r.suites.compiled(model, kept)
+	if err != nil {
+		return Run{}, Suite{}, err
 	}
 	t, err := r.deps.Catalog.Get(ctx, target)
 	if err != nil {
@@ -273,7 +294,7 @@ func (r *Runner) begin(ctx context.Context, model, target string, stop context.C
 	a.id = run.ID
 	r.mu.Unlock()
 	r.deps.Log.Info("eval run started", "run", run.ID, "model", model, "target", target, "commit", run.Commit, "cases", run.Total)
-	return run, st.Suite, nil
+	return run, suite, nil
 }
 
 // release lets another run ask target.

@@ -1,13 +1,16 @@
 package evals_test
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -555,4 +558,97 @@ func errText(err error) string {
 		return "<nil>"
 	}
 	return err.Error()
+}
+
+// largestSuite is a suite near the bounds: a hundred JSON Schema cases,
+// near 1 MiB once kept, whose patterns together take the whole bound of
+// the suite's regular expressions.
+func largestSuite() string {
+	words := make([]string, 100)
+	for i := range words {
+		words[i] = fmt.Sprintf("%q", strings.Repeat(string(rune('a'+i%26)), 60))
+	}
+	enum := strings.Join(words, ", ")
+	cases := make([]string, evals.MaxCases)
+	for i := range cases {
+		cases[i] = fmt.Sprintf(`{"name": "c%d", "prompt": "Give the order as JSON.", "max_tokens": 64, "expect": {"json_schema": `+
+			`{"type": "object", "properties": {"id": {"type": "string", "pattern": "^c%d-[a-z]{0,95}$"}, "note": {"enum": [%s]}}}}}`, i, i, enum)
+	}
+	return `{"cases": [` + strings.Join(cases, ",\n") + `]}`
+}
+
+// A suite is compiled once, when it is put, and kept compiled: neither a
+// read nor a run compiles it again. After a start, reads still compile
+// nothing (six at once read the kept suite once), and the first run
+// compiles it once for all. A read of the largest suite takes under 50 ms:
+// the fastest of five, one after the other, since the machine running the
+// tests may be busy with much else (a read that compiled took 0.2 to
+// 0.4 s); that the first read after a start compiles nothing is the
+// count's to say.
+func TestSuiteCompiledOnce(t *testing.T) {
+	e := newEnv(t)
+	e.add("chatty", commitA, false)
+	asker := &heldAsker{}
+	r := e.runner(e.db, asker)
+	ctx := context.Background()
+	suite := largestSuite()
+	put := mustSet(t, r, "chatty", suite)
+	if n := evals.Compilations(r); n != 1 {
+		t.Fatalf("putting the suite compiled it %d times; want once", n)
+	}
+
+	read := func(r *evals.Runner, what string) time.Duration {
+		t.Helper()
+		start := time.Now()
+		st, err := r.Suite(ctx, "chatty")
+		took := time.Since(start)
+		if err != nil || st.Digest != put.Digest || len(st.Suite.Cases) != evals.MaxCases || !st.UpdatedAt.Equal(put.UpdatedAt) ||
+			!bytes.Equal(st.SuiteJSON(), put.SuiteJSON()) {
+			t.Errorf("%s: a read: %v, digest %s, %d cases; want the suite as put (%s)", what, err, st.Digest, len(st.Suite.Cases), put.Digest)
+		}
+		return took
+	}
+	// reads reads the suite five times, one after the other, then six
+	// times at once.
+	reads := func(r *evals.Runner, what string) {
+		t.Helper()
+		took := make([]time.Duration, 5)
+		for i := range took {
+			took[i] = read(r, what)
+		}
+		t.Logf("%s: five reads of a suite of %d bytes took %v", what, len(suite), took)
+		if slices.Min(took) > 50*time.Millisecond && !evals.RaceEnabled {
+			t.Errorf("%s: a read took %s at the fastest of five; want under 50ms", what, slices.Min(took))
+		}
+		var wg sync.WaitGroup
+		for range 6 {
+			wg.Go(func() { read(r, what) })
+		}
+		wg.Wait()
+	}
+	reads(r, "after the put")
+	for range 2 {
+		if _, err := r.Run(ctx, "chatty", "chatty"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := evals.Compilations(r); n != 1 {
+		t.Errorf("eleven reads and two runs after the put: %d compilations; want the put's alone", n)
+	}
+
+	// A start: the kept suite is read, not compiled, to be shown; the
+	// first run compiles it, and the second uses that.
+	r = e.runner(e.open(), asker)
+	reads(r, "after a start")
+	if n := evals.Compilations(r); n != 0 {
+		t.Errorf("reads after a start compiled the suite %d times", n)
+	}
+	for range 2 {
+		if _, err := r.Run(ctx, "chatty", "chatty"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := evals.Compilations(r); n != 1 {
+		t.Errorf("two runs after a start: %d compilations; want one", n)
+	}
 }

@@ -18,32 +18,38 @@ type store struct{ db *sql.DB }
 // ErrNotFound is a run the store does not have.
 var ErrNotFound = errors.New("no such eval run")
 
-// suite is model's suite as kept, and false when it has none.
-func (s store) suite(ctx context.Context, model string) (Stored, bool, error) {
+// row is a model's suite as its row in eval_suites holds it: the suite
+// written out (Suite.JSON), when and by whom.
+type row struct {
+	text string
+	at   time.Time
+	by   string
+}
+
+// suite is model's suite as kept, and false when it has none. It is the
+// row as it is: reading and compiling it is the kept suites' (suites).
+func (s store) suite(ctx context.Context, model string) (row, bool, error) {
 	var text, at, by string
 	err := s.db.QueryRowContext(ctx, `SELECT cases, updated_at, updated_by FROM eval_suites WHERE model = ?`, model).
 		Scan(&text, &at, &by)
 	if errors.Is(err, sql.ErrNoRows) {
-		return Stored{Model: model, Suite: Suite{Cases: []Case{}}}, false, nil
+		return row{}, false, nil
 	}
 	if err != nil {
-		return Stored{}, false, fmt.Errorf("read the eval suite of %s: %w", model, err)
-	}
-	// What is kept was checked when it was put; it is read with the same
-	// rules, which compile its patterns and schemas again.
-	suite, err := parse(ctx, []byte(text), true)
-	if err != nil {
-		return Stored{}, false, fmt.Errorf("the eval suite kept for %s no longer reads: %w", model, err)
+		return row{}, false, fmt.Errorf("read the eval suite of %s: %w", model, err)
 	}
 	t, err := time.Parse(time.RFC3339Nano, at)
 	if err != nil {
-		return Stored{}, false, fmt.Errorf("the eval suite of %s: %w", model, err)
+		return row{}, false, fmt.Errorf("the eval suite of %s: %w", model, err)
 	}
-	return Stored{Model: model, Suite: suite, Digest: suite.Digest(), UpdatedAt: t, UpdatedBy: by}, true, nil
+	return row{text: text, at: t, by: by}, true, nil
 }
 
-// setSuite keeps suite as model's; a suite of no cases removes it.
-func (s store) setSuite(ctx context.Context, model string, suite Suite, at time.Time, by string) error {
+// setSuite keeps suite as model's, and returns the row as written; a
+// suite of no cases removes it.
+func (s store) setSuite(ctx context.Context, model string, suite Suite, at time.Time, by string) (row, error) {
+	kept := row{text: string(suite.JSON()), by: by}
+	stamp := at.UTC().Format(time.RFC3339Nano)
 	var err error
 	if len(suite.Cases) == 0 {
 		_, err = s.db.ExecContext(ctx, `DELETE FROM eval_suites WHERE model = ?`, model)
@@ -51,15 +57,17 @@ func (s store) setSuite(ctx context.Context, model string, suite Suite, at time.
 		_, err = s.db.ExecContext(ctx,
 			`INSERT INTO eval_suites (model, cases, updated_at, updated_by) VALUES (?, ?, ?, ?)
 			 ON CONFLICT (model) DO UPDATE SET cases = excluded.cases, updated_at = excluded.updated_at, updated_by = excluded.updated_by`,
-			model, string(suite.JSON()), at.UTC().Format(time.RFC3339Nano), by)
+			model, kept.text, stamp, by)
 	}
 	if err != nil && dbstore.Full(err) {
-		return dbstore.FullError(err, fmt.Sprintf("the eval suite of %s could not be kept", operr.Quote(model)))
+		return row{}, dbstore.FullError(err, fmt.Sprintf("the eval suite of %s could not be kept", operr.Quote(model)))
 	}
 	if err != nil {
-		return fmt.Errorf("keep the eval suite of %s: %w", model, err)
+		return row{}, fmt.Errorf("keep the eval suite of %s: %w", model, err)
 	}
-	return nil
+	// The time as it reads back, to the nanosecond and in UTC.
+	kept.at, _ = time.Parse(time.RFC3339Nano, stamp)
+	return kept, nil
 }
 
 // begin records a run as running and returns it with its id.

@@ -52,8 +52,9 @@ type Case struct {
 	re     *regexp.Regexp
 	schema *jsonschema.Schema
 	cost   int
-	// unjudged is why a kept suite's schema, read again under bounds drawn
-	// after it was kept, is not checked: its answers fail, saying so.
+	// unjudged is why a kept suite's pattern or schema, read again under
+	// bounds drawn after it was kept, is not checked: its answers fail,
+	// saying so.
 	unjudged string
 }
 
@@ -132,9 +133,10 @@ const (
 func Parse(data []byte) (Suite, error) { return parse(context.Background(), data, false) }
 
 // parse is Parse, stopping when ctx ends. A kept suite (one read back from
-// the store) is read with the rules it was kept under: its size is not
-// checked again, and a case whose schema costs more than the bounds allow
-// is kept, to fail when it runs with the sentence why (Case.unjudged).
+// the store to be run) is read with the rules it was kept under: its size
+// is not checked again, and a case whose pattern or schema costs more than
+// the bounds allow is kept, to fail when it runs with the sentence why
+// (Case.unjudged).
 func parse(ctx context.Context, data []byte, kept bool) (Suite, error) {
 	if len(data) > MaxSuiteBytes && !kept {
 		return Suite{}, invalid("the suite is %d bytes; it may be at most %d (1 MiB)", len(data), MaxSuiteBytes)
@@ -165,11 +167,15 @@ func parse(ctx context.Context, data []byte, kept bool) (Suite, error) {
 	}
 	s := Suite{Cases: make([]Case, 0, len(list))}
 	seen := map[string]int{}
+	// One budget for the whole suite's regular expressions; once the suite
+	// is compiled, it bounds those of answers alone.
+	regexes := newRegexBudget()
+	defer regexes.finish()
 	for i, rc := range list {
 		if err := ctx.Err(); err != nil {
 			return Suite{}, err
 		}
-		c, err := parseCase(i+1, rc, kept)
+		c, err := parseCase(i+1, rc, kept, regexes)
 		if err != nil {
 			return Suite{}, err
 		}
@@ -181,8 +187,10 @@ func parse(ctx context.Context, data []byte, kept bool) (Suite, error) {
 	}
 	// The suite is kept written out, indented: deep schemas grow on the
 	// way, and what is kept must read again.
-	if n := len(s.JSON()); n > MaxSuiteBytes && !kept {
-		return Suite{}, invalid("the suite, written out as it is kept (indented), is %d bytes; it may be at most %d (1 MiB): drop cases, or make its schemas shallower", n, MaxSuiteBytes)
+	if !kept {
+		if n := len(s.JSON()); n > MaxSuiteBytes {
+			return Suite{}, invalid("the suite, written out as it is kept (indented), is %d bytes; it may be at most %d (1 MiB): drop cases, or make its schemas shallower", n, MaxSuiteBytes)
+		}
 	}
 	return s, nil
 }
@@ -197,7 +205,7 @@ var (
 )
 
 // parseCase reads and checks the case numbered n.
-func parseCase(n int, raw json.RawMessage, kept bool) (Case, error) {
+func parseCase(n int, raw json.RawMessage, kept bool, regexes *regexBudget) (Case, error) {
 	var f map[string]json.RawMessage
 	if err := json.Unmarshal(raw, &f); err != nil || f == nil {
 		return Case{}, invalid("case %d is not an object: a case is {\"name\": ..., \"prompt\": ..., \"expect\": {...}}", n)
@@ -236,7 +244,7 @@ func parseCase(n int, raw json.RawMessage, kept bool) (Case, error) {
 			return Case{}, err
 		}
 	}
-	if err := c.compile(at, kept); err != nil {
+	if err := c.compile(at, kept, regexes); err != nil {
 		return Case{}, err
 	}
 	return c, nil
@@ -378,17 +386,26 @@ func parseSimilarity(at string, raw json.RawMessage) (Similarity, error) {
 	return s, nil
 }
 
-// compile compiles the case's pattern or schema. kept is as parse's.
-func (c *Case) compile(at string, kept bool) error {
+// compile compiles the case's pattern or schema, their regular
+// expressions through the suite's budget. kept is as parse's.
+func (c *Case) compile(at string, kept bool, regexes *regexBudget) error {
 	switch c.Kind() {
 	case KindRegex:
-		re, err := regexp.Compile(*c.Expect.Regex)
+		re, err := regexes.compile(*c.Expect.Regex)
+		var large *regexTooLarge
+		if errors.As(err, &large) {
+			if kept {
+				c.unjudged = fmt.Sprintf("%s: expect.regex %s", at, large.sentence())
+				return nil
+			}
+			return invalid("%s: expect.regex %s", at, large.sentence())
+		}
 		if err != nil {
 			return invalid("%s: expect.regex is not a Go (RE2) regular expression: %s", at, clipText(strings.TrimPrefix(err.Error(), "error parsing regexp: "), 160))
 		}
 		c.re = re
 	case KindJSONSchema:
-		sch, cost, err := compileSchema(c.Expect.JSONSchema)
+		sch, cost, err := compileSchema(c.Expect.JSONSchema, regexes)
 		var over errBounds
 		if kept && errors.As(err, &over) {
 			c.unjudged = fmt.Sprintf("%s: expect.json_schema %s", at, over.msg)
@@ -418,8 +435,9 @@ func (noLoader) Load(string) (any, error) { return nil, errOutside }
 // compileSchema compiles raw (compact JSON) and counts its expansion,
 // saying in a few words what is wrong with a schema that does not compile
 // or costs too much (errBounds) to check an answer against. Its depth is
-// bounded before it is compiled, and its expansion after.
-func compileSchema(raw []byte) (*jsonschema.Schema, int, error) {
+// bounded before it is compiled, its regular expressions as the library
+// compiles them (through regexes), and its expansion after.
+func compileSchema(raw []byte, regexes *regexBudget) (*jsonschema.Schema, int, error) {
 	if d := schemaDepth(raw); d > MaxSchemaDepth {
 		return nil, 0, errBounds{fmt.Sprintf("nests %d levels deep; it may nest at most %d (objects and arrays, each properties or items taking two): make it shallower", d, MaxSchemaDepth)}
 	}
@@ -430,10 +448,14 @@ func compileSchema(raw []byte) (*jsonschema.Schema, int, error) {
 	c := jsonschema.NewCompiler()
 	c.UseLoader(noLoader{})
 	c.DefaultDraft(jsonschema.Draft2020)
+	c.UseRegexpEngine(regexes.engine)
 	if err := c.AddResource(schemaURL, doc); err != nil {
 		return nil, 0, errors.New("is not a schema that can be used here")
 	}
 	sch, err := c.Compile(schemaURL)
+	if large := regexes.refusal(); large != nil {
+		return nil, 0, errBounds{fmt.Sprintf("has a pattern%s, %s, that %s", patternPlace(err), operr.Quote(clipText(large.pattern, 40)), large.sentence())}
+	}
 	if err != nil {
 		var load *jsonschema.LoadURLError
 		if errors.As(err, &load) {
@@ -480,7 +502,9 @@ func leafError(ve *jsonschema.ValidationError) string {
 }
 
 // JSON is the suite written out, indented, as the editor shows it and the
-// store keeps it. The same suite always writes the same bytes.
+// store keeps it. The same suite always writes the same bytes: a suite
+// kept is shown with the digest of the bytes kept, so a change here
+// changes the digest of suites kept before it.
 func (s Suite) JSON() []byte {
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)

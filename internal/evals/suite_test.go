@@ -222,6 +222,9 @@ func FuzzParse(f *testing.F) {
 		hostileSuite(`{"$defs": {"a": {"items": {"$ref": "#/$defs/a"}}}, "$ref": "#/$defs/a"}`),
 		hostileSuite(`{"$dynamicRef": "#/$defs/a", "$defs": {"a": {"$dynamicAnchor": "a"}}}`),
 		wideSuite(),
+		manyCases(8, `{"type": "string", "pattern": "`+hostilePattern+`"}`),
+		`{"cases": [{"name": "r", "prompt": "p", "expect": {"regex": "` + strings.Repeat("a{1000}", 142) + `"}}]}`,
+		hostileSuite(`{"patternProperties": {"` + strings.Repeat("a{999}", 30) + `": {}}}`),
 	} {
 		f.Add([]byte(seed))
 	}

@@ -1,0 +1,5 @@
+//go:build !race
+
+package evals
+
+const raceEnabled = false
