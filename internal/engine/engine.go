@@ -183,7 +183,9 @@ func ParseVersion(out string) (v Version, ok bool) {
 func ReadVersion(ctx context.Context, path string) (Version, error) {
 	ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()
-	out, err := exec.CommandContext(ctx, path, "--version").CombinedOutput()
+	cmd := exec.CommandContext(ctx, path, "--version")
+	cmd.Env = Environ(os.Environ())
+	out, err := cmd.CombinedOutput()
 	if err != nil {
 		return Version{}, fmt.Errorf("%s --version failed: %w: %s", path, err, strings.TrimSpace(lastLines(string(out), 3)))
 	}

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"slices"
@@ -126,6 +127,42 @@ func TestCommandRunsTheInstalledCopyWithoutItsShell(t *testing.T) {
 		write(lines...)
 		if got := Command(installed); !slices.Equal(got, alone) {
 			t.Errorf("exec with %s: %q, want the wrapper %q", name, got, alone)
+		}
+	}
+}
+
+// The engine's short runs, for its version and its devices, see none of
+// modelserve's secrets either: an engine is whatever program the operator
+// named, and it runs them with the environment it would serve with.
+func TestProbesSeeNoneOfTheServersSecrets(t *testing.T) {
+	t.Setenv("HF_TOKEN", "hf_sEcReT0001")
+	t.Setenv("MODELSERVE_SESSION_SECRET", "session-sEcReT-0002")
+	t.Setenv("TZ", "Europe/Berlin")
+	dir := t.TempDir()
+	seen := filepath.Join(dir, "environ")
+	script := filepath.Join(dir, "llama-server")
+	body := "#!/bin/sh\nenv >> " + seen + "\n" +
+		"case \"$1\" in --version) echo 'version: 0 (probe)' >&2 ;; *) echo 'Available devices:' ;; esac\n"
+	if err := os.WriteFile(script, []byte(body), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ReadVersion(context.Background(), script); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ReadDevices(context.Background(), script); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(seen)
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := string(b)
+	if strings.Count(env, "TZ=Europe/Berlin") != 2 {
+		t.Errorf("the two runs did not both see the time zone:\n%s", env)
+	}
+	for _, secret := range []string{"hf_sEcReT0001", "session-sEcReT-0002", "MODELSERVE_"} {
+		if strings.Contains(env, secret) {
+			t.Errorf("a probe's environment holds %s:\n%s", secret, env)
 		}
 	}
 }
