@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -14,6 +15,16 @@ var mib = strings.Repeat("x", 1<<20)
 
 // nearlyMiB fits in a JSON body or a form, which are taken up to 1 MiB.
 var nearlyMiB = mib[:1<<20-1024]
+
+// manyNames is nearly a megabyte of short names (a JSON body is taken up
+// to 1 MiB), each of which passes alone.
+var manyNames = func() []string {
+	names := make([]string, 1<<20/10)
+	for i := range names {
+		names[i] = "n" + strconv.Itoa(i)
+	}
+	return names
+}()
 
 // TestHugeInputIsNotEchoed: a megabyte sent to any field comes back as a
 // few hundred bytes that say the rest was cut: in the answer's body, in
@@ -58,11 +69,25 @@ func TestHugeInputIsNotEchoed(t *testing.T) {
 		{"serve name", serve("name", nearlyMiB), true},
 		{"serve aliases", serve("aliases", []string{nearlyMiB}), true},
 		{"serve guard format", serve("guard_format", nearlyMiB), true},
+		{"serve quant", serve("quant", nearlyMiB), true},
+		{"serve file", serve("file", nearlyMiB), true},
+		{"serve projector", serve("projector", nearlyMiB), true},
+		{"serve description", serve("description", nearlyMiB), true},
+		{"serve many aliases", serve("aliases", manyNames), false},
 		{"console token name", func() *http.Response {
 			return b.post("/tokens", url.Values{"name": {nearlyMiB}})
 		}, true},
 		{"console serve name", func() *http.Response {
 			return b.post("/serve", url.Values{"repo": {"acme/tiny"}, "name": {nearlyMiB}})
+		}, true},
+		{"console serve description", func() *http.Response {
+			return b.post("/serve", url.Values{"repo": {"acme/tiny"}, "description": {nearlyMiB}})
+		}, true},
+		{"console serve aliases", func() *http.Response {
+			return b.post("/serve", url.Values{"repo": {"acme/tiny"}, "aliases": {nearlyMiB}})
+		}, true},
+		{"console serve settings", func() *http.Response {
+			return b.post("/serve", url.Values{"repo": {"acme/tiny"}, "env": {nearlyMiB}})
 		}, true},
 		{"console sign-in name", func() *http.Response {
 			return e.browser().signIn(nearlyMiB, "wrong", "")

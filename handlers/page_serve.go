@@ -127,8 +127,13 @@ func echoForm(f views.ServeForm) views.ServeForm {
 		echo(s, words.ClipMost)
 	}
 	echo(&f.Revision, 255)
-	echo(&f.Chosen, 1024)
-	echo(&f.Projector, 1024)
+	echo(&f.Chosen, hf.MaxPathLen)
+	echo(&f.Projector, hf.MaxPathLen)
+	echo(&f.Description, jobs.MaxDescription)
+	// Aliases and engine settings are lists: a few dozen names or
+	// settings, each short, fit in 4 KB.
+	echo(&f.Aliases, 4<<10)
+	echo(&f.Env, 4<<10)
 	return f
 }
 

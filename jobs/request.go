@@ -106,6 +106,14 @@ type Request struct {
 // fleet here runs of one model, and a typo of 10000 starts nothing.
 const maxReplicas = 64
 
+// MaxAliases and MaxDescription bound what a request adds to a catalog
+// entry's names and its words: far more than a client list or a page
+// needs.
+const (
+	MaxAliases     = 32
+	MaxDescription = 2000
+)
+
 // UnmarshalJSON reads a request, refusing fields it does not have (a
 // misspelt field silently ignored would serve the wrong thing), takes
 // "context_length": "max" for the longest context that fits, and "tp" for
@@ -220,6 +228,25 @@ func normalize(req Request) (Request, error) {
 		if b.value > b.most {
 			return req, invalid("%s is at most %d, not %d", b.name, b.most, b.value)
 		}
+	}
+	// So is every text, which the job keeps and every answer about it
+	// shows: a megabyte of quant or description was stored and sent back
+	// whole with the job.
+	for _, b := range []struct {
+		name, value string
+		most        int
+	}{
+		{"quant", req.Quant, 64},
+		{"file", req.File, hf.MaxPathLen},
+		{"projector", req.Projector, hf.MaxPathLen},
+		{"description", req.Description, MaxDescription},
+	} {
+		if len(b.value) > b.most {
+			return req, invalid("%s is at most %d bytes, not %d: %s", b.name, b.most, len(b.value), operr.Quote(b.value))
+		}
+	}
+	if len(req.Aliases) > MaxAliases {
+		return req, invalid("a model has at most %d aliases, not %d: list the names clients use", MaxAliases, len(req.Aliases))
 	}
 	if slots := catalog.SlotsOf(req.CtxPool, req.ContextLength); req.ContextLength > 0 && slots > plan.MaxSlots {
 		return req, invalid("a pool of %d tokens in slots of %d is %d slots; an engine serves at most %d at once: give a larger context_length",

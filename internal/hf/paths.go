@@ -23,6 +23,10 @@ func CheckRepoID(id string) error {
 	return nil
 }
 
+// MaxPathLen is the longest file path modelserve takes, from a registry or
+// a request: four times what a real repository's longest comes near.
+const MaxPathLen = 1024
+
 // CheckPath refuses a file path from a registry that could escape the folder
 // it is joined to, or that no filesystem should be handed: absolute paths,
 // "..", backslashes, NULs and control characters, empty segments.
@@ -33,7 +37,7 @@ func CheckPath(p string) error {
 	switch {
 	case p == "":
 		return bad("is empty")
-	case len(p) > 1024:
+	case len(p) > MaxPathLen:
 		return bad("is longer than any real file path")
 	case strings.HasPrefix(p, "/"):
 		return bad("starts at the root")
