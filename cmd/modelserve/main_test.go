@@ -26,8 +26,8 @@ func TestConfigPrecedence(t *testing.T) {
 		"HF_TOKEN":        "hf_env",
 	}
 	getenv := func(k string) string { return env[k] }
-	// The canary's settings, the headroom and the drain bound at their
-	// defaults, as read.
+	// The canary's settings, the headroom, the drain bound and the
+	// residency at their defaults, as read.
 	policy := canary.DefaultPolicy
 	policy.MinRequests, policy.Window = 50, 30*time.Minute
 	canaryDefaults := func(c config) config {
@@ -35,6 +35,7 @@ func TestConfigPrecedence(t *testing.T) {
 		c.CanaryShare, c.CanaryPolicy = 0.1, policy
 		c.Headroom = 1 << 30 // --headroom's default, as read
 		c.DrainTimeoutText, c.DrainTimeout = "10m", 10*time.Minute
+		c.ResidencyText, c.Residency = "5s", 5*time.Second
 		return c
 	}
 	tests := []struct {

@@ -28,6 +28,7 @@ import (
 
 	"modelserve/internal/auth"
 	"modelserve/internal/testlog"
+	"modelserve/internal/words"
 )
 
 // started is a server serve() runs for a test, and its log.
@@ -506,7 +507,7 @@ func TestAPIRequestBounds(t *testing.T) {
 			if status != tc.status || !strings.Contains(msg, tc.want) {
 				t.Fatalf("%d %q, want %d saying %q", status, msg, tc.status, tc.want)
 			}
-			if len(msg) > 300 {
+			if len(msg) > words.ClipMost+200 {
 				t.Fatalf("the sentence is %d characters: it quotes the whole of the input", len(msg))
 			}
 		})
