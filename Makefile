@@ -42,7 +42,7 @@ unit: deps kube jaeger
 # time: with -fuzztime 5s, an input still running when the time was up
 # failed the run with "context deadline exceeded". A corpus entry that
 # found a bug is kept under the package's testdata/fuzz and runs in unit.
-FUZZ := ./internal/gguf:FuzzReadRanges ./internal/plan:FuzzSize ./internal/plan:FuzzParseModelConfig ./internal/evals:FuzzParse ./internal/evals:FuzzJudge ./internal/gateway:FuzzMembers
+FUZZ := ./internal/gguf:FuzzReadRanges ./internal/plan:FuzzSize ./internal/plan:FuzzParseModelConfig ./internal/evals:FuzzParse ./internal/evals:FuzzJudge ./internal/gateway:FuzzMembers ./internal/redact:FuzzRedact
 FUZZTIME ?= 2000x
 fuzz:
 	@for t in $(FUZZ); do \

@@ -2,6 +2,7 @@ package redact_test
 
 import (
 	"context"
+	"net/url"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -58,4 +59,28 @@ func TestQuery(t *testing.T) {
 			t.Errorf("Query(%q) = %q, %v; want %q", tc.in, got, ok, tc.want)
 		}
 	}
+}
+
+// FuzzRedact: whatever surrounds it, a Hub token, a bearer header's value
+// or the configured token set apart by a space is never in what Text
+// gives back, and a query's secret-named value never in what Query does;
+// neither panics on any input.
+func FuzzRedact(f *testing.F) {
+	f.Add("error: ", " was refused", "token")
+	f.Add("Authorization: Bearer", "\n", "access_token")
+	f.Add("", "", "q")
+	f.Add("%zz&", "=&;", "api_key")
+	f.Fuzz(func(t *testing.T, before, after, key string) {
+		const hub, own = "hf_AbCdEfGh0123", "s3cr3t-own-token"
+		for _, s := range []string{before + " " + hub + " " + after, before + " Bearer " + own + " " + after, before + " " + own + " " + after} {
+			if got := redact.Text(s, own); strings.Contains(got, hub) || strings.Contains(got, own) {
+				t.Fatalf("Text(%q) = %q", s, got)
+			}
+		}
+		raw := url.Values{key: {own}, "q": {before}}.Encode()
+		if got, ok := redact.Query(raw); ok && redact.Key(key) && strings.Contains(got, own) {
+			t.Fatalf("Query(%q) = %q", raw, got)
+		}
+		redact.Query(before + after)
+	})
 }
