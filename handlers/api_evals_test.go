@@ -27,15 +27,7 @@ func TestEvalsAPI(t *testing.T) {
 	c := newAPIClient(t, e)
 	put := func(path, suite string) (*http.Response, []byte) {
 		t.Helper()
-		req, _ := http.NewRequest(http.MethodPut, e.srv.URL+path, strings.NewReader(suite))
-		req.Header.Set("Authorization", "Bearer "+c.tok)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp, b
+		return putSuite(t, e, c, path, suite)
 	}
 	type errorOut struct{ Error string }
 	sentence := func(b []byte) string {
@@ -136,6 +128,20 @@ func TestEvalsAPI(t *testing.T) {
 
 // evalsSuite is a suite of n JSON Schema cases, each with schema, where
 // NUM is the case's number.
+// putSuite puts suite at path with c's token, and reads the answer.
+func putSuite(t *testing.T, e *consoleEnv, c *apiClient, path, suite string) (*http.Response, []byte) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodPut, e.srv.URL+path, strings.NewReader(suite))
+	req.Header.Set("Authorization", "Bearer "+c.tok)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp, b
+}
+
 func evalsSuite(n int, schema string) string {
 	cases := make([]string, n)
 	for i := range cases {
@@ -162,15 +168,7 @@ func TestEvalsAPIBoundsRegularExpressions(t *testing.T) {
 	c := newAPIClient(t, e)
 	put := func(suite string) (*http.Response, []byte) {
 		t.Helper()
-		req, _ := http.NewRequest(http.MethodPut, e.srv.URL+"/api/v1/catalog/tiny/evals", strings.NewReader(suite))
-		req.Header.Set("Authorization", "Bearer "+c.tok)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp, b
+		return putSuite(t, e, c, "/api/v1/catalog/tiny/evals", suite)
 	}
 
 	hostile := evalsSuite(8, `{"type": "string", "pattern": "`+strings.Repeat("a{1000}", 2300)+`"}`)

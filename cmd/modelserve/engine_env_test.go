@@ -53,14 +53,7 @@ func TestAnAPITokenCannotReachTheEngineProcess(t *testing.T) {
 	}
 
 	// A setting on the list, with a value it takes, reaches the engine.
-	var job jobs.Job
-	if code := s.do("POST", "/api/v1/serve", map[string]any{"repo": "acme/Chatty-GGUF", "replicas": 1,
-		"context_length": 1024, "ctx_pool": 2048, "env": map[string]string{"OMP_NUM_THREADS": "2"}}, &job); code != http.StatusAccepted {
-		t.Fatalf("serve: %d", code)
-	}
-	if last := s.watch(job.ID, 3*time.Minute); last[len(last)-1].State != jobs.Done {
-		t.Fatalf("job ended %s: %s", last[len(last)-1].State, last[len(last)-1].Error)
-	}
+	job := serveWithThreads(t, s)
 	pid := enginePID(t, s)
 	args, env := processOf(t, pid)
 	if strings.Contains(args, "--api-key") {
@@ -146,6 +139,21 @@ func (s *apiServer) get(path string) string {
 }
 
 // enginePIDIfReady is the pid of the one ready replica, or 0.
+// serveWithThreads serves acme/Chatty-GGUF with one replica whose profile
+// sets OMP_NUM_THREADS=2, waits for its job to end done, and returns it.
+func serveWithThreads(t *testing.T, s *apiServer) jobs.Job {
+	t.Helper()
+	var job jobs.Job
+	if code := s.do("POST", "/api/v1/serve", map[string]any{"repo": "acme/Chatty-GGUF", "replicas": 1,
+		"context_length": 1024, "ctx_pool": 2048, "env": map[string]string{"OMP_NUM_THREADS": "2"}}, &job); code != http.StatusAccepted {
+		t.Fatalf("serve: %d", code)
+	}
+	if last := s.watch(job.ID, 3*time.Minute); last[len(last)-1].State != jobs.Done {
+		t.Fatalf("job ended %s: %s", last[len(last)-1].State, last[len(last)-1].Error)
+	}
+	return job
+}
+
 func enginePIDIfReady(s *apiServer) int {
 	var reps struct {
 		Replicas []struct {
@@ -229,14 +237,7 @@ func TestAnEngineSeesNoneOfTheServersSecrets(t *testing.T) {
 	hub := hubtest.New(t)
 	tinyRepo(t, hub, "acme/Chatty-GGUF", "Chatty-Q4_K_M.gguf", ggufgen.Spec{})
 	s := startAPI(t, config{Addr: "127.0.0.1:0", Data: t.TempDir(), HFEndpoint: hub.URL(), LlamaServer: engine})
-	var job jobs.Job
-	if code := s.do("POST", "/api/v1/serve", map[string]any{"repo": "acme/Chatty-GGUF", "replicas": 1,
-		"context_length": 1024, "ctx_pool": 2048, "env": map[string]string{"OMP_NUM_THREADS": "2"}}, &job); code != http.StatusAccepted {
-		t.Fatalf("serve: %d", code)
-	}
-	if last := s.watch(job.ID, 3*time.Minute); last[len(last)-1].State != jobs.Done {
-		t.Fatalf("job ended %s: %s", last[len(last)-1].State, last[len(last)-1].Error)
-	}
+	serveWithThreads(t, s)
 	_, env := processOf(t, enginePID(t, s))
 	joined := strings.Join(env, "\n")
 	for k, v := range secrets {
