@@ -13,6 +13,7 @@ import (
 
 	"modelserve/internal/fleet"
 	"modelserve/internal/ggufgen"
+	"modelserve/internal/testkit"
 )
 
 func replicas(n, slots int) []fleet.Replica {
@@ -257,13 +258,9 @@ func TestTheGatewayLetsGoOfAnEngineBeingStopped(t *testing.T) {
 	if err := e.fleet.Stop(rep.ID); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(20 * time.Second)
-	for syscall.Kill(pid, 0) == nil {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s's engine still runs 20 s after its stop", rep.ID)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testkit.WaitFor(t, 20*time.Second, rep.ID+"'s engine ending after its stop", func() (bool, string) {
+		return syscall.Kill(pid, 0) != nil, "it still runs"
+	})
 	if n := kept(); n != 0 {
 		t.Errorf("the gateway keeps %d connections to %s, stopped", n, rep.ID)
 	}
