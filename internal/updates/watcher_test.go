@@ -16,7 +16,7 @@ import (
 	"modelserve/internal/hf"
 	"modelserve/internal/hubtest"
 	"modelserve/internal/operr"
-	"modelserve/internal/store"
+	"modelserve/internal/testkit"
 	"modelserve/internal/updates"
 )
 
@@ -48,11 +48,7 @@ func newEnv(t *testing.T) *env {
 // open opens the database (again, after close: as a restart would).
 func (e *env) open() {
 	e.t.Helper()
-	db, err := store.Open(context.Background(), e.dbFile)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	e.t.Cleanup(func() { db.Close() })
+	db := testkit.OpenDBFile(e.t, e.dbFile)
 	e.db, e.catalog = db, catalog.NewStore(db)
 }
 
