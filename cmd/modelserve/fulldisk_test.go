@@ -109,11 +109,26 @@ func TestFullDataDiskThroughTheAPI(t *testing.T) {
 		t.Errorf("signing in on a full disk: %s, want 503 saying the disk is full (or signed in):\n%.400s", resp.Status, b)
 	}
 
-	// Room again; then the process stops, as it may at any time.
+	// Room again: the saves the full disk refused are retried (at most
+	// 30 s apart) until the database says what the API said; then the
+	// process stops, as it may at any time.
 	if err := os.Remove(filler); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(1500 * time.Millisecond) // past the first retry of the saves
+	live := testkit.OpenDBFile(t, filepath.Join(data, "modelserve.db"))
+	testkit.WaitFor(t, 40*time.Second, "the jobs saved as failed once there was room", func() (bool, string) {
+		for _, id := range ids {
+			var state, msg string
+			if err := live.QueryRow(`SELECT state, error FROM jobs WHERE id = ?`, id).Scan(&state, &msg); err != nil {
+				return false, err.Error()
+			}
+			if state != jobs.Failed || msg != ended[id].Error {
+				return false, fmt.Sprintf("job %s %s (%q)", id, state, msg)
+			}
+		}
+		return true, ""
+	})
+	live.Close()
 	s.stop()
 	db := testkit.OpenDBFile(t, filepath.Join(data, "modelserve.db"))
 	defer db.Close()
