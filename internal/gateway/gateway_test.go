@@ -242,7 +242,12 @@ func TestColdStart(t *testing.T) {
 	lazy := chatModel(t, "lazy", ggufgen.Spec{})
 	lazy.Scaling = catalog.Scaling{Min: 0, Max: 3, IdleAfter: time.Second}
 	e.mustAdd(lazy)
-	time.Sleep(150 * time.Millisecond) // three passes of the fleet
+	// Three passes of the fleet over the catalog with it, each done whole.
+	for range 3 {
+		if err := e.fleet.Sync(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
 	if rs := e.fleet.Replicas(); len(rs) != 0 {
 		t.Fatalf("replicas before any request: %+v", rs)
 	}
