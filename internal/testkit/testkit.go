@@ -19,14 +19,20 @@ import (
 	"modelserve/internal/store"
 )
 
-// pollEvery is how often WaitFor looks again: far below any bound a test
-// gives, and rare enough to leave the machine to what is tested.
-// clockEvery is how often Step looks: a test may step a clock hundreds of
+// WaitFor looks again soon at first, then less and less often, up to
+// pollMost apart: most conditions hold within milliseconds, and a wait of
+// minutes (an engine loading, a job running) asks a server or a cluster
+// twenty times a second, not two hundred. Step and WaitWaiters look
+// sooner, up to clockMost apart: a test may step a clock hundreds of
 // times, and the code it wakes sets its next timer within microseconds.
 const (
-	pollEvery  = 5 * time.Millisecond
-	clockEvery = 50 * time.Microsecond
+	pollFirst, pollMost   = time.Millisecond, 50 * time.Millisecond
+	clockFirst, clockMost = 20 * time.Microsecond, time.Millisecond
 )
+
+// clockWithin bounds how long Step and WaitWaiters wait for the code on
+// the clock to wait.
+var clockWithin = 5 * time.Second
 
 // WaitFor polls cond until it holds, for something no event says. Past
 // within, it fails the test (Fatal: call it from the test's goroutine)
@@ -34,11 +40,12 @@ const (
 // returns.
 func WaitFor(t testing.TB, within time.Duration, what string, cond func() (ok bool, saw string)) {
 	t.Helper()
-	poll(t, within, pollEvery, what, cond)
+	poll(t, within, pollFirst, pollMost, what, cond)
 }
 
-// poll is WaitFor, looking again every.
-func poll(t testing.TB, within, every time.Duration, what string, cond func() (bool, string)) {
+// poll is WaitFor, looking again first after a while of every, then
+// after twice the last while, up to most.
+func poll(t testing.TB, within, every, most time.Duration, what string, cond func() (bool, string)) {
 	t.Helper()
 	deadline := time.Now().Add(within)
 	for {
@@ -50,27 +57,28 @@ func poll(t testing.TB, within, every time.Duration, what string, cond func() (b
 			t.Fatalf("%s: not within %s; last seen: %s", what, within, saw)
 		}
 		time.Sleep(every)
+		every = min(2*every, most)
 	}
 }
 
-// Step moves c on by d, then waits (5 s at most) until waiters timers
+// Step moves c on by d, then waits (clockWithin, 5 s) until waiters timers
 // are set on it again: the code it woke has done what the time passing
 // made it do, and waits anew. A test that steps the clock thus sees, at
 // once and for certain, what a sleep of d could only have made likely.
 func Step(t testing.TB, c *clocktesting.FakeClock, d time.Duration, waiters int) {
 	t.Helper()
 	c.Step(d)
-	poll(t, 5*time.Second, clockEvery, "the code on the clock waiting again after a step of "+d.String(), func() (bool, string) {
+	poll(t, clockWithin, clockFirst, clockMost, "the code on the clock waiting again after a step of "+d.String(), func() (bool, string) {
 		n := c.Waiters()
 		return n >= waiters, "timers set: " + strconv.Itoa(n) + ", want " + strconv.Itoa(waiters)
 	})
 }
 
-// WaitWaiters waits (5 s at most) until waiters timers are set on c: the
+// WaitWaiters waits (clockWithin, 5 s) until waiters timers are set on c: the
 // code under test has come to its wait.
 func WaitWaiters(t testing.TB, c *clocktesting.FakeClock, waiters int) {
 	t.Helper()
-	poll(t, 5*time.Second, clockEvery, "the code on the clock waiting", func() (bool, string) {
+	poll(t, clockWithin, clockFirst, clockMost, "the code on the clock waiting", func() (bool, string) {
 		n := c.Waiters()
 		return n >= waiters, "timers set: " + strconv.Itoa(n) + ", want " + strconv.Itoa(waiters)
 	})
