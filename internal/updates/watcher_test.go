@@ -81,9 +81,11 @@ func (c *listCounting) List(ctx context.Context) ([]catalog.Model, error) {
 }
 
 // runPasses runs w's loop, built with count as its catalog (counted), for
-// passes passes at least, each done whole, and stops it: a test sees what
-// the loop did or left alone in so many passes, not in so much time.
-func runPasses(t *testing.T, w *updates.Watcher, count *listCounting, passes int) {
+// passes passes at least, each done whole, and until what a test waits
+// for (until, when given) has happened in them; then it stops it: a test
+// sees what the loop did or left alone in so many passes, not in so much
+// time.
+func runPasses(t *testing.T, w *updates.Watcher, count *listCounting, passes int, until ...func() (bool, string)) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -93,6 +95,11 @@ func runPasses(t *testing.T, w *updates.Watcher, count *listCounting, passes int
 	// The pass after the last one counted has begun: that one is over.
 	testkit.WaitFor(t, 5*time.Second, fmt.Sprint(passes, " passes of the watcher's loop"), func() (bool, string) {
 		n := count.n.Load() - from
+		for _, u := range until {
+			if ok, saw := u(); !ok {
+				return false, fmt.Sprint(n, " begun; ", saw)
+			}
+		}
 		return n > int64(passes), fmt.Sprint(n, " begun")
 	})
 }
@@ -423,7 +430,7 @@ func TestIntervalZeroMeansNoCheck(t *testing.T) {
 	e.serve("often", "acme/Often-GGUF", "main")
 
 	passes := &listCounting{}
-	run := func(w *updates.Watcher) { runPasses(t, w, passes, 5) }
+	run := func(w *updates.Watcher, until ...func() (bool, string)) { runPasses(t, w, passes, 5, until...) }
 
 	t.Run("no default", func(t *testing.T) {
 		e.hub.ResetCounters()
@@ -440,7 +447,9 @@ func TestIntervalZeroMeansNoCheck(t *testing.T) {
 			t.Fatalf("set never's interval to 0: %+v %v", st, err)
 		}
 		e.hub.ResetCounters()
-		run(w)
+		// Until often, due every 20 ms, has been checked: never is left
+		// alone in the same passes.
+		run(w, func() (bool, string) { return e.registryAsked("acme/Often-GGUF"), "often not checked yet" })
 		if e.registryAsked("acme/Never-GGUF") || !e.registryAsked("acme/Often-GGUF") {
 			t.Errorf("asked of never: %v, of often: %v; want often only", e.registryAsked("acme/Never-GGUF"), e.registryAsked("acme/Often-GGUF"))
 		}
