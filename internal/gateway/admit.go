@@ -296,6 +296,7 @@ func avoided(avoid []fleet.Replica, r fleet.Replica) bool {
 // it is parked after failed starts, or it cannot be placed. Nil while one
 // may yet start.
 func (g *Gateway) unstartable(model string) *apiError {
+	// Wall time: it bounds a read of the catalog's database.
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	if g.names.removed(ctx, model) {

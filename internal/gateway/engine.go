@@ -168,7 +168,7 @@ func (ec *engineClient) conn(ctx context.Context, host string) (*engineConn, boo
 
 // keep puts c back among host's idle connections.
 func (ec *engineClient) keep(c *engineConn) {
-	c.put = time.Now()
+	c.put = time.Now() // wall time, as conn's
 	ec.mu.Lock()
 	defer ec.mu.Unlock()
 	if c.put.Sub(ec.swept) >= sweepEvery {

@@ -375,7 +375,7 @@ func relay(w http.ResponseWriter, resp *http.Response, rn *renamer, keepText boo
 		n, rerr := resp.Body.Read(buf)
 		if n > 0 {
 			if first.IsZero() {
-				first = time.Now()
+				first = time.Now() // wall time, as sentAt's
 			}
 			out := buf[:n]
 			if rn != nil {
