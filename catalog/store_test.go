@@ -4,25 +4,20 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
 	"time"
 
 	"modelserve/catalog"
-	"modelserve/internal/store"
+	"modelserve/internal/testkit"
 )
 
 // MustOpen opens a fresh database in a temporary directory, with every
 // migration applied, and returns the catalog kept in it and the database.
 func MustOpen(t *testing.T) (*catalog.Store, *sql.DB) {
 	t.Helper()
-	db, err := store.Open(context.Background(), filepath.Join(t.TempDir(), "modelserve.db"))
-	if err != nil {
-		t.Fatalf("open the store: %v", err)
-	}
-	t.Cleanup(func() { db.Close() })
+	db := testkit.OpenDB(t)
 	return catalog.NewStore(db), db
 }
 

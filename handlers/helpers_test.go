@@ -27,7 +27,7 @@ import (
 	"modelserve/internal/hf"
 	"modelserve/internal/mirror"
 	"modelserve/internal/operr"
-	"modelserve/internal/store"
+	"modelserve/internal/testkit"
 	"modelserve/internal/testlog"
 	"modelserve/internal/updates"
 	"modelserve/jobs"
@@ -63,16 +63,12 @@ type consoleEnv struct {
 // newConsoleEnv starts a console; edit changes its dependencies first.
 func newConsoleEnv(t testing.TB, edit ...func(*handlers.Deps)) *consoleEnv {
 	t.Helper()
-	ctx := context.Background()
 	dir := t.TempDir()
-	db, err := store.Open(ctx, filepath.Join(dir, "modelserve.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
+	db := testkit.OpenDBFile(t, filepath.Join(dir, "modelserve.db"))
 	e := &consoleEnv{t: t, db: db, catalog: catalog.NewStore(db), reg: newFakeRegistry(),
 		fetch: &fakeFetch{release: make(chan struct{})}, logs: &testlog.Buffer{}}
 	log := slog.New(slog.NewTextHandler(e.logs, nil))
+	var err error
 	if e.mirror, err = mirror.New(mirror.Options{Dir: filepath.Join(dir, "mirror"), Log: log}); err != nil {
 		t.Fatal(err)
 	}

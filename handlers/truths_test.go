@@ -1,6 +1,7 @@
 package handlers_test
 
 import (
+	"fmt"
 	"net/http"
 	"net/url"
 	"slices"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"modelserve/handlers"
+	"modelserve/internal/testkit"
 	"modelserve/jobs"
 )
 
@@ -33,18 +35,14 @@ func TestRunningJobSaysRunningFor(t *testing.T) {
 
 	// Cancelled during the download (which holds until then), not in
 	// the moment between the plan and the mirror step.
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+	testkit.WaitFor(t, 10*time.Second, "the download started", func() (bool, string) {
 		j, err := e.jobs.Get(t.Context(), id)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if i := slices.IndexFunc(j.Steps, func(s jobs.Step) bool { return s.Name == jobs.StepMirror }); i >= 0 && j.Steps[i].State == jobs.Running {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the download never started: %+v", j.Steps)
-		}
-	}
+		i := slices.IndexFunc(j.Steps, func(s jobs.Step) bool { return s.Name == jobs.StepMirror })
+		return i >= 0 && j.Steps[i].State == jobs.Running, fmt.Sprintf("steps %+v", j.Steps)
+	})
 	resp := b.post("/jobs/"+id+"/cancel", nil)
 	resp.Body.Close()
 	doc = mustStatus(t, b.get("/jobs/"+id), http.StatusOK)

@@ -16,7 +16,7 @@ import (
 	"modelserve/internal/ggufgen"
 	"modelserve/internal/hubtest"
 	"modelserve/internal/operr"
-	"modelserve/internal/store"
+	"modelserve/internal/testkit"
 )
 
 // MustSmallDisk mounts a tmpfs of size bytes and returns its folder: a
@@ -81,11 +81,7 @@ func fillDisk(t testing.TB, dir string) string {
 func TestFullDiskFailsJobsInASentenceAndSavesThemOnceThereIsRoom(t *testing.T) {
 	disk := MustSmallDisk(t, 20<<20)
 	e := &testEnv{t: t, hub: hubtest.New(t), mirrorDir: filepath.Join(disk, "mirror")}
-	db, err := store.Open(context.Background(), filepath.Join(disk, "modelserve.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
+	db := testkit.OpenDBFile(t, filepath.Join(disk, "modelserve.db"))
 	e.db, e.catalog = db, catalog.NewStore(db)
 	e.client = MustClient(t, e.hub, "")
 	e.mirror = MustMirror(t, e.mirrorDir, e.client)
@@ -103,14 +99,14 @@ func TestFullDiskFailsJobsInASentenceAndSavesThemOnceThereIsRoom(t *testing.T) {
 		ids = append(ids, MustStart(t, e.srv, Request{Repo: repo, Replicas: 1}).ID)
 	}
 	ctx := context.Background()
-	waitFor(t, "every job fetching", func() bool {
+	testkit.WaitFor(t, 20*time.Second, "every job fetching", func() (bool, string) {
 		for _, id := range ids {
 			j, _ := e.srv.Get(ctx, id)
 			if st, ok := j.Step(StepMirror); !ok || st.BytesDone == 0 {
-				return false
+				return false, fmt.Sprintf("job %s: %s, %d bytes fetched", id, j.State, st.BytesDone)
 			}
 		}
-		return true
+		return true, ""
 	})
 	filler := fillDisk(t, disk)
 

@@ -22,7 +22,7 @@ import (
 	"modelserve/internal/hubtest"
 	"modelserve/internal/mirror"
 	"modelserve/internal/plan"
-	"modelserve/internal/store"
+	"modelserve/internal/testkit"
 )
 
 // testEnv is a job server wired to real parts: a Hub on loopback, the Hub
@@ -117,16 +117,6 @@ func MustClient(t testing.TB, hub *hubtest.Server, token string) *hf.Client {
 	return c
 }
 
-func MustOpenDB(t testing.TB, dir string) *sql.DB {
-	t.Helper()
-	db, err := store.Open(context.Background(), filepath.Join(dir, "modelserve.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
-	return db
-}
-
 func MustMirror(t testing.TB, dir string, client *hf.Client) *mirror.Mirror {
 	t.Helper()
 	m, err := mirror.New(mirror.Options{Dir: dir, Registry: client,
@@ -141,7 +131,7 @@ func MustMirror(t testing.TB, dir string, client *hf.Client) *mirror.Mirror {
 func newEnv(t testing.TB, opts ...envOption) *testEnv {
 	t.Helper()
 	e := &testEnv{t: t, hub: hubtest.New(t), mirrorDir: t.TempDir()}
-	e.db = MustOpenDB(t, t.TempDir())
+	e.db = testkit.OpenDB(t)
 	e.catalog = catalog.NewStore(e.db)
 	e.client = MustClient(t, e.hub, "")
 	e.deps = Deps{DB: e.db, Catalog: e.catalog, EngineBuild: 6000, Log: quietLog(),
@@ -238,18 +228,6 @@ func MustStep(t testing.TB, j Job, name string) Step {
 		t.Fatalf("job %s has no step %q; its steps: %+v", j.ID, name, j.Steps)
 	}
 	return st
-}
-
-// waitFor polls cond until it holds, for things no event says.
-func waitFor(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("gave up waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
 }
 
 // catalogNames lists the catalog's models by name.

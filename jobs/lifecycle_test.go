@@ -14,6 +14,7 @@ import (
 	"modelserve/internal/ggufgen"
 	"modelserve/internal/hf"
 	"modelserve/internal/hubtest"
+	"modelserve/internal/testkit"
 )
 
 const (
@@ -26,13 +27,14 @@ const (
 func waitFetching(t *testing.T, s *Server, id string, share float64) Step {
 	t.Helper()
 	var st Step
-	waitFor(t, "the fetch to be under way", func() bool {
+	testkit.WaitFor(t, 20*time.Second, fmt.Sprintf("the fetch under way, past %.0f%%", share*100), func() (bool, string) {
 		j, err := s.Get(context.Background(), id)
 		if err != nil {
 			t.Fatal(err)
 		}
 		st, _ = j.Step(StepMirror)
-		return st.BytesDone > 0 && float64(st.BytesDone) >= share*float64(st.BytesTotal) && st.BytesDone < st.BytesTotal
+		return st.BytesDone > 0 && float64(st.BytesDone) >= share*float64(st.BytesTotal) && st.BytesDone < st.BytesTotal,
+			fmt.Sprintf("job %s, %d of %d bytes fetched", j.State, st.BytesDone, st.BytesTotal)
 	})
 	return st
 }

@@ -22,7 +22,7 @@ import (
 	"modelserve/internal/hf"
 	"modelserve/internal/hubtest"
 	"modelserve/internal/llamatest"
-	"modelserve/internal/store"
+	"modelserve/internal/testkit"
 	"modelserve/internal/testlog"
 	"modelserve/jobs"
 )
@@ -42,10 +42,7 @@ func startAPI(t testing.TB, cfg config) *apiServer {
 	t.Helper()
 	// A token made the way `modelserve token create` makes one, before the
 	// server opens the same database.
-	db, err := store.Open(context.Background(), filepath.Join(cfg.Data, "modelserve.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	db := testkit.OpenDBFile(t, filepath.Join(cfg.Data, "modelserve.db"))
 	tok, err := auth.NewTokens(db).Create(context.Background(), "test-"+time.Now().Format("150405.000000"))
 	db.Close()
 	if err != nil {

@@ -14,6 +14,7 @@ import (
 	"modelserve/internal/ggufgen"
 	"modelserve/internal/hubtest"
 	"modelserve/internal/llamatest"
+	"modelserve/internal/testkit"
 	"modelserve/internal/updates"
 	"modelserve/jobs"
 )
@@ -96,10 +97,10 @@ func (w *updateWorld) startUpdate(t *testing.T) jobs.Job {
 	if code := w.s.do("POST", "/api/v1/catalog/chatty/update", nil, &job); code != http.StatusAccepted || job.Kind != jobs.KindUpdate {
 		t.Fatalf("update: %d %+v", code, job)
 	}
-	waitUntil(t, 2*time.Minute, "the canary to be on trial", func() bool {
+	testkit.WaitFor(t, 2*time.Minute, "the canary on trial", func() (bool, string) {
 		w.s.do("GET", "/api/v1/jobs/"+job.ID, nil, &job)
 		st, _ := job.Step(jobs.StepCanary)
-		return st.State != "" || job.Ended()
+		return st.State != "" || job.Ended(), jobSaw(job)
 	})
 	return job
 }
@@ -308,10 +309,10 @@ func TestACanaryCarriesOnAfterARestart(t *testing.T) {
 	w.s.stop()
 	restarted := time.Now()
 	w.s = startAPI(t, w.cfg)
-	waitUntil(t, 2*time.Minute, "the resumed trial to be on traffic again", func() bool {
+	testkit.WaitFor(t, 2*time.Minute, "the resumed trial on traffic again", func() (bool, string) {
 		w.s.do("GET", "/api/v1/jobs/"+job.ID, nil, &job)
 		st, _ := job.Step(jobs.StepCanary)
-		return st.State == jobs.Running && st.At.After(restarted) || job.Ended()
+		return st.State == jobs.Running && st.At.After(restarted) || job.Ended(), jobSaw(job)
 	})
 	if _, canaryName, share := w.versions(t); job.Ended() || canaryName != name || share != 0.1 {
 		t.Fatalf("after the restart: job %s (%s), canary %q at %v", job.State, job.Error, canaryName, share)
@@ -338,9 +339,9 @@ func (w *updateWorld) evalRun(t *testing.T) evals.Run {
 	if code := w.s.do("POST", "/api/v1/catalog/chatty/evals/run", nil, &run); code != http.StatusAccepted {
 		t.Fatalf("running chatty's suite: %d", code)
 	}
-	waitUntil(t, time.Minute, "the eval run to end", func() bool {
+	testkit.WaitFor(t, time.Minute, "the eval run ended", func() (bool, string) {
 		w.s.do("GET", "/api/v1/evals/runs/"+strconv.FormatInt(run.ID, 10), nil, &run)
-		return run.State != evals.StateRunning
+		return run.State != evals.StateRunning, "the run " + string(run.State)
 	})
 	return run
 }
@@ -407,10 +408,10 @@ func TestAnAutoUpdateNeedsNoHand(t *testing.T) {
 		t.Fatalf("jobs after the check: %+v, want the update's trial started by itself", list.Jobs)
 	}
 	job := list.Jobs[0]
-	waitUntil(t, 2*time.Minute, "the canary to be on trial", func() bool {
+	testkit.WaitFor(t, 2*time.Minute, "the canary on trial", func() (bool, string) {
 		w.s.do("GET", "/api/v1/jobs/"+job.ID, nil, &job)
 		st, _ := job.Step(jobs.StepCanary)
-		return st.State != "" || job.Ended()
+		return st.State != "" || job.Ended(), jobSaw(job)
 	})
 	w.chat(t, 200)
 	seen := w.s.watch(job.ID, 3*time.Minute)

@@ -18,6 +18,7 @@ import (
 
 	"modelserve/internal/ggufgen"
 	"modelserve/internal/hubtest"
+	"modelserve/internal/testkit"
 	"modelserve/jobs"
 )
 
@@ -127,7 +128,9 @@ func TestNoRequestLostWhileReplicasRetire(t *testing.T) {
 		}
 	}
 	scale(2)
-	waitUntil(t, 2*time.Minute, "two replicas of chatty ready", func() bool { return s.settled("chatty", 2) })
+	testkit.WaitFor(t, 2*time.Minute, "two replicas of chatty ready", func() (bool, string) {
+		return s.settled("chatty", 2), fmt.Sprintf("replicas %+v", s.replicas("chatty"))
+	})
 
 	l := startLoad(s.base, s.token, "chatty", 4)
 	ended := false
@@ -144,16 +147,18 @@ func TestNoRequestLostWhileReplicasRetire(t *testing.T) {
 	if code := s.do("POST", "/api/v1/replicas/"+stopped.ID+"/stop", nil, nil); code != http.StatusAccepted {
 		t.Fatalf("stopping %s: %d", stopped.ID, code)
 	}
-	waitUntil(t, 2*time.Minute, "chatty back to two ready replicas", func() bool {
+	testkit.WaitFor(t, 2*time.Minute, "chatty back to two ready replicas", func() (bool, string) {
 		rs := s.replicas("chatty")
-		return s.settled("chatty", 2) && rs[0].ID != stopped.ID && rs[1].ID != stopped.ID
+		return s.settled("chatty", 2) && rs[0].ID != stopped.ID && rs[1].ID != stopped.ID, fmt.Sprintf("replicas %+v", rs)
 	})
 
 	t.Logf("the Stop's replacement ready after %s", time.Since(began).Round(time.Millisecond))
 
 	// A scale-down.
 	scale(1)
-	waitUntil(t, time.Minute, "chatty down to one replica", func() bool { return s.settled("chatty", 1) })
+	testkit.WaitFor(t, time.Minute, "chatty down to one replica", func() (bool, string) {
+		return s.settled("chatty", 1), fmt.Sprintf("replicas %+v", s.replicas("chatty"))
+	})
 	t.Logf("scaled down after %s", time.Since(began).Round(time.Millisecond))
 
 	// An automatic promotion: the canary is judged on the traffic.
@@ -221,14 +226,14 @@ func TestAStreamCutByADyingEngineEndsInAnError(t *testing.T) {
 	// The gateway counts a request as it ends, which may be a moment
 	// after the client read the error event.
 	want := `modelserve_gateway_requests_total{model="tiny-llama",replica="` + rs[0].ID + `",status="502"} 1`
-	waitUntil(t, 10*time.Second, "/metrics to count the cut stream as 502", func() bool {
+	testkit.WaitFor(t, 10*time.Second, "/metrics counting the cut stream as 502", func() (bool, string) {
 		resp, err := http.Get(s.base + "/metrics")
 		if err != nil {
-			return false
+			return false, err.Error()
 		}
 		text, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
-		return strings.Contains(string(text), want)
+		return strings.Contains(string(text), want), "no " + want + " in /metrics"
 	})
 }
 

@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -14,7 +13,7 @@ import (
 	"modelserve/internal/ggufgen"
 	"modelserve/internal/hubtest"
 	"modelserve/internal/llamatest"
-	"modelserve/internal/store"
+	"modelserve/internal/testkit"
 	"modelserve/jobs"
 )
 
@@ -71,19 +70,16 @@ func TestAnAPITokenCannotReachTheEngineProcess(t *testing.T) {
 	// An entry stored before the settings were named, with one the list
 	// does not take: the fleet leaves it out of the engine's environment.
 	s.stop()
-	db, err := store.Open(context.Background(), filepath.Join(data, "modelserve.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	db := testkit.OpenDBFile(t, filepath.Join(data, "modelserve.db"))
 	if _, err := db.Exec(`UPDATE models SET spec = json_set(spec, '$.profiles[0].env', json('{"LLAMA_ARG_TOOLS":"all","OMP_NUM_THREADS":"2"}')) WHERE name = 'chatty'`); err != nil {
 		t.Fatal(err)
 	}
 	db.Close()
 	s = startAPI(t, cfg)
 	var again int
-	waitUntil(t, 2*time.Minute, "chatty's replica to start again", func() bool {
+	testkit.WaitFor(t, 2*time.Minute, "chatty's replica started again", func() (bool, string) {
 		again = enginePIDIfReady(s)
-		return again != 0
+		return again != 0, "no replica of chatty ready"
 	})
 	if _, env := processOf(t, again); hasPrefixVar(env, "LLAMA_ARG_TOOLS=") || !hasVar(env, "OMP_NUM_THREADS=2") {
 		t.Errorf("a stored LLAMA_ARG_TOOLS reached the engine, or the setting beside it did not")

@@ -3,7 +3,6 @@ package main
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"fmt"
 	"io"
 	"net/http"
@@ -23,7 +22,7 @@ import (
 	"modelserve/internal/ggufgen"
 	"modelserve/internal/hubtest"
 	"modelserve/internal/llamatest"
-	"modelserve/internal/store"
+	"modelserve/internal/testkit"
 	"modelserve/internal/testlog"
 	"modelserve/jobs"
 )
@@ -76,11 +75,8 @@ func TestHostileEvalSuiteThroughTheBinary(t *testing.T) {
 
 	// As a modelserve without the bounds kept it, with a case beside it.
 	kept := strings.TrimSuffix(doubling, `]}`) + `, {"name": "says something", "prompt": "Say hello.", "max_tokens": 8, "expect": {"regex": "\\S"}}]}`
-	db, err := store.Open(context.Background(), filepath.Join(s.data, "modelserve.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, err = db.Exec(`UPDATE eval_suites SET cases = ? WHERE model = 'chatty'`, kept)
+	db := testkit.OpenDBFile(t, filepath.Join(s.data, "modelserve.db"))
+	_, err := db.Exec(`UPDATE eval_suites SET cases = ? WHERE model = 'chatty'`, kept)
 	db.Close()
 	if err != nil {
 		t.Fatal(err)

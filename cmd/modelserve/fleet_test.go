@@ -19,7 +19,7 @@ import (
 	"modelserve/internal/llamatest"
 	"modelserve/internal/mirror"
 	"modelserve/internal/plan"
-	"modelserve/internal/store"
+	"modelserve/internal/testkit"
 	"modelserve/jobs"
 )
 
@@ -99,11 +99,7 @@ func newServeWorld(t *testing.T, cfg fleet.LocalConfig) *serveWorld {
 	if err != nil {
 		t.Fatal(err)
 	}
-	db, err := store.Open(ctx, filepath.Join(t.TempDir(), "modelserve.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
+	db := testkit.OpenDBFile(t, filepath.Join(t.TempDir(), "modelserve.db"))
 	cat := catalog.NewStore(db)
 
 	node, err := fleet.Local(cfg)

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -16,7 +15,7 @@ import (
 
 	"modelserve/internal/ggufgen"
 	"modelserve/internal/hubtest"
-	"modelserve/internal/store"
+	"modelserve/internal/testkit"
 	"modelserve/jobs"
 )
 
@@ -53,29 +52,29 @@ func TestFullDataDiskThroughTheAPI(t *testing.T) {
 		}
 		ids = append(ids, job.ID)
 	}
-	waitUntil(t, 30*time.Second, "every job fetching", func() bool {
+	testkit.WaitFor(t, 30*time.Second, "every job fetching", func() (bool, string) {
 		for _, id := range ids {
 			var j jobs.Job
 			s.do("GET", "/api/v1/jobs/"+id, nil, &j)
 			if st, ok := j.Step(jobs.StepMirror); !ok || st.BytesDone == 0 {
-				return false
+				return false, jobSaw(j)
 			}
 		}
-		return true
+		return true, ""
 	})
 	filler := fillUp(t, data)
 
 	ended := map[string]jobs.Job{}
-	waitUntil(t, 30*time.Second, "every job ended", func() bool {
+	testkit.WaitFor(t, 30*time.Second, "every job ended", func() (bool, string) {
 		for _, id := range ids {
 			var j jobs.Job
 			s.do("GET", "/api/v1/jobs/"+id, nil, &j)
 			if !j.Ended() {
-				return false
+				return false, jobSaw(j)
 			}
 			ended[id] = j
 		}
-		return true
+		return true, ""
 	})
 	for id, j := range ended {
 		if j.State != jobs.Failed || !strings.Contains(j.Error, "disk is full") || strings.Contains(j.Error, "no space left") ||
@@ -110,16 +109,28 @@ func TestFullDataDiskThroughTheAPI(t *testing.T) {
 		t.Errorf("signing in on a full disk: %s, want 503 saying the disk is full (or signed in):\n%.400s", resp.Status, b)
 	}
 
-	// Room again; then the process stops, as it may at any time.
+	// Room again: the saves the full disk refused are retried (at most
+	// 30 s apart) until the database says what the API said; then the
+	// process stops, as it may at any time.
 	if err := os.Remove(filler); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(1500 * time.Millisecond) // past the first retry of the saves
+	live := testkit.OpenDBFile(t, filepath.Join(data, "modelserve.db"))
+	testkit.WaitFor(t, 40*time.Second, "the jobs saved as failed once there was room", func() (bool, string) {
+		for _, id := range ids {
+			var state, msg string
+			if err := live.QueryRow(`SELECT state, error FROM jobs WHERE id = ?`, id).Scan(&state, &msg); err != nil {
+				return false, err.Error()
+			}
+			if state != jobs.Failed || msg != ended[id].Error {
+				return false, fmt.Sprintf("job %s %s (%q)", id, state, msg)
+			}
+		}
+		return true, ""
+	})
+	live.Close()
 	s.stop()
-	db, err := store.Open(context.Background(), filepath.Join(data, "modelserve.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	db := testkit.OpenDBFile(t, filepath.Join(data, "modelserve.db"))
 	defer db.Close()
 	for _, id := range ids {
 		var state, msg string
@@ -152,16 +163,9 @@ func smallDisk(t *testing.T) string {
 	return data
 }
 
-// waitUntil polls cond every 50ms until it holds, failing after limit.
-func waitUntil(t *testing.T, limit time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(limit)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("gave up after %s waiting for %s", limit, what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+// jobSaw is a job as a wait for it last saw it: its state and steps.
+func jobSaw(j jobs.Job) string {
+	return fmt.Sprintf("job %s %s, steps %+v", j.ID, j.State, j.Steps)
 }
 
 // fillUp writes a file in dir until the disk has no byte left, and

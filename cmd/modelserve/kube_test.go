@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -19,7 +20,7 @@ import (
 	"modelserve/internal/hubtest"
 	"modelserve/internal/kubetest"
 	"modelserve/internal/llamatest"
-	"modelserve/internal/store"
+	"modelserve/internal/testkit"
 	"modelserve/jobs"
 )
 
@@ -73,11 +74,11 @@ func TestServeOnKubernetes(t *testing.T) {
 	// kwok calls the pod ready before anything runs in it: the smoke test
 	// begins against an address nothing answers on yet, and must wait
 	// for it, as it must for a pod whose address is still being routed.
-	waitUntil(t, time.Minute, "the job's placement step to end", func() bool {
+	testkit.WaitFor(t, time.Minute, "the job's placement step ended", func() (bool, string) {
 		var j jobs.Job
 		s.do("GET", "/api/v1/jobs/"+job.ID, nil, &j)
 		place, _ := j.Step(jobs.StepPlacement)
-		return place.State == jobs.Done || j.Ended()
+		return place.State == jobs.Done || j.Ended(), jobSaw(j)
 	})
 	c.RunPod(t, pod, map[string]kubetest.Image{
 		"busybox:1.37": {Path: busybox},
@@ -118,9 +119,12 @@ func TestServeOnKubernetes(t *testing.T) {
 	if code := s.do("DELETE", "/api/v1/catalog/chatty", nil, nil); code != http.StatusOK && code != http.StatusNoContent {
 		t.Fatalf("removing chatty: %d", code)
 	}
-	waitUntil(t, time.Minute, "chatty's Deployment to be gone", func() bool {
+	testkit.WaitFor(t, time.Minute, "chatty's Deployment gone", func() (bool, string) {
 		deps, err := c.Admin.AppsV1().Deployments("modelserve").List(context.Background(), metav1.ListOptions{})
-		return err == nil && len(deps.Items) == 0
+		if err != nil {
+			return false, err.Error()
+		}
+		return len(deps.Items) == 0, fmt.Sprint(len(deps.Items), " deployments")
 	})
 }
 
@@ -129,14 +133,17 @@ func TestServeOnKubernetes(t *testing.T) {
 func waitForPod(t *testing.T, c *kubetest.Cluster) *corev1.Pod {
 	t.Helper()
 	var pod *corev1.Pod
-	waitUntil(t, time.Minute, "a pod of the model with an address", func() bool {
+	testkit.WaitFor(t, time.Minute, "a pod of the model with an address", func() (bool, string) {
 		pods, err := c.Admin.CoreV1().Pods("modelserve").List(context.Background(),
 			metav1.ListOptions{LabelSelector: "app.kubernetes.io/managed-by=modelserve"})
-		if err != nil || len(pods.Items) == 0 || pods.Items[0].Status.PodIP == "" {
-			return false
+		if err != nil {
+			return false, err.Error()
+		}
+		if len(pods.Items) == 0 || pods.Items[0].Status.PodIP == "" {
+			return false, fmt.Sprint(len(pods.Items), " pods, none with an address")
 		}
 		pod = &pods.Items[0]
-		return true
+		return true, ""
 	})
 	return pod
 }
@@ -145,10 +152,7 @@ func waitForPod(t *testing.T, c *kubetest.Cluster) *corev1.Pod {
 // token create` does.
 func apiToken(t *testing.T, data, name string) string {
 	t.Helper()
-	db, err := store.Open(context.Background(), filepath.Join(data, "modelserve.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	db := testkit.OpenDBFile(t, filepath.Join(data, "modelserve.db"))
 	defer db.Close()
 	tok, err := auth.NewTokens(db).Create(context.Background(), name)
 	if err != nil {

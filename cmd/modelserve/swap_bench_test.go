@@ -18,7 +18,7 @@ import (
 	"github.com/openai/openai-go/v3"
 
 	"modelserve/internal/fleet"
-	"modelserve/internal/store"
+	"modelserve/internal/testkit"
 )
 
 // BenchmarkThreeModelsInMemoryForOne: three tiny models on demand in
@@ -342,10 +342,7 @@ func (s *apiServer) settledSwaps(t testing.TB, data string) []swapSpan {
 // readyTimes are when each replica started in the data folder became
 // ready, by the fleet's history of starts.
 func readyTimes(t testing.TB, data string) map[string]time.Time {
-	db, err := store.Open(context.Background(), filepath.Join(data, "modelserve.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	db := testkit.OpenDBFile(t, filepath.Join(data, "modelserve.db"))
 	defer db.Close()
 	starts, err := fleet.NewHistory(db).Recent(context.Background(), 1<<20) // every start a run makes, many times over
 	if err != nil {

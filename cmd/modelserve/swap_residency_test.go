@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"modelserve/internal/hubtest"
+	"modelserve/internal/testkit"
 )
 
 // TestASecondModelWaitsForTheFirstsResidency: two tiny models on demand
@@ -35,13 +36,13 @@ func TestASecondModelWaitsForTheFirstsResidency(t *testing.T) {
 	beta := make(chan error, 1)
 	go func() { beta <- askModel(c, "beta", "hello") }()
 	placement := ""
-	waitUntil(t, 10*time.Second, "beta waiting for alpha's residency", func() bool {
+	testkit.WaitFor(t, 10*time.Second, "beta waiting for alpha's residency", func() (bool, string) {
 		for _, m := range s.fleet().Models {
 			if m.Model == "beta" {
 				placement = m.Placement
 			}
 		}
-		return strings.Contains(placement, "waiting: alpha-1 is kept") && strings.Contains(placement, "(residency)")
+		return strings.Contains(placement, "waiting: alpha-1 is kept") && strings.Contains(placement, "(residency)"), "beta's placement: " + placement
 	})
 	// Alpha goes on answering meanwhile: its room is its own.
 	if err := askModel(c, "alpha", "again"); err != nil {

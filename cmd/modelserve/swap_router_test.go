@@ -3,14 +3,18 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 	"github.com/openai/openai-go/v3/packages/ssestream"
+
+	"modelserve/internal/testkit"
 )
 
 // The router semantics llama.cpp's router tests hold, through the real
@@ -187,6 +191,7 @@ func TestAModelAskedAgainAndAgainDoesNotStarveAWaitingOne(t *testing.T) {
 	const clients = 6 // never all between requests at once: alpha is never idle
 	stop := make(chan struct{})
 	errs := make(chan error, clients)
+	var answers atomic.Int64
 	for range clients {
 		go func() {
 			var first error
@@ -197,14 +202,20 @@ func TestAModelAskedAgainAndAgainDoesNotStarveAWaitingOne(t *testing.T) {
 					return
 				default:
 				}
-				if err := askModel(c, "alpha", "again"); err != nil && first == nil {
+				err := askModel(c, "alpha", "again")
+				if err != nil && first == nil {
 					first = err
 				}
+				answers.Add(1)
 			}
 			errs <- first
 		}()
 	}
-	time.Sleep(200 * time.Millisecond) // alpha busy, back to back
+	// Alpha busy, back to back: each client answered and asking again.
+	testkit.WaitFor(t, 30*time.Second, "alpha answering its clients", func() (bool, string) {
+		n := answers.Load()
+		return n >= clients, fmt.Sprint(n, " requests for alpha ended")
+	})
 	began := time.Now()
 	err := askModel(c, "beta", "while alpha is asked again and again")
 	took := time.Since(began)

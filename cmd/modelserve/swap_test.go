@@ -25,6 +25,7 @@ import (
 	"modelserve/internal/ggufgen"
 	"modelserve/internal/hubtest"
 	"modelserve/internal/llamatest"
+	"modelserve/internal/testkit"
 	"modelserve/jobs"
 )
 
@@ -676,11 +677,31 @@ func TestAModelAskedInALoopDoesNotStarveAWaitingOne(t *testing.T) {
 			}
 		}()
 	}
-	time.Sleep(300 * time.Millisecond) // alpha answering, and its requests queued
+	// Alpha answering its three clients, who ask again at once: its
+	// requests are in flight when beta's comes.
+	answered := func(after time.Time) (int, string) {
+		mu.Lock()
+		defer mu.Unlock()
+		n := 0
+		for _, a := range alphas {
+			if a.at.After(after) {
+				n++
+			}
+		}
+		return n, fmt.Sprint(n, " of alpha's ", len(alphas), " answers")
+	}
+	testkit.WaitFor(t, 30*time.Second, "alpha answering its three clients", func() (bool, string) {
+		n, saw := answered(time.Time{})
+		return n >= 3, saw
+	})
 	beta := sent{at: time.Now()}
 	err := askModel(bc, "beta", "the waiting one")
 	beta.end = time.Now()
-	time.Sleep(300 * time.Millisecond) // alpha asked for after it too
+	// Alpha asked for after beta's answer too.
+	testkit.WaitFor(t, 30*time.Second, "alpha answering a request asked after beta's answer", func() (bool, string) {
+		n, saw := answered(beta.end)
+		return n >= 1, saw
+	})
 	close(stop)
 	wg.Wait()
 	if err != nil || len(failed) > 0 {

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"math"
 	"net/http"
 	"os"
@@ -15,7 +14,7 @@ import (
 	"modelserve/internal/ggufgen"
 	"modelserve/internal/hf"
 	"modelserve/internal/plan"
-	"modelserve/internal/store"
+	"modelserve/internal/testkit"
 	"modelserve/internal/updates"
 	"modelserve/jobs"
 )
@@ -35,17 +34,17 @@ func (w *updateWorld) trialEnded(t *testing.T, why string, tried bool) {
 	if code := w.s.do("GET", "/api/v1/catalog/"+name, nil, nil); code != http.StatusNotFound {
 		t.Errorf("the canary's entry after its trial ended: %d, want gone", code)
 	}
-	waitUntil(t, time.Minute, "the canary's replica to go", func() bool {
+	testkit.WaitFor(t, time.Minute, "the canary's replica gone", func() (bool, string) {
 		var reps struct {
 			Replicas []struct{ Model, State string }
 		}
 		w.s.do("GET", "/api/v1/replicas", nil, &reps)
 		for _, r := range reps.Replicas {
 			if r.Model == name {
-				return false
+				return false, "a replica of " + name + " " + r.State
 			}
 		}
-		return true
+		return true, ""
 	})
 	vs, canaryName, _ := w.versions(t)
 	switch {
@@ -82,10 +81,7 @@ func TestAPoisonedTrialIsRolledBack(t *testing.T) {
 	// Two processes that died running the job leave what a clean stop
 	// then two deaths would: the job running, counted twice unclean.
 	w.s.stop()
-	db, err := store.Open(context.Background(), filepath.Join(w.cfg.Data, "modelserve.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	db := testkit.OpenDBFile(t, filepath.Join(w.cfg.Data, "modelserve.db"))
 	if _, err := db.Exec(`UPDATE jobs SET unclean_starts = 2 WHERE id = ?`, job.ID); err != nil {
 		t.Fatal(err)
 	}
@@ -103,10 +99,10 @@ func TestAPoisonedTrialIsRolledBack(t *testing.T) {
 	if code := w.s.do("POST", "/api/v1/jobs/"+job.ID+"/retry", nil, &again); code != http.StatusAccepted {
 		t.Fatalf("retrying the poisoned update: %d", code)
 	}
-	waitUntil(t, 2*time.Minute, "the retried canary to be on trial", func() bool {
+	testkit.WaitFor(t, 2*time.Minute, "the retried canary on trial", func() (bool, string) {
 		w.s.do("GET", "/api/v1/jobs/"+again.ID, nil, &again)
 		st, _ := again.Step(jobs.StepCanary)
-		return st.State != "" || again.Ended()
+		return st.State != "" || again.Ended(), jobSaw(again)
 	})
 	if again.Ended() {
 		t.Fatalf("the retry ended %s before its trial: %q\n%+v", again.State, again.Error, again.Steps)

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"net/http"
 	"path/filepath"
 	"strings"
@@ -12,7 +11,7 @@ import (
 	"modelserve/internal/ggufgen"
 	"modelserve/internal/hubtest"
 	"modelserve/internal/llamatest"
-	"modelserve/internal/store"
+	"modelserve/internal/testkit"
 	"modelserve/jobs"
 )
 
@@ -40,10 +39,7 @@ func TestADataFolderOfTheLastReleaseServesAsBefore(t *testing.T) {
 	s.stop()
 
 	// The entry as the last release stored it.
-	db, err := store.Open(context.Background(), filepath.Join(data, "modelserve.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	db := testkit.OpenDBFile(t, filepath.Join(data, "modelserve.db"))
 	if _, err := db.Exec(`UPDATE models SET spec = json_set(json_remove(spec, '$.profiles[0].pool', '$.profiles[0].slots', '$.profiles[0].ram_bytes', '$.weights'),
 		'$.profiles[0].args', json('["--ctx-size","2048","--parallel","2"]'), '$.profiles[0].min_memory_bytes', ?) WHERE name = 'chatty'`,
 		before.Profiles[0].RAMBytes); err != nil {
@@ -58,9 +54,9 @@ func TestADataFolderOfTheLastReleaseServesAsBefore(t *testing.T) {
 
 	s = startAPI(t, cfg)
 	var pid int
-	waitUntil(t, 2*time.Minute, "chatty's replica to start again", func() bool {
+	testkit.WaitFor(t, 2*time.Minute, "chatty's replica started again", func() (bool, string) {
 		pid = enginePIDIfReady(s)
-		return pid != 0
+		return pid != 0, "no replica of chatty ready"
 	})
 	args, _ := processOf(t, pid)
 	if !strings.Contains(args, "--ctx-size 2048 --parallel 2 ") || !strings.Contains(args, "chatty/"+before.Source[len("chatty/"):]) {

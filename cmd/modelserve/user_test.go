@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"modelserve/internal/auth"
-	"modelserve/internal/store"
+	"modelserve/internal/testkit"
 )
 
 func TestUserAdd(t *testing.T) {
@@ -17,10 +17,7 @@ func TestUserAdd(t *testing.T) {
 	getenv := func(string) string { return "" }
 	signIn := func(t *testing.T, name, password string) {
 		t.Helper()
-		db, err := store.Open(ctx, filepath.Join(dir, "modelserve.db"))
-		if err != nil {
-			t.Fatal(err)
-		}
+		db := testkit.OpenDBFile(t, filepath.Join(dir, "modelserve.db"))
 		defer db.Close()
 		if _, err := auth.NewUsers(db).Authenticate(ctx, name, password); err != nil {
 			t.Fatalf("%s cannot sign in with %q: %v", name, password, err)

@@ -18,6 +18,7 @@ import (
 	"modelserve/internal/evals"
 	"modelserve/internal/hubtest"
 	"modelserve/internal/kubetest"
+	"modelserve/internal/testkit"
 	"modelserve/internal/testlog"
 	"modelserve/internal/vllmtest"
 	"modelserve/jobs"
@@ -66,11 +67,11 @@ func TestServeOriginalWeightsOnKubernetes(t *testing.T) {
 		t.Fatalf("serve: %d %+v", code, job)
 	}
 	pod := waitForPod(t, c)
-	waitUntil(t, time.Minute, "the job's placement step to end", func() bool {
+	testkit.WaitFor(t, time.Minute, "the job's placement step ended", func() (bool, string) {
 		var j jobs.Job
 		s.do("GET", "/api/v1/jobs/"+job.ID, nil, &j)
 		place, _ := j.Step(jobs.StepPlacement)
-		return place.State == jobs.Done || j.Ended()
+		return place.State == jobs.Done || j.Ended(), jobSaw(j)
 	})
 	c.RunPod(t, pod, map[string]kubetest.Image{
 		"busybox:1.37": {Path: busybox},

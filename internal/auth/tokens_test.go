@@ -4,21 +4,15 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"path/filepath"
 	"strings"
 	"testing"
 
-	"modelserve/internal/store"
+	"modelserve/internal/testkit"
 )
 
 func mustDB(t *testing.T) *sql.DB {
 	t.Helper()
-	db, err := store.Open(context.Background(), filepath.Join(t.TempDir(), "m.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
-	return db
+	return testkit.OpenDB(t)
 }
 
 func TestTokenLifecycle(t *testing.T) {

@@ -24,7 +24,7 @@ import (
 	"modelserve/internal/ggufgen"
 	"modelserve/internal/llamatest"
 	"modelserve/internal/operr"
-	"modelserve/internal/store"
+	"modelserve/internal/testkit"
 	"modelserve/internal/testlog"
 )
 
@@ -65,12 +65,7 @@ func newEnv(t *testing.T) *env {
 // open opens the database file again, as a restarted modelserve would.
 func (e *env) open() *sql.DB {
 	e.t.Helper()
-	db, err := store.Open(context.Background(), e.dbFile)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	e.t.Cleanup(func() { db.Close() })
-	return db
+	return testkit.OpenDBFile(e.t, e.dbFile)
 }
 
 // withEngines runs a fleet of real llama-server engines for the catalog,

@@ -72,7 +72,7 @@ func wanted(p *pool, rs []fleet.Replica) int {
 // them in the order they waited.
 func (g *Gateway) admit(ctx context.Context, m catalog.Model, asked time.Time, key uint64, avoid []fleet.Replica, place *uint64, standIn bool, tw *waitTrace) (fleet.Replica, slot, *apiError) {
 	p := g.pool(m.Name)
-	w := newWaiter(key, avoid, time.Now(), tw.explain())
+	w := newWaiter(key, avoid, g.clock.Now(), tw.explain())
 	if place != nil {
 		w.seq = *place
 		defer func() { *place = w.seq }()
@@ -87,7 +87,7 @@ func (g *Gateway) admit(ctx context.Context, m catalog.Model, asked time.Time, k
 		tw.failed(aerr)
 	}
 	for {
-		now := time.Now()
+		now := g.clock.Now()
 		p.mu.Lock()
 		rs := w.offer(p.ready, now)
 		c, ok := p.enqueue(w, now)
@@ -109,9 +109,9 @@ func (g *Gateway) admit(ctx context.Context, m catalog.Model, asked time.Time, k
 				}
 				queued = true
 				g.metrics.queued(m.Name, 1)
-				t := time.NewTimer(g.opts.MaxWait)
+				t := g.clock.NewTimer(g.opts.MaxWait)
 				defer t.Stop()
-				deadline = t.C
+				deadline = t.C()
 			}
 			if len(rs) == 0 && len(w.avoid) == 0 && p.coldSince.IsZero() {
 				p.coldSince = now
@@ -133,10 +133,10 @@ func (g *Gateway) admit(ctx context.Context, m catalog.Model, asked time.Time, k
 				continue
 			}
 			p.mu.Lock()
-			rs = w.offer(p.ready, time.Now())
+			rs = w.offer(p.ready, g.clock.Now())
 		}
 		if !p.coldSince.IsZero() {
-			g.metrics.coldStarted(m.Name, time.Since(p.coldSince))
+			g.metrics.coldStarted(m.Name, g.clock.Since(p.coldSince))
 			p.coldSince = time.Time{}
 		}
 		p.mu.Unlock()
@@ -155,7 +155,7 @@ func (g *Gateway) admit(ctx context.Context, m catalog.Model, asked time.Time, k
 			p.gone(c.turn)
 			p.read()
 			p.give(r.ID, time.Time{})
-			w.turned, w.turnedAway = r, time.Now()
+			w.turned, w.turnedAway = r, g.clock.Now()
 			continue
 		}
 		if queued {
@@ -200,7 +200,7 @@ func (s *slot) done() {
 // away.
 func (g *Gateway) await(ctx context.Context, p *pool, w *waiter, model string, cold bool, wake <-chan struct{}, deadline <-chan time.Time) (choice, bool, *apiError) {
 	poll := pollBusy
-	if w.justTurnedAway(time.Now()) {
+	if w.justTurnedAway(g.clock.Now()) {
 		poll = turnedAwayFor
 	}
 	if cold {
@@ -214,13 +214,13 @@ func (g *Gateway) await(ctx context.Context, p *pool, w *waiter, model string, c
 			return choice{}, false, aerr
 		}
 	}
-	t := time.NewTimer(poll)
+	t := g.clock.NewTimer(poll)
 	defer t.Stop()
 	select {
 	case c := <-w.got:
 		return c, true, nil
 	case <-wake:
-	case <-t.C:
+	case <-t.C():
 	case <-deadline:
 		if cold {
 			if aerr := g.kept(model, 0); aerr != nil {
@@ -257,7 +257,7 @@ func (g *Gateway) kept(model string, waiting int) *apiError {
 		if h.Model != model || h.ResidencyEnds.IsZero() {
 			continue
 		}
-		left := time.Until(h.ResidencyEnds)
+		left := h.ResidencyEnds.Sub(g.clock.Now())
 		if left <= 0 {
 			return nil
 		}
@@ -296,6 +296,7 @@ func avoided(avoid []fleet.Replica, r fleet.Replica) bool {
 // it is parked after failed starts, or it cannot be placed. Nil while one
 // may yet start.
 func (g *Gateway) unstartable(model string) *apiError {
+	// Wall time: it bounds a read of the catalog's database.
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	if g.names.removed(ctx, model) {

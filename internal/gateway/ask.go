@@ -30,7 +30,7 @@ func (g *Gateway) Ask(ctx context.Context, route string, body []byte) ([]byte, e
 	}
 	r.Header.Set("Content-Type", "application/json")
 	rec := &recorder{header: http.Header{}}
-	g.forward(rec, r, self, true, time.Now())
+	g.forward(rec, r, self, true, time.Now()) // its arrival: wall time, as Forward's
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}

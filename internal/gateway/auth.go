@@ -7,6 +7,8 @@ import (
 	"sync"
 	"time"
 
+	"k8s.io/utils/clock"
+
 	"modelserve/internal/accesslog"
 	"modelserve/internal/auth"
 )
@@ -49,6 +51,7 @@ func mayUse(who auth.Token, asked, name string) *apiError {
 // and no more than maxKeptTokens of them.
 type tokens struct {
 	every time.Duration
+	clock clock.Clock // the gateway's: when a kept token is to be read again
 	mu    sync.Mutex
 	kept  map[[sha256.Size]byte]keptToken
 	// forgot counts ForgetTokens: a check that began before one does not
@@ -74,7 +77,7 @@ const maxKeptTokens = 4096
 
 func (ts *tokens) check(r *http.Request, store Tokens, tok string) (auth.Token, error) {
 	key := sha256.Sum256([]byte(tok))
-	now := time.Now()
+	now := ts.clock.Now()
 	ts.mu.Lock()
 	k, ok := ts.kept[key]
 	forgot := ts.forgot

@@ -19,6 +19,7 @@ import (
 	"modelserve/internal/fleet"
 	"modelserve/internal/ggufgen"
 	"modelserve/internal/llamatest"
+	"modelserve/internal/testkit"
 )
 
 // canaryCommit is the commit of the new weights a canary runs.
@@ -128,7 +129,7 @@ func TestCanaryTakesItsShare(t *testing.T) {
 		defer mo.Stop()
 		defer mc.Stop()
 		fn()
-		waitFor(t, 2*time.Second, fmt.Sprintf("%d requests counted", n), func() (bool, string) {
+		testkit.WaitFor(t, 2*time.Second, fmt.Sprintf("%d requests counted", n), func() (bool, string) {
 			o, c := mo.Read(), mc.Read()
 			return o.Requests+c.Requests >= n, fmt.Sprintf("%+v, %+v", o, c)
 		})
@@ -152,8 +153,8 @@ func TestCanaryTakesItsShare(t *testing.T) {
 			t.Errorf("the canary's engine generated %d tokens, want %d (20 requests)", got, 2*20)
 		}
 		// And /metrics says it per version.
-		e.waitCounter(e.gw.metrics.requests, 180, "chatty", old.ID, "200")
-		e.waitCounter(e.gw.metrics.requests, 20, name, rep.ID, "200")
+		e.waitCounter(t, e.gw.metrics.requests, 180, "chatty", old.ID, "200")
+		e.waitCounter(t, e.gw.metrics.requests, 20, name, rep.ID, "200")
 		tr := e.gw.Traffic()
 		if tr["chatty"].Answered != 180 || tr[name].Answered != 20 {
 			t.Errorf("the last minute: chatty %+v, the canary %+v", tr["chatty"], tr[name])

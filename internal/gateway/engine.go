@@ -139,6 +139,8 @@ func closedIdle(err error) bool {
 
 // conn is a kept connection to host, or a new one (kept false).
 func (ec *engineClient) conn(ctx context.Context, host string) (*engineConn, bool, error) {
+	// Wall time: the engine closes a connection idle too long by its own
+	// (Options.Clock).
 	now := time.Now()
 	ec.mu.Lock()
 	for cs := ec.idle[host]; len(cs) > 0; cs = ec.idle[host] {
@@ -166,7 +168,7 @@ func (ec *engineClient) conn(ctx context.Context, host string) (*engineConn, boo
 
 // keep puts c back among host's idle connections.
 func (ec *engineClient) keep(c *engineConn) {
-	c.put = time.Now()
+	c.put = time.Now() // wall time, as conn's
 	ec.mu.Lock()
 	defer ec.mu.Unlock()
 	if c.put.Sub(ec.swept) >= sweepEvery {

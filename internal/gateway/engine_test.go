@@ -17,19 +17,21 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"modelserve/internal/fleet"
+	"modelserve/internal/testkit"
 )
 
 // closingEngine answers one request on each connection, as if it kept
 // the connection, and closes it a moment later: what llama-server does
-// to a kept connection after a few requests. It counts the connections.
-func closingEngine(t *testing.T) (string, *atomic.Int64) {
+// to a kept connection after a few requests. It counts the connections,
+// and those it closed.
+func closingEngine(t *testing.T) (endpoint string, conns, closed *atomic.Int64) {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { l.Close() })
-	var conns atomic.Int64
+	conns, closed = new(atomic.Int64), new(atomic.Int64)
 	go func() {
 		for {
 			c, err := l.Accept()
@@ -38,6 +40,7 @@ func closingEngine(t *testing.T) (string, *atomic.Int64) {
 			}
 			conns.Add(1)
 			go func() {
+				defer closed.Add(1)
 				defer c.Close()
 				req, err := http.ReadRequest(bufio.NewReader(c))
 				if err != nil {
@@ -50,7 +53,7 @@ func closingEngine(t *testing.T) (string, *atomic.Int64) {
 			}()
 		}
 	}()
-	return "http://" + l.Addr().String(), &conns
+	return "http://" + l.Addr().String(), conns, closed
 }
 
 // TestAKeptConnectionTheEngineClosedIsNotAFailure: a request sent on a
@@ -58,7 +61,7 @@ func closingEngine(t *testing.T) (string, *atomic.Int64) {
 // one, and answered: the engine read none of it. It was a 502 for the
 // client, and the replica avoided for a while.
 func TestAKeptConnectionTheEngineClosedIsNotAFailure(t *testing.T) {
-	endpoint, conns := closingEngine(t)
+	endpoint, conns, closed := closingEngine(t)
 	f := &stubFleet{ready: []fleet.Replica{{ID: "m-1", Model: "m", Endpoint: endpoint, Load: &fleet.Load{Slots: 1}}}}
 	g, err := New(Options{Catalog: f, Fleet: f, Tokens: anyToken{}, Metrics: prometheus.NewRegistry()})
 	if err != nil {
@@ -73,7 +76,10 @@ func TestAKeptConnectionTheEngineClosedIsNotAFailure(t *testing.T) {
 		if rec.Code != http.StatusOK || !strings.Contains(rec.Body.String(), "completion_tokens") {
 			t.Fatalf("request %d answered %d %q, want 200 and the engine's answer", i+1, rec.Code, rec.Body)
 		}
-		time.Sleep(50 * time.Millisecond) // the engine closes the kept connection
+		testkit.WaitFor(t, 5*time.Second, "the engine closing the kept connection", func() (bool, string) {
+			n := closed.Load()
+			return n == int64(i+1), fmt.Sprint(n, " closed")
+		})
 	}
 	var failed dto.Metric
 	if err := g.metrics.requests.WithLabelValues("m", "m-1", "502").Write(&failed); err != nil {
@@ -156,18 +162,15 @@ func TestAConnectionTheEngineClosesAfterItsAnswerIsReplacedAhead(t *testing.T) {
 	first := <-from
 	// The connection opened ahead, once it is kept.
 	var ahead string
-	deadline := time.Now().Add(5 * time.Second)
-	for ahead == "" {
+	testkit.WaitFor(t, 5*time.Second, "a connection opened ahead after an answer the engine closed its connection after", func() (bool, string) {
 		ec.mu.Lock()
-		if cs := ec.idle[host]; len(cs) == 1 {
+		defer ec.mu.Unlock()
+		cs := ec.idle[host]
+		if len(cs) == 1 {
 			ahead = cs[0].LocalAddr().String()
 		}
-		ec.mu.Unlock()
-		if time.Now().After(deadline) {
-			t.Fatal("no connection was opened ahead after an answer the engine closed its connection after")
-		}
-		time.Sleep(time.Millisecond)
-	}
+		return ahead != "", fmt.Sprint(len(cs), " kept")
+	})
 	if ahead == first {
 		t.Fatalf("the connection kept is the one the engine closed (%s)", first)
 	}

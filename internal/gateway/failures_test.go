@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"modelserve/internal/ggufgen"
+	"modelserve/internal/testkit"
 )
 
 // TestClientsOwnErrorsAreNotTheModelsFailures: the console's "N failed" of
@@ -48,7 +49,7 @@ func TestClientsOwnErrorsAreNotTheModelsFailures(t *testing.T) {
 	}
 	// The traffic and the meter each count a request as it ends, one a
 	// moment after the other.
-	waitFor(t, 2*time.Second, "the requests counted", func() (bool, string) {
+	testkit.WaitFor(t, 2*time.Second, "the requests counted", func() (bool, string) {
 		tr := e.gw.Traffic()
 		return tr["tiny"].Requests == 4 && tr["long"].Requests == 1 && meter.Read().Requests == 4, ""
 	})

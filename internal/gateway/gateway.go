@@ -31,6 +31,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/utils/clock"
 
 	"modelserve/catalog"
 	"modelserve/internal/auth"
@@ -111,13 +112,25 @@ type Options struct {
 	// passing before the token store is asked again: 1 s unless set, so a
 	// revoked token is refused within a second.
 	TokenEvery time.Duration
+	// Clock is the time every wait and every while the gateway decides on
+	// is read from: a request's wait for a replica and for its turn, its
+	// polls, MaxWait, FailCooldown, the Retry-After of a residency, the
+	// cold start's length, and how long names and tokens are kept. The
+	// real clock unless set; tests step a fake one, rather than sleep to
+	// see that nothing happened. A request's arrival and the latencies
+	// measured from it (metrics, Traffic, Meters, traces, Server-Timing)
+	// and the engine connections' idle time are wall time: they measure
+	// the network and the engine, and the arrival is stamped by the
+	// access log before the gateway sees the request.
+	Clock clock.Clock
 }
 
 // Gateway serves the /v1/ routes. Its methods are safe for concurrent use.
 // It starts no goroutine of its own: everything it does lives in a request.
 type Gateway struct {
-	opts Options
-	log  *slog.Logger
+	opts  Options
+	log   *slog.Logger
+	clock clock.Clock // opts.Clock
 	// engines carries requests to the engines (engine.go): never through
 	// a proxy from the environment, which would see the engine's key, and
 	// never following a redirect, which would take the key with it.
@@ -184,17 +197,20 @@ func New(opts Options) (*Gateway, error) {
 	if opts.TokenEvery <= 0 {
 		opts.TokenEvery = time.Second
 	}
+	if opts.Clock == nil {
+		opts.Clock = clock.RealClock{}
+	}
 	m, err := newMetrics(opts.Metrics)
 	if err != nil {
 		return nil, err
 	}
 	g := &Gateway{
-		opts: opts, log: opts.Log, metrics: m,
+		opts: opts, log: opts.Log, clock: opts.Clock, metrics: m,
 		// No timeout: an answer streams for as long as the engine writes
 		// it, and ends when the client goes.
 		engines: newEngineClient(),
-		names:   names{catalog: opts.Catalog, every: opts.CatalogEvery},
-		tokens:  tokens{every: opts.TokenEvery},
+		names:   names{catalog: opts.Catalog, every: opts.CatalogEvery, clock: opts.Clock},
+		tokens:  tokens{every: opts.TokenEvery, clock: opts.Clock},
 		pools:   map[string]*pool{},
 		splits:  splits{byModel: map[string]*splitCount{}},
 	}
@@ -228,7 +244,7 @@ func (g *Gateway) pool(model string) *pool {
 	defer g.mu.Unlock()
 	p := g.pools[model]
 	if p == nil {
-		p = newPool(func() []fleet.Replica { return g.opts.Fleet.Serving(model) })
+		p = newPool(func() []fleet.Replica { return g.opts.Fleet.Serving(model) }, g.clock)
 		g.pools[model] = p
 	}
 	return p

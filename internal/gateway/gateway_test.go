@@ -23,6 +23,7 @@ import (
 	"modelserve/internal/auth"
 	"modelserve/internal/fleet"
 	"modelserve/internal/ggufgen"
+	"modelserve/internal/testkit"
 )
 
 // hello is a short chat: the tiny model answers it in a few milliseconds.
@@ -137,11 +138,11 @@ func TestOpenAIClientListsChatsStreamsAndEmbeds(t *testing.T) {
 	})
 
 	t.Run("metrics", func(t *testing.T) {
-		e.waitCounter(e.gw.metrics.requests, 3, "tiny", "tiny-1", "200")
+		e.waitCounter(t, e.gw.metrics.requests, 3, "tiny", "tiny-1", "200")
 		if n := e.counter(e.gw.metrics.tokens, "tiny", "tiny-1", "completion"); n == 0 {
 			t.Error("no completion tokens counted")
 		}
-		e.waitCounter(e.gw.metrics.requests, 1, "embed", "embed-1", "200")
+		e.waitCounter(t, e.gw.metrics.requests, 1, "embed", "embed-1", "200")
 	})
 
 	// The engine's key is the gateway's secret: never in a log.
@@ -241,7 +242,12 @@ func TestColdStart(t *testing.T) {
 	lazy := chatModel(t, "lazy", ggufgen.Spec{})
 	lazy.Scaling = catalog.Scaling{Min: 0, Max: 3, IdleAfter: time.Second}
 	e.mustAdd(lazy)
-	time.Sleep(150 * time.Millisecond) // three passes of the fleet
+	// Three passes of the fleet over the catalog with it, each done whole.
+	for range 3 {
+		if err := e.fleet.Sync(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
 	if rs := e.fleet.Replicas(); len(rs) != 0 {
 		t.Fatalf("replicas before any request: %+v", rs)
 	}
@@ -288,7 +294,7 @@ func TestColdStart(t *testing.T) {
 	}
 
 	// Idle for its IdleAfter (1 s): stopped.
-	waitFor(t, 15*time.Second, "lazy stopped when idle", func() (bool, string) {
+	testkit.WaitFor(t, 15*time.Second, "lazy stopped when idle", func() (bool, string) {
 		rs := e.fleet.Replicas()
 		return len(rs) == 0, fmt.Sprintf("%+v", rs)
 	})
@@ -476,7 +482,7 @@ func TestQueueFullAnswers429(t *testing.T) {
 			queued <- resp.StatusCode
 		}()
 	}
-	waitFor(t, 5*time.Second, "one request in the engine's queue and one in the gateway's", func() (bool, string) {
+	testkit.WaitFor(t, 5*time.Second, "one request in the engine's queue and one in the gateway's", func() (bool, string) {
 		inFlight, waiting := e.gw.pool("long").counts()
 		return inFlight == 2 && waiting == 1, fmt.Sprintf("%d sent, %d waiting", inFlight, waiting)
 	})
@@ -520,12 +526,12 @@ func TestClientDisconnectFreesTheEngineSlot(t *testing.T) {
 		l := rs[0].Load
 		return l.SlotsBusy == 1 && l.Processing == 1, fmt.Sprintf("%+v", *l)
 	}
-	waitFor(t, 3*time.Second, "the engine busy with the stream", busy)
+	testkit.WaitFor(t, 3*time.Second, "the engine busy with the stream", busy)
 	cancel()
 	<-done
 	cancelled := time.Now()
 	var predicted int64
-	waitFor(t, 2*time.Second, "the engine's slot free after the client left", func() (bool, string) {
+	testkit.WaitFor(t, 2*time.Second, "the engine's slot free after the client left", func() (bool, string) {
 		rs := e.fleet.Serving("long")
 		if len(rs) != 1 || rs[0].Load == nil || rs[0].Load.At.Before(cancelled.Add(200*time.Millisecond)) {
 			return false, "no fresh load"
@@ -538,7 +544,7 @@ func TestClientDisconnectFreesTheEngineSlot(t *testing.T) {
 	if predicted >= 3500 {
 		t.Errorf("the engine generated %d tokens: the request was not cancelled", predicted)
 	}
-	e.waitCounter(e.gw.metrics.requests, 1, "long", "long-1", "499")
+	e.waitCounter(t, e.gw.metrics.requests, 1, "long", "long-1", "499")
 }
 
 // deadReplicaFleet is the fleet with one more ready replica whose engine is
@@ -595,7 +601,7 @@ func TestAReplicaThatDoesNotAnswerIsAvoided(t *testing.T) {
 	if n := e.counter(e.gw.metrics.requests, "tiny", "tiny-99", "502"); n != 1 {
 		t.Errorf("the dead replica was tried %v times, want once", n)
 	}
-	e.waitCounter(e.gw.metrics.requests, 6, "tiny", "tiny-1", "200")
+	e.waitCounter(t, e.gw.metrics.requests, 6, "tiny", "tiny-1", "200")
 	if !strings.Contains(e.logs.String(), "a replica did not answer; it is avoided for a while") {
 		t.Error("the failure is not logged")
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -22,7 +23,7 @@ import (
 	"modelserve/internal/fleet"
 	"modelserve/internal/ggufgen"
 	"modelserve/internal/llamatest"
-	"modelserve/internal/store"
+	"modelserve/internal/testkit"
 	"modelserve/internal/testlog"
 )
 
@@ -54,11 +55,7 @@ func mustEnv(t testing.TB, opts Options, wrap ...func(*fleet.Fleet) Fleet) *env 
 // mustEnvOn is mustEnv with a fleet of nodes (none: this machine).
 func mustEnvOn(t testing.TB, nodes []fleet.Node, opts Options, wrap ...func(*fleet.Fleet) Fleet) *env {
 	t.Helper()
-	db, err := store.Open(context.Background(), filepath.Join(t.TempDir(), "modelserve.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
+	db := testkit.OpenDB(t)
 	e := &env{t: t, tokens: auth.NewTokens(db), reg: prometheus.NewRegistry(), logs: &testlog.Buffer{}}
 	log := slog.New(slog.NewTextHandler(e.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	store := catalog.NewStore(db)
@@ -155,17 +152,12 @@ func (e *env) mustAdd(m catalog.Model) {
 // waitServing waits until model has n ready replicas.
 func (e *env) waitServing(model string, n int) []fleet.Replica {
 	e.t.Helper()
-	deadline := time.Now().Add(readyWithin)
-	for {
-		rs := e.fleet.Serving(model)
-		if len(rs) == n {
-			return rs
-		}
-		if time.Now().After(deadline) {
-			e.t.Fatalf("%s: %d replicas ready, not %d, within %s; replicas %+v", model, len(rs), n, readyWithin, e.fleet.Replicas())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	var rs []fleet.Replica
+	testkit.WaitFor(e.t, readyWithin, fmt.Sprintf("%d replicas of %s ready", n, model), func() (bool, string) {
+		rs = e.fleet.Serving(model)
+		return len(rs) == n, fmt.Sprintf("%d ready; replicas %+v", len(rs), e.fleet.Replicas())
+	})
+	return rs
 }
 
 // client is the official OpenAI Go client against the gateway, with tok as
@@ -219,35 +211,12 @@ func (e *env) counter(c *prometheus.CounterVec, labels ...string) float64 {
 }
 
 // waitCounter waits for a gateway counter to reach want: a request is
-// counted a moment after its client has the whole answer.
-func (e *env) waitCounter(c *prometheus.CounterVec, want float64, labels ...string) {
-	e.t.Helper()
-	deadline := time.Now().Add(2 * time.Second)
-	for {
-		n := e.counter(c, labels...)
-		if n == want {
-			return
-		}
-		if time.Now().After(deadline) {
-			e.t.Errorf("counter %v is %v, want %v", labels, n, want)
-			return
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
-// waitFor polls cond until it holds or timeout passes.
-func waitFor(t testing.TB, timeout time.Duration, what string, cond func() (bool, string)) {
+// counted a moment after its client has the whole answer. t is the test
+// (or subtest) it fails.
+func (e *env) waitCounter(t testing.TB, c *prometheus.CounterVec, want float64, labels ...string) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		ok, last := cond()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %s; last: %s", what, timeout, last)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testkit.WaitFor(t, 2*time.Second, fmt.Sprintf("counter %v at %v", labels, want), func() (bool, string) {
+		n := e.counter(c, labels...)
+		return n == want, fmt.Sprint(n)
+	})
 }

@@ -55,6 +55,7 @@ type Meter struct {
 // model or a canary, by its catalog name), until the meter's Stop. Meters
 // are independent of each other, several on one name included.
 func (g *Gateway) Measure(name string) *Meter {
+	// Wall time, as the ends of the requests it counts (Options.Clock).
 	m := &Meter{meters: &g.meters, name: name, since: time.Now()}
 	g.meters.mu.Lock()
 	defer g.meters.mu.Unlock()

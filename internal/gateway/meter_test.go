@@ -12,13 +12,15 @@ import (
 	"unsafe"
 
 	"github.com/openai/openai-go/v3/option"
+
+	"modelserve/internal/testkit"
 )
 
 // waitRequests waits until m has counted n requests: the gateway counts
 // a request a moment after its client has the whole answer.
 func waitRequests(t testing.TB, m *Meter, n int) {
 	t.Helper()
-	waitFor(t, 2*time.Second, fmt.Sprintf("%d requests counted", n), func() (bool, string) {
+	testkit.WaitFor(t, 2*time.Second, fmt.Sprintf("%d requests counted", n), func() (bool, string) {
 		got := m.Read()
 		return got.Requests >= n, fmt.Sprintf("%+v", got)
 	})

@@ -88,7 +88,7 @@ type ending struct {
 // Traffic, and in the meters running on its model.
 func (g *Gateway) ended(e ending) {
 	if e.end.IsZero() {
-		e.end = time.Now()
+		e.end = time.Now() // wall time, as start: a latency (Options.Clock)
 	}
 	g.metrics.done(e)
 	g.meters.add(e)

@@ -9,6 +9,7 @@ import (
 
 	"modelserve/catalog"
 	"modelserve/internal/ggufgen"
+	"modelserve/internal/testkit"
 )
 
 // TestModelsSayWhetherEachIsLoaded: through the official client, /v1/models
@@ -88,7 +89,7 @@ func TestModelsSayWhetherEachIsLoaded(t *testing.T) {
 		t.Errorf("GET /v1/models/lazy says %q, want loaded", one.State)
 	}
 
-	waitFor(t, 20*time.Second, "lazy unloaded once idle", func() (bool, string) {
+	testkit.WaitFor(t, 20*time.Second, "lazy unloaded once idle", func() (bool, string) {
 		x := listed()["lazy"]
 		return x.State == Unloaded && x.Replicas == 0, say(x)
 	})

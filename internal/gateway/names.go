@@ -5,6 +5,8 @@ import (
 	"sync"
 	"time"
 
+	"k8s.io/utils/clock"
+
 	"modelserve/catalog"
 )
 
@@ -22,6 +24,7 @@ import (
 type names struct {
 	catalog Catalog
 	every   time.Duration
+	clock   clock.Clock // the gateway's: when the catalog is read again
 
 	mu     sync.Mutex
 	read   time.Time
@@ -97,7 +100,7 @@ func (n *names) list(ctx context.Context) ([]catalog.Model, error) {
 func (n *names) current(ctx context.Context, missed bool) ([]catalog.Model, map[string]int, error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	age := time.Since(n.read)
+	age := n.clock.Since(n.read)
 	if n.byName != nil && age < n.every && (!missed || age < missEvery) {
 		return n.models, n.byName, nil
 	}
@@ -118,6 +121,6 @@ func (n *names) current(ctx context.Context, missed bool) ([]catalog.Model, map[
 			}
 		}
 	}
-	n.models, n.byName, n.canaryOf, n.read = models, byName, canaryOf, time.Now()
+	n.models, n.byName, n.canaryOf, n.read = models, byName, canaryOf, n.clock.Now()
 	return models, byName, nil
 }

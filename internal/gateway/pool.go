@@ -8,6 +8,8 @@ import (
 	"sync"
 	"time"
 
+	"k8s.io/utils/clock"
+
 	"modelserve/catalog"
 	"modelserve/internal/fleet"
 )
@@ -63,13 +65,16 @@ type pool struct {
 	// microseconds, a connection to an engine is made within a
 	// millisecond.
 	turnWait time.Duration
+	// clock is the gateway's (Options.Clock): when a failed replica is
+	// offered again, and the bound of turnWait.
+	clock clock.Clock
 }
 
 // newPool is the pool of a model whose ready replicas serving reads (nil:
-// none is ever read, for tests of the choice alone).
-func newPool(serving func() []fleet.Replica) *pool {
+// none is ever read, for tests of the choice alone), on clk.
+func newPool(serving func() []fleet.Replica, clk clock.Clock) *pool {
 	return &pool{inFlight: map[string]int{}, failed: map[string]time.Time{}, wake: make(chan struct{}),
-		turnWait: 100 * time.Millisecond, serving: serving}
+		turnWait: 100 * time.Millisecond, serving: serving, clock: clk}
 }
 
 // read reads the model's ready replicas from the fleet, keeps them as the
@@ -275,7 +280,7 @@ func (p *pool) goes(n uint64, replica string) {
 	if n == 0 {
 		return
 	}
-	var bound *time.Timer
+	var bound clock.Timer
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for p.behind(n, replica) {
@@ -285,12 +290,12 @@ func (p *pool) goes(n uint64, replica string) {
 		passed := p.passed
 		p.mu.Unlock()
 		if bound == nil {
-			bound = time.NewTimer(p.turnWait)
+			bound = p.clock.NewTimer(p.turnWait)
 			defer bound.Stop()
 		}
 		select {
 		case <-passed:
-		case <-bound.C:
+		case <-bound.C():
 			p.mu.Lock()
 			return
 		}
@@ -345,7 +350,7 @@ func (p *pool) give(id string, failedUntil time.Time) {
 	if !failedUntil.IsZero() {
 		p.failed[id] = failedUntil
 	}
-	p.grant(time.Now())
+	p.grant(p.clock.Now())
 }
 
 // waiter is a request waiting for a slot: the prefix key it is picked
@@ -452,7 +457,7 @@ func (p *pool) leave(w *waiter) {
 			delete(p.inFlight, id)
 		}
 		p.goneLocked(c.turn)
-		p.grant(time.Now())
+		p.grant(p.clock.Now())
 	default:
 	}
 }
@@ -502,7 +507,7 @@ func (p *pool) lookAgain() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.readLocked()
-	p.grant(time.Now())
+	p.grant(p.clock.Now())
 	close(p.wake)
 	p.wake = make(chan struct{})
 }

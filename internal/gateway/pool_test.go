@@ -9,8 +9,11 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/utils/clock"
+
 	"modelserve/internal/fleet"
 	"modelserve/internal/ggufgen"
+	"modelserve/internal/testkit"
 )
 
 func replicas(n, slots int) []fleet.Replica {
@@ -52,7 +55,7 @@ func TestAffinityKeepsAConversationOnItsReplica(t *testing.T) {
 
 	// Idle replicas: the same key picks the same one, whatever the order
 	// the fleet lists them in, and keys spread over all of them.
-	p := newPool(nil)
+	p := newPool(nil, clock.RealClock{})
 	rs := replicas(4, 4)
 	first, _ := p.pick(rs, k1, time.Now())
 	reversed := []fleet.Replica{rs[3], rs[2], rs[1], rs[0]}
@@ -84,7 +87,7 @@ func TestAffinityKeepsAConversationOnItsReplica(t *testing.T) {
 }
 
 func TestPickBoundsTheLoad(t *testing.T) {
-	p := newPool(nil)
+	p := newPool(nil, clock.RealClock{})
 	rs := replicas(4, 8)
 	key := keyOf(t, `{"model":"m","messages":[{"role":"system","content":"one hot tenant"}]}`)
 	home, _ := p.pick(rs, key, time.Now())
@@ -111,7 +114,7 @@ func TestPickBoundsTheLoad(t *testing.T) {
 
 	// Every slot taken, and as many waiting in the engine's queue:
 	// nothing to pick, the request waits.
-	full := newPool(nil)
+	full := newPool(nil, clock.RealClock{})
 	one := replicas(1, 2)
 	for range 4 {
 		full.take("m-1")
@@ -126,7 +129,7 @@ func TestPickBoundsTheLoad(t *testing.T) {
 }
 
 func TestPickAvoidsAReplicaThatFailed(t *testing.T) {
-	p := newPool(nil)
+	p := newPool(nil, clock.RealClock{})
 	rs := replicas(2, 4)
 	key := keyOf(t, `{"model":"m","prompt":"the same prompt"}`)
 	home, _ := p.pick(rs, key, time.Now())
@@ -152,7 +155,7 @@ func TestPickAvoidsAReplicaThatFailed(t *testing.T) {
 }
 
 func TestPickCountsTheEnginesOwnLoad(t *testing.T) {
-	p := newPool(nil)
+	p := newPool(nil, clock.RealClock{})
 	rs := replicas(2, 4)
 	rs[0].Load.Processing, rs[0].Load.Deferred = 3, 2 // busy with requests from elsewhere
 	for range 3 {
@@ -165,7 +168,7 @@ func TestPickCountsTheEnginesOwnLoad(t *testing.T) {
 }
 
 func TestWantedReplicas(t *testing.T) {
-	p := newPool(nil)
+	p := newPool(nil, clock.RealClock{})
 	if n := wanted(p, nil); n != 1 {
 		t.Errorf("no replica: want %d, not 1", n)
 	}
@@ -255,13 +258,9 @@ func TestTheGatewayLetsGoOfAnEngineBeingStopped(t *testing.T) {
 	if err := e.fleet.Stop(rep.ID); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(20 * time.Second)
-	for syscall.Kill(pid, 0) == nil {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s's engine still runs 20 s after its stop", rep.ID)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testkit.WaitFor(t, 20*time.Second, rep.ID+"'s engine ending after its stop", func() (bool, string) {
+		return syscall.Kill(pid, 0) != nil, "it still runs"
+	})
 	if n := kept(); n != 0 {
 		t.Errorf("the gateway keeps %d connections to %s, stopped", n, rep.ID)
 	}

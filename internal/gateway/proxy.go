@@ -31,7 +31,7 @@ func (g *Gateway) Forward(w http.ResponseWriter, r *http.Request) {
 	// not put in another by how long each took to get this far.
 	start, ok := accesslog.Arrived(r.Context())
 	if !ok {
-		start = time.Now()
+		start = time.Now() // wall time, as the access log's (Options.Clock)
 	}
 	who, aerr := g.authenticate(r)
 	if aerr != nil {
@@ -226,6 +226,7 @@ func (g *Gateway) send(w http.ResponseWriter, r *http.Request, m catalog.Model, 
 		defer func() { call.end(ctx, http.StatusBadGateway, start, time.Time{}, counts{}) }()
 	}
 
+	// The engine's latency is wall time (Options.Clock).
 	sentAt := time.Now()
 	resp, err := g.engines.do(ctx, &up)
 	if err != nil {
@@ -234,7 +235,7 @@ func (g *Gateway) send(w http.ResponseWriter, r *http.Request, m catalog.Model, 
 			g.ended(ending{model: m.Name, replica: rep.ID, status: statusClientGone, start: start})
 			return true
 		}
-		p.give(rep.ID, time.Now().Add(g.opts.FailCooldown))
+		p.give(rep.ID, g.clock.Now().Add(g.opts.FailCooldown))
 		g.log.WarnContext(ctx, "a replica did not answer; it is avoided for a while", "model", m.Name, "replica", rep.ID, "err", err)
 		g.ended(ending{model: m.Name, replica: rep.ID, status: http.StatusBadGateway, start: start})
 		return false
@@ -270,7 +271,7 @@ func (g *Gateway) send(w http.ResponseWriter, r *http.Request, m catalog.Model, 
 		// one, counted as the engine's failure (though its status went
 		// out as 200), and the next requests go elsewhere for a while.
 		status = http.StatusBadGateway
-		failedUntil = time.Now().Add(g.opts.FailCooldown)
+		failedUntil = g.clock.Now().Add(g.opts.FailCooldown)
 		g.log.WarnContext(ctx, "a replica broke off its answer; it is avoided for a while", "model", m.Name, "replica", rep.ID, "err", err)
 		if tally.stream {
 			// The 200 has gone out: the client learns of the failure
@@ -281,7 +282,7 @@ func (g *Gateway) send(w http.ResponseWriter, r *http.Request, m catalog.Model, 
 				" broke off its answer before the end: retry; the fleet page says whether it is still ready"))
 		}
 	case resp.StatusCode >= 500 && failedStatus(resp.StatusCode): // not a 501: stats.go
-		failedUntil = time.Now().Add(g.opts.FailCooldown)
+		failedUntil = g.clock.Now().Add(g.opts.FailCooldown)
 		g.log.WarnContext(ctx, "a replica failed a request; it is avoided for a while", "model", m.Name, "replica", rep.ID, "status", resp.StatusCode)
 	}
 	p.give(rep.ID, failedUntil)
@@ -374,7 +375,7 @@ func relay(w http.ResponseWriter, resp *http.Response, rn *renamer, keepText boo
 		n, rerr := resp.Body.Read(buf)
 		if n > 0 {
 			if first.IsZero() {
-				first = time.Now()
+				first = time.Now() // wall time, as sentAt's
 			}
 			out := buf[:n]
 			if rn != nil {

@@ -18,9 +18,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
+	clocktesting "k8s.io/utils/clock/testing"
 	"modelserve/catalog"
 	"modelserve/internal/auth"
 	"modelserve/internal/fleet"
+	"modelserve/internal/testkit"
 )
 
 // stubFleet serves its replicas as given, counts how often it is asked
@@ -59,6 +61,16 @@ func admitSent(ctx context.Context, g *Gateway, m catalog.Model) (fleet.Replica,
 	s.sent()
 	return r, aerr
 }
+
+// fakeClock is a clock a test steps, from a fixed time: a wait the gateway
+// times is seen at once and for certain to end, or not to.
+func fakeClock() *clocktesting.FakeClock {
+	return clocktesting.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+}
+
+// admitWaits is how many timers a request waiting in admit has set: its
+// wait's bound (MaxWait) and its poll.
+const admitWaits = 2
 
 func stubGateway(t *testing.T, f *stubFleet) *Gateway {
 	t.Helper()
@@ -100,7 +112,7 @@ func TestWaitersGetSlotsInArrivalOrder(t *testing.T) {
 			<-admitted[i] // holds the slot until told
 			p.give(rep.ID, time.Time{})
 		}()
-		waitFor(t, 5*time.Second, fmt.Sprint(i+1, " waiting"), func() (bool, string) {
+		testkit.WaitFor(t, 5*time.Second, fmt.Sprint(i+1, " waiting"), func() (bool, string) {
 			_, w := p.counts()
 			return w == i+1, fmt.Sprint(w, " waiting")
 		})
@@ -116,7 +128,7 @@ func TestWaitersGetSlotsInArrivalOrder(t *testing.T) {
 		served <- n
 		close(late)
 	}()
-	waitFor(t, 5*time.Second, "the late one waiting", func() (bool, string) {
+	testkit.WaitFor(t, 5*time.Second, "the late one waiting", func() (bool, string) {
 		_, w := p.counts()
 		return w == n, fmt.Sprint(w, " waiting")
 	})
@@ -166,7 +178,7 @@ func TestColdWaitersAreNotOvertakenOnceAReplicaIsReady(t *testing.T) {
 			<-a.done // holds the slot until told
 			p.give(rep.ID, time.Time{})
 		}()
-		waitFor(t, 5*time.Second, who+" admitted or waiting", func() (bool, string) {
+		testkit.WaitFor(t, 5*time.Second, who+" admitted or waiting", func() (bool, string) {
 			inFlight, waiting := p.counts()
 			return inFlight+waiting == total, fmt.Sprint(inFlight, " in flight, ", waiting, " waiting")
 		})
@@ -219,7 +231,8 @@ func TestColdWaitersAreNotOvertakenOnceAReplicaIsReady(t *testing.T) {
 // for ready replicas on a timer meanwhile.
 func TestColdWaiterIsWokenByTheFleet(t *testing.T) {
 	f := &stubFleet{}
-	g, err := New(Options{Catalog: f, Fleet: f, Tokens: f, Metrics: prometheus.NewRegistry()})
+	fc := fakeClock()
+	g, err := New(Options{Catalog: f, Fleet: f, Tokens: f, Metrics: prometheus.NewRegistry(), Clock: fc})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -231,11 +244,17 @@ func TestColdWaiterIsWokenByTheFleet(t *testing.T) {
 		}
 		got <- r
 	}()
-	waitFor(t, 5*time.Second, "the request waiting", func() (bool, string) {
+	testkit.WaitFor(t, 5*time.Second, "the request waiting", func() (bool, string) {
 		_, w := g.pool("m").counts()
 		return w == 1, fmt.Sprint(w, " waiting")
 	})
-	time.Sleep(150 * time.Millisecond) // a cold start's while
+	// A cold start's while, step by step as a fleet that does not tell
+	// would be polled: the request, told, only waits.
+	testkit.WaitWaiters(t, fc, admitWaits)
+	const steps = 8
+	for range steps {
+		testkit.Step(t, fc, pollCold, admitWaits)
+	}
 	f.mu.Lock()
 	f.ready = []fleet.Replica{{ID: "m-1", Model: "m", Endpoint: "http://127.0.0.1:1"}}
 	asked := f.asked
@@ -254,8 +273,8 @@ func TestColdWaiterIsWokenByTheFleet(t *testing.T) {
 	if err := g.metrics.coldTime.WithLabelValues("m").(prometheus.Metric).Write(&cold); err != nil {
 		t.Fatal(err)
 	}
-	if h := cold.GetHistogram(); h.GetSampleCount() != 1 || h.GetSampleSum() < 0.15 {
-		t.Errorf("cold starts counted: %d, lasting %.3fs in all; want one of at least 0.15s", h.GetSampleCount(), h.GetSampleSum())
+	if h, want := cold.GetHistogram(), (steps * pollCold).Seconds(); h.GetSampleCount() != 1 || h.GetSampleSum() != want {
+		t.Errorf("cold starts counted: %d, lasting %.3fs in all; want one of %.3fs", h.GetSampleCount(), h.GetSampleSum(), want)
 	}
 }
 
@@ -284,7 +303,9 @@ func (c *countingTokens) Check(_ context.Context, tok string) (auth.Token, error
 func TestATokenIsReadOnceAWhileAndRefusedOnceRevoked(t *testing.T) {
 	f := &stubFleet{}
 	toks := &countingTokens{}
-	g, err := New(Options{Catalog: f, Fleet: f, Tokens: toks, TokenEvery: 200 * time.Millisecond})
+	fc := fakeClock()
+	const every = 200 * time.Millisecond
+	g, err := New(Options{Catalog: f, Fleet: f, Tokens: toks, TokenEvery: every, Clock: fc})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -310,10 +331,14 @@ func TestATokenIsReadOnceAWhileAndRefusedOnceRevoked(t *testing.T) {
 	}
 	toks.revoked = true
 	toks.mu.Unlock()
-	waitFor(t, 5*time.Second, "the revoked token refused", func() (bool, string) {
-		aerr := ask("good")
-		return aerr != nil && aerr.status == http.StatusUnauthorized, "it still passes"
-	})
+	fc.Step(every - time.Millisecond)
+	if aerr := ask("good"); aerr != nil {
+		t.Fatalf("the token kept was read again before TokenEvery passed: %v", aerr.Message)
+	}
+	fc.Step(time.Millisecond)
+	if aerr := ask("good"); aerr == nil || aerr.status != http.StatusUnauthorized {
+		t.Fatalf("the revoked token once TokenEvery passed: %+v; want 401", aerr)
+	}
 }
 
 // holdingFleet is stubFleet whose holds say their order: the release of
@@ -366,7 +391,7 @@ func TestAColdWaiterGoesOnBeforeTheRequestThatWokeIt(t *testing.T) {
 			s.sent() // written to the engine
 			cold <- s.release
 		}()
-		waitFor(t, 5*time.Second, "the cold one waiting", func() (bool, string) {
+		testkit.WaitFor(t, 5*time.Second, "the cold one waiting", func() (bool, string) {
 			_, w := p.counts()
 			return w == 1, fmt.Sprint(w, " waiting")
 		})
@@ -423,8 +448,11 @@ func (f *turningFleet) Hold(string, time.Time) (func(), bool) {
 func TestARequestTurnedAwayWaitsItsTurn(t *testing.T) {
 	rep := fleet.Replica{ID: "m-1", Model: "m", Endpoint: "http://127.0.0.1:1", Load: &fleet.Load{Slots: 1}}
 	f := &turningFleet{stubFleet: stubFleet{ready: []fleet.Replica{rep}}, let: make(chan struct{})}
-	g := stubGateway(t, &f.stubFleet)
-	g.opts.Fleet = f
+	fc := fakeClock()
+	g, err := New(Options{Catalog: f, Fleet: f, Tokens: f, Clock: fc})
+	if err != nil {
+		t.Fatal(err)
+	}
 	m := catalog.Model{Name: "m"}
 	got := make(chan fleet.Replica, 1)
 	go func() {
@@ -436,17 +464,22 @@ func TestARequestTurnedAwayWaitsItsTurn(t *testing.T) {
 		got <- r
 	}()
 	// Past reofferAfter, when a replica a request avoids is offered it
-	// again.
-	const turned = 1500 * time.Millisecond
+	// again, a step of turnedAwayFor at a time.
+	testkit.WaitWaiters(t, fc, admitWaits)
+	const steps = int(3 * reofferAfter / turnedAwayFor)
+	for range steps {
+		testkit.Step(t, fc, turnedAwayFor, admitWaits)
+	}
 	select {
 	case r := <-got:
 		t.Fatalf("admitted to %q while the fleet refused it", r.ID)
-	case <-time.After(turned):
+	default:
 	}
-	if n := f.asked.Load(); n == 0 || n > int64(turned/turnedAwayFor)+2 {
-		t.Errorf("the fleet was asked for a hold %d times in %s; want once in %s at most", n, turned, turnedAwayFor)
+	if n := f.asked.Load(); n != int64(steps+1) {
+		t.Errorf("the fleet was asked for a hold %d times in %d ms; want once at first and once in each %s after", n, steps*int(turnedAwayFor/time.Millisecond), turnedAwayFor)
 	}
 	close(f.let)
+	fc.Step(turnedAwayFor)
 	select {
 	case r := <-got:
 		if r.ID != rep.ID {
@@ -528,7 +561,7 @@ func TestARetriedRequestKeepsItsPlace(t *testing.T) {
 		}()
 	}
 	waiting := func(n int) {
-		waitFor(t, 5*time.Second, fmt.Sprint(n, " waiting"), func() (bool, string) {
+		testkit.WaitFor(t, 5*time.Second, fmt.Sprint(n, " waiting"), func() (bool, string) {
 			_, w := g.pool("m").counts()
 			return w == n, fmt.Sprint(w, " waiting")
 		})
@@ -602,7 +635,7 @@ func TestARequestSlowToGoOnHoldsUpOnlyItsReplicasNext(t *testing.T) {
 					}
 					admitted <- r
 				}()
-				waitFor(t, 5*time.Second, fmt.Sprint(i+1, " waiting"), func() (bool, string) {
+				testkit.WaitFor(t, 5*time.Second, fmt.Sprint(i+1, " waiting"), func() (bool, string) {
 					_, w := p.counts()
 					return w == i+1, fmt.Sprint(w, " waiting")
 				})
@@ -647,8 +680,9 @@ func (f *residentFleet) ModelHealth() []fleet.ModelHealth {
 // residency's rest, rounded up, and the fleet's sentence of what keeps
 // it, not "retry in a moment" to come back and find it kept still.
 func TestPastTheQueueWhileRoomIsKeptAnswers429UntilItsEnd(t *testing.T) {
-	f := &residentFleet{ends: time.Now().Add(3200 * time.Millisecond)}
-	g, err := New(Options{Catalog: f, Fleet: f, Tokens: f, MaxQueue: 1})
+	fc := fakeClock()
+	f := &residentFleet{ends: fc.Now().Add(3200 * time.Millisecond)}
+	g, err := New(Options{Catalog: f, Fleet: f, Tokens: f, MaxQueue: 1, Clock: fc})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -661,21 +695,35 @@ func TestPastTheQueueWhileRoomIsKeptAnswers429UntilItsEnd(t *testing.T) {
 		waited <- aerr
 	}()
 	p := g.pool("m")
-	waitFor(t, 5*time.Second, "the first request waiting", func() (bool, string) {
+	testkit.WaitFor(t, 5*time.Second, "the first request waiting", func() (bool, string) {
 		_, w := p.counts()
 		return w == 1, fmt.Sprint(w, " waiting")
 	})
-	_, aerr := admitSent(ctx, g, m)
-	if aerr == nil || aerr.status != http.StatusTooManyRequests {
-		t.Fatalf("past the queue's limit while the room is kept: %+v; want 429", aerr)
+	past := func() (retryAfter string, aerr *apiError) {
+		t.Helper()
+		_, aerr = admitSent(ctx, g, m)
+		if aerr == nil || aerr.status != http.StatusTooManyRequests {
+			t.Fatalf("past the queue's limit: %+v; want 429", aerr)
+		}
+		rec := httptest.NewRecorder()
+		aerr.write(rec)
+		return rec.Header().Get("Retry-After"), aerr
 	}
-	rec := httptest.NewRecorder()
-	aerr.write(rec)
-	if got := rec.Header().Get("Retry-After"); got != "4" {
+	got, aerr := past()
+	if got != "4" {
 		t.Errorf("Retry-After %q; want 4, the 3.2s left of the residency rounded up", got)
 	}
 	if !strings.Contains(aerr.Message, "alpha-1 is kept 4s more after its load (residency)") {
 		t.Errorf("the 429 says %q; want what keeps the room", aerr.Message)
+	}
+	testkit.WaitWaiters(t, fc, admitWaits)
+	testkit.Step(t, fc, 3*time.Second, admitWaits)
+	if got, _ := past(); got != "1" {
+		t.Errorf("3s later, Retry-After %q; want 1, the 0.2s left of the residency rounded up", got)
+	}
+	testkit.Step(t, fc, 200*time.Millisecond, admitWaits)
+	if _, aerr := past(); strings.Contains(aerr.Message, "residency") {
+		t.Errorf("once the residency ended, the 429 says %q; want a queue's, not the room kept", aerr.Message)
 	}
 	select {
 	case aerr := <-waited:

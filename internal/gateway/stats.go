@@ -39,7 +39,7 @@ func (g *Gateway) Traffic() map[string]Traffic {
 	if g.metrics == nil {
 		return nil
 	}
-	return g.metrics.recent.read(time.Now())
+	return g.metrics.recent.read(time.Now()) // wall time, as the ends it counts (Options.Clock)
 }
 
 // latencySlots are the steps a latency is counted in: a quarter of a

@@ -33,7 +33,7 @@ func (g *Gateway) AskStream(ctx context.Context, route string, body []byte, each
 	r.Header.Set("Content-Type", "application/json")
 	r.Header.Set("Accept", "text/event-stream")
 	sw := &streamWriter{header: http.Header{}, each: each, stop: cancel}
-	g.forward(sw, r, self, true, time.Now())
+	g.forward(sw, r, self, true, time.Now()) // its arrival: wall time, as Forward's
 	if sw.err != nil {
 		return sw.err
 	}

@@ -126,7 +126,7 @@ func TestAskStream(t *testing.T) {
 		}
 		// Stopped, not failed: the replica stays in use and the request is
 		// counted as a client gone.
-		e.waitCounter(e.gw.metrics.requests, 1, "tiny", "tiny-1", "499")
+		e.waitCounter(t, e.gw.metrics.requests, 1, "tiny", "tiny-1", "499")
 		p := e.gw.pool("tiny")
 		p.mu.Lock()
 		failed := p.failed["tiny-1"]

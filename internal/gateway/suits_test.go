@@ -14,6 +14,7 @@ import (
 	"github.com/openai/openai-go/v3/option"
 
 	"modelserve/internal/ggufgen"
+	"modelserve/internal/testkit"
 )
 
 // TestWhatAModelDoesNotServeIsRefusedInItsOwnWords: embeddings asked of a
@@ -49,7 +50,7 @@ func TestWhatAModelDoesNotServeIsRefusedInItsOwnWords(t *testing.T) {
 		t.Errorf("embed after the refusal: %+v, %v", res, err)
 	}
 	// A request is counted as it ends, a moment after its answer.
-	waitFor(t, 2*time.Second, "the requests counted", func() (bool, string) {
+	testkit.WaitFor(t, 2*time.Second, "the requests counted", func() (bool, string) {
 		tr := e.gw.Traffic()
 		return tr["tiny"].Requests == 2 && tr["embed"].Requests == 2, ""
 	})
@@ -239,7 +240,7 @@ func TestAPromptLongerThanTheContextIsRefusedInOpenAIsWords(t *testing.T) {
 	if _, err := c.Chat.Completions.New(ctx, hello("tiny", 2)); err != nil {
 		t.Errorf("a chat that fits, after them: %v", err)
 	}
-	waitFor(t, 2*time.Second, "the requests counted", func() (bool, string) {
+	testkit.WaitFor(t, 2*time.Second, "the requests counted", func() (bool, string) {
 		return e.gw.Traffic()["tiny"].Requests == 5, ""
 	})
 	if tr := e.gw.Traffic()["tiny"]; tr.Failed != 0 {

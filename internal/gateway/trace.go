@@ -191,7 +191,7 @@ func (w *waitTrace) cold() {
 		// Replicas were ready as the request came, and are gone now.
 		w.stops = w.g.lastStops(w.ctx)
 	}
-	w.coldAt = time.Now()
+	w.coldAt = time.Now() // a span's times are wall time (Options.Clock)
 }
 
 // started ends the wait for a start, a cold start or a swap: the replicas
@@ -262,7 +262,7 @@ func (w *waitTrace) queued(ahead, ready int) {
 		return
 	}
 	w.started(nil)
-	w.queuedAt, w.ahead, w.ready = time.Now(), ahead, ready
+	w.queuedAt, w.ahead, w.ready = time.Now(), ahead, ready // wall time, as coldAt
 }
 
 // routed ends the waits, and records the routing decision: which replica

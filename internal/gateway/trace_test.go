@@ -19,6 +19,7 @@ import (
 	"modelserve/internal/auth"
 	"modelserve/internal/fleet"
 	"modelserve/internal/ggufgen"
+	"modelserve/internal/testkit"
 	"modelserve/internal/trace"
 	"modelserve/internal/trace/otlptest"
 )
@@ -102,27 +103,21 @@ func TestTraceContentRecordsThePromptWhenAsked(t *testing.T) {
 		b, _ := json.Marshal(text)
 		return `"content":` + string(b)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		var asked, answered []string
+	var asked, answered []string
+	testkit.WaitFor(t, 10*time.Second, "two request spans", func() (bool, string) {
+		asked, answered = nil, nil
 		for _, s := range rcv.Spans() {
 			if s.Name == "chat tiny" {
 				asked, answered = append(asked, s.Attrs["gen_ai.input.messages"]), append(answered, s.Attrs["gen_ai.output.messages"])
 			}
 		}
-		if len(asked) == 2 {
-			if !strings.Contains(asked[0], "tell me of zebras") || !strings.Contains(asked[1], "and of giraffes") {
-				t.Errorf("gen_ai.input.messages %q; want the prompts, --trace-content being on", asked)
-			}
-			if !strings.Contains(answered[0], output(plain.Choices[0].Message.Content)) || !strings.Contains(answered[1], output(streamed.String())) {
-				t.Errorf("gen_ai.output.messages %q; want the answers %q and %q", answered, plain.Choices[0].Message.Content, streamed.String())
-			}
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d request spans within 10s; want 2", len(asked))
-		}
-		time.Sleep(50 * time.Millisecond)
+		return len(asked) == 2, fmt.Sprint(len(asked), " request spans")
+	})
+	if !strings.Contains(asked[0], "tell me of zebras") || !strings.Contains(asked[1], "and of giraffes") {
+		t.Errorf("gen_ai.input.messages %q; want the prompts, --trace-content being on", asked)
+	}
+	if !strings.Contains(answered[0], output(plain.Choices[0].Message.Content)) || !strings.Contains(answered[1], output(streamed.String())) {
+		t.Errorf("gen_ai.output.messages %q; want the answers %q and %q", answered, plain.Choices[0].Message.Content, streamed.String())
 	}
 }
 
@@ -240,7 +235,7 @@ func TestACanaryTrialSaysWhichVersionAnswered(t *testing.T) {
 		if err != nil || res.Model != "chatty" {
 			t.Fatalf("request %d: %v, the answer naming %q; want chatty's answer", i, err, res.Model)
 		}
-		waitFor(t, 2*time.Second, fmt.Sprintf("request %d's tokens counted by one engine", i), func() (bool, string) {
+		testkit.WaitFor(t, 2*time.Second, fmt.Sprintf("request %d's tokens counted by one engine", i), func() (bool, string) {
 			answered = ""
 			var said []string
 			total := 0
@@ -259,7 +254,7 @@ func TestACanaryTrialSaysWhichVersionAnswered(t *testing.T) {
 	engineSpan := func(traceID string) otlptest.Span {
 		t.Helper()
 		var got otlptest.Span
-		waitFor(t, 10*time.Second, "the engine span of trace "+traceID, func() (bool, string) {
+		testkit.WaitFor(t, 10*time.Second, "the engine span of trace "+traceID, func() (bool, string) {
 			for _, s := range rcv.Spans() {
 				if s.TraceID == traceID && s.Name == "engine chat" {
 					got = s

@@ -3,13 +3,12 @@ package redact_test
 import (
 	"context"
 	"net/url"
-	"path/filepath"
 	"strings"
 	"testing"
 
 	"modelserve/internal/auth"
 	"modelserve/internal/redact"
-	"modelserve/internal/store"
+	"modelserve/internal/testkit"
 )
 
 func TestTextTakesOutCredentials(t *testing.T) {
@@ -34,11 +33,7 @@ func TestTextTakesOutCredentials(t *testing.T) {
 // A token modelserve makes is recognised wherever it turns up, as its
 // own shape rather than by the key it sits under.
 func TestTextKnowsModelserveTokens(t *testing.T) {
-	db, err := store.Open(context.Background(), filepath.Join(t.TempDir(), "m.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
+	db := testkit.OpenDB(t)
 	tok, err := auth.NewTokens(db).Create(context.Background(), "script")
 	if err != nil {
 		t.Fatal(err)

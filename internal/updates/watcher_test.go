@@ -6,9 +6,11 @@ import (
 	"database/sql"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -16,7 +18,7 @@ import (
 	"modelserve/internal/hf"
 	"modelserve/internal/hubtest"
 	"modelserve/internal/operr"
-	"modelserve/internal/store"
+	"modelserve/internal/testkit"
 	"modelserve/internal/updates"
 )
 
@@ -48,11 +50,7 @@ func newEnv(t *testing.T) *env {
 // open opens the database (again, after close: as a restart would).
 func (e *env) open() {
 	e.t.Helper()
-	db, err := store.Open(context.Background(), e.dbFile)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	e.t.Cleanup(func() { db.Close() })
+	db := testkit.OpenDBFile(e.t, e.dbFile)
 	e.db, e.catalog = db, catalog.NewStore(db)
 }
 
@@ -68,6 +66,48 @@ func (e *env) watcher(edit ...func(*updates.Deps)) *updates.Watcher {
 		e.t.Fatal(err)
 	}
 	return w
+}
+
+// listCounting is the catalog counting its lists: the watcher's loop
+// lists it once a pass, first thing.
+type listCounting struct {
+	updates.Catalog
+	n atomic.Int64
+}
+
+func (c *listCounting) List(ctx context.Context) ([]catalog.Model, error) {
+	c.n.Add(1)
+	return c.Catalog.List(ctx)
+}
+
+// runPasses runs w's loop, built with count as its catalog (counted), for
+// passes passes at least, each done whole, and until what a test waits
+// for (until, when given) has happened in them; then it stops it: a test
+// sees what the loop did or left alone in so many passes, not in so much
+// time.
+func runPasses(t *testing.T, w *updates.Watcher, count *listCounting, passes int, until ...func() (bool, string)) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	from := count.n.Load()
+	go func() { defer close(done); w.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	// The pass after the last one counted has begun: that one is over.
+	testkit.WaitFor(t, 5*time.Second, fmt.Sprint(passes, " passes of the watcher's loop"), func() (bool, string) {
+		n := count.n.Load() - from
+		for _, u := range until {
+			if ok, saw := u(); !ok {
+				return false, fmt.Sprint(n, " begun; ", saw)
+			}
+		}
+		return n > int64(passes), fmt.Sprint(n, " begun")
+	})
+}
+
+// counted is an edit of a watcher's Deps that counts the passes of its
+// loop in c.
+func counted(c *listCounting) func(*updates.Deps) {
+	return func(d *updates.Deps) { c.Catalog, d.Catalog = d.Catalog, c }
 }
 
 // repo puts a repository on the Hub with a GGUF file and a README, and
@@ -301,13 +341,9 @@ func TestPinnedModelsNeverAskTheRegistry(t *testing.T) {
 	e.hub.AddFile("acme/Tiny-GGUF", "model-Q4_K_M.gguf", []byte("new weights"))
 	e.hub.ResetCounters()
 
-	w := e.watcher(func(d *updates.Deps) { d.Interval, d.Tick = time.Millisecond, time.Millisecond })
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); w.Run(ctx) }()
-	time.Sleep(100 * time.Millisecond)
-	cancel()
-	<-done
+	passes := &listCounting{}
+	w := e.watcher(func(d *updates.Deps) { d.Interval, d.Tick = time.Millisecond, time.Millisecond }, counted(passes))
+	runPasses(t, w, passes, 5)
 
 	for name, want := range map[string]string{
 		"at-commit":    "at-commit is pinned to the commit " + commit[:7] + " and is never updated",
@@ -393,31 +429,27 @@ func TestIntervalZeroMeansNoCheck(t *testing.T) {
 	e.serve("never", "acme/Never-GGUF", "main")
 	e.serve("often", "acme/Often-GGUF", "main")
 
-	run := func(w *updates.Watcher) {
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan struct{})
-		go func() { defer close(done); w.Run(ctx) }()
-		time.Sleep(150 * time.Millisecond)
-		cancel()
-		<-done
-	}
+	passes := &listCounting{}
+	run := func(w *updates.Watcher, until ...func() (bool, string)) { runPasses(t, w, passes, 5, until...) }
 
 	t.Run("no default", func(t *testing.T) {
 		e.hub.ResetCounters()
-		run(e.watcher(func(d *updates.Deps) { d.Interval, d.Tick = 0, time.Millisecond }))
+		run(e.watcher(func(d *updates.Deps) { d.Interval, d.Tick = 0, time.Millisecond }, counted(passes)))
 		if n := len(e.hub.Log()); n != 0 {
 			t.Errorf("the registry was asked %d times with the interval 0", n)
 		}
 	})
 	t.Run("a model's own 0", func(t *testing.T) {
-		w := e.watcher(func(d *updates.Deps) { d.Interval, d.Tick = 20*time.Millisecond, time.Millisecond })
+		w := e.watcher(func(d *updates.Deps) { d.Interval, d.Tick = 20*time.Millisecond, time.Millisecond }, counted(passes))
 		never := time.Duration(0)
 		st, err := w.SetSettings(context.Background(), "never", &never, "")
 		if err != nil || st.Interval != "0s" || !st.IntervalSet || !st.NextCheck.IsZero() {
 			t.Fatalf("set never's interval to 0: %+v %v", st, err)
 		}
 		e.hub.ResetCounters()
-		run(w)
+		// Until often, due every 20 ms, has been checked: never is left
+		// alone in the same passes.
+		run(w, func() (bool, string) { return e.registryAsked("acme/Often-GGUF"), "often not checked yet" })
 		if e.registryAsked("acme/Never-GGUF") || !e.registryAsked("acme/Often-GGUF") {
 			t.Errorf("asked of never: %v, of often: %v; want often only", e.registryAsked("acme/Never-GGUF"), e.registryAsked("acme/Often-GGUF"))
 		}
