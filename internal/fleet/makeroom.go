@@ -123,7 +123,7 @@ func MakeRoom(asker catalog.Model, wants []Want, kept *Kept, now time.Time) Deci
 			// comes back to it only once that one is done with it.
 			var mine, othersHeld int64
 			var others []int64
-			var stopping, busy []string
+			var stopping, othersGoing []string
 			for _, g := range s.Going {
 				switch {
 				case g.Held == 0:
@@ -136,7 +136,7 @@ func MakeRoom(asker catalog.Model, wants []Want, kept *Kept, now time.Time) Deci
 				default:
 					others = append(others, g.Held)
 					othersHeld += g.Held
-					busy = append(busy, g.ID)
+					othersGoing = append(othersGoing, g.ID)
 				}
 			}
 			if have >= need && len(stopping) > 0 {
@@ -147,13 +147,8 @@ func MakeRoom(asker catalog.Model, wants []Want, kept *Kept, now time.Time) Deci
 			victims, all, ok := Victims(s.Holders, asker, have, need)
 			if !ok {
 				if have+claimed+all+othersHeld >= need && !wait.Waits {
-					for _, h := range s.Holders {
-						if giveFor(h, asker) == busyGive {
-							busy = append(busy, h.ID)
-						}
-					}
 					wait = Decision{Want: wi, Spot: si, Node: s.Node, Waits: true, Waited: Waited(s.Holders, asker),
-						Text: waitText(asker, s, busy, kept, p, now)}
+						Text: waitText(asker, s, othersGoing, kept, p, now)}
 					_, wait.Until = Residing(s.Holders, asker, now)
 					node, amount := s.Node, Keeps(s.Holders, asker, have, claimed, need, others...)-mine
 					waitKeep = func() { kept.Keep(node, p, asker, amount) }
@@ -186,20 +181,39 @@ func fitsNow(w Want, s Spot, kept *Kept) bool {
 }
 
 // waitText says what asker waits for on s: the residency of holders kept
-// for it, else the busy ones (busy) and what of the room the models
-// before it keep, else those models.
-func waitText(asker catalog.Model, s Spot, busy []string, kept *Kept, p catalog.Profile, now time.Time) string {
+// for it, else the busy ones and what of the room the models before it
+// keep, else those models, else the replicas being given back for others
+// (othersGoing).
+func waitText(asker catalog.Model, s Spot, othersGoing []string, kept *Kept, p catalog.Profile, now time.Time) string {
 	if why, _ := Residing(s.Holders, asker, now); why != "" {
 		return fmt.Sprintf("%s on node %s: waiting: %s", Making, s.Node, why)
 	}
-	if len(busy) > 0 {
+	var busy []string
+	for _, h := range s.Holders {
+		if giveFor(h, asker) == busyGive {
+			busy = append(busy, h.ID)
+		}
+	}
+	switch by := kept.For(s.Node); {
+	case len(busy) > 0:
 		return fmt.Sprintf("%s on node %s: waiting for %s to finish the requests %s%s",
 			Making, s.Node, strings.Join(busy, ", "), words.Plural(len(busy), "it answers", "they answer"), kept.Line(s.Node, p))
-	}
-	if by := kept.For(s.Node); by != "" {
+	case by != "":
 		return fmt.Sprintf("%s on node %s: waiting behind %s", Making, s.Node, by)
+	case len(othersGoing) > 0:
+		return fmt.Sprintf("%s on node %s: waiting for %s, given back for models asked for before it, to stop", Making, s.Node, strings.Join(othersGoing, ", "))
 	}
 	return fmt.Sprintf("%s on node %s: waiting for room to be given back", Making, s.Node)
+}
+
+// KeptLine says why node, which may promise room bytes in all once kept
+// bytes are kept free for the system (the headroom), cannot host a
+// replica of need bytes however idle it is; both fleets say it so.
+func KeptLine(node string, need, room, kept int64) string {
+	if kept > 0 {
+		return fmt.Sprintf("node %s: needs %s, it has %s in all once %s is kept free for the system (--headroom)", node, words.Size(need), words.Size(room), words.Size(kept))
+	}
+	return fmt.Sprintf("node %s: needs %s, it has %s in all", node, words.Size(need), words.Size(room))
 }
 
 func holderIDs(hs []Holder) string {

@@ -485,10 +485,7 @@ func (f *Fleet) roomWantLocked(m catalog.Model, p catalog.Profile, accts []accou
 // memLine says why a node has no room for need bytes.
 func memLine(node string, need int64, a account) string {
 	if a.cap.RAMBytes < need {
-		if a.Kept > 0 {
-			return fmt.Sprintf("node %s: needs %s, it has %s in all once %s is kept free for the system (--headroom)", node, words.Size(need), words.Size(a.cap.RAMBytes), words.Size(a.Kept))
-		}
-		return fmt.Sprintf("node %s: needs %s, it has %s in all", node, words.Size(need), words.Size(a.cap.RAMBytes))
+		return KeptLine(node, need, a.cap.RAMBytes, a.Kept)
 	}
 	s := fmt.Sprintf("node %s: needs %s, %s free", node, words.Size(need), words.Size(a.Free))
 	for _, r := range a.holders {
