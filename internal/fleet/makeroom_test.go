@@ -47,7 +47,7 @@ func TestMakeRoom(t *testing.T) {
 		{name: "an idle holder is given back", asker: beta, spots: []Spot{spot(2*gb, idle)},
 			text: "making room on node n1: giving back alpha-1", victims: []string{"alpha-1"}, keeps: 4 * gb},
 		{name: "a busy holder is waited for", asker: beta, spots: []Spot{spot(2*gb, busy)},
-			text:  "making room on node n1: waiting for alpha-1 to finish the requests it answers",
+			text: "making room on node n1: waiting for alpha-1 to finish the requests it answers",
 			// Once alpha-1 gives back its 4 GB, 2 of the 2 free now are
 			// beyond beta's need: the models after it may take them.
 			waits: true, waited: []string{"alpha-1"}, keeps: 0},
