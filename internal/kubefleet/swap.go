@@ -17,7 +17,10 @@ import (
 
 // Swapping, as the local fleet does it: a model asked for that no node
 // has room for takes the room of idle pods of models served on demand.
-// Which pods go is the local fleet's one rule (fleet.Victims): least
+// Whether it fits, whom it gives back, what it waits for and what its
+// placement says are decided by the fleet's one rule (fleet.MakeRoom),
+// which the local fleet asks too: this file tells it the nodes and the
+// pods (roomWant) and acts on what it decides. Which pods go: least
 // recently used first, as few as will do, opportunistic before standard,
 // never a model's that its Scaling.Min keeps, never one answering a
 // request. Their models are forgotten as asked for, so their Deployments
