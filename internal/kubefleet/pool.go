@@ -165,7 +165,11 @@ func (f *Fleet) hardwareExists(m catalog.Model) bool {
 // rooms are the nodes' room (fleet.Room), with what the pods the swap
 // rule would give back hold (swap.go).
 func (f *Fleet) rooms() []fleet.Room {
-	rs, give := f.room(), f.reclaimable()
+	rs := f.room()
+	if len(rs) == 0 {
+		return nil // not running yet: the caches are not there to read
+	}
+	give := f.reclaimable()
 	out := make([]fleet.Room, 0, len(rs))
 	for _, n := range rs {
 		r, g := n.room, give[n.name]
