@@ -159,6 +159,11 @@ func MakeRoom(asker catalog.Model, wants []Want, kept *Kept, now time.Time) Deci
 			if len(victims) == 0 {
 				continue // what it needs of memory or cards would do; its cores are short
 			}
+			// What the victims hold is its as they go: it keeps of the
+			// rest only what that does not cover.
+			for _, v := range victims {
+				mine += v.Held
+			}
 			kept.Keep(s.Node, p, asker, need-mine)
 			return Decision{Want: wi, Spot: si, Node: s.Node, Victims: victims,
 				Text: fmt.Sprintf("%s on node %s: giving back %s", Making, s.Node, holderIDs(victims))}
