@@ -67,22 +67,21 @@ type apiGPUs struct {
 }
 
 func apiNodeOf(n plan.Node) apiNode {
-	out := apiNode{Name: n.Name, Local: n.Local, CPUCores: n.CPUCores, RAMBytes: gibBytes(n.RAMGB),
-		FreeRAMBytes: gibBytes(n.FreeRAMGB), CPUBandwidthBytesPerSec: gbBytes(n.CPUBandwidthGBs),
+	out := apiNode{Name: n.Name, Local: n.Local, CPUCores: n.CPUCores, RAMBytes: plan.Bytes(n.RAMGB),
+		FreeRAMBytes: plan.Bytes(n.FreeRAMGB), CPUBandwidthBytesPerSec: gbBytes(n.CPUBandwidthGBs),
 		GPUs: []apiGPUs{}, Note: n.Note}
 	for _, g := range n.GPUs {
 		free := make([]int64, len(g.FreeGB))
 		for i, f := range g.FreeGB {
-			free[i] = gibBytes(f)
+			free[i] = plan.Bytes(f)
 		}
-		out.GPUs = append(out.GPUs, apiGPUs{Class: g.Class, Count: g.Count, MemoryBytes: gibBytes(g.MemoryGB),
+		out.GPUs = append(out.GPUs, apiGPUs{Class: g.Class, Count: g.Count, MemoryBytes: plan.Bytes(g.MemoryGB),
 			BandwidthBytesPerSec: gbBytes(g.BandwidthGBs), BandwidthEstimated: g.BandwidthEstimated, FreeBytes: free})
 	}
 	return out
 }
 
-// gibBytes turns the planner's memory figures (GiB, as plan's gib makes
-// them) into bytes; gbBytes its bandwidths (GB/s, decimal, as datasheets
-// give them) into bytes per second.
-func gibBytes(gb float64) int64 { return int64(math.Round(gb * (1 << 30))) }
-func gbBytes(gb float64) int64  { return int64(math.Round(gb * 1e9)) }
+// gbBytes turns the planner's bandwidths (GB/s, decimal, as datasheets
+// give them) into bytes per second; its memory figures are GiB
+// (plan.Bytes).
+func gbBytes(gb float64) int64 { return int64(math.Round(gb * 1e9)) }

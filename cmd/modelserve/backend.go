@@ -139,6 +139,8 @@ func newKubeFleet(cfg config, store *catalog.Store, log *slog.Logger) (*kubeflee
 		Client: client, Catalog: store, Namespace: cmp.Or(cfg.Namespace, "modelserve"),
 		EngineImage: cfg.EngineImage, VLLMImage: cfg.VLLMImage, FetchImage: cfg.FetchImage, WeightsVolume: cfg.WeightsVolume,
 		MirrorURL: mirrorURL, MirrorDir: filepath.Join(cfg.Data, "mirror"), MirrorToken: cfg.MirrorToken,
-		GPUProductLabel: cfg.GPUProductLabel, DrainTimeout: cfg.DrainTimeout, Residency: residency(cfg.Residency), Log: log.With("part", "fleet", "fleet", "kubernetes"),
+		GPUProductLabel: cfg.GPUProductLabel, DrainTimeout: cfg.DrainTimeout, Residency: residency(cfg.Residency),
+		// Kept free on each node, as on the local fleet's machine.
+		Headroom: fleet.Headroom{RAM: cfg.Headroom, Card: cfg.Headroom}, Log: log.With("part", "fleet", "fleet", "kubernetes"),
 	})
 }

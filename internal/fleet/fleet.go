@@ -525,28 +525,23 @@ func (f *Fleet) EngineKey(id string) string {
 
 // Nodes are the nodes with their memory now and the replicas on each.
 func (f *Fleet) Nodes() []NodeStatus {
+	rooms := f.rooms()
+	out := make([]NodeStatus, len(rooms))
+	for i, r := range rooms {
+		out[i] = r.Status()
+	}
+	return out
+}
+
+// rooms are the nodes' room now (Room).
+func (f *Fleet) rooms() []Room {
 	caps := f.capacities()
+	now := time.Now()
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	out := make([]NodeStatus, 0, len(f.nodes))
+	out := make([]Room, len(f.nodes))
 	for i, n := range f.nodes {
-		a := f.accountLocked(n, caps[i])
-		ns := NodeStatus{
-			Name: n.Name(), CPUCores: caps[i].CPUCores, RAMBytes: caps[i].RAMBytes,
-			AvailableBytes: caps[i].AvailableBytes, FreeBytes: a.free, PromisedBytes: a.promised,
-			HeadroomBytes: caps[i].RAMBytes - a.cap.RAMBytes, CardHeadroomBytes: f.opts.Headroom.Card, Note: caps[i].Note, Replicas: []string{},
-		}
-		for _, c := range caps[i].GPUs {
-			ns.GPUs = append(ns.GPUs, GPUStatus{Index: c.Index, Class: c.Class, MemoryBytes: c.MemoryBytes, Replica: a.cardHolder[c.Index]})
-		}
-		for _, r := range a.holders {
-			ns.Replicas = append(ns.Replicas, r.id)
-			if f.giveLocked(r, catalog.Model{}) == idleGive {
-				ns.Reclaimable = append(ns.Reclaimable, r.id)
-				ns.ReclaimableBytes += r.memBytes
-			}
-		}
-		out = append(out, ns)
+		out[i] = f.roomLocked(n, caps[i], now)
 	}
 	return out
 }

@@ -152,7 +152,7 @@ func Local(cfg LocalConfig) (*LocalNode, error) {
 		n.cores = pn.CPUCores
 	}
 	if n.ram <= 0 {
-		n.ram, n.measured = int64(pn.RAMGB*(1<<30)), true
+		n.ram, n.measured = plan.Bytes(pn.RAMGB), true
 	}
 	if n.gpus == nil {
 		// plan groups the cards by class in nvidia-smi's order, which keeps
@@ -160,7 +160,7 @@ func Local(cfg LocalConfig) (*LocalNode, error) {
 		i := 0
 		for _, g := range pn.GPUs {
 			for range g.Count {
-				n.gpus = append(n.gpus, Card{Index: i, Class: g.Class, MemoryBytes: int64(g.MemoryGB * (1 << 30))})
+				n.gpus = append(n.gpus, Card{Index: i, Class: g.Class, MemoryBytes: plan.Bytes(g.MemoryGB)})
 				i++
 			}
 		}

@@ -131,7 +131,7 @@ func (f *Fleet) reconcile(ctx context.Context, reread bool) {
 	now := time.Now()
 	// The room each model that waits for it keeps from those after it,
 	// and the replicas it waits on, found afresh.
-	kept := claims{}
+	kept := &Kept{}
 	f.owed = Owed{}
 	for _, m := range models {
 		st := f.stateLocked(m, engineErr == nil)
@@ -186,7 +186,7 @@ func (f *Fleet) reconcile(ctx context.Context, reread bool) {
 				st.placement = text
 				// Waiting for replicas to stop and give back their room
 				// is not being unplaceable.
-				st.unplaceable = !strings.HasPrefix(text, makingRoom)
+				st.unplaceable = !strings.HasPrefix(text, Making)
 				if st.unplaceable {
 					f.memWaits.Forget(m.Name)
 				} else {
@@ -268,44 +268,57 @@ func (f *Fleet) stopAll(why string) {
 	}
 }
 
-// account is a node's room as the fleet counts it.
+// account is a node's room as the fleet counts it: its Room, with the
+// replicas holding it.
 type account struct {
+	Room
 	// cap is the node's capacity less the headroom: what it may promise.
-	cap      Capacity
-	kept     int64 // the headroom taken off its RAM
-	promised int64 // to its replicas, stopping ones included
-	// free is what a new replica can be promised: the node's memory less
-	// what is promised, and no more than the kernel has available less
-	// what replicas still loading will take. MemAvailable alone lags: a
-	// replica that has just started has taken almost nothing yet.
-	free       int64
-	stopping   int64 // promised to replicas that are stopping
+	cap        Capacity
 	holders    []*replica
 	cardHolder map[int]string
 }
 
 func (f *Fleet) accountLocked(n Node, c Capacity) account {
-	kept := f.opts.Headroom.keep(c)
-	a := account{cap: kept, kept: c.RAMBytes - kept.RAMBytes, cardHolder: map[int]string{}}
-	c = kept
-	var outstanding int64
+	var promised, outstanding int64
+	a := account{cardHolder: map[int]string{}}
 	for _, r := range f.replicas {
 		if r.released || r.node != n {
 			continue
 		}
 		a.holders = append(a.holders, r)
-		a.promised += r.memBytes
+		promised += r.memBytes
 		outstanding += max(0, r.memBytes-r.rss)
-		if r.stopping {
-			a.stopping += r.memBytes
-		}
 		for _, i := range r.cards {
 			a.cardHolder[i] = r.id
 		}
 	}
 	slices.SortFunc(a.holders, func(x, y *replica) int { return cmp.Or(strings.Compare(x.model, y.model), compareIDs(x.id, y.id)) })
-	a.free = max(0, min(c.RAMBytes-a.promised, c.AvailableBytes-outstanding))
+	a.Room = f.opts.Headroom.Room(n.Name(), c, promised, outstanding)
+	_, a.Local = n.(*LocalNode)
+	a.cap = a.Room.Capacity()
 	return a
+}
+
+// roomLocked is node n's room as the API and the planner see it: with
+// the replicas on it, the cards they hold, and which of them the swap
+// rule would give back for a model that needs their room.
+func (f *Fleet) roomLocked(n Node, c Capacity, now time.Time) Room {
+	a := f.accountLocked(n, c)
+	r := a.Room
+	give := map[string]bool{}
+	for _, h := range a.holders {
+		r.Replicas = append(r.Replicas, h.id)
+		if f.giveLocked(h, catalog.Model{}, now) == idleGive {
+			give[h.id] = true
+			r.Reclaimable = append(r.Reclaimable, h.id)
+			r.ReclaimableBytes += h.memBytes
+		}
+	}
+	for i := range r.Cards {
+		r.Cards[i].Holder = a.cardHolder[r.Cards[i].Index]
+		r.Cards[i].Reclaimable = give[r.Cards[i].Holder]
+	}
+	return r
 }
 
 // cardsFor are the node's cards of p's class with the memory p needs on
@@ -351,15 +364,10 @@ func (f *Fleet) hardwareLocked(m catalog.Model, caps []Capacity) bool {
 	return false
 }
 
-// makingRoom begins the placement text of a model waiting for replicas to
-// stop: it is not unplaceable.
-const makingRoom = "making room"
-
-// placeLocked starts a replica of m where it fits, or says, node by node,
-// what holds it. A critical model that fits nowhere stops opportunistic
-// replicas to make room, and is placed when they have stopped. Room kept
-// for models before it (kept) is not its.
-func (f *Fleet) placeLocked(ctx context.Context, m catalog.Model, caps []Capacity, weights, projector string, kept claims) (*replica, string, bool) {
+// placeLocked starts a replica of m where it fits, or makes room for it
+// (MakeRoom), or says, node by node, what holds it. Room kept for models
+// before it (kept) is not its.
+func (f *Fleet) placeLocked(ctx context.Context, m catalog.Model, caps []Capacity, weights, projector string, kept *Kept) (*replica, string, bool) {
 	profs := profiles(m)
 	if len(profs) == 0 {
 		var engines []string
@@ -369,47 +377,59 @@ func (f *Fleet) placeLocked(ctx context.Context, m catalog.Model, caps []Capacit
 		return nil, fmt.Sprintf("no node can host it: the fleet starts llama.cpp's llama-server and vLLM only, and its profiles want other engines (%s)",
 			strings.Join(engines, ", ")), false
 	}
-	type choice struct {
-		p     catalog.Profile
-		node  int
-		cards []int
-		free  int64
+	now := time.Now()
+	accts := make([]account, len(f.nodes))
+	for i, n := range f.nodes {
+		accts[i] = f.accountLocked(n, caps[i])
+	}
+	wants := make([]Want, len(profs))
+	byID := map[string]*replica{}
+	for i, p := range profs {
+		wants[i] = f.roomWantLocked(m, p, accts, byID, now)
+	}
+	d := MakeRoom(m, wants, kept, now)
+	switch {
+	case d.Fits:
+		p, a := profs[d.Want], accts[d.Spot]
+		var cards []int
+		if p.GPUClass != "" {
+			_, free := cardsFor(p, a)
+			cards = free[:p.Cards()]
+		}
+		return f.startLocked(ctx, m, p, f.nodes[d.Spot], cards, caps, weights, projector), "", true
+	case len(d.Victims) > 0:
+		stopped := make([]string, len(d.Victims))
+		for i, v := range d.Victims {
+			f.giveBackLocked(byID[v.ID], m, now)
+			stopped[i] = v.ID
+		}
+		f.log.Info("giving back replicas to make room", "model", m.Name, "node", d.Node, "replicas", strings.Join(stopped, ", "))
+		return nil, d.Text, false
+	case d.Waits:
+		// Those answering requests asked before its own take none asked
+		// after it meanwhile (Owed).
+		if st := f.models[m.Name]; st != nil {
+			st.waitsForIdle, st.residencyEnds = true, d.Until
+		}
+		if !d.Until.IsZero() {
+			f.wakeAtLocked(d.Until, now)
+		}
+		f.owed.Owe(m.Name, f.askedAtLocked(m.Name), d.Waited)
+		return nil, d.Text, false
+	case d.Text != "":
+		return nil, d.Text, false
 	}
 	var lines []string
 	for _, p := range profs {
-		var best *choice
 		for i, n := range f.nodes {
-			a := f.accountLocked(n, caps[i])
-			c := kept[n.Name()]
-			// What it holds of the node's RAM (all of it on the CPU); on
-			// cards, whole cards with what it holds on each.
-			need := p.RAMBytes
-			if p.GPUClass != "" && a.free-c.ram() >= need {
+			a := accts[i]
+			if p.GPUClass != "" && a.Free-kept.RAM(n.Name()) >= p.RAMBytes {
 				fit, free := cardsFor(p, a)
-				want := p.Cards()
-				if int64(len(free))-c.cardsOf(p.GPUClass) >= int64(want) {
-					if best == nil || len(free) > int(best.free) {
-						best = &choice{p: p, node: i, cards: free[:want], free: int64(len(free))}
-					}
-					continue
-				}
-				lines = append(lines, cardLine(n.Name(), p, a, len(fit), len(free))+c.line(p))
+				lines = append(lines, cardLine(n.Name(), p, a, len(fit), len(free))+kept.Line(n.Name(), p))
 				continue
 			}
-			if a.free-c.ram() >= need {
-				if best == nil || a.free > best.free {
-					best = &choice{p: p, node: i, free: a.free}
-				}
-				continue
-			}
-			lines = append(lines, memLine(n.Name(), need, a)+c.line(p))
+			lines = append(lines, memLine(n.Name(), p.RAMBytes, a)+kept.Line(n.Name(), p))
 		}
-		if best != nil {
-			return f.startLocked(ctx, m, best.p, f.nodes[best.node], best.cards, caps, weights, projector), "", true
-		}
-	}
-	if text, ok := f.makeRoomLocked(m, profs, caps, kept); ok {
-		return nil, text, false
 	}
 	if !f.hardwareLocked(m, caps) {
 		return nil, "no node could ever host it, busy or idle:\n" + strings.Join(lines, "\n"), false
@@ -417,15 +437,57 @@ func (f *Fleet) placeLocked(ctx context.Context, m catalog.Model, caps []Capacit
 	return nil, strings.Join(lines, "\n"), false
 }
 
+// roomWantLocked is what m finds on the nodes (accts) for a replica of
+// p, as MakeRoom weighs it: on cards, whole cards of p's class with the
+// memory p needs on each, else bytes of RAM. byID gets the replicas the
+// holders are.
+func (f *Fleet) roomWantLocked(m catalog.Model, p catalog.Profile, accts []account, byID map[string]*replica, now time.Time) Want {
+	w := Want{Profile: p, Need: p.RAMBytes}
+	if p.GPUClass != "" {
+		w.Need = int64(p.Cards())
+	}
+	for i, n := range f.nodes {
+		a := accts[i]
+		s := Spot{Node: n.Name(), Exists: exists(p, a), Free: a.Free, RAM: a.Free}
+		var fit []int
+		if p.GPUClass != "" {
+			var free []int
+			fit, free = cardsFor(p, a)
+			s.Free = int64(len(free))
+		}
+		for _, r := range a.holders {
+			h := r.memBytes
+			if p.GPUClass != "" {
+				h = 0
+				for _, c := range r.cards {
+					if slices.Contains(fit, c) {
+						h++
+					}
+				}
+			}
+			if h == 0 {
+				continue
+			}
+			if r.stopping {
+				s.Going = append(s.Going, Going{ID: r.id, Held: h, For: r.evictedFor})
+				continue
+			}
+			if hr := f.holderLocked(r, m, h, now); hr != nil {
+				s.Holders = append(s.Holders, *hr)
+				byID[r.id] = r
+			}
+		}
+		w.Spots = append(w.Spots, s)
+	}
+	return w
+}
+
 // memLine says why a node has no room for need bytes.
 func memLine(node string, need int64, a account) string {
 	if a.cap.RAMBytes < need {
-		if a.kept > 0 {
-			return fmt.Sprintf("node %s: needs %s, it has %s in all once %s is kept free for the system (--headroom)", node, words.Size(need), words.Size(a.cap.RAMBytes), words.Size(a.kept))
-		}
-		return fmt.Sprintf("node %s: needs %s, it has %s in all", node, words.Size(need), words.Size(a.cap.RAMBytes))
+		return KeptLine(node, need, a.cap.RAMBytes, a.Kept)
 	}
-	s := fmt.Sprintf("node %s: needs %s, %s free", node, words.Size(need), words.Size(a.free))
+	s := fmt.Sprintf("node %s: needs %s, %s free", node, words.Size(need), words.Size(a.Free))
 	for _, r := range a.holders {
 		s += fmt.Sprintf("; replica %s of %s uses %s", r.id, r.model, words.Size(r.memBytes))
 		if r.stopping {
@@ -440,7 +502,7 @@ func memLine(node string, need int64, a account) string {
 
 // cardLine says why a node has no cards for p.
 func cardLine(node string, p catalog.Profile, a account, fit, free int) string {
-	want := max(p.GPUsPerNode, 1)
+	want := p.Cards()
 	if fit < want {
 		return fmt.Sprintf("node %s: needs %d %s %s with %s each, it has %d", node, want, p.GPUClass,
 			words.Plural(want, "card", "cards"), words.Size(p.CardBytes), fit)
@@ -452,139 +514,6 @@ func cardLine(node string, p catalog.Profile, a account, fit, free int) string {
 		}
 	}
 	return s
-}
-
-// makeRoomLocked finds room for m that replicas stopping will give back,
-// or that replicas given back (swap.go) will: it stops as few as will do,
-// and says what it waits for. A model whose room is held by replicas that
-// will be given back once idle waits for them too: it is not unplaceable,
-// and those answering requests asked before its own take none asked
-// after it meanwhile (Owed).
-// What of the room models before m keep (kept) is not m's, and m keeps
-// from those after it what it waits for (Keeps).
-func (f *Fleet) makeRoomLocked(m catalog.Model, profs []catalog.Profile, caps []Capacity, kept claims) (string, bool) {
-	now := time.Now()
-	var busyText string
-	var busyKeep func()
-	var waited []string
-	var resident time.Time
-	for _, p := range profs {
-		for i, n := range f.nodes {
-			a := f.accountLocked(n, caps[i])
-			if !exists(p, a) {
-				continue
-			}
-			var have, need int64
-			var stopping, busy []*replica
-			var holders []Holder
-			var waitLater int64
-			var fit []int
-			if p.GPUClass != "" {
-				var free []int
-				fit, free = cardsFor(p, a)
-				have, need = int64(len(free)), int64(max(p.GPUsPerNode, 1))
-			} else {
-				have, need = a.free, p.RAMBytes
-			}
-			c := kept[n.Name()]
-			claimed := c.of(p)
-			have -= claimed
-			// What r holds of what m needs on this node.
-			held := func(r *replica) int64 {
-				if p.GPUClass == "" {
-					return r.memBytes
-				}
-				k := int64(0)
-				for _, c := range r.cards {
-					if slices.Contains(fit, c) {
-						k++
-					}
-				}
-				return k
-			}
-			// What stops for m alone, and what replicas stopping for
-			// models asked for before m give back, each, once those are
-			// done with it: with the holders, what m keeps from the
-			// models after it (Keeps).
-			var mine int64
-			var othersStopping []int64
-			byID := map[string]*replica{}
-			for _, r := range a.holders {
-				h := held(r)
-				if h == 0 {
-					continue
-				}
-				if r.stopping && (r.evictedFor == "" || r.evictedFor == m.Name) {
-					have += h
-					if r.evictedFor == m.Name {
-						mine += h
-					}
-					stopping = append(stopping, r)
-					continue
-				}
-				if r.stopping {
-					// Its room is another model's, asked for before m: m's
-					// turn comes once that one is idle in its turn.
-					waitLater += h
-					othersStopping = append(othersStopping, h)
-					busy = append(busy, r)
-					continue
-				}
-				if hr := f.holderLocked(r, m, h); hr != nil {
-					holders = append(holders, *hr)
-					byID[r.id] = r
-					if giveFor(*hr, m) == busyGive {
-						busy = append(busy, r)
-					}
-				}
-			}
-			if have >= need && len(stopping) > 0 {
-				kept.keep(n.Name(), p, m, need-mine)
-				return fmt.Sprintf("%s on node %s: waiting for %s to stop", makingRoom, n.Name(), ids(stopping)), true
-			}
-			victims, all, ok := Victims(holders, m, have, need)
-			if !ok {
-				if have+claimed+all+waitLater >= need && busyText == "" {
-					why, until := Residing(holders, m, now)
-					switch {
-					case why != "":
-						busyText, resident = fmt.Sprintf("%s on node %s: waiting: %s", makingRoom, n.Name(), why), until
-					case len(busy) == 0:
-						busyText = fmt.Sprintf("%s on node %s: waiting behind %s", makingRoom, n.Name(), c.keptFor())
-					default:
-						busyText = fmt.Sprintf("%s on node %s: waiting for %s to finish the requests %s%s",
-							makingRoom, n.Name(), ids(busy), words.Plural(len(busy), "it answers", "they answer"), c.line(p))
-					}
-					node, amount := n.Name(), Keeps(holders, m, have, claimed, need, othersStopping...)-mine
-					busyKeep = func() { kept.keep(node, p, m, amount) }
-					waited = Waited(holders, m)
-				}
-				continue
-			}
-			var stopped []*replica
-			for _, v := range victims {
-				r := byID[v.ID]
-				f.giveBackLocked(r, m, now)
-				stopped = append(stopped, r)
-				mine += v.Held
-			}
-			kept.keep(n.Name(), p, m, need-mine)
-			f.log.Info("giving back replicas to make room", "model", m.Name, "node", n.Name(), "replicas", ids(stopped))
-			return fmt.Sprintf("%s on node %s: giving back %s", makingRoom, n.Name(), ids(stopped)), true
-		}
-	}
-	if busyText != "" {
-		if st := f.models[m.Name]; st != nil {
-			st.waitsForIdle, st.residencyEnds = true, resident
-		}
-		if !resident.IsZero() {
-			f.wakeAtLocked(resident, now)
-		}
-		busyKeep()
-		f.owed.Owe(m.Name, f.askedAtLocked(m.Name), waited)
-		return busyText, true
-	}
-	return "", false
 }
 
 // wakeAtLocked has the fleet look again at at, when a residency a model
@@ -600,14 +529,6 @@ func (f *Fleet) wakeAtLocked(at, now time.Time) {
 		return
 	}
 	f.resides.Reset(at.Sub(now))
-}
-
-func ids(rs []*replica) string {
-	s := make([]string, len(rs))
-	for i, r := range rs {
-		s[i] = r.id
-	}
-	return strings.Join(s, ", ")
 }
 
 // startLocked creates a replica of m with profile p on node and starts its

@@ -16,7 +16,7 @@ import (
 // served on demand, as an operator with one machine and five models
 // expects: the least recently used first, as few as will do, opportunistic
 // before standard. This is the one rule of which replica may be stopped to
-// make room (makeRoomLocked asks it); never a critical model's, never one
+// make room (MakeRoom asks it); never a critical model's, never one
 // its model's Scaling.Min keeps, never one answering or about to answer a
 // request. Requests waiting for room are served in the order they came:
 // models are placed in the order they were first asked for, a busy
@@ -281,7 +281,7 @@ func GiveBackWhy(h Holder, asker catalog.Model, now time.Time) (reason, why stri
 
 // holderLocked is r as the swap rule sees it, for m: nil for one that is
 // never given back (stopping, gone, or of a model the fleet forgot).
-func (f *Fleet) holderLocked(r *replica, m catalog.Model, held int64) *Holder {
+func (f *Fleet) holderLocked(r *replica, m catalog.Model, held int64, now time.Time) *Holder {
 	st := f.models[r.model]
 	if r.stopping || r.released || st == nil {
 		return nil
@@ -290,13 +290,13 @@ func (f *Fleet) holderLocked(r *replica, m catalog.Model, held int64) *Holder {
 	h := &Holder{ID: r.id, Model: r.model, Class: st.class, Min: st.min, Held: held, Ready: r.state == Ready,
 		Busy: r.state != Ready || r.holds > 0 || d != nil && d.asks.Len() > 0, LastUsed: f.lastUsedLocked(r)}
 	h.Place(f.askedAtLocked(r.model), f.askedAtLocked(m.Name))
-	h.Reside(r.readyAt, r.readyAt.Sub(r.started), r.usedAt, f.opts.Residency, time.Now())
+	h.Reside(r.readyAt, r.readyAt.Sub(r.started), r.usedAt, f.opts.Residency, now)
 	return h
 }
 
 // giveLocked is what r is to m, which needs its room.
-func (f *Fleet) giveLocked(r *replica, m catalog.Model) give {
-	h := f.holderLocked(r, m, r.memBytes)
+func (f *Fleet) giveLocked(r *replica, m catalog.Model, now time.Time) give {
+	h := f.holderLocked(r, m, r.memBytes, now)
 	if h == nil {
 		return keep
 	}
@@ -316,7 +316,7 @@ func (f *Fleet) lastUsedLocked(r *replica) time.Time {
 // was asked of r's model: it wants no replica again until it is asked for
 // again, or two models would take the room from each other for ever.
 func (f *Fleet) giveBackLocked(r *replica, m catalog.Model, now time.Time) {
-	h := f.holderLocked(r, m, r.memBytes)
+	h := f.holderLocked(r, m, r.memBytes, now)
 	if h == nil {
 		return
 	}

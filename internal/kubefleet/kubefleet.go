@@ -29,6 +29,7 @@ import (
 	"io"
 	"log/slog"
 	"maps"
+	"strings"
 	"sync"
 	"time"
 
@@ -98,6 +99,12 @@ type Options struct {
 	// fleet.DefaultResidency unless set; negative keeps none
 	// (--residency).
 	Residency time.Duration
+	// Headroom is what the fleet keeps free of each node's allocatable
+	// memory, and of each card's, for the system and other programs, as
+	// the local fleet keeps it (fleet.Headroom, --headroom): the
+	// scheduler counts only what pods request, and would place a pod in
+	// it.
+	Headroom fleet.Headroom
 	// Resync is how often the informers replay every object, which
 	// reconciles every model again: 30 s unless set.
 	Resync time.Duration
@@ -684,6 +691,12 @@ func (f *Fleet) reconcile(ctx context.Context, m catalog.Model, models []catalog
 	// room left for it, and its wait for memory was dropped untallied.
 	obs = observe(f.modelPods(m.Name), f.opts.MaxFailures, pk.failed)
 	switch {
+	case making != "" && !strings.HasPrefix(making, fleet.Making):
+		// Held back from the headroom: nothing it waits for will give it
+		// room.
+		h.Unplaceable, h.Placement = true, making
+		f.memWaits.Forget(m.Name)
+		f.setMadeRoom(m.Name, false)
 	case making != "":
 		// Waiting for room being made is not being unplaceable.
 		h.Placement = making

@@ -15,15 +15,17 @@ import (
 )
 
 // node is one node's room as the scheduler counts it: allocatable less
-// what the pods bound to it request.
+// what the pods bound to it request, with the fleet's headroom kept off
+// its memory (mem) as the local fleet keeps it off a machine's.
 type node struct {
 	name                      string
-	cpu, mem, gpus            int64 // allocatable
+	cpu, mem, gpus            int64 // allocatable, mem less the headroom
 	cpuUsed, memUsed, gpuUsed int64 // requested
 	product                   string
 	class                     string
-	cardGB                    float64
-	ours                      []string
+	// room is the node's room as the fleet shows it (fleet.Room).
+	room fleet.Room
+	ours []string
 }
 
 // room reads every node and pod from the caches.
@@ -35,14 +37,16 @@ func (f *Fleet) room() []node {
 	pods, _ := f.pods.List(labels.Everything())
 	byName := map[string]*node{}
 	out := make([]node, 0, len(ns))
+	cards := map[string]int64{}
 	for _, n := range ns {
 		a := n.Status.Allocatable
 		gpus := a[f.opts.GPUResource]
 		product := n.Labels[f.opts.GPUProductLabel]
 		out = append(out, node{
 			name: n.Name, cpu: a.Cpu().Value(), mem: a.Memory().Value(), gpus: gpus.Value(),
-			product: product, class: classOf(product), cardGB: cardGB(n, product),
+			product: product, class: classOf(product),
 		})
+		cards[n.Name] = cardBytes(n, product)
 	}
 	for i := range out {
 		byName[out[i].name] = &out[i]
@@ -59,6 +63,18 @@ func (f *Fleet) room() []node {
 		if p.Namespace == f.opts.Namespace && p.Labels[labelManagedBy] == managedBy {
 			n.ours = append(n.ours, p.Name)
 		}
+	}
+	for i := range out {
+		n := &out[i]
+		c := fleet.Capacity{CPUCores: int(n.cpu), RAMBytes: n.mem, AvailableBytes: n.mem - n.memUsed}
+		for j := range n.gpus {
+			c.GPUs = append(c.GPUs, fleet.Card{Index: int(j), Class: n.class, MemoryBytes: cards[n.name]})
+		}
+		// What pods request is what the scheduler counts: all of it is
+		// taken already.
+		n.room = f.opts.Headroom.Room(n.name, c, n.memUsed, 0)
+		n.room.Replicas = slices.Clone(n.ours)
+		n.mem -= n.room.Kept
 	}
 	slices.SortFunc(out, func(a, b node) int { return strings.Compare(a.name, b.name) })
 	return out
@@ -98,14 +114,15 @@ func classOf(product string) string {
 	return name
 }
 
-// cardGB is a card's memory: GPU feature discovery's nvidia.com/gpu.memory
-// label (MiB) when the node has it, else the class's.
-func cardGB(n *corev1.Node, product string) float64 {
-	if mib, err := strconv.ParseFloat(n.Labels["nvidia.com/gpu.memory"], 64); err == nil && mib > 0 {
-		return mib / 1024
+// cardBytes is a card's memory: GPU feature discovery's
+// nvidia.com/gpu.memory label (MiB) when the node has it, else the
+// class's.
+func cardBytes(n *corev1.Node, product string) int64 {
+	if mib, err := strconv.ParseInt(n.Labels["nvidia.com/gpu.memory"], 10, 64); err == nil && mib > 0 {
+		return mib << 20
 	}
 	if c, ok := plan.LookupClass(classOf(product)); ok {
-		return c.MemoryGB
+		return plan.Bytes(c.MemoryGB)
 	}
 	return 0
 }
@@ -131,13 +148,10 @@ func (f *Fleet) products(class string) []string {
 }
 
 // hardwareExists is whether some node could host one of m's profiles,
-// were it idle.
+// were it idle, the headroom kept.
 func (f *Fleet) hardwareExists(m catalog.Model) bool {
 	for _, n := range f.room() {
-		c := fleet.Capacity{CPUCores: int(n.cpu), RAMBytes: n.mem}
-		for range n.gpus {
-			c.GPUs = append(c.GPUs, fleet.Card{Class: n.class, MemoryBytes: int64(n.cardGB * (1 << 30))})
-		}
+		c := n.room.Capacity()
 		for _, p := range m.Profiles {
 			p.GPUClass = classOf(p.GPUClass)
 			if fleet.CouldHost(p, c) {
@@ -148,64 +162,47 @@ func (f *Fleet) hardwareExists(m catalog.Model) bool {
 	return false
 }
 
-// Nodes are the cluster's nodes with what their pods request, and what
-// the pods the swap rule would give back hold (swap.go).
-func (f *Fleet) Nodes() []fleet.NodeStatus {
-	rs, give := f.room(), f.reclaimable()
-	out := make([]fleet.NodeStatus, 0, len(rs))
+// rooms are the nodes' room (fleet.Room), with what the pods the swap
+// rule would give back hold (swap.go).
+func (f *Fleet) rooms() []fleet.Room {
+	rs := f.room()
+	if len(rs) == 0 {
+		return nil // not running yet: the caches are not there to read
+	}
+	give := f.reclaimable()
+	out := make([]fleet.Room, 0, len(rs))
 	for _, n := range rs {
-		free := max(n.mem-n.memUsed, 0)
-		ns := fleet.NodeStatus{
-			Name: n.name, CPUCores: int(n.cpu), RAMBytes: n.mem,
-			AvailableBytes: free, FreeBytes: free, PromisedBytes: n.memUsed, Replicas: slices.Clone(n.ours),
-			Reclaimable: give[n.name].pods, ReclaimableBytes: give[n.name].mem,
-		}
-		if ns.Replicas == nil {
-			ns.Replicas = []string{}
-		}
-		for i := range n.gpus {
-			g := fleet.GPUStatus{Index: int(i), Class: n.class, MemoryBytes: int64(n.cardGB * (1 << 30))}
-			if i < n.gpuUsed {
-				g.Replica = "in use"
+		r, g := n.room, give[n.name]
+		r.Reclaimable, r.ReclaimableBytes = g.pods, g.mem
+		// Pods do not say which of a node's cards they hold: the first
+		// are held, the last of those by pods that would be given back.
+		for i := range r.Cards {
+			if j := int64(i); j < n.gpuUsed {
+				r.Cards[i].Holder, r.Cards[i].Reclaimable = "in use", j >= n.gpuUsed-g.gpus
 			}
-			ns.GPUs = append(ns.GPUs, g)
 		}
-		out = append(out, ns)
+		out = append(out, r)
 	}
 	return out
 }
 
-// Pool is the cluster's nodes as the planner sees them: allocatable less
-// what pods request, so the plan and the scheduler decide on the same
-// figures, with what the pods of idle models on demand would give back
-// for a model that needs their room, as the local fleet's pool counts it.
+// Nodes are the cluster's nodes with what their pods request (rooms).
+func (f *Fleet) Nodes() []fleet.NodeStatus {
+	out := []fleet.NodeStatus{}
+	for _, r := range f.rooms() {
+		out = append(out, r.Status())
+	}
+	return out
+}
+
+// Pool is the cluster's nodes as the planner sees them (fleet.Room's
+// PlanNode): allocatable less what pods request, so the plan and the
+// scheduler decide on the same figures, the headroom kept, as the local
+// fleet's pool counts it.
 func (f *Fleet) Pool() []plan.Node {
 	out := []plan.Node{}
-	give := f.reclaimable()
-	for _, n := range f.room() {
-		g := give[n.name]
-		n.memUsed, n.gpuUsed = max(n.memUsed-g.mem, 0), max(n.gpuUsed-g.gpus, 0)
-		pn := plan.Node{
-			Name: n.name, CPUCores: int(n.cpu), RAMGB: gib(n.mem), FreeRAMGB: gib(max(n.mem-n.memUsed, 0)),
-			CPUBandwidthGBs: plan.DefaultCPUBandwidthGBs, GPUs: []plan.GPU{},
-		}
-		if n.gpus > 0 {
-			g := plan.GPU{Class: n.class, Count: int(n.gpus), MemoryGB: n.cardGB}
-			if c, ok := plan.LookupClass(n.class); ok {
-				g.BandwidthGBs = c.BandwidthGBs
-			} else {
-				g.BandwidthGBs, g.BandwidthEstimated = plan.UnknownCardBandwidthGBs, true
-			}
-			for i := range n.gpus {
-				free := n.cardGB
-				if i < n.gpuUsed {
-					free = 0
-				}
-				g.FreeGB = append(g.FreeGB, free)
-			}
-			pn.GPUs = append(pn.GPUs, g)
-		}
-		out = append(out, pn)
+	for _, r := range f.rooms() {
+		out = append(out, r.PlanNode())
 	}
 	return out
 }
@@ -221,8 +218,6 @@ func (f *Fleet) NodeCPUs(memGB int) []int {
 	}
 	return out
 }
-
-func gib(b int64) float64 { return float64(b) / (1 << 30) }
 
 // demand is what the gateway has asked of a model lately (Use): asks are
 // its requests being served now, by when each was asked (its place among

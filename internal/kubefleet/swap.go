@@ -17,7 +17,10 @@ import (
 
 // Swapping, as the local fleet does it: a model asked for that no node
 // has room for takes the room of idle pods of models served on demand.
-// Which pods go is the local fleet's one rule (fleet.Victims): least
+// Whether it fits, whom it gives back, what it waits for and what its
+// placement says are decided by the fleet's one rule (fleet.MakeRoom),
+// which the local fleet asks too: this file tells it the nodes and the
+// pods (roomWant) and acts on what it decides. Which pods go: least
 // recently used first, as few as will do, opportunistic before standard,
 // never a model's that its Scaling.Min keeps, never one answering a
 // request. Their models are forgotten as asked for, so their Deployments
@@ -161,50 +164,48 @@ func (f *Fleet) holdings(byName map[string]catalog.Model) []holding {
 	return out
 }
 
-// goingRoom is what the pods going on a node will give back, as a model
-// that wants room counts it, as the local fleet counts its replicas
-// stopping: now is the room of those given back for it, or for none in
-// particular, which it has now; mine is the part given back for it, which
-// it keeps already (it is no node's free room); others are what each pod
-// given back for another model holds, which comes back to this one only
-// once that model is done with it (fleet.Keeps' stopping). Counted as its
-// own, a model asked for later would take the room freed for the first.
-type goingRoom struct {
-	now, mine int64
-	others    []int64
-}
-
-// holders are the holdings by node as the swap rule sees them for model
-// asker, whose oldest waiting request was asked at waits, holding what a
-// pod of p needs (memory, or cards), and what those going will give back
-// on each node, for asker or for others.
-func holders(hs []holding, p catalog.Profile, asker string, waits time.Time) (map[string][]fleet.Holder, map[string]goingRoom) {
-	out, going := map[string][]fleet.Holder{}, map[string]goingRoom{}
+// roomWant is what model asker, whose oldest waiting request was asked
+// at waits, finds on nodes for a pod of p, as fleet.MakeRoom weighs it:
+// what a pod of p needs (memory, or cards) free on each node, the pods
+// going there with whom they were given back for, and the others as the
+// swap rule sees them for asker (fleet.Victims). The room of pods given
+// back for a model is that model's as they go: the models after it count
+// it as coming back to them only once it is done with it.
+func roomWant(hs []holding, p catalog.Profile, nodes []node, asker string, waits time.Time) fleet.Want {
+	w := fleet.Want{Profile: p, Need: p.RAMBytes}
+	if p.GPUClass != "" {
+		w.Need = int64(p.Cards())
+	}
+	at := map[string]int{}
+	for i, n := range nodes {
+		s := fleet.Spot{Node: n.name, Exists: fits(p, n, false), Free: n.mem - n.memUsed, RAM: n.mem - n.memUsed,
+			Short: n.cpu-n.cpuUsed < int64(p.CPUCores)}
+		if p.GPUClass != "" {
+			s.Free = n.gpus - n.gpuUsed
+		}
+		at[n.name] = i
+		w.Spots = append(w.Spots, s)
+	}
 	for _, h := range hs {
+		i, ok := at[h.node]
+		if !ok {
+			continue
+		}
 		h.Held = h.mem
 		if p.GPUClass != "" {
 			h.Held = h.gpus
 		}
 		h.Place(h.asked, waits)
+		s := &w.Spots[i]
 		switch {
 		case h.Held == 0:
 		case h.going:
-			g := going[h.node]
-			switch h.givenFor {
-			case "":
-				g.now += h.Held
-			case asker:
-				g.now += h.Held
-				g.mine += h.Held
-			default:
-				g.others = append(g.others, h.Held)
-			}
-			going[h.node] = g
+			s.Going = append(s.Going, fleet.Going{ID: h.ID, Held: h.Held, For: h.givenFor})
 		default: // the swap rule says which may go (fleet.Victims)
-			out[h.node] = append(out[h.node], h.Holder)
+			s.Holders = append(s.Holders, h.Holder)
 		}
 	}
-	return out, going
+	return w
 }
 
 // giveable is what a node could give a new model: what the pods the swap
@@ -235,15 +236,15 @@ func (f *Fleet) reclaimable() map[string]giveable {
 	return out
 }
 
-// makeRoom gives back, by the swap rule, the idle on-demand models whose
-// pods hold the room m needs for the pods it wants, when no node has room
-// for one of its preferred profile (the one its wanted pods are asked of
-// first: the others take only those the scheduler could not place). It
-// returns the models given back (their Deployments are to be scaled to 0
-// before m's is scaled up), what m waits for ("" when it waits for
-// nothing of ours: there is room, or none can be made), and hold: m's
-// Deployment is not to be raised past the pods placed, for the room it
-// could take now is kept for models before it (keptBefore).
+// makeRoom acts on what the fleet's one rule (fleet.MakeRoom) decides
+// for m when it wants more pods than are placed, for its preferred
+// profile (the one its wanted pods are asked of first: the others take
+// only those the scheduler could not place). It returns the models given
+// back (their Deployments are to be scaled to 0 before m's is scaled
+// up), m's placement ("" when it waits for nothing of ours: there is
+// room, or none can be made), and hold: m's Deployment is not to be
+// raised past the pods placed, for the room it could take now is kept
+// for models before it (keptBefore), or for the headroom.
 func (f *Fleet) makeRoom(m catalog.Model, want int, models []catalog.Model, now time.Time) (given []catalog.Model, text string, hold bool) {
 	if len(m.Profiles) == 0 || !f.wantsRoom(m, want) {
 		f.setWaiting(m.Name, false)
@@ -261,9 +262,9 @@ func (f *Fleet) makeRoom(m catalog.Model, want int, models []catalog.Model, now 
 		// Given back for a model asked for before it, and one asked for
 		// before it waits still: its turn comes after.
 		f.setWaiting(m.Name, false)
-		return nil, fmt.Sprintf("making room: waiting for %s, asked for before it, to be placed", first), false
+		return nil, fmt.Sprintf("%s: waiting for %s, asked for before it, to be placed", fleet.Making, first), false
 	}
-	p := m.Profiles[byPriority(m)[0]]
+	p := keptProfile(m.Profiles[byPriority(m)[0]])
 	nodes := f.room()
 	byName := make(map[string]catalog.Model, len(models))
 	for _, mm := range models {
@@ -272,152 +273,65 @@ func (f *Fleet) makeRoom(m catalog.Model, want int, models []catalog.Model, now 
 	all := f.holdings(byName)
 	kept := f.keptBefore(m, models, nodes, all, now)
 	asked := f.oldestAsk(m.Name)
-	hs, going := holders(all, p, m.Name, asked)
-	o := look(m, p, nodes, hs, going, kept, now)
-	f.setWaiting(m.Name, o.waits)
+	d := fleet.MakeRoom(m, []fleet.Want{roomWant(all, p, nodes, m.Name, asked)}, kept, now)
+	f.setWaiting(m.Name, d.Waits)
 	f.mu.Lock()
-	if o.resident.IsZero() {
+	if d.Until.IsZero() {
 		delete(f.keptFrom, m.Name)
 	} else {
-		f.keptFrom[m.Name] = o.resident
+		f.keptFrom[m.Name] = d.Until
 	}
 	f.mu.Unlock()
-	if !o.resident.IsZero() {
+	if !d.Until.IsZero() {
 		// Looked at again the moment the residency ends, not at a
 		// resync.
-		f.queue.AddAfter(m.Name, o.resident.Sub(now))
+		f.queue.AddAfter(m.Name, d.Until.Sub(now))
 	}
-	f.owe(m.Name, asked, o.waited)
-	if len(o.victims) > 0 {
-		given = f.giveBack(o.victims, m, byName, now)
-		f.log.Info("giving back models' pods to make room", "model", m.Name, "node", o.node, "pods", podIDs(o.victims))
+	f.owe(m.Name, asked, d.Waited)
+	if len(d.Victims) > 0 {
+		given = f.giveBack(d.Victims, m, byName, now)
+		f.log.Info("giving back models' pods to make room", "model", m.Name, "node", d.Node, "pods", podIDs(d.Victims))
 	}
-	return given, o.text, o.hold
-}
-
-// outlook is what a model that wants room finds on the nodes in its turn,
-// the room the models before it keep (fleet.Kept) not being its.
-type outlook struct {
-	// node is where its pod fits now, where room is made for it, or
-	// where it waits for busy pods; "" when none can be made.
-	node string
-	// victims are the pods to give back on node for it.
-	victims []fleet.Holder
-	// waits is whether it waits for busy pods to fall idle, or for the
-	// models before it, and text says what it waits for; waited are the
-	// busy pods it waits on that answer requests asked before its own
-	// (fleet.Waited), which take none asked after it meanwhile.
-	waits  bool
-	text   string
-	waited []string
-	// resident is, when it waits for pods kept for their residency
-	// (fleet.Residing), when the first of those residencies ends.
-	resident time.Time
-	// keep is what of node's room it keeps from the models after it:
-	// all it needs where it fits or room is made for it, else what of
-	// the room it has now it cannot spare (fleet.Keeps).
-	keep int64
-	// hold is whether its Deployment stays at the pods placed: room it
-	// could take now is kept for models before it, or room it waits for
-	// is being given back for one, and a pod of it waiting for the
-	// scheduler could take that room as it came free.
-	hold bool
-}
-
-// look is what m finds for a pod of its profile p on nodes: hs are their
-// holders and going what pods given back already will free, for m or for
-// others (holders), and kept the room models before m keep, as of now.
-// The room of pods given back for m is m's already: it keeps of the rest
-// of a node's room only what that does not cover.
-func look(m catalog.Model, p catalog.Profile, nodes []node, hs map[string][]fleet.Holder, going map[string]goingRoom, kept *fleet.Kept, now time.Time) outlook {
-	kp := keptProfile(p)
-	need := p.RAMBytes
-	if p.GPUClass != "" {
-		need = int64(p.Cards())
-	}
-	// Where it fits now: the node with the most memory free, as the
-	// scheduler spreads pods by default.
-	best := -1
-	for i, n := range nodes {
-		if fitsKept(p, n, kept) && (best < 0 || n.mem-n.memUsed > nodes[best].mem-nodes[best].memUsed) {
-			best = i
+	if !d.Fits && d.Text == "" {
+		if text := f.headroomText(m, p, nodes); text != "" {
+			return nil, text, true
 		}
 	}
-	if best >= 0 {
-		return outlook{node: nodes[best].name, keep: need}
-	}
-	var o outlook
-	claimedAny, othersAny := false, false
+	return given, d.Text, d.Hold
+}
+
+// headroomText says why m's pod of p is held back from the room the
+// headroom keeps free on nodes (Options.Headroom), node by node, when
+// the scheduler, which counts only what pods request, would place it
+// there: now, or once the node is idle while no node can ever host it
+// with the headroom kept (as the local fleet says, "no node could ever
+// host it"). "" when the headroom is not what holds it: the scheduler's
+// own words say what does.
+func (f *Fleet) headroomText(m catalog.Model, p catalog.Profile, nodes []node) string {
+	var lines []string
+	now, ever := false, false
 	for _, n := range nodes {
-		if !fits(p, n, false) {
+		if n.room.Kept <= 0 {
 			continue
 		}
-		have := n.mem - n.memUsed
-		if p.GPUClass != "" {
-			have = n.gpus - n.gpuUsed
-		}
-		claimed := kept.Of(n.name, kp)
-		claimedAny = claimedAny || claimed > 0
-		have -= claimed
-		g := going[n.name]
-		have += g.now
-		if have >= need && g.now > 0 {
-			return outlook{node: n.name, keep: need - g.mine, text: fmt.Sprintf("making room on node %s: waiting for pods given back to stop", n.name)}
-		}
-		victims, all, ok := fleet.Victims(hs[n.name], m, have, need)
-		if !ok {
-			var others int64
-			for _, h := range g.others {
-				others += h
-			}
-			if have+claimed+all+others >= need && !o.waits {
-				o = outlook{node: n.name, waits: true, text: waitText(m, n.name, hs[n.name], kept, kp), waited: fleet.Waited(hs[n.name], m),
-					keep: fleet.Keeps(hs[n.name], m, have, claimed, need, g.others...) - g.mine}
-				if why, until := fleet.Residing(hs[n.name], m, now); why != "" {
-					o.text, o.resident = fmt.Sprintf("making room on node %s: waiting: %s", n.name, why), until
-				}
-				othersAny = others > 0
-			}
-			continue
-		}
-		if len(victims) == 0 {
-			continue // its memory or cards would do; something else (its cores) is short
-		}
-		return outlook{node: n.name, victims: victims, keep: need - g.mine,
-			text: fmt.Sprintf("making room on node %s: giving back %s", n.name, podIDs(victims))}
-	}
-	o.hold = o.waits && (claimedAny || othersAny)
-	return o
-}
-
-// waitText says what m waits for on node: the busy pods of others there,
-// and what of the room the models before it keep, in the local fleet's
-// words.
-func waitText(m catalog.Model, node string, hs []fleet.Holder, kept *fleet.Kept, kp catalog.Profile) string {
-	var busy []string
-	for _, h := range hs {
-		if h.Busy && h.Model != m.Name {
-			busy = append(busy, h.ID)
+		all := n
+		all.mem += n.room.Kept
+		now = now || fits(p, all, true)
+		ever = ever || fits(p, all, false)
+		if n.mem < p.RAMBytes {
+			lines = append(lines, fleet.KeptLine(n.name, p.RAMBytes, n.mem, n.room.Kept))
+		} else {
+			lines = append(lines, fmt.Sprintf("node %s: needs %s, %s free once %s is kept free for the system (--headroom)",
+				n.name, words.Size(p.RAMBytes), words.Size(max(n.mem-n.memUsed, 0)), words.Size(n.room.Kept)))
 		}
 	}
 	switch {
-	case len(busy) > 0:
-		return fmt.Sprintf("making room on node %s: waiting for %s to finish the requests %s%s",
-			node, strings.Join(busy, ", "), words.Plural(len(busy), "it answers", "they answer"), kept.Line(node, kp))
-	case kept.For(node) != "":
-		return fmt.Sprintf("making room on node %s: waiting behind %s", node, kept.For(node))
+	case !f.hardwareExists(m) && ever:
+		return "no node could ever host it, busy or idle:\n" + strings.Join(lines, "\n")
+	case now:
+		return strings.Join(lines, "\n")
 	}
-	return fmt.Sprintf("making room on node %s: waiting for pods given back to stop", node)
-}
-
-// fitsKept is whether node n has room for a pod of p now, less what the
-// models before it keep there.
-func fitsKept(p catalog.Profile, n node, kept *fleet.Kept) bool {
-	n.memUsed += kept.RAM(n.name)
-	if p.GPUClass != "" {
-		n.gpuUsed += kept.Of(n.name, keptProfile(p))
-	}
-	return fits(p, n, true)
+	return ""
 }
 
 // keptProfile is p as the room kept is counted by: its cards by the class
@@ -447,10 +361,14 @@ func (f *Fleet) keptBefore(m catalog.Model, models []catalog.Model, nodes []node
 			f.isHeldBack(e.Name) && f.firstAhead(e, models, now) != "" {
 			continue
 		}
-		p := e.Profiles[byPriority(e)[0]]
-		hs, going := holders(all, p, e.Name, f.oldestAsk(e.Name))
-		o := look(e, p, nodes, hs, going, kept, now)
-		kept.Keep(o.node, keptProfile(p), e, o.keep)
+		p := keptProfile(e.Profiles[byPriority(e)[0]])
+		w := roomWant(all, p, nodes, e.Name, f.oldestAsk(e.Name))
+		// Where it fits now, it keeps what its pod will take: the pod is
+		// not placed yet, and the room looks free (fleet.MakeRoom keeps
+		// the rest).
+		if d := fleet.MakeRoom(e, []fleet.Want{w}, kept, now); d.Fits {
+			kept.Keep(d.Node, p, e, w.Need)
+		}
 	}
 	return kept
 }

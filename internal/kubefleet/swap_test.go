@@ -68,6 +68,17 @@ func startSwapWorld(t *testing.T, drainTimeout ...time.Duration) *swapWorld {
 // control plane passed through through (nil: as it is).
 func startSwapWorldThrough(t *testing.T, through func(kubernetes.Interface) kubernetes.Interface, drainTimeout ...time.Duration) *swapWorld {
 	t.Helper()
+	return startSwapWorldWith(t, through, func(o *kubefleet.Options) {
+		if len(drainTimeout) > 0 {
+			o.DrainTimeout = drainTimeout[0]
+		}
+	})
+}
+
+// startSwapWorldWith is startSwapWorldThrough with the fleet's options
+// edited by edit.
+func startSwapWorldWith(t *testing.T, through func(kubernetes.Interface) kubernetes.Interface, edit func(*kubefleet.Options)) *swapWorld {
+	t.Helper()
 	c := kubetest.Start(t)
 	c.AddNode(t, kubetest.Node{Name: "small-1", CPU: 8, Memory: "6Gi"})
 	client := c.Client(t, c.Account(t, "../../deploy/rbac.yaml"))
@@ -112,9 +123,7 @@ func startSwapWorldThrough(t *testing.T, through func(kubernetes.Interface) kube
 		// model before. TestLookWaitsForAResidentPod tests it.
 		Residency: -1,
 	}
-	if len(drainTimeout) > 0 {
-		opts.DrainTimeout = drainTimeout[0]
-	}
+	edit(&opts)
 	f, err := kubefleet.New(opts)
 	if err != nil {
 		t.Fatal(err)
@@ -503,7 +512,7 @@ func TestKubernetesKeepsRoomGivenBackForTheFirstAsked(t *testing.T) {
 	endAlpha()
 	waitFor(t, "beta to wait for alpha's pod given back for it", func() (fleet.ModelHealth, bool) {
 		h := health(f, "beta")
-		return h, strings.Contains(h.Placement, "waiting for pods given back to stop")
+		return h, strings.Contains(h.Placement, "waiting for "+alpha.ID+" to stop")
 	})
 	if h := health(f, "alpha"); !strings.Contains(h.LastStop, "given back for beta once the answers it has end") {
 		t.Errorf("alpha's last stop %q; want given back for beta once its answers end", h.LastStop)

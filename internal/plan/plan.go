@@ -145,7 +145,7 @@ func (o Option) Label() string {
 // cache each token takes.
 func (o Option) WithContext(kvBytesPerToken int64, tokens int) Option {
 	if kvBytesPerToken > 0 && tokens > 0 {
-		o.KVGB = round2(gib(kvBytesPerToken * int64(tokens)))
+		o.KVGB = round2(GiB(kvBytesPerToken * int64(tokens)))
 		o.Context = tokens
 	}
 	o.NeedGB = round2((o.WeightsGB + o.KVGB + o.OverheadGB) / float64(max(o.GPUs(), 1)))
@@ -554,10 +554,10 @@ func sized(o Option, m Model, ask Ask, nodes []Node) Option {
 	}
 	sz := o.Sizing
 	o.Context = sz.CtxPool
-	o.NeedGB = round2(gib(sz.NeedBytes))
-	o.WeightsGB = round2(gib(sz.WeightsBytes * int64(max(o.GPUs(), 1))))
-	o.KVGB = round2(gib(sz.KVBytes * int64(max(o.GPUs(), 1))))
-	o.OverheadGB = round2(gib((sz.ComputeBytes + sz.ProjectorBytes) * int64(max(o.GPUs(), 1))))
+	o.NeedGB = round2(GiB(sz.NeedBytes))
+	o.WeightsGB = round2(GiB(sz.WeightsBytes * int64(max(o.GPUs(), 1))))
+	o.KVGB = round2(GiB(sz.KVBytes * int64(max(o.GPUs(), 1))))
+	o.OverheadGB = round2(GiB((sz.ComputeBytes + sz.ProjectorBytes) * int64(max(o.GPUs(), 1))))
 	o.Estimated = sz.Estimated
 	o.Fit = sz.Fit
 	if sz.Fit != FitsNow || sz.Shrunk {
@@ -581,7 +581,7 @@ const (
 // as many such nodes as it takes (pipeline parallel between them).
 func vllmOptions(set hf.FileSet, s *shape, pl Plan, nodes []Node) []Option {
 	base := Option{Artifact: Original, Format: FormatSafetensors, Engine: EngineVLLM, Context: pl.Context}
-	base.WeightsGB = round2(gib(set.Bytes))
+	base.WeightsGB = round2(GiB(set.Bytes))
 	active := float64(set.Bytes)
 	if s != nil {
 		active *= s.activeShare()
@@ -591,7 +591,7 @@ func vllmOptions(set hf.FileSet, s *shape, pl Plan, nodes []Node) []Option {
 		s, active = &shape{kvPerToken: c.KVBytesPerToken()}, float64(set.Bytes)*c.activeShare()
 	}
 	if s != nil {
-		base.KVGB = round2(gib(s.kvPerToken * int64(pl.Context)))
+		base.KVGB = round2(GiB(s.kvPerToken * int64(pl.Context)))
 	}
 	var out []Option
 	for _, class := range poolClasses(nodes) {

@@ -256,8 +256,8 @@ func TestSplitSetIsSummedAndReadFromItsFirstShard(t *testing.T) {
 	if i < 0 || pl.Sets[i].Bytes != sum || pl.Sets[i].Shards != 3 || !pl.Sets[i].Planned {
 		t.Fatalf("sets %+v; want the Q4_K_M set of 3 shards, %d bytes, planned", pl.Sets, sum)
 	}
-	if o := option(t, pl, "Llama-3.1-8B-Instruct-Q4_K_M", "1×L4"); o.WeightsGB != round2(gib(sum)) {
-		t.Errorf("weights %.2f GB; want the shards' %.2f GB", o.WeightsGB, gib(sum))
+	if o := option(t, pl, "Llama-3.1-8B-Instruct-Q4_K_M", "1×L4"); o.WeightsGB != round2(GiB(sum)) {
+		t.Errorf("weights %.2f GB; want the shards' %.2f GB", o.WeightsGB, GiB(sum))
 	}
 	if w.hub.BytesServed("acme/split", shards[0]) == 0 {
 		t.Error("the first shard's header was not read")
@@ -338,7 +338,7 @@ func TestUnreadableHeaderIsPlannedOnAnEstimate(t *testing.T) {
 		t.Fatal(err)
 	}
 	o := option(t, pl, "Mistral-7B-Instruct-v0.3-Q4_K_M", "CPU")
-	want := round2(round2(gib(size)) + round2(round2(gib(size))*0.5+2))
+	want := round2(round2(GiB(size)) + round2(round2(GiB(size))*0.5+2))
 	if !o.Estimated || o.NeedGB != want || pl.Sets[0].Note != "planned on an estimate: the repository is gated, and its header could not be read with this token" {
 		t.Errorf("estimated %v, need %.2f GB, note %q; want an estimate of %.2f GB and a note", o.Estimated, o.NeedGB, pl.Sets[0].Note, want)
 	}

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/exec"
 	"runtime"
@@ -104,7 +105,7 @@ func LocalNode() (Node, error) {
 	}
 	n := Node{
 		Name: host, Local: true, CPUCores: runtime.NumCPU(),
-		RAMGB: gib(total), FreeRAMGB: gib(avail), CPUBandwidthGBs: DefaultCPUBandwidthGBs,
+		RAMGB: GiB(total), FreeRAMGB: GiB(avail), CPUBandwidthGBs: DefaultCPUBandwidthGBs,
 		GPUs: []GPU{},
 	}
 	smi, err := exec.LookPath("nvidia-smi")
@@ -331,4 +332,11 @@ func where(b []byte, err error) string {
 	return fmt.Sprintf(" (line %d)", 1+bytes.Count(b[:min(int(syn.Offset), len(b))], []byte("\n")))
 }
 
-func gib(b int64) float64 { return float64(b) / (1 << 30) }
+// GiB is b bytes in the GiB the planner's memory figures (RAMGB,
+// MemoryGB, FreeGB) are in, and Bytes such a figure in bytes: the one
+// place memory crosses between the two, for the fleets, which count in
+// bytes, and the API, which shows bytes.
+func GiB(b int64) float64 { return float64(b) / (1 << 30) }
+
+// Bytes is gb GiB in bytes, rounded to the nearest byte (GiB).
+func Bytes(gb float64) int64 { return int64(math.Round(gb * (1 << 30))) }

@@ -170,7 +170,7 @@ func TestOriginalWeightsArePlannedFromConfigJSON(t *testing.T) {
 				t.Errorf("the serve page says it runs on %q, want %q", got, tt.runsOn)
 			}
 			for _, o := range pl.For(Original) {
-				want := round2((o.WeightsGB + round2(gib(pl.ModelConfig.KVBytesPerToken()*16384)) + vllmCardOverheadG*float64(o.GPUs())) / float64(o.GPUs()))
+				want := round2((o.WeightsGB + round2(GiB(pl.ModelConfig.KVBytesPerToken()*16384)) + vllmCardOverheadG*float64(o.GPUs())) / float64(o.GPUs()))
 				if o.Engine != EngineVLLM || o.NeedGB != want {
 					t.Errorf("%s needs %.2f GB a card on %s; want (weights + KV cache of 16384 tokens + 2 GB a card) / cards = %.2f", o.Label(), o.NeedGB, o.Engine, want)
 				}
