@@ -120,7 +120,7 @@ func (f *Fleet) reconcile(ctx context.Context, reread bool) {
 			delete(f.models, name)
 		}
 	}
-	f.forgetDemandsLocked(byName)
+	f.demands.Keep(func(name string) bool { _, ok := byName[name]; return ok })
 
 	// 2. Each model to as many replicas as it wants.
 	// Within a class, the models asked for first are placed first: requests
@@ -128,14 +128,14 @@ func (f *Fleet) reconcile(ctx context.Context, reread bool) {
 	slices.SortFunc(models, func(a, b catalog.Model) int {
 		return Turn(a, b, f.askedAtLocked(a.Name), f.askedAtLocked(b.Name))
 	})
-	now := time.Now()
+	now := f.opts.Clock.Now()
 	// The room each model that waits for it keeps from those after it,
 	// and the replicas it waits on, found afresh.
 	kept := claims{}
 	f.owed = Owed{}
 	for _, m := range models {
 		st := f.stateLocked(m, engineErr == nil)
-		st.want = f.wantLocked(m, now) // Min, or more while in demand (demand.go)
+		st.want = f.demands.Want(m, now) // Min, or more while in demand (demand.go)
 		var active []*replica
 		for _, r := range f.replicas {
 			if r.model == m.Name && !r.released && !r.stopping {
@@ -145,7 +145,7 @@ func (f *Fleet) reconcile(ctx context.Context, reread bool) {
 		if len(active) == 0 && st.want > m.Scaling.Min && f.abandonedLocked(m.Name) {
 			// Its requests all went away before a replica of it was
 			// placed: nobody is stopped, nothing started, on their behalf.
-			f.dropDemandLocked(m.Name)
+			f.demands.Forget(m.Name)
 			f.memWaits.Forget(m.Name)
 			st.want = m.Scaling.Min
 		}

@@ -44,6 +44,7 @@ import (
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
+	"k8s.io/utils/clock"
 
 	"modelserve/catalog"
 	"modelserve/internal/fleet"
@@ -93,6 +94,9 @@ type Options struct {
 	// requests sent to it to end before it is deleted anyway: 10 minutes
 	// unless set (--drain-timeout).
 	DrainTimeout time.Duration
+	// Clock times demand and drains (fleet.Demands, fleet.Drains): the
+	// real clock unless set; tests step a fake one.
+	Clock clock.WithTickerAndDelayedExecution
 	// Residency is the least a pod that was used stays before its model
 	// is given back for another model on demand (fleet.Residency):
 	// fleet.DefaultResidency unless set; negative keeps none
@@ -148,7 +152,7 @@ type Fleet struct {
 	mu      sync.Mutex
 	synced  bool
 	models  map[string]fleet.ModelHealth
-	demands map[string]*demand
+	demands *fleet.Demands
 	// parks are the models parked by this process, by the fingerprint
 	// they were parked for: the owner's annotation says the same, but the
 	// cache may not have seen it yet when the crashed pod is already gone.
@@ -232,14 +236,19 @@ func New(opts Options) (*Fleet, error) {
 	if opts.Log == nil {
 		opts.Log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	return &Fleet{
+	if opts.Clock == nil {
+		opts.Clock = clock.RealClock{}
+	}
+	f := &Fleet{
 		opts: opts, log: opts.Log,
 		queue:  workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]()),
-		models: map[string]fleet.ModelHealth{}, demands: map[string]*demand{}, parks: map[string]park{},
+		models: map[string]fleet.ModelHealth{}, parks: map[string]park{},
 		lastStops: map[string]string{}, givenWhy: map[string]string{}, madeRoom: map[string]bool{}, evictions: map[[2]string]int{}, waiting: map[string]bool{}, heldBack: map[string]bool{},
 		holds: map[string]int{}, drains: map[string]*draining{}, usedAt: map[string]time.Time{}, keptFrom: map[string]time.Time{},
 		passed: make(chan struct{}), first: make(chan struct{}),
-	}, nil
+	}
+	f.demands = fleet.NewDemands(opts.Clock, f.queue.Add)
+	return f, nil
 }
 
 // Synced is closed once Run has read the cluster (its caches hold the
@@ -508,7 +517,7 @@ func (f *Fleet) remember(models []catalog.Model) {
 func (f *Fleet) remove(ctx context.Context, name string) error {
 	f.mu.Lock()
 	delete(f.models, name)
-	delete(f.demands, name)
+	f.demands.Forget(name)
 	delete(f.parks, name)
 	delete(f.lastStops, name)
 	delete(f.waiting, name)
@@ -558,7 +567,7 @@ func (f *Fleet) drainedAway(ctx context.Context, model, name, why string) bool {
 func (f *Fleet) reconcile(ctx context.Context, m catalog.Model, models []catalog.Model) error {
 	ns := f.opts.Namespace
 	fp := fingerprint(m)
-	now := time.Now()
+	now := f.opts.Clock.Now()
 	h := fleet.ModelHealth{Model: m.Name, Class: m.ClassOrDefault(), Want: f.want(m, now)}
 	f.mu.Lock()
 	h.LastStop = f.lastStops[m.Name]
