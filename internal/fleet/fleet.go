@@ -256,6 +256,9 @@ type Fleet struct {
 	seq      map[string]int
 	// demands are what the gateway asked of each model lately (Use).
 	demands *Demands
+	// drains count the requests each replica holds, and drain those
+	// being retired (drain.go).
+	drains *Drains
 	// owed are the busy replicas the models waiting for room wait on, as
 	// the last pass found them: they take no request asked after such a
 	// model's (Hold, order.go).
@@ -318,7 +321,7 @@ func New(opts Options) (*Fleet, error) {
 		opts.StopGrace = 5 * time.Second
 	}
 	if opts.DrainTimeout <= 0 {
-		opts.DrainTimeout = 10 * time.Minute
+		opts.DrainTimeout = DefaultDrainTimeout
 	}
 	if opts.Clock == nil {
 		opts.Clock = clock.RealClock{}
@@ -353,6 +356,7 @@ func New(opts Options) (*Fleet, error) {
 		replicas: map[string]*replica{}, models: map[string]*modelState{}, seq: map[string]int{},
 	}
 	f.demands = NewDemands(opts.Clock, func(string) { f.look() })
+	f.drains = NewDrains(opts.Clock, opts.DrainTimeout, f.drained)
 	return f, nil
 }
 

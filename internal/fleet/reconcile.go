@@ -3,7 +3,6 @@ package fleet
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"fmt"
 	"slices"
 	"strconv"
@@ -42,18 +41,6 @@ type modelState struct {
 	lastStop  string
 	placement string
 	hardware  bool
-}
-
-// fingerprint is what of a model its engine is started from: a replica
-// started from another fingerprint is replaced. Scaling, names and
-// descriptions change nothing in a running engine.
-func fingerprint(m catalog.Model) string {
-	b, _ := json.Marshal(struct {
-		Source   string
-		Profiles []catalog.Profile
-		Origin   *catalog.Origin
-	}{m.Source, m.Profiles, m.Origin})
-	return string(b)
 }
 
 // reconcile compares the catalog with the replicas and starts or stops
@@ -103,7 +90,7 @@ func (f *Fleet) reconcile(ctx context.Context, reread bool) {
 			delete(f.replicas, id)
 		case !ok:
 			f.stopLocked(r, "its model was removed from the catalog")
-		case fingerprint(m) != r.fingerprint:
+		case Fingerprint(m) != r.fingerprint:
 			if r.released {
 				delete(f.replicas, id)
 			} else {
@@ -231,7 +218,9 @@ func (f *Fleet) stateLocked(m catalog.Model, haveEngine bool) *modelState {
 		st = &modelState{addedAt: m.AddedAt}
 		if pk, ok := f.restored[m.Name]; ok {
 			delete(f.restored, m.Name)
-			if pk.key == parkKey(fingerprint(m), m.AddedAt) {
+			// Kept before the fleets shared one fingerprint, its key
+			// is of the form of then.
+			if pk.key == parkKey(Fingerprint(m), m.AddedAt) || pk.key == parkKey(localFingerprint(m), m.AddedAt) {
 				st.parked, st.lasting, st.reason, st.failedStarts = true, true, pk.reason, pk.failures
 				f.log.Info("model parked before modelserve restarted; not started again until it is served again",
 					"model", m.Name, "parked_at", pk.at, "reason", pk.reason)
@@ -260,9 +249,7 @@ func (f *Fleet) stopAll(why string) {
 		if r.released {
 			continue
 		}
-		if r.drain != nil {
-			r.drain.Stop()
-		}
+		f.drains.Forget(r.id)
 		r.stopping, r.state, r.detail = true, Stopping, why
 		r.cancel()
 	}
@@ -654,7 +641,7 @@ func (f *Fleet) startLocked(ctx context.Context, m catalog.Model, p catalog.Prof
 	env = append(env, keyEnvOf(p)+"="+key)
 	rctx, cancel := context.WithCancel(ctx)
 	r := &replica{
-		id: id, model: m.Name, profile: p.Name, fingerprint: fingerprint(m), node: node,
+		id: id, model: m.Name, profile: p.Name, fingerprint: Fingerprint(m), node: node,
 		memBytes: need, cards: cards, pool: p.Pool, slots: p.Slots, key: key, weights: weights, threads: threads,
 		args:    argsOf(m, p, weights, projector, threads),
 		vllm:    runsOnVLLM(p),

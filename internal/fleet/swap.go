@@ -288,9 +288,9 @@ func (f *Fleet) holderLocked(r *replica, m catalog.Model, held int64) *Holder {
 	}
 	d, _ := f.demands.Of(r.model)
 	h := &Holder{ID: r.id, Model: r.model, Class: st.class, Min: st.min, Held: held, Ready: r.state == Ready,
-		Busy: r.state != Ready || r.holds > 0 || d.Asked > 0, LastUsed: f.lastUsedLocked(r)}
+		Busy: r.state != Ready || f.drains.Holds(r.id) > 0 || d.Asked > 0, LastUsed: f.lastUsedLocked(r)}
 	h.Place(f.askedAtLocked(r.model), f.askedAtLocked(m.Name))
-	h.Reside(r.readyAt, r.readyAt.Sub(r.started), r.usedAt, f.opts.Residency, time.Now())
+	h.Reside(r.readyAt, r.readyAt.Sub(r.started), f.drains.UsedAt(r.id), f.opts.Residency, time.Now())
 	return h
 }
 
@@ -319,7 +319,7 @@ func (f *Fleet) giveBackLocked(r *replica, m catalog.Model, now time.Time) {
 		return
 	}
 	reason, why := GiveBackWhy(*h, m, now)
-	if d, _ := f.demands.Of(r.model); r.holds == 0 && d.Asked == 0 {
+	if d, _ := f.demands.Of(r.model); f.drains.Holds(r.id) == 0 && d.Asked == 0 {
 		f.demands.Forget(r.model)
 	}
 	// Given back busy, its model keeps its requests' place: they came

@@ -186,14 +186,13 @@ type Fleet struct {
 	// (and replaced) at the end of each, for Sync.
 	begun, done int
 	passed      chan struct{}
-	// holds count the requests in flight on each pod, and drains are the
-	// pods waiting for theirs to end before they are deleted (drain.go).
-	holds  map[string]int
-	drains map[string]*draining
-	// usedAt is when each pod last took a request (Hold), and keptFrom,
-	// by model, when the residency of pods a model waits for ends
-	// (swap.go): whether they are kept, and when to look again.
-	usedAt   map[string]time.Time
+	// drains count the requests in flight on each pod and when each last
+	// took one, and drain the pods to go (fleet.Drains); leaving are the
+	// pods to go, as they are deleted (drain.go).
+	drains  *fleet.Drains
+	leaving map[string]*leaving
+	// keptFrom is, by model, when the residency of pods a model waits for
+	// ends (swap.go): whether they are kept, and when to look again.
 	keptFrom map[string]time.Time
 	// onStopping are told the endpoint of each pod being deleted.
 	onStopping fleet.Listeners[string]
@@ -244,10 +243,11 @@ func New(opts Options) (*Fleet, error) {
 		queue:  workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]()),
 		models: map[string]fleet.ModelHealth{}, parks: map[string]park{},
 		lastStops: map[string]string{}, givenWhy: map[string]string{}, madeRoom: map[string]bool{}, evictions: map[[2]string]int{}, waiting: map[string]bool{}, heldBack: map[string]bool{},
-		holds: map[string]int{}, drains: map[string]*draining{}, usedAt: map[string]time.Time{}, keptFrom: map[string]time.Time{},
+		leaving: map[string]*leaving{}, keptFrom: map[string]time.Time{},
 		passed: make(chan struct{}), first: make(chan struct{}),
 	}
 	f.demands = fleet.NewDemands(opts.Clock, f.queue.Add)
+	f.drains = fleet.NewDrains(opts.Clock, opts.DrainTimeout, f.finishDrain)
 	return f, nil
 }
 
@@ -547,7 +547,7 @@ func (f *Fleet) remove(ctx context.Context, name string) error {
 		return fmt.Errorf("removing %s from the cluster: %w", name, err)
 	}
 	f.mu.Lock()
-	f.forgetDrainsLocked(func(_ string, d *draining) bool { return d.model == name })
+	f.forgetDrainsLocked(func(_ string, l *leaving) bool { return l.model == name })
 	f.mu.Unlock()
 	f.log.Info("removed a model's objects from the cluster", "model", name)
 	return nil
@@ -566,7 +566,7 @@ func (f *Fleet) drainedAway(ctx context.Context, model, name, why string) bool {
 // they should be, and records how it fares.
 func (f *Fleet) reconcile(ctx context.Context, m catalog.Model, models []catalog.Model) error {
 	ns := f.opts.Namespace
-	fp := fingerprint(m)
+	fp := fleet.Fingerprint(m)
 	now := f.opts.Clock.Now()
 	h := fleet.ModelHealth{Model: m.Name, Class: m.ClassOrDefault(), Want: f.want(m, now)}
 	f.mu.Lock()
@@ -675,9 +675,16 @@ func (f *Fleet) reconcile(ctx context.Context, m catalog.Model, models []catalog
 			if err != nil {
 				return fmt.Errorf("deleting a drained pod of %s: %w", m.Name, err)
 			}
-			d := f.deployment(m, pi, replicas, w, ref, f.products(m.Profiles[pi].GPUClass))
-			if _, err := f.apply(ctx, d); err != nil {
-				return err
+			// Its pods of an entry since changed drain first: it is
+			// written once they have (scaledown.go).
+			if ok, old := f.rolled(m.Name, name, fp); ok {
+				d := f.deployment(m, pi, replicas, w, ref, f.products(m.Profiles[pi].GPUClass))
+				if old {
+					replaceAtOnce(d)
+				}
+				if _, err := f.apply(ctx, d); err != nil {
+					return err
+				}
 			}
 			remaining = min(remaining, int32(obs.unschedulable[name]))
 		}
@@ -725,7 +732,7 @@ func (f *Fleet) reconcile(ctx context.Context, m catalog.Model, models []catalog
 				return err
 			}
 			f.mu.Lock()
-			f.forgetDrainsLocked(func(_ string, dr *draining) bool { return dr.deployment == d.Name })
+			f.forgetDrainsLocked(func(_ string, l *leaving) bool { return l.deployment == d.Name })
 			f.mu.Unlock()
 		}
 	}

@@ -114,7 +114,7 @@ func (f *Fleet) holdings(byName map[string]catalog.Model) []holding {
 	held := map[string]int{}
 	listed := make(map[string]bool, len(pods))
 	for _, pod := range pods {
-		held[pod.Annotations[annotationModel]] += f.holds[pod.Name]
+		held[pod.Annotations[annotationModel]] += f.drains.Holds(pod.Name)
 		listed[pod.Name] = true
 	}
 	for id := range f.givenFor {
@@ -122,11 +122,7 @@ func (f *Fleet) holdings(byName map[string]catalog.Model) []holding {
 			delete(f.givenFor, id)
 		}
 	}
-	for id := range f.usedAt {
-		if !listed[id] {
-			delete(f.usedAt, id)
-		}
-	}
+	f.drains.Prune(func(id string) bool { return listed[id] })
 	now := time.Now()
 	for _, pod := range pods {
 		if pod.Spec.NodeName == "" || pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
@@ -136,17 +132,17 @@ func (f *Fleet) holdings(byName map[string]catalog.Model) []holding {
 		name := pod.Annotations[annotationModel]
 		m, ok := byName[name]
 		d, asked := f.demands.Of(name)
-		dr := f.drains[pod.Name]
+		dr := f.leaving[pod.Name]
 		unrouted := d.Asked > held[name]
 		h := holding{node: pod.Spec.NodeName, mem: mem, gpus: gpus,
 			going: pod.DeletionTimestamp != nil || !ok || !asked && m.Scaling.Min == 0 || f.heldBack[name] || dr != nil && dr.deployment != "",
 			Holder: fleet.Holder{ID: pod.Name, Model: name, Class: m.ClassOrDefault(), Min: m.Scaling.Min, Ready: isReady(pod),
-				Busy: !isReady(pod) || f.holds[pod.Name] > 0 || unrouted}}
+				Busy: !isReady(pod) || f.drains.Holds(pod.Name) > 0 || unrouted}}
 		h.LastUsed, h.asked = d.LastUse, d.Oldest
 		// Its engine's load, from its container's start to its pod's
 		// readiness: what its residency is counted from.
 		r := replica(pod)
-		h.Reside(r.ReadyAt, r.ReadyAt.Sub(r.Started), f.usedAt[pod.Name], f.opts.Residency, now)
+		h.Reside(r.ReadyAt, r.ReadyAt.Sub(r.Started), f.drains.UsedAt(pod.Name), f.opts.Residency, now)
 		if h.going {
 			h.givenFor = f.givenFor[pod.Name]
 		} else {
@@ -467,7 +463,7 @@ func (f *Fleet) isParked(m catalog.Model) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	pk := f.parks[m.Name]
-	return pk.reason != "" && pk.fingerprint == fingerprint(m)
+	return pk.reason != "" && pk.fingerprint == fleet.Fingerprint(m)
 }
 
 // giveBack forgets what was asked of the victims' models, so their
