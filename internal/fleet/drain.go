@@ -10,10 +10,11 @@ import "time"
 // writing, and the requests routed to it a moment before met a refused
 // connection.
 //
-// The requests are counted here, where the decision to stop is made: the
-// gateway holds a replica for each request it sends (Hold) and lets go
-// when the answer has ended. A hold asked of a replica already draining is
-// refused, so no request reaches an engine the fleet may have stopped.
+// The requests are counted where the decision to stop is made (Drains,
+// which the Kubernetes fleet counts its pods' by too): the gateway holds
+// a replica for each request it sends (Hold) and lets go when the answer
+// has ended. A hold asked of a replica already draining is refused, so no
+// request reaches an engine the fleet may have stopped.
 
 // Hold says that a request asked at askedAt (as it was told to Use) is
 // being sent to replica id: the replica is not stopped until release is

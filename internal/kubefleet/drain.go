@@ -12,9 +12,13 @@ import (
 // holds it for go on to their end, and only then (or once DrainTimeout has
 // passed) does it go. A pod an operator stops or restarts is deleted, and
 // its Deployment starts another; a pod its Deployment is to lose (a lower
-// max, an idle model, one given back for another) is deleted as its
-// Deployment is scaled down (scaledown.go). Deleting at once cut the answer
-// it was streaming.
+// max, an idle model, one given back for another, a profile promoted over
+// its own, its model or profile removed) is deleted as its Deployment is
+// scaled down (scaledown.go); a pod of a catalog entry since changed is
+// replaced as its Deployment takes the new entry (rolled). Deleting at
+// once cut the answer it was streaming. The drains themselves, the
+// requests each pod holds and what its state says of them are the local
+// fleet's too (fleet.Drains).
 
 // leaving is a pod to go, as this fleet deletes it; its drain (the
 // requests it holds, its bound, why it goes) is the fleet's Drains'.
