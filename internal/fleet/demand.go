@@ -5,6 +5,8 @@ import (
 	"sync"
 	"time"
 
+	"k8s.io/utils/clock"
+
 	"modelserve/catalog"
 	"modelserve/internal/words"
 )
@@ -23,6 +25,28 @@ import (
 // within the hour. The catalog owns it, as it owns the bounds an operator
 // may set.
 const DefaultIdleAfter = catalog.DefaultIdleAfter
+
+// Demands are what has been asked of each model lately: the one owner of
+// on-demand scaling for both fleets (this one and internal/kubefleet),
+// which had each written it and drifted (only this one gave a burst's
+// replicas back, and looked again when a model could fall idle). It
+// answers how many replicas a model wants now (Want) and has its fleet
+// look again when that may change; its methods are safe for concurrent
+// use, and call nothing of their fleet's while they hold their lock.
+type Demands struct {
+	clock clock.WithDelayedExecution
+	// look has the fleet look at model again.
+	look func(model string)
+
+	mu sync.Mutex
+	of map[string]*demand
+}
+
+// NewDemands are demands timed by c, which call look when a model may
+// want fewer replicas than when it was last looked at.
+func NewDemands(c clock.WithDelayedExecution, look func(model string)) *Demands {
+	return &Demands{clock: c, look: look, of: map[string]*demand{}}
+}
 
 // demand is what has been asked of one model lately.
 type demand struct {
@@ -45,7 +69,142 @@ type demand struct {
 	// without it an idle time shorter than the fleet's Interval was
 	// waited out to the next tick, and a model set to stop after 1s of
 	// quiet ran on for up to 6.
-	due *time.Timer
+	due clock.Timer
+}
+
+// Demand is what has been asked of one model, as read at one moment.
+type Demand struct {
+	// Asked counts the requests being served now; Oldest is when the
+	// oldest of them was asked (the zero time for none).
+	Asked  int
+	Oldest time.Time
+	// LastUse is when the last request began or ended.
+	LastUse time.Time
+}
+
+// Ended is what the end of a request changed of its model's demand: its
+// oldest unanswered request before (Was) and after (Is, the zero time
+// when none is left).
+type Ended struct{ Was, Is time.Time }
+
+// Use records that a request for model, asked at askedAt, is being served
+// and needs replicas replicas (at least one): the wanted count is a
+// maximum, not a sum, so concurrent first requests start one replica
+// between them. more says the model wants more than before: look at it
+// now. Call end when the request is over; ok is false when that was said
+// already, or the model's demand was forgotten meanwhile (a new Run, the
+// model removed), and the end is then about nothing.
+func (ds *Demands) Use(model string, replicas int, askedAt time.Time) (end func() (e Ended, ok bool), more bool) {
+	replicas = max(replicas, 1)
+	now := ds.clock.Now()
+	ds.mu.Lock()
+	d := ds.of[model]
+	if d == nil {
+		d = &demand{window: now}
+		ds.of[model] = d
+	}
+	d.asks.Add(askedAt)
+	d.lastUse = now
+	d.peak = max(d.peak, replicas)
+	more = replicas > d.want
+	d.want = max(d.want, replicas)
+	ds.mu.Unlock()
+	done := false
+	return func() (Ended, bool) {
+		ds.mu.Lock()
+		defer ds.mu.Unlock()
+		if done || ds.of[model] != d {
+			done = true
+			return Ended{}, false
+		}
+		done = true
+		e := Ended{Was: d.asks.Oldest()}
+		d.asks.Done(askedAt)
+		d.lastUse = ds.clock.Now()
+		e.Is = d.asks.Oldest()
+		return e, true
+	}, more
+}
+
+// Of is what has been asked of model; false when nothing has lately.
+func (ds *Demands) Of(model string) (Demand, bool) {
+	ds.mu.Lock()
+	defer ds.mu.Unlock()
+	d := ds.of[model]
+	if d == nil {
+		return Demand{}, false
+	}
+	return Demand{Asked: d.asks.Len(), Oldest: d.asks.Oldest(), LastUse: d.lastUse}, true
+}
+
+// Oldest is when model's oldest unanswered request was asked: its place
+// among the models waiting for room (order.go), the zero time for none.
+func (ds *Demands) Oldest(model string) time.Time {
+	d, _ := ds.Of(model)
+	return d.Oldest
+}
+
+// Want is how many replicas m is to have at now: its Min, raised by what
+// was asked of it lately (Use) up to its Max (a Max of 0 means 1). A
+// demand idle for the model's IdleAfter is forgotten; the replicas of a
+// burst are given back one IdleAfter after it. While m wants more than
+// its Min, its fleet is told to look again when m may next fall idle.
+func (ds *Demands) Want(m catalog.Model, now time.Time) int {
+	ds.mu.Lock()
+	defer ds.mu.Unlock()
+	d := ds.of[m.Name]
+	if d == nil {
+		return m.Scaling.Min
+	}
+	idle := idleAfter(m)
+	if d.asks.Len() == 0 && now.Sub(d.lastUse) >= idle {
+		ds.forgetLocked(m.Name)
+		return m.Scaling.Min
+	}
+	// In use, it is idle an IdleAfter after its last request ends at the
+	// soonest; a look then finds whether it did.
+	next := d.lastUse.Add(idle).Sub(now)
+	if d.asks.Len() > 0 {
+		next = idle
+	}
+	// A new timer each time, not one Reset: a fired timer of a fake
+	// clock keeps its tick, and Reset would block the clock on it.
+	if d.due != nil {
+		d.due.Stop()
+	}
+	name := m.Name
+	d.due = ds.clock.AfterFunc(next, func() { ds.look(name) })
+	if now.Sub(d.window) >= idle {
+		d.want, d.peak, d.window = max(d.peak, 1), 0, now
+	}
+	return max(m.Scaling.Min, min(d.want, m.Scaling.UpTo()))
+}
+
+// Forget drops what was asked of model, and the look it had due: asked
+// again, it starts from nothing.
+func (ds *Demands) Forget(model string) {
+	ds.mu.Lock()
+	defer ds.mu.Unlock()
+	ds.forgetLocked(model)
+}
+
+// Keep forgets what was asked of every model keep says no to (a model no
+// longer in the catalog; every model, when the fleet stops).
+func (ds *Demands) Keep(keep func(model string) bool) {
+	ds.mu.Lock()
+	defer ds.mu.Unlock()
+	for name := range ds.of {
+		if !keep(name) {
+			ds.forgetLocked(name)
+		}
+	}
+}
+
+func (ds *Demands) forgetLocked(model string) {
+	if d := ds.of[model]; d != nil && d.due != nil {
+		d.due.Stop()
+	}
+	delete(ds.of, model)
 }
 
 // Use says that a request for model, asked at askedAt, is being served and
@@ -56,53 +215,29 @@ type demand struct {
 // keeps the model at max(Scaling.Min, min(replicas, Scaling.Max)) replicas
 // (a Max of 0 means 1) while requests come, and lets those above Min go
 // once none has come for the model's Scaling.IdleAfter (DefaultIdleAfter
-// when unset). A model asked for more than it runs is looked at at once.
+// when unset) (Demands). A model asked for more than it runs is looked
+// at at once.
 //
 // Call release when the request is over; until then the model is in use
-// and none of its replicas is idle. Concurrent first requests each call
-// Use, and start one replica between them: the wanted count is a maximum,
-// not a sum.
+// and none of its replicas is idle.
 func (f *Fleet) Use(model string, replicas int, askedAt time.Time) (release func()) {
-	replicas = max(replicas, 1)
-	now := time.Now()
-	f.mu.Lock()
-	if f.demands == nil {
-		f.demands = map[string]*demand{}
-	}
-	d := f.demands[model]
-	if d == nil {
-		d = &demand{window: now}
-		f.demands[model] = d
-	}
-	d.asks.Add(askedAt)
-	d.lastUse = now
-	d.peak = max(d.peak, replicas)
-	more := replicas > d.want
-	d.want = max(d.want, replicas)
-	f.mu.Unlock()
+	end, more := f.demands.Use(model, replicas, askedAt)
 	if more {
 		f.look()
 	}
-	var once sync.Once
 	return func() {
-		once.Do(func() {
-			f.mu.Lock()
-			// The demand may have been dropped meanwhile (a new Run, the
-			// model removed): this release is then about nothing.
-			look := false
-			if f.demands[model] == d {
-				was := d.asks.Oldest()
-				d.asks.Done(askedAt)
-				d.lastUse = time.Now()
-				// Its replicas may be idle now, or its requests all
-				// behind another model's that waits for their room.
-				look = f.waitingLocked() && (d.asks.Len() == 0 || f.passedLocked(was, d.asks.Oldest()))
-			}
-			f.mu.Unlock()
-			if look {
-				f.look()
-			}
-		})
+		e, ok := end()
+		if !ok {
+			return
+		}
+		f.mu.Lock()
+		// Its replicas may be idle now, or its requests all behind
+		// another model's that waits for their room.
+		look := f.waitingLocked() && (e.Is.IsZero() || f.passedLocked(e.Was, e.Is))
+		f.mu.Unlock()
+		if look {
+			f.look()
+		}
 	}
 }
 
@@ -125,10 +260,7 @@ func (f *Fleet) Serving(model string) []Replica {
 // place among the models waiting for room (order.go), the zero time for
 // a model with none.
 func (f *Fleet) askedAtLocked(model string) time.Time {
-	if d := f.demands[model]; d != nil {
-		return d.asks.Oldest()
-	}
-	return time.Time{}
+	return f.demands.Oldest(model)
 }
 
 // passedLocked is whether a model's oldest unanswered request, asked at
@@ -153,55 +285,6 @@ func idleAfter(m catalog.Model) time.Duration {
 		return m.Scaling.IdleAfter
 	}
 	return DefaultIdleAfter
-}
-
-// wantLocked is how many replicas m is to have now: its Min, raised by what
-// was asked of it lately (Use) up to its Max. A demand idle for the model's
-// IdleAfter is forgotten.
-func (f *Fleet) wantLocked(m catalog.Model, now time.Time) int {
-	d := f.demands[m.Name]
-	if d == nil {
-		return m.Scaling.Min
-	}
-	idle := idleAfter(m)
-	if d.asks.Len() == 0 && now.Sub(d.lastUse) >= idle {
-		f.dropDemandLocked(m.Name)
-		return m.Scaling.Min
-	}
-	// In use, it is idle an IdleAfter after its last request ends at the
-	// soonest; a look then finds whether it did.
-	next := d.lastUse.Add(idle).Sub(now)
-	if d.asks.Len() > 0 {
-		next = idle
-	}
-	if d.due == nil {
-		d.due = time.AfterFunc(next, f.look)
-	} else {
-		d.due.Reset(next)
-	}
-	if now.Sub(d.window) >= idle {
-		d.want, d.peak, d.window = max(d.peak, 1), 0, now
-	}
-	return max(m.Scaling.Min, min(d.want, m.Scaling.UpTo()))
-}
-
-// forgetDemandsLocked drops what was asked of models no longer in the
-// catalog: a model added again under the name starts from nothing.
-func (f *Fleet) forgetDemandsLocked(inCatalog map[string]catalog.Model) {
-	for name := range f.demands {
-		if _, ok := inCatalog[name]; !ok {
-			f.dropDemandLocked(name)
-		}
-	}
-}
-
-// dropDemandLocked forgets what was asked of model, and the look it had
-// due.
-func (f *Fleet) dropDemandLocked(model string) {
-	if d := f.demands[model]; d != nil && d.due != nil {
-		d.due.Stop()
-	}
-	delete(f.demands, model)
 }
 
 // surplusReason says why a replica of m above the want is stopped.

@@ -1,12 +1,6 @@
 package fleet
 
-import (
-	"fmt"
-	"sync"
-	"time"
-
-	"modelserve/internal/words"
-)
+import "time"
 
 // A replica is retired by draining it, as a proxy retires a backend: it
 // leaves the replicas the gateway may send to at once (Draining), the
@@ -16,10 +10,11 @@ import (
 // writing, and the requests routed to it a moment before met a refused
 // connection.
 //
-// The requests are counted here, where the decision to stop is made: the
-// gateway holds a replica for each request it sends (Hold) and lets go
-// when the answer has ended. A hold asked of a replica already draining is
-// refused, so no request reaches an engine the fleet may have stopped.
+// The requests are counted where the decision to stop is made (Drains,
+// which the Kubernetes fleet counts its pods' by too): the gateway holds
+// a replica for each request it sends (Hold) and lets go when the answer
+// has ended. A hold asked of a replica already draining is refused, so no
+// request reaches an engine the fleet may have stopped.
 
 // Hold says that a request asked at askedAt (as it was told to Use) is
 // being sent to replica id: the replica is not stopped until release is
@@ -35,67 +30,56 @@ func (f *Fleet) Hold(id string, askedAt time.Time) (release func(), ok bool) {
 	if !found || r.stopping || r.released || r.state != Ready || f.owed.Refuses(id, askedAt) {
 		return nil, false
 	}
-	r.holds++
-	r.usedAt = time.Now()
-	var once sync.Once
+	end, ok := f.drains.Hold(id)
+	if !ok {
+		return nil, false
+	}
 	return func() {
-		once.Do(func() {
-			f.mu.Lock()
-			r.holds--
-			look := r.holds == 0 && !r.stopping && f.waitingLocked()
-			if r.holds == 0 && r.stopping {
-				f.drainedLocked(r)
-			}
-			f.mu.Unlock()
-			if look {
-				f.look() // another model may wait for its room
-			}
-		})
+		if !end() {
+			return
+		}
+		f.mu.Lock()
+		look := !r.stopping && f.waitingLocked()
+		f.mu.Unlock()
+		if look {
+			f.look() // another model may wait for its room
+		}
 	}, true
 }
 
 // retireLocked stops r once the requests it holds have ended: at once when
 // it holds none, else when the last ends or Options.DrainTimeout has
-// passed.
+// passed (Drains).
 func (f *Fleet) retireLocked(r *replica, why string) {
 	if r.released || r.stopping {
 		return
 	}
 	r.stopping = true
+	n, _ := f.drains.Drain(r.id, why)
 	// Said once, in modelserve's log: the replica leaves the fleet's list
 	// when its engine has stopped, and this line is what is left of why.
-	f.log.Info("retiring a replica", "replica", r.id, "model", r.model, "why", why, "in_flight", r.holds)
-	if r.holds == 0 {
-		r.state, r.detail = Stopping, why
+	f.log.Info("retiring a replica", "replica", r.id, "model", r.model, "why", why, "in_flight", n)
+	r.state, r.detail, _ = f.drains.State(r.id)
+	if n == 0 {
 		r.cancel()
 		return
 	}
-	r.state, r.detail = Draining, why+fmt.Sprintf("; draining: waiting for %s in flight to end",
-		words.Count(r.holds, "request", "requests"))
 	r.log.Note("modelserve: " + r.detail)
-	r.why = why
-	r.drain = time.AfterFunc(f.opts.DrainTimeout, func() {
-		f.mu.Lock()
-		defer f.mu.Unlock()
-		if r.state != Draining {
-			return
-		}
-		r.state, r.detail = Stopping, fmt.Sprintf("%s; stopped with %s still in flight: %s of draining, the longest an answer may take, passed",
-			r.why, words.Count(r.holds, "request", "requests"), f.opts.DrainTimeout)
-		r.log.Note("modelserve: " + r.detail)
-		f.log.Warn("a draining replica is stopped with requests in flight", "replica", r.id, "requests", r.holds, "drain_timeout", f.opts.DrainTimeout)
-		r.cancel()
-	})
 }
 
-// drainedLocked stops r, whose last request has ended.
-func (f *Fleet) drainedLocked(r *replica) {
-	if r.state != Draining {
+// drained stops replica id, whose drain has ended: its last request
+// ended, or the drain timeout passed with some in flight.
+func (f *Fleet) drained(id string, late int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	r := f.replicas[id]
+	if r == nil || r.state != Draining {
 		return
 	}
-	if r.drain != nil {
-		r.drain.Stop()
+	r.state, r.detail, _ = f.drains.State(id)
+	if late > 0 {
+		r.log.Note("modelserve: " + r.detail)
+		f.log.Warn("a draining replica is stopped with requests in flight", "replica", r.id, "requests", late, "drain_timeout", f.opts.DrainTimeout)
 	}
-	r.state, r.detail = Stopping, r.why+"; drained: its requests had ended"
 	r.cancel()
 }

@@ -25,6 +25,8 @@ import (
 	"sync"
 	"time"
 
+	"k8s.io/utils/clock"
+
 	"modelserve/catalog"
 	"modelserve/internal/notify"
 )
@@ -67,6 +69,9 @@ type Options struct {
 	// sent to it (Hold) to end before its engine is stopped anyway: the
 	// longest an answer is let run. 10 minutes unless set.
 	DrainTimeout time.Duration
+	// Clock times demand and drains (Demands, Drains): the real clock
+	// unless set; tests step a fake one.
+	Clock clock.WithTickerAndDelayedExecution
 	// HealthEvery is how often a ready replica's /health is asked whether
 	// it still answers: 10 s unless set. An engine that misses
 	// healthMisses checks in a row is stopped and started again: a hung
@@ -250,7 +255,10 @@ type Fleet struct {
 	models   map[string]*modelState
 	seq      map[string]int
 	// demands are what the gateway asked of each model lately (Use).
-	demands map[string]*demand
+	demands *Demands
+	// drains count the requests each replica holds, and drain those
+	// being retired (drain.go).
+	drains *Drains
 	// owed are the busy replicas the models waiting for room wait on, as
 	// the last pass found them: they take no request asked after such a
 	// model's (Hold, order.go).
@@ -261,7 +269,7 @@ type Fleet struct {
 	memWaits  Waits
 	// resides has the fleet look again when the first residency a model
 	// waits for ends (wakeAt), rather than at its next tick.
-	resides *time.Timer
+	resides clock.Timer
 	wakeAt  time.Time
 	// restored are the parks Run read from Options.Parks that no model's
 	// state has taken up yet; unpark the kept parks to forget.
@@ -313,7 +321,10 @@ func New(opts Options) (*Fleet, error) {
 		opts.StopGrace = 5 * time.Second
 	}
 	if opts.DrainTimeout <= 0 {
-		opts.DrainTimeout = 10 * time.Minute
+		opts.DrainTimeout = DefaultDrainTimeout
+	}
+	if opts.Clock == nil {
+		opts.Clock = clock.RealClock{}
 	}
 	if opts.LoadEvery <= 0 {
 		opts.LoadEvery = 2 * time.Second
@@ -338,12 +349,15 @@ func New(opts Options) (*Fleet, error) {
 	}
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.Proxy = nil // engines listen on loopback: never through a proxy
-	return &Fleet{
+	f := &Fleet{
 		opts: opts, nodes: nodes, log: opts.Log,
 		health: &http.Client{Transport: tr, Timeout: 2 * time.Second},
 		poke:   make(chan struct{}, 1), looks: make(chan struct{}, 1), syncs: make(chan chan struct{}),
 		replicas: map[string]*replica{}, models: map[string]*modelState{}, seq: map[string]int{},
-	}, nil
+	}
+	f.demands = NewDemands(opts.Clock, func(string) { f.look() })
+	f.drains = NewDrains(opts.Clock, opts.DrainTimeout, f.drained)
+	return f, nil
 }
 
 // Poke asks the fleet to compare the catalog with what runs now, rather
@@ -386,14 +400,12 @@ func (f *Fleet) Run(ctx context.Context) error {
 		f.mu.Lock()
 		close(quit)
 		f.running = false
-		for name := range f.demands {
-			f.dropDemandLocked(name)
-		}
+		f.demands.Keep(func(string) bool { return false })
 		if f.resides != nil {
 			f.resides.Stop()
 			f.resides, f.wakeAt = nil, time.Time{}
 		}
-		f.replicas, f.models, f.demands = map[string]*replica{}, map[string]*modelState{}, map[string]*demand{}
+		f.replicas, f.models = map[string]*replica{}, map[string]*modelState{}
 		f.restored, f.unpark = nil, nil
 		f.mu.Unlock()
 		f.listed = nil
@@ -536,7 +548,7 @@ func (f *Fleet) Nodes() []NodeStatus {
 // rooms are the nodes' room now (Room).
 func (f *Fleet) rooms() []Room {
 	caps := f.capacities()
-	now := time.Now()
+	now := f.opts.Clock.Now()
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	out := make([]Room, len(f.nodes))

@@ -44,6 +44,18 @@ func keptParks(t testing.TB, db *sql.DB) []string {
 	return out
 }
 
+// firstLook is model's health once the fleet has first looked at it.
+func (tf *testFleet) firstLook(t *testing.T, model string) ModelHealth {
+	t.Helper()
+	var h ModelHealth
+	waitFor(t, 10*time.Second, "the fleet's first look at "+model, func() (bool, string) {
+		var ok bool
+		h, ok = tf.health(model)
+		return ok, "no health"
+	})
+	return h
+}
+
 // A model parked because the engine cannot load it stays parked when
 // modelserve restarts: a new fleet on the same database does not start it
 // three more times, and says why it is parked. Served again, it starts
@@ -72,12 +84,7 @@ func TestParkedModelStaysParkedAcrossARestart(t *testing.T) {
 	}
 
 	second := MustRun(t, cat, Options{Parks: NewParks(db)})
-	var h ModelHealth
-	waitFor(t, 10*time.Second, "the restarted fleet's first look at foo", func() (bool, string) {
-		var ok bool
-		h, ok = second.health("foo")
-		return ok, "no health"
-	})
+	h := second.firstLook(t, "foo")
 	if !h.Parked || h.Failures != 3 || !strings.Contains(h.Reason, "unknown model architecture: 'foo'") {
 		t.Errorf("after the restart foo's health is %+v, want parked after 3 failures, with the engine's words", h)
 	}
@@ -99,5 +106,37 @@ func TestParkedModelStaysParkedAcrossARestart(t *testing.T) {
 	}
 	if got := keptParks(t, db); len(got) != 0 {
 		t.Errorf("the model was served again, and the database still keeps the parks of %v", got)
+	}
+}
+
+// A park kept before both fleets shared one fingerprint (its key of the
+// local fleet's form of then) still holds after the upgrade: the model is
+// not started again, three more failures and all.
+func TestAParkKeptBeforeTheSharedFingerprintHolds(t *testing.T) {
+	db := MustDB(t)
+	cat := catalog.NewStore(db)
+	MustAdd(t, cat, entry("foo", MustWriteModel(t, "foo.gguf", ggufgen.Spec{}), 1))
+	models, err := cat.List(context.Background())
+	if err != nil || len(models) != 1 {
+		t.Fatalf("the catalog lists %v: %v", models, err)
+	}
+	m := models[0]
+	if _, err := db.Exec(`INSERT INTO parked_models (model, fingerprint, reason, failures, parked_at)
+		VALUES ('foo', ?, 'it failed', 3, '2026-01-01T00:00:00Z')`, parkKey(localFingerprint(m), m.AddedAt)); err != nil {
+		t.Fatal(err)
+	}
+	f := MustRun(t, cat, Options{Parks: NewParks(db)})
+	h := f.firstLook(t, "foo")
+	if err := f.Sync(context.Background()); err != nil { // and a pass after it
+		t.Fatal(err)
+	}
+	if !h.Parked || h.Reason != "it failed" {
+		t.Errorf("after the upgrade foo's health is %+v, want parked for what failed before", h)
+	}
+	if n := len(f.node.started()); n != 0 {
+		t.Errorf("the upgraded fleet started the parked model's engine %d times", n)
+	}
+	if got := keptParks(t, db); len(got) != 1 {
+		t.Errorf("after the upgrade the database keeps the parks of %v, want foo's", got)
 	}
 }

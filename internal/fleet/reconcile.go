@@ -3,7 +3,6 @@ package fleet
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"fmt"
 	"slices"
 	"strconv"
@@ -42,18 +41,6 @@ type modelState struct {
 	lastStop  string
 	placement string
 	hardware  bool
-}
-
-// fingerprint is what of a model its engine is started from: a replica
-// started from another fingerprint is replaced. Scaling, names and
-// descriptions change nothing in a running engine.
-func fingerprint(m catalog.Model) string {
-	b, _ := json.Marshal(struct {
-		Source   string
-		Profiles []catalog.Profile
-		Origin   *catalog.Origin
-	}{m.Source, m.Profiles, m.Origin})
-	return string(b)
 }
 
 // reconcile compares the catalog with the replicas and starts or stops
@@ -103,7 +90,7 @@ func (f *Fleet) reconcile(ctx context.Context, reread bool) {
 			delete(f.replicas, id)
 		case !ok:
 			f.stopLocked(r, "its model was removed from the catalog")
-		case fingerprint(m) != r.fingerprint:
+		case Fingerprint(m) != r.fingerprint:
 			if r.released {
 				delete(f.replicas, id)
 			} else {
@@ -120,7 +107,7 @@ func (f *Fleet) reconcile(ctx context.Context, reread bool) {
 			delete(f.models, name)
 		}
 	}
-	f.forgetDemandsLocked(byName)
+	f.demands.Keep(func(name string) bool { _, ok := byName[name]; return ok })
 
 	// 2. Each model to as many replicas as it wants.
 	// Within a class, the models asked for first are placed first: requests
@@ -128,14 +115,14 @@ func (f *Fleet) reconcile(ctx context.Context, reread bool) {
 	slices.SortFunc(models, func(a, b catalog.Model) int {
 		return Turn(a, b, f.askedAtLocked(a.Name), f.askedAtLocked(b.Name))
 	})
-	now := time.Now()
+	now := f.opts.Clock.Now()
 	// The room each model that waits for it keeps from those after it,
 	// and the replicas it waits on, found afresh.
 	kept := &Kept{}
 	f.owed = Owed{}
 	for _, m := range models {
 		st := f.stateLocked(m, engineErr == nil)
-		st.want = f.wantLocked(m, now) // Min, or more while in demand (demand.go)
+		st.want = f.demands.Want(m, now) // Min, or more while in demand (demand.go)
 		var active []*replica
 		for _, r := range f.replicas {
 			if r.model == m.Name && !r.released && !r.stopping {
@@ -145,7 +132,7 @@ func (f *Fleet) reconcile(ctx context.Context, reread bool) {
 		if len(active) == 0 && st.want > m.Scaling.Min && f.abandonedLocked(m.Name) {
 			// Its requests all went away before a replica of it was
 			// placed: nobody is stopped, nothing started, on their behalf.
-			f.dropDemandLocked(m.Name)
+			f.demands.Forget(m.Name)
 			f.memWaits.Forget(m.Name)
 			st.want = m.Scaling.Min
 		}
@@ -194,7 +181,7 @@ func (f *Fleet) reconcile(ctx context.Context, reread bool) {
 				}
 				break
 			}
-			f.memWaits.Placed(m.Name, time.Now())
+			f.memWaits.Placed(m.Name, f.opts.Clock.Now())
 			active = append(active, r)
 		}
 	}
@@ -231,7 +218,9 @@ func (f *Fleet) stateLocked(m catalog.Model, haveEngine bool) *modelState {
 		st = &modelState{addedAt: m.AddedAt}
 		if pk, ok := f.restored[m.Name]; ok {
 			delete(f.restored, m.Name)
-			if pk.key == parkKey(fingerprint(m), m.AddedAt) {
+			// Kept before the fleets shared one fingerprint, its key
+			// is of the form of then.
+			if pk.key == parkKey(Fingerprint(m), m.AddedAt) || pk.key == parkKey(localFingerprint(m), m.AddedAt) {
 				st.parked, st.lasting, st.reason, st.failedStarts = true, true, pk.reason, pk.failures
 				f.log.Info("model parked before modelserve restarted; not started again until it is served again",
 					"model", m.Name, "parked_at", pk.at, "reason", pk.reason)
@@ -260,9 +249,7 @@ func (f *Fleet) stopAll(why string) {
 		if r.released {
 			continue
 		}
-		if r.drain != nil {
-			r.drain.Stop()
-		}
+		f.drains.Forget(r.id)
 		r.stopping, r.state, r.detail = true, Stopping, why
 		r.cancel()
 	}
@@ -377,7 +364,7 @@ func (f *Fleet) placeLocked(ctx context.Context, m catalog.Model, caps []Capacit
 		return nil, fmt.Sprintf("no node can host it: the fleet starts llama.cpp's llama-server and vLLM only, and its profiles want other engines (%s)",
 			strings.Join(engines, ", ")), false
 	}
-	now := time.Now()
+	now := f.opts.Clock.Now()
 	accts := make([]account, len(f.nodes))
 	for i, n := range f.nodes {
 		accts[i] = f.accountLocked(n, caps[i])
@@ -524,11 +511,11 @@ func (f *Fleet) wakeAtLocked(at, now time.Time) {
 		return
 	}
 	f.wakeAt = at
-	if f.resides == nil {
-		f.resides = time.AfterFunc(at.Sub(now), f.look)
-		return
+	// A new timer each time: a fake clock's fired timer cannot be reset.
+	if f.resides != nil {
+		f.resides.Stop()
 	}
-	f.resides.Reset(at.Sub(now))
+	f.resides = f.opts.Clock.AfterFunc(at.Sub(now), f.look)
 }
 
 // startLocked creates a replica of m with profile p on node and starts its
@@ -575,7 +562,7 @@ func (f *Fleet) startLocked(ctx context.Context, m catalog.Model, p catalog.Prof
 	env = append(env, keyEnvOf(p)+"="+key)
 	rctx, cancel := context.WithCancel(ctx)
 	r := &replica{
-		id: id, model: m.Name, profile: p.Name, fingerprint: fingerprint(m), node: node,
+		id: id, model: m.Name, profile: p.Name, fingerprint: Fingerprint(m), node: node,
 		memBytes: need, cards: cards, pool: p.Pool, slots: p.Slots, key: key, weights: weights, threads: threads,
 		args:    argsOf(m, p, weights, projector, threads),
 		vllm:    runsOnVLLM(p),

@@ -46,16 +46,9 @@ type replica struct {
 	endpoint string
 	rss      int64
 	load     *Load
+	// stopping is set once r is retired: it drains, then stops (the
+	// fleet's Drains count the requests it holds).
 	stopping bool
-	// holds are the requests sent to r that have not ended (Hold); drain
-	// is the timer that stops a draining r anyway, and why the reason it
-	// is retired.
-	holds int
-	// usedAt is when r last took a request (Hold): whether it is kept
-	// for its residency (swap.go).
-	usedAt time.Time
-	drain  *time.Timer
-	why    string
 	// evictedFor is the critical model r is stopping to make room for:
 	// the room it gives back is that model's.
 	evictedFor string
@@ -478,6 +471,7 @@ func (f *Fleet) end(r *replica, s State, why string) {
 	}
 	if s == Stopped && f.replicas[r.id] == r {
 		delete(f.replicas, r.id)
+		f.drains.Gone(r.id)
 	}
 	f.mu.Unlock()
 	r.cancel()

@@ -286,11 +286,11 @@ func (f *Fleet) holderLocked(r *replica, m catalog.Model, held int64, now time.T
 	if r.stopping || r.released || st == nil {
 		return nil
 	}
-	d := f.demands[r.model]
+	d, _ := f.demands.Of(r.model)
 	h := &Holder{ID: r.id, Model: r.model, Class: st.class, Min: st.min, Held: held, Ready: r.state == Ready,
-		Busy: r.state != Ready || r.holds > 0 || d != nil && d.asks.Len() > 0, LastUsed: f.lastUsedLocked(r)}
+		Busy: r.state != Ready || f.drains.Holds(r.id) > 0 || d.Asked > 0, LastUsed: f.lastUsedLocked(r)}
 	h.Place(f.askedAtLocked(r.model), f.askedAtLocked(m.Name))
-	h.Reside(r.readyAt, r.readyAt.Sub(r.started), r.usedAt, f.opts.Residency, now)
+	h.Reside(r.readyAt, r.readyAt.Sub(r.started), f.drains.UsedAt(r.id), f.opts.Residency, now)
 	return h
 }
 
@@ -306,10 +306,8 @@ func (f *Fleet) giveLocked(r *replica, m catalog.Model, now time.Time) give {
 // lastUsedLocked is when r's model was last asked for: the zero time when
 // it has not been since its demand was forgotten.
 func (f *Fleet) lastUsedLocked(r *replica) time.Time {
-	if d := f.demands[r.model]; d != nil {
-		return d.lastUse
-	}
-	return time.Time{}
+	d, _ := f.demands.Of(r.model)
+	return d.LastUse
 }
 
 // giveBackLocked retires r for m, saying why, counts it, and forgets what
@@ -321,8 +319,8 @@ func (f *Fleet) giveBackLocked(r *replica, m catalog.Model, now time.Time) {
 		return
 	}
 	reason, why := GiveBackWhy(*h, m, now)
-	if d := f.demands[r.model]; r.holds == 0 && (d == nil || d.asks.Len() == 0) {
-		f.dropDemandLocked(r.model)
+	if d, _ := f.demands.Of(r.model); f.drains.Holds(r.id) == 0 && d.Asked == 0 {
+		f.demands.Forget(r.model)
 	}
 	// Given back busy, its model keeps its requests' place: they came
 	// after m's, and before those asked since.
@@ -375,8 +373,8 @@ func (f *Fleet) waitingLocked() bool {
 // abandonedLocked is whether every request that asked for model has gone
 // (served, or its client gave up).
 func (f *Fleet) abandonedLocked(model string) bool {
-	d := f.demands[model]
-	return d != nil && d.asks.Len() == 0
+	d, ok := f.demands.Of(model)
+	return ok && d.Asked == 0
 }
 
 // claims are the room the models placed earlier in a reconciling pass,

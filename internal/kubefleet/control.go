@@ -9,6 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"modelserve/internal/fleet"
 	"modelserve/internal/operr"
 )
 
@@ -125,7 +126,7 @@ func (f *Fleet) Unpark(ctx context.Context, model string) error {
 			failed[p.UID] = true
 		}
 		f.mu.Lock()
-		f.parks[model] = park{fingerprint: fingerprint(m), failed: failed}
+		f.parks[model] = park{fingerprint: fleet.Fingerprint(m), failed: failed}
 		f.mu.Unlock()
 		if _, err := f.apply(ctx, f.ownerMap(m, "", "")); err != nil {
 			return operr.Wrap(operr.Unavailable, err, "the cluster did not take %s's unpark: %v", model, err)

@@ -14,6 +14,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	clocktesting "k8s.io/utils/clock/testing"
 
 	"modelserve/catalog"
 	"modelserve/internal/fleet"
@@ -403,11 +404,19 @@ func (s *stream) complete(t *testing.T) {
 	}
 }
 
+// fakeClock has the fleet go by a clock the test steps, its drains
+// bounded by a minute of it.
+func fakeClock(c *clocktesting.FakeClock) func(*kubefleet.Options) {
+	return func(o *kubefleet.Options) { o.Clock, o.DrainTimeout = c, time.Minute }
+}
+
 // TestKubernetesDrainIsBounded: a request that never ends does not keep a
 // pod its Deployment is losing for ever: past the drain timeout it is
-// deleted, and its Deployment lowered.
+// deleted, and its Deployment lowered. Until then it is not deleted, and
+// not offered to a request.
 func TestKubernetesDrainIsBounded(t *testing.T) {
-	w := startSwapWorld(t, 2*time.Second)
+	clk := clocktesting.NewFakeClock(time.Now())
+	w := startSwapWorld(t, fakeClock(clk))
 	f, admin := w.f, w.c.Admin
 	use := f.Use("alpha", 1, time.Now())
 	p := w.ready("alpha")
@@ -418,20 +427,81 @@ func TestKubernetesDrainIsBounded(t *testing.T) {
 	// Given back for beta while it holds a request that never ends.
 	useB := f.Use("beta", 1, time.Now())
 	defer useB()
-	sawDraining := false
-	waitFor(t, p.ID+" deleted past its drain timeout", func() ([]fleet.Replica, bool) {
+	waitFor(t, p.ID+" draining", func() ([]fleet.Replica, bool) {
 		rs := replicasOf(f, "alpha")
-		for _, r := range rs {
-			sawDraining = sawDraining || r.ID == p.ID && r.State == fleet.Draining
-		}
-		return rs, w.deleting(p.ID)
+		return rs, len(rs) == 1 && rs[0].State == fleet.Draining
 	})
-	if !sawDraining {
-		t.Errorf("%s was deleted without draining first", p.ID)
+	clk.Step(59 * time.Second)
+	if err := f.Sync(context.Background()); err != nil {
+		t.Fatal(err)
 	}
+	if w.deleting(p.ID) {
+		t.Fatalf("%s was deleted before its drain timeout, with its request in flight", p.ID)
+	}
+	if rs := f.Serving("alpha"); len(rs) != 0 {
+		t.Errorf("a draining pod is offered to requests: %+v", rs)
+	}
+	clk.Step(time.Second)
+	waitFor(t, p.ID+" deleted past its drain timeout", func() ([]fleet.Replica, bool) {
+		return replicasOf(f, "alpha"), w.deleting(p.ID)
+	})
 	w.ready("beta")
 	if n := *deploymentOf(t, admin, "alpha").Spec.Replicas; n != 0 {
 		t.Errorf("alpha's Deployment is at %d replicas after its pod was given back, want 0", n)
+	}
+}
+
+// TestKubernetesAChangedEntryDrains: a model whose catalog entry changes
+// has its pods replaced, each once the requests it holds have ended: the
+// Deployment keeps its template, and its pod, until then, and the pod
+// takes no new request meanwhile.
+func TestKubernetesAChangedEntryDrains(t *testing.T) {
+	w := startSwapWorld(t)
+	f, cat, admin := w.f, w.cat, w.c.Admin
+	alpha := w.onDemand("alpha")
+	alpha.Scaling.Min = 1
+	cat.remove("alpha")
+	cat.add(alpha)
+	f.Poke()
+	p := w.ready("alpha")
+	release, ok := f.Hold(p.ID, time.Now())
+	if !ok {
+		t.Fatalf("a ready pod refused a request")
+	}
+	before := deploymentOf(t, admin, "alpha").Spec.Template.Annotations["modelserve.io/fingerprint"]
+
+	alpha.Profiles[0].RAMBytes = 3 << 30
+	cat.remove("alpha")
+	cat.add(alpha)
+	for range 2 { // a pass, and one after it
+		if err := f.Sync(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if w.deleting(p.ID) {
+		t.Fatalf("%s, answering, is being deleted as its entry changed", p.ID)
+	}
+	if got := deploymentOf(t, admin, "alpha").Spec.Template.Annotations["modelserve.io/fingerprint"]; got != before {
+		t.Errorf("alpha's Deployment took the new entry with its pod answering")
+	}
+	if rs := f.Serving("alpha"); len(rs) != 0 {
+		t.Errorf("a pod of the old entry is offered to requests: %+v", rs)
+	}
+	if _, ok := f.Hold(p.ID, time.Now()); ok {
+		t.Errorf("a pod of the old entry took a new request")
+	}
+	rs := replicasOf(f, "alpha")
+	if len(rs) != 1 || rs[0].State != fleet.Draining || !strings.Contains(rs[0].Detail, "catalog entry changed") {
+		t.Errorf("alpha's pods: %+v, want %s draining for the changed entry", rs, p.ID)
+	}
+
+	release()
+	waitFor(t, p.ID+" replaced by a pod of the new entry", func() ([]fleet.Replica, bool) {
+		rs := f.Serving("alpha")
+		return rs, w.deleting(p.ID) && len(rs) == 1 && rs[0].ID != p.ID
+	})
+	if got := deploymentOf(t, admin, "alpha").Spec.Template.Annotations["modelserve.io/fingerprint"]; got != fleet.Fingerprint(alpha) {
+		t.Errorf("alpha's Deployment runs fingerprint %s, want the new entry's %s", got, fleet.Fingerprint(alpha))
 	}
 }
 

@@ -19,7 +19,7 @@ import (
 // node, is said to fit on no node, in the local fleet's words, with no
 // pod made for it.
 func TestKubernetesKeepsHeadroom(t *testing.T) {
-	w := startSwapWorldWith(t, nil, func(o *kubefleet.Options) { o.Headroom = fleet.Headroom{RAM: 1 << 30, Card: 1 << 30} })
+	w := startSwapWorld(t, func(o *kubefleet.Options) { o.Headroom = fleet.Headroom{RAM: 1 << 30, Card: 1 << 30} })
 	f, admin, ready, scaledTo0 := w.f, w.c.Admin, w.ready, w.scaledTo0
 	w.backfillSizes() // gamma is 2 GB
 

@@ -45,6 +45,7 @@ import (
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
+	"k8s.io/utils/clock"
 
 	"modelserve/catalog"
 	"modelserve/internal/fleet"
@@ -94,6 +95,9 @@ type Options struct {
 	// requests sent to it to end before it is deleted anyway: 10 minutes
 	// unless set (--drain-timeout).
 	DrainTimeout time.Duration
+	// Clock times demand and drains (fleet.Demands, fleet.Drains): the
+	// real clock unless set; tests step a fake one.
+	Clock clock.WithTickerAndDelayedExecution
 	// Residency is the least a pod that was used stays before its model
 	// is given back for another model on demand (fleet.Residency):
 	// fleet.DefaultResidency unless set; negative keeps none
@@ -155,7 +159,7 @@ type Fleet struct {
 	mu      sync.Mutex
 	synced  bool
 	models  map[string]fleet.ModelHealth
-	demands map[string]*demand
+	demands *fleet.Demands
 	// parks are the models parked by this process, by the fingerprint
 	// they were parked for: the owner's annotation says the same, but the
 	// cache may not have seen it yet when the crashed pod is already gone.
@@ -189,14 +193,13 @@ type Fleet struct {
 	// (and replaced) at the end of each, for Sync.
 	begun, done int
 	passed      chan struct{}
-	// holds count the requests in flight on each pod, and drains are the
-	// pods waiting for theirs to end before they are deleted (drain.go).
-	holds  map[string]int
-	drains map[string]*draining
-	// usedAt is when each pod last took a request (Hold), and keptFrom,
-	// by model, when the residency of pods a model waits for ends
-	// (swap.go): whether they are kept, and when to look again.
-	usedAt   map[string]time.Time
+	// drains count the requests in flight on each pod and when each last
+	// took one, and drain the pods to go (fleet.Drains); leaving are the
+	// pods to go, as they are deleted (drain.go).
+	drains  *fleet.Drains
+	leaving map[string]*leaving
+	// keptFrom is, by model, when the residency of pods a model waits for
+	// ends (swap.go): whether they are kept, and when to look again.
 	keptFrom map[string]time.Time
 	// onStopping are told the endpoint of each pod being deleted.
 	onStopping fleet.Listeners[string]
@@ -239,14 +242,20 @@ func New(opts Options) (*Fleet, error) {
 	if opts.Log == nil {
 		opts.Log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	return &Fleet{
+	if opts.Clock == nil {
+		opts.Clock = clock.RealClock{}
+	}
+	f := &Fleet{
 		opts: opts, log: opts.Log,
 		queue:  workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]()),
-		models: map[string]fleet.ModelHealth{}, demands: map[string]*demand{}, parks: map[string]park{},
+		models: map[string]fleet.ModelHealth{}, parks: map[string]park{},
 		lastStops: map[string]string{}, givenWhy: map[string]string{}, madeRoom: map[string]bool{}, evictions: map[[2]string]int{}, waiting: map[string]bool{}, heldBack: map[string]bool{},
-		holds: map[string]int{}, drains: map[string]*draining{}, usedAt: map[string]time.Time{}, keptFrom: map[string]time.Time{},
+		leaving: map[string]*leaving{}, keptFrom: map[string]time.Time{},
 		passed: make(chan struct{}), first: make(chan struct{}),
-	}, nil
+	}
+	f.demands = fleet.NewDemands(opts.Clock, f.queue.Add)
+	f.drains = fleet.NewDrains(opts.Clock, opts.DrainTimeout, f.finishDrain)
+	return f, nil
 }
 
 // Synced is closed once Run has read the cluster (its caches hold the
@@ -515,7 +524,7 @@ func (f *Fleet) remember(models []catalog.Model) {
 func (f *Fleet) remove(ctx context.Context, name string) error {
 	f.mu.Lock()
 	delete(f.models, name)
-	delete(f.demands, name)
+	f.demands.Forget(name)
 	delete(f.parks, name)
 	delete(f.lastStops, name)
 	delete(f.waiting, name)
@@ -545,7 +554,7 @@ func (f *Fleet) remove(ctx context.Context, name string) error {
 		return fmt.Errorf("removing %s from the cluster: %w", name, err)
 	}
 	f.mu.Lock()
-	f.forgetDrainsLocked(func(_ string, d *draining) bool { return d.model == name })
+	f.forgetDrainsLocked(func(_ string, l *leaving) bool { return l.model == name })
 	f.mu.Unlock()
 	f.log.Info("removed a model's objects from the cluster", "model", name)
 	return nil
@@ -564,8 +573,8 @@ func (f *Fleet) drainedAway(ctx context.Context, model, name, why string) bool {
 // they should be, and records how it fares.
 func (f *Fleet) reconcile(ctx context.Context, m catalog.Model, models []catalog.Model) error {
 	ns := f.opts.Namespace
-	fp := fingerprint(m)
-	now := time.Now()
+	fp := fleet.Fingerprint(m)
+	now := f.opts.Clock.Now()
 	h := fleet.ModelHealth{Model: m.Name, Class: m.ClassOrDefault(), Want: f.want(m, now)}
 	f.mu.Lock()
 	h.LastStop = f.lastStops[m.Name]
@@ -673,9 +682,16 @@ func (f *Fleet) reconcile(ctx context.Context, m catalog.Model, models []catalog
 			if err != nil {
 				return fmt.Errorf("deleting a drained pod of %s: %w", m.Name, err)
 			}
-			d := f.deployment(m, pi, replicas, w, ref, f.products(m.Profiles[pi].GPUClass))
-			if _, err := f.apply(ctx, d); err != nil {
-				return err
+			// Its pods of an entry since changed drain first: it is
+			// written once they have (scaledown.go).
+			if ok, old := f.rolled(m.Name, name, fp); ok {
+				d := f.deployment(m, pi, replicas, w, ref, f.products(m.Profiles[pi].GPUClass))
+				if old {
+					replaceAtOnce(d)
+				}
+				if _, err := f.apply(ctx, d); err != nil {
+					return err
+				}
 			}
 			remaining = min(remaining, int32(obs.unschedulable[name]))
 		}
@@ -714,7 +730,7 @@ func (f *Fleet) reconcile(ctx context.Context, m catalog.Model, models []catalog
 		f.memWaits.Forget(m.Name) // nobody waits for it now
 		f.setMadeRoom(m.Name, false)
 	case obs.scheduled >= h.Want:
-		f.memWaits.Placed(m.Name, time.Now()) // a wait it had ends as its pod is placed
+		f.memWaits.Placed(m.Name, f.opts.Clock.Now()) // a wait it had ends as its pod is placed
 		f.setMadeRoom(m.Name, false)
 	}
 	// Profiles no longer in the entry.
@@ -729,7 +745,7 @@ func (f *Fleet) reconcile(ctx context.Context, m catalog.Model, models []catalog
 				return err
 			}
 			f.mu.Lock()
-			f.forgetDrainsLocked(func(_ string, dr *draining) bool { return dr.deployment == d.Name })
+			f.forgetDrainsLocked(func(_ string, l *leaving) bool { return l.deployment == d.Name })
 			f.mu.Unlock()
 		}
 	}

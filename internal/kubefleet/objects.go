@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"path/filepath"
 	"slices"
@@ -70,19 +69,6 @@ func deploymentName(model string, profile int) string {
 }
 
 func keySecretName(model string) string { return objName(model) + "-key" }
-
-// fingerprint is what of a model its engine is started from, with when it
-// was added: a model served again starts afresh (and is no longer parked).
-func fingerprint(m catalog.Model) string {
-	b, _ := json.Marshal(struct {
-		Source   string
-		Profiles []catalog.Profile
-		Origin   *catalog.Origin
-		Added    string
-	}{m.Source, m.Profiles, m.Origin, m.AddedAt.UTC().String()})
-	sum := sha256.Sum256(b)
-	return hex.EncodeToString(sum[:8])
-}
 
 func modelLabels(model string) map[string]string {
 	return map[string]string{labelManagedBy: managedBy, labelModel: objName(model)}
@@ -237,7 +223,7 @@ func (f *Fleet) deployment(m catalog.Model, pi int, replicas int32, w weights, o
 			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{labelDeployment: name}},
 			Template: corev1.PodTemplateSpec{
 				ObjectMeta: metav1.ObjectMeta{Labels: podLabels,
-					Annotations: map[string]string{annotationModel: m.Name, annotationFinger: fingerprint(m)}},
+					Annotations: map[string]string{annotationModel: m.Name, annotationFinger: fleet.Fingerprint(m)}},
 				Spec: corev1.PodSpec{
 					AutomountServiceAccountToken: ptr(false),
 					EnableServiceLinks:           ptr(false),
@@ -310,7 +296,7 @@ func (f *Fleet) ownerMap(m catalog.Model, parkedFor, parkedWhy string) *corev1.C
 	return &corev1.ConfigMap{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"},
 		ObjectMeta: metav1.ObjectMeta{Name: objName(m.Name), Namespace: f.opts.Namespace, Labels: modelLabels(m.Name), Annotations: ann},
-		Data:       map[string]string{"model": m.Name, "fingerprint": fingerprint(m)},
+		Data:       map[string]string{"model": m.Name, "fingerprint": fleet.Fingerprint(m)},
 	}
 }
 

@@ -219,51 +219,27 @@ func (f *Fleet) NodeCPUs(memGB int) []int {
 	return out
 }
 
-// demand is what the gateway has asked of a model lately (Use): asks are
-// its requests being served now, by when each was asked (its place among
-// the models waiting for room, fleet.Asks).
-type demand struct {
-	asks    fleet.Asks
-	lastUse time.Time
-	want    int
-}
 
 // Use says a request for model, asked at askedAt (its arrival, as the
 // gateway saw it, and the time its hold is asked with), is being served
 // and that replicas replicas are needed now: the model's Deployment is
 // raised to max(Scaling.Min, min(replicas, Scaling.Max)) while requests
-// come, and falls back to Min once none has come for its
-// Scaling.IdleAfter (fleet.DefaultIdleAfter when unset). Call release
-// when the request is over.
+// come, and falls back as the local fleet's replicas do (fleet.Demands).
+// Call release when the request is over.
 func (f *Fleet) Use(model string, replicas int, askedAt time.Time) (release func()) {
-	replicas = max(replicas, 1)
-	f.mu.Lock()
-	d := f.demands[model]
-	if d == nil {
-		d = &demand{}
-		f.demands[model] = d
-	}
-	d.asks.Add(askedAt)
-	d.lastUse = time.Now()
-	more := replicas > d.want
-	d.want = max(d.want, replicas)
-	f.mu.Unlock()
+	end, more := f.demands.Use(model, replicas, askedAt)
 	if more {
 		f.queue.Add(model)
 	}
-	done := false
 	return func() {
-		f.mu.Lock()
-		look := false
-		if !done && f.demands[model] == d {
-			was := d.asks.Oldest()
-			d.asks.Done(askedAt)
-			d.lastUse = time.Now()
-			// Its pods may be idle now, or its requests all behind
-			// another model's that waits for their room.
-			look = len(f.waiting) > 0 && (d.asks.Len() == 0 || !d.asks.Oldest().Equal(was))
+		e, ok := end()
+		if !ok {
+			return
 		}
-		done = true
+		f.mu.Lock()
+		// Its pods may be idle now, or its requests all behind
+		// another model's that waits for their room.
+		look := len(f.waiting) > 0 && (e.Is.IsZero() || !e.Is.Equal(e.Was))
 		f.mu.Unlock()
 		if look {
 			f.Poke()
@@ -271,21 +247,6 @@ func (f *Fleet) Use(model string, replicas int, askedAt time.Time) (release func
 	}
 }
 
-// want is how many replicas m runs now: Min, or more while in demand.
-func (f *Fleet) want(m catalog.Model, now time.Time) int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	d := f.demands[m.Name]
-	if d == nil {
-		return m.Scaling.Min
-	}
-	idle := m.Scaling.IdleAfter
-	if idle <= 0 {
-		idle = fleet.DefaultIdleAfter
-	}
-	if d.asks.Len() == 0 && now.Sub(d.lastUse) >= idle {
-		delete(f.demands, m.Name)
-		return m.Scaling.Min
-	}
-	return max(m.Scaling.Min, min(d.want, m.Scaling.UpTo()))
-}
+// want is how many replicas m runs at now: Min, or more while in demand
+// (fleet.Demands).
+func (f *Fleet) want(m catalog.Model, now time.Time) int { return f.demands.Want(m, now) }

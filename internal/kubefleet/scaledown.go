@@ -6,10 +6,12 @@ import (
 	"slices"
 	"strings"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"modelserve/internal/words"
 )
@@ -66,10 +68,10 @@ func (f *Fleet) scaleDown(ctx context.Context, model, name string, target int32,
 	}
 	f.mu.Lock()
 	// A pod gone, or being deleted, is counted by the controller no more.
-	f.forgetDrainsLocked(func(id string, d *draining) bool { return d.deployment == name && !active[id] })
+	f.forgetDrainsLocked(func(id string, l *leaving) bool { return l.deployment == name && !active[id] })
 	var staying, going []*corev1.Pod
 	for _, p := range pods {
-		if d := f.drains[p.Name]; d != nil && d.deployment == name {
+		if l := f.leaving[p.Name]; l != nil && l.deployment == name {
 			going = append(going, p)
 		} else {
 			staying = append(staying, p)
@@ -82,12 +84,11 @@ func (f *Fleet) scaleDown(ctx context.Context, model, name string, target int32,
 		}
 	case len(staying) < int(target):
 		// Wanted again: the pods still draining stay, the busiest first.
-		slices.SortFunc(going, func(a, b *corev1.Pod) int { return cmp.Compare(f.holds[b.Name], f.holds[a.Name]) })
+		slices.SortFunc(going, func(a, b *corev1.Pod) int { return cmp.Compare(f.drains.Holds(b.Name), f.drains.Holds(a.Name)) })
 		kept := 0
 		for _, p := range going {
-			if d := f.drains[p.Name]; kept < int(target)-len(staying) && !d.drained {
-				stopTimer(d)
-				delete(f.drains, p.Name)
+			if kept < int(target)-len(staying) && f.drains.Keep(p.Name) {
+				delete(f.leaving, p.Name)
 				kept++
 				f.log.Info("a draining pod is kept: its model wants it again", "replica", p.Name, "model", model)
 			}
@@ -96,9 +97,9 @@ func (f *Fleet) scaleDown(ctx context.Context, model, name string, target int32,
 	var drained []*corev1.Pod
 	all, held := true, int32(0)
 	for _, p := range pods {
-		if d := f.drains[p.Name]; d != nil && d.deployment == name && !d.deleted {
+		if l := f.leaving[p.Name]; l != nil && l.deployment == name && !l.deleted {
 			held++
-			if d.drained {
+			if f.drains.Ended(p.Name) {
 				drained = append(drained, p)
 			} else {
 				all = false
@@ -126,17 +127,18 @@ func (f *Fleet) scaleDown(ctx context.Context, model, name string, target int32,
 			continue
 		}
 		f.mu.Lock()
-		if d := f.drains[p.Name]; d != nil {
-			d.deleted = true
-			f.log.Info("a pod its Deployment loses is deleted", "replica", p.Name, "model", model, "why", d.why)
+		if l := f.leaving[p.Name]; l != nil {
+			l.deleted = true
+			_, detail, _ := f.drains.State(p.Name)
+			f.log.Info("a pod its Deployment loses is deleted", "replica", p.Name, "model", model, "why", detail)
 		}
 		f.mu.Unlock()
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	replicas := target
-	for _, d := range f.drains {
-		if d.deployment == name && !d.deleted {
+	for _, l := range f.leaving {
+		if l.deployment == name && !l.deleted {
 			replicas++
 		}
 	}
@@ -151,36 +153,36 @@ func (f *Fleet) rankToGoLocked(pods []*corev1.Pod) []*corev1.Pod {
 		switch {
 		case !isReady(p):
 			return 0
-		case f.drains[p.Name] != nil:
+		case f.leaving[p.Name] != nil:
 			return 1
 		}
 		return 2
 	}
 	out := slices.Clone(pods)
 	slices.SortStableFunc(out, func(a, b *corev1.Pod) int {
-		return cmp.Or(cmp.Compare(rank(a), rank(b)), cmp.Compare(f.holds[a.Name], f.holds[b.Name]),
+		return cmp.Or(cmp.Compare(rank(a), rank(b)), cmp.Compare(f.drains.Holds(a.Name), f.drains.Holds(b.Name)),
 			b.CreationTimestamp.Compare(a.CreationTimestamp.Time), strings.Compare(a.Name, b.Name))
 	})
 	return out
 }
 
 // goLocked marks p to leave Deployment name: drained at once when it
-// holds no request, else once those it holds end. A pod an operator
-// stopped already drains on, now for its Deployment; one whose deletion
-// has begun is gone already, and is not replaced.
+// holds no request, else once those it holds end (fleet.Drains). A pod an
+// operator stopped already drains on, now for its Deployment; one whose
+// deletion has begun is gone already, and is not replaced.
 func (f *Fleet) goLocked(p *corev1.Pod, model, name, why string) {
-	d := f.drains[p.Name]
+	l := f.leaving[p.Name]
 	switch {
-	case d == nil && f.holds[p.Name] == 0:
-		d = &draining{why: why, model: model, drained: true}
-	case d == nil:
-		d = f.newDrainLocked(p.Name, model, why)
-		f.log.Info("draining a pod its Deployment loses", "replica", p.Name, "model", model, "why", why, "in_flight", f.holds[p.Name])
-	case d.ending:
-		d.drained, d.deleted = true, true
+	case l == nil:
+		l = &leaving{model: model}
+		if n, _ := f.drains.Drain(p.Name, why); n > 0 {
+			f.log.Info("draining a pod its Deployment loses", "replica", p.Name, "model", model, "why", why, "in_flight", n)
+		}
+	case l.ending:
+		l.deleted = true
 	}
-	d.deployment = name
-	f.drains[p.Name] = d
+	l.deployment = name
+	f.leaving[p.Name] = l
 }
 
 // scaleWhy is why m's pods go when its Deployments are scaled down to want.
@@ -194,4 +196,46 @@ func (f *Fleet) scaleWhy(model string, want int, parked bool) string {
 		return f.givenWhy[model]
 	}
 	return "scaled down: its model wants " + words.Count(want, "replica", "replicas") + " now"
+}
+
+// A model whose entry changed (another fingerprint, fleet.Fingerprint)
+// has its Deployments rewritten only once their pods of the old entry have
+// drained: each leaves Serving at once, and takes no new request. The
+// Deployment is then written with the new template and a strategy that
+// replaces every old pod at once (none of them serves any more), without
+// waiting for room for a new pod first: as the local fleet stops a
+// replica of the old entry before it starts one of the new. Written at
+// once, the rolling update deleted each old pod as a new one became
+// ready, with the answers it was streaming; and on a full node it waited
+// for room that the old pods held.
+
+// rollWhy is why a pod of a changed entry goes.
+const rollWhy = "its model's catalog entry changed: a pod of the new entry replaces it"
+
+// rolled is whether Deployment name may be written with fingerprint fp
+// now: its pods started from another have drained (each still holding
+// requests is made to drain). old is whether it has such pods: its
+// rollout replaces them at once (replaceAtOnce).
+func (f *Fleet) rolled(model, name, fp string) (ok, old bool) {
+	ok = true
+	for _, p := range f.activePods(name) {
+		if p.Annotations[annotationFinger] == fp {
+			continue
+		}
+		old = true
+		if n, begun := f.drains.Drain(p.Name, rollWhy); begun && n > 0 {
+			f.log.Info("draining a pod of a changed catalog entry", "replica", p.Name, "model", model, "in_flight", n)
+		}
+		ok = ok && f.drains.Ended(p.Name)
+	}
+	return ok, old
+}
+
+// replaceAtOnce has d's rollout delete its old pods first, all at once,
+// then start the new: the old have drained. Later passes leave the
+// strategy to the cluster's default again.
+func replaceAtOnce(d *appsv1.Deployment) {
+	none, all := intstr.FromInt32(0), intstr.FromString("100%")
+	d.Spec.Strategy = appsv1.DeploymentStrategy{Type: appsv1.RollingUpdateDeploymentStrategyType,
+		RollingUpdate: &appsv1.RollingUpdateDeployment{MaxSurge: &none, MaxUnavailable: &all}}
 }

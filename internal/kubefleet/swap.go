@@ -71,10 +71,8 @@ func fits(p catalog.Profile, n node, free bool) bool {
 // for its Min or for requests waiting now: a request that went away
 // before its pod was placed has nobody given back on its behalf.
 func (f *Fleet) wantsRoom(m catalog.Model, want int) bool {
-	f.mu.Lock()
-	d := f.demands[m.Name]
-	asked := d != nil && d.asks.Len() > 0
-	f.mu.Unlock()
+	d, _ := f.demands.Of(m.Name)
+	asked := d.Asked > 0
 	if !asked && want > m.Scaling.Min {
 		return false
 	}
@@ -119,7 +117,7 @@ func (f *Fleet) holdings(byName map[string]catalog.Model) []holding {
 	held := map[string]int{}
 	listed := make(map[string]bool, len(pods))
 	for _, pod := range pods {
-		held[pod.Annotations[annotationModel]] += f.holds[pod.Name]
+		held[pod.Annotations[annotationModel]] += f.drains.Holds(pod.Name)
 		listed[pod.Name] = true
 	}
 	for id := range f.givenFor {
@@ -127,12 +125,8 @@ func (f *Fleet) holdings(byName map[string]catalog.Model) []holding {
 			delete(f.givenFor, id)
 		}
 	}
-	for id := range f.usedAt {
-		if !listed[id] {
-			delete(f.usedAt, id)
-		}
-	}
-	now := time.Now()
+	f.drains.Prune(func(id string) bool { return listed[id] })
+	now := f.opts.Clock.Now()
 	for _, pod := range pods {
 		if pod.Spec.NodeName == "" || pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
 			continue
@@ -140,20 +134,18 @@ func (f *Fleet) holdings(byName map[string]catalog.Model) []holding {
 		_, mem, gpus := requests(pod, f.opts.GPUResource)
 		name := pod.Annotations[annotationModel]
 		m, ok := byName[name]
-		d := f.demands[name]
-		dr := f.drains[pod.Name]
-		unrouted := d != nil && d.asks.Len() > held[name]
+		d, asked := f.demands.Of(name)
+		dr := f.leaving[pod.Name]
+		unrouted := d.Asked > held[name]
 		h := holding{node: pod.Spec.NodeName, mem: mem, gpus: gpus,
-			going: pod.DeletionTimestamp != nil || !ok || d == nil && m.Scaling.Min == 0 || f.heldBack[name] || dr != nil && dr.deployment != "",
+			going: pod.DeletionTimestamp != nil || !ok || !asked && m.Scaling.Min == 0 || f.heldBack[name] || dr != nil && dr.deployment != "",
 			Holder: fleet.Holder{ID: pod.Name, Model: name, Class: m.ClassOrDefault(), Min: m.Scaling.Min, Ready: isReady(pod),
-				Busy: !isReady(pod) || f.holds[pod.Name] > 0 || unrouted}}
-		if d != nil {
-			h.LastUsed, h.asked = d.lastUse, d.asks.Oldest()
-		}
+				Busy: !isReady(pod) || f.drains.Holds(pod.Name) > 0 || unrouted}}
+		h.LastUsed, h.asked = d.LastUse, d.Oldest
 		// Its engine's load, from its container's start to its pod's
 		// readiness: what its residency is counted from.
 		r := replica(pod)
-		h.Reside(r.ReadyAt, r.ReadyAt.Sub(r.Started), f.usedAt[pod.Name], f.opts.Residency, now)
+		h.Reside(r.ReadyAt, r.ReadyAt.Sub(r.Started), f.drains.UsedAt(pod.Name), f.opts.Residency, now)
 		if h.going {
 			h.givenFor = f.givenFor[pod.Name]
 		} else {
@@ -249,11 +241,11 @@ func (f *Fleet) makeRoom(m catalog.Model, want int, models []catalog.Model, now 
 	if len(m.Profiles) == 0 || !f.wantsRoom(m, want) {
 		f.setWaiting(m.Name, false)
 		f.mu.Lock()
-		if d := f.demands[m.Name]; f.heldBack[m.Name] && m.Scaling.Min == 0 && (d == nil || d.asks.Len() == 0) {
+		if d, _ := f.demands.Of(m.Name); f.heldBack[m.Name] && m.Scaling.Min == 0 && d.Asked == 0 {
 			// Given back, and its requests went away meanwhile: nobody
 			// waits for it to come back.
 			delete(f.heldBack, m.Name)
-			delete(f.demands, m.Name)
+			f.demands.Forget(m.Name)
 		}
 		f.mu.Unlock()
 		return nil, "", false
@@ -389,7 +381,7 @@ func (f *Fleet) isParked(m catalog.Model) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	pk := f.parks[m.Name]
-	return pk.reason != "" && pk.fingerprint == fingerprint(m)
+	return pk.reason != "" && pk.fingerprint == fleet.Fingerprint(m)
 }
 
 // giveBack forgets what was asked of the victims' models, so their
@@ -427,7 +419,7 @@ func (f *Fleet) giveBack(victims []fleet.Holder, m catalog.Model, byName map[str
 			// turn, its requests keeping their place.
 			f.heldBack[h.Model] = true
 		} else {
-			delete(f.demands, h.Model)
+			f.demands.Forget(h.Model)
 		}
 		if !slices.ContainsFunc(out, func(x catalog.Model) bool { return x.Name == h.Model }) {
 			out = append(out, byName[h.Model])
@@ -439,12 +431,7 @@ func (f *Fleet) giveBack(victims []fleet.Holder, m catalog.Model, byName map[str
 // oldestAsk is when model's oldest unanswered request was asked: the zero
 // time for none (fleet.Asks).
 func (f *Fleet) oldestAsk(model string) time.Time {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if d := f.demands[model]; d != nil {
-		return d.asks.Oldest()
-	}
-	return time.Time{}
+	return f.demands.Oldest(model)
 }
 
 func (f *Fleet) isHeldBack(model string) bool {

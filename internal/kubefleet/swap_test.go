@@ -57,27 +57,16 @@ func (w *swapWorld) backfillSizes() {
 // mirrorToken is what the swap world's pods fetch weights with.
 const mirrorToken = "ms_nodes"
 
-// startSwapWorld starts the swap world; drainTimeout, when given, bounds
-// the fleet's drains instead of its default.
-func startSwapWorld(t *testing.T, drainTimeout ...time.Duration) *swapWorld {
+// startSwapWorld starts the swap world; set, when given, changes the
+// fleet's options (its drain timeout, its clock).
+func startSwapWorld(t *testing.T, set ...func(*kubefleet.Options)) *swapWorld {
 	t.Helper()
-	return startSwapWorldThrough(t, nil, drainTimeout...)
+	return startSwapWorldThrough(t, nil, set...)
 }
 
 // startSwapWorldThrough is startSwapWorld with the fleet's client to the
 // control plane passed through through (nil: as it is).
-func startSwapWorldThrough(t *testing.T, through func(kubernetes.Interface) kubernetes.Interface, drainTimeout ...time.Duration) *swapWorld {
-	t.Helper()
-	return startSwapWorldWith(t, through, func(o *kubefleet.Options) {
-		if len(drainTimeout) > 0 {
-			o.DrainTimeout = drainTimeout[0]
-		}
-	})
-}
-
-// startSwapWorldWith is startSwapWorldThrough with the fleet's options
-// edited by edit.
-func startSwapWorldWith(t *testing.T, through func(kubernetes.Interface) kubernetes.Interface, edit func(*kubefleet.Options)) *swapWorld {
+func startSwapWorldThrough(t *testing.T, through func(kubernetes.Interface) kubernetes.Interface, set ...func(*kubefleet.Options)) *swapWorld {
 	t.Helper()
 	c := kubetest.Start(t)
 	c.AddNode(t, kubetest.Node{Name: "small-1", CPU: 8, Memory: "6Gi"})
@@ -123,7 +112,9 @@ func startSwapWorldWith(t *testing.T, through func(kubernetes.Interface) kuberne
 		// model before. TestLookWaitsForAResidentPod tests it.
 		Residency: -1,
 	}
-	edit(&opts)
+	for _, set := range set {
+		set(&opts)
+	}
 	f, err := kubefleet.New(opts)
 	if err != nil {
 		t.Fatal(err)
