@@ -21,8 +21,6 @@ package kubefleet
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -615,9 +613,6 @@ func (f *Fleet) reconcile(ctx context.Context, m catalog.Model, models []catalog
 		return err
 	}
 	ref := metav1.OwnerReference{APIVersion: "v1", Kind: "ConfigMap", Name: owner.GetName(), UID: owner.GetUID()}
-	if err := f.ensureKey(ctx, m, ref); err != nil {
-		return err
-	}
 	if _, err := f.apply(ctx, f.service(m, ref)); err != nil {
 		return err
 	}
@@ -667,7 +662,14 @@ func (f *Fleet) reconcile(ctx context.Context, m catalog.Model, models []catalog
 				return fmt.Errorf("deleting a drained pod of %s: %w", m.Name, err)
 			}
 			d := f.deployment(m, pi, replicas, w, ref, f.products(m.Profiles[pi].GPUClass))
-			if _, err := f.apply(ctx, d); err != nil {
+			written, err := f.apply(ctx, d)
+			if err != nil {
+				return err
+			}
+			// After the Deployment, which owns it: a pod made meanwhile
+			// waits for it, as a kubelet holds back a container whose
+			// Secret is not there yet.
+			if err := f.ensureKey(ctx, m.Name, written); err != nil {
 				return err
 			}
 			remaining = min(remaining, int32(obs.unschedulable[name]))
@@ -720,6 +722,9 @@ func (f *Fleet) reconcile(ctx context.Context, m catalog.Model, models []catalog
 			f.mu.Unlock()
 		}
 	}
+	if err := f.dropModelKey(ctx, m.Name); err != nil {
+		return err
+	}
 	f.mu.Lock()
 	f.models[m.Name] = h
 	f.mu.Unlock()
@@ -754,22 +759,36 @@ func (f *Fleet) apply(ctx context.Context, obj metav1.Object) (metav1.Object, er
 	return out, nil
 }
 
-// ensureKey makes the model's replica key once: applying a new one on
-// every pass would restart every replica.
-func (f *Fleet) ensureKey(ctx context.Context, m catalog.Model, owner metav1.OwnerReference) error {
-	if _, err := f.secrets.Secrets(f.opts.Namespace).Get(keySecretName(m.Name)); err == nil {
+// ensureKey makes the key of Deployment d's replicas once: applying a new
+// one on every pass would restart every replica.
+func (f *Fleet) ensureKey(ctx context.Context, model string, d metav1.Object) error {
+	if _, err := f.secrets.Secrets(f.opts.Namespace).Get(keySecretName(d.GetName())); err == nil {
 		return nil
 	}
-	b := make([]byte, 24)
-	_, _ = rand.Read(b) // crypto/rand.Read never fails on Linux
-	s := &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Name: keySecretName(m.Name), Namespace: f.opts.Namespace, Labels: modelLabels(m.Name),
-			Annotations: map[string]string{annotationModel: m.Name}, OwnerReferences: []metav1.OwnerReference{owner}},
-		StringData: map[string]string{keySecretKey: hex.EncodeToString(b)},
-	}
-	_, err := f.opts.Client.CoreV1().Secrets(f.opts.Namespace).Create(ctx, s, metav1.CreateOptions{FieldManager: fieldManager})
+	_, err := f.opts.Client.CoreV1().Secrets(f.opts.Namespace).Create(ctx, f.keySecret(model, d), metav1.CreateOptions{FieldManager: fieldManager})
 	if err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("writing the replica key of %s: %w", m.Name, err)
+		return fmt.Errorf("writing the replica key of %s: %w", d.GetName(), err)
+	}
+	return nil
+}
+
+// dropModelKey removes the key a whole model had before keys were per
+// Deployment, once no pod of the model reads it: the pods started with it
+// are answered with it until the rollout to their Deployment's key has
+// replaced them.
+func (f *Fleet) dropModelKey(ctx context.Context, model string) error {
+	name := modelKeySecretName(model)
+	if _, err := f.secrets.Secrets(f.opts.Namespace).Get(name); err != nil {
+		return nil
+	}
+	for _, p := range f.modelPods(model) {
+		if podKeySecret(p) == name {
+			return nil
+		}
+	}
+	err := f.opts.Client.CoreV1().Secrets(f.opts.Namespace).Delete(ctx, name, metav1.DeleteOptions{})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("removing the key %s had before keys were per profile: %w", model, err)
 	}
 	return nil
 }
@@ -800,7 +819,7 @@ func (f *Fleet) EngineKey(id string) string {
 	if err != nil || p.Labels[labelManagedBy] != managedBy {
 		return ""
 	}
-	s, err := f.secrets.Secrets(f.opts.Namespace).Get(keySecretName(p.Annotations[annotationModel]))
+	s, err := f.secrets.Secrets(f.opts.Namespace).Get(podKeySecret(p))
 	if err != nil {
 		return ""
 	}
