@@ -89,18 +89,28 @@ func (c *Cluster) Kubelet(t testing.TB, images map[string]Image) *Kubelet {
 }
 
 // see runs a pod newly placed and given its address, and stops one whose
-// deletion has begun.
+// deletion has begun; one deleted before it ran is removed at once.
 func (k *Kubelet) see(obj any) {
 	p, ok := obj.(*corev1.Pod)
-	if !ok || p.Spec.NodeName == "" || p.Status.PodIP == "" {
+	if !ok || p.Spec.NodeName == "" {
 		return
 	}
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	r := k.pods[p.UID]
+	if r == nil && p.DeletionTimestamp != nil {
+		if k.ctx.Err() == nil {
+			k.wg.Add(1)
+			go func() {
+				defer k.wg.Done()
+				k.remove(p)
+			}()
+		}
+		return
+	}
 	if r == nil {
-		if p.DeletionTimestamp != nil || k.ctx.Err() != nil {
-			return
+		if p.Status.PodIP == "" || k.ctx.Err() != nil {
+			return // kwok gives it its address first
 		}
 		r = &podRun{k: k, pod: p.DeepCopy(), deleting: make(chan struct{}), dir: filepath.Join(k.dir, string(p.UID))}
 		k.pods[p.UID] = r
@@ -395,13 +405,19 @@ func (r *podRun) end() {
 	if r.k.ctx.Err() != nil {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	r.k.remove(r.pod)
+}
+
+// remove deletes pod p, whose containers have stopped (or never ran), for
+// good: the end of its graceful deletion, as a kubelet ends it.
+func (k *Kubelet) remove(p *corev1.Pod) {
+	ctx, cancel := context.WithTimeout(k.ctx, 10*time.Second)
 	defer cancel()
-	uid := r.pod.UID
-	err := r.k.c.Admin.CoreV1().Pods(r.pod.Namespace).Delete(ctx, r.pod.Name, metav1.DeleteOptions{
+	uid := p.UID
+	err := k.c.Admin.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{
 		GracePeriodSeconds: ptrTo(int64(0)), Preconditions: &metav1.Preconditions{UID: &uid}})
-	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
-		fmt.Fprintf(os.Stderr, "kubetest: removing pod %s once its containers stopped: %v\n", r.pod.Name, err)
+	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) && k.ctx.Err() == nil {
+		fmt.Fprintf(os.Stderr, "kubetest: removing pod %s once its containers stopped: %v\n", p.Name, err)
 	}
 }
 
