@@ -3,6 +3,7 @@ package kubefleet_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -11,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 
@@ -49,18 +51,21 @@ func runFleet(t *testing.T, c *kubetest.Cluster, client kubernetes.Interface, ca
 	return f, stop
 }
 
-// TestKubernetesKeysAndHostMemory: each Deployment (a model's profile) has
+// TestKubernetesParity: each Deployment (a model's profile) has
 // a key of its own, in a Secret it owns, and the key the fleet gives for
 // a pod is the one its engine reads; a cluster whose pods read the one key
-// a model had before is moved to those keys with a replica answering to
-// its own key all along, and the old key goes once no pod reads it. A
-// replica on cards asks for the memory it holds in RAM.
-func TestKubernetesKeysAndHostMemory(t *testing.T) {
+// a model had before keeps them, answering to it, until they start afresh
+// with their Deployment's key, and the old key goes once no pod reads it. A
+// replica on cards asks for the memory it holds in RAM. deploy/'s
+// NetworkPolicy selects the engine pods the fleet writes and lets in only
+// modelserve's pod as deploy/modelserve.yaml labels it.
+func TestKubernetesParity(t *testing.T) {
 	c := kubetest.Start(t)
 	c.AddNode(t, kubetest.Node{Name: "cpu-1", CPU: 8, Memory: "32Gi"})
 	c.AddNode(t, kubetest.Node{Name: "gpu-1", CPU: 16, Memory: "64Gi", GPUs: 2,
 		Labels: map[string]string{"nvidia.com/gpu.product": "NVIDIA-L4"}})
 	client := c.Client(t, c.Account(t, "../../deploy/rbac.yaml"))
+	c.Apply(t, "../../deploy/networkpolicy.yaml")
 	admin := c.Admin
 	bg := context.Background()
 	mirrorDir := t.TempDir()
@@ -112,7 +117,7 @@ func TestKubernetesKeysAndHostMemory(t *testing.T) {
 		})
 	})
 
-	t.Run("pods reading their model's one key move to their Deployment's, answering all along", func(t *testing.T) {
+	t.Run("pods reading their model's one key keep it until they start afresh", func(t *testing.T) {
 		m := model(mirrorDir, "legacy", catalog.Profile{RAMBytes: 1 << 30, CPUCores: 1})
 		cat.add(m)
 		f, stop := runFleet(t, c, client, cat, mirrorDir)
@@ -151,33 +156,42 @@ func TestKubernetesKeysAndHostMemory(t *testing.T) {
 			return len(pods), len(pods) == 1 && keyNameOf(pods[0]) == oldName && ready(pods[0])
 		})
 
+		oldPod := podsOf(t, admin, d.Name)[0].Name
+
+		// The upgrade: its pod goes on answering to the key it has, and
+		// is not restarted for a key alone.
 		f, stop = runFleet(t, c, client, cat, mirrorDir)
 		defer stop()
-		// Through the change, a replica is served, and the key given for it
-		// is the one its engine reads.
-		deadline := time.Now().Add(time.Minute)
-		for {
-			served := f.Serving("legacy")
-			pods := podsOf(t, admin, d.Name)
-			if len(served) == 0 {
-				t.Fatal("no replica of legacy is served while its keys change")
+		for range 3 {
+			if err := f.Sync(bg); err != nil {
+				t.Fatal(err)
 			}
-			for _, r := range served {
-				if p := byName(pods, r.ID); p != nil {
-					if got, want := f.EngineKey(r.ID), secretValue(t, admin, keyNameOf(*p)); got != want || got == "" {
-						t.Fatalf("EngineKey(%s) = %q, its engine reads %q from %s", r.ID, got, want, keyNameOf(*p))
-					}
-				}
-			}
-			_, gone := admin.CoreV1().Secrets(ns).Get(bg, oldName, metav1.GetOptions{})
-			if len(pods) == 1 && keyNameOf(pods[0]) == newName && ready(pods[0]) && apierrors.IsNotFound(gone) {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("a minute on, legacy's pods read %v and the model's key is %v", keyNames(pods), gone)
-			}
-			time.Sleep(50 * time.Millisecond)
 		}
+		served := f.Serving("legacy")
+		if len(served) != 1 || served[0].ID != oldPod {
+			t.Fatalf("after the upgrade legacy is served by %+v, want its pod %s as it was", served, oldPod)
+		}
+		if got := f.EngineKey(oldPod); got != "the-model-key-of-before" {
+			t.Errorf("EngineKey(%s) = %q after the upgrade, want the model's key its engine reads", oldPod, got)
+		}
+		if _, err := admin.CoreV1().Secrets(ns).Get(bg, oldName, metav1.GetOptions{}); err != nil {
+			t.Errorf("the model's key, which its pod reads, is gone: %v", err)
+		}
+
+		// Served afresh, its pods read their Deployment's key, and the
+		// model's goes.
+		m.Profiles[0].Slots = 1
+		cat.put(m)
+		f.Poke()
+		waitFor(t, "legacy's pods to read their Deployment's key and the model's to be gone", func() (string, bool) {
+			pods := podsOf(t, admin, d.Name)
+			_, err := admin.CoreV1().Secrets(ns).Get(bg, oldName, metav1.GetOptions{})
+			if len(pods) != 1 || keyNameOf(pods[0]) != newName || !ready(pods[0]) || !apierrors.IsNotFound(err) {
+				return fmt.Sprintf("pods %v, the model's key: %v", keyNames(pods), err), false
+			}
+			r := f.Serving("legacy")
+			return "", len(r) == 1 && f.EngineKey(r[0].ID) == secretValue(t, admin, newName) && f.EngineKey(r[0].ID) != ""
+		})
 	})
 
 	t.Run("a replica on cards asks for its host memory and its prompt cache", func(t *testing.T) {
@@ -205,6 +219,62 @@ func TestKubernetesKeysAndHostMemory(t *testing.T) {
 		}
 		if r.EstimateBytes != want {
 			t.Errorf("the replica says it holds %d bytes, want its pod's %d", r.EstimateBytes, int64(want))
+		}
+	})
+
+	t.Run("deploy's NetworkPolicy lets only modelserve reach the engine pods", func(t *testing.T) {
+		pols, err := admin.NetworkingV1().NetworkPolicies(ns).List(bg, metav1.ListOptions{})
+		if err != nil || len(pols.Items) != 1 {
+			t.Fatalf("NetworkPolicies in %s: %v, %d of them, want deploy/networkpolicy.yaml's", ns, err, len(pols.Items))
+		}
+		pol := pols.Items[0]
+		engines, err := metav1.LabelSelectorAsSelector(&pol.Spec.PodSelector)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pods, err := admin.CoreV1().Pods(ns).List(bg, metav1.ListOptions{LabelSelector: "app.kubernetes.io/managed-by=modelserve"})
+		if err != nil || len(pods.Items) == 0 {
+			t.Fatalf("the fleet's pods: %v, %d of them", err, len(pods.Items))
+		}
+		for _, p := range pods.Items {
+			if !engines.Matches(labels.Set(p.Labels)) {
+				t.Errorf("the policy does not select engine pod %s (labels %v): anything in the cluster reaches it", p.Name, p.Labels)
+			}
+			if port := p.Spec.Containers[0].Ports[0].ContainerPort; len(pol.Spec.Ingress) != 1 || len(pol.Spec.Ingress[0].Ports) != 1 ||
+				pol.Spec.Ingress[0].Ports[0].Port.IntValue() != int(port) {
+				t.Errorf("the policy lets in %+v, want the engine port %d alone", pol.Spec.Ingress, port)
+			}
+		}
+		// modelserve's own pod, as deploy/modelserve.yaml labels it.
+		var self map[string]string
+		for _, obj := range kubetest.Objects(t, "../../deploy/modelserve.yaml") {
+			if d, ok := obj.(*appsv1.Deployment); ok && d.Name == "modelserve" {
+				self = d.Spec.Template.Labels
+				if d.Namespace != pol.Namespace {
+					t.Errorf("modelserve runs in %s and the policy is in %s", d.Namespace, pol.Namespace)
+				}
+			}
+		}
+		if self == nil {
+			t.Fatal("deploy/modelserve.yaml has no Deployment modelserve")
+		}
+		if engines.Matches(labels.Set(self)) {
+			t.Errorf("the policy takes modelserve's own pod (labels %v) for an engine", self)
+		}
+		if len(pol.Spec.Ingress) != 1 || len(pol.Spec.Ingress[0].From) != 1 || pol.Spec.Ingress[0].From[0].NamespaceSelector != nil {
+			t.Fatalf("the policy lets in %+v, want modelserve's pods of its own namespace alone", pol.Spec.Ingress)
+		}
+		from, err := metav1.LabelSelectorAsSelector(pol.Spec.Ingress[0].From[0].PodSelector)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if from.Empty() || !from.Matches(labels.Set(self)) {
+			t.Errorf("the policy lets in pods %q, which modelserve's pod (labels %v) is not among: it could not reach its engines", from, self)
+		}
+		for _, p := range pods.Items {
+			if from.Matches(labels.Set(p.Labels)) {
+				t.Errorf("the policy lets engine pod %s in as if it were modelserve", p.Name)
+			}
 		}
 	})
 }
@@ -280,4 +350,15 @@ func secretValue(t *testing.T, admin kubernetes.Interface, name string) string {
 		return ""
 	}
 	return string(s.Data["api-key"])
+}
+
+// put replaces the catalog's entry of m's name with m.
+func (c *memCatalog) put(m catalog.Model) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for i := range c.models {
+		if c.models[i].Name == m.Name {
+			c.models[i] = m
+		}
+	}
 }

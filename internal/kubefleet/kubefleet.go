@@ -773,9 +773,9 @@ func (f *Fleet) ensureKey(ctx context.Context, model string, d metav1.Object) er
 }
 
 // dropModelKey removes the key a whole model had before keys were per
-// Deployment, once no pod of the model reads it: the pods started with it
-// are answered with it until the rollout to their Deployment's key has
-// replaced them.
+// Deployment, once no pod of the model reads it and no Deployment of it
+// names it: the pods started with it are answered with it until they have
+// started afresh with their Deployment's.
 func (f *Fleet) dropModelKey(ctx context.Context, model string) error {
 	name := modelKeySecretName(model)
 	if _, err := f.secrets.Secrets(f.opts.Namespace).Get(name); err != nil {
@@ -786,7 +786,17 @@ func (f *Fleet) dropModelKey(ctx context.Context, model string) error {
 			return nil
 		}
 	}
-	err := f.opts.Client.CoreV1().Secrets(f.opts.Namespace).Delete(ctx, name, metav1.DeleteOptions{})
+	// A Deployment naming it at 0 replicas starts pods that read it.
+	deps, err := f.deployments.Deployments(f.opts.Namespace).List(labels.SelectorFromSet(labels.Set{labelModel: objName(model)}))
+	if err != nil {
+		return err
+	}
+	for _, d := range deps {
+		if podKeySecret(&corev1.Pod{Spec: d.Spec.Template.Spec}) == name {
+			return nil
+		}
+	}
+	err = f.opts.Client.CoreV1().Secrets(f.opts.Namespace).Delete(ctx, name, metav1.DeleteOptions{})
 	if err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("removing the key %s had before keys were per profile: %w", model, err)
 	}

@@ -75,6 +75,7 @@ func TestKubernetesFleet(t *testing.T) {
 
 	// As modelserve's ServiceAccount of deploy/rbac.yaml, and nothing more.
 	client := c.Client(t, c.Account(t, "../../deploy/rbac.yaml"))
+	c.Apply(t, "../../deploy/networkpolicy.yaml")
 	mirrorDir := t.TempDir()
 	cat := &memCatalog{}
 	f, err := kubefleet.New(kubefleet.Options{

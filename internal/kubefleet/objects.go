@@ -79,8 +79,9 @@ func deploymentName(model string, profile int) string {
 func keySecretName(deployment string) string { return deployment + "-key" }
 
 // modelKeySecretName is the Secret one key of a whole model was kept in
-// before keys were per Deployment: the pods started then still read it,
-// and it is removed once none does (dropModelKey).
+// before keys were per Deployment: the Deployments written then go on
+// naming it until their pods start afresh (keyOf), and it is removed once
+// no pod reads it (dropModelKey).
 func modelKeySecretName(model string) string { return objName(model) + "-key" }
 
 // fingerprint is what of a model its engine is started from, with when it
@@ -191,7 +192,7 @@ func (f *Fleet) deployment(m catalog.Model, pi int, replicas int32, w weights, o
 
 	image, args, keyEnv := f.engine(m, p, w)
 	env := []corev1.EnvVar{{Name: keyEnv, ValueFrom: &corev1.EnvVarSource{
-		SecretKeyRef: &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: keySecretName(name)}, Key: keySecretKey}}}}
+		SecretKeyRef: &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: f.keyOf(m, name)}, Key: keySecretKey}}}}
 	settings, _ := catalog.EngineEnv(p) // what is left out, the local fleet logs as it starts
 	for _, kv := range settings {
 		k, v, _ := strings.Cut(kv, "=")
@@ -321,6 +322,27 @@ func (f *Fleet) keySecret(model string, d metav1.Object) *corev1.Secret {
 			OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "Deployment", Name: d.GetName(), UID: d.GetUID()}}},
 		StringData: map[string]string{keySecretKey: hex.EncodeToString(b)},
 	}
+}
+
+// keyOf is the Secret the pods of m's Deployment name read their key
+// from: the Deployment's own, or the model's one key for a Deployment
+// written before keys were per Deployment, until its pods start afresh
+// for another reason (its fingerprint changed). Moved at once, every
+// replica of every upgraded model would restart for its key alone, each
+// through a rollout, all at the upgrade.
+func (f *Fleet) keyOf(m catalog.Model, deployment string) string {
+	d, err := f.deployments.Deployments(f.opts.Namespace).Get(deployment)
+	if err != nil || d.Spec.Template.Annotations[annotationFinger] != fingerprint(m) {
+		return keySecretName(deployment)
+	}
+	for _, c := range d.Spec.Template.Spec.Containers {
+		for _, e := range c.Env {
+			if r := e.ValueFrom; r != nil && r.SecretKeyRef != nil && r.SecretKeyRef.Name == modelKeySecretName(m.Name) {
+				return r.SecretKeyRef.Name
+			}
+		}
+	}
+	return keySecretName(deployment)
 }
 
 // podKeySecret is the Secret pod's engine reads its key from, as its own
