@@ -24,7 +24,7 @@ import (
 
 // runFleet runs a fleet over cat as deploy/rbac.yaml's account until the
 // returned stop is called (or t ends).
-func runFleet(t *testing.T, c *kubetest.Cluster, client kubernetes.Interface, cat *memCatalog, mirrorDir string) (*kubefleet.Fleet, func()) {
+func runFleet(t *testing.T, client kubernetes.Interface, cat *memCatalog, mirrorDir string) (*kubefleet.Fleet, func()) {
 	t.Helper()
 	f, err := kubefleet.New(kubefleet.Options{
 		Client: client, Catalog: cat, Namespace: ns, EngineImage: "ghcr.io/ggml-org/llama.cpp:server",
@@ -72,7 +72,7 @@ func TestKubernetesParity(t *testing.T) {
 	cat := &memCatalog{}
 
 	t.Run("a key per Deployment, owned by it, is the one its pods read", func(t *testing.T) {
-		f, stop := runFleet(t, c, client, cat, mirrorDir)
+		f, stop := runFleet(t, client, cat, mirrorDir)
 		defer stop()
 		m := model(mirrorDir, "twoprof", catalog.Profile{RAMBytes: 1 << 30, CPUCores: 1, Priority: 100})
 		second := m.Profiles[0]
@@ -120,7 +120,7 @@ func TestKubernetesParity(t *testing.T) {
 	t.Run("pods reading their model's one key keep it until they start afresh", func(t *testing.T) {
 		m := model(mirrorDir, "legacy", catalog.Profile{RAMBytes: 1 << 30, CPUCores: 1})
 		cat.add(m)
-		f, stop := runFleet(t, c, client, cat, mirrorDir)
+		f, stop := runFleet(t, client, cat, mirrorDir)
 		waitFor(t, "a ready replica of legacy", func() (int, bool) { n := len(f.Serving("legacy")); return n, n == 1 })
 		stop()
 		// As the release before wrote it: one key for the model, owned by
@@ -160,7 +160,7 @@ func TestKubernetesParity(t *testing.T) {
 
 		// The upgrade: its pod goes on answering to the key it has, and
 		// is not restarted for a key alone.
-		f, stop = runFleet(t, c, client, cat, mirrorDir)
+		f, stop = runFleet(t, client, cat, mirrorDir)
 		defer stop()
 		for range 3 {
 			if err := f.Sync(bg); err != nil {
@@ -195,7 +195,7 @@ func TestKubernetesParity(t *testing.T) {
 	})
 
 	t.Run("a replica on cards asks for its host memory and its prompt cache", func(t *testing.T) {
-		f, stop := runFleet(t, c, client, cat, mirrorDir)
+		f, stop := runFleet(t, client, cat, mirrorDir)
 		defer stop()
 		// As the plan writes a profile on cards: what each card holds, and
 		// the prompt cache it keeps in RAM; nothing of RAM besides.
