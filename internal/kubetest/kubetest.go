@@ -7,9 +7,11 @@
 // what the pods' statuses mean — and a fake client keeps none of it: it
 // schedules nothing, garbage-collects nothing and authorizes everything.
 // Here the real binaries (built once by install.sh into a cache folder
-// outside the tree) do all of that; only the kubelet is played, by kwok,
-// whose pods run no containers. What runs in a container (the engine
-// answering) is tested on the local fleet instead.
+// outside the tree) do all of that; only the kubelet is played: by kwok
+// alone, whose pods run nothing (Start), or by kwok giving each pod its
+// address and a Kubelet (kubelet.go, pods.go) running every pod's
+// containers as processes here (StartRunning), so what runs in a pod
+// (the weights fetched, the engine answering) is tested for real.
 package kubetest
 
 import (
