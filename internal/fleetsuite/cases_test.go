@@ -2,10 +2,14 @@ package fleetsuite_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
+	"slices"
 	"sync"
 	"testing"
 	"time"
+
+	"modelserve/internal/fleet"
 )
 
 // cases are the suite's, each run against every fleet.
@@ -16,6 +20,8 @@ var cases = []struct {
 	{"concurrent first requests start one engine", concurrentFirstRequests},
 	{"a replica answers its own key, not another model's", ownKeys},
 	{"a request through an operator's Stop completes", requestThroughStop},
+	{"a stopping replica is never offered", stoppingNeverServed},
+	{"a replica restarts when its model's serving changes", restartOnServingChange},
 }
 
 // concurrentFirstRequests: clients asking at once for a model nothing
@@ -84,6 +90,47 @@ func ownKeys(t *testing.T, b *backend) {
 	}
 }
 
+// stoppingNeverServed: from the moment an operator's Stop returns, the
+// replica is never offered to a request again, nor held for one that
+// chose it just before, while the model goes on being served by another.
+func stoppingNeverServed(t *testing.T, b *backend) {
+	b.serve(t, b.model("steady", 1, 1))
+	old := b.ready(t, "steady", 1)[0]
+	var mu sync.Mutex
+	var told []string
+	b.fleet.OnStopping(func(endpoint string) {
+		mu.Lock()
+		told = append(told, endpoint)
+		mu.Unlock()
+	})
+	if err := b.fleet.Stop(old.ID); err != nil {
+		t.Fatalf("Stop(%s): %v", old.ID, err)
+	}
+	// A request that chose it from Serving a moment before is not sent
+	// to it.
+	if release, ok := b.fleet.Hold(old.ID, time.Now()); ok {
+		release()
+		t.Errorf("the stopped replica %s is held for a request after its Stop returned", old.ID)
+	}
+	waitFor(t, 3*time.Minute, "a new replica of steady to be served", func() (bool, string) {
+		served := b.fleet.Serving("steady")
+		for _, r := range served {
+			if r.ID == old.ID {
+				t.Fatalf("the stopped replica %s is offered after its Stop returned: %+v", old.ID, r)
+			}
+		}
+		return len(served) == 1, fmt.Sprint(b.replicas("steady"))
+	})
+	if a := b.ask(t, "steady", 4); !a.ok() || a.replica == old.ID {
+		t.Errorf("a client after the stop was answered %s, want the new replica's answer", a)
+	}
+	waitFor(t, time.Minute, "the gateway to be told the stopped replica's endpoint", func() (bool, string) {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Contains(told, old.Endpoint), fmt.Sprint(told)
+	})
+}
+
 // answerTokens is how long the answer written through a stop is: seconds
 // of the tiny model's writing, within the 4096 tokens it was trained for,
 // which bound its slot.
@@ -143,4 +190,47 @@ func requestThroughStop(t *testing.T, b *backend) {
 			t.Errorf("client %d, asking during the stop, was answered %s", i, o)
 		}
 	}
+}
+
+// restartOnServingChange: a model served with other settings runs them:
+// its replica is replaced by one started with them, which answers.
+func restartOnServingChange(t *testing.T, b *backend) {
+	m := b.model("changing", 1, 1)
+	b.serve(t, m)
+	old := b.ready(t, "changing", 1)[0]
+	if got := slots(t, b, old); got != 2 {
+		t.Fatalf("the replica runs %d slots, want the profile's 2", got)
+	}
+	m.Profiles[0].Slots = 1
+	b.catalog.put(m)
+	b.fleet.Poke()
+	var now fleet.Replica
+	waitFor(t, 90*time.Second, "a new replica of changing with its new settings", func() (bool, string) {
+		served := b.fleet.Serving("changing")
+		if len(served) == 1 && served[0].ID != old.ID {
+			now = served[0]
+			return true, ""
+		}
+		return false, fmt.Sprint(b.replicas("changing"))
+	})
+	if got := slots(t, b, now); got != 1 {
+		t.Errorf("the replica after the change runs %d slots, want the new 1", got)
+	}
+	if a := b.ask(t, "changing", 4); !a.ok() {
+		t.Errorf("a client after the change was answered %s", a)
+	}
+}
+
+// slots is how many requests at once replica r's engine serves, as it
+// says itself.
+func slots(t *testing.T, b *backend, r fleet.Replica) int {
+	t.Helper()
+	a := request(r, "GET", "/props", b.fleet.EngineKey(r.ID), "")
+	var props struct {
+		TotalSlots int `json:"total_slots"`
+	}
+	if !a.ok() || json.Unmarshal([]byte(a.body), &props) != nil {
+		t.Fatalf("replica %s's /props: %s", r.ID, a)
+	}
+	return props.TotalSlots
 }
