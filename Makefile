@@ -66,8 +66,9 @@ deps:
 # module proxy into a cache folder outside the tree; the tests start it.
 # The first build takes minutes; a second run costs nothing.
 #
-# busybox runs the init container's fetch script in its test, as the
-# fetch image does: Debian's package, installed when missing.
+# busybox runs the init container's fetch script in its test and in every
+# pod the behaviour suite (internal/fleetsuite) runs, as the fetch image
+# does: Debian's package, installed when missing.
 kube:
 	@./$(INSTALL_KUBE) >/dev/null
 	@command -v busybox >/dev/null || { [ "$$(id -u)" = 0 ] || { echo "busybox is missing: apt-get install -y busybox (as root)"; exit 1; }; \

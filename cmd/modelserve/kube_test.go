@@ -39,6 +39,7 @@ func TestServeOnKubernetes(t *testing.T) {
 	c := kubetest.Start(t)
 	c.AddNode(t, kubetest.Node{Name: "node-1", CPU: 8, Memory: "32Gi"})
 	kubeconfig := c.Kubeconfig(t, c.Account(t, "../../deploy/rbac.yaml"))
+	c.Apply(t, "../../deploy/networkpolicy.yaml")
 
 	hub := hubtest.New(t)
 	tinyRepo(t, hub, "acme/Chatty-GGUF", "Chatty-Q4_K_M.gguf", ggufgen.Spec{})

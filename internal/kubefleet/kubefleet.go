@@ -21,8 +21,6 @@ package kubefleet
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -631,9 +629,6 @@ func (f *Fleet) reconcile(ctx context.Context, m catalog.Model, models []catalog
 		return err
 	}
 	ref := metav1.OwnerReference{APIVersion: "v1", Kind: "ConfigMap", Name: owner.GetName(), UID: owner.GetUID()}
-	if err := f.ensureKey(ctx, m, ref); err != nil {
-		return err
-	}
 	if _, err := f.apply(ctx, f.service(m, ref)); err != nil {
 		return err
 	}
@@ -689,7 +684,14 @@ func (f *Fleet) reconcile(ctx context.Context, m catalog.Model, models []catalog
 				if old {
 					replaceAtOnce(d)
 				}
-				if _, err := f.apply(ctx, d); err != nil {
+				written, err := f.apply(ctx, d)
+				if err != nil {
+					return err
+				}
+				// After the Deployment, which owns it: a pod made
+				// meanwhile waits for it, as a kubelet holds back a
+				// container whose Secret is not there yet.
+				if err := f.ensureKey(ctx, m.Name, written); err != nil {
 					return err
 				}
 			}
@@ -749,6 +751,9 @@ func (f *Fleet) reconcile(ctx context.Context, m catalog.Model, models []catalog
 			f.mu.Unlock()
 		}
 	}
+	if err := f.dropModelKey(ctx, m.Name); err != nil {
+		return err
+	}
 	f.mu.Lock()
 	f.models[m.Name] = h
 	f.mu.Unlock()
@@ -783,22 +788,46 @@ func (f *Fleet) apply(ctx context.Context, obj metav1.Object) (metav1.Object, er
 	return out, nil
 }
 
-// ensureKey makes the model's replica key once: applying a new one on
-// every pass would restart every replica.
-func (f *Fleet) ensureKey(ctx context.Context, m catalog.Model, owner metav1.OwnerReference) error {
-	if _, err := f.secrets.Secrets(f.opts.Namespace).Get(keySecretName(m.Name)); err == nil {
+// ensureKey makes the key of Deployment d's replicas once: applying a new
+// one on every pass would restart every replica.
+func (f *Fleet) ensureKey(ctx context.Context, model string, d metav1.Object) error {
+	if _, err := f.secrets.Secrets(f.opts.Namespace).Get(keySecretName(d.GetName())); err == nil {
 		return nil
 	}
-	b := make([]byte, 24)
-	_, _ = rand.Read(b) // crypto/rand.Read never fails on Linux
-	s := &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Name: keySecretName(m.Name), Namespace: f.opts.Namespace, Labels: modelLabels(m.Name),
-			Annotations: map[string]string{annotationModel: m.Name}, OwnerReferences: []metav1.OwnerReference{owner}},
-		StringData: map[string]string{keySecretKey: hex.EncodeToString(b)},
-	}
-	_, err := f.opts.Client.CoreV1().Secrets(f.opts.Namespace).Create(ctx, s, metav1.CreateOptions{FieldManager: fieldManager})
+	_, err := f.opts.Client.CoreV1().Secrets(f.opts.Namespace).Create(ctx, f.keySecret(model, d), metav1.CreateOptions{FieldManager: fieldManager})
 	if err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("writing the replica key of %s: %w", m.Name, err)
+		return fmt.Errorf("writing the replica key of %s: %w", d.GetName(), err)
+	}
+	return nil
+}
+
+// dropModelKey removes the key a whole model had before keys were per
+// Deployment, once no pod of the model reads it and no Deployment of it
+// names it: the pods started with it are answered with it until they have
+// started afresh with their Deployment's.
+func (f *Fleet) dropModelKey(ctx context.Context, model string) error {
+	name := modelKeySecretName(model)
+	if _, err := f.secrets.Secrets(f.opts.Namespace).Get(name); err != nil {
+		return nil
+	}
+	for _, p := range f.modelPods(model) {
+		if podKeySecret(p) == name {
+			return nil
+		}
+	}
+	// A Deployment naming it at 0 replicas starts pods that read it.
+	deps, err := f.deployments.Deployments(f.opts.Namespace).List(labels.SelectorFromSet(labels.Set{labelModel: objName(model)}))
+	if err != nil {
+		return err
+	}
+	for _, d := range deps {
+		if podKeySecret(&corev1.Pod{Spec: d.Spec.Template.Spec}) == name {
+			return nil
+		}
+	}
+	err = f.opts.Client.CoreV1().Secrets(f.opts.Namespace).Delete(ctx, name, metav1.DeleteOptions{})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("removing the key %s had before keys were per profile: %w", model, err)
 	}
 	return nil
 }
@@ -829,7 +858,7 @@ func (f *Fleet) EngineKey(id string) string {
 	if err != nil || p.Labels[labelManagedBy] != managedBy {
 		return ""
 	}
-	s, err := f.secrets.Secrets(f.opts.Namespace).Get(keySecretName(p.Annotations[annotationModel]))
+	s, err := f.secrets.Secrets(f.opts.Namespace).Get(podKeySecret(p))
 	if err != nil {
 		return ""
 	}

@@ -75,25 +75,10 @@ func TestKubernetesFleet(t *testing.T) {
 
 	// As modelserve's ServiceAccount of deploy/rbac.yaml, and nothing more.
 	client := c.Client(t, c.Account(t, "../../deploy/rbac.yaml"))
+	c.Apply(t, "../../deploy/networkpolicy.yaml")
 	mirrorDir := t.TempDir()
 	cat := &memCatalog{}
-	f, err := kubefleet.New(kubefleet.Options{
-		Client: client, Catalog: cat, Namespace: ns, EngineImage: "ghcr.io/ggml-org/llama.cpp:server",
-		MirrorURL: "http://modelserve.modelserve.svc:8080/", MirrorDir: mirrorDir, MirrorToken: "ms_nodes",
-		Resync: 5 * time.Second,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- f.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	})
+	f, _ := runFleet(t, client, cat, mirrorDir)
 	admin := c.Admin
 
 	t.Run("a served model is a Deployment running the engine's command line", func(t *testing.T) {

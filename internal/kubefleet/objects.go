@@ -2,6 +2,7 @@ package kubefleet
 
 import (
 	"cmp"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
@@ -38,8 +39,8 @@ const (
 	fieldManager = "modelserve"
 	// enginePort is where the engine listens in its pod.
 	enginePort = 8080
-	// keySecretKey is the replica key's entry in the model's Secret; the
-	// engine reads it from LLAMA_API_KEY.
+	// keySecretKey is the replica key's entry in its Deployment's Secret;
+	// the engine reads it from LLAMA_API_KEY (VLLM_API_KEY).
 	keySecretKey = "api-key"
 	// MirrorSecret holds the token nodes fetch weights from the mirror
 	// with (entry "token").
@@ -68,7 +69,19 @@ func deploymentName(model string, profile int) string {
 	return objName(model) + "-p" + strconv.Itoa(profile)
 }
 
-func keySecretName(model string) string { return objName(model) + "-key" }
+// keySecretName is the Secret holding the key of the replicas of one
+// Deployment (a model's profile), owned by it: a key leaks no further than
+// the replicas of one profile of one model. A key per pod would need each
+// pod to differ from its Deployment's template, which a Deployment cannot
+// do (only an admission webhook rewriting pods could): the Deployment is
+// the finest thing the fleet writes a pod's environment for.
+func keySecretName(deployment string) string { return deployment + "-key" }
+
+// modelKeySecretName is the Secret one key of a whole model was kept in
+// before keys were per Deployment: the Deployments written then go on
+// naming it until their pods start afresh (keyOf), and it is removed once
+// no pod reads it (dropModelKey).
+func modelKeySecretName(model string) string { return objName(model) + "-key" }
 
 func modelLabels(model string) map[string]string {
 	return map[string]string{labelManagedBy: managedBy, labelModel: objName(model)}
@@ -165,7 +178,7 @@ func (f *Fleet) deployment(m catalog.Model, pi int, replicas int32, w weights, o
 
 	image, args, keyEnv := f.engine(m, p, w)
 	env := []corev1.EnvVar{{Name: keyEnv, ValueFrom: &corev1.EnvVarSource{
-		SecretKeyRef: &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: keySecretName(m.Name)}, Key: keySecretKey}}}}
+		SecretKeyRef: &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: f.keyOf(m, name)}, Key: keySecretKey}}}}
 	settings, _ := catalog.EngineEnv(p) // what is left out, the local fleet logs as it starts
 	for _, kv := range settings {
 		k, v, _ := strings.Cut(kv, "=")
@@ -173,10 +186,10 @@ func (f *Fleet) deployment(m catalog.Model, pi int, replicas int32, w weights, o
 	}
 
 	res := corev1.ResourceRequirements{Requests: corev1.ResourceList{}, Limits: corev1.ResourceList{}}
-	// RAM for what the engine holds in RAM (all of it on the CPU), never
-	// what its cards hold: a pod on cards asks for the cards, whole.
-	if p.RAMBytes > 0 {
-		q := *resource.NewQuantity(p.RAMBytes, resource.BinarySI)
+	// RAM for what the engine holds in RAM, never what its cards hold: a
+	// pod on cards asks for the cards, whole, and its host memory beside.
+	if mem := hostBytes(p); mem > 0 {
+		q := *resource.NewQuantity(mem, resource.BinarySI)
 		res.Requests[corev1.ResourceMemory], res.Limits[corev1.ResourceMemory] = q, q
 	}
 	if p.CPUCores > 0 {
@@ -257,6 +270,82 @@ func (f *Fleet) deployment(m catalog.Model, pi int, replicas int32, w weights, o
 			},
 		},
 	}
+}
+
+// gpuEngineHostBytes is what llama-server on cards holds of its node's RAM
+// when its profile does not say (the plan sizes a profile on cards by its
+// cards alone): the program, the cards' runtime and its pinned staging
+// buffers, and the token embeddings llama.cpp keeps in RAM beside cards.
+const gpuEngineHostBytes = 1 << 30
+
+// hostBytes is what a replica of p holds of its node's RAM, which its pod
+// asks for: on the CPU all of it (RAMBytes, its prompt cache counted in
+// it); on cards the engine's own (RAMBytes when set, else
+// gpuEngineHostBytes) and its prompt cache, which llama.cpp keeps in RAM
+// whatever runs on the cards. Asked for nothing, a pod on cards was
+// BestEffort for memory: unseen by the scheduler and the first evicted.
+func hostBytes(p catalog.Profile) int64 {
+	if p.GPUClass == "" {
+		return p.RAMBytes
+	}
+	own := p.RAMBytes
+	if own <= 0 {
+		own = gpuEngineHostBytes
+	}
+	return own + p.PromptCacheBytes
+}
+
+// keySecret is the Secret of a new key for Deployment d's replicas, owned
+// by d: it goes when d goes.
+func (f *Fleet) keySecret(model string, d metav1.Object) *corev1.Secret {
+	b := make([]byte, 24)
+	_, _ = rand.Read(b) // crypto/rand.Read never fails on Linux
+	labels := modelLabels(model)
+	labels[labelDeployment] = d.GetName()
+	return &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: keySecretName(d.GetName()), Namespace: f.opts.Namespace, Labels: labels,
+			Annotations:     map[string]string{annotationModel: model},
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "Deployment", Name: d.GetName(), UID: d.GetUID()}}},
+		StringData: map[string]string{keySecretKey: hex.EncodeToString(b)},
+	}
+}
+
+// keyOf is the Secret the pods of m's Deployment name read their key
+// from: the Deployment's own, or the model's one key for a Deployment
+// written before keys were per Deployment, until its pods start afresh
+// for another reason (its fingerprint changed). Moved at once, every
+// replica of every upgraded model would restart for its key alone, each
+// through a rollout, all at the upgrade.
+func (f *Fleet) keyOf(m catalog.Model, deployment string) string {
+	d, err := f.deployments.Deployments(f.opts.Namespace).Get(deployment)
+	if err != nil || d.Spec.Template.Annotations[annotationFinger] != fleet.Fingerprint(m) {
+		return keySecretName(deployment)
+	}
+	for _, c := range d.Spec.Template.Spec.Containers {
+		for _, e := range c.Env {
+			if r := e.ValueFrom; r != nil && r.SecretKeyRef != nil && r.SecretKeyRef.Name == modelKeySecretName(m.Name) {
+				return r.SecretKeyRef.Name
+			}
+		}
+	}
+	return keySecretName(deployment)
+}
+
+// podKeySecret is the Secret pod's engine reads its key from, as its own
+// spec names it: a pod started before keys were per Deployment names its
+// model's, and is answered with it until it goes.
+func podKeySecret(p *corev1.Pod) string {
+	for _, c := range p.Spec.Containers {
+		if c.Name != "engine" {
+			continue
+		}
+		for _, e := range c.Env {
+			if r := e.ValueFrom; r != nil && r.SecretKeyRef != nil && r.SecretKeyRef.Key == keySecretKey {
+				return r.SecretKeyRef.Name
+			}
+		}
+	}
+	return ""
 }
 
 // weightsVolume is where a replica's weights are kept: an emptyDir, fetched

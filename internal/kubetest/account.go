@@ -10,6 +10,7 @@ import (
 
 	authnv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	schedulingv1 "k8s.io/api/scheduling/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -24,17 +25,9 @@ import (
 // what the manifest grants and nothing more.
 func (c *Cluster) Account(t testing.TB, path string) string {
 	t.Helper()
-	raw, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx := context.Background()
 	var account *corev1.ServiceAccount
-	for _, doc := range strings.Split(string(raw), "\n---\n") {
-		obj, _, err := scheme.Codecs.UniversalDeserializer().Decode([]byte(doc), nil, nil)
-		if err != nil {
-			t.Fatalf("%s: %v", path, err)
-		}
+	for _, obj := range Objects(t, path) {
 		if sa, ok := obj.(*corev1.ServiceAccount); ok && account == nil {
 			account = sa
 		}
@@ -53,22 +46,34 @@ func (c *Cluster) Account(t testing.TB, path string) string {
 }
 
 // Apply creates, as the admin, what the manifest at path holds (the
-// PriorityClasses of deploy/priority.yaml, say).
+// PriorityClasses of deploy/priority.yaml, or the NetworkPolicy of
+// deploy/networkpolicy.yaml, say).
 func (c *Cluster) Apply(t testing.TB, path string) {
+	t.Helper()
+	for _, obj := range Objects(t, path) {
+		if err := create(context.Background(), c.Admin, obj); err != nil {
+			t.Fatalf("creating %T from %s: %v", obj, path, err)
+		}
+	}
+}
+
+// Objects are the objects the manifest at path holds, decoded as the API
+// server would read them.
+func Objects(t testing.TB, path string) []runtime.Object {
 	t.Helper()
 	raw, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
+	var out []runtime.Object
 	for _, doc := range strings.Split(string(raw), "\n---\n") {
 		obj, _, err := scheme.Codecs.UniversalDeserializer().Decode([]byte(doc), nil, nil)
 		if err != nil {
 			t.Fatalf("%s: %v", path, err)
 		}
-		if err := create(context.Background(), c.Admin, obj); err != nil {
-			t.Fatalf("creating %T from %s: %v", obj, path, err)
-		}
+		out = append(out, obj)
 	}
+	return out
 }
 
 // Client is a client of the cluster acting with token.
@@ -123,6 +128,8 @@ func create(ctx context.Context, k kubernetes.Interface, obj runtime.Object) err
 		_, err = k.RbacV1().ClusterRoles().Create(ctx, v, o)
 	case *rbacv1.ClusterRoleBinding:
 		_, err = k.RbacV1().ClusterRoleBindings().Create(ctx, v, o)
+	case *networkingv1.NetworkPolicy:
+		_, err = k.NetworkingV1().NetworkPolicies(v.Namespace).Create(ctx, v, o)
 	case *schedulingv1.PriorityClass:
 		_, err = k.SchedulingV1().PriorityClasses().Create(ctx, v, o)
 	default:

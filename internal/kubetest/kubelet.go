@@ -2,6 +2,7 @@ package kubetest
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -74,14 +75,20 @@ func (c *Cluster) RunPod(t testing.TB, pod *corev1.Pod, images map[string]Image)
 		volumes[v.Name] = t.TempDir()
 	}
 	for _, ctr := range pod.Spec.InitContainers {
-		cmd := c.command(t, pod, ctr, images, volumes)
+		cmd, err := c.command(context.Background(), pod, ctr, images, volumes, t.TempDir())
+		if err != nil {
+			t.Fatal(err)
+		}
 		out, err := cmd.CombinedOutput()
 		if err != nil {
 			t.Fatalf("pod %s: init container %s failed (%v):\n%s", pod.Name, ctr.Name, err, out)
 		}
 	}
 	for _, ctr := range pod.Spec.Containers {
-		cmd := c.command(t, pod, ctr, images, volumes)
+		cmd, err := c.command(context.Background(), pod, ctr, images, volumes, t.TempDir())
+		if err != nil {
+			t.Fatal(err)
+		}
 		logf, err := os.Create(filepath.Join(t.TempDir(), ctr.Name+".log"))
 		if err != nil {
 			t.Fatal(err)
@@ -94,22 +101,9 @@ func (c *Cluster) RunPod(t testing.TB, pod *corev1.Pod, images map[string]Image)
 		}
 		done := make(chan struct{})
 		go func() { _ = cmd.Wait(); close(done) }()
-		grace := 30 * time.Second // the API's default terminationGracePeriodSeconds
-		if g := pod.Spec.TerminationGracePeriodSeconds; g != nil {
-			grace = time.Duration(*g) * time.Second
-		}
+		grace := gracePeriod(pod)
 		var once sync.Once
-		stop := func(grace time.Duration) {
-			once.Do(func() {
-				_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM)
-				select {
-				case <-done:
-				case <-time.After(grace):
-					_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-					<-done
-				}
-			})
-		}
+		stop := func(grace time.Duration) { once.Do(func() { stopGroup(cmd, done, grace) }) }
 		// As a kubelet does, a pod being deleted has its containers sent
 		// SIGTERM, and SIGKILL once its grace period has passed: a test of
 		// what a deletion does to the answers in flight sees the engine go.
@@ -143,12 +137,14 @@ func (c *Cluster) RunPod(t testing.TB, pod *corev1.Pod, images map[string]Image)
 	}
 }
 
-// command is container ctr of pod as a process here.
-func (c *Cluster) command(t testing.TB, pod *corev1.Pod, ctr corev1.Container, images map[string]Image, volumes map[string]string) *exec.Cmd {
-	t.Helper()
+// command is container ctr of pod as a process here, with home as its
+// HOME. A Secret its environment names that does not exist yet is waited
+// for (secretWait at most), as a kubelet holds a container back until it
+// can read it.
+func (c *Cluster) command(ctx context.Context, pod *corev1.Pod, ctr corev1.Container, images map[string]Image, volumes map[string]string, home string) (*exec.Cmd, error) {
 	img, ok := images[ctr.Image]
 	if !ok {
-		t.Fatalf("pod %s: container %s runs image %s, which the test did not say how to run", pod.Name, ctr.Name, ctr.Image)
+		return nil, fmt.Errorf("pod %s: container %s runs image %s, which the test did not say how to run", pod.Name, ctr.Name, ctr.Image)
 	}
 	local := func(s string) string {
 		for _, m := range ctr.VolumeMounts {
@@ -167,7 +163,7 @@ func (c *Cluster) command(t testing.TB, pod *corev1.Pod, ctr corev1.Container, i
 	case img.Entrypoint != "":
 		argv = []string{img.Entrypoint}
 	default:
-		t.Fatalf("pod %s: container %s gives no command and image %s has no entrypoint", pod.Name, ctr.Name, ctr.Image)
+		return nil, fmt.Errorf("pod %s: container %s gives no command and image %s has no entrypoint", pod.Name, ctr.Name, ctr.Image)
 	}
 	for _, a := range ctr.Args {
 		if a == "0.0.0.0" {
@@ -175,15 +171,13 @@ func (c *Cluster) command(t testing.TB, pod *corev1.Pod, ctr corev1.Container, i
 		}
 		argv = append(argv, local(a))
 	}
-	env := []string{"PATH=" + img.Path, "HOME=" + t.TempDir()}
+	env := []string{"PATH=" + img.Path, "HOME=" + home}
 	for _, e := range ctr.Env {
 		v := e.Value
 		if ref := e.ValueFrom; ref != nil && ref.SecretKeyRef != nil {
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			s, err := c.Admin.CoreV1().Secrets(pod.Namespace).Get(ctx, ref.SecretKeyRef.Name, metav1.GetOptions{})
-			cancel()
+			s, err := c.secret(ctx, pod.Namespace, ref.SecretKeyRef.Name)
 			if err != nil {
-				t.Fatalf("pod %s: container %s's %s is from Secret %s: %v", pod.Name, ctr.Name, e.Name, ref.SecretKeyRef.Name, err)
+				return nil, fmt.Errorf("pod %s: container %s's %s is from Secret %s: %w", pod.Name, ctr.Name, e.Name, ref.SecretKeyRef.Name, err)
 			}
 			v = string(s.Data[ref.SecretKeyRef.Key])
 		}
@@ -191,5 +185,47 @@ func (c *Cluster) command(t testing.TB, pod *corev1.Pod, ctr corev1.Container, i
 	}
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Env = env
-	return cmd
+	return cmd, nil
+}
+
+// secretWait bounds the wait for a Secret a container's environment names.
+const secretWait = 30 * time.Second
+
+// secret reads Secret name with the admin client, as the kubelet reads
+// it, waiting secretWait at most for it to be written.
+func (c *Cluster) secret(ctx context.Context, ns, name string) (*corev1.Secret, error) {
+	ctx, cancel := context.WithTimeout(ctx, secretWait)
+	defer cancel()
+	for {
+		s, err := c.Admin.CoreV1().Secrets(ns).Get(ctx, name, metav1.GetOptions{})
+		if err == nil || !apierrors.IsNotFound(err) {
+			return s, err
+		}
+		if !sleep(ctx, 200*time.Millisecond) {
+			return nil, err
+		}
+	}
+}
+
+// stopGroup stops a container's process group as a kubelet stops a
+// container: SIGTERM, then SIGKILL once grace has passed; done is closed
+// when the process has been waited for.
+func stopGroup(cmd *exec.Cmd, done <-chan struct{}, grace time.Duration) {
+	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM)
+	select {
+	case <-done:
+	case <-time.After(grace):
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		<-done
+	}
+}
+
+// gracePeriod is how long pod's containers have between SIGTERM and
+// SIGKILL: its terminationGracePeriodSeconds, 30 s (the API's default)
+// when unset.
+func gracePeriod(pod *corev1.Pod) time.Duration {
+	if g := pod.Spec.TerminationGracePeriodSeconds; g != nil {
+		return time.Duration(*g) * time.Second
+	}
+	return 30 * time.Second
 }

@@ -7,9 +7,11 @@
 // what the pods' statuses mean — and a fake client keeps none of it: it
 // schedules nothing, garbage-collects nothing and authorizes everything.
 // Here the real binaries (built once by install.sh into a cache folder
-// outside the tree) do all of that; only the kubelet is played, by kwok,
-// whose pods run no containers. What runs in a container (the engine
-// answering) is tested on the local fleet instead.
+// outside the tree) do all of that; only the kubelet is played: by kwok
+// alone, whose pods run nothing (Start), or by kwok giving each pod its
+// address and a Kubelet (kubelet.go, pods.go) running every pod's
+// containers as processes here (StartRunning), so what runs in a pod
+// (the weights fetched, the engine answering) is tested for real.
 package kubetest
 
 import (
@@ -112,8 +114,19 @@ type Node struct {
 // Start runs a control plane for t and stops it when t ends. Without the
 // built control plane it skips t, saying how to build it, unless
 // MODELSERVE_REQUIRE_KUBE (or MODELSERVE_REQUIRE_ENGINE, make test's) is set:
-// then a missing control plane is a failure, not a silent pass.
-func Start(t testing.TB) *Cluster {
+// then a missing control plane is a failure, not a silent pass. kwok makes
+// every pod Running and Ready as soon as it is placed, and deletes a pod
+// as soon as its deletion begins: nothing runs in it (RunPod may run one).
+func Start(t testing.TB) *Cluster { return start(t, false) }
+
+// StartRunning is Start for a cluster whose pods are run by a Kubelet
+// (kubelet.go): kwok only gives a placed pod its address, and leaves the
+// rest of its status, and its deletion once its containers have stopped,
+// to the Kubelet, as a node's kubelet does. A pod no Kubelet runs stays
+// Pending.
+func StartRunning(t testing.TB) *Cluster { return start(t, true) }
+
+func start(t testing.TB, kubelet bool) *Cluster {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("the control plane takes seconds to start: skipped under -short")
@@ -202,7 +215,15 @@ func Start(t testing.TB) *Cluster {
 		"--cidr=" + cidr, "--node-ip=" + nodeIP,
 		"--server-address=127.0.0.1:" + strconv.Itoa(freePort(t)),
 	}
-	stages, _ := filepath.Glob(filepath.Join(dir, "stages", "*", "*.yaml"))
+	stages, _ := filepath.Glob(filepath.Join(dir, "stages", "node", "*.yaml"))
+	if kubelet {
+		addr := filepath.Join(work, "pod-address.yaml")
+		writeFile(t, addr, podAddressStage)
+		stages = append(stages, addr)
+	} else {
+		pods, _ := filepath.Glob(filepath.Join(dir, "stages", "pod", "*.yaml"))
+		stages = append(stages, pods...)
+	}
 	for _, s := range stages {
 		kwokArgs = append(kwokArgs, "--config="+s)
 	}
@@ -223,6 +244,45 @@ func Start(t testing.TB) *Cluster {
 	}
 	return c
 }
+
+// podAddressStage is the only pod Stage kwok plays under a Kubelet: a pod
+// placed on one of its nodes gets the node's address and one of its own,
+// and stays Pending; the Kubelet says the rest. Once it has an address the
+// stage no longer matches it, so kwok never writes over the Kubelet.
+const podAddressStage = `apiVersion: kwok.x-k8s.io/v1alpha1
+kind: Stage
+metadata:
+  name: pod-address
+spec:
+  resourceRef:
+    apiGroup: v1
+    kind: Pod
+  selector:
+    matchExpressions:
+    - key: '.metadata.deletionTimestamp'
+      operator: 'DoesNotExist'
+    - key: '.status.podIP'
+      operator: 'DoesNotExist'
+  next:
+    statusTemplate: |
+      {{ $hostIPs := NodeIPsWith .spec.nodeName }}
+      {{ with $hostIPs }}
+      hostIP: {{ index . 0 | Quote }}
+      hostIPs:
+      {{ range . }}
+      - ip: {{ . | Quote }}
+      {{ end }}
+      {{ end }}
+      {{ $podIPs := PodIPsWith .spec.nodeName ( or .spec.hostNetwork false ) ( or .metadata.uid "" ) ( or .metadata.name "" ) ( or .metadata.namespace "" ) }}
+      {{ with $podIPs }}
+      podIP: {{ index . 0 | Quote }}
+      podIPs:
+      {{ range . }}
+      - ip: {{ . | Quote }}
+      {{ end }}
+      {{ end }}
+      phase: Pending
+`
 
 // missing fails t for a part the tests need and do not have under make
 // test (MODELSERVE_REQUIRE_KUBE, or MODELSERVE_REQUIRE_ENGINE), where a
