@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"math"
+	"modelserve/internal/engine"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -14,7 +15,6 @@ import (
 	"modelserve/catalog"
 	"modelserve/internal/ggufgen"
 	"modelserve/internal/hf"
-	"modelserve/internal/plan"
 	"modelserve/internal/store"
 	"modelserve/internal/updates"
 	"modelserve/jobs"
@@ -127,7 +127,7 @@ func TestACanaryWithNoRoomBesideItsModelIsRefused(t *testing.T) {
 	if err != nil {
 		t.Skip("no /proc/meminfo to size chatty by")
 	}
-	total, avail, err := plan.ParseMeminfo(f)
+	total, avail, err := engine.ParseMeminfo(f)
 	f.Close()
 	if err != nil {
 		t.Fatal(err)
