@@ -66,7 +66,6 @@ func answerError(status int, body []byte) error {
 	return operr.New(operr.Refused, "the gateway answered %d %s: %s", status, http.StatusText(status), msg)
 }
 
-
 // recorder keeps an answer written for an in-process caller.
 type recorder struct {
 	header http.Header
