@@ -76,12 +76,10 @@ type Model struct {
 type Profile struct {
 	Name   string `json:"name"`
 	Engine string `json:"engine"`
-	// Pool is the tokens the engine holds (llama.cpp's --ctx-size), shared
-	// by Slots requests at once; Context is what each may use. A zero
-	// pool leaves the context to the engine: only for a profile nobody
-	// sized.
-	Pool  int `json:"pool,omitempty"`
-	Slots int `json:"slots,omitempty"`
+	// Size is the tokens the engine holds (llama.cpp's --ctx-size) and
+	// the requests that share them; Context is what each may use. Its
+	// JSON is the profile's own "pool" and "slots".
+	Size
 	// Embeddings serves /v1/embeddings rather than chat; Judge is a guard
 	// model, judging prompts for the guardrails.
 	Embeddings bool `json:"embeddings,omitempty"`
@@ -117,29 +115,6 @@ type Profile struct {
 	// StartupTimeout is how long a replica may take to become healthy;
 	// zero is the fleet's default.
 	StartupTimeout time.Duration `json:"startup_timeout,omitempty"`
-}
-
-// Context is the tokens one request may use: the pool shared by its
-// slots.
-func (p Profile) Context() int { return SlotContext(p.Pool, p.Slots) }
-
-// SlotContext is the tokens each of slots requests may use of a pool of
-// tokens, and SlotsOf how many requests of ctx tokens a pool holds (at
-// least one): the one place a pool and its slots are divided, for a
-// profile, a request and the serve form alike.
-func SlotContext(pool, slots int) int {
-	if pool <= 0 {
-		return 0
-	}
-	return pool / max(slots, 1)
-}
-
-// SlotsOf: see SlotContext.
-func SlotsOf(pool, ctx int) int {
-	if pool <= 0 {
-		return 0
-	}
-	return max(1, pool/max(ctx, 1))
 }
 
 // Cards is how many cards a replica takes on each node: none on the CPU.
@@ -371,6 +346,9 @@ func (m Model) Validate() error {
 			return invalid("%s has two profiles named %s: give each its own name", m.Name, operr.Quote(p.Name))
 		}
 		names[p.Name] = true
+		if err := p.Size.Check(); err != nil {
+			return invalid("profile %s of %s: %s", p.Name, m.Name, err.Error())
+		}
 		keys := make([]string, 0, len(p.Env))
 		for k := range p.Env {
 			keys = append(keys, k)

@@ -92,13 +92,13 @@ func fullModel() catalog.Model {
 		MaxOutput:      2048,
 		Profiles: []catalog.Profile{
 			{
-				Name: "gpu-2xa100", Engine: "vllm", Pool: 8192, Slots: 1,
+				Name: "gpu-2xa100", Engine: "vllm", Size: catalog.Size{Pool: 8192, Slots: 1},
 				GPUClass: "a100", GPUsPerNode: 2, Nodes: 2, TP: 2, PP: 2, CardBytes: 40 << 30, RAMBytes: 4 << 30, CPUCores: 8,
 				Env:      map[string]string{"NCCL_DEBUG": "INFO", "OMP_NUM_THREADS": "8"},
 				Priority: 100, Weight: 3, StartupTimeout: 4 * time.Hour,
 			},
 			{
-				Name: "cpu", Engine: "llamacpp", Pool: 8192, Slots: 1, Judge: true,
+				Name: "cpu", Engine: "llamacpp", Size: catalog.Size{Pool: 8192, Slots: 1}, Judge: true,
 				RAMBytes: 6 << 30, CPUCores: 4, Priority: 90, Weight: 1,
 			},
 		},

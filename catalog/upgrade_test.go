@@ -52,16 +52,16 @@ func TestUpgradeReadsTheOldProfilesOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := map[string][]catalog.Profile{
-		"chatty": {{Name: "cpu", Engine: "llamacpp", Pool: 2048, Slots: 2, RAMBytes: 174205856, CPUCores: 1, Priority: 100, Weight: 1}},
+		"chatty": {{Name: "cpu", Engine: "llamacpp", Size: catalog.Size{Pool: 2048, Slots: 2}, RAMBytes: 174205856, CPUCores: 1, Priority: 100, Weight: 1}},
 		"wide": {
 			// The first profile's figure was each card's; a fallback's
 			// was all its cards'.
-			{Name: "gpu-2xl4", Engine: "llamacpp", Pool: 16384, Slots: 4, GPUClass: "L4", GPUsPerNode: 2, CardBytes: 12 << 30, Priority: 100, Weight: 1},
-			{Name: "gpu-4xl4", Engine: "llamacpp", Pool: 16384, Slots: 4, GPUClass: "L4", GPUsPerNode: 4, CardBytes: 6 << 30, Priority: 90, Weight: 1},
-			{Name: "cpu", Engine: "llamacpp", Pool: 16384, Slots: 4, RAMBytes: 20 << 30, Priority: 80, Weight: 1},
+			{Name: "gpu-2xl4", Engine: "llamacpp", Size: catalog.Size{Pool: 16384, Slots: 4}, GPUClass: "L4", GPUsPerNode: 2, CardBytes: 12 << 30, Priority: 100, Weight: 1},
+			{Name: "gpu-4xl4", Engine: "llamacpp", Size: catalog.Size{Pool: 16384, Slots: 4}, GPUClass: "L4", GPUsPerNode: 4, CardBytes: 6 << 30, Priority: 90, Weight: 1},
+			{Name: "cpu", Engine: "llamacpp", Size: catalog.Size{Pool: 16384, Slots: 4}, RAMBytes: 20 << 30, Priority: 80, Weight: 1},
 		},
-		"embed": {{Name: "cpu", Engine: "llamacpp", Pool: 4096, Slots: 4, Embeddings: true, RAMBytes: 1000, Priority: 100}},
-		"judge": {{Name: "cpu", Engine: "llamacpp", Pool: 8192, Slots: 1, Judge: true, RAMBytes: 2000, Priority: 100}},
+		"embed": {{Name: "cpu", Engine: "llamacpp", Size: catalog.Size{Pool: 4096, Slots: 4}, Embeddings: true, RAMBytes: 1000, Priority: 100}},
+		"judge": {{Name: "cpu", Engine: "llamacpp", Size: catalog.Size{Pool: 8192, Slots: 1}, Judge: true, RAMBytes: 2000, Priority: 100}},
 	}
 	check := func(when string) {
 		for name, profiles := range want {

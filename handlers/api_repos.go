@@ -1,6 +1,7 @@
 package handlers
 
 import (
+	"modelserve/catalog"
 	"modelserve/internal/operr"
 	"net/http"
 	"strconv"
@@ -50,7 +51,7 @@ func (s *Server) apiRepo(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if s.deps.Planner != nil {
-		rep, err := s.deps.Planner.RepoReport(r.Context(), repo, plan.Request{Context: tokens})
+		rep, err := s.deps.Planner.RepoReport(r.Context(), repo, plan.Request{Size: catalog.Size{Pool: tokens}})
 		if err != nil {
 			if r.Context().Err() != nil {
 				return

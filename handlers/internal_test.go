@@ -3,6 +3,7 @@ package handlers
 import (
 	"bufio"
 	"context"
+	"modelserve/catalog"
 	"modelserve/jobs"
 	"net/http"
 	"net/http/httptest"
@@ -97,7 +98,7 @@ func TestMemoryBar(t *testing.T) {
 	const gib = int64(1) << 30
 	sizing := func(kv, room int64, fit string) plan.Option {
 		return plan.Option{Class: "L4", GPUsPerNode: 1, Engine: plan.EngineLlamaCpp, Sizing: plan.Sizing{
-			CtxPool: 16384, WeightsBytes: 8 * gib, KVBytes: kv, ComputeBytes: gib / 2, ProjectorBytes: gib / 2,
+			Size: catalog.Size{Pool: 16384}, WeightsBytes: 8 * gib, KVBytes: kv, ComputeBytes: gib / 2, ProjectorBytes: gib / 2,
 			NeedBytes: 9*gib + kv, RoomBytes: room, Fit: fit,
 		}}
 	}
@@ -113,7 +114,7 @@ func TestMemoryBar(t *testing.T) {
 		t.Fatalf("%+v", b)
 	}
 	// Small figures keep their unit rather than rounding to "0 GB".
-	small := plan.Option{CPU: true, Engine: plan.EngineLlamaCpp, Sizing: plan.Sizing{CtxPool: 4096, WeightsBytes: 300 << 20,
+	small := plan.Option{CPU: true, Engine: plan.EngineLlamaCpp, Sizing: plan.Sizing{Size: catalog.Size{Pool: 4096}, WeightsBytes: 300 << 20,
 		KVBytes: 4 << 20, ComputeBytes: 150 << 20, NeedBytes: 454 << 20, RoomBytes: 8 * gib, Fit: plan.FitsNow}}
 	if b := memoryBar(small, 0); !strings.HasPrefix(b.Text, "weights 300 MB + KV cache 4 MB for 4096 tokens + engine 150 MB = 454 MB of 8 GB free of a node's RAM") {
 		t.Fatalf("small: %q", b.Text)

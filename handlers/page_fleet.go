@@ -335,9 +335,9 @@ func loadText(l fleet.Load) string {
 	if l.Deferred > 0 {
 		waiting = fmt.Sprintf("%d waiting", l.Deferred)
 	}
-	text := fmt.Sprintf("%d of %d %s busy, %s", l.SlotsBusy, l.Slots, words.Plural(l.Slots, "slot", "slots"), waiting)
-	if l.Context > 0 {
-		text += fmt.Sprintf("; %d tokens a slot", l.Context)
+	text := fmt.Sprintf("%d of %d %s busy, %s", l.SlotsBusy, l.Size.Slots, words.Plural(l.Size.Slots, "slot", "slots"), waiting)
+	if ctx := l.Size.Context(); ctx > 0 {
+		text += fmt.Sprintf("; %d tokens a slot", ctx)
 	}
 	if l.KVCacheUsage != nil {
 		text += "; KV cache " + words.Percent(*l.KVCacheUsage) + " full"
@@ -354,7 +354,7 @@ func startView(st fleet.Start, now time.Time) views.FleetStart {
 	vm := views.FleetStart{
 		Replica: st.Replica, File: filepath.Base(st.File),
 		Ready: timeText(st.ReadyAt, now), ReadyISO: st.ReadyAt.UTC().Format(time.RFC3339),
-		Context:  fmt.Sprintf("%d tokens in %d %s", st.Context, st.Slots, words.Plural(st.Slots, "slot", "slots")),
+		Context:  st.Size.Words(),
 		Estimate: words.Size(st.EstimateBytes), Measured: words.Size(st.RSSBytes),
 	}
 	switch {

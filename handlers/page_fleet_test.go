@@ -63,7 +63,7 @@ func busyFleet() *fakeFleet {
 			{ID: "tiny-1", Model: "tiny", Profile: "cpu", Node: "cpu-1", Endpoint: "http://127.0.0.1:4242", State: fleet.Ready,
 				Started: started, ReadyAt: started.Add(3 * time.Second), PID: 4242, Threads: 4,
 				RSSBytes: 3 * gib / 2, EstimateBytes: 2 * gib,
-				Load: &fleet.Load{Slots: 4, SlotsBusy: 1, Context: 4096, Deferred: 2, PromptTokens: 300, CachedTokens: 100, PredictedTokens: 50},
+				Load: &fleet.Load{Size: catalog.SizeForSlots(4, 4096), SlotsBusy: 1, Deferred: 2, PromptTokens: 300, CachedTokens: 100, PredictedTokens: 50},
 				Log: []string{
 					"main: starting llama-server --api-key " + engineKey,
 					"<script>alert(1)</script>",
@@ -81,9 +81,9 @@ func busyFleet() *fakeFleet {
 		nodes: []fleet.NodeStatus{{Name: "cpu-1", CPUCores: 8, RAMBytes: 32 * gib, AvailableBytes: 24 * gib,
 			FreeBytes: 20 * gib, PromisedBytes: 6 * gib, Replicas: []string{"small-1", "tiny-1"}}},
 		starts: []fleet.Start{
-			{Replica: "tiny-1", Model: "tiny", File: "/data/mirror/acme/tiny/abc/tiny-Q4_K_M.gguf", Context: 16384, Slots: 4,
+			{Replica: "tiny-1", Model: "tiny", File: "/data/mirror/acme/tiny/abc/tiny-Q4_K_M.gguf", Size: catalog.Size{Pool: 16384, Slots: 4},
 				EstimateBytes: 2 * gib, RSSBytes: 3 * gib / 2, Started: started, ReadyAt: started.Add(3 * time.Second)},
-			{Replica: "tiny-0", Model: "tiny", File: "/data/mirror/acme/tiny/abc/tiny-Q4_K_M.gguf", Context: 4096, Slots: 1,
+			{Replica: "tiny-0", Model: "tiny", File: "/data/mirror/acme/tiny/abc/tiny-Q4_K_M.gguf", Size: catalog.Size{Pool: 4096, Slots: 1},
 				EstimateBytes: gib, RSSBytes: 5 * gib / 4, Started: started, ReadyAt: started.Add(time.Second)},
 		},
 		keys: map[string]string{"tiny-1": engineKey, "small-1": "an0th3rk3y"},
@@ -204,8 +204,8 @@ func TestFleetPageShowsTheFleet(t *testing.T) {
 				s.Find(`[data-testid="start-estimate"]`).Text(), s.Find(`[data-testid="start-measured"]`).Text(), s.Find(`[data-testid="start-error"]`).Text()})
 		})
 		want := [][]string{
-			{"tiny-1", "16384 tokens in 4 slots", "2 GB", "1.5 GB", "measured 25% under"},
-			{"tiny-0", "4096 tokens in 1 slot", "1 GB", "1.3 GB", "measured 25% over"},
+			{"tiny-1", "16384 tokens in 4 slots of 4096", "2 GB", "1.5 GB", "measured 25% under"},
+			{"tiny-0", "4096 tokens in one slot", "1 GB", "1.3 GB", "measured 25% over"},
 		}
 		if !slices.EqualFunc(rows, want, slices.Equal) {
 			t.Errorf("the starts read %q, want %q", rows, want)

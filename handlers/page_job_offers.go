@@ -3,6 +3,7 @@ package handlers
 import (
 	"cmp"
 	"fmt"
+	"modelserve/catalog"
 	"net/http"
 	"slices"
 	"sort"
@@ -30,19 +31,19 @@ func (s *Server) withOffers(r *http.Request, j jobs.Job, vm *views.Job) {
 	if req.Format == jobs.FormatSafetensors || req.MemoryGB > 0 {
 		return // original weights are refused for want of vLLM; a reserve is the operator's own figure
 	}
-	ctx, slots := plan.Ask{CtxPool: req.CtxPool, ContextLength: req.ContextLength, Longest: req.Longest}.Shape()
+	asked := plan.Ask{CtxPool: req.CtxPool, ContextLength: req.ContextLength, Longest: req.Longest}.Shape()
 	l, err := s.lookUp(r.Context(), req.Repo, or(req.Revision, "main"))
 	if err != nil {
 		return // the registry or the plan is not there now: the sentence stands alone
 	}
-	rep, err := s.deps.Planner.RepoReport(r.Context(), l.repo, plan.Request{Context: ctx * slots, Parallel: slots})
+	rep, err := s.deps.Planner.RepoReport(r.Context(), l.repo, plan.Request{Size: asked})
 	if err != nil {
 		if r.Context().Err() == nil {
 			s.deps.Log.Warn("planning a refused job's repository again for what would fit", "job", j.ID, "err", err)
 		}
 		return
 	}
-	vm.Offers = offersFor(req, rep, ctx, slots, recommendedName(l.report))
+	vm.Offers = offersFor(req, rep, asked, recommendedName(l.report))
 }
 
 // recommendedName is the set rep recommends, "" when none: at the default
@@ -57,25 +58,26 @@ func recommendedName(rep plan.Report) string {
 	return ""
 }
 
-// offersFor are what would fit of rep for a request of slots × ctx tokens
-// that did not: at most one of each kind. byDefault is the set a request
-// naming none is served from.
-func offersFor(req jobs.Request, rep plan.Report, ctx, slots int, byDefault string) []views.Offer {
+// offersFor are what would fit of rep for a request of size that did
+// not: at most one of each kind. byDefault is the set a request naming
+// none is served from.
+func offersFor(req jobs.Request, rep plan.Report, size catalog.Size, byDefault string) []views.Offer {
+	ctx, slots := size.Context(), size.Slots
 	asked := askedSet(req, rep, byDefault)
 	var out []views.Offer
 	if asked >= 0 {
 		set := rep.Sets[asked]
 		if o, ok := sameShape(req, set.Options); ok && o.LongestContext > 0 && o.LongestSlots > 0 {
-			fits := o.LongestContext * o.LongestSlots
+			fits := o.Longest()
 			// Fewer slots of the context asked, first: every request
 			// keeps the length it was asked for.
-			if fewer := fits / max(ctx, 1); slots > 1 && fewer >= 1 && fewer < slots {
-				out = append(out, offer(req, set.Name, o, ctx*fewer, fewer,
+			if fewer := catalog.SizeForContext(fits.Pool, ctx).Slots; slots > 1 && fits.Pool >= ctx && fewer < slots {
+				out = append(out, offer(req, set.Name, o, catalog.SizeForSlots(fewer, ctx),
 					fmt.Sprintf("%s with %d %s of %d tokens, in place of %d", set.Name, fewer, words.Plural(fewer, "slot", "slots"), ctx, slots),
 					fmt.Sprintf("Serve with %d %s", fewer, words.Plural(fewer, "slot", "slots"))))
 			}
 			if o.LongestContext < ctx {
-				out = append(out, offer(req, set.Name, o, fits, o.LongestSlots,
+				out = append(out, offer(req, set.Name, o, fits,
 					fmt.Sprintf("%s with the longest context that fits: %d tokens in %d %s", set.Name, o.LongestContext, o.LongestSlots, words.Plural(o.LongestSlots, "slot", "slots")),
 					fmt.Sprintf("Serve with %d tokens", o.LongestContext)))
 			}
@@ -103,7 +105,7 @@ func offersFor(req jobs.Request, rep plan.Report, ctx, slots int, byDefault stri
 	}
 	if best != nil {
 		name := cmp.Or(best.Quant, best.Name)
-		out = append(out, offer(req, best.Name, bestOpt, ctx*slots, slots,
+		out = append(out, offer(req, best.Name, bestOpt, size,
 			fmt.Sprintf("%s, a smaller quantisation of %s (%s), with the %d-token context asked", name, req.Repo, words.Size(best.Bytes), ctx),
 			"Serve "+name))
 	}
@@ -157,8 +159,8 @@ func sameShape(req jobs.Request, opts []plan.Option) (plan.Option, bool) {
 }
 
 // offer is the request as the serve form posts it, with file, place,
-// pool and slots changed.
-func offer(req jobs.Request, file string, o plan.Option, pool, slots int, what, button string) views.Offer {
+// size changed.
+func offer(req jobs.Request, file string, o plan.Option, size catalog.Size, what, button string) views.Offer {
 	keys := make([]string, 0, len(req.Env))
 	for k := range req.Env {
 		keys = append(keys, k)
@@ -171,7 +173,7 @@ func offer(req jobs.Request, file string, o plan.Option, pool, slots int, what, 
 	f := []views.Field{
 		{Name: "repo", Value: req.Repo}, {Name: "revision", Value: req.Revision},
 		{Name: "chosen", Value: file}, {Name: "format", Value: plan.FormatGGUF}, {Name: "projector", Value: req.Projector},
-		{Name: "where", Value: where(o)}, {Name: "ctx_pool", Value: strconv.Itoa(pool)}, {Name: "slots", Value: strconv.Itoa(slots)},
+		{Name: "where", Value: where(o)}, {Name: "ctx_pool", Value: strconv.Itoa(size.Pool)}, {Name: "slots", Value: strconv.Itoa(size.Slots)},
 		{Name: "replicas", Value: strconv.Itoa(req.Replicas)}, {Name: "name", Value: req.Name}, {Name: "class", Value: req.Class},
 		{Name: "guard_format", Value: req.GuardFormat}, {Name: "aliases", Value: strings.Join(req.Aliases, ",")},
 		{Name: "description", Value: req.Description}, {Name: "env", Value: strings.Join(env, "\n")},

@@ -1,6 +1,7 @@
 package handlers_test
 
 import (
+	"modelserve/catalog"
 	"net/http"
 	"net/url"
 	"strings"
@@ -18,7 +19,7 @@ func refusedJob(id string, ctx, slots int) jobs.Job {
 	j := doneJob(id, time.Now().Add(-time.Minute))
 	j.State, j.Reply, j.TokensPerSecond, j.Model = jobs.Failed, "", 0, ""
 	j.Request = jobs.Request{Repo: llamaRepo, Revision: "main", File: "Llama-3.1-8B-Instruct-Q8_0.gguf", GPUClass: "T4", GPUsPerNode: 1,
-		CtxPool: ctx * slots, ContextLength: ctx, Replicas: 1, Name: "chatty"}
+		CtxPool: catalog.SizeForSlots(slots, ctx).Pool, ContextLength: ctx, Replicas: 1, Name: "chatty"}
 	j.Error = "Llama-3.1-8B-Instruct-Q8_0 needs more than a T4 has"
 	j.Steps = j.Steps[:2]
 	j.Steps[1].State, j.Steps[1].Detail = jobs.Failed, j.Error

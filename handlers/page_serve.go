@@ -178,7 +178,7 @@ func requestFrom(f views.ServeForm) (jobs.Request, error) {
 		// as it divides the API's: the form says what it will be below.
 		req.CtxPool = pool
 		if slots > 0 {
-			req.ContextLength = max(catalog.SlotContext(pool, slots), 1)
+			req.ContextLength = max(catalog.Size{Pool: pool, Slots: slots}.Context(), 1)
 		}
 	}
 	if req.Replicas, err = number("replicas", f.Replicas, 0); err != nil {
@@ -292,7 +292,7 @@ func (s *Server) serveReport(ctx context.Context, f *views.ServeForm, pick strin
 	chosen, haveChosen := chooseSet(f, rep, pick, l.planned)
 	vm.Picked = pick != ""
 	if best, ok := bestOption(chosen); haveChosen && ok && l.planned && best.LongestContext > 0 && best.LongestSlots > 0 {
-		vm.LongestPool, vm.LongestSlots = best.LongestContext*best.LongestSlots, best.LongestSlots
+		vm.LongestPool, vm.LongestSlots = best.Longest().Pool, best.LongestSlots
 	}
 	// From here the plan is for the pool and slots the form holds, so the
 	// rows, the select, the bars and the Serve button all say what Serve
@@ -341,13 +341,10 @@ func (s *Server) sizedReport(ctx context.Context, l *lookup, f views.ServeForm, 
 	if !haveChosen || !l.planned || pool <= 0 {
 		return l.report, ""
 	}
-	if best, ok := bestOption(chosen); ok && best.Sizing.CtxPool == pool && (slots <= 0 || best.Sizing.Slots == slots) {
+	if best, ok := bestOption(chosen); ok && best.Sizing.Size.Pool == pool && (slots <= 0 || best.Sizing.Size.Slots == slots) {
 		return l.report, ""
 	}
-	req := plan.Request{Context: pool}
-	if slots > 0 {
-		req.Parallel = slots
-	}
+	req := plan.Request{Size: catalog.Size{Pool: pool, Slots: max(slots, 0)}}
 	// The headers are the planner's, kept by sha256: sizing for another
 	// context reads nothing from the registry.
 	r, err := s.deps.Planner.RepoReport(ctx, l.repo, req)
@@ -364,11 +361,11 @@ func perSlotText(f views.ServeForm) string {
 	if pool <= 0 {
 		return "Worked out from the model and the memory where it runs"
 	}
-	ctx := catalog.SlotContext(pool, slots)
+	size := catalog.Size{Pool: pool, Slots: slots}
 	if slots <= 0 {
-		ctx, slots = plan.Ask{CtxPool: pool, Embeddings: f.Embeddings}.Shape()
+		size = plan.Ask{CtxPool: pool, Embeddings: f.Embeddings}.Shape()
 	}
-	return fmt.Sprintf("%d %s of %d tokens each", slots, words.Plural(slots, "slot", "slots"), ctx)
+	return fmt.Sprintf("%d %s of %d tokens each", size.Slots, words.Plural(size.Slots, "slot", "slots"), size.Context())
 }
 
 // blocked is why the form cannot serve what it shows, "" when it can: a
@@ -447,8 +444,8 @@ func fillSizing(f *views.ServeForm, set plan.ReportSet, pl plan.Plan) {
 	}
 	f.Where = where(best)
 	f.Embeddings = f.Embeddings || pl.Embedding
-	if sz := best.Sizing; sz.CtxPool > 0 && sz.Slots > 0 {
-		f.CtxPool, f.Slots = strconv.Itoa(sz.CtxPool), strconv.Itoa(sz.Slots)
+	if sz := best.Sizing.Size; sz.Pool > 0 && sz.Slots > 0 {
+		f.CtxPool, f.Slots = strconv.Itoa(sz.Pool), strconv.Itoa(sz.Slots)
 	}
 }
 
@@ -548,7 +545,7 @@ func (s *Server) memoryOf(l *lookup, rep plan.Report, name string) views.Memory 
 		if o.Engine != plan.EngineLlamaCpp {
 			continue
 		}
-		m.Context = strconv.Itoa(o.Sizing.CtxPool)
+		m.Context = strconv.Itoa(o.Sizing.Size.Pool)
 		kept := ram
 		if !o.CPU {
 			kept = card
@@ -614,7 +611,7 @@ func memoryBar(o plan.Option, kept int64) views.Bar {
 		},
 	}
 	sum := fmt.Sprintf("weights %s + KV cache %s for %d tokens + engine %s = %s",
-		words.Size(sz.WeightsBytes), words.Size(sz.KVBytes), sz.CtxPool, words.Size(engine), words.Size(need))
+		words.Size(sz.WeightsBytes), words.Size(sz.KVBytes), sz.Size.Pool, words.Size(engine), words.Size(need))
 	switch {
 	case room <= 0:
 		b.Text = sum + "; the room there is not known"

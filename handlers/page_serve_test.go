@@ -141,7 +141,7 @@ func TestServePageShowsThePlan(t *testing.T) {
 	// only: it fits with the default pool cut, and says so.
 	// The reason is text on the page, not a title only a mouse finds.
 	f16 := doc.Find(`[data-testid="set-row"][data-set="Llama-3.1-8B-Instruct-F16"] .fit`).First()
-	if got, why := f16.Find(`[data-testid="fit"]`).Text(), f16.Find(`[data-testid="fit-why"]`).Text(); !strings.Contains(got, "1×T4") || !strings.Contains(why, "a 16384-token pool (4 slots of 4096) cut to") {
+	if got, why := f16.Find(`[data-testid="fit"]`).Text(), f16.Find(`[data-testid="fit-why"]`).Text(); !strings.Contains(got, "1×T4") || !strings.Contains(why, "16384 tokens in 4 slots of 4096 cut to") {
 		t.Errorf("F16 on the T4: %q, why %q; want the default pool said to be cut to fit", got, why)
 	}
 	if got := texts(rec.Find("td")); got[1] != "Q8_0" || got[2] != "7.9 GB" || got[3] != "1" || !strings.HasPrefix(got[5], "≈ ") {

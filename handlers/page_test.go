@@ -22,7 +22,7 @@ func tinyModel(name string) catalog.Model {
 	return catalog.Model{
 		Name: name, Aliases: []string{name + "-chat"}, ContextLength: 4096, RoutingProfile: "chat",
 		Source:   "http://127.0.0.1:8080/mirror/" + name + "/c0ffee0/model-Q4_K_M.gguf",
-		Profiles: []catalog.Profile{{Name: "cpu", Engine: "llamacpp", Pool: 16384, Slots: 4, RAMBytes: 1288490189}},
+		Profiles: []catalog.Profile{{Name: "cpu", Engine: "llamacpp", Size: catalog.Size{Pool: 16384, Slots: 4}, RAMBytes: 1288490189}},
 		Scaling:  catalog.Scaling{Min: 1, Max: 2}, Capabilities: catalog.Capabilities{Tools: true},
 		Origin: &catalog.Origin{Repo: "test/" + name + "-GGUF", Revision: strings.Repeat("c0ffee", 7)[:40]},
 	}

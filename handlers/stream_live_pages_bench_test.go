@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"modelserve/catalog"
 	"net/http"
 	"strings"
 	"testing"
@@ -73,7 +74,7 @@ func benchFleet(t testing.TB, n int) (*fakeFleet, staticPool) {
 		f.replicas = append(f.replicas, fleet.Replica{ID: id, Model: model, Profile: "cpu", Node: node,
 			Endpoint: fmt.Sprintf("http://127.0.0.1:%d", 20000+i), State: fleet.Ready, Started: started,
 			ReadyAt: started.Add(5 * time.Second), PID: 1000 + i, Threads: 4, RSSBytes: 3 * gib / 2, EstimateBytes: 2 * gib,
-			Load: &fleet.Load{Slots: 4, SlotsBusy: i % 4, Context: 4096, PromptTokens: 300, PredictedTokens: 50},
+			Load: &fleet.Load{Size: catalog.SizeForSlots(4, 4096), SlotsBusy: i % 4, PromptTokens: 300, PredictedTokens: 50},
 			Log:  []string{"main: server is listening"}})
 		f.nodes[i%nodes].Replicas = append(f.nodes[i%nodes].Replicas, id)
 		if i%4 == 0 {

@@ -9,50 +9,17 @@ import (
 	"time"
 
 	"modelserve/internal/chat"
-	"modelserve/internal/gateway"
+	"modelserve/internal/fleet"
 	"modelserve/internal/operr"
 	"modelserve/internal/words"
 )
 
 // Fleet is what a job watches once its model is in the catalog: the
-// replicas that run, and how each model fares.
+// replicas that run, and how each model fares, in the fleet's own types
+// (either backend).
 type Fleet interface {
-	Replicas() []Replica
-	ModelHealth() []ModelHealth
-}
-
-// ReplicaReady is the state of a replica that answers requests.
-const ReplicaReady = "ready"
-
-// Replica is one running copy of a model.
-type Replica struct {
-	ID    string
-	Model string
-	Node  string
-	// Endpoint is the engine's base URL, "http://host:port".
-	Endpoint string
-	// State is ReplicaReady once it answers; anything else says what it is
-	// doing ("starting", "loading").
-	State string
-	// Started is when its engine started.
-	Started time.Time
-}
-
-// ModelHealth is how the fleet fares with one model.
-type ModelHealth struct {
-	Model string
-	// Parked is a model whose replicas kept failing and are no longer
-	// restarted; Failures how many times, Reason the last failure.
-	Parked   bool
-	Failures int
-	Reason   string
-	// Unplaceable is a model no node can host now; Placement says why,
-	// node by node.
-	Unplaceable bool
-	Placement   string
-	// NoHardware is a model no node could host even empty: waiting for
-	// room would wait forever. The zero value keeps to the plan's word.
-	NoHardware bool
+	Replicas() []fleet.Replica
+	ModelHealth() []fleet.ModelHealth
 }
 
 // errBusy is a model the cluster has the hardware for, all of it in use now.
@@ -63,7 +30,7 @@ var errBusy = errors.New("the hardware it fits is in use")
 // canary of canaryOf that has no room beside its model fails rather than
 // waits: its trial would never begin, and the update would hold on to a
 // version that never runs.
-func (s *Server) waitReady(ctx context.Context, l *live, name string, hardware bool, canaryOf string) (Replica, error) {
+func (s *Server) waitReady(ctx context.Context, l *live, name string, hardware bool, canaryOf string) (fleet.Replica, error) {
 	s.step(l, StepPlacement, Running, "waiting for the fleet to place it")
 	started := time.Now()
 	deadline := started.Add(s.deps.ReadyTimeout)
@@ -72,32 +39,32 @@ func (s *Server) waitReady(ctx context.Context, l *live, name string, hardware b
 	for {
 		if h, ok := s.health(name); ok {
 			if h.Parked {
-				return Replica{}, sentencef("it failed to start %s and is parked: %s", words.Plural(h.Failures, "once", fmt.Sprintf("%d times", h.Failures)), h.Reason)
+				return fleet.Replica{}, sentencef("it failed to start %s and is parked: %s", words.Plural(h.Failures, "once", fmt.Sprintf("%d times", h.Failures)), h.Reason)
 			}
-			if h.Unplaceable && h.NoHardware {
-				return Replica{}, sentencef("no node can host it:\n%s", h.Placement)
+			if h.Unplaceable && !h.HardwareExists {
+				return fleet.Replica{}, sentencef("no node can host it:\n%s", h.Placement)
 			}
 			// The grace runs from when this step began, not from the job:
 			// the download before it can take hours, and the fleet may not
 			// have looked at the new entry yet.
 			if h.Unplaceable && time.Since(started) > s.deps.UnplacedGrace {
 				if hardware && canaryOf != "" {
-					return Replica{}, sentencef("there is no room beside %s for its canary; what holds it:\n%s\n"+
+					return fleet.Replica{}, sentencef("there is no room beside %s for its canary; what holds it:\n%s\n"+
 						"free that room (stop or scale down another model) and retry this job, or serve the new commit as %s in its place, without a trial",
 						canaryOf, h.Placement, canaryOf)
 				}
 				if hardware {
-					return Replica{}, operr.Wrap(operr.Unavailable, errBusy, "%s: it is in the catalog and starts when there is room, "+
+					return fleet.Replica{}, operr.Wrap(operr.Unavailable, errBusy, "%s: it is in the catalog and starts when there is room, "+
 						"with nothing more to do; what holds it now:\n%s", errBusy, h.Placement)
 				}
-				return Replica{}, sentencef("no node can host it:\n%s", h.Placement)
+				return fleet.Replica{}, sentencef("no node can host it:\n%s", h.Placement)
 			}
 		}
 		for _, r := range s.deps.Fleet.Replicas() {
 			if r.Model != name {
 				continue
 			}
-			if r.State == ReplicaReady {
+			if r.State == fleet.Ready {
 				s.annotate(l, StepPlacement, attribute.String("modelserve.replica", r.ID), attribute.String("modelserve.node", r.Node))
 				s.step(l, StepPlacement, Done, fmt.Sprintf("%s ready on %s at %s", r.ID, r.Node, r.Endpoint))
 				return r, nil
@@ -105,24 +72,24 @@ func (s *Server) waitReady(ctx context.Context, l *live, name string, hardware b
 			s.step(l, StepPlacement, Running, fmt.Sprintf("%s on %s is %s", r.ID, r.Node, r.State))
 		}
 		if time.Now().After(deadline) {
-			return Replica{}, sentencef("no replica was ready after %s: the fleet's log for %s says why", s.deps.ReadyTimeout, name)
+			return fleet.Replica{}, sentencef("no replica was ready after %s: the fleet's log for %s says why", s.deps.ReadyTimeout, name)
 		}
 		select {
 		case <-ctx.Done():
-			return Replica{}, ctx.Err()
+			return fleet.Replica{}, ctx.Err()
 		case <-tick.C:
 		}
 	}
 }
 
 // health is how the fleet fares with the entry name.
-func (s *Server) health(name string) (ModelHealth, bool) {
+func (s *Server) health(name string) (fleet.ModelHealth, bool) {
 	for _, h := range s.deps.Fleet.ModelHealth() {
 		if h.Model == name {
 			return h, true
 		}
 	}
-	return ModelHealth{}, false
+	return fleet.ModelHealth{}, false
 }
 
 // smokeTimeout bounds the smoke test: one short reply, but a big model on
@@ -188,7 +155,7 @@ func (s *Server) ask(ctx context.Context, route string, body []byte) ([]byte, er
 	first := time.Now()
 	for {
 		b, err := s.deps.Gateway.Ask(ctx, route, body)
-		if !errors.Is(err, gateway.ErrNoAnswer) || time.Since(first) >= smokeReach {
+		if !errors.Is(err, chat.ErrNoAnswer) || time.Since(first) >= smokeReach {
 			return b, err
 		}
 		select {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"modelserve/internal/fleet"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -23,28 +24,28 @@ type fakeFleet struct {
 	looks    int
 	readyAt  int // the look at which the replica is ready; 0: never
 	endpoint string
-	health   ModelHealth
+	health   fleet.ModelHealth
 	panics   bool
 }
 
-func (f *fakeFleet) Replicas() []Replica {
+func (f *fakeFleet) Replicas() []fleet.Replica {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.looks++
-	state := "starting"
+	state := fleet.Starting
 	if f.readyAt > 0 && f.looks >= f.readyAt {
-		state = ReplicaReady
+		state = fleet.Ready
 	}
-	return []Replica{{ID: "r1", Model: "tiny", Node: "node-a", Endpoint: f.endpoint, State: state}}
+	return []fleet.Replica{{ID: "r1", Model: "tiny", Node: "node-a", Endpoint: f.endpoint, State: state}}
 }
 
-func (f *fakeFleet) ModelHealth() []ModelHealth {
+func (f *fakeFleet) ModelHealth() []fleet.ModelHealth {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.panics {
 		panic("the fleet's table is corrupt")
 	}
-	return []ModelHealth{f.health}
+	return []fleet.ModelHealth{f.health}
 }
 
 func (f *fakeFleet) EngineKey(id string) string { return "key-" + id }
@@ -107,22 +108,22 @@ func TestPlacementAndSmoke(t *testing.T) {
 		// 42.5; zero for none.
 		wantTPS [2]float64
 	}{
-		{name: "ready and answering", fleet: &fakeFleet{readyAt: 3, health: ModelHealth{Model: "tiny"}}, status: 200,
+		{name: "ready and answering", fleet: &fakeFleet{readyAt: 3, health: fleet.ModelHealth{Model: "tiny"}}, status: 200,
 			state: Done, step: StepSmoke, stepState: Done, want: ` tokens/s: "Hello there."`,
 			wantReply: "Hello there.", wantTPS: [2]float64{4, 40}},
 		{name: "embedding model", spec: ggufgen.Spec{Pooling: &pooling},
-			fleet: &fakeFleet{readyAt: 1, health: ModelHealth{Model: "tiny"}}, status: 200,
+			fleet: &fakeFleet{readyAt: 1, health: fleet.ModelHealth{Model: "tiny"}}, status: 200,
 			state: Done, step: StepSmoke, stepState: Done, want: "answered with a vector of 3 dimensions",
 			wantReply: "a vector of 3 dimensions"},
-		{name: "parked", fleet: &fakeFleet{health: ModelHealth{Model: "tiny", Parked: true, Failures: 3,
+		{name: "parked", fleet: &fakeFleet{health: fleet.ModelHealth{Model: "tiny", Parked: true, Failures: 3,
 			Reason: "error loading model: tensor 'blk.0' is corrupted"}},
 			state: Failed, step: StepPlacement, stepState: Failed,
 			want: "it failed to start 3 times and is parked: error loading model: tensor 'blk.0' is corrupted"},
-		{name: "hardware busy", fleet: &fakeFleet{health: ModelHealth{Model: "tiny", Unplaceable: true,
+		{name: "hardware busy", fleet: &fakeFleet{health: fleet.ModelHealth{Model: "tiny", Unplaceable: true, HardwareExists: true,
 			Placement: "node-a: 2 GB free of the 8 GB it needs"}},
 			state: Done, step: StepPlacement, stepState: Skipped,
 			want: "the hardware it fits is in use: it is in the catalog and starts when there is room"},
-		{name: "engine refuses", fleet: &fakeFleet{readyAt: 1, health: ModelHealth{Model: "tiny"}}, status: 503,
+		{name: "engine refuses", fleet: &fakeFleet{readyAt: 1, health: fleet.ModelHealth{Model: "tiny"}}, status: 503,
 			state: Failed, step: StepSmoke, stepState: Failed, want: "the gateway answered 503 Service Unavailable: Loading model"},
 		{name: "fleet panics", fleet: &fakeFleet{panics: true},
 			state: Failed, step: StepPlacement, stepState: Failed,

@@ -65,8 +65,8 @@ type gatewayFleet struct{ f *fakeFleet }
 func (g gatewayFleet) Serving(model string) []fleet.Replica {
 	var out []fleet.Replica
 	for _, r := range g.f.Replicas() {
-		if r.Model == model && r.State == ReplicaReady {
-			out = append(out, fleet.Replica{ID: r.ID, Model: r.Model, Node: r.Node, Endpoint: r.Endpoint, State: fleet.Ready})
+		if r.Model == model && r.State == fleet.Ready {
+			out = append(out, r)
 		}
 	}
 	return out
@@ -74,13 +74,7 @@ func (g gatewayFleet) Serving(model string) []fleet.Replica {
 
 func (g gatewayFleet) EngineKey(id string) string { return g.f.EngineKey(id) }
 
-func (g gatewayFleet) ModelHealth() []fleet.ModelHealth {
-	var out []fleet.ModelHealth
-	for _, h := range g.f.ModelHealth() {
-		out = append(out, fleet.ModelHealth{Model: h.Model, Parked: h.Parked, Reason: h.Reason, Unplaceable: h.Unplaceable, Placement: h.Placement})
-	}
-	return out
-}
+func (g gatewayFleet) ModelHealth() []fleet.ModelHealth { return g.f.ModelHealth() }
 
 func (g gatewayFleet) Use(string, int, time.Time) func() { return func() {} }
 

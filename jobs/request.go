@@ -248,7 +248,7 @@ func normalize(req Request) (Request, error) {
 	if len(req.Aliases) > MaxAliases {
 		return req, invalid("a model has at most %d aliases, not %d: list the names clients use", MaxAliases, len(req.Aliases))
 	}
-	if slots := catalog.SlotsOf(req.CtxPool, req.ContextLength); req.ContextLength > 0 && slots > plan.MaxSlots {
+	if slots := catalog.SizeForContext(req.CtxPool, req.ContextLength).Slots; req.ContextLength > 0 && slots > plan.MaxSlots {
 		return req, invalid("a pool of %d tokens in slots of %d is %d slots; an engine serves at most %d at once: give a larger context_length",
 			req.CtxPool, req.ContextLength, slots, plan.MaxSlots)
 	}
@@ -322,7 +322,7 @@ func catalogEntry(req Request, name string) catalog.Model {
 		Scaling:      catalog.Scaling{Min: req.Replicas, Max: max(req.Replicas, 1), IdleAfter: req.idleAfter()},
 		Capabilities: catalog.Capabilities{Vision: req.Projector != "", Tools: req.Tools, Embeddings: req.Embeddings},
 		// Placeholders, for Validate; the check and the plan replace them.
-		ContextLength: req.context(),
+		ContextLength: req.Size().Context(),
 		Profiles:      []catalog.Profile{{Name: "request", Env: req.Env}},
 	}
 	if req.GuardFormat != "" {
@@ -349,17 +349,10 @@ func (r Request) idleAfter() time.Duration {
 // is, which the check step then leaves alone.
 func (r Request) sized() bool { return r.CtxPool > 0 || r.ContextLength > 0 }
 
-// pool and context are the request's sizing as plan.Size takes what it
-// names, the default filled in for what it leaves out.
-func (r Request) pool() int {
-	ctx, slots := r.ask().Shape()
-	return ctx * slots
-}
-
-func (r Request) context() int {
-	ctx, _ := r.ask().Shape()
-	return ctx
-}
+// Size is the serving size the request asks for, as plan.Size takes what
+// it names: its ctx_pool shared by requests of its context_length, the
+// default filled in for what it leaves out.
+func (r Request) Size() catalog.Size { return r.ask().Shape() }
 
 // ask is the sizing the request asks of plan.Size.
 func (r Request) ask() plan.Ask {

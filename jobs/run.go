@@ -190,13 +190,10 @@ func (p *pipeline) choose(ctx context.Context) error {
 		// Unsized, the plan sizes each file as the check step will: the
 		// defaults, shrunk to what fits where it runs.
 		preq := plan.Request{Format: req.Format, Longest: req.Longest}
-		if req.sized() {
-			preq.Context, preq.Parallel = req.pool(), catalog.SlotsOf(req.pool(), req.context())
-		}
-		if req.Format == FormatSafetensors {
+		if req.sized() || req.Format == FormatSafetensors {
 			// vLLM holds each request's context (--max-model-len) for as
 			// many requests as run at once (--max-num-seqs): the pool.
-			preq.Context, preq.Parallel = req.pool(), catalog.SlotsOf(req.pool(), req.context())
+			preq.Size = req.Size()
 		}
 		pl, err := p.s.deps.Planner.Plan(ctx, p.repo, preq)
 		switch {
@@ -383,9 +380,9 @@ func (p *pipeline) check(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	req.CtxPool, req.ContextLength, req.Embeddings = sz.CtxPool, sz.ContextLength, profiles[0].Embeddings
+	req.CtxPool, req.ContextLength, req.Embeddings = sz.Size.Pool, sz.Size.Context(), profiles[0].Embeddings
 	p.profiles = profiles
-	basis := fmt.Sprintf("weights %s + KV cache %s for %d tokens + engine %s", words.Size(sz.WeightsBytes), words.Size(sz.KVBytes), sz.CtxPool, words.Size(sz.ComputeBytes))
+	basis := fmt.Sprintf("weights %s + KV cache %s for %d tokens + engine %s", words.Size(sz.WeightsBytes), words.Size(sz.KVBytes), sz.Size.Pool, words.Size(sz.ComputeBytes))
 	if c := profiles[0].PromptCacheBytes; c > 0 && profiles[0].Cards() == 0 {
 		basis += fmt.Sprintf(" (of which its prompt cache %s)", words.Size(c))
 	}
@@ -398,7 +395,7 @@ func (p *pipeline) check(ctx context.Context) error {
 	if req.MemoryGB > 0 {
 		basis = "as asked, in place of " + basis
 	}
-	slots := fmt.Sprintf("%d %s of %d tokens", sz.Slots, words.Plural(sz.Slots, "slot", "slots"), sz.ContextLength)
+	slots := sz.Size.Words()
 	if sz.Shrunk {
 		slots += ", cut to fit"
 	}
@@ -446,7 +443,7 @@ func (p *pipeline) addToCatalog(ctx context.Context) (bool, error) {
 	if p.choice.Projector != nil {
 		m.Projector = p.choice.Projector.Path
 	}
-	m.ContextLength, m.MaxOutput = req.context(), catalog.MaxOutput(req.context())
+	m.ContextLength, m.MaxOutput = req.Size().Context(), catalog.MaxOutput(req.Size().Context())
 	m.Capabilities.Embeddings = req.Embeddings
 	m.Profiles = p.profiles
 	files := p.choice.Set.Files

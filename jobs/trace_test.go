@@ -3,6 +3,7 @@ package jobs
 import (
 	"context"
 	"fmt"
+	"modelserve/internal/fleet"
 	"net/http"
 	"strconv"
 	"strings"
@@ -107,7 +108,7 @@ func TestTheSmokeTestsAnswerLeavesInATraceOnlyWithContentOn(t *testing.T) {
 		t.Run(fmt.Sprintf("content %t", content), func(t *testing.T) {
 			rcv := otlptest.Start(t)
 			opt, flush := withTracing(rcv)
-			f := &fakeFleet{readyAt: 1, health: ModelHealth{Model: "tiny"}}
+			f := &fakeFleet{readyAt: 1, health: fleet.ModelHealth{Model: "tiny"}}
 			f.endpoint = engine(t, http.StatusOK).URL
 			e := newEnv(t, withNodeMemory(64<<30), withFleet(f), opt, func(e *testEnv) { e.deps.TraceContent = content })
 			e.addModel(tinyRepo, hubtest.RepoOptions{}, map[string]ggufgen.Spec{tinyFile: {}})

@@ -3,6 +3,7 @@ package jobs
 import (
 	"context"
 	"fmt"
+	"modelserve/internal/fleet"
 	"time"
 
 	"modelserve/catalog"
@@ -330,7 +331,7 @@ func (s *Server) waitRestarted(ctx context.Context, model string, since time.Tim
 	defer tick.Stop()
 	for {
 		for _, r := range s.deps.Fleet.Replicas() {
-			if r.Model == model && r.State == ReplicaReady && !r.Started.Before(since) {
+			if r.Model == model && r.State == fleet.Ready && !r.Started.Before(since) {
 				return nil
 			}
 		}

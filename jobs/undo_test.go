@@ -3,6 +3,7 @@ package jobs
 import (
 	"context"
 	"errors"
+	"modelserve/internal/fleet"
 	"testing"
 
 	"modelserve/catalog"
@@ -18,7 +19,7 @@ func TestACancelDuringPlacementTakesItsEntryOut(t *testing.T) {
 	for _, before := range []bool{false, true} {
 		name := map[bool]string{false: "a new model", true: "a model served before"}[before]
 		t.Run(name, func(t *testing.T) {
-			f := &fakeFleet{health: ModelHealth{Model: "tiny"}} // never ready
+			f := &fakeFleet{health: fleet.ModelHealth{Model: "tiny"}} // never ready
 			f.endpoint = engine(t, 200).URL
 			e := newEnv(t, withNodeMemory(64<<30), withFleet(f))
 			e.addModel(tinyRepo, hubtest.RepoOptions{}, map[string]ggufgen.Spec{tinyFile: {}})

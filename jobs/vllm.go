@@ -4,18 +4,16 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 
-	"modelserve/catalog"
 	"modelserve/internal/plan"
 	"modelserve/internal/words"
 )
 
 // checkOriginal is the check step for original weights: vLLM reads the
 // model's shape from the config.json fetched with them, so the step reads
-// the same file from the mirror, holds its model class to the vLLM
-// release the image's tag names and its heads to the cards it is laid out
-// on, and makes the profile vLLM is started with.
+// the same file from the mirror and asks the plan for the profiles vLLM is
+// started with (plan.Choice.ServeOriginal), as the check of a GGUF file
+// asks it for llama.cpp's.
 func (p *pipeline) checkOriginal() error {
 	i := -1
 	for j, f := range p.choice.Set.Files {
@@ -30,41 +28,22 @@ func (p *pipeline) checkOriginal() error {
 	if err != nil {
 		return fmt.Errorf("reading %s's config.json from the mirror: %w", p.repo.ID, err)
 	}
-	c, err := plan.ParseModelConfig(raw)
+	size := p.plan.Size
+	if !size.Sized() {
+		size = p.req.Size()
+	}
+	c, size, profiles, err := p.choice.ServeOriginal(raw, p.s.deps.VLLM, size, plan.Extra{Env: p.req.Env})
 	if err != nil {
 		return err
 	}
-	release := plan.VLLMImageVersion(p.s.deps.VLLM)
-	if !release.Known() {
-		release, _ = plan.ParseVLLMVersion(p.s.deps.VLLM)
-	}
-	if err := plan.KnownVLLMArchitectures().Supported(c.Architecture, release); err != nil {
-		return err
-	}
-	o := p.choice.First()
-	if err := plan.TensorParallelError(&c, o.GPUsPerNode); err != nil {
-		return err
-	}
-	pool, slots := p.plan.Context, max(p.plan.Parallel, 1)
-	if pool == 0 {
-		pool = p.req.context()
-	}
-	if c.MaxPosition > 0 && pool/slots > c.MaxPosition {
-		pool = c.MaxPosition * slots
-	}
-	cards := max(o.GPUsPerNode, 1)
-	need := int64(o.NeedGB * (1 << 30))
-	p.profiles = []catalog.Profile{{
-		Name: fmt.Sprintf("gpu-%dx%s", cards, strings.ToLower(o.Class)), Engine: plan.EngineVLLM,
-		GPUClass: o.Class, GPUsPerNode: cards, CardBytes: need, Pool: pool, Slots: slots, Priority: 100, Weight: 1,
-		Env: p.req.Env,
-	}}
-	p.req.CtxPool, p.req.ContextLength = pool, pool/slots
+	p.profiles = profiles
+	p.req.CtxPool, p.req.ContextLength = size.Pool, size.Context()
+	o, cards := p.choice.First(), profiles[0].GPUsPerNode
 	on := "on one " + o.Class
 	if cards > 1 {
 		on = fmt.Sprintf("on each of %d %s cards", cards, o.Class)
 	}
 	p.s.step(p.l, StepCheck, Done, fmt.Sprintf("%s from %s, needs %s %s (vLLM, tensor parallel %d); %s of %d tokens at once",
-		c, filepath.Base(p.paths[i]), words.GB(o.NeedGB), on, cards, words.Count(slots, "request", "requests"), pool/slots))
+		c, filepath.Base(p.paths[i]), words.GB(o.NeedGB), on, cards, words.Count(size.Slots, "request", "requests"), size.Context()))
 	return nil
 }

@@ -2,6 +2,7 @@ package jobs
 
 import (
 	"context"
+	"modelserve/catalog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,12 +13,16 @@ import (
 )
 
 // TestOriginalWeightsKeepTheirEngineSettings: a request for original
-// weights with engine settings gets them on the vLLM profile it is served
-// with, as a GGUF file's profile does; before, the vLLM profile was made
-// without them and vLLM started with none.
+// weights with engine settings and fallbacks gets, from the plan, a vLLM
+// profile for its layout and one for each fallback the plan offers, each
+// with the settings and the size asked, as a GGUF file's profiles do;
+// before, the job made the one vLLM profile itself and dropped the
+// fallbacks.
 func TestOriginalWeightsKeepTheirEngineSettings(t *testing.T) {
 	nodes := []plan.Node{{Name: "gpu-1", CPUCores: 16, RAMGB: 64, FreeRAMGB: 60, CPUBandwidthGBs: 20,
-		GPUs: []plan.GPU{{Class: "L4", Count: 1, MemoryGB: 22.5, BandwidthGBs: 300, FreeGB: []float64{22.5}}}}}
+		GPUs: []plan.GPU{{Class: "L4", Count: 1, MemoryGB: 22.5, BandwidthGBs: 300, FreeGB: []float64{22.5}}}},
+		{Name: "gpu-2", CPUCores: 16, RAMGB: 64, FreeRAMGB: 60, CPUBandwidthGBs: 20,
+			GPUs: []plan.GPU{{Class: "A100-80GB", Count: 2, MemoryGB: 80, BandwidthGBs: 2000, FreeGB: []float64{80, 80}}}}}
 	pool := func() []plan.Node { return nodes }
 	e := newEnv(t, func(e *testEnv) {
 		e.deps.Pool, e.deps.VLLM = pool, "vllm/vllm-openai:v0.11.0"
@@ -40,7 +45,7 @@ func TestOriginalWeightsKeepTheirEngineSettings(t *testing.T) {
 
 	settings := map[string]string{"NCCL_P2P_DISABLE": "1", "CUDA_MODULE_LOADING": "LAZY"}
 	j := MustEnd(t, e.srv, MustStart(t, e.srv, Request{Repo: repo, Format: FormatSafetensors, GPUClass: "L4", Name: "llama",
-		Replicas: 0, ContextLength: 4096, CtxPool: 16384, Env: settings}).ID)
+		Replicas: 0, ContextLength: 4096, CtxPool: 16384, Env: settings, Fallbacks: true}).ID)
 	if j.State != Done {
 		t.Fatalf("job ended %s: %s", j.State, j.Error)
 	}
@@ -48,10 +53,21 @@ func TestOriginalWeightsKeepTheirEngineSettings(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(m.Profiles) != 1 || m.Profiles[0].Engine != plan.EngineVLLM {
-		t.Fatalf("profiles %+v, want one on vLLM", m.Profiles)
+	if len(m.Profiles) < 2 || m.Profiles[0].Name != "gpu-1xl4" {
+		t.Fatalf("profiles %+v, want the L4 first and the plan's fallbacks after it", m.Profiles)
 	}
-	if got := m.Profiles[0].Env; len(got) != len(settings) || got["NCCL_P2P_DISABLE"] != "1" || got["CUDA_MODULE_LOADING"] != "LAZY" {
-		t.Errorf("the vLLM profile's settings are %v, want %v", got, settings)
+	for i, p := range m.Profiles {
+		if p.Engine != plan.EngineVLLM || p.GPUClass == "" || p.CardBytes <= 0 {
+			t.Errorf("profile %s is %+v, want vLLM on cards, sized", p.Name, p)
+		}
+		if p.Size != (catalog.Size{Pool: 16384, Slots: 4}) {
+			t.Errorf("profile %s holds %s, want the 16384 tokens in 4 slots of 4096 asked", p.Name, p.Size.Words())
+		}
+		if i > 0 && p.Priority >= m.Profiles[i-1].Priority {
+			t.Errorf("fallback %s has priority %d, not below %s's %d", p.Name, p.Priority, m.Profiles[i-1].Name, m.Profiles[i-1].Priority)
+		}
+		if got := p.Env; len(got) != len(settings) || got["NCCL_P2P_DISABLE"] != "1" || got["CUDA_MODULE_LOADING"] != "LAZY" {
+			t.Errorf("the vLLM profile %s's settings are %v, want %v", p.Name, got, settings)
+		}
 	}
 }

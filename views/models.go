@@ -426,7 +426,7 @@ type FleetStart struct {
 	Replica, File string
 	// Ready is when it became ready ("12:00:03 UTC").
 	Ready, ReadyISO string
-	// Context is "16384 tokens in 4 slots".
+	// Context is "16384 tokens in 4 slots of 4096".
 	Context string
 	// Estimate and Measured are sizes ("1.2 GB"); Error is how far the
 	// estimate was from the measure ("measured 12% under").

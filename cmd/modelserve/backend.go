@@ -47,29 +47,30 @@ type fleetBackend interface {
 var (
 	_ fleetBackend = (*fleet.Fleet)(nil)
 	_ fleetBackend = (*kubefleet.Fleet)(nil)
+	_ jobs.Fleet   = fleetBackend(nil)
 )
 
 // newBackend is the fleet cfg.Fleet names, with the catalog to hand to
-// whatever changes it (it pokes the fleet) and the fleet as jobs watch it.
-func newBackend(ctx context.Context, cfg config, enginePath string, store *catalog.Store, db *sql.DB, notifier *notify.Notifier, log *slog.Logger) (fleetBackend, *fleet.NotifyingCatalog, jobs.Fleet, error) {
+// whatever changes it (it pokes the fleet).
+func newBackend(ctx context.Context, cfg config, enginePath string, store *catalog.Store, db *sql.DB, notifier *notify.Notifier, log *slog.Logger) (fleetBackend, *fleet.NotifyingCatalog, error) {
 	switch cfg.Fleet {
 	case "", "local":
 		if err := checkLocalMemory(ctx, cfg.LocalMemory, store); err != nil {
-			return nil, nil, nil, err
+			return nil, nil, err
 		}
-		f, cat, jf, err := newFleet(enginePath, cfg.VLLM, cfg.LocalMemory, cfg.Headroom, cfg.DrainTimeout, residency(cfg.Residency), store, db, notifier, log)
+		f, cat, err := newFleet(enginePath, cfg.VLLM, cfg.LocalMemory, cfg.Headroom, cfg.DrainTimeout, residency(cfg.Residency), store, db, notifier, log)
 		if err != nil {
-			return nil, nil, nil, err
+			return nil, nil, err
 		}
-		return f, cat, jf, nil
+		return f, cat, nil
 	case "kubernetes":
 		f, err := newKubeFleet(cfg, store, log)
 		if err != nil {
-			return nil, nil, nil, err
+			return nil, nil, err
 		}
-		return f, fleet.NewNotifyingCatalog(store, f), jobsFleet{f}, nil
+		return f, fleet.NewNotifyingCatalog(store, f), nil
 	}
-	return nil, nil, nil, operr.New(operr.Invalid, "--fleet %q is not a fleet modelserve runs: use local (engine processes on this machine) or kubernetes", cfg.Fleet)
+	return nil, nil, operr.New(operr.Invalid, "--fleet %q is not a fleet modelserve runs: use local (engine processes on this machine) or kubernetes", cfg.Fleet)
 }
 
 // residency is --residency as the fleets take it: 0 there is their

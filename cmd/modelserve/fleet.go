@@ -18,36 +18,6 @@ import (
 	"modelserve/jobs"
 )
 
-// jobsFleet is the fleet as a job watches it (jobs.Fleet). jobs declares
-// what it needs in its own types, and internal/fleet cannot import jobs
-// (dependencies point from jobs to internal/*), so the two meet here.
-type jobsFleet struct{ f fleetBackend }
-
-var _ jobs.Fleet = jobsFleet{}
-
-func (a jobsFleet) Replicas() []jobs.Replica {
-	rs := a.f.Replicas()
-	out := make([]jobs.Replica, 0, len(rs))
-	for _, r := range rs {
-		out = append(out, jobs.Replica{ID: r.ID, Model: r.Model, Node: r.Node, Endpoint: r.Endpoint, State: string(r.State), Started: r.Started})
-	}
-	return out
-}
-
-func (a jobsFleet) ModelHealth() []jobs.ModelHealth {
-	hs := a.f.ModelHealth()
-	out := make([]jobs.ModelHealth, 0, len(hs))
-	for _, h := range hs {
-		out = append(out, jobs.ModelHealth{Model: h.Model, Parked: h.Parked, Failures: h.Failures, Reason: h.Reason,
-			Unplaceable: h.Unplaceable, Placement: h.Placement, NoHardware: !h.HardwareExists})
-	}
-	return out
-}
-
-// NodeCPUs lets the job size a CPU profile's threads by the nodes it fits
-// on (the job asks for it by an interface of its own).
-func (a jobsFleet) NodeCPUs(memGB int) []int { return a.f.NodeCPUs(memGB) }
-
 // newFleet is the fleet over the catalog in store, starting engine, and
 // the catalog to hand to whatever changes it (jobs, handlers): it pokes the
 // fleet after each change, so a model added starts at once.
@@ -57,17 +27,17 @@ func (a jobsFleet) NodeCPUs(memGB int) []int { return a.f.NodeCPUs(memGB) }
 // budget, when not 0, is the memory the fleet may promise on this machine
 // (--local-memory); residency is the least a used replica stays
 // (fleet.Options.Residency).
-func newFleet(engine, vllm string, budget, headroom int64, drainTimeout, residency time.Duration, store *catalog.Store, db *sql.DB, notifier *notify.Notifier, log *slog.Logger) (*fleet.Fleet, *fleet.NotifyingCatalog, jobs.Fleet, error) {
+func newFleet(engine, vllm string, budget, headroom int64, drainTimeout, residency time.Duration, store *catalog.Store, db *sql.DB, notifier *notify.Notifier, log *slog.Logger) (*fleet.Fleet, *fleet.NotifyingCatalog, error) {
 	node, err := fleet.Local(fleet.LocalConfig{Budget: budget, Engine: engine})
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, nil, err
 	}
 	f, err := fleet.New(fleet.Options{Catalog: store, Engine: engine, VLLM: vllm, Nodes: []fleet.Node{node}, History: fleet.NewHistory(db), Parks: fleet.NewParks(db),
 		Notify: notifier, Headroom: fleet.Headroom{RAM: headroom, Card: headroom}, DrainTimeout: drainTimeout, Residency: residency, Log: log.With("part", "fleet")})
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, nil, err
 	}
-	return f, fleet.NewNotifyingCatalog(store, f), jobsFleet{f}, nil
+	return f, fleet.NewNotifyingCatalog(store, f), nil
 }
 
 // poolOf is the fleet's nodes as the handlers show the pool.

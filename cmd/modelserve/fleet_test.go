@@ -132,7 +132,7 @@ func newServeWorld(t *testing.T, cfg fleet.LocalConfig) *serveWorld {
 		t.Fatal(err)
 	}
 	t.Cleanup(gw.Close)
-	srv, err := jobs.New(jobs.Deps{DB: db, Registry: client, Mirror: mir, Catalog: nc, Fleet: jobsFleet{f},
+	srv, err := jobs.New(jobs.Deps{DB: db, Registry: client, Mirror: mir, Catalog: nc, Fleet: f,
 		Planner: planner, Pool: f.Pool, Gateway: gw,
 		EngineBuild: 6000, Log: quiet, Poll: 20 * time.Millisecond, ReadyTimeout: time.Minute})
 	if err != nil {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"io"
+	"modelserve/internal/engine"
 	"net/http"
 	"os"
 	"strings"
@@ -21,7 +22,7 @@ func TestHeadroomIsKeptFromThePlan(t *testing.T) {
 	if err != nil {
 		t.Skip("no /proc/meminfo to size the headroom by")
 	}
-	total, _, err := plan.ParseMeminfo(f)
+	total, _, err := engine.ParseMeminfo(f)
 	f.Close()
 	if err != nil {
 		t.Fatal(err)

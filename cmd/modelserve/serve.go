@@ -123,7 +123,7 @@ func serve(ctx context.Context, cfg config, log *slog.Logger, ready func(addr st
 			return err
 		}
 	}
-	fl, cat, jobsFleet, err := newBackend(ctx, cfg, enginePath, store, db, notifier, log)
+	fl, cat, err := newBackend(ctx, cfg, enginePath, store, db, notifier, log)
 	if err != nil {
 		return err
 	}
@@ -195,7 +195,7 @@ func serve(ctx context.Context, cfg config, log *slog.Logger, ready func(addr st
 	// on the gateway's measures of each version.
 	share := cmp.Or(cfg.CanaryShare, jobs.DefaultShare)
 	js, err := jobs.New(jobs.Deps{
-		DB: db, Registry: regs, Mirror: mir, Catalog: cat, Planner: planner, Fleet: jobsFleet, Gateway: gw,
+		DB: db, Registry: regs, Mirror: mir, Catalog: cat, Planner: planner, Fleet: fl, Gateway: gw,
 		EngineBuild: version.Build, Architectures: known, VLLM: vllm, Pool: fl.Pool,
 		Log: log, Metrics: met, Notify: notifier, Tracer: tracing.Tracer("modelserve/jobs"), TraceContent: cfg.TraceContent,
 		Updates: watcher, Versions: store, Share: share, Policy: cfg.CanaryPolicy, Meters: gatewayMeters{gw}, Evals: jobsEvals{runner},

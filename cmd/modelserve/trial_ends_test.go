@@ -2,6 +2,7 @@ package main
 
 import (
 	"math"
+	"modelserve/internal/engine"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -13,7 +14,6 @@ import (
 	"modelserve/catalog"
 	"modelserve/internal/ggufgen"
 	"modelserve/internal/hf"
-	"modelserve/internal/plan"
 	"modelserve/internal/testkit"
 	"modelserve/internal/updates"
 	"modelserve/jobs"
@@ -123,7 +123,7 @@ func TestACanaryWithNoRoomBesideItsModelIsRefused(t *testing.T) {
 	if err != nil {
 		t.Skip("no /proc/meminfo to size chatty by")
 	}
-	total, avail, err := plan.ParseMeminfo(f)
+	total, avail, err := engine.ParseMeminfo(f)
 	f.Close()
 	if err != nil {
 		t.Fatal(err)

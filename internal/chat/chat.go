@@ -9,7 +9,17 @@
 // that dialect, said once.
 package chat
 
-import "encoding/json"
+import (
+	"encoding/json"
+	"errors"
+)
+
+// ErrNoAnswer is wrapped by the error of a request modelserve sent itself
+// when no replica answered at all (the connection refused or cut before
+// an answer began): not yet, rather than no, for a replica whose address
+// is still being routed. The gateway wraps it and its callers ask for it
+// here, so that neither needs the other.
+var ErrNoAnswer = errors.New("no replica answered")
 
 // The gateway's routes the requests go to.
 const (

@@ -92,3 +92,25 @@ func ReadDevices(ctx context.Context, path string) ([]Device, error) {
 	}
 	return ParseDevices(string(out))
 }
+
+// GPUBackends are the backends that run on an NVIDIA card, the one a fleet
+// prefers first. CUDA honours CUDA_VISIBLE_DEVICES and Vulkan
+// GGML_VK_VISIBLE_DEVICES, which the fleet sets to the cards it placed on.
+var GPUBackends = []string{"CUDA", "Vulkan"}
+
+// GPUDevices are the devices of the first of GPUBackends that devs list:
+// the cards an engine build computes on. A CPU-only build has none.
+func GPUDevices(devs []Device) []Device {
+	for _, b := range GPUBackends {
+		var listed []Device
+		for _, d := range devs {
+			if d.Backend() == b {
+				listed = append(listed, d)
+			}
+		}
+		if len(listed) > 0 {
+			return listed
+		}
+	}
+	return nil
+}

@@ -120,7 +120,7 @@ func (e *env) runner(db *sql.DB, asker evals.Asker, edit ...func(*evals.Deps)) *
 func (e *env) add(name, commit string, embeddings bool) {
 	e.t.Helper()
 	// A tiny model's context is kept small: it loads faster.
-	spec, prof := ggufgen.Spec{}, catalog.Profile{Name: "cpu", Engine: "llamacpp", Pool: 1024, Slots: 1, RAMBytes: 1 << 30, Priority: 100}
+	spec, prof := ggufgen.Spec{}, catalog.Profile{Name: "cpu", Engine: "llamacpp", Size: catalog.Size{Pool: 1024, Slots: 1}, RAMBytes: 1 << 30, Priority: 100}
 	if embeddings {
 		spec = ggufgen.Spec{Pooling: new(uint32(1)), EmbeddingLength: 96, HeadCount: 6, HeadCountKV: 3}
 		prof.Slots, prof.Embeddings = 4, true

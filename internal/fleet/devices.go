@@ -15,14 +15,9 @@ import (
 // cards the engine itself lists (`llama-server --list-devices`) and says in
 // a sentence what it saw and left out.
 
-// gpuBackends are the engine's backends that run on an NVIDIA card, the one
-// the fleet prefers first. CUDA honours CUDA_VISIBLE_DEVICES and Vulkan
-// GGML_VK_VISIBLE_DEVICES, which the fleet sets to the cards it placed on.
-var gpuBackends = []string{"CUDA", "Vulkan"}
-
 // engineCards are the cards of the machine the engine at path can use:
 // as many of them, in nvidia-smi's order, as it lists devices of its first
-// GPU backend, and a sentence for the operator when that leaves some out
+// GPU backend (engine.GPUDevices), and a sentence for the operator when that leaves some out
 // ("" when none is). Without cards the engine is not asked.
 func engineCards(ctx context.Context, path string, cards []Card) ([]Card, string) {
 	if len(cards) == 0 {
@@ -41,17 +36,7 @@ func engineCards(ctx context.Context, path string, cards []Card) ([]Card, string
 
 // usableCards keeps the first of cards the engine's devices cover.
 func usableCards(cards []Card, devs []engine.Device) ([]Card, string) {
-	var listed []engine.Device
-	for _, b := range gpuBackends {
-		for _, d := range devs {
-			if d.Backend() == b {
-				listed = append(listed, d)
-			}
-		}
-		if len(listed) > 0 {
-			break
-		}
-	}
+	listed := engine.GPUDevices(devs)
 	if len(listed) == 0 {
 		return []Card{}, seenCards(cards) + " seen; the engine build has no GPU backend: install one or set --llama-server"
 	}

@@ -88,3 +88,28 @@ func TestCardsTheEngineListsAreCounted(t *testing.T) {
 		})
 	}
 }
+
+// TestCardsKeepNvidiaSMIsNumbers: on a machine whose cards of two classes
+// are interleaved, each card the node counts keeps its class and its
+// number in nvidia-smi's order, the number the fleet places a replica on
+// (CUDA_VISIBLE_DEVICES); read through the planner's grouping by class,
+// the second L4 took the T4's number.
+func TestCardsKeepNvidiaSMIsNumbers(t *testing.T) {
+	fakeNvidiaSMI(t, "NVIDIA L4, 23034, 0", "Tesla T4, 15360, 0", "NVIDIA L4, 23034, 0")
+	n, err := Local(LocalConfig{Engine: listingEngine(t, "CUDA0: NVIDIA L4 (22478 MiB, 22000 MiB free)",
+		"CUDA1: Tesla T4 (15000 MiB, 15000 MiB free)", "CUDA2: NVIDIA L4 (22478 MiB, 22000 MiB free)")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []Card{{Index: 0, Class: "L4", MemoryBytes: 23034 << 20}, {Index: 1, Class: "T4", MemoryBytes: 15360 << 20},
+		{Index: 2, Class: "L4", MemoryBytes: 23034 << 20}}
+	got := n.Capacity().GPUs
+	if len(got) != len(want) {
+		t.Fatalf("cards %+v, want %+v", got, want)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Errorf("card %d is %+v, want %+v", i, got[i], want[i])
+		}
+	}
+}

@@ -607,7 +607,7 @@ func TestEnginesOwnFiguresAreReadAndKept(t *testing.T) {
 		return len(rs) == 1 && rs[0].Load != nil, jsonOf(rs)
 	})
 	r = fl.replicasOf("tiny")[0]
-	if r.Load == nil || r.Load.Slots != 2 || r.Load.Context != 1024 || r.Load.SlotsBusy != 0 {
+	if r.Load == nil || r.Load.Size != catalog.SizeForSlots(2, 1024) || r.Load.SlotsBusy != 0 {
 		t.Fatalf("the ready replica's load is %s, want 2 idle slots of 1024 tokens", jsonOf(r.Load))
 	}
 	if status, body := chat(t, r.Endpoint, fl.EngineKey(r.ID), "tiny"); status != http.StatusOK {
@@ -629,7 +629,7 @@ func TestEnginesOwnFiguresAreReadAndKept(t *testing.T) {
 		return err == nil && len(starts) == 1, fmt.Sprintf("%s (%v)", jsonOf(starts), err)
 	})
 	s := starts[0]
-	if s.Replica != r.ID || s.Model != "tiny" || s.File != path || s.Context != 2048 || s.Slots != 2 ||
+	if s.Replica != r.ID || s.Model != "tiny" || s.File != path || s.Size != (catalog.Size{Pool: 2048, Slots: 2}) ||
 		s.EstimateBytes != 1<<30 || s.RSSBytes <= 0 || s.RSSBytes > 1<<30 || s.ReadyAt.Before(s.Started) {
 		t.Errorf("start kept as %s; want %s of tiny at %s, 2048 tokens in 2 slots, 1 GiB estimated, a measured size", jsonOf(s), r.ID, path)
 	}
@@ -702,7 +702,7 @@ func TestReadyIsToldAtOnceThenWithTheSlots(t *testing.T) {
 		case rs[0].Load == nil:
 			s = "ready, slots not known"
 		default:
-			s = fmt.Sprintf("ready, %d slots", rs[0].Load.Slots)
+			s = fmt.Sprintf("ready, %d slots", rs[0].Load.Size.Slots)
 		}
 		mu.Lock()
 		told = append(told, s)

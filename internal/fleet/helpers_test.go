@@ -49,7 +49,7 @@ func MustWriteModel(t testing.TB, name string, spec ggufgen.Spec) string {
 func entry(name, path string, memGB int) catalog.Model {
 	return catalog.Model{
 		Name: name, Source: path, ContextLength: 1024,
-		Profiles: []catalog.Profile{{Name: "cpu", Engine: engineLlamaCpp, Pool: 1024, Slots: 1, RAMBytes: int64(memGB) << 30, Priority: 100}},
+		Profiles: []catalog.Profile{{Name: "cpu", Engine: engineLlamaCpp, Size: catalog.Size{Pool: 1024, Slots: 1}, RAMBytes: int64(memGB) << 30, Priority: 100}},
 		Scaling:  catalog.Scaling{Min: 1, Max: 1},
 	}
 }

@@ -3,7 +3,9 @@ package fleet
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"fmt"
+	"modelserve/catalog"
 	"time"
 )
 
@@ -16,15 +18,15 @@ type Start struct {
 	Model   string `json:"model"`
 	// File is the weights the engine loaded, as a path on its node.
 	File string `json:"file"`
-	// Context is the engine's whole context (--ctx-size) and Slots the
-	// requests it serves at once: its profile's, the slots as the engine
-	// itself reported them.
-	Context       int       `json:"context"`
-	Slots         int       `json:"slots"`
-	EstimateBytes int64     `json:"estimate_bytes"`
-	RSSBytes      int64     `json:"rss_bytes"`
-	Started       time.Time `json:"started"`
-	ReadyAt       time.Time `json:"ready_at"`
+	// Size is the engine's whole context (--ctx-size) and the requests
+	// it serves at once: its profile's, the slots as the engine itself
+	// reported them. Its JSON and columns are "context" (the pool) and
+	// "slots" (startWire).
+	Size          catalog.Size `json:"-"`
+	EstimateBytes int64        `json:"estimate_bytes"`
+	RSSBytes      int64        `json:"rss_bytes"`
+	Started       time.Time    `json:"started"`
+	ReadyAt       time.Time    `json:"ready_at"`
 }
 
 // History keeps the fleet's engine starts in SQLite (the table
@@ -42,7 +44,7 @@ func (h *History) record(ctx context.Context, s Start) (int64, error) {
 	res, err := h.db.ExecContext(ctx, `INSERT INTO replica_starts
 		(replica, model, file, context, slots, estimate_bytes, rss_bytes, started_at, ready_at)
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-		s.Replica, s.Model, s.File, s.Context, s.Slots, s.EstimateBytes, s.RSSBytes,
+		s.Replica, s.Model, s.File, s.Size.Pool, s.Size.Slots, s.EstimateBytes, s.RSSBytes,
 		s.Started.UTC().Format(time.RFC3339Nano), s.ReadyAt.UTC().Format(time.RFC3339Nano))
 	if err != nil {
 		return 0, fmt.Errorf("recording the start of replica %s: %w", s.Replica, err)
@@ -76,7 +78,7 @@ func (h *History) Recent(ctx context.Context, limit int) ([]Start, error) {
 	for rows.Next() {
 		var s Start
 		var started, ready string
-		if err := rows.Scan(&s.Replica, &s.Model, &s.File, &s.Context, &s.Slots, &s.EstimateBytes, &s.RSSBytes, &started, &ready); err != nil {
+		if err := rows.Scan(&s.Replica, &s.Model, &s.File, &s.Size.Pool, &s.Size.Slots, &s.EstimateBytes, &s.RSSBytes, &started, &ready); err != nil {
 			return nil, err
 		}
 		s.Started, _ = time.Parse(time.RFC3339Nano, started)
@@ -84,4 +86,35 @@ func (h *History) Recent(ctx context.Context, limit int) ([]Start, error) {
 		out = append(out, s)
 	}
 	return out, rows.Err()
+}
+
+// startWire is a Start as its JSON has always said it: the pool as
+// context, beside its slots.
+type startWire struct {
+	Replica string `json:"replica"`
+	Model   string `json:"model"`
+	File    string `json:"file"`
+	Context int    `json:"context"`
+	Slots   int    `json:"slots"`
+	startFields
+}
+
+// startFields is Start without its methods, so that startWire encodes its
+// other fields the ordinary way.
+type startFields Start
+
+// MarshalJSON writes the start with its size as context and slots.
+func (s Start) MarshalJSON() ([]byte, error) {
+	return json.Marshal(startWire{Replica: s.Replica, Model: s.Model, File: s.File, Context: s.Size.Pool, Slots: s.Size.Slots, startFields: startFields(s)})
+}
+
+// UnmarshalJSON reads what MarshalJSON wrote.
+func (s *Start) UnmarshalJSON(b []byte) error {
+	var w startWire
+	if err := json.Unmarshal(b, &w); err != nil {
+		return err
+	}
+	*s = Start(w.startFields)
+	s.Replica, s.Model, s.File, s.Size = w.Replica, w.Model, w.File, catalog.Size{Pool: w.Context, Slots: w.Slots}
+	return nil
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"modelserve/catalog"
 	"net/http"
 	"strconv"
 	"strings"
@@ -16,11 +17,11 @@ import (
 // /metrics (started with --metrics) and /slots: how busy it is, for the
 // console and for routing requests to the least busy replica.
 type Load struct {
-	// Slots is how many requests the engine serves at once, and SlotsBusy
-	// how many it is serving; Context is the context of one slot.
-	Slots     int `json:"slots"`
-	SlotsBusy int `json:"slots_busy"`
-	Context   int `json:"slot_context"`
+	// Size is the requests the engine serves at once and the pool they
+	// share, as the engine says them (its JSON is "slots" and each slot's
+	// "slot_context": loadWire); SlotsBusy is how many it is serving.
+	Size      catalog.Size `json:"-"`
+	SlotsBusy int          `json:"slots_busy"`
 	// Processing and Deferred are llama.cpp's requests_processing and
 	// requests_deferred: requests being served, and waiting for a slot.
 	Processing int `json:"requests_processing"`
@@ -56,13 +57,14 @@ func (f *Fleet) readLoad(ctx context.Context, endpoint, key string) (Load, error
 	if err := json.Unmarshal(body, &slots); err != nil {
 		return l, fmt.Errorf("the engine's /slots is not a list of slots: %w", err)
 	}
-	l.Slots = len(slots)
+	slotCtx := 0
 	for _, s := range slots {
 		if s.IsProcessing {
 			l.SlotsBusy++
 		}
-		l.Context = max(l.Context, s.NCtx)
+		slotCtx = max(slotCtx, s.NCtx)
 	}
+	l.Size = catalog.SizeForSlots(len(slots), slotCtx)
 	l.At = time.Now()
 	if body, err = f.engineGet(ctx, endpoint+"/metrics", key); err != nil {
 		return l, nil
@@ -121,4 +123,33 @@ func parseMetrics(text string) map[string]float64 {
 		}
 	}
 	return out
+}
+
+// loadWire is a Load as its JSON has always said it: the slots, and the
+// context of one slot.
+type loadWire struct {
+	Slots       int `json:"slots"`
+	SlotsBusy   int `json:"slots_busy"`
+	SlotContext int `json:"slot_context"`
+	loadFields
+}
+
+// loadFields is Load without its methods, so that loadWire encodes its
+// other fields the ordinary way.
+type loadFields Load
+
+// MarshalJSON writes the load with its size as slots and slot_context.
+func (l Load) MarshalJSON() ([]byte, error) {
+	return json.Marshal(loadWire{Slots: l.Size.Slots, SlotsBusy: l.SlotsBusy, SlotContext: l.Size.Context(), loadFields: loadFields(l)})
+}
+
+// UnmarshalJSON reads what MarshalJSON wrote.
+func (l *Load) UnmarshalJSON(b []byte) error {
+	var w loadWire
+	if err := json.Unmarshal(b, &w); err != nil {
+		return err
+	}
+	*l = Load(w.loadFields)
+	l.Size, l.SlotsBusy = catalog.SizeForSlots(w.Slots, w.SlotContext), w.SlotsBusy
+	return nil
 }

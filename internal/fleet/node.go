@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"io"
-	"os"
 	"strings"
 	"time"
 
@@ -134,43 +133,38 @@ type LocalNode struct {
 	note     string // what was left out of gpus, and why
 }
 
-// Local is this machine as a node: its cores, memory and cards as
-// internal/plan reads them, with what cfg sets in their place.
+// Local is this machine as a node: its cores, memory and cards as the
+// engine package reads them (each card of its planner's class, at its
+// index in nvidia-smi's order), with what cfg sets in their place.
 func Local(cfg LocalConfig) (*LocalNode, error) {
 	n := &LocalNode{name: cfg.Name, cores: cfg.CPUCores, ram: cfg.RAMBytes, gpus: cfg.GPUs, budget: max(cfg.Budget, 0)}
 	if n.name != "" && n.cores > 0 && n.ram > 0 && n.gpus != nil && n.budget == 0 {
 		return n, nil
 	}
-	pn, err := plan.LocalNode()
+	m, err := engine.ReadMachine(context.Background())
 	if err != nil {
 		return nil, err
 	}
 	if n.name == "" {
-		n.name = pn.Name
+		n.name = m.Name
 	}
 	if n.cores <= 0 {
-		n.cores = pn.CPUCores
+		n.cores = m.CPUCores
 	}
 	if n.ram <= 0 {
-		n.ram, n.measured = plan.Bytes(pn.RAMGB), true
+		n.ram, n.measured = m.RAMBytes, true
 	}
 	if n.gpus == nil {
-		// plan groups the cards by class in nvidia-smi's order, which keeps
-		// their indices right on a node of one class, the usual case.
-		i := 0
-		for _, g := range pn.GPUs {
-			for range g.Count {
-				n.gpus = append(n.gpus, Card{Index: i, Class: g.Class, MemoryBytes: plan.Bytes(g.MemoryGB)})
-				i++
-			}
+		for _, c := range m.Cards {
+			n.gpus = append(n.gpus, Card{Index: c.Index, Class: plan.CardClass(c.Name, c.MemoryBytes), MemoryBytes: c.MemoryBytes})
 		}
 		if len(n.gpus) > 0 {
 			path, _, _ := engine.Find(cfg.Engine)
 			n.gpus, n.note = engineCards(context.Background(), path, n.gpus)
 		}
 	}
-	if pn.Note != "" {
-		n.note = pn.Note
+	if m.Note != "" {
+		n.note = m.Note
 	}
 	return n, nil
 }
@@ -182,11 +176,8 @@ func (n *LocalNode) Name() string { return n.name }
 func (n *LocalNode) Capacity() Capacity {
 	c := Capacity{CPUCores: n.cores, RAMBytes: n.ram, AvailableBytes: n.ram, GPUs: n.gpus, Note: n.note}
 	if n.measured {
-		if f, err := os.Open("/proc/meminfo"); err == nil {
-			if total, avail, err := plan.ParseMeminfo(f); err == nil {
-				c.RAMBytes, c.AvailableBytes = total, avail
-			}
-			f.Close()
+		if total, avail, err := engine.ReadMemory(); err == nil {
+			c.RAMBytes, c.AvailableBytes = total, avail
 		}
 	}
 	if n.budget > 0 {

@@ -2,6 +2,7 @@ package fleet
 
 import (
 	"context"
+	"modelserve/catalog"
 	"net/http"
 	"net/http/httptest"
 	"sync"
@@ -83,7 +84,7 @@ func TestAnEngineThatSaysItListensIsReadyAtOnce(t *testing.T) {
 	MustAdd(t, f.notifying(cat), m)
 
 	r := f.waitReady(t, "tiny", 5*time.Second) // its /health never says 200
-	if r.Load == nil || r.Load.Slots != 2 || r.Load.Context != 512 {
+	if r.Load == nil || r.Load.Size != catalog.SizeForSlots(2, 512) {
 		t.Errorf("the ready replica's load is %s, want the 2 slots of 512 tokens its profile gave it", jsonOf(r.Load))
 	}
 	waitFor(t, 5*time.Second, "the engine asked for its slots", func() (bool, string) {

@@ -563,7 +563,7 @@ func (f *Fleet) startLocked(ctx context.Context, m catalog.Model, p catalog.Prof
 	rctx, cancel := context.WithCancel(ctx)
 	r := &replica{
 		id: id, model: m.Name, profile: p.Name, fingerprint: Fingerprint(m), node: node,
-		memBytes: need, cards: cards, pool: p.Pool, slots: p.Slots, key: key, weights: weights, threads: threads,
+		memBytes: need, cards: cards, size: p.Size, key: key, weights: weights, threads: threads,
 		args:    argsOf(m, p, weights, projector, threads),
 		vllm:    runsOnVLLM(p),
 		env:     env,

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"modelserve/catalog"
 	"net/http"
 	"path/filepath"
 	"strings"
@@ -20,9 +21,9 @@ type replica struct {
 	id, model, profile string
 	fingerprint        string
 	node               Node
-	memBytes           int64 // of RAM, promised on the node
-	cards              []int // promised on the node
-	pool, slots        int   // the engine's context, as its profile sizes it
+	memBytes           int64        // of RAM, promised on the node
+	cards              []int        // promised on the node
+	size               catalog.Size // the engine's context, as its profile sizes it
 	key                string
 	weights            string // the file the engine loads
 	threads            int
@@ -274,9 +275,9 @@ func (f *Fleet) attempt(ctx context.Context, r *replica) (outcome, string) {
 	f.mu.Unlock()
 	f.log.Info("replica ready", "replica", r.id, "node", r.node.Name(), "endpoint", r.endpoint,
 		"took", readyAt.Sub(r.started).Round(time.Millisecond), "rss_bytes", rss, "estimate_bytes", r.memBytes)
-	slots := load.Slots // the engine's own word, when it says
-	if slots == 0 {
-		slots = r.slots
+	size := r.size
+	if load.Size.Slots > 0 {
+		size.Slots = load.Size.Slots // the engine's own word, when it says
 	}
 	// A start that happened is kept even when the replica is stopped in
 	// the moment before (given back for another model within the settle):
@@ -284,7 +285,7 @@ func (f *Fleet) attempt(ctx context.Context, r *replica) (outcome, string) {
 	// about.
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), historyWrite)
 	row, err := f.opts.History.record(rctx, Start{
-		Replica: r.id, Model: r.model, File: r.weights, Context: r.pool, Slots: slots,
+		Replica: r.id, Model: r.model, File: r.weights, Size: size,
 		EstimateBytes: r.memBytes, RSSBytes: rss, Started: r.started, ReadyAt: readyAt,
 	})
 	cancel()
@@ -367,11 +368,10 @@ func (f *Fleet) attempt(ctx context.Context, r *replica) (outcome, string) {
 // vLLM's --max-num-seqs) and each slot's share of the pool. Nil for an
 // unsized profile, whose engine chose its slots itself.
 func (r *replica) toldLoad(at time.Time) *Load {
-	if r.pool <= 0 {
+	if !r.size.Sized() {
 		return nil
 	}
-	slots := max(r.slots, 1)
-	return &Load{Slots: slots, Context: r.pool / slots, At: at}
+	return &Load{Size: catalog.Size{Pool: r.size.Pool, Slots: max(r.size.Slots, 1)}, At: at}
 }
 
 // readLoadOnce reads the load of r's engine, keeps it on r and tells

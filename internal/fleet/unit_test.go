@@ -206,15 +206,15 @@ func TestEngineArgsFromTheProfile(t *testing.T) {
 		proj    string
 		want    string
 	}{
-		{"the default pool in four slots, its prompt cache as sized", catalog.Profile{Pool: 16384, Slots: 4, PromptCacheBytes: 512 << 20}, 2, "",
+		{"the default pool in four slots, its prompt cache as sized", catalog.Profile{Size: catalog.Size{Pool: 16384, Slots: 4}, PromptCacheBytes: 512 << 20}, 2, "",
 			"--ctx-size 16384 --parallel 4 --cache-ram 512 -m /w.gguf --alias m --metrics --slots --threads-http 10 --threads 2"},
-		{"one long slot", catalog.Profile{Pool: 32768, Slots: 1, PromptCacheBytes: 4 << 30}, 0, "",
+		{"one long slot", catalog.Profile{Size: catalog.Size{Pool: 32768, Slots: 1}, PromptCacheBytes: 4 << 30}, 0, "",
 			"--ctx-size 32768 --parallel 1 --cache-ram 4096 -m /w.gguf --alias m --metrics --slots --threads-http 4"},
 		{"an unsized profile leaves the context to the engine, but not an unbounded cache", catalog.Profile{}, 0, "/p.gguf",
 			"--cache-ram 0 -m /w.gguf --mmproj /p.gguf --alias m --metrics --slots --threads-http 10"},
-		{"embeddings batch a whole slot at once", catalog.Profile{Pool: 32768, Slots: 32, Embeddings: true}, 0, "",
+		{"embeddings batch a whole slot at once", catalog.Profile{Size: catalog.Size{Pool: 32768, Slots: 32}, Embeddings: true}, 0, "",
 			"--embedding --ctx-size 32768 --parallel 32 --batch-size 1024 --ubatch-size 1024 --cache-ram 0 -m /w.gguf --alias m --metrics --slots --threads-http 66"},
-		{"a judge keeps no prompt cache", catalog.Profile{Pool: 8192, Slots: 1, Judge: true}, 0, "",
+		{"a judge keeps no prompt cache", catalog.Profile{Size: catalog.Size{Pool: 8192, Slots: 1}, Judge: true}, 0, "",
 			"--ctx-size 8192 --parallel 1 --cache-ram 0 -m /w.gguf --alias m --metrics --slots --threads-http 4"},
 	}
 	for _, tt := range tests {
@@ -315,9 +315,9 @@ func TestEveryFlagIsOneTheEngineKnows(t *testing.T) {
 	var passed []string
 	for _, p := range []catalog.Profile{
 		{},
-		{Pool: 32768, Slots: 4},
-		{Pool: 4096, Slots: 4, Embeddings: true},
-		{Pool: 8192, Slots: 1, Judge: true},
+		{Size: catalog.Size{Pool: 32768, Slots: 4}},
+		{Size: catalog.Size{Pool: 4096, Slots: 4}, Embeddings: true},
+		{Size: catalog.Size{Pool: 8192, Slots: 1}, Judge: true},
 	} {
 		passed = append(passed, EngineArgs(catalog.Model{Name: "m"}, p, "/w.gguf", "/p.gguf", 2)...)
 	}

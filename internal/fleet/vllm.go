@@ -34,8 +34,7 @@ func VLLMArgs(m catalog.Model, p catalog.Profile, dir string) []string {
 		"--tensor-parallel-size", strconv.Itoa(max(p.GPUsPerNode, 1)),
 		"--gpu-memory-utilization", strconv.FormatFloat(plan.VLLMGPUMemoryUtilization, 'f', -1, 64)}
 	if p.Pool > 0 {
-		slots := max(p.Slots, 1)
-		args = append(args, "--max-model-len", strconv.Itoa(p.Pool/slots), "--max-num-seqs", strconv.Itoa(slots))
+		args = append(args, "--max-model-len", strconv.Itoa(p.Context()), "--max-num-seqs", strconv.Itoa(max(p.Slots, 1)))
 	}
 	return append(args, "--enable-prompt-tokens-details")
 }
@@ -102,7 +101,7 @@ func keyEnvOf(p catalog.Profile) string {
 // model's name and the engine's index). vLLM 0.11 renamed the KV cache's
 // gauge and the prefix cache's counters, dropping "gpu_"; the names
 // before are read where the new ones are missing.
-func (f *Fleet) readVLLMLoad(ctx context.Context, endpoint, key string, slots int) (Load, error) {
+func (f *Fleet) readVLLMLoad(ctx context.Context, endpoint, key string, size catalog.Size) (Load, error) {
 	body, err := f.engineGet(ctx, endpoint+"/metrics", key)
 	if err != nil {
 		return Load{}, err
@@ -137,7 +136,7 @@ func (f *Fleet) readVLLMLoad(ctx context.Context, endpoint, key string, slots in
 	// llama.cpp's, and so Load's, only those it evaluated.
 	hits, _ := named("vllm:prefix_cache_hits_total", "vllm:gpu_prefix_cache_hits_total")
 	prompt := m["vllm:prompt_tokens_total"]
-	l := Load{Slots: slots, SlotsBusy: int(m["vllm:num_requests_running"]), Processing: int(m["vllm:num_requests_running"]),
+	l := Load{Size: size, SlotsBusy: int(m["vllm:num_requests_running"]), Processing: int(m["vllm:num_requests_running"]),
 		Deferred: int(m["vllm:num_requests_waiting"]), PromptTokens: int64(max(prompt-hits, 0)), CachedTokens: int64(min(hits, prompt)),
 		PredictedTokens: int64(m["vllm:generation_tokens_total"]), At: time.Now()}
 	if v, ok := named("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"); ok {
@@ -149,7 +148,7 @@ func (f *Fleet) readVLLMLoad(ctx context.Context, endpoint, key string, slots in
 // loadOf reads r's engine's load in its own engine's terms.
 func (f *Fleet) loadOf(ctx context.Context, r *replica, endpoint string) (Load, error) {
 	if r.vllm {
-		return f.readVLLMLoad(ctx, endpoint, r.key, r.slots)
+		return f.readVLLMLoad(ctx, endpoint, r.key, r.size)
 	}
 	return f.readLoad(ctx, endpoint, r.key)
 }

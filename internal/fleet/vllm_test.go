@@ -50,7 +50,7 @@ func vllmEntry(t *testing.T, name string) catalog.Model {
 	}
 	return catalog.Model{Name: name, Source: dir, Weights: append(shards, "config.json"), ContextLength: 4096,
 		Profiles: []catalog.Profile{{Name: "gpu-1xl4", Engine: EngineVLLM, GPUClass: "L4", GPUsPerNode: 1, CardBytes: 20 << 30,
-			Pool: 16384, Slots: 4, Priority: 100, Weight: 1}},
+			Size: catalog.Size{Pool: 16384, Slots: 4}, Priority: 100, Weight: 1}},
 		Scaling: catalog.Scaling{Min: 1, Max: 1}}
 }
 
@@ -114,8 +114,8 @@ func TestTheLocalFleetRunsVLLM(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	if got := rep.Load; got == nil || got.Slots != 4 || got.KVCacheUsage == nil || got.PromptTokens != 54 || got.CachedTokens != 32 {
-		t.Errorf("the replica's load %+v, want vLLM's read from /metrics with its 4 sequences, 86 prompt tokens of which 32 cached", got)
+	if got := rep.Load; got == nil || got.Size != (catalog.Size{Pool: 16384, Slots: 4}) || got.KVCacheUsage == nil || got.PromptTokens != 54 || got.CachedTokens != 32 {
+		t.Errorf("the replica's load %+v, want vLLM's read from /metrics with its 4 sequences of 4096 tokens, 86 prompt tokens of which 32 cached", got)
 	}
 	if rep.Engine != EngineVLLM {
 		t.Errorf("the replica says it runs on %q, want vllm", rep.Engine)
@@ -156,8 +156,8 @@ func TestEveryVLLMFlagIsOneTheReleaseKnows(t *testing.T) {
 	m := catalog.Model{Name: "m"}
 	for _, p := range []catalog.Profile{
 		{Engine: EngineVLLM},
-		{Engine: EngineVLLM, GPUsPerNode: 2, Pool: 32768, Slots: 4},
-		{Engine: EngineVLLM, GPUsPerNode: 8, Pool: 8192, Slots: 1},
+		{Engine: EngineVLLM, GPUsPerNode: 2, Size: catalog.Size{Pool: 32768, Slots: 4}},
+		{Engine: EngineVLLM, GPUsPerNode: 8, Size: catalog.Size{Pool: 8192, Slots: 1}},
 	} {
 		argv := append(VLLMArgs(m, p, "/weights"), "--host", "127.0.0.1", "--port", "8080") // where each fleet has it listen
 		a, err := vllmtest.ParseArgs(argv, nil)

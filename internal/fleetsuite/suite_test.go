@@ -123,7 +123,7 @@ func writeWeights(t *testing.T) weights {
 func (b *backend) model(name string, min, max int) catalog.Model {
 	return catalog.Model{
 		Name: name, Source: b.source, Weights: []string{"tiny.gguf"}, ContextLength: 512,
-		Profiles: []catalog.Profile{{Name: "cpu", Engine: "llamacpp", Pool: 16384, Slots: 2, RAMBytes: 1 << 30, CPUCores: 1, Priority: 100}},
+		Profiles: []catalog.Profile{{Name: "cpu", Engine: "llamacpp", Size: catalog.Size{Pool: 16384, Slots: 2}, RAMBytes: 1 << 30, CPUCores: 1, Priority: 100}},
 		Scaling:  catalog.Scaling{Min: min, Max: max}, AddedAt: time.Now(),
 		Origin: &catalog.Origin{Repo: "org/tiny", Revision: "abc1234", Files: []catalog.OriginFile{
 			{Path: "tiny.gguf", Bytes: b.size, SHA256: b.sum}}},

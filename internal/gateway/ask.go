@@ -4,11 +4,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"net/http"
 	"time"
 
 	"modelserve/internal/auth"
+	"modelserve/internal/chat"
 	"modelserve/internal/operr"
 )
 
@@ -23,6 +23,7 @@ var self = auth.Token{Name: "modelserve", Scope: auth.ScopeAll}
 // operator's error carrying the gateway's or the engine's sentence. It may
 // name a canary, to ask the new version alone; a request naming the
 // canary's model is split as a client's is.
+// An answer that no replica began (a 502) wraps chat.ErrNoAnswer.
 func (g *Gateway) Ask(ctx context.Context, route string, body []byte) ([]byte, error) {
 	r, err := http.NewRequestWithContext(ctx, http.MethodPost, route, bytes.NewReader(body))
 	if err != nil {
@@ -58,17 +59,12 @@ func answerError(status int, body []byte) error {
 	}
 	switch status {
 	case http.StatusBadGateway:
-		return operr.Wrap(operr.Unavailable, ErrNoAnswer, "the gateway answered %d %s: %s", status, http.StatusText(status), msg)
+		return operr.Wrap(operr.Unavailable, chat.ErrNoAnswer, "the gateway answered %d %s: %s", status, http.StatusText(status), msg)
 	case http.StatusServiceUnavailable, http.StatusTooManyRequests:
 		return operr.New(operr.Unavailable, "the gateway answered %d %s: %s", status, http.StatusText(status), msg)
 	}
 	return operr.New(operr.Refused, "the gateway answered %d %s: %s", status, http.StatusText(status), msg)
 }
-
-// ErrNoAnswer is wrapped by Ask's error when no replica answered at all
-// (the connection refused or cut before an answer began): not yet, rather
-// than no, for a replica whose address is still being routed.
-var ErrNoAnswer = errors.New("no replica answered")
 
 // recorder keeps an answer written for an in-process caller.
 type recorder struct {

@@ -319,7 +319,7 @@ func TestADeadCanaryIsCoveredByItsModel(t *testing.T) {
 	llamatest.WaitReady(t, url, readyWithin)
 	e := mustEnv(t, Options{}, func(f *fleet.Fleet) Fleet {
 		return ownEngineFleet{Fleet: f, model: canary.Name, key: "canary-key",
-			rep: fleet.Replica{ID: canary.Name + "-1", Model: canary.Name, Endpoint: url, State: fleet.Ready, Load: &fleet.Load{Slots: 1}}}
+			rep: fleet.Replica{ID: canary.Name + "-1", Model: canary.Name, Endpoint: url, State: fleet.Ready, Load: &fleet.Load{Size: catalog.Size{Slots: 1}}}}
 	})
 	e.mustAdd(chatModel(t, "chatty", ggufgen.Spec{}))
 	e.mustAdd(canary)

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"modelserve/catalog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -62,7 +63,7 @@ func closingEngine(t *testing.T) (endpoint string, conns, closed *atomic.Int64) 
 // client, and the replica avoided for a while.
 func TestAKeptConnectionTheEngineClosedIsNotAFailure(t *testing.T) {
 	endpoint, conns, closed := closingEngine(t)
-	f := &stubFleet{ready: []fleet.Replica{{ID: "m-1", Model: "m", Endpoint: endpoint, Load: &fleet.Load{Slots: 1}}}}
+	f := &stubFleet{ready: []fleet.Replica{{ID: "m-1", Model: "m", Endpoint: endpoint, Load: &fleet.Load{Size: catalog.Size{Slots: 1}}}}}
 	g, err := New(Options{Catalog: f, Fleet: f, Tokens: anyToken{}, Metrics: prometheus.NewRegistry()})
 	if err != nil {
 		t.Fatal(err)

@@ -583,7 +583,7 @@ func TestAReplicaThatDoesNotAnswerIsAvoided(t *testing.T) {
 	deadURL := "http://" + ln.Addr().String()
 	ln.Close()
 	e := mustEnv(t, Options{}, func(f *fleet.Fleet) Fleet {
-		return deadReplicaFleet{f, fleet.Replica{ID: "tiny-99", Model: "tiny", Endpoint: deadURL, State: fleet.Ready, Load: &fleet.Load{Slots: 8}}}
+		return deadReplicaFleet{f, fleet.Replica{ID: "tiny-99", Model: "tiny", Endpoint: deadURL, State: fleet.Ready, Load: &fleet.Load{Size: catalog.Size{Slots: 8}}}}
 	})
 	e.mustAdd(chatModel(t, "tiny", ggufgen.Spec{}))
 	e.waitServing("tiny", 1)

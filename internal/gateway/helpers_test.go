@@ -129,7 +129,7 @@ func chatModel(t testing.TB, name string, spec ggufgen.Spec) catalog.Model {
 	}
 	return catalog.Model{
 		Name: name, Source: path, ContextLength: 1024,
-		Profiles: []catalog.Profile{{Name: "cpu", Engine: "llamacpp", Pool: 1024, Slots: 1, RAMBytes: 1 << 30, Priority: 100}},
+		Profiles: []catalog.Profile{{Name: "cpu", Engine: "llamacpp", Size: catalog.Size{Pool: 1024, Slots: 1}, RAMBytes: 1 << 30, Priority: 100}},
 		Scaling:  catalog.Scaling{Min: 1, Max: 1},
 	}
 }

@@ -53,7 +53,7 @@ func BenchmarkOwnWork(b *testing.B) {
 		fmt.Fprintf(w, "data: {\"choices\":[],\"usage\":{\"completion_tokens\":8,\"prompt_tokens\":12},\"timings\":{\"cache_n\":4,\"prompt_n\":8,\"predicted_n\":8,\"predicted_ms\":2.5}}\n\ndata: [DONE]\n\n")
 	}))
 	defer engine.Close()
-	rep := fleet.Replica{ID: "tiny-1", Model: "tiny", Endpoint: engine.URL, Load: &fleet.Load{Slots: 4}}
+	rep := fleet.Replica{ID: "tiny-1", Model: "tiny", Endpoint: engine.URL, Load: &fleet.Load{Size: catalog.Size{Slots: 4}}}
 	f := &stubFleet{ready: []fleet.Replica{rep}}
 	g, err := New(Options{Catalog: oneModel{"tiny"}, Fleet: f, Tokens: anyToken{}})
 	if err != nil {

@@ -96,8 +96,8 @@ func (p *pool) readLocked() []fleet.Replica {
 // slotsOf is how many requests a replica's engine serves at once (its
 // --parallel, read from /slots); 1 when not known yet.
 func slotsOf(r fleet.Replica) int {
-	if r.Load != nil && r.Load.Slots > 0 {
-		return r.Load.Slots
+	if r.Load != nil && r.Load.Size.Slots > 0 {
+		return r.Load.Size.Slots
 	}
 	return 1
 }

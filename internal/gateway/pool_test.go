@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"fmt"
+	"modelserve/catalog"
 	"net/http"
 	"strings"
 	"syscall"
@@ -19,7 +20,7 @@ import (
 func replicas(n, slots int) []fleet.Replica {
 	out := make([]fleet.Replica, n)
 	for i := range out {
-		out[i] = fleet.Replica{ID: fmt.Sprintf("m-%d", i+1), Load: &fleet.Load{Slots: slots}}
+		out[i] = fleet.Replica{ID: fmt.Sprintf("m-%d", i+1), Load: &fleet.Load{Size: catalog.Size{Slots: slots}}}
 	}
 	return out
 }

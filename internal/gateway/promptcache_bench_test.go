@@ -38,7 +38,7 @@ func BenchmarkPromptCacheBound(b *testing.B) {
 		b.Fatalf("the plan gave the test model no prompt cache: %+v", sz)
 	}
 	p := m.Profiles[0]
-	p.Pool, p.Slots, p.PromptCacheBytes = sz.CtxPool, sz.Slots, sz.PromptCacheBytes
+	p.Size, p.PromptCacheBytes = sz.Size, sz.PromptCacheBytes
 	sized := fleet.EngineArgs(m, p, m.Source, "", 1)
 	i := slices.Index(sized, "--cache-ram")
 	if i < 0 || sized[i+1] != strconv.FormatInt(sz.PromptCacheBytes>>20, 10) {

@@ -85,7 +85,7 @@ func stubGateway(t *testing.T, f *stubFleet) *Gateway {
 // slot are served in the order they came as the slot frees, and one that
 // comes as the slot frees waits behind them rather than take it.
 func TestWaitersGetSlotsInArrivalOrder(t *testing.T) {
-	rep := fleet.Replica{ID: "m-1", Model: "m", Endpoint: "http://127.0.0.1:1", Load: &fleet.Load{Slots: 1}}
+	rep := fleet.Replica{ID: "m-1", Model: "m", Endpoint: "http://127.0.0.1:1", Load: &fleet.Load{Size: catalog.Size{Slots: 1}}}
 	f := &stubFleet{ready: []fleet.Replica{rep}}
 	g := stubGateway(t, f)
 	m := catalog.Model{Name: "m"}
@@ -159,7 +159,7 @@ func TestColdWaitersAreNotOvertakenOnceAReplicaIsReady(t *testing.T) {
 	m := catalog.Model{Name: "m"}
 	ctx := context.Background()
 	p := g.pool("m")
-	rep := fleet.Replica{ID: "m-1", Model: "m", Endpoint: "http://127.0.0.1:1", Load: &fleet.Load{Slots: 1}}
+	rep := fleet.Replica{ID: "m-1", Model: "m", Endpoint: "http://127.0.0.1:1", Load: &fleet.Load{Size: catalog.Size{Slots: 1}}}
 
 	type admitted struct {
 		who  string
@@ -372,7 +372,7 @@ func TestAColdWaiterGoesOnBeforeTheRequestThatWokeIt(t *testing.T) {
 	m := catalog.Model{Name: "m"}
 	ctx := context.Background()
 	p := g.pool("m")
-	rep := fleet.Replica{ID: "m-1", Model: "m", Endpoint: "http://127.0.0.1:1", Load: &fleet.Load{Slots: 1}}
+	rep := fleet.Replica{ID: "m-1", Model: "m", Endpoint: "http://127.0.0.1:1", Load: &fleet.Load{Size: catalog.Size{Slots: 1}}}
 
 	for round := range 20 {
 		f.stubFleet.mu.Lock()
@@ -446,7 +446,7 @@ func (f *turningFleet) Hold(string, time.Time) (func(), bool) {
 // for the replica again a poll later, not again and again at once; it
 // takes the replica once the fleet lets it.
 func TestARequestTurnedAwayWaitsItsTurn(t *testing.T) {
-	rep := fleet.Replica{ID: "m-1", Model: "m", Endpoint: "http://127.0.0.1:1", Load: &fleet.Load{Slots: 1}}
+	rep := fleet.Replica{ID: "m-1", Model: "m", Endpoint: "http://127.0.0.1:1", Load: &fleet.Load{Size: catalog.Size{Slots: 1}}}
 	f := &turningFleet{stubFleet: stubFleet{ready: []fleet.Replica{rep}}, let: make(chan struct{})}
 	fc := fakeClock()
 	g, err := New(Options{Catalog: f, Fleet: f, Tokens: f, Clock: fc})
@@ -526,8 +526,8 @@ func TestARetriedRequestKeepsItsPlace(t *testing.T) {
 	}))
 	defer engine.Close()
 	defer close(answer)
-	stays := fleet.Replica{ID: "m-2", Model: "m", Endpoint: engine.URL, Load: &fleet.Load{Slots: 1}}
-	goes := fleet.Replica{ID: "m-1", Model: "m", Endpoint: "http://" + gone.Addr().String(), Load: &fleet.Load{Slots: 1}}
+	stays := fleet.Replica{ID: "m-2", Model: "m", Endpoint: engine.URL, Load: &fleet.Load{Size: catalog.Size{Slots: 1}}}
+	goes := fleet.Replica{ID: "m-1", Model: "m", Endpoint: "http://" + gone.Addr().String(), Load: &fleet.Load{Size: catalog.Size{Slots: 1}}}
 	f := &stubFleet{ready: []fleet.Replica{stays}}
 	g, err := New(Options{Catalog: f, Fleet: f, Tokens: anyToken{}})
 	if err != nil {
@@ -642,7 +642,7 @@ func TestARequestSlowToGoOnHoldsUpOnlyItsReplicasNext(t *testing.T) {
 			}
 			f.mu.Lock()
 			for i := range tc.replicas {
-				f.ready = append(f.ready, fleet.Replica{ID: fmt.Sprint("m-", i+1), Model: "m", Endpoint: "http://127.0.0.1:1", Load: &fleet.Load{Slots: 1}})
+				f.ready = append(f.ready, fleet.Replica{ID: fmt.Sprint("m-", i+1), Model: "m", Endpoint: "http://127.0.0.1:1", Load: &fleet.Load{Size: catalog.Size{Slots: 1}}})
 			}
 			f.mu.Unlock()
 			p.lookAgain() // one grant hands both a slot

@@ -46,7 +46,7 @@ func BenchmarkRouterMode(b *testing.B) {
 	port := llamatest.FreePort(b)
 	routerURL := fmt.Sprintf("http://127.0.0.1:%d", port)
 	args := []string{"--models-dir", dir, "--models-max", "1", "--api-key", "k", "--host", "127.0.0.1", "--port", fmt.Sprint(port)}
-	flags := fleet.EngineArgs(catalog.Model{Name: "tiny"}, catalog.Profile{Pool: pool, Slots: slots}, "", "", 1)
+	flags := fleet.EngineArgs(catalog.Model{Name: "tiny"}, catalog.Profile{Size: catalog.Size{Pool: pool, Slots: slots}}, "", "", 1)
 	for i := 0; i < len(flags); i++ {
 		if flags[i] == "-m" || flags[i] == "--alias" {
 			i++ // and its value

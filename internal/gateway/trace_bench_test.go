@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
+	"modelserve/catalog"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -324,7 +325,7 @@ func BenchmarkTraceHooks(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer tr.Shutdown(context.Background())
-	rep := fleet.Replica{ID: "tiny-1", Model: "tiny", Node: "local", Endpoint: "http://127.0.0.1:9", Load: &fleet.Load{Slots: 4}}
+	rep := fleet.Replica{ID: "tiny-1", Model: "tiny", Node: "local", Endpoint: "http://127.0.0.1:9", Load: &fleet.Load{Size: catalog.Size{Slots: 4}}}
 	g, err := New(Options{Catalog: oneModel{"tiny"}, Fleet: &stubFleet{ready: []fleet.Replica{rep}}, Tokens: anyToken{},
 		Tracer: tr.HotTracer("modelserve/gateway"), Propagator: tr.Propagator})
 	if err != nil {

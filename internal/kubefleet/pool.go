@@ -219,7 +219,6 @@ func (f *Fleet) NodeCPUs(memGB int) []int {
 	return out
 }
 
-
 // Use says a request for model, asked at askedAt (its arrival, as the
 // gateway saw it, and the time its hold is asked with), is being served
 // and that replicas replicas are needed now: the model's Deployment is

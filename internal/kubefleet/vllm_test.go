@@ -31,7 +31,7 @@ func vllmModel(mirrorDir, name string, cards int) catalog.Model {
 	return catalog.Model{
 		Name: name, Source: filepath.Join(mirrorDir, name, "abc1234"), Weights: []string{files[1].Path, files[2].Path},
 		Profiles: []catalog.Profile{{Name: "gpu-2xl4", Engine: fleet.EngineVLLM, GPUClass: "L4", GPUsPerNode: cards,
-			CardBytes: 18 << 30, RAMBytes: 4 << 30, Pool: 16384, Slots: 4, Priority: 100, Weight: 1}},
+			CardBytes: 18 << 30, RAMBytes: 4 << 30, Size: catalog.Size{Pool: 16384, Slots: 4}, Priority: 100, Weight: 1}},
 		Scaling: catalog.Scaling{Min: 1}, AddedAt: time.Now(),
 		Origin: &catalog.Origin{Repo: "meta-llama/Llama-3.1-8B-Instruct", Revision: "abc1234", Files: files},
 	}

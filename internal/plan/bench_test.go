@@ -3,6 +3,7 @@ package plan
 import (
 	"context"
 	"fmt"
+	"modelserve/catalog"
 	"testing"
 	"time"
 
@@ -34,7 +35,7 @@ func twentyFiles(tb testing.TB) (*world, hf.Repo) {
 func TestPlan20FilesReadsHeadersOnly(t *testing.T) {
 	w, repo := twentyFiles(t)
 	start := time.Now()
-	pl, err := w.planner.Plan(context.Background(), repo, Request{Context: 32768})
+	pl, err := w.planner.Plan(context.Background(), repo, Request{Size: catalog.Size{Pool: 32768}})
 	took := time.Since(start)
 	if err != nil {
 		t.Fatal(err)
@@ -58,7 +59,7 @@ func BenchmarkPlan20Files(b *testing.B) {
 		// A planner of its own each time: its cache would make every
 		// plan after the first read nothing.
 		p := w.newPlanner(b, nodes)
-		if _, err := p.Plan(context.Background(), repo, Request{Context: 32768}); err != nil {
+		if _, err := p.Plan(context.Background(), repo, Request{Size: catalog.Size{Pool: 32768}}); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -112,7 +112,7 @@ func (c Choice) Serve(m Model, ask Ask, nodes []Node, x Extra) (Sizing, []catalo
 	}
 	profiles := []catalog.Profile{first}
 	for i, o := range c.Layouts[1:] {
-		fz := Size(m, o, Ask{CtxPool: sz.CtxPool, ContextLength: sz.ContextLength, Embeddings: ask.Embeddings, Judge: ask.Judge}, nodes)
+		fz := Size(m, o, Ask{CtxPool: sz.Size.Pool, ContextLength: sz.Size.Context(), Embeddings: ask.Embeddings, Judge: ask.Judge}, nodes)
 		if fz.Fit != FitsNowhere {
 			profiles = append(profiles, c.profile(o, fz, ask, 90-10*i, x))
 		}
@@ -125,7 +125,7 @@ func (c Choice) Serve(m Model, ask Ask, nodes []Node, x Extra) (Sizing, []catalo
 // card.
 func (c Choice) profile(o Option, sz Sizing, ask Ask, priority int, x Extra) catalog.Profile {
 	p := catalog.Profile{Engine: EngineLlamaCpp, Env: x.Env, Priority: priority, Weight: 1,
-		Pool: sz.CtxPool, Slots: sz.Slots, Embeddings: ask.Embeddings, Judge: ask.Judge, PromptCacheBytes: sz.PromptCacheBytes}
+		Size: sz.Size, Embeddings: ask.Embeddings, Judge: ask.Judge, PromptCacheBytes: sz.PromptCacheBytes}
 	if p.Pool > 0 {
 		p.Slots = max(p.Slots, 1)
 	}
@@ -243,4 +243,47 @@ func cmpOr(a, b string) string {
 		return a
 	}
 	return b
+}
+
+// ServeOriginal says how the choice's original weights run on vLLM as the
+// catalog's profiles, from the config.json fetched with them (raw) and
+// the vLLM the fleet runs (image, a tag or a version): the model class
+// held to that release, and each layout whose cards split its heads
+// evenly, the first chosen and the fallbacks after it lower in priority,
+// as Serve does for a GGUF file. Each holds size, its slots' context cut
+// to what the model was trained for, and carries the request's engine
+// settings (x.Env, which the catalog checks as it checks any profile's).
+// The size returned is what the profiles hold.
+func (c Choice) ServeOriginal(raw []byte, image string, size catalog.Size, x Extra) (ModelConfig, catalog.Size, []catalog.Profile, error) {
+	cfg, err := ParseModelConfig(raw)
+	if err != nil {
+		return cfg, size, nil, err
+	}
+	release := VLLMImageVersion(image)
+	if !release.Known() {
+		release, _ = ParseVLLMVersion(image)
+	}
+	if err := KnownVLLMArchitectures().Supported(cfg.Architecture, release); err != nil {
+		return cfg, size, nil, err
+	}
+	if err := TensorParallelError(&cfg, c.First().GPUsPerNode); err != nil {
+		return cfg, size, nil, err
+	}
+	size.Slots = max(size.Slots, 1)
+	if cfg.MaxPosition > 0 && size.Context() > cfg.MaxPosition {
+		size = catalog.SizeForSlots(size.Slots, cfg.MaxPosition)
+	}
+	var profiles []catalog.Profile
+	for i, o := range c.Layouts {
+		if i > 0 && TensorParallelError(&cfg, o.GPUsPerNode) != nil {
+			continue // a fallback whose cards cannot split the heads
+		}
+		cards := max(o.GPUsPerNode, 1)
+		profiles = append(profiles, catalog.Profile{
+			Name: fmt.Sprintf("gpu-%dx%s", cards, strings.ToLower(o.Class)), Engine: EngineVLLM,
+			GPUClass: o.Class, GPUsPerNode: cards, CardBytes: gbBytes(o.NeedGB), Size: size,
+			Priority: 100 - 10*len(profiles), Weight: 1, Env: x.Env,
+		})
+	}
+	return cfg, size, profiles, nil
 }

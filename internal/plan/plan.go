@@ -19,10 +19,12 @@ package plan
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"math"
+	"modelserve/catalog"
 	"modelserve/internal/operr"
 	"slices"
 	"strings"
@@ -57,17 +59,16 @@ const DefaultContext = DefaultPool
 
 // Request is what a plan is made for.
 type Request struct {
-	// Context is the pool of tokens the engine holds (llama.cpp's
-	// --ctx-size, vLLM's --max-model-len); DefaultContext when zero.
-	Context int `json:"context"`
+	// Size is the pool of tokens the engine holds (llama.cpp's
+	// --ctx-size, vLLM's --max-model-len) and the requests that share it:
+	// DefaultContext when the pool is zero, and pool/4096 slots (at least
+	// one) when the slots are.
+	Size catalog.Size
 	// Format is "gguf", "safetensors" or empty for both.
-	Format string `json:"format,omitempty"`
-	// Parallel is how many requests share the pool; Context/4096 (at
-	// least one) when zero.
-	Parallel int `json:"parallel"`
+	Format string
 	// Longest sizes the GGUF options to the longest context that fits,
-	// when Context is zero.
-	Longest bool `json:"longest,omitempty"`
+	// when the pool is zero.
+	Longest bool
 }
 
 // Option is one way to run one artifact: a file set on the CPU of a node, or
@@ -139,6 +140,12 @@ func (o Option) Label() string {
 		return fmt.Sprintf("%d nodes × %d×%s", o.Nodes, max(o.GPUsPerNode, 1), o.Class)
 	}
 	return fmt.Sprintf("%d×%s", max(o.GPUsPerNode, 1), o.Class)
+}
+
+// Longest is the longest context that fits on this shape's hardware, as
+// a serving size: LongestSlots slots of LongestContext tokens.
+func (o Option) Longest() catalog.Size {
+	return catalog.SizeForSlots(o.LongestSlots, o.LongestContext)
 }
 
 // WithContext is the option's memory for another context, given the KV
@@ -229,10 +236,12 @@ type SetPlan struct {
 
 // Plan is what a repository's files need and where each can run.
 type Plan struct {
-	Repo     string `json:"repo"`
-	Commit   string `json:"commit"`
-	Context  int    `json:"context"`
-	Parallel int    `json:"parallel"`
+	Repo   string `json:"repo"`
+	Commit string `json:"commit"`
+	// Size is what it is planned for; its JSON is the plan's own
+	// "context" (the pool) and "parallel" (its slots), as scripts read
+	// them (planWire).
+	Size catalog.Size `json:"-"`
 	// The model's shape, from the first header read.
 	Architecture    string `json:"architecture,omitempty"`
 	TrainedContext  int    `json:"trained_context,omitempty"`
@@ -329,8 +338,8 @@ func (p *Planner) Plan(ctx context.Context, repo hf.Repo, req Request) (Plan, er
 	default:
 		return Plan{}, operr.New(operr.Invalid, "the format is gguf or safetensors, not %s", operr.Quote(req.Format))
 	}
-	if req.Context < 0 || req.Parallel < 0 {
-		return Plan{}, operr.New(operr.Invalid, "the context and the parallel count cannot be negative")
+	if err := req.Size.Check(); err != nil {
+		return Plan{}, err
 	}
 	pl := Plan{Repo: repo.ID, Commit: repo.Commit, Sets: []SetPlan{}, Options: []Option{}}
 	holds := hf.Holds(repo)
@@ -399,29 +408,28 @@ func (p *Planner) Plan(ctx context.Context, repo hf.Repo, req Request) (Plan, er
 			pl.Experts, pl.ExpertsUsed, pl.KVBytesPerToken = c.Experts, c.ExpertsUsed, c.KVBytesPerToken()
 		}
 	}
-	pl.Context, pl.Parallel = req.Context, req.Parallel
-	if pl.Context == 0 {
-		pl.Context = DefaultContext
+	pl.Size = req.Size
+	if pl.Size.Pool == 0 {
+		pl.Size.Pool = DefaultContext
 		if pl.Embedding {
-			pl.Context = EmbedSlotTokens * EmbedSlots
-			pl.Parallel = cmp.Or(pl.Parallel, EmbedSlots)
+			pl.Size = catalog.Size{Pool: EmbedSlotTokens * EmbedSlots, Slots: cmp.Or(pl.Size.Slots, EmbedSlots)}
 		}
 	}
-	if pl.Parallel == 0 {
-		_, pl.Parallel = Ask{CtxPool: pl.Context, Embeddings: pl.Embedding}.Shape()
+	if pl.Size.Slots == 0 {
+		pl.Size.Slots = Ask{CtxPool: pl.Size.Pool, Embeddings: pl.Embedding}.Shape().Slots
 	}
-	if pl.TrainedContext > 0 && pl.Context/pl.Parallel > pl.TrainedContext {
-		pl.Notes = append(pl.Notes, fmt.Sprintf("each of %d slots of a %d-token pool holds more than the %d tokens the model was trained for",
-			pl.Parallel, pl.Context, pl.TrainedContext))
+	if pl.TrainedContext > 0 && pl.Size.Context() > pl.TrainedContext {
+		pl.Notes = append(pl.Notes, fmt.Sprintf("each slot of %s holds more than the %d tokens the model was trained for",
+			pl.Size.Words(), pl.TrainedContext))
 	}
 
 	// The GGUF options are sized by Size: as asked, or the defaults that
 	// fit where each runs.
 	ask := Ask{Longest: req.Longest, Embeddings: pl.Embedding}
-	if req.Context > 0 {
-		ask.CtxPool = req.Context
-		if req.Parallel > 0 {
-			ask.ContextLength = max(1, req.Context/req.Parallel)
+	if req.Size.Pool > 0 {
+		ask.CtxPool = req.Size.Pool
+		if req.Size.Slots > 0 {
+			ask.ContextLength = max(1, req.Size.Context())
 		}
 	}
 	nodes := p.cfg.Pool()
@@ -550,10 +558,10 @@ func sized(o Option, m Model, ask Ask, nodes []Node) Option {
 	o.Sizing = Size(m, o, ask, nodes)
 	longest := Size(m, o, Ask{Longest: true, Embeddings: ask.Embeddings}, nodes)
 	if longest.Fit != FitsNowhere {
-		o.LongestContext, o.LongestSlots = longest.ContextLength, longest.Slots
+		o.LongestContext, o.LongestSlots = longest.Size.Context(), longest.Size.Slots
 	}
 	sz := o.Sizing
-	o.Context = sz.CtxPool
+	o.Context = sz.Size.Pool
 	o.NeedGB = round2(GiB(sz.NeedBytes))
 	o.WeightsGB = round2(GiB(sz.WeightsBytes * int64(max(o.GPUs(), 1))))
 	o.KVGB = round2(GiB(sz.KVBytes * int64(max(o.GPUs(), 1))))
@@ -580,7 +588,7 @@ const (
 // cards of a class on one node, and, when a node's cards do not hold it,
 // as many such nodes as it takes (pipeline parallel between them).
 func vllmOptions(set hf.FileSet, s *shape, pl Plan, nodes []Node) []Option {
-	base := Option{Artifact: Original, Format: FormatSafetensors, Engine: EngineVLLM, Context: pl.Context}
+	base := Option{Artifact: Original, Format: FormatSafetensors, Engine: EngineVLLM, Context: pl.Size.Pool}
 	base.WeightsGB = round2(GiB(set.Bytes))
 	active := float64(set.Bytes)
 	if s != nil {
@@ -591,7 +599,7 @@ func vllmOptions(set hf.FileSet, s *shape, pl Plan, nodes []Node) []Option {
 		s, active = &shape{kvPerToken: c.KVBytesPerToken()}, float64(set.Bytes)*c.activeShare()
 	}
 	if s != nil {
-		base.KVGB = round2(GiB(s.kvPerToken * int64(pl.Context)))
+		base.KVGB = round2(GiB(s.kvPerToken * int64(pl.Size.Pool)))
 	}
 	var out []Option
 	for _, class := range poolClasses(nodes) {
@@ -795,4 +803,35 @@ func joinInts(v []int) string {
 func isSentence(err error) bool {
 	_, ok := operr.As(err)
 	return ok
+}
+
+// planWire is a Plan as its JSON has always said it: the pool as context
+// and its slots as parallel.
+type planWire struct {
+	Repo     string `json:"repo"`
+	Commit   string `json:"commit"`
+	Context  int    `json:"context"`
+	Parallel int    `json:"parallel"`
+	planFields
+}
+
+// planFields is Plan without its methods, so that planWire encodes its
+// other fields the ordinary way.
+type planFields Plan
+
+// MarshalJSON writes the plan with its size as context and parallel.
+func (pl Plan) MarshalJSON() ([]byte, error) {
+	f := planFields(pl)
+	return json.Marshal(planWire{Repo: pl.Repo, Commit: pl.Commit, Context: pl.Size.Pool, Parallel: pl.Size.Slots, planFields: f})
+}
+
+// UnmarshalJSON reads what MarshalJSON wrote.
+func (pl *Plan) UnmarshalJSON(b []byte) error {
+	var w planWire
+	if err := json.Unmarshal(b, &w); err != nil {
+		return err
+	}
+	*pl = Plan(w.planFields)
+	pl.Repo, pl.Commit, pl.Size = w.Repo, w.Commit, catalog.Size{Pool: w.Context, Slots: w.Parallel}
+	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"modelserve/catalog"
 	"regexp"
 	"slices"
 	"strings"
@@ -63,12 +64,12 @@ func TestPlanRecommends(t *testing.T) {
 				{"Llama-3.1-70B-Instruct-Q8_0.gguf", withType(ggufgen.Llama70B(), ggufgen.Q8_0)},
 				{"Llama-3.1-70B-Instruct-Q4_K_M.gguf", ggufgen.Llama70B()},
 			},
-			req:  Request{Context: 65536},
+			req:  Request{Size: catalog.Size{Pool: 65536}},
 			want: "Llama-3.1-70B-Instruct-Q8_0", label: "2×A100-80GB",
 			reason: "Q8_0 is the best quality in the repository, and it fits: %s with a 65536-token pool on 2 A100-80GB cards",
 			check: func(t *testing.T, pl Plan) {
 				one := option(t, pl, "Llama-3.1-70B-Instruct-Q8_0", "1×A100-80GB")
-				if one.Fit != FitsNowhere || !regexp.MustCompile(`^does not fit on an A100-80GB: needs \d+\.\d GB on the card for a 65536-token pool \(16 slots of 4096\), and the most any node has is 80 GB$`).MatchString(one.Why) {
+				if one.Fit != FitsNowhere || !regexp.MustCompile(`^does not fit on an A100-80GB: needs \d+\.\d GB on the card for 65536 tokens in 16 slots of 4096, and the most any node has is 80 GB$`).MatchString(one.Why) {
 					t.Errorf("one card: fit %q, why %q; want it refused for its memory", one.Fit, one.Why)
 				}
 				// The weights and a 65536-token cache are more than a card;
@@ -80,13 +81,13 @@ func TestPlanRecommends(t *testing.T) {
 		},
 		{
 			name:  "8B at 32768 tokens: F16 fits a 24 GB card",
-			nodes: l4Node, files: llama8B, req: Request{Context: 32768},
+			nodes: l4Node, files: llama8B, req: Request{Size: catalog.Size{Pool: 32768}},
 			want: "Llama-3.1-8B-Instruct-F16", label: "1×L4",
 			reason: "F16 is the best quality in the repository, and it fits: %s with a 32768-token pool on an L4",
 		},
 		{
 			name:  "8B at 131072 tokens: only Q4_K_M leaves the card room for the cache",
-			nodes: l4Node, files: llama8B, req: Request{Context: 131072},
+			nodes: l4Node, files: llama8B, req: Request{Size: catalog.Size{Pool: 131072}},
 			want: "Llama-3.1-8B-Instruct-Q4_K_M", label: "1×L4",
 			reason: "Q4_K_M is the best quality that fits: %s with a 131072-token pool on an L4; " +
 				"Q8_0 needs %s and no card holds it",
@@ -129,9 +130,9 @@ func TestPlanRecommends(t *testing.T) {
 			reason: "F32 is the only GGUF file in the repository, and it fits: %s with a 16384-token pool on the CPU",
 			check: func(t *testing.T, pl Plan) {
 				rec, _ := pl.Recommended()
-				if !pl.Embedding || pl.Context != 32768 || pl.Parallel != 32 || rec.TokensPerSecond != 0 || rec.LongestContext != 512 {
+				if !pl.Embedding || pl.Size != (catalog.Size{Pool: 32768, Slots: 32}) || rec.TokensPerSecond != 0 || rec.LongestContext != 512 {
 					t.Errorf("embedding %v, context %d, parallel %d, tokens/s %.1f, longest %d; want true, 32768, 32, 0, 512",
-						pl.Embedding, pl.Context, pl.Parallel, rec.TokensPerSecond, rec.LongestContext)
+						pl.Embedding, pl.Size.Pool, pl.Size.Slots, rec.TokensPerSecond, rec.LongestContext)
 				}
 			},
 		},
@@ -192,7 +193,7 @@ func TestOptionsAreSortedBestFirst(t *testing.T) {
 	w.hub.AddRepo("acme/model", hubtest.RepoOptions{})
 	addSparse(t, w.hub, "acme/model", "Llama-3.1-70B-Instruct-Q8_0.gguf", withType(ggufgen.Llama70B(), ggufgen.Q8_0))
 	addSparse(t, w.hub, "acme/model", "Llama-3.1-70B-Instruct-Q4_K_M.gguf", ggufgen.Llama70B())
-	pl, err := w.planner.Plan(context.Background(), w.repo(t, "acme/model"), Request{Context: 32768})
+	pl, err := w.planner.Plan(context.Background(), w.repo(t, "acme/model"), Request{Size: catalog.Size{Pool: 32768}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -221,7 +222,7 @@ func TestMixtureOfExpertsReadsOnlyItsActiveExperts(t *testing.T) {
 		FeedForwardLength: 14336, HeadCount: 32, HeadCountKV: 8, VocabSize: 32000,
 		ExpertCount: 8, ExpertUsedCount: 2, TensorType: ggufgen.Q4_K, ShapeOnly: true}
 	size := addSparse(t, w.hub, "acme/moe", "Mixtral-8x7B-Q4_K_M.gguf", moe)
-	pl, err := w.planner.Plan(context.Background(), w.repo(t, "acme/moe"), Request{Context: 4096})
+	pl, err := w.planner.Plan(context.Background(), w.repo(t, "acme/moe"), Request{Size: catalog.Size{Pool: 4096}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -242,7 +243,7 @@ func TestSplitSetIsSummedAndReadFromItsFirstShard(t *testing.T) {
 	q8 := addSplit(t, w.hub, "acme/split", "Llama-3.1-8B-Instruct-Q8_0", withType(ggufgen.Llama8B(), ggufgen.Q8_0), 3)
 	w.hub.DeleteFile("acme/split", q8[1])
 	repo := w.repo(t, "acme/split")
-	pl, err := w.planner.Plan(context.Background(), repo, Request{Context: 8192})
+	pl, err := w.planner.Plan(context.Background(), repo, Request{Size: catalog.Size{Pool: 8192}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -314,7 +315,7 @@ func TestHeadersAreReadOncePerFile(t *testing.T) {
 	errs := make(chan error, 4)
 	for range 4 {
 		go func() {
-			_, err := w.planner.Plan(ctx, repo, Request{Context: 65536})
+			_, err := w.planner.Plan(ctx, repo, Request{Size: catalog.Size{Pool: 65536}})
 			errs <- err
 		}()
 	}
@@ -359,7 +360,7 @@ func TestOriginalWeightsSpanNodesOnVLLM(t *testing.T) {
 	}
 	// A GGUF copy gives the shape the KV cache is worked out from.
 	addSparse(t, w.hub, "acme/llama-70b", "gguf/Llama-3.1-70B-Instruct-Q4_K_M.gguf", ggufgen.Llama70B())
-	pl, err := w.planner.Plan(context.Background(), w.repo(t, "acme/llama-70b"), Request{Context: 32768, Format: FormatSafetensors})
+	pl, err := w.planner.Plan(context.Background(), w.repo(t, "acme/llama-70b"), Request{Size: catalog.Size{Pool: 32768}, Format: FormatSafetensors})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -388,11 +389,11 @@ func TestChooseLayout(t *testing.T) {
 	addSparse(t, w.hub, "acme/model", "Llama-3.1-70B-Instruct-Q8_0.gguf", withType(ggufgen.Llama70B(), ggufgen.Q8_0))
 	addSparse(t, w.hub, "acme/model", "Llama-3.1-8B-Instruct-Q4_K_M.gguf", ggufgen.Llama8B())
 	repo := w.repo(t, "acme/model")
-	pl, err := w.planner.Plan(context.Background(), repo, Request{Context: 65536})
+	pl, err := w.planner.Plan(context.Background(), repo, Request{Size: catalog.Size{Pool: 65536}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	small, err := w.planner.Plan(context.Background(), repo, Request{Context: 65536})
+	small, err := w.planner.Plan(context.Background(), repo, Request{Size: catalog.Size{Pool: 65536}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -435,7 +436,7 @@ func TestChooseLayout(t *testing.T) {
 			set: q8, err: "original weights run on vLLM, on GPUs: name the GPU class"},
 		{name: "unplanned GGUF runs on the CPU", req: LayoutRequest{}, set: q4, want: []string{"CPU"}},
 		{name: "a file that fits nowhere", req: LayoutRequest{}, plan: small, planned: true, set: q8,
-			err: "Llama-3.1-70B-Instruct-Q8_0 does not fit on an A100-80GB: needs 89.5 GB on the card for a 65536-token pool (16 slots of 4096), " +
+			err: "Llama-3.1-70B-Instruct-Q8_0 does not fit on an A100-80GB: needs 89.5 GB on the card for 65536 tokens in 16 slots of 4096, " +
 				"and the most any node has is 80 GB; `GET /api/v1/repos/acme/model` shows what each file needs"},
 	}
 	for _, tc := range cases {
@@ -485,7 +486,7 @@ func TestRepoReport(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := p.RepoReport(context.Background(), w.repo(t, "acme/vision"), Request{Context: 8192})
+	r, err := p.RepoReport(context.Background(), w.repo(t, "acme/vision"), Request{Size: catalog.Size{Pool: 8192}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -548,7 +549,7 @@ func TestPlanRefusesBadRequests(t *testing.T) {
 	}{
 		{"no weights", "acme/empty", Request{}, "acme/empty has neither GGUF files nor safetensors weights: nothing here for llama.cpp or vLLM to run"},
 		{"unknown format", "acme/gguf", Request{Format: "onnx"}, `the format is gguf or safetensors, not "onnx"`},
-		{"negative context", "acme/gguf", Request{Context: -1}, "the context and the parallel count cannot be negative"},
+		{"negative context", "acme/gguf", Request{Size: catalog.Size{Pool: -1}}, "a pool of -1 tokens in 0 slots cannot be negative: give a pool and slots of at least 1"},
 		{"no safetensors", "acme/gguf", Request{Format: FormatSafetensors}, "acme/gguf has no safetensors weights at its top: plan its GGUF files instead"},
 	}
 	for _, tc := range cases {

@@ -1,21 +1,16 @@
 package plan
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"math"
-	"os"
-	"os/exec"
-	"runtime"
 	"slices"
-	"strconv"
 	"strings"
-	"time"
+
+	"modelserve/internal/engine"
 )
 
 // DefaultCPUBandwidthGBs is what a node's CPU is taken to read from memory
@@ -86,114 +81,36 @@ func (n Node) class(name string) (GPU, bool) {
 	return GPU{}, false
 }
 
-// LocalNode reads this machine: its CPU cores, its memory from
-// /proc/meminfo, and its cards from nvidia-smi when that is installed.
-// A failing nvidia-smi leaves the node without cards and says so in Note.
+// LocalNode is this machine as the engine package reads it (its cores,
+// memory and NVIDIA cards), its cards grouped by class. A failing
+// nvidia-smi leaves the node without cards and says so in Note.
 func LocalNode() (Node, error) {
-	f, err := os.Open("/proc/meminfo")
-	if err != nil {
-		return Node{}, fmt.Errorf("reading this machine's memory: %w", err)
-	}
-	defer f.Close()
-	total, avail, err := ParseMeminfo(f)
+	m, err := engine.ReadMachine(context.Background())
 	if err != nil {
 		return Node{}, err
 	}
-	host, err := os.Hostname()
-	if err != nil || host == "" {
-		host = "local"
-	}
-	n := Node{
-		Name: host, Local: true, CPUCores: runtime.NumCPU(),
-		RAMGB: GiB(total), FreeRAMGB: GiB(avail), CPUBandwidthGBs: DefaultCPUBandwidthGBs,
-		GPUs: []GPU{},
-	}
-	smi, err := exec.LookPath("nvidia-smi")
-	if err != nil {
-		return n, nil
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	out, err := exec.CommandContext(ctx, smi, "--query-gpu=name,memory.total,memory.used",
-		"--format=csv,noheader,nounits").Output()
-	if err == nil {
-		n.GPUs, err = ParseNvidiaSMI(out)
-	}
-	if err != nil {
-		n.Note = "nvidia-smi is installed but its cards could not be read, so none are counted: " + err.Error()
-	}
-	return n, nil
+	return Node{
+		Name: m.Name, Local: true, CPUCores: m.CPUCores,
+		RAMGB: GiB(m.RAMBytes), FreeRAMGB: GiB(m.AvailableBytes), CPUBandwidthGBs: DefaultCPUBandwidthGBs,
+		GPUs: GPUsOf(m.Cards), Note: m.Note,
+	}, nil
 }
 
-// ParseMeminfo reads /proc/meminfo's text: the machine's memory and how
-// much of it a new process can have (MemAvailable; on kernels before 3.14,
-// which lack it, free plus buffers plus page cache), in bytes.
-func ParseMeminfo(r io.Reader) (total, available int64, err error) {
-	vals := map[string]int64{}
-	sc := bufio.NewScanner(r)
-	for sc.Scan() {
-		key, rest, ok := strings.Cut(sc.Text(), ":")
-		if !ok {
-			continue
-		}
-		fields := strings.Fields(rest)
-		if len(fields) == 0 {
-			continue
-		}
-		v, err := strconv.ParseInt(fields[0], 10, 64)
-		if err != nil {
-			return 0, 0, fmt.Errorf("/proc/meminfo's %s line is not a number of kB: %q", key, strings.TrimSpace(rest))
-		}
-		if len(fields) > 1 && fields[1] == "kB" {
-			v *= 1024
-		}
-		vals[key] = v
-	}
-	if err := sc.Err(); err != nil {
-		return 0, 0, fmt.Errorf("reading /proc/meminfo: %w", err)
-	}
-	total, ok := vals["MemTotal"]
-	if !ok || total <= 0 {
-		return 0, 0, errors.New("/proc/meminfo has no MemTotal line: this machine's memory cannot be read")
-	}
-	available, ok = vals["MemAvailable"]
-	if !ok {
-		available = vals["MemFree"] + vals["Buffers"] + vals["Cached"]
-	}
-	return total, min(available, total), nil
+// CardClass is the planner's class of a card its driver names reported,
+// with memoryBytes of memory ("L4" for "NVIDIA L4"; a card the table
+// lacks is named for itself).
+func CardClass(reported string, memoryBytes int64) string {
+	return classForCard(reported, GiB(memoryBytes)).Name
 }
 
-// ParseNvidiaSMI reads the output of
-// `nvidia-smi --query-gpu=name,memory.total,memory.used --format=csv,noheader,nounits`
-// (one card a line, memory in MiB) into the node's cards, grouped by class
-// in the order they first appear.
-func ParseNvidiaSMI(out []byte) ([]GPU, error) {
+// GPUsOf is the machine's cards grouped by class in the order they first
+// appear, each class with the least memory of its cards and each card's
+// free memory.
+func GPUsOf(cards []engine.Card) []GPU {
 	gpus := []GPU{}
-	for i, line := range strings.Split(string(bytes.TrimSpace(out)), "\n") {
-		line = strings.TrimSpace(line)
-		if line == "" {
-			continue
-		}
-		// The name comes first and never holds a comma; the two figures
-		// are the last fields.
-		parts := strings.Split(line, ",")
-		if len(parts) < 3 {
-			return nil, fmt.Errorf("line %d of nvidia-smi's output is not name, memory.total, memory.used: %q", i+1, line)
-		}
-		name := strings.TrimSpace(strings.Join(parts[:len(parts)-2], ","))
-		totalMiB, err := strconv.ParseFloat(strings.TrimSpace(parts[len(parts)-2]), 64)
-		if err != nil || totalMiB <= 0 {
-			return nil, fmt.Errorf("line %d of nvidia-smi's output gives no memory size for %s: %q", i+1, name, line)
-		}
-		// "[N/A]" for the memory used (some virtual GPUs): counted as
-		// all free, as nothing says otherwise.
-		usedMiB, err := strconv.ParseFloat(strings.TrimSpace(parts[len(parts)-1]), 64)
-		if err != nil {
-			usedMiB = 0
-		}
-		memGB := totalMiB / 1024
-		c := classForCard(name, memGB)
-		free := max(0, (totalMiB-usedMiB)/1024)
+	for _, card := range cards {
+		memGB := GiB(card.MemoryBytes)
+		c := classForCard(card.Name, memGB)
 		j := slices.IndexFunc(gpus, func(g GPU) bool { return g.Class == c.Name })
 		if j < 0 {
 			gpus = append(gpus, GPU{Class: c.Name, MemoryGB: memGB, BandwidthGBs: c.BandwidthGBs,
@@ -203,9 +120,9 @@ func ParseNvidiaSMI(out []byte) ([]GPU, error) {
 		g := &gpus[j]
 		g.Count++
 		g.MemoryGB = min(g.MemoryGB, memGB)
-		g.FreeGB = append(g.FreeGB, free)
+		g.FreeGB = append(g.FreeGB, max(0, GiB(card.MemoryBytes-card.UsedBytes)))
 	}
-	return gpus, nil
+	return gpus
 }
 
 // nodeFile is one node as a nodes file declares it.

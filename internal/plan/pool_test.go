@@ -1,45 +1,16 @@
 package plan
 
 import (
+	"modelserve/internal/engine"
 	"os"
 	"reflect"
 	"strings"
 	"testing"
 )
 
-func TestParseMeminfo(t *testing.T) {
-	cases := []struct {
-		name        string
-		text        string
-		total, free int64
-		err         string
-	}{
-		{name: "a current kernel", text: "MemTotal:       24683620 kB\nMemFree:        22036816 kB\nMemAvailable:   24141404 kB\nBuffers:           33500 kB\nCached:          2251732 kB\n",
-			total: 24683620 << 10, free: 24141404 << 10},
-		{name: "a kernel before MemAvailable", text: "MemTotal: 1000 kB\nMemFree: 100 kB\nBuffers: 20 kB\nCached: 300 kB\nSwapTotal: 0 kB\n",
-			total: 1000 << 10, free: 420 << 10},
-		{name: "huge pages and lines without units", text: "MemTotal: 2048 kB\nMemAvailable: 1024 kB\nHugePages_Total:       0\n",
-			total: 2048 << 10, free: 1024 << 10},
-		{name: "no MemTotal", text: "MemFree: 100 kB\n", err: "/proc/meminfo has no MemTotal line: this machine's memory cannot be read"},
-		{name: "not a number", text: "MemTotal: lots kB\n", err: `/proc/meminfo's MemTotal line is not a number of kB: "lots kB"`},
-	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			total, free, err := ParseMeminfo(strings.NewReader(tc.text))
-			if tc.err != "" {
-				if err == nil || err.Error() != tc.err {
-					t.Fatalf("error %v; want %q", err, tc.err)
-				}
-				return
-			}
-			if err != nil || total != tc.total || free != tc.free {
-				t.Errorf("ParseMeminfo = %d, %d, %v; want %d, %d", total, free, err, tc.total, tc.free)
-			}
-		})
-	}
-}
-
-func TestParseNvidiaSMI(t *testing.T) {
+// TestGPUsOf: nvidia-smi's cards, as the engine package reads them,
+// grouped by the planner's classes.
+func TestGPUsOf(t *testing.T) {
 	cases := []struct {
 		name string
 		out  string
@@ -83,7 +54,8 @@ func TestParseNvidiaSMI(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := ParseNvidiaSMI([]byte(tc.out))
+			cards, err := engine.ParseNvidiaSMI([]byte(tc.out))
+			got := GPUsOf(cards)
 			if tc.err != "" {
 				if err == nil || err.Error() != tc.err {
 					t.Fatalf("error %v; want %q", err, tc.err)
@@ -91,7 +63,7 @@ func TestParseNvidiaSMI(t *testing.T) {
 				return
 			}
 			if err != nil || !reflect.DeepEqual(got, tc.want) {
-				t.Errorf("ParseNvidiaSMI = %+v, %v\nwant %+v", got, err, tc.want)
+				t.Errorf("GPUsOf = %+v, %v\nwant %+v", got, err, tc.want)
 			}
 		})
 	}

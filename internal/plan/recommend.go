@@ -106,7 +106,7 @@ func recommend(pl Plan) (*Option, string) {
 	smallest := slices.MinFunc(all, func(a, b candidate) int { return cmp.Compare(a.totalGB(), b.totalGB()) })
 	return nil, fmt.Sprintf("no file fits this pool with a %d-token pool: the smallest, %s, needs %s, more than "+
 		"any node's memory or any card of the pool holds; ask for a shorter context, or add a node that holds it",
-		pl.Context, smallest.name(), words.GB(smallest.totalGB()))
+		pl.Size.Pool, smallest.name(), words.GB(smallest.totalGB()))
 }
 
 // reason is the sentence that says why the chosen file is the one.
@@ -114,7 +114,7 @@ func reason(pl Plan, all []candidate, chosen candidate) string {
 	o := chosen.best
 	// The option's own pool: for llama.cpp the one Size settled on, which
 	// may be the default cut to fit.
-	fits := fmt.Sprintf("%s with a %d-token pool %s", words.GB(o.NeedGB), cmp.Or(o.Context, pl.Context), o.where())
+	fits := fmt.Sprintf("%s with a %d-token pool %s", words.GB(o.NeedGB), cmp.Or(o.Context, pl.Size.Pool), o.where())
 	if o.Fit == FitsHardware {
 		fits += ", though that hardware is in use now"
 	}

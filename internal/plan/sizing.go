@@ -1,6 +1,7 @@
 package plan
 
 import (
+	"encoding/json"
 	"fmt"
 	"slices"
 
@@ -31,13 +32,12 @@ const (
 	EmbedSlots        = 32
 )
 
-// The most a sizing is asked to hold: no model is trained for more than
-// MaxContext tokens, and no engine serves more than MaxSlots requests at
-// once. Bounded here too, whatever the callers checked, so that no
-// request's figures reach the estimate's arithmetic unbounded.
+// The most a sizing is asked to hold: a serving size's bounds
+// (catalog.Size), bounded here too, whatever the callers checked, so that
+// no request's figures reach the estimate's arithmetic unbounded.
 const (
-	MaxContext = 1 << 24
-	MaxSlots   = 256
+	MaxContext = catalog.MaxContext
+	MaxSlots   = catalog.MaxSlots
 )
 
 // Shrinking keeps slots of at least minSlotTokens while it can, then has
@@ -76,13 +76,12 @@ type Model struct {
 // Sizing is how a model runs on one shape of hardware: the engine's
 // context, the memory of each part, whether it fits the pool and why.
 type Sizing struct {
-	// ContextLength is what one request may use; Slots how many run at
-	// once; CtxPool llama.cpp's --ctx-size, Slots × ContextLength.
-	ContextLength int `json:"context_length"`
-	Slots         int `json:"slots"`
-	CtxPool       int `json:"ctx_pool"`
+	// Size is the pool (llama.cpp's --ctx-size) and its slots; its JSON
+	// is the sizing's own "ctx_pool", "slots" and "context_length" (what
+	// one request may use), as scripts read them (sizingWire).
+	Size catalog.Size `json:"-"`
 	// Memory of each part, on a node's RAM on the CPU or on each card:
-	// the weights, the KV cache for CtxPool tokens, the compute buffers
+	// the weights, the KV cache for the pool's tokens, the compute buffers
 	// and the engine's own (Compute), and a vision projector. NeedBytes
 	// is their sum: what the replica is placed by. On the CPU the
 	// engine's own includes its prompt cache (PromptCacheBytes), which
@@ -124,7 +123,8 @@ func Size(m Model, o Option, ask Ask, nodes []Node) Sizing {
 	ctx, slots := DefaultSlotTokens, DefaultSlots
 	switch {
 	case ask.Sized():
-		ctx, slots = ask.Shape()
+		asked := ask.Shape()
+		ctx, slots = asked.Context(), asked.Slots
 	case ask.Embeddings || m.Header.Embedding:
 		ctx, slots = EmbedSlotTokens, EmbedSlots
 	case ask.Longest && trained > 0:
@@ -151,15 +151,16 @@ func Size(m Model, o Option, ask Ask, nodes []Node) Sizing {
 		if !ok {
 			continue
 		}
-		why := ""
-		if c*s < ctx*slots {
-			why = fmt.Sprintf("%s cut to %d %s of %d tokens to fit %s", poolWords(ctx, slots), s, words.Plural(s, "slot", "slots"), c, words.Size(room))
+		why, wanted, got := "", catalog.SizeForSlots(slots, ctx), catalog.SizeForSlots(s, c)
+		shrunk := got.Pool < wanted.Pool
+		if shrunk {
+			why = fmt.Sprintf("%s cut to %s to fit %s", wanted.Words(), got.Words(), words.Size(room))
 			if ask.Longest {
-				why = fmt.Sprintf("the longest context that fits %s: %d %s of %d tokens", words.Size(room), s, words.Plural(s, "slot", "slots"), c)
+				why = fmt.Sprintf("the longest context that fits %s: %s", words.Size(room), got.Words())
 			}
 		}
 		out := sz.finish(c, s, now, all, why)
-		out.Shrunk = c*s < ctx*slots
+		out.Shrunk = shrunk
 		return out
 	}
 	// Not even the smallest context fits anywhere: the smallest is what
@@ -173,7 +174,7 @@ func Size(m Model, o Option, ask Ask, nodes []Node) Sizing {
 // (a context longer than the default pool gets a pool of its own; a pool
 // alone is slots of the default size, an embedding model's small ones).
 // The serve form, the API and the job all read a pool this way.
-func (a Ask) Shape() (ctx, slots int) {
+func (a Ask) Shape() catalog.Size {
 	pool, ctx := min(a.CtxPool, MaxContext*MaxSlots), min(a.ContextLength, MaxContext)
 	if pool <= 0 {
 		pool = max(DefaultPool, ctx)
@@ -184,7 +185,7 @@ func (a Ask) Shape() (ctx, slots int) {
 			ctx = min(pool, EmbedSlotTokens)
 		}
 	}
-	return ctx, min(catalog.SlotsOf(pool, ctx), MaxSlots)
+	return catalog.SizeForSlots(min(catalog.SizeForContext(pool, ctx).Slots, MaxSlots), ctx)
 }
 
 type sizer struct {
@@ -239,11 +240,11 @@ func wholeMiB(b int64) int64 { return b >> 20 << 20 }
 // need is the memory for a pool of ctx×slots tokens: of a node's RAM on the
 // CPU, of each card on cards.
 func (z sizer) need(ctx, slots int) int64 {
-	h, w, p := z.m.Header, z.m.WeightsBytes, z.m.ProjectorBytes
+	h, w, p, size := z.m.Header, z.m.WeightsBytes, z.m.ProjectorBytes, catalog.SizeForSlots(slots, ctx)
 	if z.o.CPU {
-		return h.MemoryBytes(w, ctx*slots, slots, p)
+		return h.MemoryBytes(w, size.Pool, size.Slots, p)
 	}
-	return h.CardBytes(w, ctx*slots, slots, z.cards) + p/int64(z.cards)
+	return h.CardBytes(w, size.Pool, size.Slots, z.cards) + p/int64(z.cards)
 }
 
 // shrink is the largest pool, with ctx tokens a slot at most and slots at
@@ -320,7 +321,7 @@ func (z sizer) rooms(nodes []Node) (now, all int64) {
 // fits; why is how the context was chosen, when it was.
 func (z sizer) finish(ctx, slots int, now, all int64, why string) Sizing {
 	h := z.m.Header
-	s := Sizing{ContextLength: ctx, Slots: slots, CtxPool: ctx * slots, Estimated: !h.Shaped()}
+	s := Sizing{Size: catalog.SizeForSlots(slots, ctx), Estimated: !h.Shaped()}
 	cards := int64(z.cards)
 	s.NeedBytes = z.need(ctx, slots)
 	s.PromptCacheBytes = z.promptCacheBytes(ctx, s.NeedBytes, now, all)
@@ -329,7 +330,7 @@ func (z sizer) finish(ctx, slots int, now, all int64, why string) Sizing {
 	}
 	s.WeightsBytes = z.m.WeightsBytes / cards
 	s.ProjectorBytes = z.m.ProjectorBytes / cards
-	s.KVBytes = int64(s.CtxPool) * h.KVBytesPerToken() / cards
+	s.KVBytes = int64(s.Size.Pool) * h.KVBytesPerToken() / cards
 	s.ComputeBytes = s.NeedBytes - s.WeightsBytes - s.KVBytes - s.ProjectorBytes
 	if s.ComputeBytes < 0 {
 		// On cards llama.cpp keeps the token embeddings in RAM: less of
@@ -338,7 +339,7 @@ func (z sizer) finish(ctx, slots int, now, all int64, why string) Sizing {
 	}
 
 	where := z.o.where()
-	needs := fmt.Sprintf("needs %s %s for %s", words.Size(s.NeedBytes), z.onWhat(), poolWords(ctx, slots))
+	needs := fmt.Sprintf("needs %s %s for %s", words.Size(s.NeedBytes), z.onWhat(), s.Size.Words())
 	switch {
 	case now > 0 && s.NeedBytes <= now:
 		s.Fit, s.RoomBytes = FitsNow, now
@@ -375,12 +376,34 @@ func (z sizer) onWhat() string {
 
 func gbBytes(gb float64) int64 { return int64(gb * (1 << 30)) }
 
-// poolWords is "a 16384-token pool (4 slots of 4096)".
-func poolWords(ctx, slots int) string {
-	if slots == 1 {
-		return fmt.Sprintf("one slot of %d tokens", ctx)
+// sizingWire is a Sizing as its JSON has always said it: the pool as
+// ctx_pool, with the context of one slot beside it.
+type sizingWire struct {
+	ContextLength int `json:"context_length"`
+	Slots         int `json:"slots"`
+	CtxPool       int `json:"ctx_pool"`
+	sizingFields
+}
+
+// sizingFields is Sizing without its methods, so that sizingWire encodes
+// its other fields the ordinary way.
+type sizingFields Sizing
+
+// MarshalJSON writes the sizing with its size as ctx_pool, slots and
+// context_length.
+func (s Sizing) MarshalJSON() ([]byte, error) {
+	return json.Marshal(sizingWire{ContextLength: s.Size.Context(), Slots: s.Size.Slots, CtxPool: s.Size.Pool, sizingFields: sizingFields(s)})
+}
+
+// UnmarshalJSON reads what MarshalJSON wrote.
+func (s *Sizing) UnmarshalJSON(b []byte) error {
+	var w sizingWire
+	if err := json.Unmarshal(b, &w); err != nil {
+		return err
 	}
-	return fmt.Sprintf("a %d-token pool (%d slots of %d)", ctx*slots, slots, ctx)
+	*s = Sizing(w.sizingFields)
+	s.Size = catalog.Size{Pool: w.CtxPool, Slots: w.Slots}
+	return nil
 }
 
 // mostThatFits is the largest k from lo to hi for which fits(k), found by

@@ -2,6 +2,7 @@ package plan
 
 import (
 	"context"
+	"modelserve/catalog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -90,32 +91,32 @@ func TestSize(t *testing.T) {
 		{name: "8B on an idle 64 GiB node: the default pool",
 			m: llama8B, o: cpu, nodes: []Node{ramNode(64, 60)},
 			ctx: 4096, slots: 4, fit: FitsNow, needBelow: 8,
-			reason: []string{"runs on the CPU: needs ", " of a node's RAM for a 16384-token pool (4 slots of 4096), and a host has 60 GB free"}},
+			reason: []string{"runs on the CPU: needs ", " of a node's RAM for 16384 tokens in 4 slots of 4096, and a host has 60 GB free"}},
 		{name: "8B on a 16 GiB node with 6 GiB free: the default shrunk, never grown",
 			m: llama8B, o: cpu, nodes: []Node{ramNode(16, 6)},
 			ctx: 2048, slots: 4, fit: FitsNow, needBelow: 6, shrunk: true,
-			reason: []string{"a 16384-token pool (4 slots of 4096) cut to 4 slots of 2048 tokens to fit 6 GB"}},
+			reason: []string{"16384 tokens in 4 slots of 4096 cut to 8192 tokens in 4 slots of 2048 to fit 6 GB"}},
 		{name: "8B on a 16 GiB node with 6 GiB free, the longest that fits",
 			m: llama8B, o: cpu, ask: Ask{Longest: true}, nodes: []Node{ramNode(16, 6)},
 			ctx: 8192, slots: 1, fit: FitsNow, needBelow: 6, shrunk: true,
-			reason: []string{"the longest context that fits 6 GB: 1 slot of 8192 tokens"}},
+			reason: []string{"the longest context that fits 6 GB: 8192 tokens in one slot"}},
 		{name: "8B on a busy node: sized to fit when it is free",
 			m: llama8B, o: cpu, nodes: []Node{ramNode(16, 1)},
 			ctx: 4096, slots: 4, fit: FitsHardware,
 			reason: []string{"runs on the CPU when there is room", "a host has 16 GB in all, less free now (1 GB)"}},
 		{name: "8B on an L4, the default pool",
 			m: llama8B, o: cards("L4", 1), nodes: []Node{cardNode("L4", 1, 24)},
-			ctx: 4096, slots: 4, fit: FitsNow, needBelow: 8, reason: []string{"runs on an L4: needs ", " on the card for a 16384-token pool"}},
+			ctx: 4096, slots: 4, fit: FitsNow, needBelow: 8, reason: []string{"runs on an L4: needs ", " on the card for 16384 tokens in 4 slots of 4096"}},
 		{name: "8B F16 on an L4 asked for 131072 tokens: kept as asked, and refused",
 			m: llama8BF16, o: cards("L4", 1), ask: Ask{CtxPool: 131072, ContextLength: 131072}, nodes: []Node{cardNode("L4", 1, 24)},
 			ctx: 131072, slots: 1, fit: FitsNowhere,
-			reason: []string{"does not fit on an L4: needs ", "on the card for one slot of 131072 tokens, and the most any node has is 24 GB"}},
+			reason: []string{"does not fit on an L4: needs ", "on the card for 131072 tokens in one slot, and the most any node has is 24 GB"}},
 		{name: "70B on 2 A100-80GB",
 			m: llama70B, o: cards("A100-80GB", 2), nodes: []Node{cardNode("A100-80GB", 2, 80)},
 			ctx: 4096, slots: 4, fit: FitsNow, needBelow: 40, reason: []string{"runs on 2 A100-80GB cards", "on each card"}},
 		{name: "70B on an L4 does not fit, even the smallest",
 			m: llama70B, o: cards("L4", 1), nodes: []Node{cardNode("L4", 2, 24)},
-			ctx: 1024, slots: 1, fit: FitsNowhere, reason: []string{"does not fit on an L4: needs ", "for one slot of 1024 tokens, and the most any node has is 24 GB"}},
+			ctx: 1024, slots: 1, fit: FitsNowhere, reason: []string{"does not fit on an L4: needs ", "for 1024 tokens in one slot, and the most any node has is 24 GB"}},
 		{name: "embedding model: many small slots, cut to its trained 512",
 			m: embed, o: cpu, nodes: []Node{ramNode(64, 60)},
 			ctx: 512, slots: 32, fit: FitsNow, needBelow: 1},
@@ -131,9 +132,9 @@ func TestSize(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			s := Size(tc.m, tc.o, tc.ask, tc.nodes)
-			if s.ContextLength != tc.ctx || s.Slots != tc.slots || s.CtxPool != tc.ctx*tc.slots || s.Fit != tc.fit || s.Shrunk != tc.shrunk {
+			if s.Size != catalog.SizeForSlots(tc.slots, tc.ctx) || s.Fit != tc.fit || s.Shrunk != tc.shrunk {
 				t.Errorf("sized %d slots of %d (pool %d), fit %s, shrunk %v; want %d of %d, %s, %v\nreason: %s",
-					s.Slots, s.ContextLength, s.CtxPool, s.Fit, s.Shrunk, tc.slots, tc.ctx, tc.fit, tc.shrunk, s.Reason)
+					s.Size.Slots, s.Size.Context(), s.Size.Pool, s.Fit, s.Shrunk, tc.slots, tc.ctx, tc.fit, tc.shrunk, s.Reason)
 			}
 			for _, w := range tc.reason {
 				if !strings.Contains(s.Reason, w) {
@@ -160,11 +161,11 @@ func TestSizeIsWhatTheEngineGets(t *testing.T) {
 	m := mustModel(t, "8B", ggufgen.Llama8B())
 	nodes := []Node{ramNode(64, 60)}
 	def := Size(m, cpu, Ask{}, nodes)
-	asked := Size(m, cpu, Ask{CtxPool: def.CtxPool, ContextLength: def.ContextLength}, nodes)
+	asked := Size(m, cpu, Ask{CtxPool: def.Size.Pool, ContextLength: def.Size.Context()}, nodes)
 	if def.NeedBytes != asked.NeedBytes || def.KVBytes != asked.KVBytes {
 		t.Errorf("the default needs %d (KV %d), the same pool asked for %d (KV %d)", def.NeedBytes, def.KVBytes, asked.NeedBytes, asked.KVBytes)
 	}
-	if want := m.Header.MemoryBytes(m.WeightsBytes, def.CtxPool, def.Slots, 0) + def.PromptCacheBytes; def.NeedBytes != want {
+	if want := m.Header.MemoryBytes(m.WeightsBytes, def.Size.Pool, def.Size.Slots, 0) + def.PromptCacheBytes; def.NeedBytes != want {
 		t.Errorf("needs %d, the header's estimate for that pool and its prompt cache is %d", def.NeedBytes, want)
 	}
 }
@@ -177,7 +178,7 @@ func TestSizeIsWhatTheEngineGets(t *testing.T) {
 // replica's reserved RAM holds it beside the rest.
 func TestPromptCacheIsCountedAndNeverCostsContext(t *testing.T) {
 	m := mustModel(t, "8B", ggufgen.Llama8B())
-	slotKV := func(s Sizing) int64 { return int64(s.ContextLength) * m.Header.KVBytesPerToken() }
+	slotKV := func(s Sizing) int64 { return int64(s.Size.Context()) * m.Header.KVBytesPerToken() }
 
 	roomy := Size(m, cpu, Ask{}, []Node{ramNode(64, 60)})
 	if want := wholeMiB(slotKV(roomy)); roomy.PromptCacheBytes != want || want == 0 {
@@ -188,8 +189,8 @@ func TestPromptCacheIsCountedAndNeverCostsContext(t *testing.T) {
 	}
 
 	tight := Size(m, cpu, Ask{Longest: true}, []Node{ramNode(16, 6)})
-	if tight.ContextLength != 8192 || tight.Slots != 1 {
-		t.Errorf("on 6 GB free the longest is %d slots of %d; want 1 of 8192, as without a cache", tight.Slots, tight.ContextLength)
+	if tight.Size != catalog.SizeForSlots(1, 8192) {
+		t.Errorf("on 6 GB free the longest is %s; want 1 slot of 8192, as without a cache", tight.Size.Words())
 	}
 	if tight.NeedBytes > gbBytes(6) || tight.PromptCacheBytes >= slotKV(tight) {
 		t.Errorf("needs %d with a cache of %d on 6 GB: want the cache only what the room leaves, less than a slot's %d", tight.NeedBytes, tight.PromptCacheBytes, slotKV(tight))
@@ -202,7 +203,7 @@ func TestPromptCacheIsCountedAndNeverCostsContext(t *testing.T) {
 	}
 
 	card := Size(m, cards("L4", 1), Ask{}, []Node{cardNode("L4", 1, 24)})
-	if want := m.Header.CardBytes(m.WeightsBytes, card.CtxPool, card.Slots, 1); card.NeedBytes != want || card.PromptCacheBytes == 0 {
+	if want := m.Header.CardBytes(m.WeightsBytes, card.Size.Pool, card.Size.Slots, 1); card.NeedBytes != want || card.PromptCacheBytes == 0 {
 		t.Errorf("on a card: needs %d with a cache of %d; want the card's %d, the cache in RAM beside it", card.NeedBytes, card.PromptCacheBytes, want)
 	}
 
@@ -251,8 +252,8 @@ func FuzzSize(f *testing.F) {
 		}
 		for _, o := range []Option{cpu, cards("L4", max(cardCount, 1))} {
 			s := Size(m, o, Ask{CtxPool: pool, ContextLength: ctx, Longest: longest}, nodes)
-			if s.Slots < 1 || s.Slots > MaxSlots || s.ContextLength < 1 || s.ContextLength > MaxContext || s.CtxPool != s.Slots*s.ContextLength {
-				t.Fatalf("%+v: %d slots of %d, pool %d", o, s.Slots, s.ContextLength, s.CtxPool)
+			if s.Size.Slots < 1 || s.Size.Context() < 1 || s.Size.Check() != nil || s.Size.Pool%s.Size.Slots != 0 {
+				t.Fatalf("%+v: %s", o, s.Size.Words())
 			}
 			if s.NeedBytes <= 0 || s.WeightsBytes+s.KVBytes+s.ComputeBytes+s.ProjectorBytes != s.NeedBytes {
 				t.Fatalf("%+v: parts do not add up: %+v", o, s)
@@ -283,8 +284,8 @@ func TestAskShape(t *testing.T) {
 		{Ask{ContextLength: 32768}, 32768, 1},
 		{Ask{CtxPool: 1 << 30}, 4096, MaxSlots},
 	} {
-		if ctx, slots := c.ask.Shape(); ctx != c.ctx || slots != c.slots {
-			t.Errorf("%+v: %d slots of %d, want %d of %d", c.ask, slots, ctx, c.slots, c.ctx)
+		if got := c.ask.Shape(); got != catalog.SizeForSlots(c.slots, c.ctx) {
+			t.Errorf("%+v: %s, want %d slots of %d", c.ask, got.Words(), c.slots, c.ctx)
 		}
 	}
 }

@@ -3,6 +3,7 @@ package plan
 import (
 	"context"
 	"fmt"
+	"modelserve/catalog"
 	"os"
 	"path/filepath"
 	"slices"
@@ -152,7 +153,7 @@ func TestOriginalWeightsArePlannedFromConfigJSON(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.repo, func(t *testing.T) {
-			pl, err := w.planner.Plan(context.Background(), w.repo(t, tt.repo), Request{Context: 16384, Format: FormatSafetensors})
+			pl, err := w.planner.Plan(context.Background(), w.repo(t, tt.repo), Request{Size: catalog.Size{Pool: 16384}, Format: FormatSafetensors})
 			if err != nil {
 				t.Fatal(err)
 			}
