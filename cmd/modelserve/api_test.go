@@ -390,9 +390,14 @@ func TestServeToAReplicaThroughTheAPI(t *testing.T) {
 			RSS            int64 `json:"rss_bytes"`
 		} `json:"starts"`
 	}
-	if code := s.do("GET", "/api/v1/replicas", nil, &reps); code != 200 || len(reps.Replicas) != 1 {
-		t.Fatalf("replicas: %d %+v", code, reps)
-	}
+	// The start is kept once the engine's memory has settled after it
+	// was ready, which may be a moment after the job's answer.
+	testkit.WaitFor(t, 10*time.Second, "chatty's start kept in the history", func() (bool, string) {
+		if code := s.do("GET", "/api/v1/replicas", nil, &reps); code != 200 || len(reps.Replicas) != 1 {
+			t.Fatalf("replicas: %d %+v", code, reps)
+		}
+		return len(reps.Starts) > 0, fmt.Sprintf("starts %+v", reps.Starts)
+	})
 	r := reps.Replicas[0]
 	if r.Model != "chatty" || r.State != "ready" || r.PID == 0 || !strings.HasPrefix(r.Endpoint, "http://127.0.0.1:") {
 		t.Errorf("replica %+v, want chatty ready on loopback with a pid", r)

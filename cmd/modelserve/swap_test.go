@@ -223,6 +223,7 @@ func serverTimings(h http.Header) map[string]time.Duration {
 type fleetView struct {
 	Replicas []struct {
 		ID, Model, State, Detail string
+		Started                  time.Time `json:"started"`
 		ReadyAt                  time.Time `json:"ready_at"`
 	} `json:"replicas"`
 	Models []struct {

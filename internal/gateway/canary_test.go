@@ -33,12 +33,14 @@ func canaryModel(t testing.TB, of string, share float64) catalog.Model {
 	return m
 }
 
-// setShare writes c with share into the catalog, as the judge does while
-// it promotes, and has the gateway read it at once.
+// setShare gives canary c share of its model's requests, as the judge
+// does while it promotes (the entry is otherwise unchanged, so its
+// replica runs on), and has the gateway read it at once.
 func (e *env) setShare(c catalog.Model, share float64) {
 	e.t.Helper()
-	c.Canary = &catalog.Canary{Of: c.Canary.Of, Share: share}
-	e.mustAdd(c)
+	if err := e.cat.SetShare(context.Background(), c.Name, share); err != nil {
+		e.t.Fatal(err)
+	}
 	e.gw.Refresh()
 }
 
@@ -221,10 +223,10 @@ func TestCanaryTakesItsShare(t *testing.T) {
 
 	t.Run("the split follows the catalog within CatalogEvery", func(t *testing.T) {
 		// Written without Refresh: the gateway sees it at its next read.
-		c2 := canary
-		c2.Canary = &catalog.Canary{Of: "chatty", Share: 0.5}
 		written := time.Now()
-		e.mustAdd(c2)
+		if err := e.cat.SetShare(ctx, name, 0.5); err != nil {
+			t.Fatal(err)
+		}
 		m := e.gw.Measure("chatty")
 		defer m.Stop()
 		for m.Read().Requests == 0 {

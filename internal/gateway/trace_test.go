@@ -99,9 +99,14 @@ func TestTraceContentRecordsThePromptWhenAsked(t *testing.T) {
 	if err := stream.Err(); err != nil {
 		t.Fatal(err)
 	}
-	output := func(text string) string {
+	// An answer's text is on its span; an empty answer (the tiny model
+	// may end at once) puts nothing there.
+	has := func(attr, text string) bool {
+		if text == "" {
+			return attr == ""
+		}
 		b, _ := json.Marshal(text)
-		return `"content":` + string(b)
+		return strings.Contains(attr, `"content":`+string(b))
 	}
 	var asked, answered []string
 	testkit.WaitFor(t, 10*time.Second, "two request spans", func() (bool, string) {
@@ -116,7 +121,7 @@ func TestTraceContentRecordsThePromptWhenAsked(t *testing.T) {
 	if !strings.Contains(asked[0], "tell me of zebras") || !strings.Contains(asked[1], "and of giraffes") {
 		t.Errorf("gen_ai.input.messages %q; want the prompts, --trace-content being on", asked)
 	}
-	if !strings.Contains(answered[0], output(plain.Choices[0].Message.Content)) || !strings.Contains(answered[1], output(streamed.String())) {
+	if !has(answered[0], plain.Choices[0].Message.Content) || !has(answered[1], streamed.String()) {
 		t.Errorf("gen_ai.output.messages %q; want the answers %q and %q", answered, plain.Choices[0].Message.Content, streamed.String())
 	}
 }
