@@ -10,6 +10,7 @@ import (
 
 	"modelserve/catalog"
 	"modelserve/internal/ggufgen"
+	"modelserve/internal/testkit"
 )
 
 // onDemandEntry is a catalog entry that keeps no replica: loaded when asked for,
@@ -66,7 +67,7 @@ func TestUseStartsOneReplicaAndIdleStopsIt(t *testing.T) {
 
 	// Idle for IdleAfter: stopped, and the model is not parked for it.
 	released := time.Now()
-	waitFor(t, 10*time.Second, "lazy stopped when idle", func() (bool, string) {
+	testkit.WaitFor(t, 10*time.Second, "lazy stopped when idle", func() (bool, string) {
 		rs := fl.replicasOf("lazy")
 		return len(rs) == 0, fmt.Sprintf("%+v", rs)
 	})
@@ -95,7 +96,7 @@ func TestAnIdleTimeShorterThanTheIntervalIsKept(t *testing.T) {
 	release := fl.Use("quick", 1, time.Now())
 	fl.waitReady(t, "quick", readyWithin)
 	release()
-	waitFor(t, 30*time.Second, "quick stopped a second after its last request", func() (bool, string) {
+	testkit.WaitFor(t, 30*time.Second, "quick stopped a second after its last request", func() (bool, string) {
 		rs := fl.replicasOf("quick")
 		return len(rs) == 0, fmt.Sprintf("%+v", rs)
 	})
@@ -111,7 +112,7 @@ func TestUseScalesUpToMaxAndBackDown(t *testing.T) {
 
 	// Asked for more than its Max: it gets its Max.
 	release := fl.Use("busy", 5, time.Now())
-	waitFor(t, readyWithin, "busy at its max of 2", func() (bool, string) {
+	testkit.WaitFor(t, readyWithin, "busy at its max of 2", func() (bool, string) {
 		n := len(fl.Serving("busy"))
 		return n == 2, fmt.Sprintf("%d serving", n)
 	})
@@ -122,7 +123,7 @@ func TestUseScalesUpToMaxAndBackDown(t *testing.T) {
 	release()
 
 	// Idle: back to its Min, which is never stopped.
-	waitFor(t, 10*time.Second, "busy back to its min of 1", func() (bool, string) {
+	testkit.WaitFor(t, 10*time.Second, "busy back to its min of 1", func() (bool, string) {
 		n := len(fl.replicasOf("busy"))
 		return n == 1, fmt.Sprintf("%d replicas", n)
 	})
@@ -157,7 +158,7 @@ func TestALookReadsNoCatalog(t *testing.T) {
 		t.Helper()
 		was := passes.Load()
 		ask()
-		waitFor(t, 5*time.Second, "a pass after "+what, func() (bool, string) {
+		testkit.WaitFor(t, 5*time.Second, "a pass after "+what, func() (bool, string) {
 			return passes.Load() > was, fmt.Sprintf("%d passes", passes.Load()-was)
 		})
 	}

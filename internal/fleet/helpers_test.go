@@ -20,18 +20,15 @@ import (
 	"modelserve/catalog"
 	"modelserve/internal/ggufgen"
 	"modelserve/internal/llamatest"
-	"modelserve/internal/store"
+	"modelserve/internal/testkit"
 )
 
-// MustCatalog is a real catalog in SQLite, in a temporary file.
+// MustCatalog is a real catalog in SQLite, in a temporary file: the fleet
+// reads it as modelserve does, and NotifyingCatalog tells the fleet of
+// each change.
 func MustCatalog(t testing.TB) *catalog.Store {
 	t.Helper()
-	db, err := store.Open(context.Background(), filepath.Join(t.TempDir(), "modelserve.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
-	return catalog.NewStore(db)
+	return catalog.NewStore(testkit.OpenDB(t))
 }
 
 // MustWriteModel writes a tiny GGUF model and returns its path.
@@ -207,28 +204,11 @@ func (tf *testFleet) stop(t testing.TB) {
 	}
 }
 
-// waitFor polls cond until it holds or timeout passes, then fails with
-// what cond last said.
-func waitFor(t testing.TB, timeout time.Duration, what string, cond func() (bool, string)) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		ok, last := cond()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %s; last: %s", what, timeout, last)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 // waitReady waits for a ready replica of model and returns it.
 func (tf *testFleet) waitReady(t testing.TB, model string, timeout time.Duration) Replica {
 	t.Helper()
 	var got Replica
-	waitFor(t, timeout, model+" ready", func() (bool, string) {
+	testkit.WaitFor(t, timeout, model+" ready", func() (bool, string) {
 		var states []string
 		for _, r := range tf.Replicas() {
 			if r.Model == model && r.State == Ready {

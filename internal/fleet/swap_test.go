@@ -9,6 +9,7 @@ import (
 
 	"modelserve/catalog"
 	"modelserve/internal/ggufgen"
+	"modelserve/internal/testkit"
 )
 
 // swapEntry is an on-demand model needing memGB, that stays loaded long
@@ -123,7 +124,7 @@ func TestBusyReplicaIsNeverGivenBack(t *testing.T) {
 	}
 	release := fl.Use("beta", 1, time.Now())
 	defer release()
-	waitFor(t, 5*time.Second, "beta waiting for alpha's answer", func() (bool, string) {
+	testkit.WaitFor(t, 5*time.Second, "beta waiting for alpha's answer", func() (bool, string) {
 		h, _ := fl.health("beta")
 		return strings.Contains(h.Placement, "waiting for alpha-1 to finish"), h.Placement
 	})
@@ -161,7 +162,7 @@ func TestWaitersForRoomAreServedInArrivalOrder(t *testing.T) {
 	useB := fl.Use("beta", 1, time.Now())
 	defer useB()
 	fl.Poke()
-	waitFor(t, 5*time.Second, "zeta and beta waiting", func() (bool, string) {
+	testkit.WaitFor(t, 5*time.Second, "zeta and beta waiting", func() (bool, string) {
 		z, _ := fl.health("zeta")
 		b, _ := fl.health("beta")
 		return strings.Contains(z.Placement, "waiting for alpha-1") && strings.Contains(b.Placement, "waiting for alpha-1"), z.Placement + " | " + b.Placement
@@ -209,7 +210,7 @@ func TestModelAskedAgainAndAgainDoesNotStarveAWaitingOne(t *testing.T) {
 		t.Fatalf("alpha-1 given back for beta while alpha's request asked before beta's is on: %s", jsonOf(rs))
 	}
 	end1() // the request ahead of beta's is answered: alpha's are all behind it
-	waitFor(t, 5*time.Second, "alpha-1 draining for beta", func() (bool, string) {
+	testkit.WaitFor(t, 5*time.Second, "alpha-1 draining for beta", func() (bool, string) {
 		rs := fl.replicasOf("alpha")
 		return len(rs) == 1 && rs[0].State == Draining, jsonOf(rs)
 	})
@@ -370,7 +371,7 @@ func TestAGivenBackModelKeepsItsPlace(t *testing.T) {
 		t.Fatal("beta's replica refused beta's request")
 	}
 	fl.Poke()
-	waitFor(t, 5*time.Second, "alpha and gamma waiting for beta-1", func() (bool, string) {
+	testkit.WaitFor(t, 5*time.Second, "alpha and gamma waiting for beta-1", func() (bool, string) {
 		al, _ := fl.health("alpha")
 		g, _ := fl.health("gamma")
 		return strings.Contains(al.Placement, "waiting for beta-1") && strings.Contains(g.Placement, "waiting for beta-1"), al.Placement + " | " + g.Placement
@@ -397,7 +398,7 @@ func TestAClientThatGivesUpWaitingCostsNothing(t *testing.T) {
 	useA := fl.Use("alpha", 1, askedA)
 	holdA, _ := fl.Hold(a.ID, askedA)
 	useB := fl.Use("beta", 1, time.Now())
-	waitFor(t, 5*time.Second, "beta waiting for alpha-1", func() (bool, string) {
+	testkit.WaitFor(t, 5*time.Second, "beta waiting for alpha-1", func() (bool, string) {
 		h, _ := fl.health("beta")
 		return strings.Contains(h.Placement, "waiting for alpha-1"), h.Placement
 	})
@@ -431,7 +432,7 @@ func (tf *testFleet) holdAsked(t *testing.T, model string) (r Replica, asked tim
 // waitPlacement waits until model's placement says want.
 func (tf *testFleet) waitPlacement(t *testing.T, model, want string) {
 	t.Helper()
-	waitFor(t, 5*time.Second, model+" "+want, func() (bool, string) {
+	testkit.WaitFor(t, 5*time.Second, model+" "+want, func() (bool, string) {
 		h, _ := tf.health(model)
 		return strings.Contains(h.Placement, want), h.Placement
 	})
@@ -441,7 +442,7 @@ func (tf *testFleet) waitPlacement(t *testing.T, model, want string) {
 // replica, and a moment more.
 func (tf *testFleet) waitBehind(t *testing.T, model, first string) {
 	t.Helper()
-	waitFor(t, 5*time.Second, model+" waiting behind "+first+" or started", func() (bool, string) {
+	testkit.WaitFor(t, 5*time.Second, model+" waiting behind "+first+" or started", func() (bool, string) {
 		h, _ := tf.health(model)
 		return strings.Contains(h.Placement, "kept for "+first+", asked for before it") || len(tf.replicasOf(model)) > 0, h.Placement
 	})

@@ -15,6 +15,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+
+	"modelserve/internal/testkit"
 )
 
 // TestKubernetesAPodPlacedDuringAPassIsPlaced: a pass over a model reads
@@ -92,7 +94,7 @@ func TestKubernetesAPodPlacedDuringAPassIsPlaced(t *testing.T) {
 	if !let.Load() {
 		t.Fatal("no pass over beta saw its pod turned away while alpha's was kept")
 	}
-	waitFor(t, "beta's one wait for memory tallied", func() (string, bool) {
+	testkit.WaitForValue(t, time.Minute, "beta's one wait for memory tallied", func() (string, bool) {
 		m := f.MemoryWaits()
 		return fmt.Sprintf("%+v; beta %+v", m, health(f, "beta")), m.Count == 1 && m.Sum > 0
 	})

@@ -18,11 +18,13 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"modelserve/catalog"
+	"modelserve/internal/catalogtest"
 	"modelserve/internal/fleet"
 	"modelserve/internal/ggufgen"
 	"modelserve/internal/kubefleet"
 	"modelserve/internal/kubetest"
 	"modelserve/internal/mirror"
+	"modelserve/internal/testkit"
 	"modelserve/internal/testlog"
 )
 
@@ -35,7 +37,7 @@ type swapWorld struct {
 	t        *testing.T
 	c        *kubetest.Cluster
 	f        *kubefleet.Fleet
-	cat      *memCatalog
+	cat      *catalogtest.Catalog
 	onDemand func(name string) catalog.Model
 }
 
@@ -48,8 +50,7 @@ func (w *swapWorld) backfillSizes() {
 	}{{"beta", 5}, {"gamma", 2}, {"delta", 1}} {
 		m := w.onDemand(s.name)
 		m.Profiles[0].RAMBytes = s.gb << 30
-		w.cat.remove(s.name)
-		w.cat.add(m)
+		w.cat.Put(m)
 	}
 	w.f.Poke()
 }
@@ -79,7 +80,7 @@ func startSwapWorldThrough(t *testing.T, through func(kubernetes.Interface) kube
 	// A context the engine lets an answer run to: seconds of writing.
 	weights := ggufgen.Bytes(ggufgen.Spec{ContextLength: 8192})
 	sum := sha256.Sum256(weights)
-	cat := &memCatalog{}
+	cat := &catalogtest.Catalog{}
 	onDemand := func(name string) catalog.Model {
 		m := model(mirrorDir, name, catalog.Profile{RAMBytes: 4 << 30, CPUCores: 1})
 		m.Scaling = catalog.Scaling{Min: 0, Max: 1, IdleAfter: time.Hour}
@@ -95,7 +96,7 @@ func startSwapWorldThrough(t *testing.T, through func(kubernetes.Interface) kube
 		return m
 	}
 	for _, name := range []string{"alpha", "beta", "gamma"} {
-		cat.add(onDemand(name))
+		cat.Put(onDemand(name))
 	}
 	var logs testlog.Buffer
 	t.Cleanup(func() {
@@ -157,7 +158,7 @@ func (w *swapWorld) ready(name string) fleet.Replica {
 		Replicas []fleet.Replica
 		Health   fleet.ModelHealth
 	}
-	waitFor(w.t, "a ready replica of "+name, func() (seen, bool) {
+	testkit.WaitForValue(w.t, time.Minute, "a ready replica of "+name, func() (seen, bool) {
 		rs := w.f.Serving(name)
 		return seen{replicasOf(w.f, name), health(w.f, name)}, len(rs) == 1
 	})
@@ -167,7 +168,7 @@ func (w *swapWorld) ready(name string) fleet.Replica {
 // scaledTo0 waits for name's Deployment to be at 0 with no pod left.
 func (w *swapWorld) scaledTo0(name string) {
 	w.t.Helper()
-	waitFor(w.t, name+" scaled to 0 with no pod left", func() ([]fleet.Replica, bool) {
+	testkit.WaitForValue(w.t, time.Minute, name+" scaled to 0 with no pod left", func() ([]fleet.Replica, bool) {
 		rs := replicasOf(w.f, name)
 		return rs, *deploymentOf(w.t, w.c.Admin, name).Spec.Replicas == 0 && len(rs) == 0
 	})
@@ -199,7 +200,7 @@ func TestKubernetesSwap(t *testing.T) {
 		defer release()
 		ready("beta")
 		// alpha's pod is gone; a new one waits its turn, before gamma's.
-		waitFor(t, "alpha's pod given back", func() ([]fleet.Replica, bool) {
+		testkit.WaitForValue(t, time.Minute, "alpha's pod given back", func() ([]fleet.Replica, bool) {
 			rs := replicasOf(f, "alpha")
 			return rs, !slices.ContainsFunc(rs, func(r fleet.Replica) bool { return r.ID == alpha.ID })
 		})
@@ -213,7 +214,7 @@ func TestKubernetesSwap(t *testing.T) {
 		// may come after the pod is seen ready.
 		// Beta's health beside the tally: what the fleet last made of its
 		// placement says which pass let the wait go untallied.
-		waitFor(t, "beta's one wait for memory tallied", func() (string, bool) {
+		testkit.WaitForValue(t, time.Minute, "beta's one wait for memory tallied", func() (string, bool) {
 			w := f.MemoryWaits()
 			return fmt.Sprintf("%+v; beta %+v", w, health(f, "beta")), w.Count == 1 && w.Sum > 0
 		})
@@ -224,7 +225,7 @@ func TestKubernetesSwap(t *testing.T) {
 		beta := ready("beta")
 		releaseGamma := f.Use("gamma", 1, time.Now())
 		defer releaseGamma()
-		h := waitFor(t, "gamma to wait for beta", func() (fleet.ModelHealth, bool) {
+		h := testkit.WaitForValue(t, time.Minute, "gamma to wait for beta", func() (fleet.ModelHealth, bool) {
 			h := health(f, "gamma")
 			return h, strings.Contains(h.Placement, "waiting for "+beta.ID+" to finish the requests it answers")
 		})
@@ -247,14 +248,14 @@ func TestKubernetesSwap(t *testing.T) {
 		// A pinned model takes gamma's room (gamma is idle now)...
 		pinned := onDemand("pinned")
 		pinned.Scaling.Min = 1
-		cat.add(pinned)
+		cat.Put(pinned)
 		f.Poke()
 		ready("pinned")
 		scaledTo0("gamma")
 		// ...and is never given back itself.
 		release := f.Use("alpha", 1, time.Now())
 		defer release()
-		h := waitFor(t, "alpha to be unplaceable", func() (fleet.ModelHealth, bool) {
+		h := testkit.WaitForValue(t, time.Minute, "alpha to be unplaceable", func() (fleet.ModelHealth, bool) {
 			h := health(f, "alpha")
 			return h, h.Unplaceable
 		})
@@ -284,7 +285,7 @@ func TestKubernetesSwapOrder(t *testing.T) {
 		alpha := ready("alpha")
 		time.Sleep(time.Millisecond)
 		useB := f.Use("beta", 1, time.Now())
-		waitFor(t, "beta to wait for alpha", func() (fleet.ModelHealth, bool) {
+		testkit.WaitForValue(t, time.Minute, "beta to wait for alpha", func() (fleet.ModelHealth, bool) {
 			h := health(f, "beta")
 			return h, strings.Contains(h.Placement, "waiting for "+alpha.ID)
 		})
@@ -302,7 +303,7 @@ func TestKubernetesSwapOrder(t *testing.T) {
 		use1()
 		ready("beta")
 		// alpha's pod is gone; a new one waits its turn, before gamma's.
-		waitFor(t, "alpha's pod given back", func() ([]fleet.Replica, bool) {
+		testkit.WaitForValue(t, time.Minute, "alpha's pod given back", func() ([]fleet.Replica, bool) {
 			rs := replicasOf(f, "alpha")
 			return rs, !slices.ContainsFunc(rs, func(r fleet.Replica) bool { return r.ID == alpha.ID })
 		})
@@ -331,7 +332,7 @@ func TestKubernetesSwapOrder(t *testing.T) {
 		askedB := time.Now()
 		useB := f.Use("beta", 1, askedB)
 		defer useB()
-		waitFor(t, "beta to wait for alpha", func() (fleet.ModelHealth, bool) {
+		testkit.WaitForValue(t, time.Minute, "beta to wait for alpha", func() (fleet.ModelHealth, bool) {
 			h := health(f, "beta")
 			return h, strings.Contains(h.Placement, "waiting for "+alpha.ID)
 		})
@@ -375,8 +376,8 @@ func TestKubernetesSwapOrder(t *testing.T) {
 		opp.Scaling.Min = 1
 		crit := onDemand("crit")
 		crit.Class = catalog.ClassCritical
-		cat.add(opp)
-		cat.add(crit)
+		cat.Put(opp)
+		cat.Put(crit)
 		f.Poke()
 		o := ready("opp")
 		scaledTo0("gamma")
@@ -411,7 +412,7 @@ func TestKubernetesKeepsRoomForTheFirstAsked(t *testing.T) {
 		alpha = ready("alpha")
 		time.Sleep(time.Millisecond)
 		endBeta = f.Use("beta", 1, time.Now())
-		waitFor(t, "beta to wait for alpha", func() (fleet.ModelHealth, bool) {
+		testkit.WaitForValue(t, time.Minute, "beta to wait for alpha", func() (fleet.ModelHealth, bool) {
 			h := health(f, "beta")
 			return h, strings.Contains(h.Placement, "waiting for "+alpha.ID+" to finish the requests it answers")
 		})
@@ -424,7 +425,7 @@ func TestKubernetesKeepsRoomForTheFirstAsked(t *testing.T) {
 		defer endBeta()
 		endGamma := f.Use("gamma", 1, time.Now())
 		defer endGamma()
-		h := waitFor(t, "gamma to wait behind beta", func() (fleet.ModelHealth, bool) {
+		h := testkit.WaitForValue(t, time.Minute, "gamma to wait behind beta", func() (fleet.ModelHealth, bool) {
 			h := health(f, "gamma")
 			return h, strings.Contains(h.Placement, "; 1 GB of the room is kept for beta, asked for before it")
 		})
@@ -445,9 +446,9 @@ func TestKubernetesKeepsRoomForTheFirstAsked(t *testing.T) {
 		endBeta()
 		ready("gamma")
 		endGamma()
-		cat.remove("gamma") // its room is the next case's
+		cat.Remove("gamma") // its room is the next case's
 		f.Poke()
-		waitFor(t, "gamma's pods gone", func() ([]fleet.Replica, bool) {
+		testkit.WaitForValue(t, time.Minute, "gamma's pods gone", func() ([]fleet.Replica, bool) {
 			rs := replicasOf(f, "gamma")
 			return rs, len(rs) == 0
 		})
@@ -493,7 +494,7 @@ func TestKubernetesKeepsRoomGivenBackForTheFirstAsked(t *testing.T) {
 	time.Sleep(time.Millisecond)
 	endBeta := f.Use("beta", 1, time.Now())
 	defer endBeta()
-	waitFor(t, "beta to wait for alpha", func() (fleet.ModelHealth, bool) {
+	testkit.WaitForValue(t, time.Minute, "beta to wait for alpha", func() (fleet.ModelHealth, bool) {
 		h := health(f, "beta")
 		return h, strings.Contains(h.Placement, "waiting for "+alpha.ID+" to finish the requests it answers")
 	})
@@ -501,7 +502,7 @@ func TestKubernetesKeepsRoomGivenBackForTheFirstAsked(t *testing.T) {
 	endAlpha2 := f.Use("alpha", 1, time.Now()) // asked after beta: behind it
 	defer endAlpha2()
 	endAlpha()
-	waitFor(t, "beta to wait for alpha's pod given back for it", func() (fleet.ModelHealth, bool) {
+	testkit.WaitForValue(t, time.Minute, "beta to wait for alpha's pod given back for it", func() (fleet.ModelHealth, bool) {
 		h := health(f, "beta")
 		return h, strings.Contains(h.Placement, "waiting for "+alpha.ID+" to stop")
 	})
@@ -512,14 +513,14 @@ func TestKubernetesKeepsRoomGivenBackForTheFirstAsked(t *testing.T) {
 	time.Sleep(time.Millisecond)
 	endGamma := f.Use("gamma", 1, time.Now())
 	defer endGamma()
-	waitFor(t, "gamma to wait behind beta", func() (fleet.ModelHealth, bool) {
+	testkit.WaitForValue(t, time.Minute, "gamma to wait behind beta", func() (fleet.ModelHealth, bool) {
 		h := health(f, "gamma")
 		return h, strings.Contains(h.Placement, "waiting behind beta")
 	})
 	time.Sleep(time.Millisecond)
 	endDelta := f.Use("delta", 1, time.Now())
 	defer endDelta()
-	h := waitFor(t, "delta to wait for room", func() (fleet.ModelHealth, bool) {
+	h := testkit.WaitForValue(t, time.Minute, "delta to wait for room", func() (fleet.ModelHealth, bool) {
 		h := health(f, "delta")
 		return h, strings.Contains(h.Placement, "making room on node small-1")
 	})
