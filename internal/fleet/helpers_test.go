@@ -204,6 +204,17 @@ func (tf *testFleet) stop(t testing.TB) {
 	}
 }
 
+// mustSync waits until the fleet has looked at the catalog and what runs
+// (Sync): what it was to do by now, it has done or begun.
+func (tf *testFleet) mustSync(t testing.TB) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := tf.Sync(ctx); err != nil {
+		t.Fatalf("the fleet did not look within 20s: %v", err)
+	}
+}
+
 // waitReady waits for a ready replica of model and returns it.
 func (tf *testFleet) waitReady(t testing.TB, model string, timeout time.Duration) Replica {
 	t.Helper()
