@@ -187,11 +187,12 @@ func TestUnknownArchitectureIsParkedWithTheEnginesWords(t *testing.T) {
 	}
 	assertGone(t, fl.node.started())
 
-	// Parked means no more starts, tick after tick.
-	fl.Poke()
-	time.Sleep(300 * time.Millisecond)
-	if starts := len(fl.node.started()); starts != 3 {
-		t.Errorf("a parked model was started again (%d starts)", starts)
+	// Parked means no more starts, look after look: a replica is placed
+	// in the look that starts it.
+	fl.mustSync(t)
+	fl.mustSync(t)
+	if starts, rs := len(fl.node.started()), fl.replicasOf("foo"); starts != 3 || len(rs) != 1 || rs[0].State != Failed {
+		t.Errorf("a parked model was started again (%d starts; replicas %s)", starts, jsonOf(rs))
 	}
 
 	// Served again with weights that load: a fresh start, and whoever

@@ -290,30 +290,24 @@ func chat(t testing.TB, endpoint, key, model string) (int, []byte) {
 
 // assertGone fails unless every process and process group started is gone.
 // A process killed a moment ago may still be a zombie waiting for init to
-// reap it (kill 0 finds zombies too), so each gets a bounded moment to
-// vanish; anything still there after it is a process left running.
+// reap it (kill 0 finds zombies too), so they get a bounded moment (3 s)
+// to vanish; anything still there after it is a process left running.
 func assertGone(t testing.TB, pids []int) {
 	t.Helper()
 	if len(pids) == 0 {
 		t.Fatal("no engine was started")
 	}
-	deadline := time.Now().Add(3 * time.Second)
-	for _, pid := range pids {
-		for _, target := range []int{pid, -pid} {
-			err := syscall.Kill(target, 0)
-			for !errors.Is(err, syscall.ESRCH) && time.Now().Before(deadline) {
-				time.Sleep(20 * time.Millisecond)
-				err = syscall.Kill(target, 0)
-			}
-			switch {
-			case errors.Is(err, syscall.ESRCH):
-			case target == pid:
-				t.Errorf("engine %d is still there (kill 0: %v)", pid, err)
-			default:
-				t.Errorf("a process of engine %d's group is still there (kill 0: %v)", pid, err)
+	testkit.WaitFor(t, 3*time.Second, "every engine started and its process group gone", func() (bool, string) {
+		var left []string
+		for _, pid := range pids {
+			if err := syscall.Kill(pid, 0); !errors.Is(err, syscall.ESRCH) {
+				left = append(left, fmt.Sprintf("engine %d is still there (kill 0: %v)", pid, err))
+			} else if err := syscall.Kill(-pid, 0); !errors.Is(err, syscall.ESRCH) {
+				left = append(left, fmt.Sprintf("a process of engine %d's group is still there (kill 0: %v)", pid, err))
 			}
 		}
-	}
+		return len(left) == 0, strings.Join(left, "; ")
+	})
 }
 
 // mustSymlinkEngine puts the test engine on a fresh folder as

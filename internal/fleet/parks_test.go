@@ -76,11 +76,12 @@ func TestParkedModelStaysParkedAcrossARestart(t *testing.T) {
 	if !h.Parked || h.Failures != 3 || !strings.Contains(h.Reason, "unknown model architecture: 'foo'") {
 		t.Errorf("after the restart foo's health is %+v, want parked after 3 failures, with the engine's words", h)
 	}
-	// Parked means no start, tick after tick.
-	second.Poke()
-	time.Sleep(500 * time.Millisecond)
-	if n := len(second.node.started()); n != 0 {
-		t.Errorf("the restarted fleet started the parked model's engine %d times", n)
+	// Parked means no start, look after look: a replica is placed in
+	// the look that starts it.
+	second.mustSync(t)
+	second.mustSync(t)
+	if n, rs := len(second.node.started()), second.replicasOf("foo"); n != 0 || len(rs) != 0 {
+		t.Errorf("the restarted fleet started the parked model's engine %d times, and has its replicas %s", n, jsonOf(rs))
 	}
 	if got := keptParks(t, db); len(got) != 1 || got[0] != "foo" {
 		t.Errorf("after the restart the database keeps the parks of %v, want foo's alone", got)
