@@ -188,7 +188,10 @@ func TestKubernetesDrainsBeforeDeleting(t *testing.T) {
 		if rs := f.Serving("alpha"); len(rs) != 0 {
 			t.Errorf("a pod restarting with an answer in flight is still served: %+v", rs)
 		}
-		time.Sleep(2 * time.Second) // passes in which the pod must stay
+		// Passes in which the pod must stay, and time for the ReplicaSet
+		// controller, which runs on Kubernetes' clock, to delete it
+		// were its Deployment lowered under it.
+		time.Sleep(2 * time.Second)
 		s.stillStreaming(t, "the restart")
 		if w.deleting(p.ID) {
 			t.Fatalf("%s was deleted with its answer in flight", p.ID)
@@ -205,13 +208,13 @@ func TestKubernetesDrainsBeforeDeleting(t *testing.T) {
 	})
 
 	t.Run("a model given back ends its answer first, and the other waits for it", func(t *testing.T) {
-		before := f.Use("alpha", 1, time.Now()) // asked before beta: alpha keeps its room for it
+		askedBefore := time.Now()
+		before := f.Use("alpha", 1, askedBefore) // asked before beta: alpha keeps its room for it
 		q := ready("alpha")
 		w.runEngine(q)
-		time.Sleep(time.Millisecond)
 		// The answer's request is asked after beta's, and reaches the
 		// fleet, and q, before it (beta's took longer to read).
-		askedB := time.Now()
+		askedB := askedBefore.Add(time.Millisecond)
 		askedAfter := askedB.Add(time.Millisecond)
 		after := f.Use("alpha", 1, askedAfter)
 		defer after()
@@ -232,7 +235,10 @@ func TestKubernetesDrainsBeforeDeleting(t *testing.T) {
 			h := health(f, "alpha")
 			return h.LastStop, strings.Contains(h.LastStop, "given back for beta once the answers it has end")
 		})
-		time.Sleep(2 * time.Second) // passes in which the pod must stay
+		// Passes in which the pod must stay, and time for the ReplicaSet
+		// controller, which runs on Kubernetes' clock, to delete it
+		// were its Deployment lowered under it.
+		time.Sleep(2 * time.Second)
 		s.stillStreaming(t, "the give-back")
 		if w.deleting(q.ID) {
 			t.Fatalf("%s, given back, was deleted with its answer in flight", q.ID)
@@ -519,7 +525,7 @@ func TestKubernetesRemovalDrains(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		time.Sleep(time.Second)
+		time.Sleep(time.Second) // for the ReplicaSet controller, on Kubernetes' clock, to act were the Deployment lowered
 		if !hasDeployment(t, admin, dep) {
 			t.Fatalf("Deployment %s was deleted with %s answering", dep, p.ID)
 		}

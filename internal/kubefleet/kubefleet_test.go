@@ -256,7 +256,10 @@ func TestKubernetesFleet(t *testing.T) {
 		if _, ok := f.Hold(r.ID, time.Now()); ok {
 			t.Errorf("a draining replica took a new request")
 		}
-		time.Sleep(2 * time.Second) // a pass or two, in which the pod must stay
+		// A pass or two in which the pod must stay, and time for the
+		// ReplicaSet controller, on Kubernetes' clock, to delete it were
+		// its Deployment lowered under it.
+		time.Sleep(2 * time.Second)
 		if p, err := admin.CoreV1().Pods(ns).Get(context.Background(), r.ID, metav1.GetOptions{}); err != nil || p.DeletionTimestamp != nil {
 			t.Fatalf("the pod was deleted with its request in flight: %v", err)
 		}
@@ -374,6 +377,21 @@ func crashLoop(t *testing.T, admin kubernetes.Interface, pod, message string) {
 	}}
 	if _, err := admin.CoreV1().Pods(ns).UpdateStatus(bg, p, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// twoPasses has the fleet pass over every model twice (Sync): what it was
+// to decide by now it has decided, and written to its objects, and the
+// pass after has not undone it. What Kubernetes' own controllers then do
+// of those objects (a ReplicaSet deleting a pod) is theirs, in their time.
+func twoPasses(t *testing.T, f *kubefleet.Fleet) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for range 2 {
+		if err := f.Sync(ctx); err != nil {
+			t.Fatalf("the fleet did not pass over its models within a minute: %v", err)
+		}
 	}
 }
 

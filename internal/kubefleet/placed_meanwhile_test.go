@@ -70,7 +70,10 @@ func TestKubernetesAPodPlacedDuringAPassIsPlaced(t *testing.T) {
 		for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
 			for _, p := range podsOf(ctx, "beta") {
 				if p.Spec.NodeName != "" {
-					time.Sleep(500 * time.Millisecond) // for the fleet's cache to see it too
+					// For the fleet's cache to see it too: this runs in
+					// the fleet's own call, where the test can neither
+					// ask the fleet nor fail with Fatal.
+					time.Sleep(500 * time.Millisecond)
 					return
 				}
 			}

@@ -232,7 +232,7 @@ func TestKubernetesSwap(t *testing.T) {
 		if h.Unplaceable {
 			t.Errorf("gamma waiting for beta's room is unplaceable: %+v", h)
 		}
-		time.Sleep(time.Second) // a pass or two, in which beta must stay
+		twoPasses(t, f) // in which beta must stay
 		if rs := f.Serving("beta"); len(rs) != 1 || rs[0].ID != beta.ID || *deploymentOf(t, admin, "beta").Spec.Replicas != 1 {
 			t.Fatalf("beta, answering, was given back: %+v", rs)
 		}
@@ -281,24 +281,22 @@ func TestKubernetesSwapOrder(t *testing.T) {
 	f, cat, onDemand, admin, ready, scaledTo0 := w.f, w.cat, w.onDemand, w.c.Admin, w.ready, w.scaledTo0
 
 	t.Run("a model asked for again and again does not starve a waiting one", func(t *testing.T) {
-		use1 := f.Use("alpha", 1, time.Now())
+		asked1 := time.Now()
+		use1 := f.Use("alpha", 1, asked1)
 		alpha := ready("alpha")
-		time.Sleep(time.Millisecond)
-		useB := f.Use("beta", 1, time.Now())
+		useB := f.Use("beta", 1, asked1.Add(time.Millisecond))
 		testkit.WaitForValue(t, time.Minute, "beta to wait for alpha", func() (fleet.ModelHealth, bool) {
 			h := health(f, "beta")
 			return h, strings.Contains(h.Placement, "waiting for "+alpha.ID)
 		})
-		time.Sleep(time.Millisecond)
-		use2 := f.Use("alpha", 1, time.Now()) // asked after beta: behind it
+		use2 := f.Use("alpha", 1, asked1.Add(2*time.Millisecond)) // asked after beta: behind it
 		defer use2()
 		f.Poke()
-		time.Sleep(time.Second) // a pass or two, in which alpha must stay: its first request came before beta's
+		twoPasses(t, f) // in which alpha must stay: its first request came before beta's
 		if rs := f.Serving("alpha"); len(rs) != 1 || *deploymentOf(t, admin, "alpha").Spec.Replicas != 1 {
 			t.Fatalf("alpha, with a request asked before beta's unanswered, was given back: %+v", rs)
 		}
-		time.Sleep(time.Millisecond)
-		useG := f.Use("gamma", 1, time.Now()) // asked after alpha's second request
+		useG := f.Use("gamma", 1, asked1.Add(3*time.Millisecond)) // asked after alpha's second request
 		defer useG()
 		use1()
 		ready("beta")
@@ -328,18 +326,16 @@ func TestKubernetesSwapOrder(t *testing.T) {
 		if !ok {
 			t.Fatalf("a ready pod refused a request")
 		}
-		time.Sleep(time.Millisecond)
-		askedB := time.Now()
+		askedB := asked1.Add(time.Millisecond)
 		useB := f.Use("beta", 1, askedB)
 		defer useB()
 		testkit.WaitForValue(t, time.Minute, "beta to wait for alpha", func() (fleet.ModelHealth, bool) {
 			h := health(f, "beta")
 			return h, strings.Contains(h.Placement, "waiting for "+alpha.ID)
 		})
-		time.Sleep(time.Millisecond)
 		// Taken, it would have alpha's pod, given back for beta once the
 		// answer asked before beta's ends, drain for this one's too.
-		askedLate := time.Now()
+		askedLate := askedB.Add(time.Millisecond)
 		useLate := f.Use("alpha", 1, askedLate)
 		defer useLate()
 		if release, ok := f.Hold(alpha.ID, askedLate); ok {
@@ -408,15 +404,16 @@ func TestKubernetesKeepsRoomForTheFirstAsked(t *testing.T) {
 	// betaWaits has alpha answer, and beta asked for after it, waiting.
 	betaWaits := func(t *testing.T) (alpha fleet.Replica, endAlpha, endBeta func()) {
 		t.Helper()
-		endAlpha = f.Use("alpha", 1, time.Now()) // answering from now on
+		// Beta is asked a millisecond after alpha; a pod's start later,
+		// the caller's next request is asked after both.
+		askedA := time.Now()
+		endAlpha = f.Use("alpha", 1, askedA) // answering from now on
 		alpha = ready("alpha")
-		time.Sleep(time.Millisecond)
-		endBeta = f.Use("beta", 1, time.Now())
+		endBeta = f.Use("beta", 1, askedA.Add(time.Millisecond))
 		testkit.WaitForValue(t, time.Minute, "beta to wait for alpha", func() (fleet.ModelHealth, bool) {
 			h := health(f, "beta")
 			return h, strings.Contains(h.Placement, "waiting for "+alpha.ID+" to finish the requests it answers")
 		})
-		time.Sleep(time.Millisecond)
 		return alpha, endAlpha, endBeta
 	}
 
@@ -432,7 +429,7 @@ func TestKubernetesKeepsRoomForTheFirstAsked(t *testing.T) {
 		if want := "waiting for " + alpha.ID + " to finish the requests it answers"; !strings.Contains(h.Placement, want) || h.Unplaceable {
 			t.Errorf("gamma's health %+v; want it waiting, not unplaceable, for %s", h, want)
 		}
-		time.Sleep(2 * time.Second) // passes in which gamma must not start
+		twoPasses(t, f) // in which gamma must not start
 		if rs := replicasOf(f, "gamma"); len(rs) != 0 || *deploymentOf(t, admin, "gamma").Spec.Replicas != 0 {
 			t.Fatalf("gamma, asked after beta, took the 2 GB free that beta needs 1 of once alpha is idle: %+v", rs)
 		}
@@ -483,23 +480,22 @@ func TestKubernetesKeepsRoomGivenBackForTheFirstAsked(t *testing.T) {
 	f, admin, ready := w.f, w.c.Admin, w.ready
 	w.backfillSizes()
 
-	endAlpha := f.Use("alpha", 1, time.Now())
+	askedA := time.Now()
+	endAlpha := f.Use("alpha", 1, askedA)
 	alpha := ready("alpha")
 	// The answer alpha streams: its pod drains until it ends.
-	endAnswer, ok := f.Hold(alpha.ID, time.Now())
+	endAnswer, ok := f.Hold(alpha.ID, askedA)
 	if !ok {
 		t.Fatalf("a ready pod refused a request")
 	}
 	defer endAnswer()
-	time.Sleep(time.Millisecond)
-	endBeta := f.Use("beta", 1, time.Now())
+	endBeta := f.Use("beta", 1, askedA.Add(time.Millisecond))
 	defer endBeta()
 	testkit.WaitForValue(t, time.Minute, "beta to wait for alpha", func() (fleet.ModelHealth, bool) {
 		h := health(f, "beta")
 		return h, strings.Contains(h.Placement, "waiting for "+alpha.ID+" to finish the requests it answers")
 	})
-	time.Sleep(time.Millisecond)
-	endAlpha2 := f.Use("alpha", 1, time.Now()) // asked after beta: behind it
+	endAlpha2 := f.Use("alpha", 1, askedA.Add(2*time.Millisecond)) // asked after beta: behind it
 	defer endAlpha2()
 	endAlpha()
 	testkit.WaitForValue(t, time.Minute, "beta to wait for alpha's pod given back for it", func() (fleet.ModelHealth, bool) {
@@ -510,21 +506,19 @@ func TestKubernetesKeepsRoomGivenBackForTheFirstAsked(t *testing.T) {
 		t.Errorf("alpha's last stop %q; want given back for beta once its answers end", h.LastStop)
 	}
 
-	time.Sleep(time.Millisecond)
-	endGamma := f.Use("gamma", 1, time.Now())
+	endGamma := f.Use("gamma", 1, askedA.Add(3*time.Millisecond))
 	defer endGamma()
 	testkit.WaitForValue(t, time.Minute, "gamma to wait behind beta", func() (fleet.ModelHealth, bool) {
 		h := health(f, "gamma")
 		return h, strings.Contains(h.Placement, "waiting behind beta")
 	})
-	time.Sleep(time.Millisecond)
-	endDelta := f.Use("delta", 1, time.Now())
+	endDelta := f.Use("delta", 1, askedA.Add(4*time.Millisecond))
 	defer endDelta()
 	h := testkit.WaitForValue(t, time.Minute, "delta to wait for room", func() (fleet.ModelHealth, bool) {
 		h := health(f, "delta")
 		return h, strings.Contains(h.Placement, "making room on node small-1")
 	})
-	time.Sleep(2 * time.Second) // passes in which delta must not start
+	twoPasses(t, f) // in which delta must not start
 	if rs := replicasOf(f, "delta"); len(rs) != 0 || *deploymentOf(t, admin, "delta").Spec.Replicas != 0 {
 		t.Fatalf("delta, asked after gamma, took the 1 GB free that gamma counts on while alpha's pod, given back for beta, drains (placement %q): %+v",
 			h.Placement, rs)
