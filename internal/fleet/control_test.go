@@ -8,6 +8,7 @@ import (
 	"modelserve/catalog"
 	"modelserve/internal/ggufgen"
 	"modelserve/internal/operr"
+	"modelserve/internal/testkit"
 )
 
 // An operator unparks a model: the park kept in the database goes with it,
@@ -15,11 +16,11 @@ import (
 // starts it once more (here it fails again, and is parked again: the cause
 // was not fixed).
 func TestUnparkForgetsTheKeptPark(t *testing.T) {
-	db := MustDB(t)
+	db := testkit.OpenDB(t)
 	cat := catalog.NewStore(db)
 	f := MustRun(t, cat, Options{Parks: NewParks(db)})
 	MustAdd(t, f.notifying(cat), entry("foo", MustWriteModel(t, "foo.gguf", ggufgen.Spec{Architecture: "foo"}), 1))
-	waitFor(t, 2*readyWithin, "foo parked", func() (bool, string) {
+	testkit.WaitFor(t, 2*readyWithin, "foo parked", func() (bool, string) {
 		h, _ := f.health("foo")
 		return h.Parked, "health " + h.Reason
 	})
@@ -31,7 +32,7 @@ func TestUnparkForgetsTheKeptPark(t *testing.T) {
 		t.Errorf("after Unpark the database keeps the parks of %v", got)
 	}
 	// Started again from nought: one failure, not parked at once.
-	waitFor(t, 2*readyWithin, "foo started again", func() (bool, string) {
+	testkit.WaitFor(t, 2*readyWithin, "foo started again", func() (bool, string) {
 		for _, r := range f.Replicas() {
 			if r.Model == "foo" && r.State != Failed {
 				return true, ""

@@ -8,8 +8,11 @@ import (
 	"testing"
 	"time"
 
+	clocktesting "k8s.io/utils/clock/testing"
+
 	"modelserve/catalog"
 	"modelserve/internal/ggufgen"
+	"modelserve/internal/testkit"
 )
 
 // onDemandEntry is a catalog entry that keeps no replica: loaded when asked for,
@@ -23,11 +26,13 @@ func onDemandEntry(t *testing.T, name string, max int, idle time.Duration) (m ca
 
 func TestUseStartsOneReplicaAndIdleStopsIt(t *testing.T) {
 	cat := MustCatalog(t)
-	fl := MustRun(t, cat, Options{Interval: 50 * time.Millisecond})
+	clk := clocktesting.NewFakeClock(time.Now())
+	fl := MustRun(t, cat, Options{Interval: 50 * time.Millisecond, Clock: clk})
 	MustAdd(t, fl.notifying(cat), onDemandEntry(t, "lazy", 1, 700*time.Millisecond))
 
-	// Nothing runs until it is asked for.
-	time.Sleep(200 * time.Millisecond)
+	// Nothing runs until it is asked for: the fleet has looked, and
+	// started nothing.
+	fl.mustSync(t)
 	if rs := fl.replicasOf("lazy"); len(rs) != 0 {
 		t.Fatalf("an on-demand model runs before any request: %+v", rs)
 	}
@@ -42,7 +47,7 @@ func TestUseStartsOneReplicaAndIdleStopsIt(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			releases[i] = fl.Use("lazy", 1, time.Now())
+			releases[i] = fl.Use("lazy", 1, clk.Now())
 		}()
 	}
 	wg.Wait()
@@ -54,8 +59,11 @@ func TestUseStartsOneReplicaAndIdleStopsIt(t *testing.T) {
 		t.Errorf("Serving gives %+v; want the endpoint and no log", s)
 	}
 
-	// In use, it is never idle, however long the request.
-	time.Sleep(1200 * time.Millisecond)
+	// In use, it is never idle, however long the request: the look due
+	// when it might have fallen idle finds it in use.
+	testkit.WaitWaiters(t, clk, 1)
+	testkit.Step(t, clk, 1200*time.Millisecond, 1)
+	fl.mustSync(t)
 	if len(fl.Serving("lazy")) != 1 {
 		t.Fatal("a replica in use was stopped as idle")
 	}
@@ -64,21 +72,25 @@ func TestUseStartsOneReplicaAndIdleStopsIt(t *testing.T) {
 		release() // twice is once
 	}
 
-	// Idle for IdleAfter: stopped, and the model is not parked for it.
-	released := time.Now()
-	waitFor(t, 10*time.Second, "lazy stopped when idle", func() (bool, string) {
+	// Idle for IdleAfter: stopped, and not before; the model is not
+	// parked for it.
+	fl.mustSync(t)
+	testkit.Step(t, clk, 600*time.Millisecond, 1)
+	fl.mustSync(t)
+	if rs := fl.replicasOf("lazy"); len(rs) != 1 || rs[0].State != Ready {
+		t.Errorf("600ms after its last request, before its IdleAfter of 700ms: %s; want it ready still", jsonOf(rs))
+	}
+	clk.Step(100 * time.Millisecond)
+	testkit.WaitFor(t, 10*time.Second, "lazy stopped when idle", func() (bool, string) {
 		rs := fl.replicasOf("lazy")
 		return len(rs) == 0, fmt.Sprintf("%+v", rs)
 	})
-	if took := time.Since(released); took < 600*time.Millisecond {
-		t.Errorf("stopped %s after its last request, before its IdleAfter of 700ms", took)
-	}
 	if h, _ := fl.health("lazy"); h.Want != 0 || h.Parked {
 		t.Errorf("health after the idle stop: %+v", h)
 	}
 
 	// Asked for again, it starts again.
-	release := fl.Use("lazy", 1, time.Now())
+	release := fl.Use("lazy", 1, clk.Now())
 	defer release()
 	if r := fl.waitReady(t, "lazy", readyWithin); r.ID != "lazy-2" {
 		t.Errorf("started again as %s, want lazy-2", r.ID)
@@ -90,12 +102,15 @@ func TestUseStartsOneReplicaAndIdleStopsIt(t *testing.T) {
 // stops the replica though the fleet would otherwise look only hourly.
 func TestAnIdleTimeShorterThanTheIntervalIsKept(t *testing.T) {
 	cat := MustCatalog(t)
-	fl := MustRun(t, cat, Options{Interval: time.Hour})
+	clk := clocktesting.NewFakeClock(time.Now())
+	fl := MustRun(t, cat, Options{Interval: time.Hour, Clock: clk})
 	MustAdd(t, fl.notifying(cat), onDemandEntry(t, "quick", 1, time.Second))
-	release := fl.Use("quick", 1, time.Now())
+	release := fl.Use("quick", 1, clk.Now())
 	fl.waitReady(t, "quick", readyWithin)
 	release()
-	waitFor(t, 30*time.Second, "quick stopped a second after its last request", func() (bool, string) {
+	fl.mustSync(t) // the look due a second after the release is set
+	clk.Step(time.Second)
+	testkit.WaitFor(t, 30*time.Second, "quick stopped a second after its last request", func() (bool, string) {
 		rs := fl.replicasOf("quick")
 		return len(rs) == 0, fmt.Sprintf("%+v", rs)
 	})
@@ -103,30 +118,34 @@ func TestAnIdleTimeShorterThanTheIntervalIsKept(t *testing.T) {
 
 func TestUseScalesUpToMaxAndBackDown(t *testing.T) {
 	cat := MustCatalog(t)
-	fl := MustRun(t, cat, Options{Interval: 50 * time.Millisecond})
+	clk := clocktesting.NewFakeClock(time.Now())
+	fl := MustRun(t, cat, Options{Interval: 50 * time.Millisecond, Clock: clk})
 	m := onDemandEntry(t, "busy", 2, 600*time.Millisecond)
 	m.Scaling.Min = 1
 	MustAdd(t, fl.notifying(cat), m)
 	fl.waitReady(t, "busy", readyWithin)
 
 	// Asked for more than its Max: it gets its Max.
-	release := fl.Use("busy", 5, time.Now())
-	waitFor(t, readyWithin, "busy at its max of 2", func() (bool, string) {
+	release := fl.Use("busy", 5, clk.Now())
+	testkit.WaitFor(t, readyWithin, "busy at its max of 2", func() (bool, string) {
 		n := len(fl.Serving("busy"))
 		return n == 2, fmt.Sprintf("%d serving", n)
 	})
-	time.Sleep(200 * time.Millisecond)
+	fl.mustSync(t)
 	if n := len(fl.replicasOf("busy")); n != 2 {
 		t.Fatalf("%d replicas for a max of 2", n)
 	}
 	release()
 
 	// Idle: back to its Min, which is never stopped.
-	waitFor(t, 10*time.Second, "busy back to its min of 1", func() (bool, string) {
+	fl.mustSync(t)
+	clk.Step(600 * time.Millisecond)
+	testkit.WaitFor(t, 10*time.Second, "busy back to its min of 1", func() (bool, string) {
 		n := len(fl.replicasOf("busy"))
 		return n == 1, fmt.Sprintf("%d replicas", n)
 	})
-	time.Sleep(800 * time.Millisecond)
+	clk.Step(800 * time.Millisecond)
+	fl.mustSync(t)
 	if n := len(fl.Serving("busy")); n != 1 {
 		t.Errorf("%d serving after idle; the min of 1 stays", n)
 	}
@@ -157,7 +176,7 @@ func TestALookReadsNoCatalog(t *testing.T) {
 		t.Helper()
 		was := passes.Load()
 		ask()
-		waitFor(t, 5*time.Second, "a pass after "+what, func() (bool, string) {
+		testkit.WaitFor(t, 5*time.Second, "a pass after "+what, func() (bool, string) {
 			return passes.Load() > was, fmt.Sprintf("%d passes", passes.Load()-was)
 		})
 	}

@@ -10,6 +10,7 @@ import (
 
 	"modelserve/catalog"
 	"modelserve/internal/ggufgen"
+	"modelserve/internal/testkit"
 	"modelserve/internal/testlog"
 )
 
@@ -46,7 +47,7 @@ func TestAStoppedReplicaDrainsFirst(t *testing.T) {
 	}
 
 	release()
-	waitFor(t, 20*time.Second, r.ID+"'s engine stopped once drained", func() (bool, string) {
+	testkit.WaitFor(t, 20*time.Second, r.ID+"'s engine stopped once drained", func() (bool, string) {
 		err := syscall.Kill(r.PID, 0)
 		return err == syscall.ESRCH, "kill 0: " + errString(err)
 	})
@@ -68,7 +69,7 @@ func TestADrainIsBounded(t *testing.T) {
 	m.Scaling = catalog.Scaling{Min: 0, Max: 1}
 	MustAdd(t, f.notifying(cat), m)
 	sawDraining := false
-	waitFor(t, 20*time.Second, r.ID+" stopped past its drain timeout", func() (bool, string) {
+	testkit.WaitFor(t, 20*time.Second, r.ID+" stopped past its drain timeout", func() (bool, string) {
 		for _, x := range f.Replicas() {
 			if x.ID == r.ID {
 				sawDraining = sawDraining || x.State == Draining
@@ -167,7 +168,7 @@ func TestAReplicaStoppedAsItSettlesIsToldOnce(t *testing.T) {
 	case <-time.After(readyWithin):
 		t.Fatal("no replica became ready")
 	}
-	waitFor(t, 20*time.Second, r.ID+" gone", func() (bool, string) {
+	testkit.WaitFor(t, 20*time.Second, r.ID+" gone", func() (bool, string) {
 		for _, x := range f.replicasOf("tiny") {
 			if x.ID == r.ID {
 				return false, x.ID + " is " + string(x.State)

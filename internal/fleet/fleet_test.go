@@ -20,7 +20,7 @@ import (
 	"modelserve/catalog"
 	"modelserve/internal/ggufgen"
 	"modelserve/internal/llamatest"
-	"modelserve/internal/store"
+	"modelserve/internal/testkit"
 )
 
 // readyWithin bounds a tiny model's load on a busy two-core machine.
@@ -67,7 +67,7 @@ func TestReplicaServesChatWithItsKey(t *testing.T) {
 	}
 	// Measured the moment after it is ready (a walk of /proc, a few ms
 	// that a cold start no longer waits for).
-	waitFor(t, 10*time.Second, "the ready replica's memory measured", func() (bool, string) {
+	testkit.WaitFor(t, 10*time.Second, "the ready replica's memory measured", func() (bool, string) {
 		rs := fl.replicasOf("tiny")
 		return len(rs) == 1 && rs[0].RSSBytes > 0, jsonOf(rs)
 	})
@@ -168,7 +168,7 @@ func TestUnknownArchitectureIsParkedWithTheEnginesWords(t *testing.T) {
 	MustAdd(t, fl.notifying(cat), entry("foo", MustWriteModel(t, "foo.gguf", ggufgen.Spec{Architecture: "foo"}), 1))
 
 	var h ModelHealth
-	waitFor(t, 2*readyWithin, "foo parked", func() (bool, string) {
+	testkit.WaitFor(t, 2*readyWithin, "foo parked", func() (bool, string) {
 		h, _ = fl.health("foo")
 		return h.Parked, "health " + h.Reason
 	})
@@ -187,11 +187,12 @@ func TestUnknownArchitectureIsParkedWithTheEnginesWords(t *testing.T) {
 	}
 	assertGone(t, fl.node.started())
 
-	// Parked means no more starts, tick after tick.
-	fl.Poke()
-	time.Sleep(300 * time.Millisecond)
-	if starts := len(fl.node.started()); starts != 3 {
-		t.Errorf("a parked model was started again (%d starts)", starts)
+	// Parked means no more starts, look after look: a replica is placed
+	// in the look that starts it.
+	fl.mustSync(t)
+	fl.mustSync(t)
+	if starts, rs := len(fl.node.started()), fl.replicasOf("foo"); starts != 3 || len(rs) != 1 || rs[0].State != Failed {
+		t.Errorf("a parked model was started again (%d starts; replicas %s)", starts, jsonOf(rs))
 	}
 
 	// Served again with weights that load: a fresh start, and whoever
@@ -221,7 +222,7 @@ func TestStartupDeadlineKillsAnEngineThatNeverLoads(t *testing.T) {
 	MustAdd(t, fl.notifying(cat), m)
 
 	var sawLoading bool
-	waitFor(t, readyWithin, "slow parked", func() (bool, string) {
+	testkit.WaitFor(t, readyWithin, "slow parked", func() (bool, string) {
 		for _, r := range fl.replicasOf("slow") {
 			sawLoading = sawLoading || r.State == Loading
 		}
@@ -253,7 +254,7 @@ func TestCrashedReplicaComesBack(t *testing.T) {
 		t.Fatal(err)
 	}
 	var again Replica
-	waitFor(t, readyWithin, "crashy ready again", func() (bool, string) {
+	testkit.WaitFor(t, readyWithin, "crashy ready again", func() (bool, string) {
 		rs := fl.replicasOf("crashy")
 		if len(rs) == 1 && rs[0].State == Ready && rs[0].PID != first.PID {
 			again = rs[0]
@@ -284,7 +285,7 @@ func TestHungReplicaIsRestarted(t *testing.T) {
 		t.Fatalf("stop the engine's process group: %v", err)
 	}
 	var again Replica
-	waitFor(t, readyWithin, "hangs ready again in a new engine", func() (bool, string) {
+	testkit.WaitFor(t, readyWithin, "hangs ready again in a new engine", func() (bool, string) {
 		rs := fl.replicasOf("hangs")
 		if len(rs) == 1 && rs[0].State == Ready && rs[0].PID != first.PID {
 			again = rs[0]
@@ -315,7 +316,7 @@ func TestRemovedModelStops(t *testing.T) {
 	if err := nc.Remove(context.Background(), "gone"); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, "gone's replica stopped", func() (bool, string) {
+	testkit.WaitFor(t, 10*time.Second, "gone's replica stopped", func() (bool, string) {
 		rs := fl.replicasOf("gone")
 		_, known := fl.health("gone")
 		return len(rs) == 0 && !known, jsonOf(rs)
@@ -343,7 +344,7 @@ func TestUnplaceableSaysWhatHoldsIt(t *testing.T) {
 	MustAdd(t, nc, entry("b", path, 6))
 	MustAdd(t, nc, entry("huge", path, 100))
 	var b, huge ModelHealth
-	waitFor(t, 5*time.Second, "b and huge unplaceable", func() (bool, string) {
+	testkit.WaitFor(t, 5*time.Second, "b and huge unplaceable", func() (bool, string) {
 		b, _ = fl.health("b")
 		huge, _ = fl.health("huge")
 		return b.Unplaceable && huge.Unplaceable, jsonOf([]ModelHealth{b, huge})
@@ -386,7 +387,7 @@ func TestCriticalModelEvictsOpportunistic(t *testing.T) {
 
 	assertGone(t, []int{spare.PID})
 	var h ModelHealth
-	waitFor(t, 5*time.Second, "spare unplaceable", func() (bool, string) {
+	testkit.WaitFor(t, 5*time.Second, "spare unplaceable", func() (bool, string) {
 		h, _ = fl.health("spare")
 		return h.Unplaceable, jsonOf(h)
 	})
@@ -397,7 +398,7 @@ func TestCriticalModelEvictsOpportunistic(t *testing.T) {
 	// A standard model takes nothing from anyone.
 	std := entry("plain", path, 6)
 	MustAdd(t, nc, std)
-	waitFor(t, 5*time.Second, "plain unplaceable", func() (bool, string) {
+	testkit.WaitFor(t, 5*time.Second, "plain unplaceable", func() (bool, string) {
 		h, _ := fl.health("plain")
 		return h.Unplaceable, jsonOf(h)
 	})
@@ -422,7 +423,7 @@ func TestMissingEngineSaysHowToInstallIt(t *testing.T) {
 	MustAdd(t, tf.notifying(cat), entry("tiny", MustWriteModel(t, "tiny.gguf", ggufgen.Spec{}), 1))
 
 	var h ModelHealth
-	waitFor(t, 5*time.Second, "tiny parked", func() (bool, string) {
+	testkit.WaitFor(t, 5*time.Second, "tiny parked", func() (bool, string) {
 		h, _ = tf.health("tiny")
 		return h.Parked, jsonOf(h)
 	})
@@ -445,7 +446,7 @@ func TestEngineFlagPointingNowhere(t *testing.T) {
 	fl := MustRun(t, cat, Options{Engine: "/nonexistent/llama-server"})
 	MustAdd(t, fl.notifying(cat), entry("tiny", MustWriteModel(t, "tiny.gguf", ggufgen.Spec{}), 1))
 	var h ModelHealth
-	waitFor(t, 5*time.Second, "tiny parked", func() (bool, string) {
+	testkit.WaitFor(t, 5*time.Second, "tiny parked", func() (bool, string) {
 		h, _ = fl.health("tiny")
 		return h.Parked, jsonOf(h)
 	})
@@ -463,13 +464,13 @@ func TestShutdownLeavesNoEngineAndRestartStartsAfresh(t *testing.T) {
 	m := entry("pair", MustWriteModel(t, "pair.gguf", ggufgen.Spec{}), 1)
 	m.Scaling = catalog.Scaling{Min: 2, Max: 2}
 	MustAdd(t, nc, m)
-	waitFor(t, 2*readyWithin, "two replicas ready", func() (bool, string) {
+	testkit.WaitFor(t, 2*readyWithin, "two replicas ready", func() (bool, string) {
 		h, _ := fl.health("pair")
 		return h.Ready == 2, jsonOf(h)
 	})
 	// One more, still loading when the fleet stops: stopped as surely.
 	MustAdd(t, nc, entry("late", MustWriteModel(t, "late.gguf", ggufgen.Spec{}), 1))
-	waitFor(t, readyWithin, "late started", func() (bool, string) {
+	testkit.WaitFor(t, readyWithin, "late started", func() (bool, string) {
 		rs := fl.replicasOf("late")
 		return len(rs) == 1 && rs[0].PID > 0, jsonOf(rs)
 	})
@@ -485,7 +486,7 @@ func TestShutdownLeavesNoEngineAndRestartStartsAfresh(t *testing.T) {
 
 	// Started again, it adopts nothing: new engines.
 	fl.start()
-	waitFor(t, 2*readyWithin, "two replicas ready again", func() (bool, string) {
+	testkit.WaitFor(t, 2*readyWithin, "two replicas ready again", func() (bool, string) {
 		h, _ := fl.health("pair")
 		return h.Ready == 2, jsonOf(h)
 	})
@@ -504,11 +505,7 @@ func TestShutdownLeavesNoEngineAndRestartStartsAfresh(t *testing.T) {
 // transaction). Its engine is stopped with the rest, not left running
 // with nobody to stop it.
 func TestAFleetStoppedWhileAStartIsKeptStopsItsEngine(t *testing.T) {
-	db, err := store.Open(context.Background(), filepath.Join(t.TempDir(), "modelserve.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
+	db := testkit.OpenDB(t)
 	cat := catalog.NewStore(db)
 	measured := make(chan struct{})
 	log := slog.New(slog.NewTextHandler(&lineWatch{w: tWriter{t}, line: `msg="replica ready"`, seen: measured}, nil))
@@ -560,7 +557,7 @@ func TestAddedToAnswering(t *testing.T) {
 	added := time.Now()
 	MustAdd(t, fl.notifying(cat), m)
 	var r Replica
-	waitFor(t, readyWithin, "quick ready", func() (bool, string) {
+	testkit.WaitFor(t, readyWithin, "quick ready", func() (bool, string) {
 		rs := fl.replicasOf("quick")
 		if len(rs) == 1 && rs[0].State == Ready {
 			r = rs[0]
@@ -589,11 +586,7 @@ func TestAddedToAnswering(t *testing.T) {
 // database.
 func TestEnginesOwnFiguresAreReadAndKept(t *testing.T) {
 	dbPath := filepath.Join(t.TempDir(), "modelserve.db")
-	db, err := store.Open(context.Background(), dbPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
+	db := testkit.OpenDBFile(t, dbPath)
 	cat := catalog.NewStore(db)
 	fl := MustRun(t, cat, Options{History: NewHistory(db), LoadEvery: 50 * time.Millisecond})
 	path := MustWriteModel(t, "tiny.gguf", ggufgen.Spec{})
@@ -602,7 +595,7 @@ func TestEnginesOwnFiguresAreReadAndKept(t *testing.T) {
 	MustAdd(t, fl.notifying(cat), m)
 	r := fl.waitReady(t, "tiny", readyWithin)
 	// Read the moment after it is ready, which is not held for it.
-	waitFor(t, 10*time.Second, "the ready replica's load read", func() (bool, string) {
+	testkit.WaitFor(t, 10*time.Second, "the ready replica's load read", func() (bool, string) {
 		rs := fl.replicasOf("tiny")
 		return len(rs) == 1 && rs[0].Load != nil, jsonOf(rs)
 	})
@@ -613,7 +606,7 @@ func TestEnginesOwnFiguresAreReadAndKept(t *testing.T) {
 	if status, body := chat(t, r.Endpoint, fl.EngineKey(r.ID), "tiny"); status != http.StatusOK {
 		t.Fatalf("chat: %d %s", status, body)
 	}
-	waitFor(t, 10*time.Second, "the chat counted in the engine's figures", func() (bool, string) {
+	testkit.WaitFor(t, 10*time.Second, "the chat counted in the engine's figures", func() (bool, string) {
 		rs := fl.replicasOf("tiny")
 		if len(rs) != 1 || rs[0].Load == nil {
 			return false, jsonOf(rs)
@@ -623,8 +616,11 @@ func TestEnginesOwnFiguresAreReadAndKept(t *testing.T) {
 	})
 
 	// Kept once its memory is measured, a moment after ready.
-	var starts []Start
-	waitFor(t, 10*time.Second, "the start kept", func() (bool, string) {
+	var (
+		starts []Start
+		err    error
+	)
+	testkit.WaitFor(t, 10*time.Second, "the start kept", func() (bool, string) {
 		starts, err = fl.Starts(context.Background(), 10)
 		return err == nil && len(starts) == 1, fmt.Sprintf("%s (%v)", jsonOf(starts), err)
 	})
@@ -636,11 +632,7 @@ func TestEnginesOwnFiguresAreReadAndKept(t *testing.T) {
 	t.Logf("tiny model: estimated %d bytes, measured %d", s.EstimateBytes, s.RSSBytes)
 
 	// Kept in SQLite: another fleet opening the database file has it.
-	db2, err := store.Open(context.Background(), dbPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db2.Close() })
+	db2 := testkit.OpenDBFile(t, dbPath)
 	again, err := New(Options{Catalog: catalog.NewStore(db2), History: NewHistory(db2)})
 	if err != nil {
 		t.Fatal(err)
@@ -665,7 +657,7 @@ func TestHeadroomIsNeverPromised(t *testing.T) {
 	MustAdd(t, nc, entry("b", path, 1))
 	MustAdd(t, nc, entry("whole", path, 8))
 	var b, whole ModelHealth
-	waitFor(t, 5*time.Second, "b and whole unplaceable", func() (bool, string) {
+	testkit.WaitFor(t, 5*time.Second, "b and whole unplaceable", func() (bool, string) {
 		b, _ = fl.health("b")
 		whole, _ = fl.health("whole")
 		return b.Unplaceable && whole.Unplaceable, jsonOf([]ModelHealth{b, whole})
@@ -712,7 +704,7 @@ func TestReadyIsToldAtOnceThenWithTheSlots(t *testing.T) {
 	m.Profiles[0].Slots = 3
 	MustAdd(t, fl.notifying(cat), m)
 	fl.waitReady(t, "tiny", readyWithin)
-	waitFor(t, 10*time.Second, "told of the engine's slots", func() (bool, string) {
+	testkit.WaitFor(t, 10*time.Second, "told of the engine's slots", func() (bool, string) {
 		mu.Lock()
 		defer mu.Unlock()
 		return slices.Contains(told, "ready, 3 slots"), fmt.Sprint(told)

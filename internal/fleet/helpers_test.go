@@ -20,18 +20,15 @@ import (
 	"modelserve/catalog"
 	"modelserve/internal/ggufgen"
 	"modelserve/internal/llamatest"
-	"modelserve/internal/store"
+	"modelserve/internal/testkit"
 )
 
-// MustCatalog is a real catalog in SQLite, in a temporary file.
+// MustCatalog is a real catalog in SQLite, in a temporary file: the fleet
+// reads it as modelserve does, and NotifyingCatalog tells the fleet of
+// each change.
 func MustCatalog(t testing.TB) *catalog.Store {
 	t.Helper()
-	db, err := store.Open(context.Background(), filepath.Join(t.TempDir(), "modelserve.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
-	return catalog.NewStore(db)
+	return catalog.NewStore(testkit.OpenDB(t))
 }
 
 // MustWriteModel writes a tiny GGUF model and returns its path.
@@ -207,20 +204,14 @@ func (tf *testFleet) stop(t testing.TB) {
 	}
 }
 
-// waitFor polls cond until it holds or timeout passes, then fails with
-// what cond last said.
-func waitFor(t testing.TB, timeout time.Duration, what string, cond func() (bool, string)) {
+// mustSync waits until the fleet has looked at the catalog and what runs
+// (Sync): what it was to do by now, it has done or begun.
+func (tf *testFleet) mustSync(t testing.TB) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		ok, last := cond()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %s; last: %s", what, timeout, last)
-		}
-		time.Sleep(10 * time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := tf.Sync(ctx); err != nil {
+		t.Fatalf("the fleet did not look within 20s: %v", err)
 	}
 }
 
@@ -228,7 +219,7 @@ func waitFor(t testing.TB, timeout time.Duration, what string, cond func() (bool
 func (tf *testFleet) waitReady(t testing.TB, model string, timeout time.Duration) Replica {
 	t.Helper()
 	var got Replica
-	waitFor(t, timeout, model+" ready", func() (bool, string) {
+	testkit.WaitFor(t, timeout, model+" ready", func() (bool, string) {
 		var states []string
 		for _, r := range tf.Replicas() {
 			if r.Model == model && r.State == Ready {
@@ -299,30 +290,24 @@ func chat(t testing.TB, endpoint, key, model string) (int, []byte) {
 
 // assertGone fails unless every process and process group started is gone.
 // A process killed a moment ago may still be a zombie waiting for init to
-// reap it (kill 0 finds zombies too), so each gets a bounded moment to
-// vanish; anything still there after it is a process left running.
+// reap it (kill 0 finds zombies too), so they get a bounded moment (3 s)
+// to vanish; anything still there after it is a process left running.
 func assertGone(t testing.TB, pids []int) {
 	t.Helper()
 	if len(pids) == 0 {
 		t.Fatal("no engine was started")
 	}
-	deadline := time.Now().Add(3 * time.Second)
-	for _, pid := range pids {
-		for _, target := range []int{pid, -pid} {
-			err := syscall.Kill(target, 0)
-			for !errors.Is(err, syscall.ESRCH) && time.Now().Before(deadline) {
-				time.Sleep(20 * time.Millisecond)
-				err = syscall.Kill(target, 0)
-			}
-			switch {
-			case errors.Is(err, syscall.ESRCH):
-			case target == pid:
-				t.Errorf("engine %d is still there (kill 0: %v)", pid, err)
-			default:
-				t.Errorf("a process of engine %d's group is still there (kill 0: %v)", pid, err)
+	testkit.WaitFor(t, 3*time.Second, "every engine started and its process group gone", func() (bool, string) {
+		var left []string
+		for _, pid := range pids {
+			if err := syscall.Kill(pid, 0); !errors.Is(err, syscall.ESRCH) {
+				left = append(left, fmt.Sprintf("engine %d is still there (kill 0: %v)", pid, err))
+			} else if err := syscall.Kill(-pid, 0); !errors.Is(err, syscall.ESRCH) {
+				left = append(left, fmt.Sprintf("a process of engine %d's group is still there (kill 0: %v)", pid, err))
 			}
 		}
-	}
+		return len(left) == 0, strings.Join(left, "; ")
+	})
 }
 
 // mustSymlinkEngine puts the test engine on a fresh folder as

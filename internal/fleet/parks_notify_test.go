@@ -13,6 +13,7 @@ import (
 	"modelserve/catalog"
 	"modelserve/internal/ggufgen"
 	"modelserve/internal/notify"
+	"modelserve/internal/testkit"
 )
 
 // TestAParkedModelIsNotified: a model whose engine keeps failing is parked,
@@ -36,11 +37,11 @@ func TestAParkedModelIsNotified(t *testing.T) {
 	defer cancel()
 	go n.Run(ctx)
 
-	db := MustDB(t)
+	db := testkit.OpenDB(t)
 	cat := catalog.NewStore(db)
 	f := MustRun(t, cat, Options{Parks: NewParks(db), Notify: n})
 	MustAdd(t, f.notifying(cat), entry("foo", MustWriteModel(t, "foo.gguf", ggufgen.Spec{Architecture: "foo"}), 1))
-	waitFor(t, 2*readyWithin, "foo parked", func() (bool, string) {
+	testkit.WaitFor(t, 2*readyWithin, "foo parked", func() (bool, string) {
 		h, _ := f.health("foo")
 		return h.Parked, "health " + h.Reason
 	})

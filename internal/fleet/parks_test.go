@@ -4,26 +4,14 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"modelserve/catalog"
 	"modelserve/internal/ggufgen"
-	"modelserve/internal/store"
+	"modelserve/internal/testkit"
 )
-
-// MustDB is modelserve's database, migrated, in a temporary file.
-func MustDB(t testing.TB) *sql.DB {
-	t.Helper()
-	db, err := store.Open(context.Background(), filepath.Join(t.TempDir(), "modelserve.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
-	return db
-}
 
 // keptParks are the models parked_models holds.
 func keptParks(t testing.TB, db *sql.DB) []string {
@@ -48,7 +36,7 @@ func keptParks(t testing.TB, db *sql.DB) []string {
 func (tf *testFleet) firstLook(t *testing.T, model string) ModelHealth {
 	t.Helper()
 	var h ModelHealth
-	waitFor(t, 10*time.Second, "the fleet's first look at "+model, func() (bool, string) {
+	testkit.WaitFor(t, 10*time.Second, "the fleet's first look at "+model, func() (bool, string) {
 		var ok bool
 		h, ok = tf.health(model)
 		return ok, "no health"
@@ -61,17 +49,17 @@ func (tf *testFleet) firstLook(t *testing.T, model string) ModelHealth {
 // three more times, and says why it is parked. Served again, it starts
 // afresh, and the park is forgotten.
 func TestParkedModelStaysParkedAcrossARestart(t *testing.T) {
-	db := MustDB(t)
+	db := testkit.OpenDB(t)
 	cat := catalog.NewStore(db)
 	first := MustRun(t, cat, Options{Parks: NewParks(db)})
 	MustAdd(t, first.notifying(cat), entry("foo", MustWriteModel(t, "foo.gguf", ggufgen.Spec{Architecture: "foo"}), 1))
-	waitFor(t, 2*readyWithin, "foo parked", func() (bool, string) {
+	testkit.WaitFor(t, 2*readyWithin, "foo parked", func() (bool, string) {
 		h, _ := first.health("foo")
 		return h.Parked, "health " + h.Reason
 	})
 	// The park is written just after the fleet says it, by the replica
 	// that ended.
-	waitFor(t, 10*time.Second, "foo's park kept in the database", func() (bool, string) {
+	testkit.WaitFor(t, 10*time.Second, "foo's park kept in the database", func() (bool, string) {
 		got := keptParks(t, db)
 		return len(got) == 1 && got[0] == "foo", fmt.Sprintf("the database keeps the parks of %v, want foo's", got)
 	})
@@ -88,11 +76,12 @@ func TestParkedModelStaysParkedAcrossARestart(t *testing.T) {
 	if !h.Parked || h.Failures != 3 || !strings.Contains(h.Reason, "unknown model architecture: 'foo'") {
 		t.Errorf("after the restart foo's health is %+v, want parked after 3 failures, with the engine's words", h)
 	}
-	// Parked means no start, tick after tick.
-	second.Poke()
-	time.Sleep(500 * time.Millisecond)
-	if n := len(second.node.started()); n != 0 {
-		t.Errorf("the restarted fleet started the parked model's engine %d times", n)
+	// Parked means no start, look after look: a replica is placed in
+	// the look that starts it.
+	second.mustSync(t)
+	second.mustSync(t)
+	if n, rs := len(second.node.started()), second.replicasOf("foo"); n != 0 || len(rs) != 0 {
+		t.Errorf("the restarted fleet started the parked model's engine %d times, and has its replicas %s", n, jsonOf(rs))
 	}
 	if got := keptParks(t, db); len(got) != 1 || got[0] != "foo" {
 		t.Errorf("after the restart the database keeps the parks of %v, want foo's alone", got)
@@ -113,7 +102,7 @@ func TestParkedModelStaysParkedAcrossARestart(t *testing.T) {
 // local fleet's form of then) still holds after the upgrade: the model is
 // not started again, three more failures and all.
 func TestAParkKeptBeforeTheSharedFingerprintHolds(t *testing.T) {
-	db := MustDB(t)
+	db := testkit.OpenDB(t)
 	cat := catalog.NewStore(db)
 	MustAdd(t, cat, entry("foo", MustWriteModel(t, "foo.gguf", ggufgen.Spec{}), 1))
 	models, err := cat.List(context.Background())

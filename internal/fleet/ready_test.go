@@ -3,6 +3,7 @@ package fleet
 import (
 	"context"
 	"modelserve/catalog"
+	"modelserve/internal/testkit"
 	"net/http"
 	"net/http/httptest"
 	"sync"
@@ -87,7 +88,7 @@ func TestAnEngineThatSaysItListensIsReadyAtOnce(t *testing.T) {
 	if r.Load == nil || r.Load.Size != catalog.SizeForSlots(2, 512) {
 		t.Errorf("the ready replica's load is %s, want the 2 slots of 512 tokens its profile gave it", jsonOf(r.Load))
 	}
-	waitFor(t, 5*time.Second, "the engine asked for its slots", func() (bool, string) {
+	testkit.WaitFor(t, 5*time.Second, "the engine asked for its slots", func() (bool, string) {
 		_, ok := node.firstSlotsAsk()
 		return ok, "not asked"
 	})

@@ -3,11 +3,10 @@ package fleet
 import (
 	"context"
 	"encoding/json"
-	"path/filepath"
 	"testing"
 
 	"modelserve/catalog"
-	"modelserve/internal/store"
+	"modelserve/internal/testkit"
 )
 
 // TestAStartWrittenBeforeReadsBackTheSame: an engine start as the release
@@ -16,11 +15,7 @@ import (
 // ("context" the pool, "slots"); an engine's load keeps its "slots" and
 // "slot_context" the same way.
 func TestAStartWrittenBeforeReadsBackTheSame(t *testing.T) {
-	db, err := store.Open(context.Background(), filepath.Join(t.TempDir(), "modelserve.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
+	db := testkit.OpenDB(t)
 	if _, err := db.Exec(`INSERT INTO replica_starts (replica, model, file, context, slots, estimate_bytes, rss_bytes, started_at, ready_at)
 		VALUES ('tiny-1', 'tiny', '/m/tiny.gguf', 2048, 2, 1000, 900, '2026-01-02T03:04:05Z', '2026-01-02T03:04:06Z')`); err != nil {
 		t.Fatal(err)

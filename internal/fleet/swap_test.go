@@ -9,6 +9,7 @@ import (
 
 	"modelserve/catalog"
 	"modelserve/internal/ggufgen"
+	"modelserve/internal/testkit"
 )
 
 // swapEntry is an on-demand model needing memGB, that stays loaded long
@@ -123,14 +124,14 @@ func TestBusyReplicaIsNeverGivenBack(t *testing.T) {
 	}
 	release := fl.Use("beta", 1, time.Now())
 	defer release()
-	waitFor(t, 5*time.Second, "beta waiting for alpha's answer", func() (bool, string) {
+	testkit.WaitFor(t, 5*time.Second, "beta waiting for alpha's answer", func() (bool, string) {
 		h, _ := fl.health("beta")
 		return strings.Contains(h.Placement, "waiting for alpha-1 to finish"), h.Placement
 	})
 	if h, _ := fl.health("beta"); h.Unplaceable {
 		t.Errorf("beta waiting for a busy replica is called unplaceable: %+v", h)
 	}
-	time.Sleep(300 * time.Millisecond)
+	fl.mustSync(t)
 	if len(fl.Serving("alpha")) != 1 {
 		t.Fatal("alpha's replica answering a request was stopped for beta")
 	}
@@ -156,12 +157,12 @@ func TestWaitersForRoomAreServedInArrivalOrder(t *testing.T) {
 	askedA := time.Now()
 	useA := fl.Use("alpha", 1, askedA)
 	holdA, _ := fl.Hold(a.ID, askedA)
-	useZ := fl.Use("zeta", 1, time.Now())
-	time.Sleep(5 * time.Millisecond)
-	useB := fl.Use("beta", 1, time.Now())
+	askedZ := time.Now()
+	useZ := fl.Use("zeta", 1, askedZ)
+	useB := fl.Use("beta", 1, askedZ.Add(time.Millisecond))
 	defer useB()
 	fl.Poke()
-	waitFor(t, 5*time.Second, "zeta and beta waiting", func() (bool, string) {
+	testkit.WaitFor(t, 5*time.Second, "zeta and beta waiting", func() (bool, string) {
 		z, _ := fl.health("zeta")
 		b, _ := fl.health("beta")
 		return strings.Contains(z.Placement, "waiting for alpha-1") && strings.Contains(b.Placement, "waiting for alpha-1"), z.Placement + " | " + b.Placement
@@ -188,13 +189,13 @@ func TestModelAskedAgainAndAgainDoesNotStarveAWaitingOne(t *testing.T) {
 	nc := fl.notifying(cat)
 	MustAdd(t, nc, swapEntry(t, "alpha", 5))
 	MustAdd(t, nc, swapEntry(t, "beta", 5))
-	a, _, end1 := fl.holdAsked(t, "alpha")
-	time.Sleep(time.Millisecond)
+	asked1 := time.Now()
+	a, end1 := fl.holdAsked(t, "alpha", asked1)
 	// alpha is asked again, after beta, and this request reaches the
 	// fleet first (beta's took longer to read): it takes alpha-1 before
 	// the fleet knows beta waits for its room. Beta is ahead of it, and
 	// behind the first.
-	askedB := time.Now()
+	askedB := asked1.Add(time.Millisecond)
 	asked2 := askedB.Add(time.Millisecond)
 	use2 := fl.Use("alpha", 1, asked2)
 	hold2, ok := fl.Hold(a.ID, asked2)
@@ -204,19 +205,19 @@ func TestModelAskedAgainAndAgainDoesNotStarveAWaitingOne(t *testing.T) {
 	useB := fl.Use("beta", 1, askedB)
 	defer useB()
 	fl.waitPlacement(t, "beta", "waiting for alpha-1")
-	time.Sleep(200 * time.Millisecond)
+	fl.mustSync(t)
 	if rs := fl.replicasOf("alpha"); len(rs) != 1 || rs[0].State != Ready {
 		t.Fatalf("alpha-1 given back for beta while alpha's request asked before beta's is on: %s", jsonOf(rs))
 	}
 	end1() // the request ahead of beta's is answered: alpha's are all behind it
-	waitFor(t, 5*time.Second, "alpha-1 draining for beta", func() (bool, string) {
+	testkit.WaitFor(t, 5*time.Second, "alpha-1 draining for beta", func() (bool, string) {
 		rs := fl.replicasOf("alpha")
 		return len(rs) == 1 && rs[0].State == Draining, jsonOf(rs)
 	})
 	if rs := fl.replicasOf("alpha"); !strings.Contains(rs[0].Detail, "given back for beta once the answers it has end") {
 		t.Errorf("alpha-1 draining says %q", rs[0].Detail)
 	}
-	time.Sleep(200 * time.Millisecond)
+	fl.mustSync(t)
 	if rs := fl.replicasOf("alpha"); len(rs) != 1 || rs[0].State != Draining {
 		t.Fatalf("alpha-1 stopped with an answer still on: %s", jsonOf(rs))
 	}
@@ -263,17 +264,15 @@ func TestALaterRequestWaitsBehindAWaitingModel(t *testing.T) {
 	nc := fl.notifying(cat)
 	MustAdd(t, nc, swapEntry(t, "alpha", 5))
 	MustAdd(t, nc, swapEntry(t, "beta", 5))
-	a, _, end1 := fl.holdAsked(t, "alpha")
-	time.Sleep(time.Millisecond)
-	asked2 := time.Now() // before beta's too: it waits for alpha-1's slot
+	asked1 := time.Now()
+	a, end1 := fl.holdAsked(t, "alpha", asked1)
+	asked2 := asked1.Add(time.Millisecond) // before beta's too: it waits for alpha-1's slot
 	use2 := fl.Use("alpha", 1, asked2)
-	time.Sleep(time.Millisecond)
-	askedB := time.Now()
+	askedB := asked2.Add(time.Millisecond)
 	useB := fl.Use("beta", 1, askedB)
 	defer useB()
 	fl.waitPlacement(t, "beta", "waiting for alpha-1")
-	time.Sleep(time.Millisecond)
-	askedLate := time.Now()
+	askedLate := askedB.Add(time.Millisecond)
 	useLate := fl.Use("alpha", 1, askedLate)
 	defer useLate()
 	fl.mustKeepOrder(t, a.ID, asked2, askedLate, "alpha-1 took a request asked after beta's, which waits for its room")()
@@ -352,15 +351,13 @@ func TestAGivenBackModelKeepsItsPlace(t *testing.T) {
 	for _, n := range []string{"alpha", "beta", "gamma"} {
 		MustAdd(t, nc, swapEntry(t, n, 5))
 	}
-	_, _, end1 := fl.holdAsked(t, "alpha")
-	time.Sleep(time.Millisecond)
-	askedB := time.Now()
+	asked1 := time.Now()
+	_, end1 := fl.holdAsked(t, "alpha", asked1)
+	askedB := asked1.Add(time.Millisecond)
 	useB := fl.Use("beta", 1, askedB)
-	time.Sleep(time.Millisecond)
-	use2 := fl.Use("alpha", 1, time.Now()) // asked after beta: behind it
+	use2 := fl.Use("alpha", 1, askedB.Add(time.Millisecond)) // asked after beta: behind it
 	defer use2()
-	time.Sleep(time.Millisecond)
-	useG := fl.Use("gamma", 1, time.Now()) // asked after alpha's second request
+	useG := fl.Use("gamma", 1, askedB.Add(2*time.Millisecond)) // asked after alpha's second request
 	defer useG()
 	fl.Poke()
 	end1() // alpha-1 is given back: alpha's waiting request came after beta's
@@ -370,7 +367,7 @@ func TestAGivenBackModelKeepsItsPlace(t *testing.T) {
 		t.Fatal("beta's replica refused beta's request")
 	}
 	fl.Poke()
-	waitFor(t, 5*time.Second, "alpha and gamma waiting for beta-1", func() (bool, string) {
+	testkit.WaitFor(t, 5*time.Second, "alpha and gamma waiting for beta-1", func() (bool, string) {
 		al, _ := fl.health("alpha")
 		g, _ := fl.health("gamma")
 		return strings.Contains(al.Placement, "waiting for beta-1") && strings.Contains(g.Placement, "waiting for beta-1"), al.Placement + " | " + g.Placement
@@ -397,14 +394,15 @@ func TestAClientThatGivesUpWaitingCostsNothing(t *testing.T) {
 	useA := fl.Use("alpha", 1, askedA)
 	holdA, _ := fl.Hold(a.ID, askedA)
 	useB := fl.Use("beta", 1, time.Now())
-	waitFor(t, 5*time.Second, "beta waiting for alpha-1", func() (bool, string) {
+	testkit.WaitFor(t, 5*time.Second, "beta waiting for alpha-1", func() (bool, string) {
 		h, _ := fl.health("beta")
 		return strings.Contains(h.Placement, "waiting for alpha-1"), h.Placement
 	})
 	useB() // its client gave up
 	holdA()
 	useA()
-	time.Sleep(500 * time.Millisecond) // five ticks
+	fl.mustSync(t) // a look, and one after it: nothing is to change
+	fl.mustSync(t)
 	if len(fl.Serving("alpha")) != 1 || len(fl.replicasOf("beta")) != 0 || len(fl.Evictions()) != 0 {
 		t.Errorf("after beta's client gave up: alpha serving %d, beta %s, evictions %+v; want alpha kept and nothing started",
 			len(fl.Serving("alpha")), jsonOf(fl.replicasOf("beta")), fl.Evictions())
@@ -414,38 +412,37 @@ func TestAClientThatGivesUpWaitingCostsNothing(t *testing.T) {
 	}
 }
 
-// holdAsked has model's replica r answer a request (asked for at asked,
-// and held) until the returned func ends it.
-func (tf *testFleet) holdAsked(t *testing.T, model string) (r Replica, asked time.Time, end func()) {
+// holdAsked has model's replica r answer a request asked for at asked
+// (held) until the returned func ends it.
+func (tf *testFleet) holdAsked(t *testing.T, model string, asked time.Time) (r Replica, end func()) {
 	t.Helper()
 	r = tf.ask(t, model)
-	asked = time.Now()
 	use := tf.Use(model, 1, asked)
 	hold, ok := tf.Hold(r.ID, asked)
 	if !ok {
 		t.Fatalf("%s's ready replica cannot be held", model)
 	}
-	return r, asked, func() { hold(); use() }
+	return r, func() { hold(); use() }
 }
 
 // waitPlacement waits until model's placement says want.
 func (tf *testFleet) waitPlacement(t *testing.T, model, want string) {
 	t.Helper()
-	waitFor(t, 5*time.Second, model+" "+want, func() (bool, string) {
+	testkit.WaitFor(t, 5*time.Second, model+" "+want, func() (bool, string) {
 		h, _ := tf.health(model)
 		return strings.Contains(h.Placement, want), h.Placement
 	})
 }
 
 // waitBehind waits until model says it waits behind first, or has a
-// replica, and a moment more.
+// replica, then for one look more of the fleet's.
 func (tf *testFleet) waitBehind(t *testing.T, model, first string) {
 	t.Helper()
-	waitFor(t, 5*time.Second, model+" waiting behind "+first+" or started", func() (bool, string) {
+	testkit.WaitFor(t, 5*time.Second, model+" waiting behind "+first+" or started", func() (bool, string) {
 		h, _ := tf.health(model)
 		return strings.Contains(h.Placement, "kept for "+first+", asked for before it") || len(tf.replicasOf(model)) > 0, h.Placement
 	})
-	time.Sleep(300 * time.Millisecond)
+	tf.mustSync(t)
 }
 
 // TestALaterSmallerModelWaitsBehindAnEarlierOne: beta (6 GB) waits for
@@ -461,13 +458,13 @@ func TestALaterSmallerModelWaitsBehindAnEarlierOne(t *testing.T) {
 	for _, m := range []catalog.Model{swapEntry(t, "alpha", 5), swapEntry(t, "beta", 6), swapEntry(t, "gamma", 3)} {
 		MustAdd(t, nc, m)
 	}
-	_, _, endA := fl.holdAsked(t, "alpha")
-	useB := fl.Use("beta", 1, time.Now())
+	_, endA := fl.holdAsked(t, "alpha", time.Now())
+	askedB := time.Now()
+	useB := fl.Use("beta", 1, askedB)
 	defer useB()
 	fl.Poke()
 	fl.waitPlacement(t, "beta", "waiting for alpha-1")
-	time.Sleep(time.Millisecond)
-	useG := fl.Use("gamma", 1, time.Now())
+	useG := fl.Use("gamma", 1, askedB.Add(time.Millisecond))
 	defer useG()
 	fl.Poke()
 	fl.waitBehind(t, "gamma", "beta")
@@ -499,13 +496,13 @@ func TestALaterModelTakesNoIdleRoomTheEarlierOneCountsOn(t *testing.T) {
 		MustAdd(t, nc, m)
 	}
 	fl.ask(t, "alpha") // idle from now on
-	_, _, endD := fl.holdAsked(t, "delta")
-	useB := fl.Use("beta", 1, time.Now())
+	_, endD := fl.holdAsked(t, "delta", time.Now())
+	askedB := time.Now()
+	useB := fl.Use("beta", 1, askedB)
 	defer useB()
 	fl.Poke()
 	fl.waitPlacement(t, "beta", "waiting for delta-1")
-	time.Sleep(time.Millisecond)
-	useG := fl.Use("gamma", 1, time.Now())
+	useG := fl.Use("gamma", 1, askedB.Add(time.Millisecond))
 	defer useG()
 	fl.Poke()
 	fl.waitBehind(t, "gamma", "beta")
@@ -531,13 +528,13 @@ func TestALaterModelTakesRoomTheEarlierOneDoesNotNeed(t *testing.T) {
 	for _, m := range []catalog.Model{swapEntry(t, "alpha", 5), swapEntry(t, "beta", 6), swapEntry(t, "gamma", 3)} {
 		MustAdd(t, nc, m)
 	}
-	_, _, endA := fl.holdAsked(t, "alpha")
-	useB := fl.Use("beta", 1, time.Now())
+	_, endA := fl.holdAsked(t, "alpha", time.Now())
+	askedB := time.Now()
+	useB := fl.Use("beta", 1, askedB)
 	defer useB()
 	fl.Poke()
 	fl.waitPlacement(t, "beta", "waiting for alpha-1")
-	time.Sleep(time.Millisecond)
-	_, _, endG := fl.holdAsked(t, "gamma") // started in what beta does not need
+	_, endG := fl.holdAsked(t, "gamma", askedB.Add(time.Millisecond)) // started in what beta does not need
 	defer endG()
 	endA()
 	fl.waitReady(t, "beta", readyWithin)
@@ -575,7 +572,7 @@ func BenchmarkSwapCycle(b *testing.B) {
 			if time.Now().After(deadline) {
 				b.Fatalf("%s did not swap in within %s", model, readyWithin)
 			}
-			time.Sleep(time.Millisecond)
+			time.Sleep(time.Millisecond) // a fine poll: the wait is what is measured
 		}
 		took := time.Since(began)
 		release()

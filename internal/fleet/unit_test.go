@@ -15,6 +15,7 @@ import (
 	"modelserve/catalog"
 	"modelserve/internal/ggufgen"
 	"modelserve/internal/llamatest"
+	"modelserve/internal/testkit"
 )
 
 // fakeNode is a node with made-up hardware whose engines never answer:
@@ -71,11 +72,11 @@ func TestCardsArePromisedWhole(t *testing.T) {
 	nc := tf.notifying(cat)
 
 	MustAdd(t, nc, gpuEntry(t, "big", "A100", 2, 50))
-	waitFor(t, 5*time.Second, "big placed", func() (bool, string) { return len(tf.replicasOf("big")) == 1, jsonOf(tf.Replicas()) })
+	testkit.WaitFor(t, 5*time.Second, "big placed", func() (bool, string) { return len(tf.replicasOf("big")) == 1, jsonOf(tf.Replicas()) })
 	MustAdd(t, nc, gpuEntry(t, "more", "A100", 1, 0))
 	MustAdd(t, nc, gpuEntry(t, "other", "H100", 1, 0))
 	var more, other ModelHealth
-	waitFor(t, 5*time.Second, "more and other unplaceable", func() (bool, string) {
+	testkit.WaitFor(t, 5*time.Second, "more and other unplaceable", func() (bool, string) {
 		more, _ = tf.health("more")
 		other, _ = tf.health("other")
 		return more.Unplaceable && other.Unplaceable, jsonOf([]ModelHealth{more, other})
@@ -126,7 +127,7 @@ func TestAProfileOnTwoCardsHoldsItsNeedOnEach(t *testing.T) {
 
 	// 30 GB on each of two cards: only the large node's cards hold it.
 	MustAdd(t, nc, gpuEntry(t, "wide", "L4", 2, 30))
-	waitFor(t, 5*time.Second, "wide placed", func() (bool, string) { return len(tf.replicasOf("wide")) == 1, jsonOf(tf.Replicas()) })
+	testkit.WaitFor(t, 5*time.Second, "wide placed", func() (bool, string) { return len(tf.replicasOf("wide")) == 1, jsonOf(tf.Replicas()) })
 	if r := tf.replicasOf("wide")[0]; r.Node != "large" {
 		t.Errorf("wide is on %s, whose cards have 24 GB each: it needs 30 GB on each", r.Node)
 	}
@@ -134,14 +135,14 @@ func TestAProfileOnTwoCardsHoldsItsNeedOnEach(t *testing.T) {
 	// beside wide there, and on the small node.
 	MustAdd(t, nc, entry("ram", MustWriteModel(t, "ram.gguf", ggufgen.Spec{}), 12))
 	MustAdd(t, nc, entry("ram2", MustWriteModel(t, "ram2.gguf", ggufgen.Spec{}), 12))
-	waitFor(t, 5*time.Second, "both CPU models placed", func() (bool, string) {
+	testkit.WaitFor(t, 5*time.Second, "both CPU models placed", func() (bool, string) {
 		return len(tf.replicasOf("ram")) == 1 && len(tf.replicasOf("ram2")) == 1, jsonOf(tf.Replicas())
 	})
 	// A third two-card model of 30 GB a card has no room: the small
 	// node's cards are too small, the large one's are held; said per card.
 	MustAdd(t, nc, gpuEntry(t, "third", "L4", 2, 30))
 	var h ModelHealth
-	waitFor(t, 5*time.Second, "third unplaceable", func() (bool, string) {
+	testkit.WaitFor(t, 5*time.Second, "third unplaceable", func() (bool, string) {
 		h, _ = tf.health("third")
 		return h.Unplaceable, jsonOf(h)
 	})

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"modelserve/catalog"
+	"modelserve/internal/testkit"
 	"modelserve/internal/vllmtest"
 )
 
@@ -105,15 +106,10 @@ func TestTheLocalFleetRunsVLLM(t *testing.T) {
 	long := strings.Repeat("word ", 40)
 	ask(long)
 	ask(long)
-	deadline := time.Now().Add(30 * time.Second)
-	var rep Replica
-	for {
-		rep = tf.replicasOf("llama")[0]
-		if l := rep.Load; l != nil && l.CachedTokens > 0 || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	rep := testkit.WaitForValue(t, 30*time.Second, "the cached tokens in the replica's load", func() (Replica, bool) {
+		rep := tf.replicasOf("llama")[0]
+		return rep, rep.Load != nil && rep.Load.CachedTokens > 0
+	})
 	if got := rep.Load; got == nil || got.Size != (catalog.Size{Pool: 16384, Slots: 4}) || got.KVCacheUsage == nil || got.PromptTokens != 54 || got.CachedTokens != 32 {
 		t.Errorf("the replica's load %+v, want vLLM's read from /metrics with its 4 sequences of 4096 tokens, 86 prompt tokens of which 32 cached", got)
 	}
@@ -131,19 +127,12 @@ func TestWithoutVLLMAModelOnItIsParked(t *testing.T) {
 		GPUs: []Card{{Index: 0, Class: "L4", MemoryBytes: 24 << 30}}})
 	tf := MustRun(t, cat, Options{VLLM: filepath.Join(t.TempDir(), "vllm"), Nodes: []Node{node}})
 	tf.Poke()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	h := testkit.WaitForValue(t, 30*time.Second, "llama parked", func() (ModelHealth, bool) {
 		h, _ := tf.health("llama")
-		if h.Parked {
-			if !strings.Contains(h.Reason, "vLLM is not installed on this node") || !strings.Contains(h.Reason, "--vllm") {
-				t.Errorf("parked for %q, want a sentence saying to install vLLM or set --vllm", h.Reason)
-			}
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("llama was never parked: %+v", h)
-		}
-		time.Sleep(50 * time.Millisecond)
+		return h, h.Parked
+	})
+	if !strings.Contains(h.Reason, "vLLM is not installed on this node") || !strings.Contains(h.Reason, "--vllm") {
+		t.Errorf("parked for %q, want a sentence saying to install vLLM or set --vllm", h.Reason)
 	}
 }
 

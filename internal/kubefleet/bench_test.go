@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
 
+	"modelserve/internal/catalogtest"
 	"modelserve/internal/kubefleet"
 )
 
@@ -61,7 +62,7 @@ func BenchmarkPoolAtScale(b *testing.B) {
 	var at2 float64
 	for _, n := range []int{2, 1000} {
 		f, err := kubefleet.New(kubefleet.Options{
-			Client: fake.NewClientset(clusterOf(n)...), Catalog: &memCatalog{}, Namespace: ns,
+			Client: fake.NewClientset(clusterOf(n)...), Catalog: &catalogtest.Catalog{}, Namespace: ns,
 			EngineImage: "ghcr.io/ggml-org/llama.cpp:server", MirrorURL: "http://modelserve.modelserve.svc:8080/",
 			MirrorDir: b.TempDir(),
 		})

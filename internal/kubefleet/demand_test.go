@@ -8,6 +8,7 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"modelserve/internal/fleet"
+	"modelserve/internal/testkit"
 )
 
 // TestKubernetesGivesABurstBack: a model asked for three replicas in a
@@ -22,9 +23,9 @@ func TestKubernetesGivesABurstBack(t *testing.T) {
 	trio := w.onDemand("trio")
 	trio.Profiles[0].RAMBytes = 1 << 30
 	trio.Scaling.Max, trio.Scaling.IdleAfter = 3, time.Minute
-	cat.add(trio)
+	cat.Put(trio)
 	burst := f.Use("trio", 3, clk.Now())
-	waitFor(t, "three ready replicas of trio", func() ([]fleet.Replica, bool) {
+	testkit.WaitForValue(t, time.Minute, "three ready replicas of trio", func() ([]fleet.Replica, bool) {
 		rs := f.Serving("trio")
 		return rs, len(rs) == 3
 	})
@@ -44,7 +45,7 @@ func TestKubernetesGivesABurstBack(t *testing.T) {
 	}
 	clk.Step(61 * time.Second) // a window without a burst
 	pass()
-	waitFor(t, "trio's Deployment back at one replica", func() (int32, bool) {
+	testkit.WaitForValue(t, time.Minute, "trio's Deployment back at one replica", func() (int32, bool) {
 		n := *deploymentOf(t, admin, "trio").Spec.Replicas
 		return n, n == 1 && health(f, "trio").Want == 1
 	})

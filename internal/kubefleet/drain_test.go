@@ -17,10 +17,12 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"modelserve/catalog"
+	"modelserve/internal/catalogtest"
 	"modelserve/internal/fleet"
 	"modelserve/internal/kubefleet"
 	"modelserve/internal/kubetest"
 	"modelserve/internal/llamatest"
+	"modelserve/internal/testkit"
 )
 
 // answerTokens is how long the streamed answers are: seconds of the tiny
@@ -41,10 +43,10 @@ func TestKubernetesDrainsBeforeDeleting(t *testing.T) {
 		trio := onDemand("trio")
 		trio.Profiles[0].RAMBytes = 1 << 30
 		trio.Scaling.Max = 3
-		cat.add(trio)
+		cat.Put(trio)
 		use := f.Use("trio", 3, time.Now())
 		defer use()
-		pods := waitFor(t, "three ready replicas of trio", func() ([]fleet.Replica, bool) {
+		pods := testkit.WaitForValue(t, time.Minute, "three ready replicas of trio", func() ([]fleet.Replica, bool) {
 			rs := f.Serving("trio")
 			return rs, len(rs) == 3
 		})
@@ -69,8 +71,7 @@ func TestKubernetesDrainsBeforeDeleting(t *testing.T) {
 			t.Helper()
 			m := trio
 			m.Scaling.Max = max
-			cat.remove("trio")
-			cat.add(m)
+			cat.Put(m)
 			if err := f.Sync(context.Background()); err != nil {
 				t.Fatal(err)
 			}
@@ -121,7 +122,7 @@ func TestKubernetesDrainsBeforeDeleting(t *testing.T) {
 		duo := onDemand("duo")
 		duo.Profiles[0].RAMBytes = 1 << 30
 		duo.Scaling.Max = 2
-		cat.add(duo)
+		cat.Put(duo)
 		first := f.Use("duo", 1, time.Now())
 		a := ready("duo")
 		// b is ready seconds after a: the ReplicaSet controller, left to
@@ -129,7 +130,7 @@ func TestKubernetesDrainsBeforeDeleting(t *testing.T) {
 		time.Sleep(3 * time.Second)
 		second := f.Use("duo", 2, time.Now())
 		defer second()
-		b := waitFor(t, "a second ready replica of duo", func() (fleet.Replica, bool) {
+		b := testkit.WaitForValue(t, time.Minute, "a second ready replica of duo", func() (fleet.Replica, bool) {
 			for _, r := range f.Serving("duo") {
 				if r.ID != a.ID {
 					return r, true
@@ -153,17 +154,16 @@ func TestKubernetesDrainsBeforeDeleting(t *testing.T) {
 
 		lower := duo
 		lower.Scaling.Max = 1
-		cat.remove("duo")
-		cat.add(lower)
+		cat.Put(lower)
 		f.Poke()
-		waitFor(t, "a pod of duo to be deleted", func() (string, bool) { return a.ID, w.deleting(a.ID) || w.deleting(b.ID) })
+		testkit.WaitForValue(t, time.Minute, "a pod of duo to be deleted", func() (string, bool) { return a.ID, w.deleting(a.ID) || w.deleting(b.ID) })
 		if w.deleting(b.ID) {
 			t.Fatalf("%s, answering, was deleted by the scale-down, not %s, idle", b.ID, a.ID)
 		}
 		s.stillStreaming(t, "the scale-down")
 		s.complete(t)
 		release()
-		waitFor(t, "duo left with "+b.ID+" alone, at 1 replica", func() ([]fleet.Replica, bool) {
+		testkit.WaitForValue(t, time.Minute, "duo left with "+b.ID+" alone, at 1 replica", func() ([]fleet.Replica, bool) {
 			rs := replicasOf(f, "duo")
 			return rs, len(rs) == 1 && rs[0].ID == b.ID && *deploymentOf(t, admin, "duo").Spec.Replicas == 1
 		})
@@ -188,7 +188,10 @@ func TestKubernetesDrainsBeforeDeleting(t *testing.T) {
 		if rs := f.Serving("alpha"); len(rs) != 0 {
 			t.Errorf("a pod restarting with an answer in flight is still served: %+v", rs)
 		}
-		time.Sleep(2 * time.Second) // passes in which the pod must stay
+		// Passes in which the pod must stay, and time for the ReplicaSet
+		// controller, which runs on Kubernetes' clock, to delete it
+		// were its Deployment lowered under it.
+		time.Sleep(2 * time.Second)
 		s.stillStreaming(t, "the restart")
 		if w.deleting(p.ID) {
 			t.Fatalf("%s was deleted with its answer in flight", p.ID)
@@ -198,20 +201,20 @@ func TestKubernetesDrainsBeforeDeleting(t *testing.T) {
 		}
 		s.complete(t)
 		release()
-		waitFor(t, "a new ready pod of alpha", func() ([]fleet.Replica, bool) {
+		testkit.WaitForValue(t, time.Minute, "a new ready pod of alpha", func() ([]fleet.Replica, bool) {
 			rs := f.Serving("alpha")
 			return rs, len(rs) == 1 && rs[0].ID != p.ID
 		})
 	})
 
 	t.Run("a model given back ends its answer first, and the other waits for it", func(t *testing.T) {
-		before := f.Use("alpha", 1, time.Now()) // asked before beta: alpha keeps its room for it
+		askedBefore := time.Now()
+		before := f.Use("alpha", 1, askedBefore) // asked before beta: alpha keeps its room for it
 		q := ready("alpha")
 		w.runEngine(q)
-		time.Sleep(time.Millisecond)
 		// The answer's request is asked after beta's, and reaches the
 		// fleet, and q, before it (beta's took longer to read).
-		askedB := time.Now()
+		askedB := askedBefore.Add(time.Millisecond)
 		askedAfter := askedB.Add(time.Millisecond)
 		after := f.Use("alpha", 1, askedAfter)
 		defer after()
@@ -222,17 +225,20 @@ func TestKubernetesDrainsBeforeDeleting(t *testing.T) {
 		defer release()
 		useB := f.Use("beta", 1, askedB)
 		defer useB()
-		waitFor(t, "beta to wait for alpha", func() (fleet.ModelHealth, bool) {
+		testkit.WaitForValue(t, time.Minute, "beta to wait for alpha", func() (fleet.ModelHealth, bool) {
 			h := health(f, "beta")
 			return h, strings.Contains(h.Placement, "waiting for "+q.ID)
 		})
 		s := startStream(t, q, f.EngineKey(q.ID))
 		before() // alpha's requests are all behind beta's now
-		waitFor(t, "alpha given back for beta", func() (string, bool) {
+		testkit.WaitForValue(t, time.Minute, "alpha given back for beta", func() (string, bool) {
 			h := health(f, "alpha")
 			return h.LastStop, strings.Contains(h.LastStop, "given back for beta once the answers it has end")
 		})
-		time.Sleep(2 * time.Second) // passes in which the pod must stay
+		// Passes in which the pod must stay, and time for the ReplicaSet
+		// controller, which runs on Kubernetes' clock, to delete it
+		// were its Deployment lowered under it.
+		time.Sleep(2 * time.Second)
 		s.stillStreaming(t, "the give-back")
 		if w.deleting(q.ID) {
 			t.Fatalf("%s, given back, was deleted with its answer in flight", q.ID)
@@ -243,7 +249,7 @@ func TestKubernetesDrainsBeforeDeleting(t *testing.T) {
 		s.complete(t)
 		release()
 		ready("beta")
-		waitFor(t, q.ID+" to be gone", func() (string, bool) { return q.ID, w.deleting(q.ID) })
+		testkit.WaitForValue(t, time.Minute, q.ID+" to be gone", func() (string, bool) { return q.ID, w.deleting(q.ID) })
 	})
 }
 
@@ -262,7 +268,7 @@ func (w *swapWorld) runEngine(r fleet.Replica) {
 		"busybox:1.37":                      {Path: busybox},
 		"ghcr.io/ggml-org/llama.cpp:server": {Entrypoint: engine},
 	})
-	waitFor(w.t, r.ID+"'s engine to answer /health", func() (string, bool) {
+	testkit.WaitForValue(w.t, time.Minute, r.ID+"'s engine to answer /health", func() (string, bool) {
 		resp, err := http.Get(r.Endpoint + "/health")
 		if err != nil {
 			return err.Error(), false
@@ -427,7 +433,7 @@ func TestKubernetesDrainIsBounded(t *testing.T) {
 	// Given back for beta while it holds a request that never ends.
 	useB := f.Use("beta", 1, time.Now())
 	defer useB()
-	waitFor(t, p.ID+" draining", func() ([]fleet.Replica, bool) {
+	testkit.WaitForValue(t, time.Minute, p.ID+" draining", func() ([]fleet.Replica, bool) {
 		rs := replicasOf(f, "alpha")
 		return rs, len(rs) == 1 && rs[0].State == fleet.Draining
 	})
@@ -442,7 +448,7 @@ func TestKubernetesDrainIsBounded(t *testing.T) {
 		t.Errorf("a draining pod is offered to requests: %+v", rs)
 	}
 	clk.Step(time.Second)
-	waitFor(t, p.ID+" deleted past its drain timeout", func() ([]fleet.Replica, bool) {
+	testkit.WaitForValue(t, time.Minute, p.ID+" deleted past its drain timeout", func() ([]fleet.Replica, bool) {
 		return replicasOf(f, "alpha"), w.deleting(p.ID)
 	})
 	w.ready("beta")
@@ -460,8 +466,7 @@ func TestKubernetesAChangedEntryDrains(t *testing.T) {
 	f, cat, admin := w.f, w.cat, w.c.Admin
 	alpha := w.onDemand("alpha")
 	alpha.Scaling.Min = 1
-	cat.remove("alpha")
-	cat.add(alpha)
+	cat.Put(alpha)
 	f.Poke()
 	p := w.ready("alpha")
 	release, ok := f.Hold(p.ID, time.Now())
@@ -471,8 +476,7 @@ func TestKubernetesAChangedEntryDrains(t *testing.T) {
 	before := deploymentOf(t, admin, "alpha").Spec.Template.Annotations["modelserve.io/fingerprint"]
 
 	alpha.Profiles[0].RAMBytes = 3 << 30
-	cat.remove("alpha")
-	cat.add(alpha)
+	cat.Put(alpha)
 	for range 2 { // a pass, and one after it
 		if err := f.Sync(context.Background()); err != nil {
 			t.Fatal(err)
@@ -496,7 +500,7 @@ func TestKubernetesAChangedEntryDrains(t *testing.T) {
 	}
 
 	release()
-	waitFor(t, p.ID+" replaced by a pod of the new entry", func() ([]fleet.Replica, bool) {
+	testkit.WaitForValue(t, time.Minute, p.ID+" replaced by a pod of the new entry", func() ([]fleet.Replica, bool) {
 		rs := f.Serving("alpha")
 		return rs, w.deleting(p.ID) && len(rs) == 1 && rs[0].ID != p.ID
 	})
@@ -521,7 +525,7 @@ func TestKubernetesRemovalDrains(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		time.Sleep(time.Second)
+		time.Sleep(time.Second) // for the ReplicaSet controller, on Kubernetes' clock, to act were the Deployment lowered
 		if !hasDeployment(t, admin, dep) {
 			t.Fatalf("Deployment %s was deleted with %s answering", dep, p.ID)
 		}
@@ -547,11 +551,11 @@ func TestKubernetesRemovalDrains(t *testing.T) {
 		}
 		defer release()
 		dep := deploymentOf(t, admin, "alpha").Name
-		cat.remove("alpha")
+		cat.Remove("alpha")
 		use()
 		drainsOn(t, dep, p, "its model was removed from the catalog")
 		release()
-		waitFor(t, "alpha's Deployment and pod gone", func() (string, bool) {
+		testkit.WaitForValue(t, time.Minute, "alpha's Deployment and pod gone", func() (string, bool) {
 			return dep, !hasDeployment(t, admin, dep) && w.deleting(p.ID)
 		})
 	})
@@ -564,9 +568,9 @@ func TestKubernetesRemovalDrains(t *testing.T) {
 		big.Name, big.RAMBytes = "big", 8<<30
 		small.Name, small.RAMBytes = "small", 1<<30
 		duo.Profiles = []catalog.Profile{big, small}
-		cat.add(duo)
+		cat.Put(duo)
 		f.Poke()
-		p := waitFor(t, "a ready replica of duo on its second profile", func() (fleet.Replica, bool) {
+		p := testkit.WaitForValue(t, time.Minute, "a ready replica of duo on its second profile", func() (fleet.Replica, bool) {
 			rs := f.Serving("duo")
 			return first(rs), len(rs) == 1
 		})
@@ -585,11 +589,10 @@ func TestKubernetesRemovalDrains(t *testing.T) {
 		defer release()
 		one := duo
 		one.Profiles = []catalog.Profile{big}
-		cat.remove("duo")
-		cat.add(one)
+		cat.Put(one)
 		drainsOn(t, dep, p, "its profile was removed from its model's catalog entry")
 		release()
-		waitFor(t, "duo's second Deployment and its pod gone", func() (string, bool) {
+		testkit.WaitForValue(t, time.Minute, "duo's second Deployment and its pod gone", func() (string, bool) {
 			return dep, !hasDeployment(t, admin, dep) && w.deleting(p.ID)
 		})
 		if !hasDeployment(t, admin, strings.TrimSuffix(dep, "-p1")+"-p0") {
@@ -611,11 +614,11 @@ func hasDeployment(t *testing.T, admin kubernetes.Interface, name string) bool {
 
 // removeAndWait removes model from the catalog and waits for its pods to
 // be gone.
-func removeAndWait(t *testing.T, f *kubefleet.Fleet, cat *memCatalog, model string) {
+func removeAndWait(t *testing.T, f *kubefleet.Fleet, cat *catalogtest.Catalog, model string) {
 	t.Helper()
-	cat.remove(model)
+	cat.Remove(model)
 	f.Poke()
-	waitFor(t, model+"'s pods to be gone", func() ([]fleet.Replica, bool) {
+	testkit.WaitForValue(t, time.Minute, model+"'s pods to be gone", func() ([]fleet.Replica, bool) {
 		rs := replicasOf(f, model)
 		return rs, len(rs) == 0
 	})

@@ -7,6 +7,7 @@ import (
 
 	"modelserve/internal/fleet"
 	"modelserve/internal/kubefleet"
+	"modelserve/internal/testkit"
 )
 
 // TestKubernetesKeepsHeadroom: the memory --headroom keeps free on the
@@ -23,7 +24,7 @@ func TestKubernetesKeepsHeadroom(t *testing.T) {
 	f, admin, ready, scaledTo0 := w.f, w.c.Admin, w.ready, w.scaledTo0
 	w.backfillSizes() // gamma is 2 GB
 
-	ns := waitFor(t, "the node", func() ([]fleet.NodeStatus, bool) {
+	ns := testkit.WaitForValue(t, time.Minute, "the node", func() ([]fleet.NodeStatus, bool) {
 		ns := f.Nodes()
 		return ns, len(ns) == 1
 	})
@@ -47,10 +48,10 @@ func TestKubernetesKeepsHeadroom(t *testing.T) {
 
 	huge := w.onDemand("huge")
 	huge.Profiles[0].RAMBytes = 5<<30 + 512<<20
-	w.cat.add(huge)
+	w.cat.Put(huge)
 	useH := f.Use("huge", 1, time.Now())
 	defer useH()
-	h := waitFor(t, "huge to be unplaceable", func() (fleet.ModelHealth, bool) {
+	h := testkit.WaitForValue(t, time.Minute, "huge to be unplaceable", func() (fleet.ModelHealth, bool) {
 		h := health(f, "huge")
 		return h, h.Unplaceable
 	})

@@ -17,14 +17,16 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"modelserve/catalog"
+	"modelserve/internal/catalogtest"
 	"modelserve/internal/fleet"
 	"modelserve/internal/kubefleet"
 	"modelserve/internal/kubetest"
+	"modelserve/internal/testkit"
 )
 
 // runFleet runs a fleet over cat as deploy/rbac.yaml's account until the
 // returned stop is called (or t ends).
-func runFleet(t *testing.T, client kubernetes.Interface, cat *memCatalog, mirrorDir string) (*kubefleet.Fleet, func()) {
+func runFleet(t *testing.T, client kubernetes.Interface, cat *catalogtest.Catalog, mirrorDir string) (*kubefleet.Fleet, func()) {
 	t.Helper()
 	f, err := kubefleet.New(kubefleet.Options{
 		Client: client, Catalog: cat, Namespace: ns, EngineImage: "ghcr.io/ggml-org/llama.cpp:server",
@@ -69,7 +71,7 @@ func TestKubernetesParity(t *testing.T) {
 	admin := c.Admin
 	bg := context.Background()
 	mirrorDir := t.TempDir()
-	cat := &memCatalog{}
+	cat := &catalogtest.Catalog{}
 
 	t.Run("a key per Deployment, owned by it, is the one its pods read", func(t *testing.T) {
 		f, stop := runFleet(t, client, cat, mirrorDir)
@@ -78,9 +80,9 @@ func TestKubernetesParity(t *testing.T) {
 		second := m.Profiles[0]
 		second.Name, second.Priority = "cpu-small", 50
 		m.Profiles = append(m.Profiles, second)
-		cat.add(m)
+		cat.Put(m)
 		f.Poke()
-		r := waitFor(t, "a ready replica of twoprof", func() (fleet.Replica, bool) {
+		r := testkit.WaitForValue(t, time.Minute, "a ready replica of twoprof", func() (fleet.Replica, bool) {
 			rs := f.Serving("twoprof")
 			return first(rs), len(rs) == 1
 		})
@@ -90,7 +92,7 @@ func TestKubernetesParity(t *testing.T) {
 		}
 		keys := map[string]string{}
 		for _, d := range deps {
-			s := waitFor(t, "the key of "+d.Name, func() (*corev1.Secret, bool) {
+			s := testkit.WaitForValue(t, time.Minute, "the key of "+d.Name, func() (*corev1.Secret, bool) {
 				s, err := admin.CoreV1().Secrets(ns).Get(bg, envRef(d.Spec.Template.Spec.Containers[0].Env, "LLAMA_API_KEY").Name, metav1.GetOptions{})
 				return s, err == nil
 			})
@@ -109,9 +111,9 @@ func TestKubernetesParity(t *testing.T) {
 		if got, want := f.EngineKey(r.ID), keys[pod.Labels["modelserve.io/deployment"]]; got != want {
 			t.Errorf("EngineKey(%s) = %q, want its Deployment's key %q", r.ID, got, want)
 		}
-		cat.remove("twoprof")
+		cat.Remove("twoprof")
 		f.Poke()
-		waitFor(t, "twoprof's keys to go with it", func() (int, bool) {
+		testkit.WaitForValue(t, time.Minute, "twoprof's keys to go with it", func() (int, bool) {
 			secs, _ := admin.CoreV1().Secrets(ns).List(bg, metav1.ListOptions{LabelSelector: "modelserve.io/model=" + deps[0].Labels["modelserve.io/model"]})
 			return len(secs.Items), len(secs.Items) == 0
 		})
@@ -119,9 +121,9 @@ func TestKubernetesParity(t *testing.T) {
 
 	t.Run("pods reading their model's one key keep it until they start afresh", func(t *testing.T) {
 		m := model(mirrorDir, "legacy", catalog.Profile{RAMBytes: 1 << 30, CPUCores: 1})
-		cat.add(m)
+		cat.Put(m)
 		f, stop := runFleet(t, client, cat, mirrorDir)
-		waitFor(t, "a ready replica of legacy", func() (int, bool) { n := len(f.Serving("legacy")); return n, n == 1 })
+		testkit.WaitForValue(t, time.Minute, "a ready replica of legacy", func() (int, bool) { n := len(f.Serving("legacy")); return n, n == 1 })
 		stop()
 		// As the release before wrote it: one key for the model, owned by
 		// its ConfigMap, which the Deployment's pods read; none per
@@ -151,7 +153,7 @@ func TestKubernetesParity(t *testing.T) {
 		if err := admin.CoreV1().Secrets(ns).Delete(bg, newName, metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, "legacy's pods to read the model's key", func() (int, bool) {
+		testkit.WaitForValue(t, time.Minute, "legacy's pods to read the model's key", func() (int, bool) {
 			pods := podsOf(t, admin, d.Name)
 			return len(pods), len(pods) == 1 && keyNameOf(pods[0]) == oldName && ready(pods[0])
 		})
@@ -181,9 +183,9 @@ func TestKubernetesParity(t *testing.T) {
 		// Served afresh, its pods read their Deployment's key, and the
 		// model's goes.
 		m.Profiles[0].Slots = 1
-		cat.put(m)
+		cat.Put(m)
 		f.Poke()
-		waitFor(t, "legacy's pods to read their Deployment's key and the model's to be gone", func() (string, bool) {
+		testkit.WaitForValue(t, time.Minute, "legacy's pods to read their Deployment's key and the model's to be gone", func() (string, bool) {
 			pods := podsOf(t, admin, d.Name)
 			_, err := admin.CoreV1().Secrets(ns).Get(bg, oldName, metav1.GetOptions{})
 			if len(pods) != 1 || keyNameOf(pods[0]) != newName || !ready(pods[0]) || !apierrors.IsNotFound(err) {
@@ -199,9 +201,9 @@ func TestKubernetesParity(t *testing.T) {
 		defer stop()
 		// As the plan writes a profile on cards: what each card holds, and
 		// the prompt cache it keeps in RAM; nothing of RAM besides.
-		cat.add(model(mirrorDir, "carded", catalog.Profile{Name: "l4", GPUClass: "L4", GPUsPerNode: 1, CardBytes: 8 << 30, PromptCacheBytes: 512 << 20}))
+		cat.Put(model(mirrorDir, "carded", catalog.Profile{Name: "l4", GPUClass: "L4", GPUsPerNode: 1, CardBytes: 8 << 30, PromptCacheBytes: 512 << 20}))
 		f.Poke()
-		r := waitFor(t, "a ready replica of carded", func() (fleet.Replica, bool) {
+		r := testkit.WaitForValue(t, time.Minute, "a ready replica of carded", func() (fleet.Replica, bool) {
 			rs := f.Serving("carded")
 			return first(rs), len(rs) == 1
 		})
@@ -350,15 +352,4 @@ func secretValue(t *testing.T, admin kubernetes.Interface, name string) string {
 		return ""
 	}
 	return string(s.Data["api-key"])
-}
-
-// put replaces the catalog's entry of m's name with m.
-func (c *memCatalog) put(m catalog.Model) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for i := range c.models {
-		if c.models[i].Name == m.Name {
-			c.models[i] = m
-		}
-	}
 }

@@ -16,37 +16,15 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"modelserve/catalog"
+	"modelserve/internal/catalogtest"
 	"modelserve/internal/fleet"
 	"modelserve/internal/kubefleet"
 	"modelserve/internal/kubetest"
 	"modelserve/internal/operr"
+	"modelserve/internal/testkit"
 )
 
 const ns = "modelserve"
-
-// memCatalog is a catalog the test changes.
-type memCatalog struct {
-	mu     sync.Mutex
-	models []catalog.Model
-}
-
-func (c *memCatalog) List(context.Context) ([]catalog.Model, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return slices.Clone(c.models), nil
-}
-
-func (c *memCatalog) add(m catalog.Model) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.models = append(c.models, m)
-}
-
-func (c *memCatalog) remove(name string) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.models = slices.DeleteFunc(c.models, func(m catalog.Model) bool { return m.Name == name })
-}
 
 // model is a catalog entry whose weights are on the mirror under mirrorDir.
 func model(mirrorDir, name string, p catalog.Profile) catalog.Model {
@@ -77,15 +55,15 @@ func TestKubernetesFleet(t *testing.T) {
 	client := c.Client(t, c.Account(t, "../../deploy/rbac.yaml"))
 	c.Apply(t, "../../deploy/networkpolicy.yaml")
 	mirrorDir := t.TempDir()
-	cat := &memCatalog{}
+	cat := &catalogtest.Catalog{}
 	f, _ := runFleet(t, client, cat, mirrorDir)
 	admin := c.Admin
 
 	t.Run("a served model is a Deployment running the engine's command line", func(t *testing.T) {
 		m := model(mirrorDir, "tiny", catalog.Profile{RAMBytes: 2 << 30, CPUCores: 2})
-		cat.add(m)
+		cat.Put(m)
 		f.Poke()
-		r := waitFor(t, "a ready replica of tiny", func() (fleet.Replica, bool) {
+		r := testkit.WaitForValue(t, time.Minute, "a ready replica of tiny", func() (fleet.Replica, bool) {
 			rs := f.Serving("tiny")
 			return first(rs), len(rs) == 1
 		})
@@ -116,16 +94,16 @@ func TestKubernetesFleet(t *testing.T) {
 	})
 
 	t.Run("a GPU profile is placed on a node with the card", func(t *testing.T) {
-		cat.add(model(mirrorDir, "vision", catalog.Profile{Name: "l4", GPUClass: "L4", GPUsPerNode: 1, CardBytes: 8 << 30, RAMBytes: 2 << 30}))
+		cat.Put(model(mirrorDir, "vision", catalog.Profile{Name: "l4", GPUClass: "L4", GPUsPerNode: 1, CardBytes: 8 << 30, RAMBytes: 2 << 30}))
 		f.Poke()
-		r := waitFor(t, "a ready replica of vision", func() (fleet.Replica, bool) {
+		r := testkit.WaitForValue(t, time.Minute, "a ready replica of vision", func() (fleet.Replica, bool) {
 			rs := f.Serving("vision")
 			return first(rs), len(rs) == 1
 		})
 		if r.Node != "gpu-1" {
 			t.Errorf("vision runs on %s, want gpu-1 (the only node with an L4)", r.Node)
 		}
-		pool := waitFor(t, "the pool to count vision's card", func() ([]fleetNode, bool) {
+		pool := testkit.WaitForValue(t, time.Minute, "the pool to count vision's card", func() ([]fleetNode, bool) {
 			p := poolOf(f)
 			return p, len(p) == 2 && p[1].gpus == 1 && p[1].freeCards == 0
 		})
@@ -148,11 +126,11 @@ func TestKubernetesFleet(t *testing.T) {
 	})
 
 	t.Run("a model with no room is unplaceable in the scheduler's words", func(t *testing.T) {
-		cat.add(model(mirrorDir, "big", catalog.Profile{Name: "l4x2", GPUClass: "L4", GPUsPerNode: 2, CardBytes: 8 << 30, RAMBytes: 3 << 30}))
+		cat.Put(model(mirrorDir, "big", catalog.Profile{Name: "l4x2", GPUClass: "L4", GPUsPerNode: 2, CardBytes: 8 << 30, RAMBytes: 3 << 30}))
 		f.Poke()
 		// Two whole cards, and RAM for what the engine holds in RAM: not
 		// the 16 GB its cards hold.
-		big := waitFor(t, "big's deployment", func() (appsv1.Deployment, bool) {
+		big := testkit.WaitForValue(t, time.Minute, "big's deployment", func() (appsv1.Deployment, bool) {
 			deps, _ := admin.AppsV1().Deployments(ns).List(context.Background(), metav1.ListOptions{LabelSelector: "app.kubernetes.io/managed-by=modelserve"})
 			if deps != nil {
 				for _, d := range deps.Items {
@@ -168,7 +146,7 @@ func TestKubernetesFleet(t *testing.T) {
 			res.Limits.Memory().Value() != 3<<30 {
 			t.Errorf("big's engine asks for %v: want nvidia.com/gpu 2 and 3 GiB of memory", res)
 		}
-		h := waitFor(t, "big to be unplaceable", func() (fleet.ModelHealth, bool) {
+		h := testkit.WaitForValue(t, time.Minute, "big to be unplaceable", func() (fleet.ModelHealth, bool) {
 			h := health(f, "big")
 			return h, h.Unplaceable
 		})
@@ -182,14 +160,14 @@ func TestKubernetesFleet(t *testing.T) {
 	})
 
 	t.Run("an engine failing to start three times parks its model with its words", func(t *testing.T) {
-		cat.add(model(mirrorDir, "broken", catalog.Profile{RAMBytes: 1 << 30, CPUCores: 1}))
+		cat.Put(model(mirrorDir, "broken", catalog.Profile{RAMBytes: 1 << 30, CPUCores: 1}))
 		f.Poke()
-		r := waitFor(t, "a ready replica of broken", func() (fleet.Replica, bool) {
+		r := testkit.WaitForValue(t, time.Minute, "a ready replica of broken", func() (fleet.Replica, bool) {
 			rs := f.Serving("broken")
 			return first(rs), len(rs) == 1
 		})
 		crashLoop(t, admin, r.ID, "llama_model_load: error loading model: tensor 'blk.0.attn_q.weight' has wrong shape")
-		h := waitFor(t, "broken to be parked", func() (fleet.ModelHealth, bool) {
+		h := testkit.WaitForValue(t, time.Minute, "broken to be parked", func() (fleet.ModelHealth, bool) {
 			h := health(f, "broken")
 			return h, h.Parked
 		})
@@ -214,7 +192,7 @@ func TestKubernetesFleet(t *testing.T) {
 		if err := f.Unpark(context.Background(), "broken"); err != nil {
 			t.Fatalf("Unpark: %v", err)
 		}
-		again := waitFor(t, "a new ready replica of broken", func() (fleet.Replica, bool) {
+		again := testkit.WaitForValue(t, time.Minute, "a new ready replica of broken", func() (fleet.Replica, bool) {
 			rs := f.Serving("broken")
 			return first(rs), len(rs) == 1 && rs[0].ID != r.ID
 		})
@@ -241,11 +219,11 @@ func TestKubernetesFleet(t *testing.T) {
 		if err := f.Stop(before.ID); err != nil {
 			t.Fatalf("Stop: %v", err)
 		}
-		waitFor(t, "a new ready replica of tiny", func() (fleet.Replica, bool) {
+		testkit.WaitForValue(t, time.Minute, "a new ready replica of tiny", func() (fleet.Replica, bool) {
 			rs := f.Serving("tiny")
 			return first(rs), len(rs) == 1 && rs[0].ID != before.ID
 		})
-		waitFor(t, "the pod's deletion told to OnStopping", func() (map[string]bool, bool) {
+		testkit.WaitForValue(t, time.Minute, "the pod's deletion told to OnStopping", func() (map[string]bool, bool) {
 			toldMu.Lock()
 			defer toldMu.Unlock()
 			return maps.Clone(told), told[before.Endpoint]
@@ -259,9 +237,9 @@ func TestKubernetesFleet(t *testing.T) {
 	})
 
 	t.Run("a replica stopped with a request in flight drains before its pod is deleted", func(t *testing.T) {
-		cat.add(model(mirrorDir, "steady", catalog.Profile{RAMBytes: 1 << 30, CPUCores: 1}))
+		cat.Put(model(mirrorDir, "steady", catalog.Profile{RAMBytes: 1 << 30, CPUCores: 1}))
 		f.Poke()
-		r := waitFor(t, "a ready replica of steady", func() (fleet.Replica, bool) {
+		r := testkit.WaitForValue(t, time.Minute, "a ready replica of steady", func() (fleet.Replica, bool) {
 			rs := f.Serving("steady")
 			return first(rs), len(rs) == 1
 		})
@@ -278,7 +256,10 @@ func TestKubernetesFleet(t *testing.T) {
 		if _, ok := f.Hold(r.ID, time.Now()); ok {
 			t.Errorf("a draining replica took a new request")
 		}
-		time.Sleep(2 * time.Second) // a pass or two, in which the pod must stay
+		// A pass or two in which the pod must stay, and time for the
+		// ReplicaSet controller, on Kubernetes' clock, to delete it were
+		// its Deployment lowered under it.
+		time.Sleep(2 * time.Second)
 		if p, err := admin.CoreV1().Pods(ns).Get(context.Background(), r.ID, metav1.GetOptions{}); err != nil || p.DeletionTimestamp != nil {
 			t.Fatalf("the pod was deleted with its request in flight: %v", err)
 		}
@@ -286,19 +267,19 @@ func TestKubernetesFleet(t *testing.T) {
 			t.Errorf("replicas while draining: %+v, want steady's one draining, stopped by an operator", got)
 		}
 		release()
-		waitFor(t, "a new ready replica of steady", func() (fleet.Replica, bool) {
+		testkit.WaitForValue(t, time.Minute, "a new ready replica of steady", func() (fleet.Replica, bool) {
 			rs := f.Serving("steady")
 			return first(rs), len(rs) == 1 && rs[0].ID != r.ID
 		})
-		cat.remove("steady")
+		cat.Remove("steady")
 		f.Poke()
 	})
 
 	t.Run("removing a model removes its objects", func(t *testing.T) {
 		sel := "modelserve.io/model=" + deploymentOf(t, admin, "tiny").Labels["modelserve.io/model"]
-		cat.remove("tiny")
+		cat.Remove("tiny")
 		f.Poke()
-		waitFor(t, "tiny's objects to be gone", func() (string, bool) {
+		testkit.WaitForValue(t, time.Minute, "tiny's objects to be gone", func() (string, bool) {
 			bg := context.Background()
 			cms, _ := admin.CoreV1().ConfigMaps(ns).List(bg, metav1.ListOptions{LabelSelector: sel})
 			deps, _ := admin.AppsV1().Deployments(ns).List(bg, metav1.ListOptions{LabelSelector: sel})
@@ -399,20 +380,18 @@ func crashLoop(t *testing.T, admin kubernetes.Interface, pod, message string) {
 	}
 }
 
-// waitFor waits up to a minute for cond, which the fleet answers from its
-// caches: it asks the API nothing.
-func waitFor[T any](t *testing.T, what string, cond func() (T, bool)) T {
+// twoPasses has the fleet pass over every model twice (Sync): what it was
+// to decide by now it has decided, and written to its objects, and the
+// pass after has not undone it. What Kubernetes' own controllers then do
+// of those objects (a ReplicaSet deleting a pod) is theirs, in their time.
+func twoPasses(t *testing.T, f *kubefleet.Fleet) {
 	t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for {
-		v, ok := cond()
-		if ok {
-			return v
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for range 2 {
+		if err := f.Sync(ctx); err != nil {
+			t.Fatalf("the fleet did not pass over its models within a minute: %v", err)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("waited a minute for %s; last saw %+v", what, v)
-		}
-		time.Sleep(100 * time.Millisecond)
 	}
 }
 

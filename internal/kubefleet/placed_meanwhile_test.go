@@ -15,6 +15,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+
+	"modelserve/internal/testkit"
 )
 
 // TestKubernetesAPodPlacedDuringAPassIsPlaced: a pass over a model reads
@@ -68,7 +70,10 @@ func TestKubernetesAPodPlacedDuringAPassIsPlaced(t *testing.T) {
 		for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
 			for _, p := range podsOf(ctx, "beta") {
 				if p.Spec.NodeName != "" {
-					time.Sleep(500 * time.Millisecond) // for the fleet's cache to see it too
+					// For the fleet's cache to see it too: this runs in
+					// the fleet's own call, where the test can neither
+					// ask the fleet nor fail with Fatal.
+					time.Sleep(500 * time.Millisecond)
 					return
 				}
 			}
@@ -92,7 +97,7 @@ func TestKubernetesAPodPlacedDuringAPassIsPlaced(t *testing.T) {
 	if !let.Load() {
 		t.Fatal("no pass over beta saw its pod turned away while alpha's was kept")
 	}
-	waitFor(t, "beta's one wait for memory tallied", func() (string, bool) {
+	testkit.WaitForValue(t, time.Minute, "beta's one wait for memory tallied", func() (string, bool) {
 		m := f.MemoryWaits()
 		return fmt.Sprintf("%+v; beta %+v", m, health(f, "beta")), m.Count == 1 && m.Sum > 0
 	})

@@ -9,9 +9,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"modelserve/catalog"
+	"modelserve/internal/catalogtest"
 	"modelserve/internal/fleet"
 	"modelserve/internal/kubefleet"
 	"modelserve/internal/kubetest"
+	"modelserve/internal/testkit"
 )
 
 // TestClassesArePriorities runs the fleet on a real control plane with
@@ -28,7 +30,7 @@ func TestClassesArePriorities(t *testing.T) {
 	c.Apply(t, "../../deploy/priority.yaml")
 	client := c.Client(t, c.Account(t, "../../deploy/rbac.yaml"))
 	mirrorDir := t.TempDir()
-	cat := &memCatalog{}
+	cat := &catalogtest.Catalog{}
 	f, err := kubefleet.New(kubefleet.Options{
 		Client: client, Catalog: cat, Namespace: ns, EngineImage: "ghcr.io/ggml-org/llama.cpp:server",
 		MirrorURL: "http://modelserve.modelserve.svc:8080/", MirrorDir: mirrorDir, MirrorToken: "ms_nodes",
@@ -51,11 +53,11 @@ func TestClassesArePriorities(t *testing.T) {
 	spare := model(mirrorDir, "spare", onCard)
 	spare.Class = catalog.ClassOpportunistic
 	plain := model(mirrorDir, "plain", catalog.Profile{RAMBytes: 1 << 30, CPUCores: 1})
-	cat.add(spare)
-	cat.add(plain)
+	cat.Put(spare)
+	cat.Put(plain)
 	f.Poke()
 	for _, name := range []string{"spare", "plain"} {
-		waitFor(t, "a ready replica of "+name, func() (fleet.Replica, bool) {
+		testkit.WaitForValue(t, time.Minute, "a ready replica of "+name, func() (fleet.Replica, bool) {
 			rs := f.Serving(name)
 			return first(rs), len(rs) == 1
 		})
@@ -80,9 +82,9 @@ func TestClassesArePriorities(t *testing.T) {
 
 	vital := model(mirrorDir, "vital", onCard)
 	vital.Class = catalog.ClassCritical
-	cat.add(vital)
+	cat.Put(vital)
 	f.Poke()
-	r := waitFor(t, "vital ready on the card spare held", func() (fleet.Replica, bool) {
+	r := testkit.WaitForValue(t, time.Minute, "vital ready on the card spare held", func() (fleet.Replica, bool) {
 		rs := f.Serving("vital")
 		return first(rs), len(rs) == 1
 	})
@@ -92,7 +94,7 @@ func TestClassesArePriorities(t *testing.T) {
 	if p, _ := podOf("vital"); p.Spec.Priority == nil || *p.Spec.Priority != 100000 {
 		t.Errorf("vital's pod has priority %v, want modelserve-critical's 100000", p.Spec.Priority)
 	}
-	h := waitFor(t, "spare to wait for a card", func() (fleet.ModelHealth, bool) {
+	h := testkit.WaitForValue(t, time.Minute, "spare to wait for a card", func() (fleet.ModelHealth, bool) {
 		h := health(f, "spare")
 		return h, h.Unplaceable
 	})

@@ -13,6 +13,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"modelserve/catalog"
+	"modelserve/internal/catalogtest"
 	"modelserve/internal/kubefleet"
 	"modelserve/internal/kubetest"
 )
@@ -69,7 +70,7 @@ func twentyServes(b *testing.B, c *kubetest.Cluster, namespace string, qps float
 		b.Fatal(err)
 	}
 	mirrorDir := b.TempDir()
-	cat := &memCatalog{}
+	cat := &catalogtest.Catalog{}
 	f, err := kubefleet.New(kubefleet.Options{
 		Client: client, Catalog: cat, Namespace: namespace, EngineImage: "ghcr.io/ggml-org/llama.cpp:server",
 		MirrorURL: "http://modelserve.modelserve.svc:8080/", MirrorDir: mirrorDir,
@@ -94,7 +95,7 @@ func twentyServes(b *testing.B, c *kubetest.Cluster, namespace string, qps float
 	var wg sync.WaitGroup
 	for i := range 20 {
 		wg.Go(func() {
-			cat.add(model(mirrorDir, fmt.Sprintf("tiny-%02d", i), catalog.Profile{RAMBytes: 2 << 30, CPUCores: 1}))
+			cat.Put(model(mirrorDir, fmt.Sprintf("tiny-%02d", i), catalog.Profile{RAMBytes: 2 << 30, CPUCores: 1}))
 			sctx, stop := context.WithTimeout(ctx, 5*time.Second)
 			defer stop()
 			_ = f.Sync(sctx)

@@ -18,11 +18,13 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"modelserve/catalog"
+	"modelserve/internal/catalogtest"
 	"modelserve/internal/fleet"
 	"modelserve/internal/ggufgen"
 	"modelserve/internal/kubefleet"
 	"modelserve/internal/kubetest"
 	"modelserve/internal/mirror"
+	"modelserve/internal/testkit"
 	"modelserve/internal/testlog"
 )
 
@@ -35,7 +37,7 @@ type swapWorld struct {
 	t        *testing.T
 	c        *kubetest.Cluster
 	f        *kubefleet.Fleet
-	cat      *memCatalog
+	cat      *catalogtest.Catalog
 	onDemand func(name string) catalog.Model
 }
 
@@ -48,8 +50,7 @@ func (w *swapWorld) backfillSizes() {
 	}{{"beta", 5}, {"gamma", 2}, {"delta", 1}} {
 		m := w.onDemand(s.name)
 		m.Profiles[0].RAMBytes = s.gb << 30
-		w.cat.remove(s.name)
-		w.cat.add(m)
+		w.cat.Put(m)
 	}
 	w.f.Poke()
 }
@@ -79,7 +80,7 @@ func startSwapWorldThrough(t *testing.T, through func(kubernetes.Interface) kube
 	// A context the engine lets an answer run to: seconds of writing.
 	weights := ggufgen.Bytes(ggufgen.Spec{ContextLength: 8192})
 	sum := sha256.Sum256(weights)
-	cat := &memCatalog{}
+	cat := &catalogtest.Catalog{}
 	onDemand := func(name string) catalog.Model {
 		m := model(mirrorDir, name, catalog.Profile{RAMBytes: 4 << 30, CPUCores: 1})
 		m.Scaling = catalog.Scaling{Min: 0, Max: 1, IdleAfter: time.Hour}
@@ -95,7 +96,7 @@ func startSwapWorldThrough(t *testing.T, through func(kubernetes.Interface) kube
 		return m
 	}
 	for _, name := range []string{"alpha", "beta", "gamma"} {
-		cat.add(onDemand(name))
+		cat.Put(onDemand(name))
 	}
 	var logs testlog.Buffer
 	t.Cleanup(func() {
@@ -157,7 +158,7 @@ func (w *swapWorld) ready(name string) fleet.Replica {
 		Replicas []fleet.Replica
 		Health   fleet.ModelHealth
 	}
-	waitFor(w.t, "a ready replica of "+name, func() (seen, bool) {
+	testkit.WaitForValue(w.t, time.Minute, "a ready replica of "+name, func() (seen, bool) {
 		rs := w.f.Serving(name)
 		return seen{replicasOf(w.f, name), health(w.f, name)}, len(rs) == 1
 	})
@@ -167,7 +168,7 @@ func (w *swapWorld) ready(name string) fleet.Replica {
 // scaledTo0 waits for name's Deployment to be at 0 with no pod left.
 func (w *swapWorld) scaledTo0(name string) {
 	w.t.Helper()
-	waitFor(w.t, name+" scaled to 0 with no pod left", func() ([]fleet.Replica, bool) {
+	testkit.WaitForValue(w.t, time.Minute, name+" scaled to 0 with no pod left", func() ([]fleet.Replica, bool) {
 		rs := replicasOf(w.f, name)
 		return rs, *deploymentOf(w.t, w.c.Admin, name).Spec.Replicas == 0 && len(rs) == 0
 	})
@@ -199,7 +200,7 @@ func TestKubernetesSwap(t *testing.T) {
 		defer release()
 		ready("beta")
 		// alpha's pod is gone; a new one waits its turn, before gamma's.
-		waitFor(t, "alpha's pod given back", func() ([]fleet.Replica, bool) {
+		testkit.WaitForValue(t, time.Minute, "alpha's pod given back", func() ([]fleet.Replica, bool) {
 			rs := replicasOf(f, "alpha")
 			return rs, !slices.ContainsFunc(rs, func(r fleet.Replica) bool { return r.ID == alpha.ID })
 		})
@@ -213,7 +214,7 @@ func TestKubernetesSwap(t *testing.T) {
 		// may come after the pod is seen ready.
 		// Beta's health beside the tally: what the fleet last made of its
 		// placement says which pass let the wait go untallied.
-		waitFor(t, "beta's one wait for memory tallied", func() (string, bool) {
+		testkit.WaitForValue(t, time.Minute, "beta's one wait for memory tallied", func() (string, bool) {
 			w := f.MemoryWaits()
 			return fmt.Sprintf("%+v; beta %+v", w, health(f, "beta")), w.Count == 1 && w.Sum > 0
 		})
@@ -224,14 +225,14 @@ func TestKubernetesSwap(t *testing.T) {
 		beta := ready("beta")
 		releaseGamma := f.Use("gamma", 1, time.Now())
 		defer releaseGamma()
-		h := waitFor(t, "gamma to wait for beta", func() (fleet.ModelHealth, bool) {
+		h := testkit.WaitForValue(t, time.Minute, "gamma to wait for beta", func() (fleet.ModelHealth, bool) {
 			h := health(f, "gamma")
 			return h, strings.Contains(h.Placement, "waiting for "+beta.ID+" to finish the requests it answers")
 		})
 		if h.Unplaceable {
 			t.Errorf("gamma waiting for beta's room is unplaceable: %+v", h)
 		}
-		time.Sleep(time.Second) // a pass or two, in which beta must stay
+		twoPasses(t, f) // in which beta must stay
 		if rs := f.Serving("beta"); len(rs) != 1 || rs[0].ID != beta.ID || *deploymentOf(t, admin, "beta").Spec.Replicas != 1 {
 			t.Fatalf("beta, answering, was given back: %+v", rs)
 		}
@@ -247,14 +248,14 @@ func TestKubernetesSwap(t *testing.T) {
 		// A pinned model takes gamma's room (gamma is idle now)...
 		pinned := onDemand("pinned")
 		pinned.Scaling.Min = 1
-		cat.add(pinned)
+		cat.Put(pinned)
 		f.Poke()
 		ready("pinned")
 		scaledTo0("gamma")
 		// ...and is never given back itself.
 		release := f.Use("alpha", 1, time.Now())
 		defer release()
-		h := waitFor(t, "alpha to be unplaceable", func() (fleet.ModelHealth, bool) {
+		h := testkit.WaitForValue(t, time.Minute, "alpha to be unplaceable", func() (fleet.ModelHealth, bool) {
 			h := health(f, "alpha")
 			return h, h.Unplaceable
 		})
@@ -280,29 +281,27 @@ func TestKubernetesSwapOrder(t *testing.T) {
 	f, cat, onDemand, admin, ready, scaledTo0 := w.f, w.cat, w.onDemand, w.c.Admin, w.ready, w.scaledTo0
 
 	t.Run("a model asked for again and again does not starve a waiting one", func(t *testing.T) {
-		use1 := f.Use("alpha", 1, time.Now())
+		asked1 := time.Now()
+		use1 := f.Use("alpha", 1, asked1)
 		alpha := ready("alpha")
-		time.Sleep(time.Millisecond)
-		useB := f.Use("beta", 1, time.Now())
-		waitFor(t, "beta to wait for alpha", func() (fleet.ModelHealth, bool) {
+		useB := f.Use("beta", 1, asked1.Add(time.Millisecond))
+		testkit.WaitForValue(t, time.Minute, "beta to wait for alpha", func() (fleet.ModelHealth, bool) {
 			h := health(f, "beta")
 			return h, strings.Contains(h.Placement, "waiting for "+alpha.ID)
 		})
-		time.Sleep(time.Millisecond)
-		use2 := f.Use("alpha", 1, time.Now()) // asked after beta: behind it
+		use2 := f.Use("alpha", 1, asked1.Add(2*time.Millisecond)) // asked after beta: behind it
 		defer use2()
 		f.Poke()
-		time.Sleep(time.Second) // a pass or two, in which alpha must stay: its first request came before beta's
+		twoPasses(t, f) // in which alpha must stay: its first request came before beta's
 		if rs := f.Serving("alpha"); len(rs) != 1 || *deploymentOf(t, admin, "alpha").Spec.Replicas != 1 {
 			t.Fatalf("alpha, with a request asked before beta's unanswered, was given back: %+v", rs)
 		}
-		time.Sleep(time.Millisecond)
-		useG := f.Use("gamma", 1, time.Now()) // asked after alpha's second request
+		useG := f.Use("gamma", 1, asked1.Add(3*time.Millisecond)) // asked after alpha's second request
 		defer useG()
 		use1()
 		ready("beta")
 		// alpha's pod is gone; a new one waits its turn, before gamma's.
-		waitFor(t, "alpha's pod given back", func() ([]fleet.Replica, bool) {
+		testkit.WaitForValue(t, time.Minute, "alpha's pod given back", func() ([]fleet.Replica, bool) {
 			rs := replicasOf(f, "alpha")
 			return rs, !slices.ContainsFunc(rs, func(r fleet.Replica) bool { return r.ID == alpha.ID })
 		})
@@ -327,18 +326,16 @@ func TestKubernetesSwapOrder(t *testing.T) {
 		if !ok {
 			t.Fatalf("a ready pod refused a request")
 		}
-		time.Sleep(time.Millisecond)
-		askedB := time.Now()
+		askedB := asked1.Add(time.Millisecond)
 		useB := f.Use("beta", 1, askedB)
 		defer useB()
-		waitFor(t, "beta to wait for alpha", func() (fleet.ModelHealth, bool) {
+		testkit.WaitForValue(t, time.Minute, "beta to wait for alpha", func() (fleet.ModelHealth, bool) {
 			h := health(f, "beta")
 			return h, strings.Contains(h.Placement, "waiting for "+alpha.ID)
 		})
-		time.Sleep(time.Millisecond)
 		// Taken, it would have alpha's pod, given back for beta once the
 		// answer asked before beta's ends, drain for this one's too.
-		askedLate := time.Now()
+		askedLate := askedB.Add(time.Millisecond)
 		useLate := f.Use("alpha", 1, askedLate)
 		defer useLate()
 		if release, ok := f.Hold(alpha.ID, askedLate); ok {
@@ -375,8 +372,8 @@ func TestKubernetesSwapOrder(t *testing.T) {
 		opp.Scaling.Min = 1
 		crit := onDemand("crit")
 		crit.Class = catalog.ClassCritical
-		cat.add(opp)
-		cat.add(crit)
+		cat.Put(opp)
+		cat.Put(crit)
 		f.Poke()
 		o := ready("opp")
 		scaledTo0("gamma")
@@ -407,15 +404,16 @@ func TestKubernetesKeepsRoomForTheFirstAsked(t *testing.T) {
 	// betaWaits has alpha answer, and beta asked for after it, waiting.
 	betaWaits := func(t *testing.T) (alpha fleet.Replica, endAlpha, endBeta func()) {
 		t.Helper()
-		endAlpha = f.Use("alpha", 1, time.Now()) // answering from now on
+		// Beta is asked a millisecond after alpha; a pod's start later,
+		// the caller's next request is asked after both.
+		askedA := time.Now()
+		endAlpha = f.Use("alpha", 1, askedA) // answering from now on
 		alpha = ready("alpha")
-		time.Sleep(time.Millisecond)
-		endBeta = f.Use("beta", 1, time.Now())
-		waitFor(t, "beta to wait for alpha", func() (fleet.ModelHealth, bool) {
+		endBeta = f.Use("beta", 1, askedA.Add(time.Millisecond))
+		testkit.WaitForValue(t, time.Minute, "beta to wait for alpha", func() (fleet.ModelHealth, bool) {
 			h := health(f, "beta")
 			return h, strings.Contains(h.Placement, "waiting for "+alpha.ID+" to finish the requests it answers")
 		})
-		time.Sleep(time.Millisecond)
 		return alpha, endAlpha, endBeta
 	}
 
@@ -424,14 +422,14 @@ func TestKubernetesKeepsRoomForTheFirstAsked(t *testing.T) {
 		defer endBeta()
 		endGamma := f.Use("gamma", 1, time.Now())
 		defer endGamma()
-		h := waitFor(t, "gamma to wait behind beta", func() (fleet.ModelHealth, bool) {
+		h := testkit.WaitForValue(t, time.Minute, "gamma to wait behind beta", func() (fleet.ModelHealth, bool) {
 			h := health(f, "gamma")
 			return h, strings.Contains(h.Placement, "; 1 GB of the room is kept for beta, asked for before it")
 		})
 		if want := "waiting for " + alpha.ID + " to finish the requests it answers"; !strings.Contains(h.Placement, want) || h.Unplaceable {
 			t.Errorf("gamma's health %+v; want it waiting, not unplaceable, for %s", h, want)
 		}
-		time.Sleep(2 * time.Second) // passes in which gamma must not start
+		twoPasses(t, f) // in which gamma must not start
 		if rs := replicasOf(f, "gamma"); len(rs) != 0 || *deploymentOf(t, admin, "gamma").Spec.Replicas != 0 {
 			t.Fatalf("gamma, asked after beta, took the 2 GB free that beta needs 1 of once alpha is idle: %+v", rs)
 		}
@@ -445,9 +443,9 @@ func TestKubernetesKeepsRoomForTheFirstAsked(t *testing.T) {
 		endBeta()
 		ready("gamma")
 		endGamma()
-		cat.remove("gamma") // its room is the next case's
+		cat.Remove("gamma") // its room is the next case's
 		f.Poke()
-		waitFor(t, "gamma's pods gone", func() ([]fleet.Replica, bool) {
+		testkit.WaitForValue(t, time.Minute, "gamma's pods gone", func() ([]fleet.Replica, bool) {
 			rs := replicasOf(f, "gamma")
 			return rs, len(rs) == 0
 		})
@@ -482,26 +480,25 @@ func TestKubernetesKeepsRoomGivenBackForTheFirstAsked(t *testing.T) {
 	f, admin, ready := w.f, w.c.Admin, w.ready
 	w.backfillSizes()
 
-	endAlpha := f.Use("alpha", 1, time.Now())
+	askedA := time.Now()
+	endAlpha := f.Use("alpha", 1, askedA)
 	alpha := ready("alpha")
 	// The answer alpha streams: its pod drains until it ends.
-	endAnswer, ok := f.Hold(alpha.ID, time.Now())
+	endAnswer, ok := f.Hold(alpha.ID, askedA)
 	if !ok {
 		t.Fatalf("a ready pod refused a request")
 	}
 	defer endAnswer()
-	time.Sleep(time.Millisecond)
-	endBeta := f.Use("beta", 1, time.Now())
+	endBeta := f.Use("beta", 1, askedA.Add(time.Millisecond))
 	defer endBeta()
-	waitFor(t, "beta to wait for alpha", func() (fleet.ModelHealth, bool) {
+	testkit.WaitForValue(t, time.Minute, "beta to wait for alpha", func() (fleet.ModelHealth, bool) {
 		h := health(f, "beta")
 		return h, strings.Contains(h.Placement, "waiting for "+alpha.ID+" to finish the requests it answers")
 	})
-	time.Sleep(time.Millisecond)
-	endAlpha2 := f.Use("alpha", 1, time.Now()) // asked after beta: behind it
+	endAlpha2 := f.Use("alpha", 1, askedA.Add(2*time.Millisecond)) // asked after beta: behind it
 	defer endAlpha2()
 	endAlpha()
-	waitFor(t, "beta to wait for alpha's pod given back for it", func() (fleet.ModelHealth, bool) {
+	testkit.WaitForValue(t, time.Minute, "beta to wait for alpha's pod given back for it", func() (fleet.ModelHealth, bool) {
 		h := health(f, "beta")
 		return h, strings.Contains(h.Placement, "waiting for "+alpha.ID+" to stop")
 	})
@@ -509,21 +506,19 @@ func TestKubernetesKeepsRoomGivenBackForTheFirstAsked(t *testing.T) {
 		t.Errorf("alpha's last stop %q; want given back for beta once its answers end", h.LastStop)
 	}
 
-	time.Sleep(time.Millisecond)
-	endGamma := f.Use("gamma", 1, time.Now())
+	endGamma := f.Use("gamma", 1, askedA.Add(3*time.Millisecond))
 	defer endGamma()
-	waitFor(t, "gamma to wait behind beta", func() (fleet.ModelHealth, bool) {
+	testkit.WaitForValue(t, time.Minute, "gamma to wait behind beta", func() (fleet.ModelHealth, bool) {
 		h := health(f, "gamma")
 		return h, strings.Contains(h.Placement, "waiting behind beta")
 	})
-	time.Sleep(time.Millisecond)
-	endDelta := f.Use("delta", 1, time.Now())
+	endDelta := f.Use("delta", 1, askedA.Add(4*time.Millisecond))
 	defer endDelta()
-	h := waitFor(t, "delta to wait for room", func() (fleet.ModelHealth, bool) {
+	h := testkit.WaitForValue(t, time.Minute, "delta to wait for room", func() (fleet.ModelHealth, bool) {
 		h := health(f, "delta")
 		return h, strings.Contains(h.Placement, "making room on node small-1")
 	})
-	time.Sleep(2 * time.Second) // passes in which delta must not start
+	twoPasses(t, f) // in which delta must not start
 	if rs := replicasOf(f, "delta"); len(rs) != 0 || *deploymentOf(t, admin, "delta").Spec.Replicas != 0 {
 		t.Fatalf("delta, asked after gamma, took the 1 GB free that gamma counts on while alpha's pod, given back for beta, drains (placement %q): %+v",
 			h.Placement, rs)

@@ -12,9 +12,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"modelserve/catalog"
+	"modelserve/internal/catalogtest"
 	"modelserve/internal/fleet"
 	"modelserve/internal/kubefleet"
 	"modelserve/internal/kubetest"
+	"modelserve/internal/testkit"
 	"modelserve/internal/vllmtest"
 )
 
@@ -47,7 +49,7 @@ func TestAVLLMModelIsADeploymentOfVLLM(t *testing.T) {
 		Labels: map[string]string{"nvidia.com/gpu.product": "NVIDIA-L4"}})
 	client := c.Client(t, c.Account(t, "../../deploy/rbac.yaml"))
 	mirrorDir := t.TempDir()
-	cat := &memCatalog{}
+	cat := &catalogtest.Catalog{}
 	f, err := kubefleet.New(kubefleet.Options{
 		Client: client, Catalog: cat, Namespace: ns, EngineImage: "ghcr.io/ggml-org/llama.cpp:server", VLLMImage: vllmtest.Image,
 		MirrorURL: "http://modelserve.modelserve.svc:8080/", MirrorDir: mirrorDir, MirrorToken: "ms_nodes",
@@ -66,9 +68,9 @@ func TestAVLLMModelIsADeploymentOfVLLM(t *testing.T) {
 		}
 	})
 
-	cat.add(vllmModel(mirrorDir, "llama", 2))
+	cat.Put(vllmModel(mirrorDir, "llama", 2))
 	f.Poke()
-	r := waitFor(t, "a ready replica of llama", func() (fleet.Replica, bool) {
+	r := testkit.WaitForValue(t, time.Minute, "a ready replica of llama", func() (fleet.Replica, bool) {
 		rs := f.Serving("llama")
 		return first(rs), len(rs) == 1
 	})
@@ -129,9 +131,9 @@ func TestAVLLMModelIsADeploymentOfVLLM(t *testing.T) {
 	}
 
 	// Four cards where the node has two: the scheduler's words.
-	cat.add(vllmModel(mirrorDir, "wide", 4))
+	cat.Put(vllmModel(mirrorDir, "wide", 4))
 	f.Poke()
-	h := waitFor(t, "wide to be unplaceable", func() (fleet.ModelHealth, bool) {
+	h := testkit.WaitForValue(t, time.Minute, "wide to be unplaceable", func() (fleet.ModelHealth, bool) {
 		h := health(f, "wide")
 		return h, h.Unplaceable
 	})
@@ -167,7 +169,7 @@ func TestWithoutAVLLMImageAVLLMModelIsParked(t *testing.T) {
 		Labels: map[string]string{"nvidia.com/gpu.product": "NVIDIA-L4"}})
 	client := c.Client(t, c.Account(t, "../../deploy/rbac.yaml"))
 	mirrorDir := t.TempDir()
-	cat := &memCatalog{}
+	cat := &catalogtest.Catalog{}
 	f, err := kubefleet.New(kubefleet.Options{
 		Client: client, Catalog: cat, Namespace: ns, EngineImage: "ghcr.io/ggml-org/llama.cpp:server",
 		MirrorURL: "http://modelserve.modelserve.svc:8080/", MirrorDir: mirrorDir, MirrorToken: "ms_nodes",
@@ -186,17 +188,17 @@ func TestWithoutAVLLMImageAVLLMModelIsParked(t *testing.T) {
 		}
 	})
 
-	cat.add(vllmModel(mirrorDir, "llama", 2))
-	cat.add(model(mirrorDir, "tiny", catalog.Profile{RAMBytes: 1 << 30, CPUCores: 1}))
+	cat.Put(vllmModel(mirrorDir, "llama", 2))
+	cat.Put(model(mirrorDir, "tiny", catalog.Profile{RAMBytes: 1 << 30, CPUCores: 1}))
 	f.Poke()
-	h := waitFor(t, "llama to be parked", func() (fleet.ModelHealth, bool) {
+	h := testkit.WaitForValue(t, time.Minute, "llama to be parked", func() (fleet.ModelHealth, bool) {
 		h := health(f, "llama")
 		return h, h.Parked
 	})
 	if !strings.Contains(h.Reason, "runs on vLLM") || !strings.Contains(h.Reason, "--vllm-image") {
 		t.Errorf("parked for %q, want a sentence saying it runs on vLLM and to pass --vllm-image", h.Reason)
 	}
-	waitFor(t, "a ready replica of tiny", func() ([]fleet.Replica, bool) {
+	testkit.WaitForValue(t, time.Minute, "a ready replica of tiny", func() ([]fleet.Replica, bool) {
 		rs := f.Serving("tiny")
 		return rs, len(rs) == 1
 	})

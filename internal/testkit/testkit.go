@@ -9,6 +9,7 @@ package testkit
 import (
 	"context"
 	"database/sql"
+	"fmt"
 	"path/filepath"
 	"strconv"
 	"testing"
@@ -41,6 +42,22 @@ var clockWithin = 5 * time.Second
 func WaitFor(t testing.TB, within time.Duration, what string, cond func() (ok bool, saw string)) {
 	t.Helper()
 	poll(t, within, pollFirst, pollMost, what, cond)
+}
+
+// WaitForValue is WaitFor for a value the test goes on to use: it polls
+// get until it says ok, and returns the value it gave then. Past within,
+// it fails the test showing the last value (%+v).
+func WaitForValue[T any](t testing.TB, within time.Duration, what string, get func() (v T, ok bool)) T {
+	t.Helper()
+	var v T
+	poll(t, within, pollFirst, pollMost, what, func() (bool, string) {
+		var ok bool
+		if v, ok = get(); ok {
+			return true, ""
+		}
+		return false, fmt.Sprintf("%+v", v)
+	})
+	return v
 }
 
 // poll is WaitFor, looking again first after a while of every, then

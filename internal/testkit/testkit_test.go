@@ -62,6 +62,24 @@ func TestWaitForFailsSayingWhatItLastSaw(t *testing.T) {
 	}
 }
 
+// TestWaitForValueReturnsTheValueThatHeld: the value the test goes on to
+// use is the one that held, not a later one; one that never holds fails
+// the test showing the last value.
+func TestWaitForValueReturnsTheValueThatHeld(t *testing.T) {
+	n := 0
+	got := WaitForValue(t, 5*time.Second, "the third look", func() (int, bool) { n++; return n, n == 3 })
+	if got != 3 || n != 3 {
+		t.Errorf("returned %d after %d looks; want 3 after 3", got, n)
+	}
+	type seen struct{ Ready int }
+	failed := run(func(t testing.TB) {
+		WaitForValue(t, 20*time.Millisecond, "two ready", func() (seen, bool) { return seen{Ready: 1}, false })
+	})
+	if want := "two ready: not within 20ms; last seen: {Ready:1}"; failed != want {
+		t.Errorf("failed with %q; want %q", failed, want)
+	}
+}
+
 // TestStepWaitsUntilTheCodeWaitsAgain: Step returns once the code a step
 // woke has set its next timer, so what it did is done; and fails saying
 // so when the code never waits again.
