@@ -33,9 +33,12 @@ vet:
 	$(GO) vet ./...
 
 # Under make test a test that needs the engine fails when it is missing;
-# a bare go test skips it and says why.
+# a bare go test skips it and says why. The command's package runs whole
+# servers with real engines under the race detector, two packages at a
+# time on two cores: it takes most of go test's default ten minutes, so
+# its bound is twenty.
 unit: deps kube jaeger
-	MODELSERVE_REQUIRE_ENGINE=1 MODELSERVE_REQUIRE_KUBE=1 MODELSERVE_REQUIRE_JAEGER=1 $(GO) test -race -count=1 ./...
+	MODELSERVE_REQUIRE_ENGINE=1 MODELSERVE_REQUIRE_KUBE=1 MODELSERVE_REQUIRE_JAEGER=1 $(GO) test -race -count=1 -timeout 20m ./...
 
 # fuzz runs each fuzz target of what parses untrusted input for a bounded
 # number of inputs, beyond the seeds go test runs as cases. A count, not a
