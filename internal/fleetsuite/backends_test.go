@@ -13,20 +13,27 @@ import (
 	"modelserve/internal/mirror"
 )
 
+// nodeRAM is each node's memory on both fleets, and headroom what each
+// fleet keeps free of it: 7 GiB of it may be promised.
+const (
+	nodeRAM  = 8 << 30
+	headroom = 1 << 30
+)
+
 // startLocal is the local fleet on two nodes of this machine, each
 // pretending to have 2 cores and 8 GiB, running the real llama-server.
 func startLocal(t *testing.T, w weights) Fleet {
 	engine := llamatest.Path(t)
 	var nodes []fleet.Node
 	for _, name := range []string{"node-1", "node-2"} {
-		n, err := fleet.Local(fleet.LocalConfig{Name: name, CPUCores: 2, RAMBytes: 8 << 30, GPUs: []fleet.Card{}})
+		n, err := fleet.Local(fleet.LocalConfig{Name: name, CPUCores: 2, RAMBytes: nodeRAM, GPUs: []fleet.Card{}})
 		if err != nil {
 			t.Fatal(err)
 		}
 		nodes = append(nodes, n)
 	}
 	f, err := fleet.New(fleet.Options{Catalog: w.catalog, Engine: engine, Nodes: nodes, Log: fleetLog(t),
-		Threads: 1, Residency: -1, Interval: time.Second, StopGrace: 5 * time.Second})
+		Threads: 1, Residency: -1, Interval: time.Second, StopGrace: 5 * time.Second, Headroom: fleet.Headroom{RAM: headroom}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,7 +84,7 @@ func startKubernetes(t *testing.T, w weights) Fleet {
 	f, err := kubefleet.New(kubefleet.Options{
 		Client: client, Catalog: w.catalog, Namespace: "modelserve", EngineImage: engineImage, FetchImage: fetchImage,
 		MirrorURL: srv.URL, MirrorDir: w.dir, MirrorToken: mirrorToken,
-		Residency: -1, Resync: 5 * time.Second, Log: fleetLog(t),
+		Residency: -1, Resync: 5 * time.Second, Log: fleetLog(t), Headroom: fleet.Headroom{RAM: headroom},
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -57,16 +57,23 @@ type backend struct {
 	source string
 	size   int64
 	sum    string
+	// keyPerReplica is what the fleet promises of its engines' keys:
+	// one per replica (the local fleet, which starts each engine with
+	// its own), or one per Deployment (the Kubernetes fleet: the pods of
+	// one model's profile share their Deployment's Secret, while each
+	// profile and each model has its own).
+	keyPerReplica bool
 }
 
 // backends are the fleets the suite runs against, each started for a
 // test by its own function.
 var backends = []struct {
-	name  string
-	start func(t *testing.T, w weights) Fleet
+	name          string
+	start         func(t *testing.T, w weights) Fleet
+	keyPerReplica bool
 }{
-	{"local", startLocal},
-	{"kubernetes", startKubernetes},
+	{"local", startLocal, true},
+	{"kubernetes", startKubernetes, false},
 }
 
 // TestFleets runs every case against each fleet. The cases of one fleet
@@ -78,7 +85,7 @@ func TestFleets(t *testing.T) {
 			w := writeWeights(t)
 			cat := &memCatalog{}
 			w.catalog = cat
-			b := &backend{name: be.name, catalog: cat, source: w.source, size: w.size, sum: w.sum}
+			b := &backend{name: be.name, catalog: cat, source: w.source, size: w.size, sum: w.sum, keyPerReplica: be.keyPerReplica}
 			b.fleet = be.start(t, w)
 			if n := len(b.fleet.Nodes()); n < 2 {
 				t.Fatalf("the %s fleet has %d nodes, want the suite's two", be.name, n)
