@@ -31,6 +31,7 @@ var cases = []struct {
 	{"the headroom is never promised", headroomNeverPromised},
 	{"a critical model takes an opportunistic one's room", criticalTakesRoom},
 	{"replicas hold the keys their fleet promises", replicaKeys},
+	{"a parked model stays parked across a restart", parksAcrossRestart},
 }
 
 // concurrentFirstRequests: clients asking at once for a model nothing

@@ -1,7 +1,11 @@
 package fleetsuite_test
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -97,4 +101,67 @@ func replicaKeys(t *testing.T, b *backend) {
 			t.Errorf("%s: %s, want %d", c.what, c.a, c.status)
 		}
 	}
+}
+
+// parksAcrossRestart: a model whose engine keeps failing to start is
+// parked, saying why, and a fleet started anew over the same state (the
+// local fleet's database, the cluster's objects) keeps it parked for the
+// same reason, starting nothing for it though its Scaling.Min asks for
+// one.
+func parksAcrossRestart(t *testing.T, b *backend) {
+	b.serve(t, b.broken(t, "broken"))
+	var parked fleet.ModelHealth
+	waitFor(t, 2*time.Minute, "broken to be parked", func() (bool, string) {
+		parked, _ = b.health("broken")
+		return parked.Parked, fmt.Sprintf("%+v", parked)
+	})
+	if parked.Reason == "" {
+		t.Errorf("broken is parked saying nothing: %+v", parked)
+	}
+	waitFor(t, time.Minute, "broken's engine to be stopped, parked", func() (bool, string) {
+		rs := b.running("broken")
+		return len(rs) == 0, fmt.Sprint(rs)
+	})
+	b.fleet = b.restart(t)
+	b.fleet.Poke()
+	// Over a few of the new fleet's looks (a second apart on one, the
+	// watch and a resync of 5 s on the other) no engine of it is
+	// started, even to fail again, and it says why it is parked.
+	for end := time.Now().Add(6 * time.Second); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
+		if rs := b.running("broken"); len(rs) != 0 {
+			t.Fatalf("the new fleet started %v for the parked model", rs)
+		}
+	}
+	if h, _ := b.health("broken"); !h.Parked || h.Reason != parked.Reason {
+		t.Errorf("after the restart broken's health is %+v; want parked for %q", h, parked.Reason)
+	}
+}
+
+// running are model's replicas that run an engine or are about to: not
+// those the local fleet shows failed, the record of a parked model's
+// last start.
+func (b *backend) running(model string) []fleet.Replica {
+	var out []fleet.Replica
+	for _, r := range b.replicas(model) {
+		if r.State != fleet.Failed {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// broken is a model of one replica whose weights no engine can load:
+// bytes that are no GGUF file, in the mirror beside the tiny model's.
+func (b *backend) broken(t *testing.T, name string) catalog.Model {
+	t.Helper()
+	data := []byte("these bytes are no GGUF file\n")
+	path := filepath.Join(filepath.Dir(b.source), name+".gguf")
+	if err := os.WriteFile(path, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256(data)
+	m := b.model(name, 1, 1)
+	m.Source, m.Weights = path, []string{name + ".gguf"}
+	m.Origin.Files = []catalog.OriginFile{{Path: name + ".gguf", Bytes: int64(len(data)), SHA256: hex.EncodeToString(sum[:])}}
+	return m
 }

@@ -63,13 +63,16 @@ type backend struct {
 	// one model's profile share their Deployment's Secret, while each
 	// profile and each model has its own).
 	keyPerReplica bool
+	// restart stops the fleet and starts another in its place over the
+	// same state, as a restart of modelserve does.
+	restart func(*testing.T) Fleet
 }
 
 // backends are the fleets the suite runs against, each started for a
 // test by its own function.
 var backends = []struct {
 	name          string
-	start         func(t *testing.T, w weights) Fleet
+	start         func(t *testing.T, w weights) (f Fleet, restart func(*testing.T) Fleet)
 	keyPerReplica bool
 }{
 	{"local", startLocal, true},
@@ -86,7 +89,7 @@ func TestFleets(t *testing.T) {
 			cat := &memCatalog{}
 			w.catalog = cat
 			b := &backend{name: be.name, catalog: cat, source: w.source, size: w.size, sum: w.sum, keyPerReplica: be.keyPerReplica}
-			b.fleet = be.start(t, w)
+			b.fleet, b.restart = be.start(t, w)
 			if n := len(b.fleet.Nodes()); n < 2 {
 				t.Fatalf("the %s fleet has %d nodes, want the suite's two", be.name, n)
 			}
@@ -305,15 +308,20 @@ func fleetLog(t *testing.T) *slog.Logger {
 	return slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
 }
 
-// run runs a fleet's Run until t ends.
-func run(t *testing.T, name string, runFleet func(context.Context) error) {
+// run runs a fleet's Run until t ends, or stop is called.
+func run(t *testing.T, name string, runFleet func(context.Context) error) (stop func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- runFleet(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("the %s fleet's Run: %v", name, err)
-		}
-	})
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("the %s fleet's Run: %v", name, err)
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return stop
 }
