@@ -180,6 +180,29 @@ func (ds *Demands) Want(m catalog.Model, now time.Time) int {
 	return max(m.Scaling.Min, min(d.want, m.Scaling.UpTo()))
 }
 
+// Abandoned forgets what was asked of m when every request that asked
+// for more than its Min (want) went away, served or given up by its
+// client, before any replica of it was placed (placed counts those on a
+// node, starting or serving): nobody is stopped, nothing started, on
+// their behalf, as if it had not been asked. It says whether it did; m
+// then wants its Min. Both fleets ask it each time they look at m: the
+// Kubernetes fleet, without it, kept the Deployment of a model whose
+// client had given up scaled up, its pod waiting for the scheduler to
+// take the room of the model it had waited on.
+func (ds *Demands) Abandoned(m catalog.Model, want, placed int) bool {
+	if placed > 0 || want <= m.Scaling.Min {
+		return false
+	}
+	ds.mu.Lock()
+	defer ds.mu.Unlock()
+	d := ds.of[m.Name]
+	if d == nil || d.asks.Len() > 0 {
+		return false
+	}
+	ds.forgetLocked(m.Name)
+	return true
+}
+
 // Forget drops what was asked of model, and the look it had due: asked
 // again, it starts from nothing.
 func (ds *Demands) Forget(model string) {

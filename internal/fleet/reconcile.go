@@ -129,10 +129,7 @@ func (f *Fleet) reconcile(ctx context.Context, reread bool) {
 				active = append(active, r)
 			}
 		}
-		if len(active) == 0 && st.want > m.Scaling.Min && f.abandonedLocked(m.Name) {
-			// Its requests all went away before a replica of it was
-			// placed: nobody is stopped, nothing started, on their behalf.
-			f.demands.Forget(m.Name)
+		if f.demands.Abandoned(m, st.want, len(active)) {
 			f.memWaits.Forget(m.Name)
 			st.want = m.Scaling.Min
 		}

@@ -370,13 +370,6 @@ func (f *Fleet) waitingLocked() bool {
 	return false
 }
 
-// abandonedLocked is whether every request that asked for model has gone
-// (served, or its client gave up).
-func (f *Fleet) abandonedLocked(model string) bool {
-	d, ok := f.demands.Of(model)
-	return ok && d.Asked == 0
-}
-
 // claims are the room the models placed earlier in a reconciling pass,
 // which wait for room, keep from the models after them (Spare), by node
 // name. The pass makes them afresh each time, in the models' order.

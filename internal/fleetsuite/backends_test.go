@@ -1,8 +1,10 @@
 package fleetsuite_test
 
 import (
+	"context"
 	"net/http"
 	"net/http/httptest"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -11,27 +13,57 @@ import (
 	"modelserve/internal/kubetest"
 	"modelserve/internal/llamatest"
 	"modelserve/internal/mirror"
+	"modelserve/internal/store"
+)
+
+// nodeRAM is each node's memory on both fleets, and headroom what each
+// fleet keeps free of it: 7 GiB of it may be promised.
+const (
+	nodeRAM  = 8 << 30
+	headroom = 1 << 30
 )
 
 // startLocal is the local fleet on two nodes of this machine, each
-// pretending to have 2 cores and 8 GiB, running the real llama-server.
-func startLocal(t *testing.T, w weights) Fleet {
+// pretending to have 2 cores and 8 GiB, running the real llama-server,
+// keeping its parks in SQLite; restart stops it and starts another over
+// the same database.
+func startLocal(t *testing.T, w weights) (Fleet, func(*testing.T) Fleet) {
 	engine := llamatest.Path(t)
 	var nodes []fleet.Node
 	for _, name := range []string{"node-1", "node-2"} {
-		n, err := fleet.Local(fleet.LocalConfig{Name: name, CPUCores: 2, RAMBytes: 8 << 30, GPUs: []fleet.Card{}})
+		n, err := fleet.Local(fleet.LocalConfig{Name: name, CPUCores: 2, RAMBytes: nodeRAM, GPUs: []fleet.Card{}})
 		if err != nil {
 			t.Fatal(err)
 		}
 		nodes = append(nodes, n)
 	}
-	f, err := fleet.New(fleet.Options{Catalog: w.catalog, Engine: engine, Nodes: nodes, Log: fleetLog(t),
-		Threads: 1, Residency: -1, Interval: time.Second, StopGrace: 5 * time.Second})
+	db, err := store.Open(context.Background(), filepath.Join(t.TempDir(), "modelserve.db"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	run(t, "local", f.Run)
-	return f
+	t.Cleanup(func() { db.Close() })
+	start := func(ct *testing.T) (Fleet, func()) {
+		f, err := fleet.New(fleet.Options{Catalog: w.catalog, Engine: engine, Nodes: nodes, Log: fleetLog(t), Parks: fleet.NewParks(db),
+			Threads: 1, Residency: -1, Interval: time.Second, StopGrace: 5 * time.Second, Headroom: fleet.Headroom{RAM: headroom}})
+		if err != nil {
+			ct.Fatal(err)
+		}
+		return f, run(t, "local", f.Run)
+	}
+	return restartable(start)(t)
+}
+
+// restartable is a fleet started by start, returned with restart: stop
+// it, and start another in its place over the same state.
+func restartable(start func(*testing.T) (Fleet, func())) func(*testing.T) (Fleet, func(*testing.T) Fleet) {
+	return func(t *testing.T) (Fleet, func(*testing.T) Fleet) {
+		f, stop := start(t)
+		return f, func(ct *testing.T) Fleet {
+			stop()
+			f, stop = start(ct)
+			return f
+		}
+	}
 }
 
 // The images the Kubernetes fleet's pods name, as the Kubelet runs them.
@@ -49,7 +81,7 @@ const (
 // the init container in busybox fetches the weights from the mirror over
 // HTTP with the mirror token, then the real llama-server serves them on
 // the pod's address.
-func startKubernetes(t *testing.T, w weights) Fleet {
+func startKubernetes(t *testing.T, w weights) (Fleet, func(*testing.T) Fleet) {
 	engine := llamatest.Path(t)
 	busybox := kubetest.Busybox(t)
 	c := kubetest.StartRunning(t)
@@ -74,19 +106,22 @@ func startKubernetes(t *testing.T, w weights) Fleet {
 	}))
 	t.Cleanup(srv.Close)
 
-	f, err := kubefleet.New(kubefleet.Options{
-		Client: client, Catalog: w.catalog, Namespace: "modelserve", EngineImage: engineImage, FetchImage: fetchImage,
-		MirrorURL: srv.URL, MirrorDir: w.dir, MirrorToken: mirrorToken,
-		Residency: -1, Resync: 5 * time.Second, Log: fleetLog(t),
-	})
-	if err != nil {
-		t.Fatal(err)
+	start := func(ct *testing.T) (Fleet, func()) {
+		f, err := kubefleet.New(kubefleet.Options{
+			Client: client, Catalog: w.catalog, Namespace: "modelserve", EngineImage: engineImage, FetchImage: fetchImage,
+			MirrorURL: srv.URL, MirrorDir: w.dir, MirrorToken: mirrorToken,
+			Residency: -1, Resync: 5 * time.Second, Log: fleetLog(t), Headroom: fleet.Headroom{RAM: headroom},
+		})
+		if err != nil {
+			ct.Fatal(err)
+		}
+		stop := run(t, "kubernetes", f.Run)
+		select {
+		case <-f.Synced():
+		case <-time.After(time.Minute):
+			ct.Fatal("the Kubernetes fleet did not read the cluster within a minute")
+		}
+		return f, stop
 	}
-	run(t, "kubernetes", f.Run)
-	select {
-	case <-f.Synced():
-	case <-time.After(time.Minute):
-		t.Fatal("the Kubernetes fleet did not read the cluster within a minute")
-	}
-	return f
+	return restartable(start)(t)
 }

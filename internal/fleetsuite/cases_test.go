@@ -22,6 +22,16 @@ var cases = []struct {
 	{"a request through an operator's Stop completes", requestThroughStop},
 	{"a stopping replica is never offered", stoppingNeverServed},
 	{"a replica restarts when its model's serving changes", restartOnServingChange},
+	{"swapping with room for one: each answers in its turn", swapForOne},
+	{"a busy replica is never stopped for another model", busyNeverStopped},
+	{"a client that gives up costs nothing", givesUpCostsNothing},
+	{"the first asked gets room first, and is not starved", arrivalOrder},
+	{"0 failed requests through a scale-down", drainScaleDown},
+	{"0 failed requests through a promotion", drainPromotion},
+	{"the headroom is never promised", headroomNeverPromised},
+	{"a critical model takes an opportunistic one's room", criticalTakesRoom},
+	{"replicas hold the keys their fleet promises", replicaKeys},
+	{"a parked model stays parked across a restart", parksAcrossRestart},
 }
 
 // concurrentFirstRequests: clients asking at once for a model nothing
@@ -141,50 +151,15 @@ const answerTokens = 3500
 // answered: 0 failed.
 func requestThroughStop(t *testing.T, b *backend) {
 	b.serve(t, b.model("drained", 1, 1))
-	r := b.ready(t, "drained", 1)[0]
-	asked := time.Now()
-	release := b.fleet.Use("drained", 1, asked)
-	held, ok := b.fleet.Hold(r.ID, asked)
-	if !ok {
-		release()
-		t.Fatalf("replica %s was not held for a request", r.ID)
-	}
-	long := make(chan answer, 1)
-	go func() {
-		defer release()
-		defer held()
-		long <- b.send(r, b.fleet.EngineKey(r.ID), answerTokens)
-	}()
-	time.Sleep(300 * time.Millisecond) // the answer is being written
-	select {
-	case a := <-long:
-		t.Fatalf("the answer ended before the stop could act on it (%s): it must be longer", a)
-	default:
-	}
-	if err := b.fleet.Stop(r.ID); err != nil {
-		t.Fatalf("Stop(%s): %v", r.ID, err)
+	long := b.streamOn(t, b.ready(t, "drained", 1)[0])
+	if err := b.fleet.Stop(long.replica.ID); err != nil {
+		t.Fatalf("Stop(%s): %v", long.replica.ID, err)
 	}
 	var others []answer
 	for range 3 {
 		others = append(others, b.ask(t, "drained", 4))
 	}
-	var a answer
-	select {
-	case a = <-long:
-	case <-time.After(3 * time.Minute):
-		t.Fatal("the long answer did not end within 3 minutes")
-	}
-	if !a.ok() {
-		t.Errorf("the answer being written through the stop: %s", a)
-	}
-	var completion struct {
-		Usage struct {
-			CompletionTokens int `json:"completion_tokens"`
-		} `json:"usage"`
-	}
-	if err := json.Unmarshal([]byte(a.body), &completion); a.ok() && (err != nil || completion.Usage.CompletionTokens != answerTokens) {
-		t.Errorf("the answer through the stop has %d of %d tokens (%v)", completion.Usage.CompletionTokens, answerTokens, err)
-	}
+	long.whole(t)
 	for i, o := range others {
 		if !o.ok() {
 			t.Errorf("client %d, asking during the stop, was answered %s", i, o)

@@ -57,16 +57,26 @@ type backend struct {
 	source string
 	size   int64
 	sum    string
+	// keyPerReplica is what the fleet promises of its engines' keys:
+	// one per replica (the local fleet, which starts each engine with
+	// its own), or one per Deployment (the Kubernetes fleet: the pods of
+	// one model's profile share their Deployment's Secret, while each
+	// profile and each model has its own).
+	keyPerReplica bool
+	// restart stops the fleet and starts another in its place over the
+	// same state, as a restart of modelserve does.
+	restart func(*testing.T) Fleet
 }
 
 // backends are the fleets the suite runs against, each started for a
 // test by its own function.
 var backends = []struct {
-	name  string
-	start func(t *testing.T, w weights) Fleet
+	name          string
+	start         func(t *testing.T, w weights) (f Fleet, restart func(*testing.T) Fleet)
+	keyPerReplica bool
 }{
-	{"local", startLocal},
-	{"kubernetes", startKubernetes},
+	{"local", startLocal, true},
+	{"kubernetes", startKubernetes, false},
 }
 
 // TestFleets runs every case against each fleet. The cases of one fleet
@@ -78,8 +88,8 @@ func TestFleets(t *testing.T) {
 			w := writeWeights(t)
 			cat := &memCatalog{}
 			w.catalog = cat
-			b := &backend{name: be.name, catalog: cat, source: w.source, size: w.size, sum: w.sum}
-			b.fleet = be.start(t, w)
+			b := &backend{name: be.name, catalog: cat, source: w.source, size: w.size, sum: w.sum, keyPerReplica: be.keyPerReplica}
+			b.fleet, b.restart = be.start(t, w)
 			if n := len(b.fleet.Nodes()); n < 2 {
 				t.Fatalf("the %s fleet has %d nodes, want the suite's two", be.name, n)
 			}
@@ -298,15 +308,20 @@ func fleetLog(t *testing.T) *slog.Logger {
 	return slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
 }
 
-// run runs a fleet's Run until t ends.
-func run(t *testing.T, name string, runFleet func(context.Context) error) {
+// run runs a fleet's Run until t ends, or stop is called.
+func run(t *testing.T, name string, runFleet func(context.Context) error) (stop func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- runFleet(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("the %s fleet's Run: %v", name, err)
-		}
-	})
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("the %s fleet's Run: %v", name, err)
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return stop
 }

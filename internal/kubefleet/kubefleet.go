@@ -588,6 +588,10 @@ func (f *Fleet) reconcile(ctx context.Context, m catalog.Model, models []catalog
 	}
 	obs := observe(f.modelPods(m.Name), f.opts.MaxFailures, pk.failed)
 	h.Ready, h.Failures = obs.ready, obs.failures
+	if f.demands.Abandoned(m, h.Want, obs.scheduled) {
+		f.memWaits.Forget(m.Name)
+		h.Want = m.Scaling.Min
+	}
 	h.HardwareExists = f.hardwareExists(m)
 
 	parkedWhy := ""
