@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"modelserve/internal/fleet"
+	"modelserve/internal/testkit"
 )
 
 // cases are the suite's, each run against every fleet.
@@ -122,7 +123,7 @@ func stoppingNeverServed(t *testing.T, b *backend) {
 		release()
 		t.Errorf("the stopped replica %s is held for a request after its Stop returned", old.ID)
 	}
-	waitFor(t, 3*time.Minute, "a new replica of steady to be served", func() (bool, string) {
+	testkit.WaitFor(t, 3*time.Minute, "a new replica of steady to be served", func() (bool, string) {
 		served := b.fleet.Serving("steady")
 		for _, r := range served {
 			if r.ID == old.ID {
@@ -134,7 +135,7 @@ func stoppingNeverServed(t *testing.T, b *backend) {
 	if a := b.ask(t, "steady", 4); !a.ok() || a.replica == old.ID {
 		t.Errorf("a client after the stop was answered %s, want the new replica's answer", a)
 	}
-	waitFor(t, time.Minute, "the gateway to be told the stopped replica's endpoint", func() (bool, string) {
+	testkit.WaitFor(t, time.Minute, "the gateway to be told the stopped replica's endpoint", func() (bool, string) {
 		mu.Lock()
 		defer mu.Unlock()
 		return slices.Contains(told, old.Endpoint), fmt.Sprint(told)
@@ -177,10 +178,10 @@ func restartOnServingChange(t *testing.T, b *backend) {
 		t.Fatalf("the replica runs %d slots, want the profile's 2", got)
 	}
 	m.Profiles[0].Slots = 1
-	b.catalog.put(m)
+	b.catalog.Put(m)
 	b.fleet.Poke()
 	var now fleet.Replica
-	waitFor(t, 90*time.Second, "a new replica of changing with its new settings", func() (bool, string) {
+	testkit.WaitFor(t, 90*time.Second, "a new replica of changing with its new settings", func() (bool, string) {
 		served := b.fleet.Serving("changing")
 		if len(served) == 1 && served[0].ID != old.ID {
 			now = served[0]

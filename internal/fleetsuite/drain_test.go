@@ -11,6 +11,7 @@ import (
 
 	"modelserve/catalog"
 	"modelserve/internal/fleet"
+	"modelserve/internal/testkit"
 )
 
 // drainScaleDown: a model's Scaling.Max lowered from two replicas to one
@@ -25,12 +26,12 @@ func drainScaleDown(t *testing.T, b *backend) {
 	}
 	asking := b.clients(t, "wide", 2)
 	m.Scaling = catalog.Scaling{Min: 1, Max: 1}
-	b.catalog.put(m)
+	b.catalog.Put(m)
 	b.fleet.Poke()
 	for _, s := range long {
 		s.whole(t)
 	}
-	waitFor(t, 2*time.Minute, "wide to keep one replica", func() (bool, string) {
+	testkit.WaitFor(t, 2*time.Minute, "wide to keep one replica", func() (bool, string) {
 		rs := b.replicas("wide")
 		return len(rs) == 1 && len(b.fleet.Serving("wide")) == 1, fmt.Sprint(rs)
 	})
@@ -50,11 +51,11 @@ func drainPromotion(t *testing.T, b *backend) {
 	better := m.Profiles[0]
 	better.Name, better.Priority, better.Slots = "cpu-one", m.Profiles[0].Priority+100, 1
 	m.Profiles = []catalog.Profile{better, m.Profiles[0]}
-	b.catalog.put(m)
+	b.catalog.Put(m)
 	b.fleet.Poke()
 	long.whole(t)
 	var now fleet.Replica
-	waitFor(t, 2*time.Minute, "a replica of promoted's new profile to take over", func() (bool, string) {
+	testkit.WaitFor(t, 2*time.Minute, "a replica of promoted's new profile to take over", func() (bool, string) {
 		rs := b.replicas("promoted")
 		served := b.fleet.Serving("promoted")
 		if len(rs) == 1 && len(served) == 1 && served[0].ID != old.ID {
@@ -111,14 +112,14 @@ func replicaKeys(t *testing.T, b *backend) {
 func parksAcrossRestart(t *testing.T, b *backend) {
 	b.serve(t, b.broken(t, "broken"))
 	var parked fleet.ModelHealth
-	waitFor(t, 2*time.Minute, "broken to be parked", func() (bool, string) {
+	testkit.WaitFor(t, 2*time.Minute, "broken to be parked", func() (bool, string) {
 		parked, _ = b.health("broken")
 		return parked.Parked, fmt.Sprintf("%+v", parked)
 	})
 	if parked.Reason == "" {
 		t.Errorf("broken is parked saying nothing: %+v", parked)
 	}
-	waitFor(t, time.Minute, "broken's engine to be stopped, parked", func() (bool, string) {
+	testkit.WaitFor(t, time.Minute, "broken's engine to be stopped, parked", func() (bool, string) {
 		rs := b.running("broken")
 		return len(rs) == 0, fmt.Sprint(rs)
 	})

@@ -9,6 +9,7 @@ import (
 
 	"modelserve/catalog"
 	"modelserve/internal/fleet"
+	"modelserve/internal/testkit"
 )
 
 // big is a replica's memory such that a node (nodeRAM, less the
@@ -155,7 +156,7 @@ func (c *clients) noneFailed(t *testing.T, what string) {
 // gone waits for model to have no replica of any state.
 func (b *backend) gone(t *testing.T, model, why string) {
 	t.Helper()
-	waitFor(t, 2*time.Minute, model+"'s replica to go, "+why, func() (bool, string) {
+	testkit.WaitFor(t, 2*time.Minute, model+"'s replica to go, "+why, func() (bool, string) {
 		rs := b.replicas(model)
 		return len(rs) == 0, fmt.Sprint(rs)
 	})

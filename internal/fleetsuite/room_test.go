@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"modelserve/catalog"
+	"modelserve/internal/testkit"
 )
 
 // forOne serves what the room cases share: an always-on model of big
@@ -77,7 +78,7 @@ func givesUpCostsNothing(t *testing.T, b *backend) {
 	}
 	long := b.stream(t, "left")
 	release := b.fleet.Use("right", 1, time.Now())
-	waitFor(t, time.Minute, "right to wait for left's room", func() (bool, string) {
+	testkit.WaitFor(t, time.Minute, "right to wait for left's room", func() (bool, string) {
 		h, _ := b.health("right")
 		return h.Want == 1 && strings.Contains(h.Placement, "waiting for "+long.replica.ID), fmt.Sprintf("%+v", h)
 	})
@@ -143,7 +144,7 @@ func headroomNeverPromised(t *testing.T, b *backend) {
 	want := "no node could ever host it, busy or idle:\n" +
 		"node node-1: needs 7.5 GB, it has 7 GB in all once 1 GB is kept free for the system (--headroom)\n" +
 		"node node-2: needs 7.5 GB, it has 7 GB in all once 1 GB is kept free for the system (--headroom)"
-	waitFor(t, time.Minute, "huge to be unplaceable", func() (bool, string) {
+	testkit.WaitFor(t, time.Minute, "huge to be unplaceable", func() (bool, string) {
 		h, _ := b.health("huge")
 		return h.Unplaceable && h.Placement == want, fmt.Sprintf("%+v", h)
 	})

@@ -19,15 +19,16 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"modelserve/catalog"
+	"modelserve/internal/catalogtest"
 	"modelserve/internal/fleet"
 	"modelserve/internal/ggufgen"
+	"modelserve/internal/testkit"
 	"modelserve/internal/testlog"
 )
 
@@ -51,7 +52,7 @@ type Fleet interface {
 type backend struct {
 	name    string
 	fleet   Fleet
-	catalog *memCatalog
+	catalog *catalogtest.Catalog
 	// source is the model's weights where the fleet's catalog says they
 	// are: under the mirror folder the Kubernetes fleet's pods fetch from.
 	source string
@@ -86,7 +87,7 @@ func TestFleets(t *testing.T) {
 	for _, be := range backends {
 		t.Run(be.name, func(t *testing.T) {
 			w := writeWeights(t)
-			cat := &memCatalog{}
+			cat := &catalogtest.Catalog{}
 			w.catalog = cat
 			b := &backend{name: be.name, catalog: cat, source: w.source, size: w.size, sum: w.sum, keyPerReplica: be.keyPerReplica}
 			b.fleet, b.restart = be.start(t, w)
@@ -106,7 +107,7 @@ type weights struct {
 	dir, source string
 	size        int64
 	sum         string
-	catalog     *memCatalog
+	catalog     *catalogtest.Catalog
 }
 
 func writeWeights(t *testing.T) weights {
@@ -143,12 +144,12 @@ func (b *backend) model(name string, min, max int) catalog.Model {
 // serve adds m to the catalog, and removes it when the case ends.
 func (b *backend) serve(t *testing.T, m catalog.Model) {
 	t.Helper()
-	b.catalog.put(m)
+	b.catalog.Put(m)
 	b.fleet.Poke()
 	t.Cleanup(func() {
-		b.catalog.remove(m.Name)
+		b.catalog.Remove(m.Name)
 		b.fleet.Poke()
-		waitFor(t, 2*time.Minute, m.Name+"'s replicas to be gone", func() (bool, string) {
+		testkit.WaitFor(t, 2*time.Minute, m.Name+"'s replicas to be gone", func() (bool, string) {
 			rs := b.replicas(m.Name)
 			return len(rs) == 0, fmt.Sprint(rs)
 		})
@@ -170,7 +171,7 @@ func (b *backend) replicas(model string) []fleet.Replica {
 func (b *backend) ready(t *testing.T, model string, n int) []fleet.Replica {
 	t.Helper()
 	var rs []fleet.Replica
-	waitFor(t, 3*time.Minute, fmt.Sprintf("%d served replicas of %s", n, model), func() (bool, string) {
+	testkit.WaitFor(t, 3*time.Minute, fmt.Sprintf("%d served replicas of %s", n, model), func() (bool, string) {
 		rs = b.fleet.Serving(model)
 		return len(rs) == n, fmt.Sprint(b.replicas(model))
 	})
@@ -251,49 +252,6 @@ func clip(s string) string {
 		return s[:200] + "…"
 	}
 	return s
-}
-
-// memCatalog is a catalog the suite changes.
-type memCatalog struct {
-	mu     sync.Mutex
-	models []catalog.Model
-}
-
-func (c *memCatalog) List(context.Context) ([]catalog.Model, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return slices.Clone(c.models), nil
-}
-
-// put adds m, or replaces the entry of its name.
-func (c *memCatalog) put(m catalog.Model) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.models = slices.DeleteFunc(c.models, func(o catalog.Model) bool { return o.Name == m.Name })
-	c.models = append(c.models, m)
-}
-
-func (c *memCatalog) remove(name string) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.models = slices.DeleteFunc(c.models, func(m catalog.Model) bool { return m.Name == name })
-}
-
-// waitFor polls cond until it holds, failing t after within with cond's
-// last words.
-func waitFor(t *testing.T, within time.Duration, what string, cond func() (bool, string)) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for {
-		ok, last := cond()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("waited %s for %s; last saw %s", within, what, last)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
 }
 
 // fleetLog is a fleet's log, shown when t fails: kept in a buffer, since
