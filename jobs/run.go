@@ -7,6 +7,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"modelserve/internal/operr"
 	"path/filepath"
+	"time"
 
 	"modelserve/catalog"
 	"modelserve/internal/gguf"
@@ -110,7 +111,10 @@ func (s *Server) run(ctx context.Context, l *live) error {
 	}
 	// 7. The smoke test: does it answer.
 	s.step(l, StepSmoke, Running, "asking "+rep.ID+" to say hello")
-	reply, tps, err := s.smoke(ctx, p.name, p.req.Embeddings)
+	reply, tps, err := s.smoke(ctx, p.name, p.req.Embeddings, func(waited time.Duration) {
+		s.step(l, StepSmoke, Running, fmt.Sprintf("%s is still loading the model (%s so far): asking again each second",
+			rep.ID, waited.Round(time.Second)))
+	})
 	if err != nil {
 		return failedAt(StepSmoke, err)
 	}
