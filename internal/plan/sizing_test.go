@@ -309,8 +309,8 @@ func TestServeSizesEachProfileForItsCards(t *testing.T) {
 		t.Fatalf("profiles %+v, want the first and both fallbacks", profiles)
 	}
 	two, four, ram := profiles[0], profiles[1], profiles[2]
-	if two.Name != "gpu-2xl4" || two.Cards() != 2 || two.CardBytes != sz.NeedBytes || two.RAMBytes != 0 {
-		t.Errorf("the 2-card profile %+v, want %d bytes on each of 2 cards and no RAM", two, sz.NeedBytes)
+	if two.Name != "gpu-2xl4" || two.Cards() != 2 || two.CardBytes != sz.NeedBytes || two.RAMBytes != sz.HostBytes {
+		t.Errorf("the 2-card profile %+v, want %d bytes on each of 2 cards and its host's %d of RAM", two, sz.NeedBytes, sz.HostBytes)
 	}
 	want4 := Size(m, cards("L4", 4), ask, nodes).NeedBytes
 	if four.Name != "gpu-4xl4" || four.Cards() != 4 || four.CardBytes != want4 || four.CardBytes >= two.CardBytes {
@@ -326,5 +326,39 @@ func TestServeSizesEachProfileForItsCards(t *testing.T) {
 	}
 	if profiles[0].Priority <= profiles[1].Priority || profiles[1].Priority <= profiles[2].Priority {
 		t.Errorf("priorities %d, %d, %d: want the first highest", profiles[0].Priority, profiles[1].Priority, profiles[2].Priority)
+	}
+}
+
+// TestCardProfileHoldsHostRAM: a replica on cards holds RAM too (the
+// engine, the token embeddings llama.cpp keeps on the host, its buffers
+// and its prompt cache), and its profile says how much, so that both
+// fleets place and request it: more than the prompt cache alone, less
+// than the weights that went to the cards.
+func TestCardProfileHoldsHostRAM(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "llama-8b.gguf")
+	if err := ggufgen.WriteFile(path, ggufgen.Llama8B()); err != nil {
+		t.Fatal(err)
+	}
+	h, err := gguf.Read(context.Background(), path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A Llama-3.1-8B Q4_K_M file's size, as the Hub lists it.
+	m := Model{Header: h, WeightsBytes: 4_920_000_000}
+	nodes := []Node{cardNode("L4", 2, 24)}
+	c := Choice{Set: hf.FileSet{Name: "m-Q4_K_M"}, Layouts: []Option{cards("L4", 1)}}
+	for _, ask := range []Ask{{CtxPool: 16384}, {CtxPool: 16384, Judge: true}} {
+		sz, profiles, err := c.Serve(m, ask, nodes, Extra{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := profiles[0]
+		if p.RAMBytes <= p.PromptCacheBytes || p.RAMBytes >= m.WeightsBytes || p.RAMBytes != sz.HostBytes {
+			t.Errorf("judge %v: the card profile holds %d bytes of RAM (prompt cache %d); want more than its prompt cache, "+
+				"less than its weights' %d, and the sizing's %d", ask.Judge, p.RAMBytes, p.PromptCacheBytes, m.WeightsBytes, sz.HostBytes)
+		}
+		if !ask.Judge && p.PromptCacheBytes <= 0 {
+			t.Errorf("a chat model's card profile keeps no prompt cache: %+v", p)
+		}
 	}
 }
