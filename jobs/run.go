@@ -269,9 +269,9 @@ func (p *pipeline) choose(ctx context.Context) error {
 // has free.
 func (p *pipeline) roomBeside() (string, bool) {
 	if p.req.MemoryGB > 0 && p.choice.First().CPU {
-		need, most := int64(p.req.MemoryGB)<<30, int64(0)
+		need, most := p.req.memoryBytes(), int64(0)
 		for _, n := range p.s.pool() {
-			most = max(most, int64(n.FreeRAMGB*(1<<30)))
+			most = max(most, n.FreeRAMBytes)
 		}
 		if need > most {
 			return fmt.Sprintf("it reserves %s, and the most a node has free is %s", words.Size(need), words.Size(most)), false
@@ -379,7 +379,7 @@ func (p *pipeline) check(ctx context.Context) error {
 	// The sizing the plan step showed, now from the header on the mirror:
 	// what the engine is started with and the replica is placed by.
 	req := &p.req
-	x := plan.Extra{Env: req.Env, MemoryBytes: int64(req.MemoryGB) << 30, Cores: p.cores}
+	x := plan.Extra{Env: req.Env, MemoryBytes: req.memoryBytes(), Cores: p.cores}
 	sz, profiles, err := p.choice.Serve(plan.Model{Header: h, WeightsBytes: p.choice.Set.Bytes, ProjectorBytes: mmproj}, req.ask(), p.s.pool(), x)
 	if err != nil {
 		return err
@@ -533,8 +533,8 @@ func (p *pipeline) cores(need int64) int {
 	if p.req.CPUCores > 0 {
 		return p.req.CPUCores
 	}
-	if nc, ok := p.s.deps.Fleet.(interface{ NodeCPUs(memGB int) []int }); ok {
-		return catalog.SuggestCores(nc.NodeCPUs(int((need + 1<<30 - 1) >> 30)))
+	if nc, ok := p.s.deps.Fleet.(interface{ NodeCPUs(need int64) []int }); ok {
+		return catalog.SuggestCores(nc.NodeCPUs(need))
 	}
 	return 0
 }

@@ -201,7 +201,7 @@ func TestNodeCPUsAreThoseWithTheMemory(t *testing.T) {
 		t.Fatal(err)
 	}
 	for memGB, want := range map[int][]int{8: {4, 32}, 100: {32}, 1000: nil} {
-		if got := f.NodeCPUs(memGB); !slices.Equal(got, want) {
+		if got := f.NodeCPUs(int64(memGB) << 30); !slices.Equal(got, want) {
 			t.Errorf("NodeCPUs(%d) = %v, want %v", memGB, got, want)
 		}
 	}

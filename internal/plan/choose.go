@@ -281,7 +281,7 @@ func (c Choice) ServeOriginal(raw []byte, image string, size catalog.Size, x Ext
 		cards := max(o.GPUsPerNode, 1)
 		profiles = append(profiles, catalog.Profile{
 			Name: fmt.Sprintf("gpu-%dx%s", cards, strings.ToLower(o.Class)), Engine: EngineVLLM,
-			GPUClass: o.Class, GPUsPerNode: cards, CardBytes: gbBytes(o.NeedGB), Size: size,
+			GPUClass: o.Class, GPUsPerNode: cards, CardBytes: Bytes(o.NeedGB), Size: size,
 			Priority: 100 - 10*len(profiles), Weight: 1, Env: x.Env,
 		})
 	}

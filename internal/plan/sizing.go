@@ -291,7 +291,7 @@ func (z sizer) rooms(nodes []Node) (now, all int64) {
 			if n.CPUCores == 0 {
 				continue
 			}
-			now, all = max(now, gbBytes(n.FreeRAMGB)), max(all, gbBytes(n.RAMGB))
+			now, all = max(now, n.FreeRAMBytes), max(all, n.RAMBytes)
 			continue
 		}
 		g, ok := n.class(z.o.Class)
@@ -303,19 +303,19 @@ func (z sizer) rooms(nodes []Node) (now, all int64) {
 		if total < z.cards {
 			continue
 		}
-		free := slices.Clone(g.FreeGB)
+		free := slices.Clone(g.FreeBytes)
 		slices.Sort(free)
 		slices.Reverse(free)
 		if len(free) >= z.cards {
-			now = max(now, gbBytes(free[z.cards-1]))
+			now = max(now, free[z.cards-1])
 		}
-		all = max(all, gbBytes(g.MemoryGB))
+		all = max(all, g.MemoryBytes)
 	}
 	if !z.o.CPU && len(nodes) == 0 {
 		// No pool to ask (a job without a planner): the class's cards
 		// as the table gives them.
 		if c, ok := LookupClass(z.o.Class); ok {
-			all = gbBytes(c.MemoryGB)
+			all = c.MemoryBytes()
 		}
 	}
 	return now, all
@@ -379,8 +379,6 @@ func (z sizer) onWhat() string {
 	}
 	return "on the card"
 }
-
-func gbBytes(gb float64) int64 { return int64(gb * (1 << 30)) }
 
 // sizingWire is a Sizing as its JSON has always said it: the pool as
 // ctx_pool, with the context of one slot beside it.

@@ -46,16 +46,16 @@ func mustModel(t testing.TB, name string, spec ggufgen.Spec) Model {
 }
 
 func ramNode(ramGB, freeGB float64) Node {
-	return Node{Name: "cpu-1", CPUCores: 16, RAMGB: ramGB, FreeRAMGB: freeGB, CPUBandwidthGBs: 40}
+	return Node{Name: "cpu-1", CPUCores: 16, RAMBytes: Bytes(ramGB), FreeRAMBytes: Bytes(freeGB), CPUBandwidthGBs: 40}
 }
 
 func cardNode(class string, count int, memGB float64) Node {
-	free := make([]float64, count)
+	free := make([]int64, count)
 	for i := range free {
-		free[i] = memGB
+		free[i] = Bytes(memGB)
 	}
-	return Node{Name: "gpu-1", CPUCores: 32, RAMGB: 256, FreeRAMGB: 200,
-		GPUs: []GPU{{Class: class, Count: count, MemoryGB: memGB, FreeGB: free}}}
+	return Node{Name: "gpu-1", CPUCores: 32, RAMBytes: Bytes(256), FreeRAMBytes: Bytes(200),
+		GPUs: []GPU{{Class: class, Count: count, MemoryBytes: Bytes(memGB), FreeBytes: free}}}
 }
 
 var cpu = Option{CPU: true}
@@ -192,7 +192,7 @@ func TestPromptCacheIsCountedAndNeverCostsContext(t *testing.T) {
 	if tight.Size != catalog.SizeForSlots(1, 8192) {
 		t.Errorf("on 6 GB free the longest is %s; want 1 slot of 8192, as without a cache", tight.Size.Words())
 	}
-	if tight.NeedBytes > gbBytes(6) || tight.PromptCacheBytes >= slotKV(tight) {
+	if tight.NeedBytes > Bytes(6) || tight.PromptCacheBytes >= slotKV(tight) {
 		t.Errorf("needs %d with a cache of %d on 6 GB: want the cache only what the room leaves, less than a slot's %d", tight.NeedBytes, tight.PromptCacheBytes, slotKV(tight))
 	}
 
@@ -242,13 +242,13 @@ func FuzzSize(f *testing.F) {
 	f.Add(1<<30, 1, true, 1e9, -5.0, 8, 80.0)
 	f.Add(-1, -7, false, 0.0, 0.0, 0, 0.0)
 	f.Fuzz(func(t *testing.T, pool, ctx int, longest bool, ram, free float64, cardCount int, cardGB float64) {
-		nodes := []Node{{Name: "n", CPUCores: 8, RAMGB: ram, FreeRAMGB: free}}
+		nodes := []Node{{Name: "n", CPUCores: 8, RAMBytes: Bytes(ram), FreeRAMBytes: Bytes(free)}}
 		if cardCount = min(max(cardCount, 0), 8); cardCount > 0 {
-			frees := make([]float64, cardCount)
+			frees := make([]int64, cardCount)
 			for i := range frees {
-				frees[i] = cardGB
+				frees[i] = Bytes(cardGB)
 			}
-			nodes[0].GPUs = []GPU{{Class: "L4", Count: cardCount, MemoryGB: cardGB, FreeGB: frees}}
+			nodes[0].GPUs = []GPU{{Class: "L4", Count: cardCount, MemoryBytes: Bytes(cardGB), FreeBytes: frees}}
 		}
 		for _, o := range []Option{cpu, cards("L4", max(cardCount, 1))} {
 			s := Size(m, o, Ask{CtxPool: pool, ContextLength: ctx, Longest: longest}, nodes)
