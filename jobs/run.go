@@ -403,8 +403,14 @@ func (p *pipeline) check(ctx context.Context) error {
 	if sz.Shrunk {
 		slots += ", cut to fit"
 	}
-	p.s.step(p.l, StepCheck, Done, fmt.Sprintf("%s, needs %s %s (%s); %s",
-		or(h.Architecture, "architecture not read"), words.Size(max(profiles[0].RAMBytes, profiles[0].CardBytes)), where(p.choice.First()), basis, slots))
+	needs := words.Size(profiles[0].RAMBytes) + " " + where(p.choice.First())
+	if profiles[0].Cards() > 0 {
+		// And the RAM beside the cards, which the replica is placed by too.
+		needs = fmt.Sprintf("%s %s and %s of the node's RAM", words.Size(profiles[0].CardBytes), where(p.choice.First()),
+			words.Size(profiles[0].HostBytes()))
+	}
+	p.s.step(p.l, StepCheck, Done, fmt.Sprintf("%s, needs %s (%s); %s",
+		or(h.Architecture, "architecture not read"), needs, basis, slots))
 	return nil
 }
 
