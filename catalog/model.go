@@ -94,15 +94,17 @@ type Profile struct {
 	TP int `json:"tp,omitempty"`
 	PP int `json:"pp,omitempty"`
 	// CardBytes is what a replica holds on each of its cards, and
-	// RAMBytes what it holds of a node's RAM (all of it, on the CPU):
-	// exactly what the check step sized the engine for, so a replica the
-	// job placed in free memory is placed there again. CPUCores is what
-	// it computes on (0: the engine's default).
+	// RAMBytes what it holds of a node's RAM (all of it, on the CPU; on
+	// cards the engine's host share beside them, its prompt cache
+	// included): exactly what the check step sized the engine for, so a
+	// replica the job placed in free memory is placed there again. The
+	// fleets read RAM through HostBytes. CPUCores is what it computes on
+	// (0: the engine's default).
 	CardBytes int64 `json:"card_bytes,omitempty"`
 	RAMBytes  int64 `json:"ram_bytes,omitempty"`
 	CPUCores  int   `json:"cpu_cores,omitempty"`
 	// PromptCacheBytes is the most llama.cpp's prompt cache may hold of a
-	// node's RAM (its --cache-ram), part of RAMBytes on the CPU; 0 keeps
+	// node's RAM (its --cache-ram), part of RAMBytes; 0 keeps
 	// none, as for a judge or a profile written before it was sized.
 	PromptCacheBytes int64 `json:"prompt_cache_bytes,omitempty"`
 	// Env is set in the engine's environment: the named engine settings
@@ -128,7 +130,26 @@ func (p Profile) Cards() int {
 // Bytes is all the memory a replica holds, on its cards and in RAM: what
 // a page says it needs.
 func (p Profile) Bytes() int64 {
-	return p.CardBytes*int64(p.Cards()) + p.RAMBytes
+	return p.CardBytes*int64(p.Cards()) + p.HostBytes()
+}
+
+// cardHostBefore is what a replica on cards is taken to hold of its
+// node's RAM beside its prompt cache when its profile was written before
+// the plan said (RAMBytes 0), as the fleets took it then: the engine,
+// the cards' runtime and its pinned buffers, and the token embeddings
+// llama.cpp keeps in RAM (about 1 GiB for an 8B model at 16384 tokens).
+// vLLM's profiles, which the plan sizes by their cards alone, are taken
+// so too.
+const cardHostBefore = 1 << 30
+
+// HostBytes is what a replica of p holds of a node's RAM, which both
+// fleets place it by and a pod requests: RAMBytes, or for a profile on
+// cards that does not say, cardHostBefore and its prompt cache.
+func (p Profile) HostBytes() int64 {
+	if p.GPUClass == "" || p.RAMBytes > 0 {
+		return p.RAMBytes
+	}
+	return cardHostBefore + p.PromptCacheBytes
 }
 
 // Scaling is how many replicas run: Min always (0 loads it on demand, when

@@ -163,3 +163,22 @@ func TestValidateRefuses(t *testing.T) {
 		})
 	}
 }
+
+// TestHostBytes: what a replica holds of a node's RAM, which both fleets
+// place and request by: a profile's own figure; on cards, one written
+// before the plan said is taken to hold 1 GiB and its prompt cache.
+func TestHostBytes(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		p    catalog.Profile
+		want int64
+	}{
+		{"on the CPU", catalog.Profile{RAMBytes: 6 << 30, PromptCacheBytes: 1 << 30}, 6 << 30},
+		{"on cards, as the plan writes it", catalog.Profile{GPUClass: "L4", CardBytes: 8 << 30, RAMBytes: 900 << 20, PromptCacheBytes: 512 << 20}, 900 << 20},
+		{"on cards, written before", catalog.Profile{GPUClass: "L4", CardBytes: 8 << 30, PromptCacheBytes: 512 << 20}, 1<<30 + 512<<20},
+	} {
+		if got := tc.p.HostBytes(); got != tc.want {
+			t.Errorf("%s: %d bytes of RAM, want %d", tc.name, got, tc.want)
+		}
+	}
+}

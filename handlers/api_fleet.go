@@ -26,8 +26,7 @@ func (s *Server) apiReplicas(w http.ResponseWriter, r *http.Request) {
 // apiNodes is the pool the planner plans for, and beside it the fleet's
 // nodes with what is promised to replicas on each and what is free for
 // another: GET /api/v1/nodes. Every figure of memory is in bytes, as the
-// fleet's are: the planner reckons in GiB (plan.Node), which a script
-// would otherwise have to tell apart from the bytes beside it.
+// planner's and the fleet's are.
 func (s *Server) apiNodes(w http.ResponseWriter, r *http.Request) {
 	nodes := []apiNode{}
 	if s.deps.Pool != nil {
@@ -67,21 +66,16 @@ type apiGPUs struct {
 }
 
 func apiNodeOf(n plan.Node) apiNode {
-	out := apiNode{Name: n.Name, Local: n.Local, CPUCores: n.CPUCores, RAMBytes: plan.Bytes(n.RAMGB),
-		FreeRAMBytes: plan.Bytes(n.FreeRAMGB), CPUBandwidthBytesPerSec: gbBytes(n.CPUBandwidthGBs),
+	out := apiNode{Name: n.Name, Local: n.Local, CPUCores: n.CPUCores, RAMBytes: n.RAMBytes,
+		FreeRAMBytes: n.FreeRAMBytes, CPUBandwidthBytesPerSec: gbBytes(n.CPUBandwidthGBs),
 		GPUs: []apiGPUs{}, Note: n.Note}
 	for _, g := range n.GPUs {
-		free := make([]int64, len(g.FreeGB))
-		for i, f := range g.FreeGB {
-			free[i] = plan.Bytes(f)
-		}
-		out.GPUs = append(out.GPUs, apiGPUs{Class: g.Class, Count: g.Count, MemoryBytes: plan.Bytes(g.MemoryGB),
-			BandwidthBytesPerSec: gbBytes(g.BandwidthGBs), BandwidthEstimated: g.BandwidthEstimated, FreeBytes: free})
+		out.GPUs = append(out.GPUs, apiGPUs{Class: g.Class, Count: g.Count, MemoryBytes: g.MemoryBytes,
+			BandwidthBytesPerSec: gbBytes(g.BandwidthGBs), BandwidthEstimated: g.BandwidthEstimated, FreeBytes: append([]int64{}, g.FreeBytes...)})
 	}
 	return out
 }
 
 // gbBytes turns the planner's bandwidths (GB/s, decimal, as datasheets
-// give them) into bytes per second; its memory figures are GiB
-// (plan.Bytes).
+// give them) into bytes per second.
 func gbBytes(gb float64) int64 { return int64(math.Round(gb * 1e9)) }

@@ -169,17 +169,17 @@ func nodeViews(pool []plan.Node, fleetNodes []fleet.NodeStatus, reps []fleet.Rep
 func nodeView(n plan.Node) views.Node {
 	vm := views.Node{
 		Name: n.Name, Local: n.Local, CPU: fmt.Sprintf("%d %s, %.0f GB/s to memory", n.CPUCores, words.Plural(n.CPUCores, "core", "cores"), n.CPUBandwidthGBs),
-		RAM: words.GB(n.RAMGB), FreeRAM: words.GB(n.FreeRAMGB), Note: n.Note,
-		Memory: usageBar("RAM", n.RAMGB, n.FreeRAMGB),
+		RAM: words.Size(n.RAMBytes), FreeRAM: words.Size(n.FreeRAMBytes), Note: n.Note,
+		Memory: usageBar("RAM", n.RAMBytes, n.FreeRAMBytes),
 	}
 	for _, g := range n.GPUs {
 		bw := fmt.Sprintf("%.0f GB/s", g.BandwidthGBs)
 		if g.BandwidthEstimated {
 			bw += " (estimated)"
 		}
-		ng := views.NodeGPU{Class: g.Class, Count: fmt.Sprint(g.Count), Memory: words.GB(g.MemoryGB), Bandwidth: bw}
-		for i, free := range g.FreeGB {
-			ng.Bars = append(ng.Bars, usageBar(fmt.Sprintf("%s #%d", g.Class, i), g.MemoryGB, free))
+		ng := views.NodeGPU{Class: g.Class, Count: fmt.Sprint(g.Count), Memory: words.Size(g.MemoryBytes), Bandwidth: bw}
+		for i, free := range g.FreeBytes {
+			ng.Bars = append(ng.Bars, usageBar(fmt.Sprintf("%s #%d", g.Class, i), g.MemoryBytes, free))
 		}
 		vm.GPUs = append(vm.GPUs, ng)
 	}
@@ -312,20 +312,20 @@ func modelStatus(h fleet.ModelHealth) (views.State, string) {
 	return views.StateOf("starting"), replicas
 }
 
-// usageBar is memory in use against free.
-func usageBar(label string, totalGB, freeGB float64) views.Bar {
-	if totalGB <= 0 {
+// usageBar is memory in use against free, in bytes.
+func usageBar(label string, total, free int64) views.Bar {
+	if total <= 0 {
 		return views.Bar{Label: label, Text: "not known"}
 	}
-	freeGB = min(max(freeGB, 0), totalGB)
-	used := totalGB - freeGB
+	free = min(max(free, 0), total)
+	used := total - free
 	return views.Bar{
 		Label: label, Capacity: 100,
 		Parts: []views.BarPart{
-			{Name: "in use", Key: "used", Share: used * 100 / totalGB, Text: words.GB(used)},
-			{Name: "free", Key: "free", Share: freeGB * 100 / totalGB, Text: words.GB(freeGB)},
+			{Name: "in use", Key: "used", Share: float64(used) * 100 / float64(total), Text: words.Size(used)},
+			{Name: "free", Key: "free", Share: float64(free) * 100 / float64(total), Text: words.Size(free)},
 		},
-		Text: fmt.Sprintf("%s in use, %s free of %s", words.GB(used), words.GB(freeGB), words.GB(totalGB)),
+		Text: fmt.Sprintf("%s in use, %s free of %s", words.Size(used), words.Size(free), words.Size(total)),
 	}
 }
 

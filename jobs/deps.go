@@ -125,6 +125,11 @@ type Deps struct {
 	// weights from the mirror and the engine loading them. 30 minutes
 	// unless set.
 	ReadyTimeout time.Duration
+	// SmokeTimeout bounds the smoke test: one short reply, but a big
+	// model on a CPU reads its prompt for minutes before the first token,
+	// and an engine may still be loading it: five minutes unless set, as
+	// the seed learned, before it is called not answering.
+	SmokeTimeout time.Duration
 	// UnplacedGrace is how long a model may go unplaced before the job
 	// stops waiting for it; a minute unless set.
 	UnplacedGrace time.Duration

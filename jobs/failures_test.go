@@ -241,7 +241,7 @@ func TestArchitectureNewerThanTheEngine(t *testing.T) {
 // could ever hold is refused at the plan step, with the sentence the serve
 // page shows, and the registry has served its header and nothing more.
 func TestFitsNowhereIsRefusedBeforeTheDownload(t *testing.T) {
-	tiny := []plan.Node{{Name: "small", CPUCores: 2, RAMGB: 0.1, FreeRAMGB: 0.05}}
+	tiny := []plan.Node{{Name: "small", CPUCores: 2, RAMBytes: plan.Bytes(0.1), FreeRAMBytes: plan.Bytes(0.05)}}
 	pool := func() []plan.Node { return tiny }
 	e := newEnv(t, func(e *testEnv) {
 		e.deps.Pool = pool

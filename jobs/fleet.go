@@ -92,25 +92,21 @@ func (s *Server) health(name string) (fleet.ModelHealth, bool) {
 	return fleet.ModelHealth{}, false
 }
 
-// smokeTimeout bounds the smoke test: one short reply, but a big model on
-// a CPU reads its prompt for minutes before the first token: five minutes,
-// as the seed learned, before it is called not answering.
-const smokeTimeout = 5 * time.Minute
-
 // smoke asks the model for one short reply through the gateway, as a client
-// would, and says what came back and how fast.
-func (s *Server) smoke(ctx context.Context, name string, embeddings bool) (string, float64, error) {
-	ctx, cancel := context.WithTimeout(ctx, smokeTimeout)
+// would, and says what came back and how fast; loading is told how long
+// the engine has said it is still loading the model, while it does.
+func (s *Server) smoke(ctx context.Context, name string, embeddings bool, loading func(time.Duration)) (string, float64, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.deps.SmokeTimeout)
 	defer cancel()
 	if embeddings {
-		return s.smokeEmbeddings(ctx, name)
+		return s.smokeEmbeddings(ctx, name, loading)
 	}
 	// At temperature 0 with a seed: the same model says the same thing
 	// on every run, so a second serve is no surprise and an empty answer
 	// is the model's, not chance's.
 	body := chat.Deterministic(name, 32, 42, chat.User("Say hello in one short sentence.")).Body()
 	start := time.Now()
-	b, err := s.ask(ctx, chat.CompletionsPath, body)
+	b, err := s.ask(ctx, chat.CompletionsPath, body, loading)
 	if err != nil {
 		return "", 0, err
 	}
@@ -148,19 +144,32 @@ func answered(reply string, tps float64, embeddings, withAnswer bool) string {
 // within it.
 const smokeReach = 30 * time.Second
 
-// ask is the gateway's Ask, asked again each second within smokeReach of
-// the first while no replica answers at all. An answer, even a refusal,
-// is the smoke test's result.
-func (s *Server) ask(ctx context.Context, route string, body []byte) ([]byte, error) {
+// ask is the gateway's Ask, asked again each second while no replica
+// answers at all, within smokeReach of the first, and while the engine
+// says it is still loading the model, until ctx ends (the smoke test's
+// limit), telling loading how long it has said so. A replica is offered
+// once the fleet finds it ready, but a pod's readiness and the engine's
+// own can part for a moment, and a big model can take a while more. Any
+// other answer, even a refusal, is the smoke test's result.
+func (s *Server) ask(ctx context.Context, route string, body []byte, loading func(time.Duration)) ([]byte, error) {
 	first := time.Now()
+	var loadingSince time.Time
 	for {
 		b, err := s.deps.Gateway.Ask(ctx, route, body)
-		if !errors.Is(err, chat.ErrNoAnswer) || time.Since(first) >= smokeReach {
+		switch {
+		case errors.Is(err, chat.ErrLoading):
+			if loadingSince.IsZero() {
+				loadingSince = time.Now()
+			}
+			loading(time.Since(loadingSince))
+		case ctx.Err() != nil && !loadingSince.IsZero():
+			return nil, sentencef("the engine was still loading the model after %s, the smoke test's limit: "+
+				"the replica's log says how far it came", s.deps.SmokeTimeout)
+		case !errors.Is(err, chat.ErrNoAnswer) || time.Since(first) >= smokeReach:
 			return b, err
 		}
 		select {
 		case <-ctx.Done():
-			return nil, err
 		case <-time.After(time.Second):
 		}
 	}
@@ -168,8 +177,8 @@ func (s *Server) ask(ctx context.Context, route string, body []byte) ([]byte, er
 
 // smokeEmbeddings asks an embedding model for one vector and says its
 // length: an embedding model does not chat.
-func (s *Server) smokeEmbeddings(ctx context.Context, name string) (string, float64, error) {
-	b, err := s.ask(ctx, chat.EmbeddingsPath, chat.Embed(name, "hello").Body())
+func (s *Server) smokeEmbeddings(ctx context.Context, name string, loading func(time.Duration)) (string, float64, error) {
+	b, err := s.ask(ctx, chat.EmbeddingsPath, chat.Embed(name, "hello").Body(), loading)
 	if err != nil {
 		return "", 0, err
 	}

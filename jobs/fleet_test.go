@@ -7,6 +7,7 @@ import (
 	"modelserve/internal/fleet"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -50,17 +51,31 @@ func (f *fakeFleet) ModelHealth() []fleet.ModelHealth {
 
 func (f *fakeFleet) EngineKey(id string) string { return "key-" + id }
 
-// engine answers as llama-server does, to clients with the key only.
-func engine(t *testing.T, status int) *httptest.Server {
+// engine answers as llama-server does, to clients with the key only:
+// with status, or, for its first loads requests (all of them when loads is
+// negative), 503 "Loading model" as it does while it loads the model.
+func engine(t *testing.T, status, loads int) *httptest.Server {
+	var mu sync.Mutex
+	asked := 0
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Header.Get("Authorization") != "Bearer key-r1" {
 			w.WriteHeader(http.StatusUnauthorized)
 			w.Write([]byte(`{"error":{"code":401,"message":"Invalid API Key","type":"authentication_error"}}`))
 			return
 		}
+		mu.Lock()
+		asked++
+		loading := loads < 0 || asked <= loads
+		mu.Unlock()
+		if loading {
+			w.Header().Set("Content-Type", "application/json; charset=utf-8")
+			w.WriteHeader(http.StatusServiceUnavailable)
+			w.Write([]byte(`{"error":{"code":503,"message":"Loading model","type":"unavailable_error"}}`))
+			return
+		}
 		if status != http.StatusOK {
 			w.WriteHeader(status)
-			w.Write([]byte(`{"error":{"code":503,"message":"Loading model","type":"unavailable_error"}}`))
+			w.Write([]byte(`{"error":{"code":500,"message":"failed to decode the prompt","type":"server_error"}}`))
 			return
 		}
 		var req struct {
@@ -123,8 +138,8 @@ func TestPlacementAndSmoke(t *testing.T) {
 			Placement: "node-a: 2 GB free of the 8 GB it needs"}},
 			state: Done, step: StepPlacement, stepState: Skipped,
 			want: "the hardware it fits is in use: it is in the catalog and starts when there is room"},
-		{name: "engine refuses", fleet: &fakeFleet{readyAt: 1, health: fleet.ModelHealth{Model: "tiny"}}, status: 503,
-			state: Failed, step: StepSmoke, stepState: Failed, want: "the gateway answered 503 Service Unavailable: Loading model"},
+		{name: "engine refuses", fleet: &fakeFleet{readyAt: 1, health: fleet.ModelHealth{Model: "tiny"}}, status: 500,
+			state: Failed, step: StepSmoke, stepState: Failed, want: "the gateway answered 500 Internal Server Error: failed to decode the prompt"},
 		{name: "fleet panics", fleet: &fakeFleet{panics: true},
 			state: Failed, step: StepPlacement, stepState: Failed,
 			want: "the job stopped on an internal error; the server's log has the details"},
@@ -132,7 +147,7 @@ func TestPlacementAndSmoke(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			f := tc.fleet
-			f.endpoint = engine(t, tc.status).URL
+			f.endpoint = engine(t, tc.status, 0).URL
 			e := newEnv(t, withNodeMemory(64<<30), withFleet(f))
 			e.addModel(tinyRepo, hubtest.RepoOptions{}, map[string]ggufgen.Spec{tinyFile: tc.spec})
 			j := MustEnd(t, e.srv, MustStart(t, e.srv, Request{Repo: tinyRepo, Replicas: 1}).ID)
@@ -164,6 +179,56 @@ func TestPlacementAndSmoke(t *testing.T) {
 			}
 			if tc.state == Failed && !errors.Is(err, catalog.ErrNotFound) {
 				t.Errorf("after the job failed the catalog has the model it added (%v)", err)
+			}
+		})
+	}
+}
+
+// TestSmokeWaitsOutLoading: an engine offered as ready that still says
+// it is loading the model is asked again, the step saying so, until it
+// answers or the smoke test's limit passes.
+func TestSmokeWaitsOutLoading(t *testing.T) {
+	cases := []struct {
+		name  string
+		loads int
+		state string
+		want  string
+	}{
+		{name: "loads for a while, then answers", loads: 2, state: Done, want: `tokens/s: "Hello there."`},
+		{name: "loads beyond the limit", loads: -1, state: Failed,
+			want: "the engine was still loading the model after 3s, the smoke test's limit"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			f := &fakeFleet{readyAt: 1, health: fleet.ModelHealth{Model: "tiny"}}
+			f.endpoint = engine(t, http.StatusOK, tc.loads).URL
+			e := newEnv(t, withNodeMemory(64<<30), withFleet(f), func(e *testEnv) { e.deps.SmokeTimeout = 3 * time.Second })
+			e.addModel(tinyRepo, hubtest.RepoOptions{}, map[string]ggufgen.Spec{tinyFile: {}})
+			j := MustStart(t, e.srv, Request{Repo: tinyRepo, Replicas: 1})
+			ch, stop := e.srv.Subscribe(j.ID)
+			defer stop()
+			// What the smoke step said on the way, as the job's page shows it.
+			var said []string
+			timeout := time.After(20 * time.Second)
+			for !j.Ended() {
+				select {
+				case ev, ok := <-ch:
+					if !ok {
+						t.Fatalf("the job's events ended before the job; the smoke step said %q", said)
+					}
+					j = ev.Job
+					if st, ok := j.Step(StepSmoke); ok && st.State == Running {
+						said = append(said, st.Detail)
+					}
+				case <-timeout:
+					t.Fatalf("the job did not end within 20s; the smoke step said %q", said)
+				}
+			}
+			if st := MustStep(t, j, StepSmoke); j.State != tc.state || !strings.Contains(st.Detail, tc.want) {
+				t.Errorf("job ended %s, its smoke step saying %q; want %s saying %q", j.State, st.Detail, tc.state, tc.want)
+			}
+			if !slices.ContainsFunc(said, func(d string) bool { return strings.HasPrefix(d, "r1 is still loading the model (") }) {
+				t.Errorf("the smoke step never said the engine was still loading: %q", said)
 			}
 		})
 	}

@@ -93,9 +93,8 @@ func withEngineBuild(n int) envOption { return func(e *testEnv) { e.deps.EngineB
 // withNodeMemory gives the jobs a pool of one idle CPU node with b bytes
 // of RAM, all of it free.
 func withNodeMemory(b int64) envOption {
-	gb := float64(b) / (1 << 30)
 	return func(e *testEnv) {
-		e.deps.Pool = func() []plan.Node { return []plan.Node{{Name: "node", CPUCores: 8, RAMGB: gb, FreeRAMGB: gb}} }
+		e.deps.Pool = func() []plan.Node { return []plan.Node{{Name: "node", CPUCores: 8, RAMBytes: b, FreeRAMBytes: b}} }
 	}
 }
 

@@ -295,8 +295,8 @@ func TestServeSplitAndProjector(t *testing.T) {
 // shape as a second profile, lower in priority and sized for the same
 // context, and the plan step names both and the memory the first needs.
 func TestFallbacks(t *testing.T) {
-	nodes := []plan.Node{{Name: "gpu-1", CPUCores: 8, RAMGB: 64, FreeRAMGB: 60, CPUBandwidthGBs: 20,
-		GPUs: []plan.GPU{{Class: "L4", Count: 1, MemoryGB: 24, BandwidthGBs: 300, FreeGB: []float64{24}}}}}
+	nodes := []plan.Node{{Name: "gpu-1", CPUCores: 8, RAMBytes: plan.Bytes(64), FreeRAMBytes: plan.Bytes(60), CPUBandwidthGBs: 20,
+		GPUs: []plan.GPU{{Class: "L4", Count: 1, MemoryBytes: plan.Bytes(24), BandwidthGBs: 300, FreeBytes: []int64{plan.Bytes(24)}}}}}
 	pool := func() []plan.Node { return nodes }
 	e := newEnv(t, func(e *testEnv) {
 		e.deps.Pool = pool

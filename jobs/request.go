@@ -347,6 +347,10 @@ func (r Request) idleAfter() time.Duration {
 
 // sized is whether the caller said how large the pool or a request's context
 // is, which the check step then leaves alone.
+// memoryBytes is what a replica on CPUs reserves (MemoryGB, a request's
+// GiB) in bytes, as the plan and the fleets count it; 0 when not asked.
+func (r Request) memoryBytes() int64 { return plan.Bytes(float64(r.MemoryGB)) }
+
 func (r Request) sized() bool { return r.CtxPool > 0 || r.ContextLength > 0 }
 
 // Size is the serving size the request asks for, as plan.Size takes what

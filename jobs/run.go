@@ -7,6 +7,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"modelserve/internal/operr"
 	"path/filepath"
+	"time"
 
 	"modelserve/catalog"
 	"modelserve/internal/gguf"
@@ -110,7 +111,10 @@ func (s *Server) run(ctx context.Context, l *live) error {
 	}
 	// 7. The smoke test: does it answer.
 	s.step(l, StepSmoke, Running, "asking "+rep.ID+" to say hello")
-	reply, tps, err := s.smoke(ctx, p.name, p.req.Embeddings)
+	reply, tps, err := s.smoke(ctx, p.name, p.req.Embeddings, func(waited time.Duration) {
+		s.step(l, StepSmoke, Running, fmt.Sprintf("%s is still loading the model (%s so far): asking again each second",
+			rep.ID, waited.Round(time.Second)))
+	})
 	if err != nil {
 		return failedAt(StepSmoke, err)
 	}
@@ -265,9 +269,9 @@ func (p *pipeline) choose(ctx context.Context) error {
 // has free.
 func (p *pipeline) roomBeside() (string, bool) {
 	if p.req.MemoryGB > 0 && p.choice.First().CPU {
-		need, most := int64(p.req.MemoryGB)<<30, int64(0)
+		need, most := p.req.memoryBytes(), int64(0)
 		for _, n := range p.s.pool() {
-			most = max(most, int64(n.FreeRAMGB*(1<<30)))
+			most = max(most, n.FreeRAMBytes)
 		}
 		if need > most {
 			return fmt.Sprintf("it reserves %s, and the most a node has free is %s", words.Size(need), words.Size(most)), false
@@ -375,7 +379,7 @@ func (p *pipeline) check(ctx context.Context) error {
 	// The sizing the plan step showed, now from the header on the mirror:
 	// what the engine is started with and the replica is placed by.
 	req := &p.req
-	x := plan.Extra{Env: req.Env, MemoryBytes: int64(req.MemoryGB) << 30, Cores: p.cores}
+	x := plan.Extra{Env: req.Env, MemoryBytes: req.memoryBytes(), Cores: p.cores}
 	sz, profiles, err := p.choice.Serve(plan.Model{Header: h, WeightsBytes: p.choice.Set.Bytes, ProjectorBytes: mmproj}, req.ask(), p.s.pool(), x)
 	if err != nil {
 		return err
@@ -399,8 +403,14 @@ func (p *pipeline) check(ctx context.Context) error {
 	if sz.Shrunk {
 		slots += ", cut to fit"
 	}
-	p.s.step(p.l, StepCheck, Done, fmt.Sprintf("%s, needs %s %s (%s); %s",
-		or(h.Architecture, "architecture not read"), words.Size(max(profiles[0].RAMBytes, profiles[0].CardBytes)), where(p.choice.First()), basis, slots))
+	needs := words.Size(profiles[0].RAMBytes) + " " + where(p.choice.First())
+	if profiles[0].Cards() > 0 {
+		// And the RAM beside the cards, which the replica is placed by too.
+		needs = fmt.Sprintf("%s %s and %s of the node's RAM", words.Size(profiles[0].CardBytes), where(p.choice.First()),
+			words.Size(profiles[0].HostBytes()))
+	}
+	p.s.step(p.l, StepCheck, Done, fmt.Sprintf("%s, needs %s (%s); %s",
+		or(h.Architecture, "architecture not read"), needs, basis, slots))
 	return nil
 }
 
@@ -529,8 +539,8 @@ func (p *pipeline) cores(need int64) int {
 	if p.req.CPUCores > 0 {
 		return p.req.CPUCores
 	}
-	if nc, ok := p.s.deps.Fleet.(interface{ NodeCPUs(memGB int) []int }); ok {
-		return catalog.SuggestCores(nc.NodeCPUs(int((need + 1<<30 - 1) >> 30)))
+	if nc, ok := p.s.deps.Fleet.(interface{ NodeCPUs(need int64) []int }); ok {
+		return catalog.SuggestCores(nc.NodeCPUs(need))
 	}
 	return 0
 }

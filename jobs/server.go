@@ -116,6 +116,9 @@ func New(d Deps) (*Server, error) {
 	if d.ReadyTimeout <= 0 {
 		d.ReadyTimeout = 30 * time.Minute
 	}
+	if d.SmokeTimeout <= 0 {
+		d.SmokeTimeout = 5 * time.Minute
+	}
 	if d.UnplacedGrace <= 0 {
 		d.UnplacedGrace = time.Minute
 	}

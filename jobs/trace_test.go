@@ -109,7 +109,7 @@ func TestTheSmokeTestsAnswerLeavesInATraceOnlyWithContentOn(t *testing.T) {
 			rcv := otlptest.Start(t)
 			opt, flush := withTracing(rcv)
 			f := &fakeFleet{readyAt: 1, health: fleet.ModelHealth{Model: "tiny"}}
-			f.endpoint = engine(t, http.StatusOK).URL
+			f.endpoint = engine(t, http.StatusOK, 0).URL
 			e := newEnv(t, withNodeMemory(64<<30), withFleet(f), opt, func(e *testEnv) { e.deps.TraceContent = content })
 			e.addModel(tinyRepo, hubtest.RepoOptions{}, map[string]ggufgen.Spec{tinyFile: {}})
 			j := MustStart(t, e.srv, Request{Repo: tinyRepo, Replicas: 1})

@@ -20,7 +20,7 @@ func TestACancelDuringPlacementTakesItsEntryOut(t *testing.T) {
 		name := map[bool]string{false: "a new model", true: "a model served before"}[before]
 		t.Run(name, func(t *testing.T) {
 			f := &fakeFleet{health: fleet.ModelHealth{Model: "tiny"}} // never ready
-			f.endpoint = engine(t, 200).URL
+			f.endpoint = engine(t, 200, 0).URL
 			e := newEnv(t, withNodeMemory(64<<30), withFleet(f))
 			e.addModel(tinyRepo, hubtest.RepoOptions{}, map[string]ggufgen.Spec{tinyFile: {}})
 			ctx := context.Background()

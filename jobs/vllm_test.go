@@ -19,10 +19,10 @@ import (
 // before, the job made the one vLLM profile itself and dropped the
 // fallbacks.
 func TestOriginalWeightsKeepTheirEngineSettings(t *testing.T) {
-	nodes := []plan.Node{{Name: "gpu-1", CPUCores: 16, RAMGB: 64, FreeRAMGB: 60, CPUBandwidthGBs: 20,
-		GPUs: []plan.GPU{{Class: "L4", Count: 1, MemoryGB: 22.5, BandwidthGBs: 300, FreeGB: []float64{22.5}}}},
-		{Name: "gpu-2", CPUCores: 16, RAMGB: 64, FreeRAMGB: 60, CPUBandwidthGBs: 20,
-			GPUs: []plan.GPU{{Class: "A100-80GB", Count: 2, MemoryGB: 80, BandwidthGBs: 2000, FreeGB: []float64{80, 80}}}}}
+	nodes := []plan.Node{{Name: "gpu-1", CPUCores: 16, RAMBytes: plan.Bytes(64), FreeRAMBytes: plan.Bytes(60), CPUBandwidthGBs: 20,
+		GPUs: []plan.GPU{{Class: "L4", Count: 1, MemoryBytes: plan.Bytes(22.5), BandwidthGBs: 300, FreeBytes: []int64{plan.Bytes(22.5)}}}},
+		{Name: "gpu-2", CPUCores: 16, RAMBytes: plan.Bytes(64), FreeRAMBytes: plan.Bytes(60), CPUBandwidthGBs: 20,
+			GPUs: []plan.GPU{{Class: "A100-80GB", Count: 2, MemoryBytes: plan.Bytes(80), BandwidthGBs: 2000, FreeBytes: []int64{plan.Bytes(80), plan.Bytes(80)}}}}}
 	pool := func() []plan.Node { return nodes }
 	e := newEnv(t, func(e *testEnv) {
 		e.deps.Pool, e.deps.VLLM = pool, "vllm/vllm-openai:v0.11.0"

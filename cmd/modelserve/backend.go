@@ -35,7 +35,7 @@ type fleetBackend interface {
 	Replicas() []fleet.Replica
 	ModelHealth() []fleet.ModelHealth
 	Nodes() []fleet.NodeStatus
-	NodeCPUs(memGB int) []int
+	NodeCPUs(need int64) []int
 	Pool() []plan.Node
 	Serving(model string) []fleet.Replica
 	EngineKey(id string) string

@@ -21,6 +21,17 @@ import (
 // here, so that neither needs the other.
 var ErrNoAnswer = errors.New("no replica answered")
 
+// ErrLoading is wrapped by the error of a request modelserve sent itself
+// when the engine answered that it is still loading the model
+// (llama-server's 503 "Loading model"): not yet, rather than no, for a
+// replica the fleet offered as it became ready. LoadingMessage is the
+// engine's own words for it.
+var ErrLoading = errors.New("the engine is still loading the model")
+
+// LoadingMessage is the error message llama-server answers every route
+// but its health and model list with, 503, while it loads the model.
+const LoadingMessage = "Loading model"
+
 // The gateway's routes the requests go to.
 const (
 	CompletionsPath = "/v1/chat/completions"

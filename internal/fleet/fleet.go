@@ -559,12 +559,12 @@ func (f *Fleet) rooms() []Room {
 }
 
 // NodeCPUs are the CPU cores of each node with the memory for a replica of
-// memGB, busy or not: what catalog.SuggestCores sizes a profile's threads
-// from.
-func (f *Fleet) NodeCPUs(memGB int) []int {
+// need bytes, busy or not: what catalog.SuggestCores sizes a profile's
+// threads from.
+func (f *Fleet) NodeCPUs(need int64) []int {
 	var out []int
 	for _, c := range f.capacities() {
-		if c = f.opts.Headroom.keep(c); c.RAMBytes >= int64(memGB)<<30 {
+		if c = f.opts.Headroom.keep(c); c.RAMBytes >= need {
 			out = append(out, c.CPUCores)
 		}
 	}

@@ -671,8 +671,8 @@ func TestHeadroomIsNeverPromised(t *testing.T) {
 	if n := fl.Nodes()[0]; n.RAMBytes != 8<<30 || n.HeadroomBytes != 1<<30 || n.FreeBytes != 0 {
 		t.Errorf("the node reads %d bytes, %d kept free, %d free; want 8 GiB, 1 GiB kept, none free", n.RAMBytes, n.HeadroomBytes, n.FreeBytes)
 	}
-	if p := fl.Pool()[0]; p.RAMGB != 7 || p.FreeRAMGB != 0 {
-		t.Errorf("the planner's pool has %.2f GB, %.2f free; want 7 and 0", p.RAMGB, p.FreeRAMGB)
+	if p := fl.Pool()[0]; p.RAMBytes != 7<<30 || p.FreeRAMBytes != 0 {
+		t.Errorf("the planner's pool has %d bytes, %d free; want 7 GiB and 0", p.RAMBytes, p.FreeRAMBytes)
 	}
 }
 

@@ -182,7 +182,7 @@ func fitsNow(w Want, s Spot, kept *Kept) bool {
 	if s.Short || s.Free-kept.Of(s.Node, w.Profile) < w.Need {
 		return false
 	}
-	return w.Profile.GPUClass == "" || s.RAM-kept.RAM(s.Node) >= w.Profile.RAMBytes
+	return w.Profile.GPUClass == "" || s.RAM-kept.RAM(s.Node) >= w.Profile.HostBytes()
 }
 
 // waitText says what asker waits for on s: the residency of holders kept

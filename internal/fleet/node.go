@@ -44,7 +44,7 @@ type Capacity struct {
 // it). Both fleets ask it, so "no node could ever host it" means the same
 // on either.
 func CouldHost(p catalog.Profile, c Capacity) bool {
-	if p.CPUCores > 0 && c.CPUCores > 0 && c.CPUCores < p.CPUCores || c.RAMBytes < p.RAMBytes {
+	if p.CPUCores > 0 && c.CPUCores > 0 && c.CPUCores < p.CPUCores || c.RAMBytes < p.HostBytes() {
 		return false
 	}
 	if p.GPUClass == "" {

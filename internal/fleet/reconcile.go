@@ -407,12 +407,12 @@ func (f *Fleet) placeLocked(ctx context.Context, m catalog.Model, caps []Capacit
 	for _, p := range profs {
 		for i, n := range f.nodes {
 			a := accts[i]
-			if p.GPUClass != "" && a.Free-kept.RAM(n.Name()) >= p.RAMBytes {
+			if p.GPUClass != "" && a.Free-kept.RAM(n.Name()) >= p.HostBytes() {
 				fit, free := cardsFor(p, a)
 				lines = append(lines, cardLine(n.Name(), p, a, len(fit), len(free))+kept.Line(n.Name(), p))
 				continue
 			}
-			lines = append(lines, memLine(n.Name(), p.RAMBytes, a)+kept.Line(n.Name(), p))
+			lines = append(lines, memLine(n.Name(), p.HostBytes(), a)+kept.Line(n.Name(), p))
 		}
 	}
 	if !f.hardwareLocked(m, caps) {
@@ -426,7 +426,7 @@ func (f *Fleet) placeLocked(ctx context.Context, m catalog.Model, caps []Capacit
 // memory p needs on each, else bytes of RAM. byID gets the replicas the
 // holders are.
 func (f *Fleet) roomWantLocked(m catalog.Model, p catalog.Profile, accts []account, byID map[string]*replica, now time.Time) Want {
-	w := Want{Profile: p, Need: p.RAMBytes}
+	w := Want{Profile: p, Need: p.HostBytes()}
 	if p.GPUClass != "" {
 		w.Need = int64(p.Cards())
 	}
@@ -521,7 +521,7 @@ func (f *Fleet) startLocked(ctx context.Context, m catalog.Model, p catalog.Prof
 	caps []Capacity, weights, projector string) *replica {
 	f.seq[m.Name]++
 	id := m.Name + "-" + strconv.Itoa(f.seq[m.Name])
-	need := p.RAMBytes
+	need := p.HostBytes()
 
 	threads := f.opts.Threads
 	if threads <= 0 {

@@ -111,14 +111,14 @@ func (r Room) PlanNode() plan.Node {
 	ram := r.Total - r.Kept
 	n := plan.Node{
 		Name: r.Name, Local: r.Local, CPUCores: r.CPUCores,
-		RAMGB: plan.GiB(ram), FreeRAMGB: plan.GiB(max(min(r.Free+r.ReclaimableBytes, ram), 0)),
+		RAMBytes: ram, FreeRAMBytes: max(min(r.Free+r.ReclaimableBytes, ram), 0),
 		CPUBandwidthGBs: plan.DefaultCPUBandwidthGBs, GPUs: []plan.GPU{}, Note: r.Note,
 	}
 	for _, c := range r.Cards {
 		card := cardRoom(c.Memory, r.CardKept)
 		j := len(n.GPUs) - 1
 		if j < 0 || n.GPUs[j].Class != c.Class {
-			g := plan.GPU{Class: c.Class, MemoryGB: plan.GiB(card)}
+			g := plan.GPU{Class: c.Class, MemoryBytes: card}
 			if cls, ok := plan.LookupClass(c.Class); ok {
 				g.BandwidthGBs = cls.BandwidthGBs
 			} else {
@@ -127,12 +127,12 @@ func (r Room) PlanNode() plan.Node {
 			n.GPUs = append(n.GPUs, g)
 			j++
 		}
-		free := plan.GiB(card)
+		free := card
 		if c.Holder != "" && !c.Reclaimable {
 			free = 0
 		}
 		n.GPUs[j].Count++
-		n.GPUs[j].FreeGB = append(n.GPUs[j].FreeGB, free)
+		n.GPUs[j].FreeBytes = append(n.GPUs[j].FreeBytes, free)
 	}
 	return n
 }

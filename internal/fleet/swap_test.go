@@ -43,8 +43,8 @@ func TestIdleOnDemandReplicaIsGivenBack(t *testing.T) {
 	if ns := fl.Nodes(); len(ns[0].Reclaimable) != 1 || ns[0].ReclaimableBytes != 5<<30 {
 		t.Errorf("the node with alpha idle: %+v; want its 5 GB reclaimable", ns[0])
 	}
-	if p := fl.Pool(); p[0].FreeRAMGB < 7.9 {
-		t.Errorf("the pool says %.1f GB free; want alpha's idle room counted as free", p[0].FreeRAMGB)
+	if p := fl.Pool(); p[0].FreeRAMBytes < 79<<30/10 {
+		t.Errorf("the pool says %d bytes free; want alpha's idle room counted as free", p[0].FreeRAMBytes)
 	}
 	fl.ask(t, "beta")
 	assertGone(t, []int{a.PID})

@@ -152,6 +152,48 @@ func TestAProfileOnTwoCardsHoldsItsNeedOnEach(t *testing.T) {
 	}
 }
 
+// TestAReplicaOnCardsNeedsItsHostRAM: a replica on cards holds RAM too
+// (the engine, the tensors llama.cpp keeps on the host, its prompt
+// cache), counted against the node's RAM room: free cards on a node
+// whose RAM is promised to others do not place it, and the sentence says
+// it is the RAM. A profile written before the plan said (no RAM) is taken
+// to hold 1 GiB and its prompt cache.
+func TestAReplicaOnCardsNeedsItsHostRAM(t *testing.T) {
+	node := &fakeNode{name: "gpu1", cap: Capacity{CPUCores: 8, RAMBytes: 12<<30 + 512<<20, AvailableBytes: 12<<30 + 512<<20, GPUs: []Card{
+		{Index: 0, Class: "L4", MemoryBytes: 24 << 30}, {Index: 1, Class: "L4", MemoryBytes: 24 << 30},
+	}}}
+	cat := MustCatalog(t)
+	f, err := New(Options{Catalog: cat, Nodes: []Node{node}, Engine: "/bin/true", Log: testLog(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tf := &testFleet{Fleet: f}
+	tf.start()
+	t.Cleanup(func() { tf.stop(t) })
+	nc := tf.notifying(cat)
+
+	MustAdd(t, nc, entry("ram", MustWriteModel(t, "ram.gguf", ggufgen.Spec{}), 12))
+	testkit.WaitFor(t, 5*time.Second, "ram placed", func() (bool, string) { return len(tf.replicasOf("ram")) == 1, jsonOf(tf.Replicas()) })
+	planned := gpuEntry(t, "planned", "L4", 1, 8)
+	planned.Profiles[0].RAMBytes = 1 << 30
+	before := gpuEntry(t, "before", "L4", 1, 8)
+	before.Profiles[0].PromptCacheBytes = 256 << 20
+	for m, want := range map[*catalog.Model]string{
+		&planned: "node gpu1: needs 1 GB, 512 MB free; replica ram-1 of ram uses 12 GB",
+		&before:  "node gpu1: needs 1.3 GB, 512 MB free; replica ram-1 of ram uses 12 GB",
+	} {
+		MustAdd(t, nc, *m)
+		var h ModelHealth
+		testkit.WaitFor(t, 5*time.Second, m.Name+" unplaceable", func() (bool, string) {
+			h, _ = tf.health(m.Name)
+			return h.Unplaceable, jsonOf(h)
+		})
+		if !strings.Contains(h.Placement, want) || len(tf.replicasOf(m.Name)) != 0 {
+			t.Errorf("%s's placement %q, want %q and no replica on cards whose node's RAM is promised", m.Name, h.Placement, want)
+		}
+	}
+}
+
 func TestNodeCPUsAreThoseWithTheMemory(t *testing.T) {
 	small := &fakeNode{name: "s", cap: Capacity{CPUCores: 4, RAMBytes: 16 << 30}}
 	large := &fakeNode{name: "l", cap: Capacity{CPUCores: 32, RAMBytes: 256 << 30}}
@@ -160,7 +202,7 @@ func TestNodeCPUsAreThoseWithTheMemory(t *testing.T) {
 		t.Fatal(err)
 	}
 	for memGB, want := range map[int][]int{8: {4, 32}, 100: {32}, 1000: nil} {
-		if got := f.NodeCPUs(memGB); !slices.Equal(got, want) {
+		if got := f.NodeCPUs(int64(memGB) << 30); !slices.Equal(got, want) {
 			t.Errorf("NodeCPUs(%d) = %v, want %v", memGB, got, want)
 		}
 	}

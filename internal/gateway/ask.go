@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"time"
 
@@ -23,7 +24,8 @@ var self = auth.Token{Name: "modelserve", Scope: auth.ScopeAll}
 // operator's error carrying the gateway's or the engine's sentence. It may
 // name a canary, to ask the new version alone; a request naming the
 // canary's model is split as a client's is.
-// An answer that no replica began (a 502) wraps chat.ErrNoAnswer.
+// An answer that no replica began (a 502) wraps chat.ErrNoAnswer, and an
+// engine's that it is still loading the model wraps chat.ErrLoading.
 func (g *Gateway) Ask(ctx context.Context, route string, body []byte) ([]byte, error) {
 	r, err := http.NewRequestWithContext(ctx, http.MethodPost, route, bytes.NewReader(body))
 	if err != nil {
@@ -57,13 +59,16 @@ func answerError(status int, body []byte) error {
 	if len(msg) > 300 {
 		msg = msg[:300] + "…"
 	}
-	switch status {
-	case http.StatusBadGateway:
-		return operr.Wrap(operr.Unavailable, chat.ErrNoAnswer, "the gateway answered %d %s: %s", status, http.StatusText(status), msg)
-	case http.StatusServiceUnavailable, http.StatusTooManyRequests:
-		return operr.New(operr.Unavailable, "the gateway answered %d %s: %s", status, http.StatusText(status), msg)
+	said := fmt.Sprintf("the gateway answered %d %s: %s", status, http.StatusText(status), msg)
+	switch {
+	case status == http.StatusBadGateway:
+		return operr.Wrap(operr.Unavailable, chat.ErrNoAnswer, "%s", said)
+	case status == http.StatusServiceUnavailable && msg == chat.LoadingMessage:
+		return operr.Wrap(operr.Unavailable, chat.ErrLoading, "%s", said)
+	case status == http.StatusServiceUnavailable, status == http.StatusTooManyRequests:
+		return operr.New(operr.Unavailable, "%s", said)
 	}
-	return operr.New(operr.Refused, "the gateway answered %d %s: %s", status, http.StatusText(status), msg)
+	return operr.New(operr.Refused, "%s", said)
 }
 
 // recorder keeps an answer written for an in-process caller.

@@ -748,7 +748,7 @@ func headerOf(f *parser.GGUFFile) Header {
 		Size:            int64(f.Size),
 		Shards:          max(1, len(f.SplitSizes)),
 		file:            f,
-		memo:            &memo{m: map[estimateKey]int64{}},
+		memo:            &memo{m: map[estimateKey]usage{}},
 	}
 	kvs := f.Header.MetadataKV
 	if kv, ok := kvs.Get("general.architecture"); ok && kv.ValueType == parser.GGUFMetadataValueTypeString {

@@ -48,19 +48,23 @@ func (h Header) KVBytesPerToken() int64 {
 
 type estimateKey struct{ ctx, parallel, gpus int }
 
+// usage is an estimate's memory: of the node's RAM, and of the most
+// loaded card (0 on the CPU).
+type usage struct{ ram, card int64 }
+
 // memo keeps a header's estimates; copies of the header share it.
 type memo struct {
 	mu sync.Mutex
-	m  map[estimateKey]int64
+	m  map[estimateKey]usage
 }
 
 // estimate is gguf-parser-go's figure for llama.cpp running the model with
 // a pool of ctxPool tokens in parallel slots: on the CPU when gpus is 0 (the
 // RAM it takes, weights included), else fully offloaded to gpus cards split
-// evenly (the most any one card takes).
-func (h Header) estimate(ctxPool, parallel, gpus int) (int64, error) {
+// evenly (the most any one card takes, and what stays in the node's RAM).
+func (h Header) estimate(ctxPool, parallel, gpus int) (usage, error) {
 	if !h.Shaped() {
-		return 0, errNoShape
+		return usage{}, errNoShape
 	}
 	key := estimateKey{max(ctxPool, 1), max(parallel, 1), max(gpus, 0)}
 	if h.memo != nil {
@@ -80,12 +84,12 @@ func (h Header) estimate(ctxPool, parallel, gpus int) (int64, error) {
 	return b, err
 }
 
-func (h Header) estimateNow(ctxPool, parallel, gpus int) (bytes int64, err error) {
+func (h Header) estimateNow(ctxPool, parallel, gpus int) (u usage, err error) {
 	defer func() {
 		// The library panics on options it dislikes; a panic here must not
 		// take the job down with it.
 		if r := recover(); r != nil {
-			bytes, err = 0, fmt.Errorf("gguf-parser-go's estimate failed: %v", r)
+			u, err = usage{}, fmt.Errorf("gguf-parser-go's estimate failed: %v", r)
 		}
 	}()
 	ctx := int32(min(max(ctxPool, 1), math.MaxInt32))
@@ -119,13 +123,23 @@ func (h Header) estimateNow(ctxPool, parallel, gpus int) (bytes int64, err error
 	// on cards they live on the cards, and RAM is not the limit.
 	item := e.Summarize(gpus > 0, ramFootprint, vramFootprint).Items[0]
 	if gpus <= 0 {
-		return int64(item.RAM.NonUMA), nil
+		return usage{ram: int64(item.RAM.NonUMA)}, nil
 	}
-	var most int64
 	for _, v := range item.VRAMs {
-		most = max(most, int64(v.NonUMA))
+		u.card = max(u.card, int64(v.NonUMA))
 	}
-	return most, nil
+	// What stays in RAM with every layer on cards: the engine's own, the
+	// tensors llama.cpp never offloads (the token embeddings, read a row
+	// a token, and any kept on the CPU), the host's buffers (the logits
+	// are read back into RAM whatever the offload) and any KV cache left
+	// on the host. The summary drops the tensors as mapped from the file;
+	// they are read all the same, and a pod's memory counts the pages it
+	// reads. The device's Output weights are the output layer's, counted
+	// on the card that holds it.
+	host := e.Devices[0]
+	u.ram = ramFootprint + int64(host.Footprint+host.Weight.Input+host.Weight.ComputeOverridden+
+		host.KVCache.Sum()+host.Computation.Sum())
+	return u, nil
 }
 
 // unread is the weights the header did not describe: a shard read on its
@@ -145,11 +159,11 @@ func (h Header) unread(weights int64) int64 {
 // the header gives no shape it is the rough figure from before shapes were
 // read: the weights, half again, and 2 GiB.
 func (h Header) MemoryBytes(weights int64, ctxPool, parallel int, mmproj int64) int64 {
-	ram, err := h.estimate(ctxPool, parallel, 0)
+	u, err := h.estimate(ctxPool, parallel, 0)
 	if err != nil {
 		return weights + weights/2 + 2<<30 + mmproj
 	}
-	return ram + h.unread(weights) + mmproj
+	return u.ram + h.unread(weights) + mmproj
 }
 
 // CardBytes is the memory each of gpus cards takes with the model fully
@@ -158,9 +172,24 @@ func (h Header) MemoryBytes(weights int64, ctxPool, parallel int, mmproj int64) 
 // (weights, half again, and 2 GiB) split over the cards.
 func (h Header) CardBytes(weights int64, ctxPool, parallel, gpus int) int64 {
 	gpus = max(gpus, 1)
-	b, err := h.estimate(ctxPool, parallel, gpus)
+	u, err := h.estimate(ctxPool, parallel, gpus)
 	if err != nil {
 		return (weights + weights/2 + 2<<30) / int64(gpus)
 	}
-	return b + h.unread(weights)/int64(gpus)
+	return u.card + h.unread(weights)/int64(gpus)
+}
+
+// HostBytes is what a replica on gpus cards, as CardBytes sizes it, holds
+// of its node's RAM beside them: the engine's own, the tensors llama.cpp
+// keeps in RAM with every layer offloaded (the token embeddings) and the
+// host's compute buffers; its prompt cache is the caller's to add. When
+// the header gives no shape it is the rough figure: the engine's own and
+// a twentieth of the weights (an 8B's token embeddings are about that of
+// its file), at least 1 GiB.
+func (h Header) HostBytes(weights int64, ctxPool, parallel, gpus int) int64 {
+	u, err := h.estimate(ctxPool, parallel, max(gpus, 1))
+	if err != nil {
+		return max(1<<30, ramFootprint+weights/20)
+	}
+	return u.ram
 }

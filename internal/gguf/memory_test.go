@@ -109,3 +109,29 @@ func TestMemoryBytes(t *testing.T) {
 		}
 	})
 }
+
+// TestHostBytes: a model on cards still holds the engine, its token
+// embeddings and the host's buffers in RAM: more than the engine's own,
+// far less than the weights, and no more on two cards than on one.
+func TestHostBytes(t *testing.T) {
+	h := mustShape(t, "Llama-3.1-8B")
+	weights := int64(h.file.TensorInfos.Bytes())
+	var embd int64
+	for _, ti := range h.file.TensorInfos {
+		if ti.Name == "token_embd.weight" {
+			embd = int64(ti.Bytes())
+		}
+	}
+	one := h.HostBytes(weights, 16384, 4, 1)
+	t.Logf("Llama-3.1-8B on a card: %d MiB of RAM beside %d MiB of weights (token embeddings %d MiB)", one>>20, weights>>20, embd>>20)
+	if one < RAMFootprint+embd || one >= weights/2 {
+		t.Errorf("on one card it holds %d bytes of RAM; want at least the engine's %d and its token embeddings' %d, under half the weights' %d",
+			one, RAMFootprint, embd, weights)
+	}
+	if two := h.HostBytes(weights, 16384, 4, 2); two > one+one/10 {
+		t.Errorf("on two cards it holds %d bytes of RAM, more than on one (%d)", two, one)
+	}
+	if rough := (Header{}).HostBytes(weights, 16384, 4, 1); rough < 1<<30 || rough >= weights {
+		t.Errorf("without a shape it holds %d bytes of RAM; want at least 1 GiB, under the weights' %d", rough, weights)
+	}
+}

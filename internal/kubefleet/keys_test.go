@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -19,9 +20,13 @@ import (
 	"modelserve/catalog"
 	"modelserve/internal/catalogtest"
 	"modelserve/internal/fleet"
+	"modelserve/internal/gguf"
+	"modelserve/internal/ggufgen"
+	"modelserve/internal/hf"
 	"modelserve/internal/kubefleet"
 	"modelserve/internal/kubetest"
 	"modelserve/internal/testkit"
+	"modelserve/internal/plan"
 )
 
 // runFleet runs a fleet over cat as deploy/rbac.yaml's account until the
@@ -200,17 +205,19 @@ func TestKubernetesParity(t *testing.T) {
 		f, stop := runFleet(t, client, cat, mirrorDir)
 		defer stop()
 		// As the plan writes a profile on cards: what each card holds, and
-		// the prompt cache it keeps in RAM; nothing of RAM besides.
-		cat.Put(model(mirrorDir, "carded", catalog.Profile{Name: "l4", GPUClass: "L4", GPUsPerNode: 1, CardBytes: 8 << 30, PromptCacheBytes: 512 << 20}))
+		// what it holds of the node's RAM beside them, its prompt cache in it.
+		p := plannedCardProfile(t)
+		cat.Put(model(mirrorDir, "carded", p))
 		f.Poke()
 		r := testkit.WaitForValue(t, time.Minute, "a ready replica of carded", func() (fleet.Replica, bool) {
 			rs := f.Serving("carded")
 			return first(rs), len(rs) == 1
 		})
 		res := deploymentOf(t, admin, "carded").Spec.Template.Spec.Containers[0].Resources
-		const want = 1<<30 + 512<<20
-		if res.Requests.Memory().Value() != want || res.Limits.Memory().Value() != want {
-			t.Errorf("carded's engine asks for %v of memory (limit %v), want the engine's 1 GiB and its 512 MiB prompt cache", res.Requests.Memory(), res.Limits.Memory())
+		want := p.RAMBytes
+		if want <= p.PromptCacheBytes || res.Requests.Memory().Value() != want || res.Limits.Memory().Value() != want {
+			t.Errorf("carded's engine asks for %v of memory (limit %v), want the plan's %d: the engine's host share and its %d prompt cache",
+				res.Requests.Memory(), res.Limits.Memory(), want, p.PromptCacheBytes)
 		}
 		pod, err := admin.CoreV1().Pods(ns).Get(bg, r.ID, metav1.GetOptions{})
 		if err != nil {
@@ -220,7 +227,7 @@ func TestKubernetesParity(t *testing.T) {
 			t.Errorf("carded's pod is %s: the first evicted when its node runs short of memory", pod.Status.QOSClass)
 		}
 		if r.EstimateBytes != want {
-			t.Errorf("the replica says it holds %d bytes, want its pod's %d", r.EstimateBytes, int64(want))
+			t.Errorf("the replica says it holds %d bytes, want its pod's %d", r.EstimateBytes, want)
 		}
 	})
 
@@ -352,4 +359,27 @@ func secretValue(t *testing.T, admin kubernetes.Interface, name string) string {
 		return ""
 	}
 	return string(s.Data["api-key"])
+}
+
+// plannedCardProfile is the profile the plan writes for the tests' tiny
+// model on one L4, at the pool model gives every profile.
+func plannedCardProfile(t *testing.T) catalog.Profile {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "tiny-Q8_0.gguf")
+	if err := ggufgen.WriteFile(path, ggufgen.Spec{}); err != nil {
+		t.Fatal(err)
+	}
+	h, err := gguf.Read(context.Background(), path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := plan.Choice{Set: hf.FileSet{Name: "tiny-Q8_0"}, Layouts: []plan.Option{{Class: "L4", GPUsPerNode: 1, Nodes: 1}}}
+	_, profiles, err := c.Serve(plan.Model{Header: h, WeightsBytes: int64(len(ggufgen.Bytes(ggufgen.Spec{})))},
+		plan.Ask{CtxPool: 4096, ContextLength: 2048}, nil, plan.Extra{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := profiles[0]
+	p.Name = "l4"
+	return p
 }

@@ -448,10 +448,10 @@ type fleetNode struct {
 func poolOf(f *kubefleet.Fleet) []fleetNode {
 	var out []fleetNode
 	for _, n := range f.Pool() {
-		fn := fleetNode{name: n.Name, cores: n.CPUCores, ramGB: n.RAMGB, freeRAMGB: n.FreeRAMGB}
+		fn := fleetNode{name: n.Name, cores: n.CPUCores, ramGB: float64(n.RAMBytes) / (1 << 30), freeRAMGB: float64(n.FreeRAMBytes) / (1 << 30)}
 		for _, g := range n.GPUs {
 			fn.class, fn.gpus = g.Class, g.Count
-			for _, free := range g.FreeGB {
+			for _, free := range g.FreeBytes {
 				if free > 0 {
 					fn.freeCards++
 				}

@@ -187,8 +187,11 @@ func (f *Fleet) deployment(m catalog.Model, pi int, replicas int32, w weights, o
 
 	res := corev1.ResourceRequirements{Requests: corev1.ResourceList{}, Limits: corev1.ResourceList{}}
 	// RAM for what the engine holds in RAM, never what its cards hold: a
-	// pod on cards asks for the cards, whole, and its host memory beside.
-	if mem := hostBytes(p); mem > 0 {
+	// pod on cards asks for the cards, whole, and its host memory beside
+	// (the plan's figure; an entry written before it, the fleet's
+	// assumption then). Asked for nothing, a pod on cards was BestEffort
+	// for memory: unseen by the scheduler and the first evicted.
+	if mem := p.HostBytes(); mem > 0 {
 		q := *resource.NewQuantity(mem, resource.BinarySI)
 		res.Requests[corev1.ResourceMemory], res.Limits[corev1.ResourceMemory] = q, q
 	}
@@ -270,29 +273,6 @@ func (f *Fleet) deployment(m catalog.Model, pi int, replicas int32, w weights, o
 			},
 		},
 	}
-}
-
-// gpuEngineHostBytes is what llama-server on cards holds of its node's RAM
-// when its profile does not say (the plan sizes a profile on cards by its
-// cards alone): the program, the cards' runtime and its pinned staging
-// buffers, and the token embeddings llama.cpp keeps in RAM beside cards.
-const gpuEngineHostBytes = 1 << 30
-
-// hostBytes is what a replica of p holds of its node's RAM, which its pod
-// asks for: on the CPU all of it (RAMBytes, its prompt cache counted in
-// it); on cards the engine's own (RAMBytes when set, else
-// gpuEngineHostBytes) and its prompt cache, which llama.cpp keeps in RAM
-// whatever runs on the cards. Asked for nothing, a pod on cards was
-// BestEffort for memory: unseen by the scheduler and the first evicted.
-func hostBytes(p catalog.Profile) int64 {
-	if p.GPUClass == "" {
-		return p.RAMBytes
-	}
-	own := p.RAMBytes
-	if own <= 0 {
-		own = gpuEngineHostBytes
-	}
-	return own + p.PromptCacheBytes
 }
 
 // keySecret is the Secret of a new key for Deployment d's replicas, owned

@@ -122,7 +122,7 @@ func cardBytes(n *corev1.Node, product string) int64 {
 		return mib << 20
 	}
 	if c, ok := plan.LookupClass(classOf(product)); ok {
-		return plan.Bytes(c.MemoryGB)
+		return c.MemoryBytes()
 	}
 	return 0
 }
@@ -208,11 +208,11 @@ func (f *Fleet) Pool() []plan.Node {
 }
 
 // NodeCPUs are the CPU cores of each node with the memory for a replica of
-// memGB.
-func (f *Fleet) NodeCPUs(memGB int) []int {
+// need bytes.
+func (f *Fleet) NodeCPUs(need int64) []int {
 	var out []int
 	for _, n := range f.room() {
-		if n.mem >= int64(memGB)<<30 {
+		if n.mem >= need {
 			out = append(out, int(n.cpu))
 		}
 	}

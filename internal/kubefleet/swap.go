@@ -64,7 +64,7 @@ func fits(p catalog.Profile, n node, free bool) bool {
 		}
 		cards = int64(p.Cards())
 	}
-	return mem >= p.RAMBytes && cpu >= int64(p.CPUCores) && gpus >= cards
+	return mem >= p.HostBytes() && cpu >= int64(p.CPUCores) && gpus >= cards
 }
 
 // wantsRoom is whether m wants more pods than the scheduler has placed,
@@ -164,7 +164,7 @@ func (f *Fleet) holdings(byName map[string]catalog.Model) []holding {
 // back for a model is that model's as they go: the models after it count
 // it as coming back to them only once it is done with it.
 func roomWant(hs []holding, p catalog.Profile, nodes []node, asker string, waits time.Time) fleet.Want {
-	w := fleet.Want{Profile: p, Need: p.RAMBytes}
+	w := fleet.Want{Profile: p, Need: p.HostBytes()}
 	if p.GPUClass != "" {
 		w.Need = int64(p.Cards())
 	}
@@ -310,11 +310,11 @@ func (f *Fleet) headroomText(m catalog.Model, p catalog.Profile, nodes []node) s
 		all.mem += n.room.Kept
 		now = now || fits(p, all, true)
 		ever = ever || fits(p, all, false)
-		if n.mem < p.RAMBytes {
-			lines = append(lines, fleet.KeptLine(n.name, p.RAMBytes, n.mem, n.room.Kept))
+		if n.mem < p.HostBytes() {
+			lines = append(lines, fleet.KeptLine(n.name, p.HostBytes(), n.mem, n.room.Kept))
 		} else {
 			lines = append(lines, fmt.Sprintf("node %s: needs %s, %s free once %s is kept free for the system (--headroom)",
-				n.name, words.Size(p.RAMBytes), words.Size(max(n.mem-n.memUsed, 0)), words.Size(n.room.Kept)))
+				n.name, words.Size(p.HostBytes()), words.Size(max(n.mem-n.memUsed, 0)), words.Size(n.room.Kept)))
 		}
 	}
 	switch {

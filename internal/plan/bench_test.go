@@ -74,20 +74,20 @@ func BenchmarkPlan20Files(b *testing.B) {
 func poolOf(n int) []Node {
 	nodes := make([]Node, 0, n)
 	for i := range n {
-		nd := Node{Name: fmt.Sprintf("node-%04d", i), CPUCores: 32, RAMGB: 128, FreeRAMGB: 128,
+		nd := Node{Name: fmt.Sprintf("node-%04d", i), CPUCores: 32, RAMBytes: Bytes(128), FreeRAMBytes: Bytes(128),
 			CPUBandwidthGBs: DefaultCPUBandwidthGBs, GPUs: []GPU{}}
 		switch i % 10 {
 		case 1, 2:
-			nd.CPUCores, nd.RAMGB, nd.FreeRAMGB = 8, 64, 64
-			nd.GPUs = []GPU{{Class: "L4", Count: 1, MemoryGB: 24, BandwidthGBs: 300, FreeGB: []float64{24}}}
+			nd.CPUCores, nd.RAMBytes, nd.FreeRAMBytes = 8, Bytes(64), Bytes(64)
+			nd.GPUs = []GPU{{Class: "L4", Count: 1, MemoryBytes: Bytes(24), BandwidthGBs: 300, FreeBytes: []int64{Bytes(24)}}}
 		case 3:
-			nd.GPUs = []GPU{{Class: "A100-80GB", Count: 8, MemoryGB: 80, BandwidthGBs: 2039,
-				FreeGB: []float64{80, 80, 80, 80, 80, 80, 80, 80}}}
+			nd.GPUs = []GPU{{Class: "A100-80GB", Count: 8, MemoryBytes: Bytes(80), BandwidthGBs: 2039,
+				FreeBytes: []int64{Bytes(80), Bytes(80), Bytes(80), Bytes(80), Bytes(80), Bytes(80), Bytes(80), Bytes(80)}}}
 		}
 		if i%50 == 0 {
-			nd.FreeRAMGB -= 20
+			nd.FreeRAMBytes -= Bytes(20)
 			if len(nd.GPUs) > 0 {
-				nd.GPUs[0].FreeGB[0] = 0
+				nd.GPUs[0].FreeBytes[0] = 0
 			}
 		}
 		nodes = append(nodes, nd)

@@ -122,7 +122,7 @@ func (c Choice) Serve(m Model, ask Ask, nodes []Node, x Extra) (Sizing, []catalo
 
 // profile is layout o, sized sz as ask asked, as a catalog profile: on
 // the CPU it holds sz's need of a node's RAM, on cards its need on each
-// card.
+// card and its host share of the node's RAM beside them.
 func (c Choice) profile(o Option, sz Sizing, ask Ask, priority int, x Extra) catalog.Profile {
 	p := catalog.Profile{Engine: EngineLlamaCpp, Env: x.Env, Priority: priority, Weight: 1,
 		Size: sz.Size, Embeddings: ask.Embeddings, Judge: ask.Judge, PromptCacheBytes: sz.PromptCacheBytes}
@@ -138,7 +138,7 @@ func (c Choice) profile(o Option, sz Sizing, ask Ask, priority int, x Extra) cat
 	}
 	cards := max(o.GPUsPerNode, 1)
 	p.Name = fmt.Sprintf("gpu-%dx%s", cards, strings.ToLower(o.Class))
-	p.GPUClass, p.GPUsPerNode, p.CardBytes = o.Class, cards, sz.NeedBytes
+	p.GPUClass, p.GPUsPerNode, p.CardBytes, p.RAMBytes = o.Class, cards, sz.NeedBytes, sz.HostBytes
 	return p
 }
 
@@ -281,7 +281,7 @@ func (c Choice) ServeOriginal(raw []byte, image string, size catalog.Size, x Ext
 		cards := max(o.GPUsPerNode, 1)
 		profiles = append(profiles, catalog.Profile{
 			Name: fmt.Sprintf("gpu-%dx%s", cards, strings.ToLower(o.Class)), Engine: EngineVLLM,
-			GPUClass: o.Class, GPUsPerNode: cards, CardBytes: gbBytes(o.NeedGB), Size: size,
+			GPUClass: o.Class, GPUsPerNode: cards, CardBytes: Bytes(o.NeedGB), Size: size,
 			Priority: 100 - 10*len(profiles), Weight: 1, Env: x.Env,
 		})
 	}

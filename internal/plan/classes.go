@@ -21,6 +21,10 @@ type Class struct {
 	match []string
 }
 
+// MemoryBytes is the class's memory in bytes, as nodes count it; the table
+// and a nodes file give it in GB, as datasheets do.
+func (c Class) MemoryBytes() int64 { return Bytes(c.MemoryGB) }
+
 // classes are the cards the planner knows. Every figure is the vendor's
 // datasheet for the card (memory as sold, peak memory bandwidth); where a
 // card comes in more than one form the row says which form it is.
@@ -135,7 +139,8 @@ func upper(c byte) byte {
 // classForCard turns a card as nvidia-smi reports it into a class: one from
 // the table when the name and memory match, else a class of its own named
 // after the card, with its measured memory and an estimated bandwidth.
-func classForCard(reported string, memoryGB float64) Class {
+func classForCard(reported string, memoryBytes int64) Class {
+	memoryGB := GiB(memoryBytes)
 	name := strings.ToUpper(reported)
 	for _, prefix := range []string{"NVIDIA ", "TESLA ", "GEFORCE ", "AMD ", "INSTINCT "} {
 		name = strings.ReplaceAll(name, prefix, "")

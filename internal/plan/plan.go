@@ -631,7 +631,7 @@ func vllmOptions(set hf.FileSet, s *shape, pl Plan, nodes []Node) []Option {
 				o.TokensPerSecond = 0
 			}
 			out = append(out, o)
-			if o.Fit != FitsNowhere || cardMemory(nodes, class)*vllmUtilisation >= o.NeedGB {
+			if o.Fit != FitsNowhere || GiB(cardMemory(nodes, class))*vllmUtilisation >= o.NeedGB {
 				break
 			}
 		}
@@ -649,11 +649,11 @@ func placeCPU(o Option, active float64, nodes []Node) Option {
 		if n.CPUCores == 0 {
 			continue
 		}
-		if gbBytes(n.RAMGB) >= need {
+		if n.RAMBytes >= need {
 			o.Capable++
 			bestAny = max(bestAny, n.CPUBandwidthGBs)
 		}
-		if gbBytes(n.FreeRAMGB) >= need {
+		if n.FreeRAMBytes >= need {
 			o.Hosts++
 			bestNow = max(bestNow, n.CPUBandwidthGBs)
 		}
@@ -667,14 +667,16 @@ func placeCPU(o Option, active float64, nodes []Node) Option {
 // the option's share, now and at all. usable is the share of a card the
 // engine takes.
 func placeGPU(o Option, active float64, s *shape, weights int64, pl Plan, nodes []Node, usable float64) Option {
-	mem := cardMemory(nodes, o.Class)
+	// The option's figures are GiB, as its JSON and its sentences say
+	// them; the nodes' are bytes.
+	mem, need := GiB(cardMemory(nodes, o.Class)), Bytes(o.NeedGB)
 	bw := 0.0
 	for _, n := range nodes {
 		g, ok := n.class(o.Class)
-		if !ok || g.MemoryGB*usable < o.NeedGB {
+		if !ok || float64(g.MemoryBytes)*usable < float64(need) {
 			continue
 		}
-		total, free := n.cards(o.Class, o.NeedGB/usable)
+		total, free := n.cards(o.Class, int64(float64(need)/usable))
 		if total >= o.GPUsPerNode {
 			o.Capable++
 			bw = max(bw, g.BandwidthGBs)
@@ -782,11 +784,11 @@ func maxCards(nodes []Node, class string) int {
 }
 
 // cardMemory is the largest memory a card of the class has in the pool.
-func cardMemory(nodes []Node, class string) float64 {
-	most := 0.0
+func cardMemory(nodes []Node, class string) int64 {
+	var most int64
 	for _, n := range nodes {
 		if g, ok := n.class(class); ok {
-			most = max(most, g.MemoryGB)
+			most = max(most, g.MemoryBytes)
 		}
 	}
 	return most

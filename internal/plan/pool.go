@@ -26,13 +26,13 @@ type Node struct {
 	Name string `json:"name"`
 	// Local is this machine, measured; the others were declared in a
 	// nodes file and are taken to be idle.
-	Local    bool    `json:"local,omitempty"`
-	CPUCores int     `json:"cpu_cores"`
-	RAMGB    float64 `json:"ram_gb"`
-	// FreeRAMGB is what a new replica can have now: the kernel's
-	// MemAvailable here, the whole of ram_gb for a declared node unless it
-	// says otherwise.
-	FreeRAMGB       float64 `json:"free_ram_gb"`
+	Local    bool  `json:"local,omitempty"`
+	CPUCores int   `json:"cpu_cores"`
+	RAMBytes int64 `json:"ram_bytes"`
+	// FreeRAMBytes is what a new replica can have now: the kernel's
+	// MemAvailable here, the whole of the RAM for a declared node unless
+	// it says otherwise.
+	FreeRAMBytes    int64   `json:"free_ram_bytes"`
 	CPUBandwidthGBs float64 `json:"cpu_bandwidth_gbs"`
 	GPUs            []GPU   `json:"gpus"`
 	// Note says what could not be read about the node.
@@ -43,26 +43,27 @@ type Node struct {
 type GPU struct {
 	Class string `json:"class"`
 	Count int    `json:"count"`
-	// MemoryGB is each card's; BandwidthGBs each card's peak read rate.
-	MemoryGB     float64 `json:"memory_gb"`
+	// MemoryBytes is each card's; BandwidthGBs each card's peak read
+	// rate.
+	MemoryBytes  int64   `json:"memory_bytes"`
 	BandwidthGBs float64 `json:"bandwidth_gbs"`
 	// BandwidthEstimated marks a card the class table lacks, whose
 	// bandwidth is UnknownCardBandwidthGBs rather than its datasheet's.
 	BandwidthEstimated bool `json:"bandwidth_estimated,omitempty"`
-	// FreeGB is each card's free memory now, Count of them.
-	FreeGB []float64 `json:"free_gb"`
+	// FreeBytes is each card's free memory now, Count of them.
+	FreeBytes []int64 `json:"free_bytes"`
 }
 
 // cards is how many of the node's cards of a class there are, and how
-// many of them have at least needGB free.
-func (n Node) cards(class string, needGB float64) (total, free int) {
+// many of them have at least need bytes free.
+func (n Node) cards(class string, need int64) (total, free int) {
 	for _, g := range n.GPUs {
 		if g.Class != class {
 			continue
 		}
 		total += g.Count
-		for _, f := range g.FreeGB {
-			if f >= needGB {
+		for _, f := range g.FreeBytes {
+			if f >= need {
 				free++
 			}
 		}
@@ -91,7 +92,7 @@ func LocalNode() (Node, error) {
 	}
 	return Node{
 		Name: m.Name, Local: true, CPUCores: m.CPUCores,
-		RAMGB: GiB(m.RAMBytes), FreeRAMGB: GiB(m.AvailableBytes), CPUBandwidthGBs: DefaultCPUBandwidthGBs,
+		RAMBytes: m.RAMBytes, FreeRAMBytes: m.AvailableBytes, CPUBandwidthGBs: DefaultCPUBandwidthGBs,
 		GPUs: GPUsOf(m.Cards), Note: m.Note,
 	}, nil
 }
@@ -100,7 +101,7 @@ func LocalNode() (Node, error) {
 // with memoryBytes of memory ("L4" for "NVIDIA L4"; a card the table
 // lacks is named for itself).
 func CardClass(reported string, memoryBytes int64) string {
-	return classForCard(reported, GiB(memoryBytes)).Name
+	return classForCard(reported, memoryBytes).Name
 }
 
 // GPUsOf is the machine's cards grouped by class in the order they first
@@ -109,18 +110,17 @@ func CardClass(reported string, memoryBytes int64) string {
 func GPUsOf(cards []engine.Card) []GPU {
 	gpus := []GPU{}
 	for _, card := range cards {
-		memGB := GiB(card.MemoryBytes)
-		c := classForCard(card.Name, memGB)
+		c := classForCard(card.Name, card.MemoryBytes)
 		j := slices.IndexFunc(gpus, func(g GPU) bool { return g.Class == c.Name })
 		if j < 0 {
-			gpus = append(gpus, GPU{Class: c.Name, MemoryGB: memGB, BandwidthGBs: c.BandwidthGBs,
-				BandwidthEstimated: c.Estimated, FreeGB: []float64{}})
+			gpus = append(gpus, GPU{Class: c.Name, MemoryBytes: card.MemoryBytes, BandwidthGBs: c.BandwidthGBs,
+				BandwidthEstimated: c.Estimated, FreeBytes: []int64{}})
 			j = len(gpus) - 1
 		}
 		g := &gpus[j]
 		g.Count++
-		g.MemoryGB = min(g.MemoryGB, memGB)
-		g.FreeGB = append(g.FreeGB, max(0, GiB(card.MemoryBytes-card.UsedBytes)))
+		g.MemoryBytes = min(g.MemoryBytes, card.MemoryBytes)
+		g.FreeBytes = append(g.FreeBytes, max(0, card.MemoryBytes-card.UsedBytes))
 	}
 	return gpus
 }
@@ -189,13 +189,15 @@ func (nf nodeFile) node() (Node, error) {
 	case nf.CPUBandwidthGBs < 0:
 		return Node{}, fmt.Errorf("%s has a negative cpu_bandwidth_gbs", name)
 	}
-	n := Node{Name: name, CPUCores: nf.CPUCores, RAMGB: nf.RAMGB, FreeRAMGB: nf.RAMGB,
+	// The file's figures are GiB, as a person writes them; the node's
+	// bytes, as the planner and the fleets count.
+	n := Node{Name: name, CPUCores: nf.CPUCores, RAMBytes: Bytes(nf.RAMGB), FreeRAMBytes: Bytes(nf.RAMGB),
 		CPUBandwidthGBs: nf.CPUBandwidthGBs, GPUs: []GPU{}}
 	if nf.FreeRAMGB != nil {
 		if *nf.FreeRAMGB < 0 || *nf.FreeRAMGB > nf.RAMGB {
 			return Node{}, fmt.Errorf("%s has free_ram_gb %.0f, which is not between 0 and its ram_gb %.0f", name, *nf.FreeRAMGB, nf.RAMGB)
 		}
-		n.FreeRAMGB = *nf.FreeRAMGB
+		n.FreeRAMBytes = Bytes(*nf.FreeRAMGB)
 	}
 	if n.CPUBandwidthGBs == 0 {
 		n.CPUBandwidthGBs = DefaultCPUBandwidthGBs
@@ -224,17 +226,17 @@ func (nf nodeFile) node() (Node, error) {
 				c.BandwidthGBs, c.Estimated = UnknownCardBandwidthGBs, true
 			}
 		}
-		free := make([]float64, g.Count)
+		free := make([]int64, g.Count)
 		for i := range free {
-			free[i] = c.MemoryGB
+			free[i] = c.MemoryBytes()
 		}
 		if i := slices.IndexFunc(n.GPUs, func(x GPU) bool { return x.Class == c.Name }); i >= 0 {
 			n.GPUs[i].Count += g.Count
-			n.GPUs[i].FreeGB = append(n.GPUs[i].FreeGB, free...)
+			n.GPUs[i].FreeBytes = append(n.GPUs[i].FreeBytes, free...)
 			continue
 		}
-		n.GPUs = append(n.GPUs, GPU{Class: c.Name, Count: g.Count, MemoryGB: c.MemoryGB,
-			BandwidthGBs: c.BandwidthGBs, BandwidthEstimated: c.Estimated, FreeGB: free})
+		n.GPUs = append(n.GPUs, GPU{Class: c.Name, Count: g.Count, MemoryBytes: c.MemoryBytes(),
+			BandwidthGBs: c.BandwidthGBs, BandwidthEstimated: c.Estimated, FreeBytes: free})
 	}
 	return n, nil
 }
@@ -249,10 +251,10 @@ func where(b []byte, err error) string {
 	return fmt.Sprintf(" (line %d)", 1+bytes.Count(b[:min(int(syn.Offset), len(b))], []byte("\n")))
 }
 
-// GiB is b bytes in the GiB the planner's memory figures (RAMGB,
-// MemoryGB, FreeGB) are in, and Bytes such a figure in bytes: the one
-// place memory crosses between the two, for the fleets, which count in
-// bytes, and the API, which shows bytes.
+// GiB is b bytes in GiB, and Bytes such a figure in bytes: the one place
+// memory crosses between the two. The planner and the fleets count bytes;
+// GiB are what a person reads and writes (a nodes file's ram_gb, a card
+// class's memory, an option's need_gb).
 func GiB(b int64) float64 { return float64(b) / (1 << 30) }
 
 // Bytes is gb GiB in bytes, rounded to the nearest byte (GiB).

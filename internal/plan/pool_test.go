@@ -20,31 +20,31 @@ func TestGPUsOf(t *testing.T) {
 		{
 			name: "two L4s, one busy",
 			out:  "NVIDIA L4, 23034, 20000\nNVIDIA L4, 23034, 0\n",
-			want: []GPU{{Class: "L4", Count: 2, MemoryGB: 23034.0 / 1024, BandwidthGBs: 300,
-				FreeGB: []float64{3034.0 / 1024, 23034.0 / 1024}}},
+			want: []GPU{{Class: "L4", Count: 2, MemoryBytes: 23034 << 20, BandwidthGBs: 300,
+				FreeBytes: []int64{3034 << 20, 23034 << 20}}},
 		},
 		{
 			name: "A100s of both sizes are told apart by their memory",
 			out:  "NVIDIA A100-SXM4-80GB, 81920, 1024\nNVIDIA A100-PCIE-40GB, 40960, 0\n",
 			want: []GPU{
-				{Class: "A100-80GB", Count: 1, MemoryGB: 80, BandwidthGBs: 2039, FreeGB: []float64{79}},
-				{Class: "A100-40GB", Count: 1, MemoryGB: 40, BandwidthGBs: 1555, FreeGB: []float64{40}},
+				{Class: "A100-80GB", Count: 1, MemoryBytes: Bytes(80), BandwidthGBs: 2039, FreeBytes: []int64{Bytes(79)}},
+				{Class: "A100-40GB", Count: 1, MemoryBytes: Bytes(40), BandwidthGBs: 1555, FreeBytes: []int64{Bytes(40)}},
 			},
 		},
 		{
 			name: "an L40S is not an L4, and an H100 SXM is not a PCIe card",
 			out:  "NVIDIA L40S, 46068, 0\nNVIDIA H100 80GB HBM3, 81559, 0\nTesla T4, 15360, [N/A]\n",
 			want: []GPU{
-				{Class: "L40S", Count: 1, MemoryGB: 46068.0 / 1024, BandwidthGBs: 864, FreeGB: []float64{46068.0 / 1024}},
-				{Class: "H100-80GB", Count: 1, MemoryGB: 81559.0 / 1024, BandwidthGBs: 3350, FreeGB: []float64{81559.0 / 1024}},
-				{Class: "T4", Count: 1, MemoryGB: 15, BandwidthGBs: 320, FreeGB: []float64{15}},
+				{Class: "L40S", Count: 1, MemoryBytes: 46068 << 20, BandwidthGBs: 864, FreeBytes: []int64{46068 << 20}},
+				{Class: "H100-80GB", Count: 1, MemoryBytes: 81559 << 20, BandwidthGBs: 3350, FreeBytes: []int64{81559 << 20}},
+				{Class: "T4", Count: 1, MemoryBytes: Bytes(15), BandwidthGBs: 320, FreeBytes: []int64{Bytes(15)}},
 			},
 		},
 		{
 			name: "a card the table lacks keeps its measured memory and an estimated bandwidth",
 			out:  "Quadro RTX 8000, 49152, 2048\n",
-			want: []GPU{{Class: "Quadro-RTX-8000", Count: 1, MemoryGB: 48, BandwidthGBs: UnknownCardBandwidthGBs,
-				BandwidthEstimated: true, FreeGB: []float64{46}}},
+			want: []GPU{{Class: "Quadro-RTX-8000", Count: 1, MemoryBytes: Bytes(48), BandwidthGBs: UnknownCardBandwidthGBs,
+				BandwidthEstimated: true, FreeBytes: []int64{Bytes(46)}}},
 		},
 		{name: "no cards", out: "\n", want: []GPU{}},
 		{name: "a line cut short", out: "NVIDIA L4, 23034\n",
@@ -82,10 +82,10 @@ func TestParseNodes(t *testing.T) {
 				"gpus": [{"class": "h100-80gb", "count": 4}, {"class": "H100-80GB", "count": 4}]},
 				{"name": "lab", "cpu_cores": 8, "ram_gb": 64, "free_ram_gb": 40, "gpus": [{"class": "Arc-A770", "count": 1, "memory_gb": 16}]}]`,
 			want: []Node{
-				{Name: "gpu1", CPUCores: 32, RAMGB: 256, FreeRAMGB: 256, CPUBandwidthGBs: 150, GPUs: []GPU{{Class: "H100-80GB", Count: 8,
-					MemoryGB: 80, BandwidthGBs: 3350, FreeGB: []float64{80, 80, 80, 80, 80, 80, 80, 80}}}},
-				{Name: "lab", CPUCores: 8, RAMGB: 64, FreeRAMGB: 40, CPUBandwidthGBs: DefaultCPUBandwidthGBs, GPUs: []GPU{{Class: "Arc-A770",
-					Count: 1, MemoryGB: 16, BandwidthGBs: UnknownCardBandwidthGBs, BandwidthEstimated: true, FreeGB: []float64{16}}}},
+				{Name: "gpu1", CPUCores: 32, RAMBytes: Bytes(256), FreeRAMBytes: Bytes(256), CPUBandwidthGBs: 150, GPUs: []GPU{{Class: "H100-80GB", Count: 8,
+					MemoryBytes: Bytes(80), BandwidthGBs: 3350, FreeBytes: []int64{Bytes(80), Bytes(80), Bytes(80), Bytes(80), Bytes(80), Bytes(80), Bytes(80), Bytes(80)}}}},
+				{Name: "lab", CPUCores: 8, RAMBytes: Bytes(64), FreeRAMBytes: Bytes(40), CPUBandwidthGBs: DefaultCPUBandwidthGBs, GPUs: []GPU{{Class: "Arc-A770",
+					Count: 1, MemoryBytes: Bytes(16), BandwidthGBs: UnknownCardBandwidthGBs, BandwidthEstimated: true, FreeBytes: []int64{Bytes(16)}}}},
 			},
 		},
 		{name: "not JSON", text: "[\n{\"name\": \"a\",\n cpu_cores: 4}]",
@@ -134,7 +134,7 @@ func TestLocalNode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !n.Local || n.CPUCores < 1 || n.RAMGB <= 0 || n.FreeRAMGB <= 0 || n.FreeRAMGB > n.RAMGB || n.CPUBandwidthGBs != DefaultCPUBandwidthGBs {
+	if !n.Local || n.CPUCores < 1 || n.RAMBytes <= 0 || n.FreeRAMBytes <= 0 || n.FreeRAMBytes > n.RAMBytes || n.CPUBandwidthGBs != DefaultCPUBandwidthGBs {
 		t.Errorf("LocalNode = %+v; want this machine's cores and memory", n)
 	}
 }

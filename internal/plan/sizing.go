@@ -84,8 +84,7 @@ type Sizing struct {
 	// the weights, the KV cache for the pool's tokens, the compute buffers
 	// and the engine's own (Compute), and a vision projector. NeedBytes
 	// is their sum: what the replica is placed by. On the CPU the
-	// engine's own includes its prompt cache (PromptCacheBytes), which
-	// is in a node's RAM on cards too but not counted there.
+	// engine's own includes its prompt cache (PromptCacheBytes).
 	WeightsBytes   int64 `json:"weights_bytes"`
 	KVBytes        int64 `json:"kv_bytes"`
 	ComputeBytes   int64 `json:"compute_bytes"`
@@ -94,6 +93,11 @@ type Sizing struct {
 	// PromptCacheBytes is the most llama.cpp's prompt cache may hold
 	// (promptCacheBytes).
 	PromptCacheBytes int64 `json:"prompt_cache_bytes,omitempty"`
+	// HostBytes is what a replica on cards holds of its node's RAM
+	// beside them: the engine's own, the tensors llama.cpp keeps in RAM
+	// (gguf's HostBytes) and its prompt cache, which is in RAM whatever
+	// runs on the cards. 0 on the CPU, where NeedBytes is all of it.
+	HostBytes int64 `json:"host_bytes,omitempty"`
 	// RoomBytes is the most memory a host of this shape has for it: free
 	// now when Fit is FitsNow, in all otherwise; 0 when the pool has none.
 	RoomBytes int64 `json:"room_bytes"`
@@ -209,8 +213,8 @@ const promptCacheMax = 8 << 30
 // slot's KV cache, so a conversation moved out of its slot can come back
 // whole, at most llama.cpp's default, and on the CPU no more than the
 // room the pool leaves (the context comes first: a cache never shrinks
-// it), in whole MiB (--cache-ram's unit). On cards it is in RAM that
-// card profiles do not count, bounded all the same. Left at llama.cpp's
+// it), in whole MiB (--cache-ram's unit). On cards it is in the node's
+// RAM beside the engine's own (HostBytes), bounded all the same. Left at llama.cpp's
 // default and counted nowhere, it grew by every request's prompt: 8 KB a
 // request for the tests' tiny model, 21 MB over 2,560 requests, with the
 // engine's time per request up by a third, until 8 GiB past what the
@@ -287,7 +291,7 @@ func (z sizer) rooms(nodes []Node) (now, all int64) {
 			if n.CPUCores == 0 {
 				continue
 			}
-			now, all = max(now, gbBytes(n.FreeRAMGB)), max(all, gbBytes(n.RAMGB))
+			now, all = max(now, n.FreeRAMBytes), max(all, n.RAMBytes)
 			continue
 		}
 		g, ok := n.class(z.o.Class)
@@ -299,19 +303,19 @@ func (z sizer) rooms(nodes []Node) (now, all int64) {
 		if total < z.cards {
 			continue
 		}
-		free := slices.Clone(g.FreeGB)
+		free := slices.Clone(g.FreeBytes)
 		slices.Sort(free)
 		slices.Reverse(free)
 		if len(free) >= z.cards {
-			now = max(now, gbBytes(free[z.cards-1]))
+			now = max(now, free[z.cards-1])
 		}
-		all = max(all, gbBytes(g.MemoryGB))
+		all = max(all, g.MemoryBytes)
 	}
 	if !z.o.CPU && len(nodes) == 0 {
 		// No pool to ask (a job without a planner): the class's cards
 		// as the table gives them.
 		if c, ok := LookupClass(z.o.Class); ok {
-			all = gbBytes(c.MemoryGB)
+			all = c.MemoryBytes()
 		}
 	}
 	return now, all
@@ -327,6 +331,8 @@ func (z sizer) finish(ctx, slots int, now, all int64, why string) Sizing {
 	s.PromptCacheBytes = z.promptCacheBytes(ctx, s.NeedBytes, now, all)
 	if z.o.CPU {
 		s.NeedBytes += s.PromptCacheBytes
+	} else {
+		s.HostBytes = h.HostBytes(z.m.WeightsBytes, s.Size.Pool, s.Size.Slots, z.cards) + s.PromptCacheBytes
 	}
 	s.WeightsBytes = z.m.WeightsBytes / cards
 	s.ProjectorBytes = z.m.ProjectorBytes / cards
@@ -373,8 +379,6 @@ func (z sizer) onWhat() string {
 	}
 	return "on the card"
 }
-
-func gbBytes(gb float64) int64 { return int64(gb * (1 << 30)) }
 
 // sizingWire is a Sizing as its JSON has always said it: the pool as
 // ctx_pool, with the context of one slot beside it.

@@ -46,16 +46,16 @@ func mustModel(t testing.TB, name string, spec ggufgen.Spec) Model {
 }
 
 func ramNode(ramGB, freeGB float64) Node {
-	return Node{Name: "cpu-1", CPUCores: 16, RAMGB: ramGB, FreeRAMGB: freeGB, CPUBandwidthGBs: 40}
+	return Node{Name: "cpu-1", CPUCores: 16, RAMBytes: Bytes(ramGB), FreeRAMBytes: Bytes(freeGB), CPUBandwidthGBs: 40}
 }
 
 func cardNode(class string, count int, memGB float64) Node {
-	free := make([]float64, count)
+	free := make([]int64, count)
 	for i := range free {
-		free[i] = memGB
+		free[i] = Bytes(memGB)
 	}
-	return Node{Name: "gpu-1", CPUCores: 32, RAMGB: 256, FreeRAMGB: 200,
-		GPUs: []GPU{{Class: class, Count: count, MemoryGB: memGB, FreeGB: free}}}
+	return Node{Name: "gpu-1", CPUCores: 32, RAMBytes: Bytes(256), FreeRAMBytes: Bytes(200),
+		GPUs: []GPU{{Class: class, Count: count, MemoryBytes: Bytes(memGB), FreeBytes: free}}}
 }
 
 var cpu = Option{CPU: true}
@@ -192,7 +192,7 @@ func TestPromptCacheIsCountedAndNeverCostsContext(t *testing.T) {
 	if tight.Size != catalog.SizeForSlots(1, 8192) {
 		t.Errorf("on 6 GB free the longest is %s; want 1 slot of 8192, as without a cache", tight.Size.Words())
 	}
-	if tight.NeedBytes > gbBytes(6) || tight.PromptCacheBytes >= slotKV(tight) {
+	if tight.NeedBytes > Bytes(6) || tight.PromptCacheBytes >= slotKV(tight) {
 		t.Errorf("needs %d with a cache of %d on 6 GB: want the cache only what the room leaves, less than a slot's %d", tight.NeedBytes, tight.PromptCacheBytes, slotKV(tight))
 	}
 
@@ -242,13 +242,13 @@ func FuzzSize(f *testing.F) {
 	f.Add(1<<30, 1, true, 1e9, -5.0, 8, 80.0)
 	f.Add(-1, -7, false, 0.0, 0.0, 0, 0.0)
 	f.Fuzz(func(t *testing.T, pool, ctx int, longest bool, ram, free float64, cardCount int, cardGB float64) {
-		nodes := []Node{{Name: "n", CPUCores: 8, RAMGB: ram, FreeRAMGB: free}}
+		nodes := []Node{{Name: "n", CPUCores: 8, RAMBytes: Bytes(ram), FreeRAMBytes: Bytes(free)}}
 		if cardCount = min(max(cardCount, 0), 8); cardCount > 0 {
-			frees := make([]float64, cardCount)
+			frees := make([]int64, cardCount)
 			for i := range frees {
-				frees[i] = cardGB
+				frees[i] = Bytes(cardGB)
 			}
-			nodes[0].GPUs = []GPU{{Class: "L4", Count: cardCount, MemoryGB: cardGB, FreeGB: frees}}
+			nodes[0].GPUs = []GPU{{Class: "L4", Count: cardCount, MemoryBytes: Bytes(cardGB), FreeBytes: frees}}
 		}
 		for _, o := range []Option{cpu, cards("L4", max(cardCount, 1))} {
 			s := Size(m, o, Ask{CtxPool: pool, ContextLength: ctx, Longest: longest}, nodes)
@@ -309,8 +309,8 @@ func TestServeSizesEachProfileForItsCards(t *testing.T) {
 		t.Fatalf("profiles %+v, want the first and both fallbacks", profiles)
 	}
 	two, four, ram := profiles[0], profiles[1], profiles[2]
-	if two.Name != "gpu-2xl4" || two.Cards() != 2 || two.CardBytes != sz.NeedBytes || two.RAMBytes != 0 {
-		t.Errorf("the 2-card profile %+v, want %d bytes on each of 2 cards and no RAM", two, sz.NeedBytes)
+	if two.Name != "gpu-2xl4" || two.Cards() != 2 || two.CardBytes != sz.NeedBytes || two.RAMBytes != sz.HostBytes {
+		t.Errorf("the 2-card profile %+v, want %d bytes on each of 2 cards and its host's %d of RAM", two, sz.NeedBytes, sz.HostBytes)
 	}
 	want4 := Size(m, cards("L4", 4), ask, nodes).NeedBytes
 	if four.Name != "gpu-4xl4" || four.Cards() != 4 || four.CardBytes != want4 || four.CardBytes >= two.CardBytes {
@@ -326,5 +326,39 @@ func TestServeSizesEachProfileForItsCards(t *testing.T) {
 	}
 	if profiles[0].Priority <= profiles[1].Priority || profiles[1].Priority <= profiles[2].Priority {
 		t.Errorf("priorities %d, %d, %d: want the first highest", profiles[0].Priority, profiles[1].Priority, profiles[2].Priority)
+	}
+}
+
+// TestCardProfileHoldsHostRAM: a replica on cards holds RAM too (the
+// engine, the token embeddings llama.cpp keeps on the host, its buffers
+// and its prompt cache), and its profile says how much, so that both
+// fleets place and request it: more than the prompt cache alone, less
+// than the weights that went to the cards.
+func TestCardProfileHoldsHostRAM(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "llama-8b.gguf")
+	if err := ggufgen.WriteFile(path, ggufgen.Llama8B()); err != nil {
+		t.Fatal(err)
+	}
+	h, err := gguf.Read(context.Background(), path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A Llama-3.1-8B Q4_K_M file's size, as the Hub lists it.
+	m := Model{Header: h, WeightsBytes: 4_920_000_000}
+	nodes := []Node{cardNode("L4", 2, 24)}
+	c := Choice{Set: hf.FileSet{Name: "m-Q4_K_M"}, Layouts: []Option{cards("L4", 1)}}
+	for _, ask := range []Ask{{CtxPool: 16384}, {CtxPool: 16384, Judge: true}} {
+		sz, profiles, err := c.Serve(m, ask, nodes, Extra{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := profiles[0]
+		if p.RAMBytes <= p.PromptCacheBytes || p.RAMBytes >= m.WeightsBytes || p.RAMBytes != sz.HostBytes {
+			t.Errorf("judge %v: the card profile holds %d bytes of RAM (prompt cache %d); want more than its prompt cache, "+
+				"less than its weights' %d, and the sizing's %d", ask.Judge, p.RAMBytes, p.PromptCacheBytes, m.WeightsBytes, sz.HostBytes)
+		}
+		if !ask.Judge && p.PromptCacheBytes <= 0 {
+			t.Errorf("a chat model's card profile keeps no prompt cache: %+v", p)
+		}
 	}
 }
