@@ -25,8 +25,8 @@ import (
 	"modelserve/internal/hf"
 	"modelserve/internal/kubefleet"
 	"modelserve/internal/kubetest"
-	"modelserve/internal/testkit"
 	"modelserve/internal/plan"
+	"modelserve/internal/testkit"
 )
 
 // runFleet runs a fleet over cat as deploy/rbac.yaml's account until the
