@@ -170,23 +170,7 @@ func TestWithoutAVLLMImageAVLLMModelIsParked(t *testing.T) {
 	client := c.Client(t, c.Account(t, "../../deploy/rbac.yaml"))
 	mirrorDir := t.TempDir()
 	cat := &catalogtest.Catalog{}
-	f, err := kubefleet.New(kubefleet.Options{
-		Client: client, Catalog: cat, Namespace: ns, EngineImage: "ghcr.io/ggml-org/llama.cpp:server",
-		MirrorURL: "http://modelserve.modelserve.svc:8080/", MirrorDir: mirrorDir, MirrorToken: "ms_nodes",
-		Resync: 5 * time.Second,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- f.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	})
+	f, _ := runFleet(t, client, cat, mirrorDir)
 
 	cat.Put(vllmModel(mirrorDir, "llama", 2))
 	cat.Put(model(mirrorDir, "tiny", catalog.Profile{RAMBytes: 1 << 30, CPUCores: 1}))
