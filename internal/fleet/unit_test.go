@@ -57,19 +57,26 @@ func gpuEntry(t *testing.T, name, class string, cards, cardGB int) catalog.Model
 	return m
 }
 
+// runFakeFleet runs a fleet of nodes, whose engines never answer, over a
+// catalog in SQLite, until t ends; nc changes the catalog and tells it.
+func runFakeFleet(t *testing.T, nodes ...Node) (tf *testFleet, nc *NotifyingCatalog) {
+	t.Helper()
+	cat := MustCatalog(t)
+	f, err := New(Options{Catalog: cat, Nodes: nodes, Engine: "/bin/true", Log: testLog(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tf = &testFleet{Fleet: f}
+	tf.start()
+	t.Cleanup(func() { tf.stop(t) })
+	return tf, tf.notifying(cat)
+}
+
 func TestCardsArePromisedWhole(t *testing.T) {
 	node := &fakeNode{name: "gpu1", cap: Capacity{CPUCores: 16, RAMBytes: 64 << 30, AvailableBytes: 64 << 30, GPUs: []Card{
 		{Index: 0, Class: "A100", MemoryBytes: 80 << 30}, {Index: 1, Class: "A100", MemoryBytes: 80 << 30},
 	}}}
-	cat := MustCatalog(t)
-	f, err := New(Options{Catalog: cat, Nodes: []Node{node}, Engine: "/bin/true", Log: testLog(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	tf := &testFleet{Fleet: f}
-	tf.start()
-	t.Cleanup(func() { tf.stop(t) })
-	nc := tf.notifying(cat)
+	tf, nc := runFakeFleet(t, node)
 
 	MustAdd(t, nc, gpuEntry(t, "big", "A100", 2, 50))
 	testkit.WaitFor(t, 5*time.Second, "big placed", func() (bool, string) { return len(tf.replicasOf("big")) == 1, jsonOf(tf.Replicas()) })
@@ -115,15 +122,7 @@ func TestAProfileOnTwoCardsHoldsItsNeedOnEach(t *testing.T) {
 	large := &fakeNode{name: "large", cap: Capacity{CPUCores: 8, RAMBytes: 16 << 30, AvailableBytes: 16 << 30, GPUs: []Card{
 		{Index: 0, Class: "L4", MemoryBytes: 48 << 30}, {Index: 1, Class: "L4", MemoryBytes: 48 << 30},
 	}}}
-	cat := MustCatalog(t)
-	f, err := New(Options{Catalog: cat, Nodes: []Node{small, large}, Engine: "/bin/true", Log: testLog(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	tf := &testFleet{Fleet: f}
-	tf.start()
-	t.Cleanup(func() { tf.stop(t) })
-	nc := tf.notifying(cat)
+	tf, nc := runFakeFleet(t, small, large)
 
 	// 30 GB on each of two cards: only the large node's cards hold it.
 	MustAdd(t, nc, gpuEntry(t, "wide", "L4", 2, 30))
@@ -162,15 +161,7 @@ func TestAReplicaOnCardsNeedsItsHostRAM(t *testing.T) {
 	node := &fakeNode{name: "gpu1", cap: Capacity{CPUCores: 8, RAMBytes: 12<<30 + 512<<20, AvailableBytes: 12<<30 + 512<<20, GPUs: []Card{
 		{Index: 0, Class: "L4", MemoryBytes: 24 << 30}, {Index: 1, Class: "L4", MemoryBytes: 24 << 30},
 	}}}
-	cat := MustCatalog(t)
-	f, err := New(Options{Catalog: cat, Nodes: []Node{node}, Engine: "/bin/true", Log: testLog(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	tf := &testFleet{Fleet: f}
-	tf.start()
-	t.Cleanup(func() { tf.stop(t) })
-	nc := tf.notifying(cat)
+	tf, nc := runFakeFleet(t, node)
 
 	MustAdd(t, nc, entry("ram", MustWriteModel(t, "ram.gguf", ggufgen.Spec{}), 12))
 	testkit.WaitFor(t, 5*time.Second, "ram placed", func() (bool, string) { return len(tf.replicasOf("ram")) == 1, jsonOf(tf.Replicas()) })

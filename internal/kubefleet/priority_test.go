@@ -11,7 +11,6 @@ import (
 	"modelserve/catalog"
 	"modelserve/internal/catalogtest"
 	"modelserve/internal/fleet"
-	"modelserve/internal/kubefleet"
 	"modelserve/internal/kubetest"
 	"modelserve/internal/testkit"
 )
@@ -31,23 +30,7 @@ func TestClassesArePriorities(t *testing.T) {
 	client := c.Client(t, c.Account(t, "../../deploy/rbac.yaml"))
 	mirrorDir := t.TempDir()
 	cat := &catalogtest.Catalog{}
-	f, err := kubefleet.New(kubefleet.Options{
-		Client: client, Catalog: cat, Namespace: ns, EngineImage: "ghcr.io/ggml-org/llama.cpp:server",
-		MirrorURL: "http://modelserve.modelserve.svc:8080/", MirrorDir: mirrorDir, MirrorToken: "ms_nodes",
-		Resync: 5 * time.Second,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- f.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	})
+	f, _ := runFleet(t, client, cat, mirrorDir)
 
 	onCard := catalog.Profile{Name: "l4", GPUClass: "L4", GPUsPerNode: 1, CardBytes: 8 << 30, RAMBytes: 2 << 30}
 	spare := model(mirrorDir, "spare", onCard)
