@@ -122,7 +122,7 @@ func modelPlan(ctx context.Context, c *client, repo string, tokens int, stdout i
 		fmt.Fprintf(stdout, "serves nothing: %s\n", rep.Plan.Reason)
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "FILE\tSIZE\tWHERE\tNEEDS\tCONTEXT\tTOKENS/S\tFIT")
+	fmt.Fprintln(tw, "FILE\tSIZE\tWHERE\tNEEDS\tCONTEXT×SLOTS\tTOKENS/S\tFIT")
 	for _, set := range rep.Sets {
 		mark := ""
 		if set.Recommended {
@@ -152,7 +152,13 @@ func modelPlan(ctx context.Context, c *client, repo string, tokens int, stdout i
 			if o.Why != "" {
 				fit += ": " + o.Why
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\n", file, size, where, words.GB(o.NeedGB), o.Context, tps, fit)
+			// The tokens of a request, as --context gives them, and the
+			// requests at once that the pool holds.
+			context := strconv.Itoa(o.Context)
+			if sz := o.Sizing.Size; sz.Sized() {
+				context = fmt.Sprintf("%d×%d", sz.Context(), max(sz.Slots, 1))
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", file, size, where, words.GB(o.NeedGB), context, tps, fit)
 		}
 	}
 	return tw.Flush()
