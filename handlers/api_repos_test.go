@@ -38,9 +38,11 @@ func TestAPIRepoAndNodes(t *testing.T) {
 	if resp.StatusCode != http.StatusNotFound || !strings.Contains(out["error"].(string), "test/nothing") {
 		t.Errorf("missing repo: %s %v", resp.Status, out)
 	}
-	resp, out = get("/api/v1/repos/test/tiny-GGUF?context=lots")
-	if resp.StatusCode != http.StatusBadRequest {
-		t.Errorf("bad context: %s %v", resp.Status, out)
+	for _, q := range []string{"context=lots", "ctx_pool=-1", "context_length=lots"} {
+		resp, out = get("/api/v1/repos/test/tiny-GGUF?" + q)
+		if name, _, _ := strings.Cut(q, "="); resp.StatusCode != http.StatusBadRequest || !strings.HasPrefix(out["error"].(string), name+" is a whole number") {
+			t.Errorf("%s: %s %v", q, resp.Status, out)
+		}
 	}
 	resp, out = get("/api/v1/nodes")
 	if resp.StatusCode != http.StatusOK || len(out["nodes"].([]any)) != 2 {

@@ -294,22 +294,11 @@ func replicaView(r fleet.Replica, now time.Time) views.FleetReplica {
 // modelStatus is how the fleet fares with a model, as a state and its
 // replicas in words ("1 of 1 ready").
 func modelStatus(h fleet.ModelHealth) (views.State, string) {
-	replicas := fmt.Sprintf("%d of %d ready", h.Ready, h.Want)
-	switch {
-	case h.Parked:
-		return views.StateOf("parked"), replicas
-	case h.Unplaceable && !h.HardwareExists:
-		return views.StateOf("no node fits"), replicas
-	case h.Unplaceable, h.Placement != "":
-		// A placement text on a model that is not unplaceable is room
-		// being made: replicas stopping to give it back.
-		return views.StateOf("waiting for room"), replicas
-	case h.Want == 0:
-		return views.StateOf("on demand"), fmt.Sprintf("%d ready, none wanted now", h.Ready)
-	case h.Ready >= h.Want:
-		return views.StateOf("ready"), replicas
+	st := h.Status()
+	if st == "on demand" {
+		return views.StateOf(st), fmt.Sprintf("%d ready, none wanted now", h.Ready)
 	}
-	return views.StateOf("starting"), replicas
+	return views.StateOf(st), fmt.Sprintf("%d of %d ready", h.Ready, h.Want)
 }
 
 // usageBar is memory in use against free, in bytes.

@@ -64,6 +64,7 @@ func (s *Server) apiRoutes(mux *http.ServeMux) {
 	api.HandleFunc("GET /api/v1/repos/{owner}/{name}", s.apiRepo)
 	api.HandleFunc("GET /api/v1/nodes", s.apiNodes)
 	api.HandleFunc("GET /api/v1/replicas", s.apiReplicas)
+	api.HandleFunc("GET /api/v1/replicas/{id}/log", s.apiReplicaLog)
 	api.HandleFunc("POST /api/v1/replicas/{id}/stop", s.apiReplicaControl("stop"))
 	api.HandleFunc("POST /api/v1/replicas/{id}/restart", s.apiReplicaControl("restart"))
 	api.HandleFunc("POST /api/v1/catalog/{name}/scale", s.apiModelScale)

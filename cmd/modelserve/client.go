@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"regexp"
 	"strings"
 	"time"
 
@@ -59,9 +60,9 @@ func clientFlags(name string, args []string, getenv func(string) string, stderr 
 		return nil, nil, err
 	}
 	raw := cmp.Or(*base, getenv("MODELSERVE_URL"), defaultURL)
-	u, err := url.Parse(strings.TrimRight(raw, "/"))
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, nil, usageError{fmt.Errorf("%s is not a server's address: give --url or MODELSERVE_URL as http://host:port", operr.Quote(redactURL(raw)))}
+	u, err := serverURL(raw)
+	if err != nil {
+		return nil, nil, err
 	}
 	tok := cmp.Or(*token, getenv("MODELSERVE_TOKEN"))
 	if tok == "" {
@@ -76,6 +77,19 @@ func clientFlags(name string, args []string, getenv func(string) string, stderr 
 		ResponseHeaderTimeout: 5 * time.Minute, // a model loaded on demand answers late
 	}
 	return fs, &client{base: u.String(), shown: u.Redacted(), token: tok, http: &http.Client{Transport: tr}}, nil
+}
+
+// serverURL is the server's address from raw. An address ending in /v1
+// (or /api/v1) is an OpenAI client's base URL, which an operator often
+// has at hand already: the server is the part before it.
+func serverURL(raw string) (*url.URL, error) {
+	u, err := url.Parse(strings.TrimRight(raw, "/"))
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, usageError{fmt.Errorf("%s is not a server's address: give --url or MODELSERVE_URL as http://host:port", operr.Quote(redactURL(raw)))}
+	}
+	u.Path = strings.TrimSuffix(strings.TrimSuffix(u.Path, "/v1"), "/api")
+	u.RawPath = ""
+	return u, nil
 }
 
 // redactURL is an address as the client prints it: without the password
@@ -149,10 +163,31 @@ func (c *client) refusal(resp *http.Response) error {
 	if msg == "" {
 		msg = resp.Status
 	}
+	msg = cliHints(msg)
 	if resp.StatusCode == http.StatusUnauthorized {
-		return fmt.Errorf("%s refused the token (401): %s", c.shown, msg)
+		msg = fmt.Sprintf("%s refused the token (401): %s", c.shown, msg)
 	}
-	return fmt.Errorf("%s (%d)", msg, resp.StatusCode)
+	return refusedError{status: resp.StatusCode, msg: msg}
+}
+
+// refusedError is a server's 4xx or 5xx answer: its sentence, and the
+// status a command may act on (a replica gone is a 404).
+type refusedError struct {
+	status int
+	msg    string
+}
+
+func (e refusedError) Error() string {
+	if e.status == http.StatusUnauthorized {
+		return e.msg
+	}
+	return fmt.Sprintf("%s (%d)", e.msg, e.status)
+}
+
+// refusedWith says err is a server's answer of status.
+func refusedWith(err error, status int) bool {
+	var r refusedError
+	return errors.As(err, &r) && r.status == status
 }
 
 // do sends a request and reads its answer into v (nil: the answer is not
@@ -170,4 +205,23 @@ func (c *client) do(ctx context.Context, method, path string, body, v any) error
 		return fmt.Errorf("%s %s answered what is not the JSON expected: %w", method, path, err)
 	}
 	return nil
+}
+
+// apiHints are the API's routes that the server's sentences point to, with
+// the command that shows the same to someone at a terminal.
+var apiHints = strings.NewReplacer(
+	"GET /api/v1/catalog lists", "modelserve model list lists",
+	"GET /api/v1/replicas lists", "modelserve ps lists",
+	"GET /api/v1/jobs lists", "modelserve job list lists",
+)
+
+// checkHint is the API's way to ask a repository for new weights, which
+// modelserve update --check MODEL does.
+var checkHint = regexp.MustCompile(`POST /api/v1/catalog/([^/\s]+)/check`)
+
+// cliHints is a server's sentence as the command line says it: where it
+// names an API route to call next, the command that does it.
+func cliHints(msg string) string {
+	msg = apiHints.Replace(msg)
+	return checkHint.ReplaceAllString(msg, "modelserve update --check $1")
 }

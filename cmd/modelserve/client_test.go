@@ -24,16 +24,7 @@ func (s *apiServer) client(stdin string, args ...string) (stdout, stderr string,
 
 func (s *apiServer) clientWith(token, stdin string, args ...string) (stdout, stderr string, err error) {
 	var out, errb bytes.Buffer
-	env := func(k string) string {
-		switch k {
-		case "MODELSERVE_URL":
-			return s.base
-		case "MODELSERVE_TOKEN":
-			return token
-		}
-		return ""
-	}
-	err = run(context.Background(), args, env, strings.NewReader(stdin), &out, &errb)
+	err = run(context.Background(), args, s.env(token), strings.NewReader(stdin), &out, &errb)
 	return out.String(), errb.String(), err
 }
 

@@ -25,20 +25,37 @@ func newFlagSet(name string) *flag.FlagSet {
 	return fs
 }
 
-// parseFlags parses args into fs. --help prints usage and the flags to help
-// and returns flag.ErrHelp (main exits 0 quietly); a flag that does not
-// parse is a usageError naming it as the README writes flags.
+// parseFlags parses args into fs, flags before, between and after the
+// arguments as kubectl and ollama take them (`model serve acme/x --wait`);
+// after "--" everything is an argument. fs.Args() are then the arguments
+// alone, in their order. --help prints usage and the flags to help and
+// returns flag.ErrHelp (main exits 0 quietly); a flag that does not parse
+// is a usageError naming it as the README writes flags.
 func parseFlags(fs *flag.FlagSet, args []string, help io.Writer, usage string) error {
-	err := fs.Parse(args)
-	if errors.Is(err, flag.ErrHelp) {
-		fmt.Fprint(help, usage, "\nFlags:\n")
-		printFlags(help, fs)
-		return err
+	var positional []string
+	for {
+		err := fs.Parse(args)
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprint(help, usage, "\nFlags:\n")
+			printFlags(help, fs)
+			return err
+		}
+		if err != nil {
+			return usageError{fmt.Errorf("%s; %s --help lists the flags", dashes(err.Error()), fs.Name())}
+		}
+		rest := fs.Args()
+		if used := len(args) - len(rest); used > 0 && args[used-1] == "--" {
+			positional = append(positional, rest...)
+			break
+		}
+		if len(rest) == 0 {
+			break
+		}
+		positional, args = append(positional, rest[0]), rest[1:]
 	}
-	if err != nil {
-		return usageError{fmt.Errorf("%s; %s --help lists the flags", dashes(err.Error()), fs.Name())}
-	}
-	return nil
+	// A parse of "--" alone leaves fs.Args() the arguments, and every
+	// flag as set.
+	return fs.Parse(append([]string{"--"}, positional...))
 }
 
 // printFlags lists fs's flags as the README writes them: "--name value",

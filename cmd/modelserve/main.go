@@ -15,6 +15,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 )
 
@@ -37,68 +38,40 @@ func main() {
 }
 
 // run is main without the process: tests call it with their own arguments,
-// environment and context.
+// environment and context. The first argument names the command (the
+// table in commands.go); with none, or a flag first, it is serve.
 func run(ctx context.Context, args []string, getenv func(string) string, stdin io.Reader, stdout, stderr io.Writer) error {
-	cmd := "serve"
-	if len(args) > 0 && args[0] != "" && args[0][0] != '-' {
-		cmd, args = args[0], args[1:]
-	}
-	if cmd == "serve" && len(args) > 0 && (args[0] == "--version" || args[0] == "-version") {
-		cmd, args = "version", args[1:]
-	}
-	switch cmd {
-	case "serve":
-		cfg, err := parseServe(args, getenv, stderr)
-		if err != nil {
-			return err
+	name := "serve"
+	if len(args) > 0 {
+		switch args[0] {
+		case "--help", "-help", "-h":
+			fmt.Fprint(stdout, usage())
+			return flag.ErrHelp
+		case "--version", "-version":
+			name, args = "version", args[1:]
+		default:
+			if args[0] != "" && args[0][0] != '-' {
+				name, args = args[0], args[1:]
+			}
 		}
-		log, err := newLogger(stderr, cfg.LogFormat, cfg.LogLevel)
-		if err != nil {
-			return err
-		}
-		return serve(ctx, cfg, log, nil)
-	case "version":
-		return versionCmd(ctx, args, getenv, stdout, stderr)
-	case "init":
-		return initCmd(ctx, args, getenv, stderr)
-	case "token":
-		return tokenCmd(ctx, args, getenv, stdout, stderr)
-	case "user":
-		return userCmd(ctx, args, getenv, stdin, stdout, stderr)
-	case "session":
-		return sessionCmd(ctx, args, getenv, stdout, stderr)
-	case "keys":
-		return keysCmd(ctx, args, getenv, stdout, stderr)
-	case "model":
-		return modelCmd(ctx, args, getenv, stdout, stderr)
-	case "chat":
-		return chatCmd(ctx, args, getenv, stdin, stdout, stderr)
-	case "help":
-		fmt.Fprint(stdout, usage)
-		return nil
-	default:
-		fmt.Fprint(stderr, usage)
-		return usageError{fmt.Errorf("%q is not a command; the commands are serve, model, chat, init, token, user, session, keys, version and help", cmd)}
 	}
+	cmd, ok := lookup(name)
+	if !ok {
+		fmt.Fprint(stderr, usage())
+		return usageError{fmt.Errorf("%q is not a command; the commands are %s", name, strings.Join(commandNames(), ", "))}
+	}
+	return cmd.run(ctx, call{args: args, getenv: getenv, stdin: stdin, stdout: stdout, stderr: stderr})
 }
 
-const usage = `modelserve takes a language model from a registry repository to a serving replica.
-
-Usage:
-  modelserve [serve] [flags]   run the server (the default)
-  modelserve init              make the data directory's database before the first start
-                               (the commands below refuse a folder without one)
-  modelserve token create NAME  print a new API token (once); also token list, token revoke NAME
-  modelserve user add NAME     add a console user, password from stdin or generated; also user list,
-                               user passwd NAME, user remove NAME (both end the user's sessions)
-  modelserve session list [NAME]  console sessions; session revoke ID|--user NAME ends them
-  modelserve keys rotate       new session cookie keys; everyone signs in again
-  modelserve model plan|serve|list  against a running server (MODELSERVE_URL, MODELSERVE_TOKEN):
-                               where a repository's files fit, serve one (--wait follows the job), the catalog
-  modelserve chat MODEL [MESSAGE]  talk with a served model, the reply streamed
-  modelserve version           modelserve's version and commit, Go's, and the engine build it finds
-                               (also modelserve --version)
-  modelserve help              this text
-
-Run "modelserve serve --help" for the server's flags.
-`
+// serveCmd runs the server.
+func serveCmd(ctx context.Context, c call) error {
+	cfg, err := parseServe(c.args, c.getenv, c.stderr)
+	if err != nil {
+		return err
+	}
+	log, err := newLogger(c.stderr, cfg.LogFormat, cfg.LogLevel)
+	if err != nil {
+		return err
+	}
+	return serve(ctx, cfg, log, nil)
+}

@@ -88,7 +88,7 @@ func TestUpdateIntervalFlag(t *testing.T) {
 
 func TestHelpNamesEveryFlagAndVariable(t *testing.T) {
 	var out bytes.Buffer
-	err := run(context.Background(), []string{"--help"}, func(string) string { return "" }, nil, &out, &out)
+	err := run(context.Background(), []string{"serve", "--help"}, func(string) string { return "" }, nil, &out, &out)
 	if err == nil {
 		t.Fatal("--help returned no error; main relies on flag.ErrHelp to exit quietly")
 	}

@@ -4,18 +4,16 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"net/url"
 	"strconv"
 	"strings"
 	"text/tabwriter"
-	"time"
 
 	"modelserve/catalog"
+	"modelserve/internal/fleet"
 	"modelserve/internal/hf"
 	"modelserve/internal/operr"
 	"modelserve/internal/plan"
@@ -23,14 +21,16 @@ import (
 	"modelserve/jobs"
 )
 
-const modelUsage = `Usage: modelserve model plan [--context N] OWNER/NAME
-       modelserve model serve [--quant Q] [--name N] [--context N] [--replicas N] [--wait] OWNER/NAME
-       modelserve model list
+const modelUsage = `Usage: modelserve model plan OWNER/NAME [--context N]
+       modelserve model serve OWNER/NAME [--quant Q] [--name N] [--context N] [--replicas N] [--wait]
+       modelserve model list [-o json]
 
 Against a running server (--url or MODELSERVE_URL, --token or MODELSERVE_TOKEN):
 plan shows where each file of a repository fits and the one served when none is named;
 serve starts the job that serves it and prints its ID, or with --wait follows its steps
-as they happen and exits 1 when the job fails; list shows the catalog.
+as they happen and exits 1 when the job fails; list shows the catalog, each model's
+state, replicas ready of wanted, and the commit it runs. --context is the tokens of one
+request in both plan and serve: the engine holds that many for each of its slots.
 `
 
 // modelCmd runs `modelserve model plan|serve|list`.
@@ -42,16 +42,19 @@ func modelCmd(ctx context.Context, args []string, getenv func(string) string, st
 	var quant, name string
 	var tokens, replicas int
 	var wait bool
+	var out *output
 	fs, c, err := clientFlags("modelserve model "+sub, args, getenv, stderr, modelUsage, func(fs *flag.FlagSet) {
 		switch sub {
 		case "plan":
-			fs.IntVar(&tokens, "context", 0, "tokens of context to plan for; 0: the plan's own choice")
+			fs.IntVar(&tokens, "context", 0, "tokens of context per request, as serve's --context; 0: the plan's choice")
 		case "serve":
 			fs.StringVar(&quant, "quant", "", "the quantisation to serve (Q4_K_M, ...); none: the plan's choice")
 			fs.StringVar(&name, "name", "", "the catalog name; none: one made from the repository's")
 			fs.IntVar(&tokens, "context", 0, "tokens of context per request; 0: the plan's choice")
 			fs.IntVar(&replicas, "replicas", 1, "replicas to keep running; 0 starts one on the first request")
 			fs.BoolVar(&wait, "wait", false, "follow the job's steps until it ends; exit 1 when it fails")
+		case "list":
+			out = outputFlag(fs)
 		}
 	})
 	if err != nil {
@@ -72,6 +75,9 @@ func modelCmd(ctx context.Context, args []string, getenv func(string) string, st
 		if fs.NArg() != 0 {
 			return usageError{errors.New("model list takes no arguments")}
 		}
+		if err := out.check(); err != nil {
+			return err
+		}
 	default:
 		return usageError{fmt.Errorf("%s is not a model command; use plan, serve or list", operr.Quote(sub))}
 	}
@@ -79,7 +85,7 @@ func modelCmd(ctx context.Context, args []string, getenv func(string) string, st
 	case "plan":
 		return modelPlan(ctx, c, fs.Arg(0), tokens, stdout)
 	case "list":
-		return modelList(ctx, c, stdout)
+		return modelList(ctx, c, out, stdout)
 	}
 	req := map[string]any{"repo": fs.Arg(0), "replicas": replicas}
 	if quant != "" {
@@ -95,20 +101,14 @@ func modelCmd(ctx context.Context, args []string, getenv func(string) string, st
 	if err := c.do(ctx, "POST", "/api/v1/serve", req, &job); err != nil {
 		return err
 	}
-	if !wait {
-		fmt.Fprintln(stdout, job.ID)
-		fmt.Fprintf(stderr, "job %s started; modelserve model serve --wait follows one, and the console shows it at %s/jobs/%s\n", job.ID, c.shown, job.ID)
-		return nil
-	}
-	fmt.Fprintf(stderr, "job %s\n", job.ID)
-	return followJob(ctx, c, job.ID, stdout)
+	return startedJob(ctx, c, job, wait, stdout, stderr)
 }
 
 // modelPlan prints where each of a repository's files fits.
 func modelPlan(ctx context.Context, c *client, repo string, tokens int, stdout io.Writer) error {
 	path := "/api/v1/repos/" + repo
 	if tokens > 0 {
-		path += "?context=" + strconv.Itoa(tokens)
+		path += "?context_length=" + strconv.Itoa(tokens)
 	}
 	var rep plan.Report
 	if err := c.do(ctx, "GET", path, nil, &rep); err != nil {
@@ -122,7 +122,7 @@ func modelPlan(ctx context.Context, c *client, repo string, tokens int, stdout i
 		fmt.Fprintf(stdout, "serves nothing: %s\n", rep.Plan.Reason)
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "FILE\tSIZE\tWHERE\tNEEDS\tCONTEXT\tTOKENS/S\tFIT")
+	fmt.Fprintln(tw, "FILE\tSIZE\tWHERE\tNEEDS\tCONTEXT×SLOTS\tTOKENS/S\tFIT")
 	for _, set := range rep.Sets {
 		mark := ""
 		if set.Recommended {
@@ -152,116 +152,63 @@ func modelPlan(ctx context.Context, c *client, repo string, tokens int, stdout i
 			if o.Why != "" {
 				fit += ": " + o.Why
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\n", file, size, where, words.GB(o.NeedGB), o.Context, tps, fit)
+			// The tokens of a request, as --context gives them, and the
+			// requests at once that the pool holds.
+			context := strconv.Itoa(o.Context)
+			if sz := o.Sizing.Size; sz.Sized() {
+				context = fmt.Sprintf("%d×%d", sz.Context(), max(sz.Slots, 1))
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", file, size, where, words.GB(o.NeedGB), context, tps, fit)
 		}
 	}
 	return tw.Flush()
 }
 
-// modelList prints the catalog.
-func modelList(ctx context.Context, c *client, stdout io.Writer) error {
+// listedModel is a model as model list shows it: the catalog's entry,
+// and how the fleet fares with it (none without a fleet, or before the
+// fleet has looked at it).
+type listedModel struct {
+	catalog.Model
+	Health *fleet.ModelHealth `json:"health,omitempty"`
+}
+
+// modelList prints the catalog: each model's state and replicas from the
+// fleet, and the commit it runs.
+func modelList(ctx context.Context, c *client, out *output, stdout io.Writer) error {
 	var list struct {
 		Models []catalog.Model `json:"models"`
 	}
 	if err := c.do(ctx, "GET", "/api/v1/catalog", nil, &list); err != nil {
 		return err
 	}
-	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tREPOSITORY\tCONTEXT\tREPLICAS\tKIND")
-	for _, m := range list.Models {
-		repo := "-"
-		if m.Origin != nil {
-			repo = m.Origin.Repo
-		}
-		kind := "chat"
-		if m.Capabilities.Embeddings {
-			kind = "embeddings"
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\n", m.Name, repo, m.ContextLength, m.Scaling.Min, kind)
+	var running replicasAnswer
+	if err := c.do(ctx, "GET", "/api/v1/replicas", nil, &running); err != nil {
+		return err
 	}
-	return tw.Flush()
-}
-
-// followJob prints a job's steps as they change, from its event stream,
-// until it ends; a job that does not end done is an error with its
-// sentence. A stream that closes before the end (the server dropped a
-// watcher that fell behind, or restarted) is opened again, a few times.
-func followJob(ctx context.Context, c *client, id string, stdout io.Writer) error {
-	shown := map[string]string{}
-	// show prints what changed, and says whether anything did.
-	show := func(j jobs.Job) (changed bool) {
-		for _, st := range j.Steps {
-			line := st.State
-			if st.Detail != "" {
-				line += ": " + st.Detail
+	health := map[string]*fleet.ModelHealth{}
+	for i, h := range running.Models {
+		health[h.Model] = &running.Models[i]
+	}
+	models := make([]listedModel, len(list.Models))
+	for i, m := range list.Models {
+		models[i] = listedModel{Model: m, Health: health[m.Name]}
+	}
+	return out.print(stdout, models, "NAME\tSTATE\tREPLICAS\tVERSION\tCONTEXT\tREPOSITORY", func(tw io.Writer) {
+		for _, m := range models {
+			repo, version := "-", "-"
+			if m.Origin != nil {
+				repo, version = m.Origin.Repo, or(hf.Short(m.Origin.Revision), "-")
 			}
-			if shown[st.Name] == line {
-				continue
+			if m.Canary != nil {
+				version += " (on trial for " + m.Canary.Of + ")"
 			}
-			shown[st.Name] = line
-			fmt.Fprintf(stdout, "%-10s %s\n", st.Name, line)
-			changed = true
-		}
-		return changed
-	}
-	var last jobs.Job
-	for tries := 0; ; tries++ {
-		// A stream that brought news earns its reconnects afresh; one
-		// that repeats the job as it stood does not.
-		ended, err := readJobEvents(ctx, c, id, func(j jobs.Job) {
-			last = j
-			if show(j) {
-				tries = 0
+			state, replicas := "-", "-"
+			if h := m.Health; h != nil {
+				state, replicas = h.Status(), fmt.Sprintf("%d/%d", h.Ready, h.Want)
 			}
-		})
-		if err != nil && (ctx.Err() != nil || tries >= maxReconnects) {
-			return err
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\n", m.Name, state, replicas, version, m.ContextLength, repo)
 		}
-		if ended {
-			break
-		}
-		if tries >= maxReconnects {
-			return fmt.Errorf("the events of job %s stopped %d times before it ended; modelserve model serve --wait cannot follow it", id, maxReconnects)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(time.Duration(tries+1) * 500 * time.Millisecond):
-		}
-	}
-	switch last.State {
-	case jobs.Done:
-		if last.Model != "" {
-			fmt.Fprintf(stdout, "%s is served: modelserve chat %s\n", last.Model, last.Model)
-		}
-		return nil
-	case jobs.Cancelled:
-		return fmt.Errorf("job %s was cancelled", id)
-	default:
-		return fmt.Errorf("job %s failed: %s", id, or(last.Error, "the job's page says why"))
-	}
-}
-
-// readJobEvents reads one connection of a job's event stream, calling
-// each with every job it carries; ended says the job's end came.
-func readJobEvents(ctx context.Context, c *client, id string, each func(jobs.Job)) (ended bool, err error) {
-	resp, err := c.send(ctx, "GET", "/api/v1/jobs/"+url.PathEscape(id)+"/events", nil)
-	if err != nil {
-		return false, err
-	}
-	defer resp.Body.Close()
-	err = readSSE(resp.Body, func(event string, data []byte) error {
-		var j jobs.Job
-		if err := json.Unmarshal(data, &j); err != nil {
-			return fmt.Errorf("the events of job %s hold what is not a job: %w", id, err)
-		}
-		each(j)
-		if event == "end" || j.Ended() {
-			ended = true
-		}
-		return nil
 	})
-	return ended, err
 }
 
 // readSSE calls each with every event of a server-sent event stream: its

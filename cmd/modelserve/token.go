@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"modelserve/internal/auth"
@@ -21,13 +20,18 @@ func tokenCmd(ctx context.Context, args []string, getenv func(string) string, st
 	}
 	sub, args := args[0], args[1:]
 	var models, scope string
+	var out *output
 	fs, data, err := dataFlags("modelserve token "+sub, args, getenv, stderr,
 		"Usage: modelserve token create [--models a,b] [--scope all|gateway] [--data DIR] NAME\n"+
-			"       modelserve token list|revoke [--data DIR] [NAME]\n\n"+
+			"       modelserve token list [--data DIR] [-o json]\n"+
+			"       modelserve token revoke [--data DIR] NAME\n\n"+
 			"API tokens for scripts and OpenAI clients: send one as Authorization: Bearer <token>.\n"+
 			"create prints a new token once; only its hash is kept. A token reaches the API\n"+
 			"(/api/v1/) and the gateway (/v1/) unless --scope gateway or --models limit it.\n",
 		func(fs *flag.FlagSet) {
+			if sub == "list" {
+				out = outputFlag(fs)
+			}
 			if sub != "create" {
 				return
 			}
@@ -70,21 +74,26 @@ func tokenCmd(ctx context.Context, args []string, getenv func(string) string, st
 		fmt.Fprintf(stderr, "token %q created; it is shown only this once\n", n)
 		return nil
 	case "list":
+		if err := out.check(); err != nil {
+			return err
+		}
 		list, err := toks.List(ctx)
 		if err != nil {
 			return err
 		}
-		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "NAME\tSCOPE\tMODELS\tCREATED\tLAST USED")
-		for _, t := range list {
-			used := "never"
-			if !t.LastUsed.IsZero() {
-				used = t.LastUsed.Local().Format(time.DateTime)
-			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", t.Name, t.Scope, or(strings.Join(t.Models, ","), "all"),
-				t.Created.Local().Format(time.DateTime), used)
+		if list == nil {
+			list = []auth.TokenInfo{}
 		}
-		return tw.Flush()
+		return out.print(stdout, list, "NAME\tSCOPE\tMODELS\tCREATED\tLAST USED", func(tw io.Writer) {
+			for _, t := range list {
+				used := "never"
+				if !t.LastUsed.IsZero() {
+					used = t.LastUsed.Local().Format(time.DateTime)
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", t.Name, t.Scope, or(strings.Join(t.Models, ","), "all"),
+					t.Created.Local().Format(time.DateTime), used)
+			}
+		})
 	case "revoke":
 		n, err := name()
 		if err != nil {
