@@ -4,9 +4,9 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
-	"net/http"
 	"slices"
 	"strings"
 	"sync"
@@ -15,16 +15,18 @@ import (
 	"k8s.io/utils/clock"
 
 	"modelserve/catalog"
+	"modelserve/internal/words"
 )
 
 // Fleet keeps the catalog's replicas running. Its methods are safe for
 // concurrent use; Run is the loop that does the work.
 type Fleet struct {
-	opts   Options
-	nodes  []Node
-	log    *slog.Logger
-	health *http.Client
-	poke   chan struct{}
+	opts Options
+	// backend starts, stops and watches the replicas (backend.go): the
+	// engine processes of this machine's nodes.
+	backend Backend
+	log     *slog.Logger
+	poke    chan struct{}
 	// looks asks the loop to look again with the catalog as it last read
 	// it (look).
 	looks chan struct{}
@@ -62,8 +64,6 @@ type Fleet struct {
 	// state has taken up yet; unpark the kept parks to forget.
 	restored map[string]park
 	unpark   []string
-	// wg is the replicas' supervisors, which Run waits for.
-	wg sync.WaitGroup
 	// onReady are told the model of each replica that becomes ready.
 	onReady Listeners[string]
 	// onStopping are told the endpoint of each engine about to be
@@ -134,14 +134,12 @@ func New(opts Options) (*Fleet, error) {
 		}
 		names[n.Name()] = true
 	}
-	tr := http.DefaultTransport.(*http.Transport).Clone()
-	tr.Proxy = nil // engines listen on loopback: never through a proxy
 	f := &Fleet{
-		opts: opts, nodes: nodes, log: opts.Log,
-		health: &http.Client{Transport: tr, Timeout: 2 * time.Second},
-		poke:   make(chan struct{}, 1), looks: make(chan struct{}, 1), syncs: make(chan chan struct{}),
+		opts: opts, log: opts.Log,
+		poke: make(chan struct{}, 1), looks: make(chan struct{}, 1), syncs: make(chan chan struct{}),
 		replicas: map[string]*replica{}, models: map[string]*modelState{}, seq: map[string]int{},
 	}
+	f.backend = newProcesses(opts, nodes, events{f})
 	f.demands = NewDemands(opts.Clock, func(string) { f.look() })
 	f.drains = NewDrains(opts.Clock, opts.DrainTimeout, f.drained)
 	return f, nil
@@ -196,9 +194,8 @@ func (f *Fleet) Run(ctx context.Context) error {
 		f.restored, f.unpark = nil, nil
 		f.mu.Unlock()
 		f.listed = nil
-		f.health.CloseIdleConnections()
 	}()
-	if _, err := f.enginePath(); err != nil {
+	if err := f.backend.Check(catalog.Model{}); err != nil {
 		f.log.Warn("no engine: models are parked until there is one", "reason", sentenceOf(err))
 	}
 	// Parked before the restart, parked still: starting them would fail
@@ -225,7 +222,7 @@ func (f *Fleet) Run(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			f.stopAll("modelserve is stopping")
-			f.wg.Wait()
+			f.backend.Wait()
 			return nil
 		case <-tick.C:
 		case <-f.poke:
@@ -273,7 +270,7 @@ func (f *Fleet) Replicas() []Replica {
 	defer f.mu.Unlock()
 	out := make([]Replica, 0, len(f.replicas))
 	for _, r := range f.replicas {
-		out = append(out, r.view())
+		out = append(out, f.viewLocked(r))
 	}
 	slices.SortFunc(out, func(a, b Replica) int {
 		return cmp.Or(strings.Compare(a.Model, b.Model), compareIDs(a.ID, b.ID))
@@ -295,7 +292,7 @@ func (f *Fleet) ModelHealth() []ModelHealth {
 			ResidencyEnds: st.residencyEnds,
 		}
 		for _, r := range f.replicas {
-			if r.model == name && r.state == Ready {
+			if r.model == name && f.seenLocked(r).State == Ready {
 				h.Ready++
 			}
 		}
@@ -317,7 +314,7 @@ func (f *Fleet) EngineKey(id string) string {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if r, ok := f.replicas[id]; ok {
-		return r.key
+		return f.seenLocked(r).Key
 	}
 	return ""
 }
@@ -334,13 +331,13 @@ func (f *Fleet) Nodes() []NodeStatus {
 
 // rooms are the nodes' room now (Room).
 func (f *Fleet) rooms() []Room {
-	caps := f.capacities()
+	nodes := f.backend.Nodes()
 	now := f.opts.Clock.Now()
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	out := make([]Room, len(f.nodes))
-	for i, n := range f.nodes {
-		out[i] = f.roomLocked(n, caps[i], now)
+	out := make([]Room, len(nodes))
+	for i, n := range nodes {
+		out[i] = f.roomLocked(n, now)
 	}
 	return out
 }
@@ -350,20 +347,157 @@ func (f *Fleet) rooms() []Room {
 // threads from.
 func (f *Fleet) NodeCPUs(need int64) []int {
 	var out []int
-	for _, c := range f.capacities() {
-		if c = f.opts.Headroom.keep(c); c.RAMBytes >= need {
+	for _, n := range f.backend.Nodes() {
+		if c := f.opts.Headroom.keep(n.Capacity); c.RAMBytes >= need {
 			out = append(out, c.CPUCores)
 		}
 	}
 	return out
 }
 
-// capacities reads every node, outside the lock: a node may take a moment
-// to answer.
-func (f *Fleet) capacities() []Capacity {
-	out := make([]Capacity, len(f.nodes))
-	for i, n := range f.nodes {
-		out[i] = n.Capacity()
+// replica is the controller's record of one replica, from its placement
+// until its engine has exited for good. What its engine is doing is the
+// backend's to say (seenLocked).
+type replica struct {
+	// Set at placement, then read-only.
+	id, model, profile string
+	fingerprint        string
+	node               string
+	memBytes           int64 // of RAM, promised on the node
+	cards              []int // promised on the node
+
+	// Guarded by Fleet.mu.
+	// stopping is set once r is retired: it drains, then stops (the
+	// fleet's Drains count the requests it holds), and state and detail
+	// (Draining, Stopping) are then the controller's, not its engine's.
+	stopping bool
+	state    State
+	detail   string
+	// evictedFor is the model r is stopping to make room for: the room it
+	// gives back is that model's.
+	evictedFor string
+	// released is a replica whose engine has exited for good: its memory
+	// and cards are no longer promised. last is what it was then, and
+	// lastLog its engine's last lines.
+	released bool
+	last     Observation
+	lastLog  []string
+}
+
+// seenLocked is what r's engine is doing, as its backend says, with the
+// controller's own word on a replica it retires.
+func (f *Fleet) seenLocked(r *replica) Observation {
+	if r.released {
+		return r.last
 	}
-	return out
+	o, ok := f.backend.Observe(r.id)
+	if !ok {
+		o.State = Stopped
+	}
+	if r.stopping {
+		o.State, o.Detail = r.state, r.detail
+	}
+	return o
+}
+
+// viewLocked is r as the API shows it.
+func (f *Fleet) viewLocked(r *replica) Replica {
+	o := f.seenLocked(r)
+	log := r.lastLog
+	if !r.released {
+		log = f.backend.Log(r.id)
+	}
+	return Replica{
+		ID: r.id, Model: r.model, Profile: r.profile, Node: r.node, Endpoint: o.Endpoint,
+		State: o.State, Detail: o.Detail, Failures: o.Failures, LastError: o.LastError,
+		Started: o.Started, ReadyAt: o.ReadyAt, PID: o.PID, Threads: o.Threads,
+		RSSBytes: o.RSSBytes, EstimateBytes: r.memBytes, Load: o.Load, Log: log, Engine: o.Engine,
+	}
+}
+
+// events are the controller's ears for its backend (Events): kept apart
+// from Fleet so that its methods are not the fleet's API.
+type events struct{ f *Fleet }
+
+func (e events) Ready(id string) {
+	f := e.f
+	f.mu.Lock()
+	r := f.replicas[id]
+	f.mu.Unlock()
+	if r != nil {
+		f.onReady.Tell(r.model)
+	}
+}
+
+func (e events) Stopping(endpoint string) { e.f.onStopping.Tell(endpoint) }
+
+func (e events) Retiring(id string) bool {
+	f := e.f
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	r := f.replicas[id]
+	return r == nil || r.stopping
+}
+
+func (e events) Failed(id string, kind Failure, why string) (time.Duration, bool) {
+	f := e.f
+	f.mu.Lock()
+	r := f.replicas[id]
+	var st *modelState
+	if r != nil {
+		st = f.models[r.model]
+	}
+	if st == nil {
+		f.mu.Unlock()
+		// Its model left the catalog: the reconciling stops it.
+		return f.opts.Backoff, false
+	}
+	switch kind {
+	case NoEngine, BadEngine:
+		st.failedStarts++
+		st.parked, st.reason, st.engineMissing = true, why, kind == NoEngine
+	case FailedStart, CrashedEarly:
+		st.failedStarts++
+		if st.failedStarts >= f.opts.MaxFailures {
+			st.parked, st.reason, st.lasting = true, why, true
+		}
+	}
+	if !st.parked {
+		wait := f.opts.Backoff << min(max(st.failedStarts-1, 0), 6)
+		f.mu.Unlock()
+		return min(wait, max(time.Minute, f.opts.Backoff)), false
+	}
+	f.log.Error("model parked", "model", r.model, "failures", st.failedStarts, "reason", st.reason)
+	f.backend.Note(id, fmt.Sprintf("modelserve: %s; %s is parked after %d failed %s in a row", why, r.model,
+		st.failedStarts, words.Plural(st.failedStarts, "start", "starts")))
+	f.mu.Unlock()
+	f.keepPark(r)
+	return 0, true
+}
+
+func (e events) Stable(id string) {
+	f := e.f
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if r := f.replicas[id]; r != nil {
+		if st := f.models[r.model]; st != nil && !st.parked {
+			st.failedStarts = 0
+		}
+	}
+}
+
+// Ended gives back what replica id was promised, and has the fleet look
+// again: it may now place another there.
+func (e events) Ended(id string, last Observation, log []string) {
+	f := e.f
+	f.mu.Lock()
+	if r := f.replicas[id]; r != nil {
+		r.released, r.last, r.lastLog = true, last, log
+		if last.State == Stopped {
+			delete(f.replicas, id)
+			f.drains.Gone(id)
+		}
+	}
+	f.mu.Unlock()
+	f.look()
 }

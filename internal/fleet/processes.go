@@ -5,80 +5,232 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"modelserve/catalog"
+	"log/slog"
 	"net/http"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"sync"
 	"time"
 
-	"modelserve/internal/words"
+	"modelserve/catalog"
 )
 
-// replica is one copy of a model, from its placement until its engine has
-// exited for good.
-type replica struct {
-	// Set at placement, then read-only.
-	id, model, profile string
-	fingerprint        string
-	node               Node
-	memBytes           int64        // of RAM, promised on the node
-	cards              []int        // promised on the node
-	size               catalog.Size // the engine's context, as its profile sizes it
-	key                string
-	weights            string // the file the engine loads
-	threads            int
-	args, env          []string
-	vllm               bool // runs vLLM rather than llama-server
-	startup            time.Duration
-	log                *logTail
+// processes is the local backend: each replica an engine process on one
+// of the nodes (this machine, or a stand-in with less memory), started,
+// watched and restarted after a failure by a supervisor of its own, with
+// the controller told of each change that is its to weigh (Events).
+type processes struct {
+	opts   Options
+	nodes  []Node
+	log    *slog.Logger
+	health *http.Client
+	ev     Events
+
+	mu    sync.Mutex
+	procs map[string]*process
+	// wg is the supervisors, which Wait waits for.
+	wg sync.WaitGroup
+}
+
+func newProcesses(opts Options, nodes []Node, ev Events) *processes {
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.Proxy = nil // engines listen on loopback: never through a proxy
+	return &processes{opts: opts, nodes: nodes, log: opts.Log, ev: ev, procs: map[string]*process{},
+		health: &http.Client{Transport: tr, Timeout: 2 * time.Second}}
+}
+
+// process is one replica's engine, from its start until it has exited for
+// good.
+type process struct {
+	// Set at start, then read-only.
+	id, model string
+	node      Node
+	memBytes  int64        // of RAM, promised on the node
+	size      catalog.Size // the engine's context, as its profile sizes it
+	key       string
+	weights   string // the file the engine loads
+	args, env []string
+	vllm      bool // runs vLLM rather than llama-server
+	startup   time.Duration
+	log       *logTail
 	// cancel asks the supervisor to stop the engine; restart (buffered,
-	// see Fleet.Restart) to stop it and start it again.
+	// see Restart) to stop it and start it again.
 	cancel  context.CancelFunc
 	restart chan struct{}
 
-	// Guarded by Fleet.mu.
-	state    State
-	detail   string
-	failures int
-	lastErr  string
-	started  time.Time
-	readyAt  time.Time
-	pid      int
-	endpoint string
-	rss      int64
-	load     *Load
-	// stopping is set once r is retired: it drains, then stops (the
-	// fleet's Drains count the requests it holds).
-	stopping bool
-	// evictedFor is the critical model r is stopping to make room for:
-	// the room it gives back is that model's.
-	evictedFor string
-	// released is a replica whose engine has exited for good: its memory
-	// and cards are no longer promised.
-	released bool
+	// obs is what the engine is doing, guarded by processes.mu.
+	obs Observation
 }
 
-func (r *replica) view() Replica {
-	return Replica{
-		ID: r.id, Model: r.model, Profile: r.profile, Node: r.node.Name(), Endpoint: r.endpoint,
-		State: r.state, Detail: r.detail, Failures: r.failures, LastError: r.lastErr,
-		Started: r.started, ReadyAt: r.readyAt, PID: r.pid, Threads: r.threads,
-		RSSBytes: r.rss, EstimateBytes: r.memBytes, Load: r.load, Log: r.log.Lines(), Engine: engineName(r.vllm),
+// Nodes are the nodes with their hardware now.
+func (b *processes) Nodes() []NodeInfo {
+	out := make([]NodeInfo, len(b.nodes))
+	for i, n := range b.nodes {
+		_, local := n.(*LocalNode)
+		out[i] = NodeInfo{Name: n.Name(), Local: local, Capacity: n.Capacity()}
+	}
+	return out
+}
+
+// Check is why m cannot start on this machine: its engine missing, or its
+// weights not in the mirror. The zero Model asks after llama-server alone.
+func (b *processes) Check(m catalog.Model) error {
+	_, llamaErr := b.enginePath()
+	if m.Name == "" {
+		return llamaErr
+	}
+	if err := b.modelEngineErr(m, llamaErr); err != nil {
+		return err
+	}
+	_, _, err := weightsFiles(m)
+	return err
+}
+
+// Start starts a replica's supervisor, which starts its engine.
+func (b *processes) Start(ctx context.Context, pl Placement) error {
+	m, p, cards := pl.Model, pl.Profile, pl.Cards
+	weights, projector, err := weightsFiles(m)
+	if err != nil {
+		return err
+	}
+	var node Node
+	for _, n := range b.nodes {
+		if n.Name() == pl.Node {
+			node = n
+		}
+	}
+	if node == nil {
+		return fmt.Errorf("there is no node named %s", pl.Node)
+	}
+	threads := b.opts.Threads
+	if threads <= 0 {
+		threads = p.CPUCores
+	}
+	if threads <= 0 {
+		// Half the smallest node it fits on, as the job does when it sizes
+		// a profile: the same replica gets the same threads wherever it
+		// lands.
+		threads = catalog.SuggestCores(pl.Cores)
+	}
+	env, dropped := catalog.EngineEnv(p)
+	if len(dropped) > 0 {
+		b.log.Warn("engine settings left out: they are not ones a profile may set", "model", m.Name, "profile", p.Name, "settings", dropped)
+	}
+	if p.GPUClass != "" {
+		idx := make([]string, len(cards))
+		for i, c := range cards {
+			idx[i] = strconv.Itoa(c)
+		}
+		// The cards by nvidia-smi's numbers, for either backend the engine
+		// may run them on (devices.go): CUDA numbers them so in PCI order
+		// (its default puts the fastest first); Vulkan in its driver's
+		// order, the same on a node of one class of card.
+		list := strings.Join(idx, ",")
+		env = append(env, "CUDA_DEVICE_ORDER=PCI_BUS_ID", "CUDA_VISIBLE_DEVICES="+list, "GGML_VK_VISIBLE_DEVICES="+list)
+	}
+	key := newKey()
+	env = append(env, keyEnvOf(p)+"="+key)
+	rctx, cancel := context.WithCancel(ctx)
+	pr := &process{
+		id: pl.ID, model: m.Name, node: node,
+		memBytes: p.HostBytes(), size: p.Size, key: key, weights: weights,
+		args:    argsOf(m, p, weights, projector, threads),
+		vllm:    runsOnVLLM(p),
+		env:     env,
+		startup: StartupTimeout(p, weightsBytes(m, weights)),
+		log:     newLogTail(), cancel: cancel, restart: make(chan struct{}, 1),
+		obs: Observation{State: Starting, Key: key, Threads: threads, Engine: engineName(runsOnVLLM(p))},
+	}
+	b.mu.Lock()
+	b.procs[pr.id] = pr
+	b.mu.Unlock()
+	b.wg.Add(1)
+	go b.supervise(rctx, pr)
+	return nil
+}
+
+// Stop stops replica id's engine; its supervisor ends it.
+func (b *processes) Stop(id, _ string) {
+	if pr := b.proc(id); pr != nil {
+		pr.cancel()
 	}
 }
 
-// outcome is how one run of an engine ended.
+// Restart stops replica id's engine and starts it again in the same
+// place; a replica waiting to restart after a failure is started at once.
+func (b *processes) Restart(id, why string) {
+	pr := b.proc(id)
+	if pr == nil {
+		return
+	}
+	// Not ready from now: the gateway stops sending it requests before
+	// its engine goes.
+	b.mu.Lock()
+	pr.obs.State, pr.obs.Detail = Starting, why
+	b.mu.Unlock()
+	pr.log.Note("modelserve: " + why)
+	// One restart asked is enough however often the button is pressed.
+	select {
+	case pr.restart <- struct{}{}:
+	default:
+	}
+}
+
+// Observe is what replica id's engine is doing.
+func (b *processes) Observe(id string) (Observation, bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	pr, ok := b.procs[id]
+	if !ok {
+		return Observation{}, false
+	}
+	return pr.obs, true
+}
+
+// Log is replica id's engine's last lines.
+func (b *processes) Log(id string) []string {
+	if pr := b.proc(id); pr != nil {
+		return pr.log.Lines()
+	}
+	return nil
+}
+
+// Note adds a line of modelserve's to replica id's log.
+func (b *processes) Note(id, line string) {
+	if pr := b.proc(id); pr != nil {
+		pr.log.Note(line)
+	}
+}
+
+// Wait returns once every supervisor has ended.
+func (b *processes) Wait() {
+	b.wg.Wait()
+	b.health.CloseIdleConnections()
+}
+
+func (b *processes) proc(id string) *process {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.procs[id]
+}
+
+// outcome is how one run of an engine ended: asked to stop, stopped to
+// start again, or one of the failures the controller counts (Failure).
 type outcome int
 
 const (
-	stopped      outcome = iota // asked to stop
-	failedStart                 // ended, or was killed at its deadline, before it was ready
-	crashedEarly                // ended soon after it was ready: as good as a failed start
-	crashedLate                 // ended after serving a while: restarted, not held against it
-	noEngine                    // no engine installed: parked until there is one
-	badEngine                   // an engine that cannot be run: no restart can help
-	restarted                   // stopped to start again, as an operator asked
+	stopped      outcome = -1 // asked to stop
+	restarted    outcome = -2 // stopped to start again, as an operator asked
+	failedStart          = outcome(FailedStart)
+	crashedEarly         = outcome(CrashedEarly)
+	crashedLate          = outcome(CrashedLate)
+	noEngine             = outcome(NoEngine)
+	badEngine            = outcome(BadEngine)
 )
+
+// failure is the failure o is, for the controller.
+func (o outcome) failure() Failure { return Failure(o) }
 
 // stableAfter is how long a replica serves before its model's failed
 // starts are forgiven: an engine that loads and dies at its first request
@@ -108,29 +260,28 @@ const (
 
 // supervise runs r's engine until r is stopped, restarting it after a
 // failure with backoff, until its model is parked.
-func (f *Fleet) supervise(ctx context.Context, r *replica) {
-	defer f.wg.Done()
+func (b *processes) supervise(ctx context.Context, r *process) {
+	defer b.wg.Done()
 	for {
-		out, why := f.attempt(ctx, r)
-		if out == stopped || ctx.Err() != nil || f.retiring(r) {
-			f.end(r, Stopped, "")
+		out, why := b.attempt(ctx, r)
+		if out == stopped || ctx.Err() != nil || b.ev.Retiring(r.id) {
+			b.end(r, Stopped, "")
 			return
 		}
 		if out == restarted {
-			f.restarting(r)
+			b.restarting(r)
 			continue // not a failure: no backoff, nothing counted
 		}
-		wait, park := f.failed(r, out, why)
+		wait, park := b.failed(r, out, why)
 		if park {
-			f.keepPark(r)
-			f.end(r, Failed, why)
+			b.end(r, Failed, why)
 			return
 		}
 		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			f.end(r, Stopped, "")
+			b.end(r, Stopped, "")
 			return
 		case <-t.C:
 		case <-r.restart:
@@ -139,18 +290,10 @@ func (f *Fleet) supervise(ctx context.Context, r *replica) {
 	}
 }
 
-// retiring is whether r is being retired: an engine that ends while it
-// drains is not started again.
-func (f *Fleet) retiring(r *replica) bool {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return r.stopping
-}
-
 // attempt starts r's engine once and follows it until it ends or r is
 // stopped.
-func (f *Fleet) attempt(ctx context.Context, r *replica) (outcome, string) {
-	engine, err := f.engineFor(r)
+func (b *processes) attempt(ctx context.Context, r *process) (outcome, string) {
+	engine, err := b.engineFor(r)
 	if err != nil {
 		return noEngine, sentenceOf(err)
 	}
@@ -165,12 +308,12 @@ func (f *Fleet) attempt(ctx context.Context, r *replica) (outcome, string) {
 	if err != nil {
 		return failedStart, "the engine could not be started: " + err.Error()
 	}
-	f.mu.Lock()
-	r.pid, r.endpoint, r.started, r.readyAt, r.rss, r.load = proc.PID(), proc.Endpoint(), time.Now(), time.Time{}, 0, nil
-	if !r.stopping {
-		r.state, r.detail = Starting, ""
-	}
-	f.mu.Unlock()
+	started := time.Now()
+	b.mu.Lock()
+	o := &r.obs
+	o.PID, o.Endpoint, o.Started, o.ReadyAt, o.RSSBytes, o.Load = proc.PID(), proc.Endpoint(), started, time.Time{}, 0, nil
+	o.State, o.Detail = Starting, ""
+	b.mu.Unlock()
 
 	deadline := time.NewTimer(r.startup)
 	defer deadline.Stop()
@@ -180,15 +323,15 @@ func (f *Fleet) attempt(ctx context.Context, r *replica) (outcome, string) {
 	for ready := false; !ready; {
 		select {
 		case <-ctx.Done():
-			f.stopEngine(proc)
+			b.stopEngine(proc)
 			return stopped, ""
 		case <-r.restart:
-			f.stopEngine(proc)
+			b.stopEngine(proc)
 			return restarted, ""
 		case <-proc.Done():
 			return failedStart, failureReason(proc.Err(), tail.Lines())
 		case <-deadline.C:
-			f.stopEngine(proc)
+			b.stopEngine(proc)
 			why := fmt.Sprintf("not ready within %s, its startup deadline", r.startup)
 			if last := meaningful(tail.Lines()); last != "" {
 				why += "; its last words: " + last
@@ -207,13 +350,13 @@ func (f *Fleet) attempt(ctx context.Context, r *replica) (outcome, string) {
 			heard = nil // asked at once; the polls go on should it not answer yet
 		case <-poll.C:
 		}
-		switch f.probe(ctx, proc.Endpoint()) {
+		switch b.probe(ctx, proc.Endpoint()) {
 		case http.StatusOK:
 			ready = true
 		case http.StatusServiceUnavailable:
-			f.setState(r, Loading)
+			b.setState(r, Loading)
 		}
-		if time.Since(r.started) < fastFor {
+		if time.Since(started) < fastFor {
 			poll.Reset(fastPoll)
 		} else {
 			poll.Reset(slowPoll)
@@ -227,19 +370,15 @@ func (f *Fleet) attempt(ctx context.Context, r *replica) (outcome, string) {
 	// request, and the engine answered them first.
 	readyAt := time.Now()
 	told := r.toldLoad(readyAt)
-	f.mu.Lock()
-	r.readyAt = readyAt
-	if !r.stopping {
-		r.state = Ready
-	}
-	r.load = told
-	f.mu.Unlock()
-	f.onReady.Tell(r.model)
+	b.mu.Lock()
+	r.obs.ReadyAt, r.obs.State, r.obs.Load = readyAt, Ready, told
+	b.mu.Unlock()
+	b.ev.Ready(r.id)
 	var load Load // the engine's own word, once read
 	if told == nil {
 		// An unsized profile's engine chose its slots itself: until it
 		// says, the gateway sends it one request at a time.
-		load = f.readLoadOnce(ctx, r, proc)
+		load = b.readLoadOnce(ctx, r, proc)
 	}
 	// Its memory, its load and the history's row wait a moment, for the
 	// requests that waited for this start to reach the engine first: the
@@ -254,7 +393,7 @@ func (f *Fleet) attempt(ctx context.Context, r *replica) (outcome, string) {
 	}
 	settle.Stop()
 	if told != nil && ctx.Err() == nil {
-		load = f.readLoadOnce(ctx, r, proc)
+		load = b.readLoadOnce(ctx, r, proc)
 	}
 	var rss int64 // 0: not measured
 	// Asked once: stopped later (while the start is kept, below), the
@@ -266,15 +405,15 @@ func (f *Fleet) attempt(ctx context.Context, r *replica) (outcome, string) {
 		// room with it, then the start is kept, its memory unmeasured.
 		// Kept first, the history's write held every such swap's room,
 		// and the walk of /proc held it 2–5 ms more.
-		f.stopEngine(proc)
+		b.stopEngine(proc)
 	} else {
 		rss = proc.RSS()
 	}
-	f.mu.Lock()
-	r.rss = rss
-	f.mu.Unlock()
-	f.log.Info("replica ready", "replica", r.id, "node", r.node.Name(), "endpoint", r.endpoint,
-		"took", readyAt.Sub(r.started).Round(time.Millisecond), "rss_bytes", rss, "estimate_bytes", r.memBytes)
+	b.mu.Lock()
+	r.obs.RSSBytes = rss
+	b.mu.Unlock()
+	b.log.Info("replica ready", "replica", r.id, "node", r.node.Name(), "endpoint", proc.Endpoint(),
+		"took", readyAt.Sub(started).Round(time.Millisecond), "rss_bytes", rss, "estimate_bytes", r.memBytes)
 	size := r.size
 	if load.Size.Slots > 0 {
 		size.Slots = load.Size.Slots // the engine's own word, when it says
@@ -284,13 +423,13 @@ func (f *Fleet) attempt(ctx context.Context, r *replica) (outcome, string) {
 	// the history counts engine starts, and a swap's are the ones asked
 	// about.
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), historyWrite)
-	row, err := f.opts.History.record(rctx, Start{
+	row, err := b.opts.History.record(rctx, Start{
 		Replica: r.id, Model: r.model, File: r.weights, Size: size,
-		EstimateBytes: r.memBytes, RSSBytes: rss, Started: r.started, ReadyAt: readyAt,
+		EstimateBytes: r.memBytes, RSSBytes: rss, Started: started, ReadyAt: readyAt,
 	})
 	cancel()
 	if err != nil {
-		f.log.Warn("the replica's start is not kept in the history", "replica", r.id, "err", err)
+		b.log.Warn("the replica's start is not kept in the history", "replica", r.id, "err", err)
 	}
 	if stoppedEarly {
 		return stopped, "" // its engine stopped within the settle, above
@@ -300,18 +439,18 @@ func (f *Fleet) attempt(ctx context.Context, r *replica) (outcome, string) {
 	defer stable.Stop()
 	measure := time.NewTicker(rssInterval)
 	defer measure.Stop()
-	check := time.NewTicker(f.opts.HealthEvery)
+	check := time.NewTicker(b.opts.HealthEvery)
 	defer check.Stop()
-	loadTick := time.NewTicker(f.opts.LoadEvery)
+	loadTick := time.NewTicker(b.opts.LoadEvery)
 	defer loadTick.Stop()
 	missed := 0
 	for {
 		select {
 		case <-ctx.Done():
-			f.stopEngine(proc)
+			b.stopEngine(proc)
 			return stopped, ""
 		case <-r.restart:
-			f.stopEngine(proc)
+			b.stopEngine(proc)
 			return restarted, ""
 		case <-proc.Done():
 			why := failureReason(proc.Err(), tail.Lines()) +
@@ -321,22 +460,18 @@ func (f *Fleet) attempt(ctx context.Context, r *replica) (outcome, string) {
 			}
 			return crashedLate, why
 		case <-stable.C:
-			f.mu.Lock()
-			if st := f.models[r.model]; st != nil && !st.parked {
-				st.failedStarts = 0
-			}
-			f.mu.Unlock()
+			b.ev.Stable(r.id)
 		case <-check.C:
-			if f.probe(ctx, proc.Endpoint()) == http.StatusOK {
+			if b.probe(ctx, proc.Endpoint()) == http.StatusOK {
 				missed = 0
 				continue
 			}
 			if missed++; missed < healthMisses {
 				continue
 			}
-			f.stopEngine(proc)
+			b.stopEngine(proc)
 			why := fmt.Sprintf("it stopped answering /health (%d checks %s apart) after %s ready, and was stopped to start again",
-				healthMisses, f.opts.HealthEvery, time.Since(readyAt).Round(time.Second))
+				healthMisses, b.opts.HealthEvery, time.Since(readyAt).Round(time.Second))
 			if time.Since(readyAt) < stableAfter {
 				return crashedEarly, why
 			}
@@ -345,19 +480,19 @@ func (f *Fleet) attempt(ctx context.Context, r *replica) (outcome, string) {
 			// The figure that placement counts as used, and the estimate's
 			// measure, as the engine grows its caches.
 			rss := proc.RSS()
-			f.mu.Lock()
-			r.rss = rss
-			f.mu.Unlock()
-			if err := f.opts.History.measured(ctx, row, rss); err != nil && ctx.Err() == nil {
-				f.log.Warn("the replica's measured memory is not kept in the history", "replica", r.id, "err", err)
+			b.mu.Lock()
+			r.obs.RSSBytes = rss
+			b.mu.Unlock()
+			if err := b.opts.History.measured(ctx, row, rss); err != nil && ctx.Err() == nil {
+				b.log.Warn("the replica's measured memory is not kept in the history", "replica", r.id, "err", err)
 			}
 		case <-loadTick.C:
 			// A busy engine may be slow to answer; the figures stay as
 			// they were until it does.
-			if l, err := f.loadOf(ctx, r, proc.Endpoint()); err == nil {
-				f.mu.Lock()
-				r.load = &l
-				f.mu.Unlock()
+			if l, err := b.loadOf(ctx, r, proc.Endpoint()); err == nil {
+				b.mu.Lock()
+				r.obs.Load = &l
+				b.mu.Unlock()
 			}
 		}
 	}
@@ -367,7 +502,7 @@ func (f *Fleet) attempt(ctx context.Context, r *replica) (outcome, string) {
 // idle as an engine just ready is, as of at: its slots (--parallel,
 // vLLM's --max-num-seqs) and each slot's share of the pool. Nil for an
 // unsized profile, whose engine chose its slots itself.
-func (r *replica) toldLoad(at time.Time) *Load {
+func (r *process) toldLoad(at time.Time) *Load {
 	if !r.size.Sized() {
 		return nil
 	}
@@ -377,16 +512,16 @@ func (r *replica) toldLoad(at time.Time) *Load {
 // readLoadOnce reads the load of r's engine, keeps it on r and tells
 // OnReady's listeners, who may now send it as many requests as it serves
 // at once. It is the zero Load when the engine does not answer.
-func (f *Fleet) readLoadOnce(ctx context.Context, r *replica, proc Process) Load {
-	l, err := f.loadOf(ctx, r, proc.Endpoint())
+func (b *processes) readLoadOnce(ctx context.Context, r *process, proc Process) Load {
+	l, err := b.loadOf(ctx, r, proc.Endpoint())
 	if err != nil {
-		f.log.Warn("the engine's load cannot be read", "replica", r.id, "err", err)
+		b.log.Warn("the engine's load cannot be read", "replica", r.id, "err", err)
 		return Load{}
 	}
-	f.mu.Lock()
-	r.load = &l
-	f.mu.Unlock()
-	f.onReady.Tell(r.model)
+	b.mu.Lock()
+	r.obs.Load = &l
+	b.mu.Unlock()
+	b.ev.Ready(r.id)
 	return l
 }
 
@@ -395,18 +530,18 @@ func (f *Fleet) readLoadOnce(ctx context.Context, r *replica, proc Process) Load
 // HTTP server waits, for each connection open when it stops, a tenth of a
 // second for the client to close its end, and a kept connection nobody
 // reads is closed by nobody. That wait was half of every swap.
-func (f *Fleet) stopEngine(proc Process) {
-	f.onStopping.Tell(proc.Endpoint())
-	proc.Stop(f.opts.StopGrace)
+func (b *processes) stopEngine(proc Process) {
+	b.ev.Stopping(proc.Endpoint())
+	proc.Stop(b.opts.StopGrace)
 }
 
 // probe is the status /health answers with; 0 for no answer.
-func (f *Fleet) probe(ctx context.Context, endpoint string) int {
+func (b *processes) probe(ctx context.Context, endpoint string) int {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, endpoint+"/health", nil)
 	if err != nil {
 		return 0
 	}
-	resp, err := f.health.Do(req)
+	resp, err := b.health.Do(req)
 	if err != nil {
 		return 0
 	}
@@ -415,65 +550,58 @@ func (f *Fleet) probe(ctx context.Context, endpoint string) int {
 	return resp.StatusCode
 }
 
-func (f *Fleet) setState(r *replica, s State) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if !r.stopping {
-		r.state = s
-	}
+func (b *processes) setState(r *process, s State) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	r.obs.State = s
 }
 
-// failed counts a failure of r's engine and says how long to wait before
-// starting it again, or that its model is parked.
-func (f *Fleet) failed(r *replica, out outcome, why string) (wait time.Duration, park bool) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	r.failures++
-	r.lastErr = why
-	r.pid, r.endpoint, r.rss, r.readyAt, r.load = 0, "", 0, time.Time{}, nil
-	f.log.Warn("replica failed", "replica", r.id, "node", r.node.Name(), "reason", why)
-	st := f.models[r.model]
-	if st == nil {
-		// Its model left the catalog: the reconciling stops it.
-		return f.opts.Backoff, false
-	}
-	switch out {
-	case noEngine, badEngine:
-		st.failedStarts++
-		st.parked, st.reason, st.engineMissing = true, why, out == noEngine
-	case failedStart, crashedEarly:
-		st.failedStarts++
-		if st.failedStarts >= f.opts.MaxFailures {
-			st.parked, st.reason, st.lasting = true, why, true
-		}
-	}
-	if st.parked {
-		f.log.Error("model parked", "model", r.model, "failures", st.failedStarts, "reason", st.reason)
-		r.log.Note(fmt.Sprintf("modelserve: %s; %s is parked after %d failed %s in a row", why, r.model,
-			st.failedStarts, words.Plural(st.failedStarts, "start", "starts")))
+// failed counts a failure of r's engine, asks the controller how long to
+// wait before starting it again, or whether its model is parked, and says
+// so in r's detail and log.
+func (b *processes) failed(r *process, out outcome, why string) (wait time.Duration, park bool) {
+	b.mu.Lock()
+	o := &r.obs
+	o.Failures++
+	o.LastError = why
+	o.PID, o.Endpoint, o.RSSBytes, o.ReadyAt, o.Load = 0, "", 0, time.Time{}, nil
+	b.mu.Unlock()
+	b.log.Warn("replica failed", "replica", r.id, "node", r.node.Name(), "reason", why)
+	wait, park = b.ev.Failed(r.id, out.failure(), why)
+	if park {
 		return 0, true
 	}
-	wait = f.opts.Backoff << min(max(st.failedStarts-1, 0), 6)
-	wait = min(wait, max(time.Minute, f.opts.Backoff))
-	r.state, r.detail = Starting, fmt.Sprintf("restarting in %s after: %s", wait, why)
+	b.mu.Lock()
+	r.obs.State, r.obs.Detail = Starting, fmt.Sprintf("restarting in %s after: %s", wait, why)
+	b.mu.Unlock()
 	r.log.Note(fmt.Sprintf("modelserve: %s; restarting in %s", why, wait))
 	return wait, false
 }
 
-// end records that r's engine has exited for good, gives back what it was
-// promised, and has the fleet look again: it may now place another there.
-func (f *Fleet) end(r *replica, s State, why string) {
-	f.mu.Lock()
-	r.released = true
-	r.state, r.pid, r.endpoint, r.rss, r.load = s, 0, "", 0, nil
+// end records that r's engine has exited for good and tells the
+// controller, which gives back what r was promised.
+func (b *processes) end(r *process, s State, why string) {
+	b.mu.Lock()
+	o := &r.obs
+	o.State, o.PID, o.Endpoint, o.RSSBytes, o.Load = s, 0, "", 0, nil
 	if why != "" {
-		r.detail = why
+		o.Detail = why
 	}
-	if s == Stopped && f.replicas[r.id] == r {
-		delete(f.replicas, r.id)
-		f.drains.Gone(r.id)
-	}
-	f.mu.Unlock()
+	last := *o
+	b.mu.Unlock()
 	r.cancel()
-	f.look()
+	b.ev.Ended(r.id, last, r.log.Lines())
+	b.mu.Lock()
+	delete(b.procs, r.id)
+	b.mu.Unlock()
+}
+
+// restarting clears what the engine stopped for a restart had: its
+// process, address and figures are no more.
+func (b *processes) restarting(r *process) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	o := &r.obs
+	o.PID, o.Endpoint, o.RSSBytes, o.ReadyAt, o.Load = 0, "", 0, time.Time{}, nil
+	o.State = Starting
 }
