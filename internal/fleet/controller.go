@@ -208,7 +208,7 @@ func (f *Fleet) Run(ctx context.Context) error {
 	f.restored = restored
 	f.mu.Unlock()
 
-	tick := time.NewTicker(f.opts.Interval)
+	tick := f.opts.Clock.NewTicker(f.opts.Interval)
 	defer tick.Stop()
 	var synced chan struct{}
 	reread := true
@@ -224,7 +224,7 @@ func (f *Fleet) Run(ctx context.Context) error {
 			f.stopAll("modelserve is stopping")
 			f.backend.Wait()
 			return nil
-		case <-tick.C:
+		case <-tick.C():
 		case <-f.poke:
 		case <-f.looks:
 			reread = false

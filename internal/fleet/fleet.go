@@ -62,7 +62,9 @@ type Options struct {
 	// sent to it (Hold) to end before its engine is stopped anyway: the
 	// longest an answer is let run. 10 minutes unless set.
 	DrainTimeout time.Duration
-	// Clock times demand and drains (Demands, Drains): the real clock
+	// Clock times demand and drains (Demands, Drains), the fleet's looks
+	// at each Interval, and each replica's start, readiness and the minute
+	// after which its model's failed starts are forgiven: the real clock
 	// unless set; tests step a fake one.
 	Clock clock.WithTickerAndDelayedExecution
 	// HealthEvery is how often a ready replica's /health is asked whether

@@ -308,7 +308,7 @@ func (b *processes) attempt(ctx context.Context, r *process) (outcome, string) {
 	if err != nil {
 		return failedStart, "the engine could not be started: " + err.Error()
 	}
-	started := time.Now()
+	started := b.opts.Clock.Now()
 	b.mu.Lock()
 	o := &r.obs
 	o.PID, o.Endpoint, o.Started, o.ReadyAt, o.RSSBytes, o.Load = proc.PID(), proc.Endpoint(), started, time.Time{}, 0, nil
@@ -356,7 +356,7 @@ func (b *processes) attempt(ctx context.Context, r *process) (outcome, string) {
 		case http.StatusServiceUnavailable:
 			b.setState(r, Loading)
 		}
-		if time.Since(started) < fastFor {
+		if b.opts.Clock.Since(started) < fastFor {
 			poll.Reset(fastPoll)
 		} else {
 			poll.Reset(slowPoll)
@@ -368,7 +368,7 @@ func (b *processes) attempt(ctx context.Context, r *process) (outcome, string) {
 	// engine is asked for its load only after the settle below. Read at
 	// once, its /slots and /metrics went to the engine beside the first
 	// request, and the engine answered them first.
-	readyAt := time.Now()
+	readyAt := b.opts.Clock.Now()
 	told := r.toldLoad(readyAt)
 	b.mu.Lock()
 	r.obs.ReadyAt, r.obs.State, r.obs.Load = readyAt, Ready, told
@@ -435,7 +435,7 @@ func (b *processes) attempt(ctx context.Context, r *process) (outcome, string) {
 		return stopped, "" // its engine stopped within the settle, above
 	}
 
-	stable := time.NewTimer(stableAfter)
+	stable := b.opts.Clock.NewTimer(stableAfter)
 	defer stable.Stop()
 	measure := time.NewTicker(rssInterval)
 	defer measure.Stop()
@@ -454,12 +454,12 @@ func (b *processes) attempt(ctx context.Context, r *process) (outcome, string) {
 			return restarted, ""
 		case <-proc.Done():
 			why := failureReason(proc.Err(), tail.Lines()) +
-				fmt.Sprintf(" (after %s ready)", time.Since(readyAt).Round(time.Second))
-			if time.Since(readyAt) < stableAfter {
+				fmt.Sprintf(" (after %s ready)", b.opts.Clock.Since(readyAt).Round(time.Second))
+			if b.opts.Clock.Since(readyAt) < stableAfter {
 				return crashedEarly, why
 			}
 			return crashedLate, why
-		case <-stable.C:
+		case <-stable.C():
 			b.ev.Stable(r.id)
 		case <-check.C:
 			if b.probe(ctx, proc.Endpoint()) == http.StatusOK {
@@ -471,8 +471,8 @@ func (b *processes) attempt(ctx context.Context, r *process) (outcome, string) {
 			}
 			b.stopEngine(proc)
 			why := fmt.Sprintf("it stopped answering /health (%d checks %s apart) after %s ready, and was stopped to start again",
-				healthMisses, b.opts.HealthEvery, time.Since(readyAt).Round(time.Second))
-			if time.Since(readyAt) < stableAfter {
+				healthMisses, b.opts.HealthEvery, b.opts.Clock.Since(readyAt).Round(time.Second))
+			if b.opts.Clock.Since(readyAt) < stableAfter {
 				return crashedEarly, why
 			}
 			return crashedLate, why
