@@ -16,26 +16,34 @@ import (
 // stopped, and what its engine is doing. The local backend (processes.go)
 // runs engines as child processes of modelserve; a cluster's is the other.
 //
-// How a Kubernetes backend fits, for whoever ports kubefleet onto it:
+// How a Kubernetes backend fits (kubefleet runs a pass of its own today):
 //
-//   - Nodes are the cluster's schedulable nodes, their Capacity the node's
-//     allocatable less what pods of others request; Local is false.
-//   - Start scales the Deployment of the model's profile up by one (its
-//     Secret, Service and owner ConfigMap applied first). The scheduler
-//     places the pod: Placement.Node and Cards are a hint (a node
-//     affinity at most), and the replica is pending, with no node, until
-//     its pod is bound. Its id is the pod's name once there is one.
-//   - Stop deletes the pod, its Deployment scaled down with it, once the
-//     controller's drain is over; Restart deletes the pod alone, for its
-//     ReplicaSet to make another.
-//   - Observe reads the informer's pod: its phase and readiness as the
-//     State, its IP as the endpoint, the container's restarts (counted by
-//     the kubelet, which restarts the engine itself, with its own backoff)
-//     as Failures and its last termination message as LastError. The
-//     backend tells Events.Failed of each restart it sees, and stops the
-//     pod when the controller says to park; lasting parks are the
-//     controller's (Options.Parks), kept in a store of the backend's
-//     choosing, such as the owner ConfigMap's annotation.
+//   - Nodes are the cluster's schedulable nodes, each Capacity its
+//     allocatable less what other pods request; Local is false.
+//   - Check is the weights' place in the mirror and whether the cluster
+//     can run the engine's image (weightsOf, canRun).
+//   - Start scales the Deployment of the model's profile up by one, its
+//     owner ConfigMap, Service and key Secret applied first. The
+//     scheduler places the pod: Placement.Node and Cards are a hint (a
+//     node affinity at most), and the replica is pending, with no node
+//     and no endpoint, until its pod is bound. Pods are named by their
+//     ReplicaSet, so the backend pairs the controller's id with the next
+//     pod of that Deployment and answers for it by that pod.
+//   - Stop deletes the pod once the controller's drain is over, its
+//     Deployment scaled down with it (a pod deletion cost names which);
+//     Restart deletes the pod alone, for its ReplicaSet to make another.
+//   - Observe reads the informer's pod: its phase, readiness and init
+//     container as the State and Detail (podState), its IP as the
+//     endpoint, its key Secret as the Key, the container's restarts as
+//     Failures and its last termination message as LastError. The
+//     kubelet restarts a failed engine itself, with its own backoff: the
+//     backend tells Events.Failed of each restart it sees, ignores the
+//     wait, and scales the Deployment down when told to park. A kept
+//     park is the controller's (Options.Parks), in a store the backend
+//     may give it: the owner ConfigMap's annotation.
+//   - Pods outlive modelserve: a cluster's backend lists the replicas it
+//     finds at Run for the controller to adopt, which processes, whose
+//     engines end with modelserve, never need.
 
 // Backend starts, stops and watches replicas for the controller. Its
 // methods are called with the controller's lock held, and must not call
