@@ -2,7 +2,6 @@ package fleet
 
 import (
 	"context"
-	"time"
 
 	"modelserve/internal/operr"
 )
@@ -25,7 +24,7 @@ func (f *Fleet) Stop(id string) error {
 		return err
 	}
 	f.stopLocked(r, "stopped by an operator")
-	r.log.Note("modelserve: stopping, as an operator asked")
+	f.backend.Note(id, "modelserve: stopping, as an operator asked")
 	f.mu.Unlock()
 	f.log.Info("replica stopped by an operator", "replica", id)
 	f.Poke()
@@ -46,16 +45,8 @@ func (f *Fleet) Restart(id string) error {
 		f.mu.Unlock()
 		return operr.New(operr.Conflict, "replica %s is stopping and cannot be restarted; the fleet places a new one if its model still wants it", id)
 	}
-	// Not ready from now: the gateway stops sending it requests before
-	// its engine goes.
-	r.state, r.detail = Starting, "restarting, as an operator asked"
-	r.log.Note("modelserve: restarting, as an operator asked")
+	f.backend.Restart(id, "restarting, as an operator asked")
 	f.mu.Unlock()
-	// One restart asked is enough however often the button is pressed.
-	select {
-	case r.restart <- struct{}{}:
-	default:
-	}
 	f.log.Info("replica restarted by an operator", "replica", id)
 	return nil
 }
@@ -111,15 +102,4 @@ func (f *Fleet) Unpark(ctx context.Context, model string) error {
 	f.log.Info("model unparked by an operator", "model", model)
 	f.Poke()
 	return nil
-}
-
-// restarting clears what the engine stopped for a restart had: its
-// process, address and figures are no more.
-func (f *Fleet) restarting(r *replica) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	r.pid, r.endpoint, r.rss, r.readyAt, r.load = 0, "", 0, time.Time{}, nil
-	if !r.stopping {
-		r.state = Starting
-	}
 }

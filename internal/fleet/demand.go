@@ -271,8 +271,11 @@ func (f *Fleet) Serving(model string) []Replica {
 	defer f.mu.Unlock()
 	var out []Replica
 	for _, r := range f.replicas {
-		if r.model == model && r.state == Ready && !r.stopping && r.endpoint != "" {
-			v := Replica{ID: r.id, Model: r.model, Node: r.node.Name(), Endpoint: r.endpoint, State: r.state, Load: r.load}
+		if r.model != model || r.stopping {
+			continue
+		}
+		if o := f.seenLocked(r); o.State == Ready && o.Endpoint != "" {
+			v := Replica{ID: r.id, Model: r.model, Node: r.node, Endpoint: o.Endpoint, State: o.State, Load: o.Load}
 			out = append(out, v)
 		}
 	}

@@ -60,9 +60,12 @@ func TestUseStartsOneReplicaAndIdleStopsIt(t *testing.T) {
 	}
 
 	// In use, it is never idle, however long the request: the look due
-	// when it might have fallen idle finds it in use.
-	testkit.WaitWaiters(t, clk, 1)
-	testkit.Step(t, clk, 1200*time.Millisecond, 1)
+	// when it might have fallen idle finds it in use. Beside the look due,
+	// the fleet's tick and the minute after which the replica is stable
+	// are on the clock.
+	const waiters = 3
+	testkit.WaitWaiters(t, clk, waiters)
+	testkit.Step(t, clk, 1200*time.Millisecond, waiters)
 	fl.mustSync(t)
 	if len(fl.Serving("lazy")) != 1 {
 		t.Fatal("a replica in use was stopped as idle")
@@ -75,7 +78,7 @@ func TestUseStartsOneReplicaAndIdleStopsIt(t *testing.T) {
 	// Idle for IdleAfter: stopped, and not before; the model is not
 	// parked for it.
 	fl.mustSync(t)
-	testkit.Step(t, clk, 600*time.Millisecond, 1)
+	testkit.Step(t, clk, 600*time.Millisecond, waiters)
 	fl.mustSync(t)
 	if rs := fl.replicasOf("lazy"); len(rs) != 1 || rs[0].State != Ready {
 		t.Errorf("600ms after its last request, before its IdleAfter of 700ms: %s; want it ready still", jsonOf(rs))
@@ -190,5 +193,20 @@ func TestALookReadsNoCatalog(t *testing.T) {
 	pass("a poke", fl.Poke)
 	if n := cc.lists.Load() - lists; n != 1 {
 		t.Errorf("a poke read the catalog %d times; want once", n)
+	}
+}
+
+// TestAReplicasTimesAreTheFleetsClock: a replica's start and readiness
+// are stamped by the fleet's clock, as its demand and drains are timed,
+// so its residency (ready time less start time) is what a test steps.
+func TestAReplicasTimesAreTheFleetsClock(t *testing.T) {
+	cat := MustCatalog(t)
+	then := time.Date(2001, 2, 3, 4, 5, 6, 0, time.UTC)
+	clk := clocktesting.NewFakeClock(then)
+	fl := MustRun(t, cat, Options{Clock: clk})
+	MustAdd(t, fl.notifying(cat), entry("timed", MustWriteModel(t, "timed.gguf", ggufgen.Spec{}), 1))
+	r := fl.waitReady(t, "timed", readyWithin)
+	if !r.Started.Equal(then) || !r.ReadyAt.Equal(then) {
+		t.Errorf("a replica started and ready on a clock stopped at %s says started %s, ready %s", then, r.Started, r.ReadyAt)
 	}
 }

@@ -27,7 +27,7 @@ func (f *Fleet) Hold(id string, askedAt time.Time) (release func(), ok bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	r, found := f.replicas[id]
-	if !found || r.stopping || r.released || r.state != Ready || f.owed.Refuses(id, askedAt) {
+	if !found || r.stopping || r.released || f.seenLocked(r).State != Ready || f.owed.Refuses(id, askedAt) {
 		return nil, false
 	}
 	end, ok := f.drains.Hold(id)
@@ -61,10 +61,10 @@ func (f *Fleet) retireLocked(r *replica, why string) {
 	f.log.Info("retiring a replica", "replica", r.id, "model", r.model, "why", why, "in_flight", n)
 	r.state, r.detail, _ = f.drains.State(r.id)
 	if n == 0 {
-		r.cancel()
+		f.backend.Stop(r.id, why)
 		return
 	}
-	r.log.Note("modelserve: " + r.detail)
+	f.backend.Note(r.id, "modelserve: "+r.detail)
 }
 
 // drained stops replica id, whose drain has ended: its last request
@@ -78,8 +78,8 @@ func (f *Fleet) drained(id string, late int) {
 	}
 	r.state, r.detail, _ = f.drains.State(id)
 	if late > 0 {
-		r.log.Note("modelserve: " + r.detail)
+		f.backend.Note(id, "modelserve: "+r.detail)
 		f.log.Warn("a draining replica is stopped with requests in flight", "replica", r.id, "requests", late, "drain_timeout", f.opts.DrainTimeout)
 	}
-	r.cancel()
+	f.backend.Stop(id, r.detail)
 }

@@ -27,8 +27,8 @@ const engineLlamaCpp = "llamacpp"
 // one on PATH, else the installed copy (engine.Find), looked for at each
 // start so that installing it later needs no restart. Its error is the
 // sentence an operator acts on.
-func (f *Fleet) enginePath() (string, error) {
-	path, _, err := engine.Find(f.opts.Engine)
+func (b *processes) enginePath() (string, error) {
+	path, _, err := engine.Find(b.opts.Engine)
 	if err != nil {
 		return "", fmt.Errorf("%w: llama-server is not installed on this node: install llama.cpp (its llama-server binary) "+
 			"or point --llama-server (MODELSERVE_LLAMA_SERVER) at it", ErrEngineMissing)

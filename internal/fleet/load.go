@@ -44,9 +44,9 @@ const maxLoadBody = 1 << 20
 // readLoad asks the engine at endpoint, with its key, for its /slots and
 // /metrics. /slots alone suffices: an engine without --metrics still says
 // how many of its slots are busy.
-func (f *Fleet) readLoad(ctx context.Context, endpoint, key string) (Load, error) {
+func (b *processes) readLoad(ctx context.Context, endpoint, key string) (Load, error) {
 	var l Load
-	body, err := f.engineGet(ctx, endpoint+"/slots", key)
+	body, err := b.engineGet(ctx, endpoint+"/slots", key)
 	if err != nil {
 		return l, err
 	}
@@ -66,7 +66,7 @@ func (f *Fleet) readLoad(ctx context.Context, endpoint, key string) (Load, error
 	}
 	l.Size = catalog.SizeForSlots(len(slots), slotCtx)
 	l.At = time.Now()
-	if body, err = f.engineGet(ctx, endpoint+"/metrics", key); err != nil {
+	if body, err = b.engineGet(ctx, endpoint+"/metrics", key); err != nil {
 		return l, nil
 	}
 	m := parseMetrics(string(body))
@@ -82,13 +82,13 @@ func (f *Fleet) readLoad(ctx context.Context, endpoint, key string) (Load, error
 }
 
 // engineGet is the body of a 200 answer to GET url with the engine's key.
-func (f *Fleet) engineGet(ctx context.Context, url, key string) ([]byte, error) {
+func (b *processes) engineGet(ctx context.Context, url, key string) ([]byte, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return nil, err
 	}
 	req.Header.Set("Authorization", "Bearer "+key)
-	resp, err := f.health.Do(req)
+	resp, err := b.health.Do(req)
 	if err != nil {
 		return nil, err
 	}

@@ -287,10 +287,11 @@ func (f *Fleet) holderLocked(r *replica, m catalog.Model, held int64, now time.T
 		return nil
 	}
 	d, _ := f.demands.Of(r.model)
-	h := &Holder{ID: r.id, Model: r.model, Class: st.class, Min: st.min, Held: held, Ready: r.state == Ready,
-		Busy: r.state != Ready || f.drains.Holds(r.id) > 0 || d.Asked > 0, LastUsed: f.lastUsedLocked(r)}
+	o := f.seenLocked(r)
+	h := &Holder{ID: r.id, Model: r.model, Class: st.class, Min: st.min, Held: held, Ready: o.State == Ready,
+		Busy: o.State != Ready || f.drains.Holds(r.id) > 0 || d.Asked > 0, LastUsed: f.lastUsedLocked(r)}
 	h.Place(f.askedAtLocked(r.model), f.askedAtLocked(m.Name))
-	h.Reside(r.readyAt, r.readyAt.Sub(r.started), f.drains.UsedAt(r.id), f.opts.Residency, now)
+	h.Reside(o.ReadyAt, o.ReadyAt.Sub(o.Started), f.drains.UsedAt(r.id), f.opts.Residency, now)
 	return h
 }
 

@@ -45,8 +45,8 @@ func VLLMArgs(m catalog.Model, p catalog.Profile, dir string) []string {
 
 // vllmPath is the vLLM program to start, looked for at each start as
 // llama-server is. Its error is the sentence an operator acts on.
-func (f *Fleet) vllmPath() (string, error) {
-	name := f.opts.VLLM
+func (b *processes) vllmPath() (string, error) {
+	name := b.opts.VLLM
 	if name == "" {
 		name = "vllm"
 	}
@@ -63,20 +63,20 @@ func runsOnVLLM(p catalog.Profile) bool { return p.Engine == EngineVLLM }
 
 // modelEngineErr is why m's engine cannot start on this node: vLLM's own
 // for a model on vLLM, llama-server's (llamaErr) for the others.
-func (f *Fleet) modelEngineErr(m catalog.Model, llamaErr error) error {
+func (b *processes) modelEngineErr(m catalog.Model, llamaErr error) error {
 	if len(m.Profiles) > 0 && runsOnVLLM(m.Profiles[0]) {
-		_, err := f.vllmPath()
+		_, err := b.vllmPath()
 		return err
 	}
 	return llamaErr
 }
 
 // engineFor is the program r starts.
-func (f *Fleet) engineFor(r *replica) (string, error) {
+func (b *processes) engineFor(r *process) (string, error) {
 	if r.vllm {
-		return f.vllmPath()
+		return b.vllmPath()
 	}
-	return f.enginePath()
+	return b.enginePath()
 }
 
 // argsOf is the command line of a replica of profile p of m on this node.
@@ -101,8 +101,8 @@ func keyEnvOf(p catalog.Profile) string {
 // model's name and the engine's index). vLLM 0.11 renamed the KV cache's
 // gauge and the prefix cache's counters, dropping "gpu_"; the names
 // before are read where the new ones are missing.
-func (f *Fleet) readVLLMLoad(ctx context.Context, endpoint, key string, size catalog.Size) (Load, error) {
-	body, err := f.engineGet(ctx, endpoint+"/metrics", key)
+func (b *processes) readVLLMLoad(ctx context.Context, endpoint, key string, size catalog.Size) (Load, error) {
+	body, err := b.engineGet(ctx, endpoint+"/metrics", key)
 	if err != nil {
 		return Load{}, err
 	}
@@ -146,11 +146,11 @@ func (f *Fleet) readVLLMLoad(ctx context.Context, endpoint, key string, size cat
 }
 
 // loadOf reads r's engine's load in its own engine's terms.
-func (f *Fleet) loadOf(ctx context.Context, r *replica, endpoint string) (Load, error) {
+func (b *processes) loadOf(ctx context.Context, r *process, endpoint string) (Load, error) {
 	if r.vllm {
-		return f.readVLLMLoad(ctx, endpoint, r.key, r.size)
+		return b.readVLLMLoad(ctx, endpoint, r.key, r.size)
 	}
-	return f.readLoad(ctx, endpoint, r.key)
+	return b.readLoad(ctx, endpoint, r.key)
 }
 
 // engineName is the catalog's name of the engine a replica runs.

@@ -3,6 +3,7 @@ package fleet
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -65,8 +66,8 @@ func (f *Fleet) reconcile(ctx context.Context, reread bool) {
 	if f.opts.beforePass != nil {
 		f.opts.beforePass()
 	}
-	caps := f.capacities()
-	_, engineErr := f.enginePath()
+	nodes := f.backend.Nodes()
+	haveEngine := f.backend.Check(catalog.Model{}) == nil
 
 	defer f.flushUnparks() // after the unlock: it writes to the database
 	f.mu.Lock()
@@ -121,7 +122,7 @@ func (f *Fleet) reconcile(ctx context.Context, reread bool) {
 	kept := &Kept{}
 	f.owed = Owed{}
 	for _, m := range models {
-		st := f.stateLocked(m, engineErr == nil)
+		st := f.stateLocked(m, haveEngine)
 		st.want = f.demands.Want(m, now) // Min, or more while in demand (demand.go)
 		var active []*replica
 		for _, r := range f.replicas {
@@ -136,7 +137,8 @@ func (f *Fleet) reconcile(ctx context.Context, reread bool) {
 		if len(active) > st.want {
 			// The ones not yet serving go first, then the newest.
 			slices.SortFunc(active, func(a, b *replica) int {
-				return cmp.Or(cmp.Compare(boolRank(a.state == Ready), boolRank(b.state == Ready)), compareIDs(b.id, a.id))
+				aReady, bReady := f.seenLocked(a).State == Ready, f.seenLocked(b).State == Ready
+				return cmp.Or(cmp.Compare(boolRank(aReady), boolRank(bReady)), compareIDs(b.id, a.id))
 			})
 			for _, r := range active[:len(active)-st.want] {
 				f.stopLocked(r, surplusReason(m, st.want))
@@ -147,25 +149,23 @@ func (f *Fleet) reconcile(ctx context.Context, reread bool) {
 			continue
 		}
 		st.unplaceable, st.placement, st.waitsForIdle, st.residencyEnds = false, "", false, time.Time{}
-		st.hardware = f.hardwareLocked(m, caps)
+		st.hardware = f.hardwareLocked(m, nodes)
 		if len(active) >= st.want {
 			continue
 		}
-		if engineErr := f.modelEngineErr(m, engineErr); engineErr != nil {
-			// Restarting cannot install an engine: parked now, and started
-			// once there is one.
+		if err := f.backend.Check(m); err != nil {
+			// Restarting cannot install an engine, nor fetch weights:
+			// parked now, and for want of an engine started once there
+			// is one.
 			st.failedStarts = max(st.failedStarts, 1)
-			st.parked, st.reason, st.engineMissing = true, sentenceOf(engineErr), true
-			continue
-		}
-		weights, projector, err := weightsFiles(m)
-		if err != nil {
-			st.failedStarts = max(st.failedStarts, 1)
-			st.parked, st.reason = true, err.Error()
+			st.parked, st.reason = true, sentenceOf(err)
+			if errors.Is(err, ErrEngineMissing) {
+				st.engineMissing = true
+			}
 			continue
 		}
 		for len(active) < st.want {
-			r, text, ok := f.placeLocked(ctx, m, caps, weights, projector, kept)
+			r, text, ok := f.placeLocked(ctx, m, nodes, kept)
 			if !ok {
 				st.placement = text
 				// Waiting for replicas to stop and give back their room
@@ -248,7 +248,7 @@ func (f *Fleet) stopAll(why string) {
 		}
 		f.drains.Forget(r.id)
 		r.stopping, r.state, r.detail = true, Stopping, why
-		r.cancel()
+		f.backend.Stop(r.id, why)
 	}
 }
 
@@ -262,23 +262,23 @@ type account struct {
 	cardHolder map[int]string
 }
 
-func (f *Fleet) accountLocked(n Node, c Capacity) account {
+func (f *Fleet) accountLocked(n NodeInfo) account {
 	var promised, outstanding int64
 	a := account{cardHolder: map[int]string{}}
 	for _, r := range f.replicas {
-		if r.released || r.node != n {
+		if r.released || r.node != n.Name {
 			continue
 		}
 		a.holders = append(a.holders, r)
 		promised += r.memBytes
-		outstanding += max(0, r.memBytes-r.rss)
+		outstanding += max(0, r.memBytes-f.seenLocked(r).RSSBytes)
 		for _, i := range r.cards {
 			a.cardHolder[i] = r.id
 		}
 	}
 	slices.SortFunc(a.holders, func(x, y *replica) int { return cmp.Or(strings.Compare(x.model, y.model), compareIDs(x.id, y.id)) })
-	a.Room = f.opts.Headroom.Room(n.Name(), c, promised, outstanding)
-	_, a.Local = n.(*LocalNode)
+	a.Room = f.opts.Headroom.Room(n.Name, n.Capacity, promised, outstanding)
+	a.Local = n.Local
 	a.cap = a.Room.Capacity()
 	return a
 }
@@ -286,8 +286,8 @@ func (f *Fleet) accountLocked(n Node, c Capacity) account {
 // roomLocked is node n's room as the API and the planner see it: with
 // the replicas on it, the cards they hold, and which of them the swap
 // rule would give back for a model that needs their room.
-func (f *Fleet) roomLocked(n Node, c Capacity, now time.Time) Room {
-	a := f.accountLocked(n, c)
+func (f *Fleet) roomLocked(n NodeInfo, now time.Time) Room {
+	a := f.accountLocked(n)
 	r := a.Room
 	give := map[string]bool{}
 	for _, h := range a.holders {
@@ -337,10 +337,10 @@ func profiles(m catalog.Model) []catalog.Profile {
 // idle.
 func exists(p catalog.Profile, a account) bool { return CouldHost(p, a.cap) }
 
-func (f *Fleet) hardwareLocked(m catalog.Model, caps []Capacity) bool {
+func (f *Fleet) hardwareLocked(m catalog.Model, nodes []NodeInfo) bool {
 	for _, p := range profiles(m) {
-		for i, n := range f.nodes {
-			if exists(p, f.accountLocked(n, caps[i])) {
+		for _, n := range nodes {
+			if exists(p, f.accountLocked(n)) {
 				return true
 			}
 		}
@@ -351,7 +351,7 @@ func (f *Fleet) hardwareLocked(m catalog.Model, caps []Capacity) bool {
 // placeLocked starts a replica of m where it fits, or makes room for it
 // (MakeRoom), or says, node by node, what holds it. Room kept for models
 // before it (kept) is not its.
-func (f *Fleet) placeLocked(ctx context.Context, m catalog.Model, caps []Capacity, weights, projector string, kept *Kept) (*replica, string, bool) {
+func (f *Fleet) placeLocked(ctx context.Context, m catalog.Model, nodes []NodeInfo, kept *Kept) (*replica, string, bool) {
 	profs := profiles(m)
 	if len(profs) == 0 {
 		var engines []string
@@ -362,14 +362,14 @@ func (f *Fleet) placeLocked(ctx context.Context, m catalog.Model, caps []Capacit
 			strings.Join(engines, ", ")), false
 	}
 	now := f.opts.Clock.Now()
-	accts := make([]account, len(f.nodes))
-	for i, n := range f.nodes {
-		accts[i] = f.accountLocked(n, caps[i])
+	accts := make([]account, len(nodes))
+	for i, n := range nodes {
+		accts[i] = f.accountLocked(n)
 	}
 	wants := make([]Want, len(profs))
 	byID := map[string]*replica{}
 	for i, p := range profs {
-		wants[i] = f.roomWantLocked(m, p, accts, byID, now)
+		wants[i] = f.roomWantLocked(m, p, nodes, accts, byID, now)
 	}
 	d := MakeRoom(m, wants, kept, now)
 	switch {
@@ -380,7 +380,11 @@ func (f *Fleet) placeLocked(ctx context.Context, m catalog.Model, caps []Capacit
 			_, free := cardsFor(p, a)
 			cards = free[:p.Cards()]
 		}
-		return f.startLocked(ctx, m, p, f.nodes[d.Spot], cards, caps, weights, projector), "", true
+		r, err := f.startLocked(ctx, m, p, nodes[d.Spot].Name, cards, nodes)
+		if err != nil {
+			return nil, "its replica could not be started: " + err.Error(), false
+		}
+		return r, "", true
 	case len(d.Victims) > 0:
 		stopped := make([]string, len(d.Victims))
 		for i, v := range d.Victims {
@@ -405,17 +409,17 @@ func (f *Fleet) placeLocked(ctx context.Context, m catalog.Model, caps []Capacit
 	}
 	var lines []string
 	for _, p := range profs {
-		for i, n := range f.nodes {
+		for i, n := range nodes {
 			a := accts[i]
-			if p.GPUClass != "" && a.Free-kept.RAM(n.Name()) >= p.HostBytes() {
+			if p.GPUClass != "" && a.Free-kept.RAM(n.Name) >= p.HostBytes() {
 				fit, free := cardsFor(p, a)
-				lines = append(lines, cardLine(n.Name(), p, a, len(fit), len(free))+kept.Line(n.Name(), p))
+				lines = append(lines, cardLine(n.Name, p, a, len(fit), len(free))+kept.Line(n.Name, p))
 				continue
 			}
-			lines = append(lines, memLine(n.Name(), p.HostBytes(), a)+kept.Line(n.Name(), p))
+			lines = append(lines, memLine(n.Name, p.HostBytes(), a)+kept.Line(n.Name, p))
 		}
 	}
-	if !f.hardwareLocked(m, caps) {
+	if !f.hardwareLocked(m, nodes) {
 		return nil, "no node could ever host it, busy or idle:\n" + strings.Join(lines, "\n"), false
 	}
 	return nil, strings.Join(lines, "\n"), false
@@ -425,14 +429,14 @@ func (f *Fleet) placeLocked(ctx context.Context, m catalog.Model, caps []Capacit
 // p, as MakeRoom weighs it: on cards, whole cards of p's class with the
 // memory p needs on each, else bytes of RAM. byID gets the replicas the
 // holders are.
-func (f *Fleet) roomWantLocked(m catalog.Model, p catalog.Profile, accts []account, byID map[string]*replica, now time.Time) Want {
+func (f *Fleet) roomWantLocked(m catalog.Model, p catalog.Profile, nodes []NodeInfo, accts []account, byID map[string]*replica, now time.Time) Want {
 	w := Want{Profile: p, Need: p.HostBytes()}
 	if p.GPUClass != "" {
 		w.Need = int64(p.Cards())
 	}
-	for i, n := range f.nodes {
+	for i, n := range nodes {
 		a := accts[i]
-		s := Spot{Node: n.Name(), Exists: exists(p, a), Free: a.Free, RAM: a.Free}
+		s := Spot{Node: n.Name, Exists: exists(p, a), Free: a.Free, RAM: a.Free}
 		var fit []int
 		if p.GPUClass != "" {
 			var free []int
@@ -515,61 +519,26 @@ func (f *Fleet) wakeAtLocked(at, now time.Time) {
 	f.resides = f.opts.Clock.AfterFunc(at.Sub(now), f.look)
 }
 
-// startLocked creates a replica of m with profile p on node and starts its
-// supervisor.
-func (f *Fleet) startLocked(ctx context.Context, m catalog.Model, p catalog.Profile, node Node, cards []int,
-	caps []Capacity, weights, projector string) *replica {
+// startLocked creates a replica of m with profile p on node, with cards,
+// and has the backend start it.
+func (f *Fleet) startLocked(ctx context.Context, m catalog.Model, p catalog.Profile, node string, cards []int, nodes []NodeInfo) (*replica, error) {
 	f.seq[m.Name]++
 	id := m.Name + "-" + strconv.Itoa(f.seq[m.Name])
 	need := p.HostBytes()
-
-	threads := f.opts.Threads
-	if threads <= 0 {
-		threads = p.CPUCores
-	}
-	if threads <= 0 {
-		// Half the smallest node it fits on, as the job does when it sizes
-		// a profile: the same replica gets the same threads wherever it
-		// lands.
-		var cores []int
-		for i, n := range f.nodes {
-			if exists(p, f.accountLocked(n, caps[i])) {
-				cores = append(cores, caps[i].CPUCores)
-			}
+	var cores []int
+	for _, n := range nodes {
+		if exists(p, f.accountLocked(n)) {
+			cores = append(cores, n.Capacity.CPUCores)
 		}
-		threads = catalog.SuggestCores(cores)
 	}
-	env, dropped := catalog.EngineEnv(p)
-	if len(dropped) > 0 {
-		f.log.Warn("engine settings left out: they are not ones a profile may set", "model", m.Name, "profile", p.Name, "settings", dropped)
-	}
-	if p.GPUClass != "" {
-		idx := make([]string, len(cards))
-		for i, c := range cards {
-			idx[i] = strconv.Itoa(c)
-		}
-		// The cards by nvidia-smi's numbers, for either backend the engine
-		// may run them on (devices.go): CUDA numbers them so in PCI order
-		// (its default puts the fastest first); Vulkan in its driver's
-		// order, the same on a node of one class of card.
-		list := strings.Join(idx, ",")
-		env = append(env, "CUDA_DEVICE_ORDER=PCI_BUS_ID", "CUDA_VISIBLE_DEVICES="+list, "GGML_VK_VISIBLE_DEVICES="+list)
-	}
-	key := newKey()
-	env = append(env, keyEnvOf(p)+"="+key)
-	rctx, cancel := context.WithCancel(ctx)
-	r := &replica{
-		id: id, model: m.Name, profile: p.Name, fingerprint: Fingerprint(m), node: node,
-		memBytes: need, cards: cards, size: p.Size, key: key, weights: weights, threads: threads,
-		args:    argsOf(m, p, weights, projector, threads),
-		vllm:    runsOnVLLM(p),
-		env:     env,
-		startup: StartupTimeout(p, weightsBytes(m, weights)),
-		log:     newLogTail(), cancel: cancel, restart: make(chan struct{}, 1), state: Starting,
-	}
+	r := &replica{id: id, model: m.Name, profile: p.Name, fingerprint: Fingerprint(m), node: node, memBytes: need, cards: cards}
 	f.replicas[id] = r
-	f.log.Info("placing a replica", "replica", id, "node", node.Name(), "profile", p.Name, "memory_bytes", need)
-	f.wg.Add(1)
-	go f.supervise(rctx, r)
-	return r
+	f.log.Info("placing a replica", "replica", id, "node", node, "profile", p.Name, "memory_bytes", need)
+	err := f.backend.Start(ctx, Placement{ID: id, Model: m, Profile: p, Node: node, Cards: cards, Cores: cores, Fingerprint: r.fingerprint})
+	if err != nil {
+		delete(f.replicas, id)
+		f.log.Error("the replica could not be started", "replica", id, "err", err)
+		return nil, err
+	}
+	return r, nil
 }
