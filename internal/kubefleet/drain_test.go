@@ -139,13 +139,8 @@ func TestKubernetesDrainsBeforeDeleting(t *testing.T) {
 			return fleet.Replica{}, false
 		})
 		first()
-		w.runEngine(b)
-		release, ok := f.Hold(b.ID, time.Now())
-		if !ok {
-			t.Fatalf("a ready pod refused a request")
-		}
+		s, release := w.answering(t, b)
 		defer release()
-		s := startStream(t, b, f.EngineKey(b.ID))
 		// Deleting a may have its ReplicaSet make a replacement for a
 		// moment, which kwok calls ready at once (a node would take
 		// seconds: weights to fetch, an engine to load): b is to be ready
@@ -175,13 +170,8 @@ func TestKubernetesDrainsBeforeDeleting(t *testing.T) {
 		use := f.Use("alpha", 1, time.Now())
 		defer use()
 		p := ready("alpha")
-		w.runEngine(p)
-		release, ok := f.Hold(p.ID, time.Now())
-		if !ok {
-			t.Fatalf("a ready pod refused a request")
-		}
+		s, release := w.answering(t, p)
 		defer release()
-		s := startStream(t, p, f.EngineKey(p.ID))
 		if err := f.Restart(p.ID); err != nil {
 			t.Fatalf("Restart: %v", err)
 		}
@@ -276,6 +266,30 @@ func (w *swapWorld) runEngine(r fleet.Replica) {
 		resp.Body.Close()
 		return resp.Status, resp.StatusCode == http.StatusOK
 	})
+}
+
+// always has model name run always (min 1), and waits for its ready
+// replica.
+func (w *swapWorld) always(name string) (catalog.Model, fleet.Replica) {
+	w.t.Helper()
+	m := w.onDemand(name)
+	m.Scaling.Min = 1
+	w.cat.Put(m)
+	w.f.Poke()
+	return m, w.ready(name)
+}
+
+// answering runs replica r's engine (runEngine) and has it stream an
+// answer, held as the gateway holds a pod for each request it sends, until
+// release.
+func (w *swapWorld) answering(t *testing.T, r fleet.Replica) (s *stream, release func()) {
+	t.Helper()
+	w.runEngine(r)
+	release, ok := w.f.Hold(r.ID, time.Now())
+	if !ok {
+		t.Fatalf("a ready pod refused a request")
+	}
+	return startStream(t, r, w.f.EngineKey(r.ID)), release
 }
 
 // deleting is whether pod id is gone or being deleted.
@@ -464,11 +478,7 @@ func TestKubernetesDrainIsBounded(t *testing.T) {
 func TestKubernetesAChangedEntryDrains(t *testing.T) {
 	w := startSwapWorld(t)
 	f, cat, admin := w.f, w.cat, w.c.Admin
-	alpha := w.onDemand("alpha")
-	alpha.Scaling.Min = 1
-	cat.Put(alpha)
-	f.Poke()
-	p := w.ready("alpha")
+	alpha, p := w.always("alpha")
 	release, ok := f.Hold(p.ID, time.Now())
 	if !ok {
 		t.Fatalf("a ready pod refused a request")
@@ -520,18 +530,9 @@ func TestKubernetesATemplateChangeDrains(t *testing.T) {
 		return client
 	})
 	f, cat, admin := w.f, w.cat, w.c.Admin
-	alpha := w.onDemand("alpha")
-	alpha.Scaling.Min = 1
-	cat.Put(alpha)
-	f.Poke()
-	p := w.ready("alpha")
-	w.runEngine(p)
-	release, ok := f.Hold(p.ID, time.Now())
-	if !ok {
-		t.Fatalf("a ready pod refused a request")
-	}
+	alpha, p := w.always("alpha")
+	s, release := w.answering(t, p)
 	defer release()
-	s := startStream(t, p, f.EngineKey(p.ID))
 	before := deploymentOf(t, admin, "alpha").Spec.Template
 
 	critical := alpha
