@@ -139,13 +139,8 @@ func TestKubernetesDrainsBeforeDeleting(t *testing.T) {
 			return fleet.Replica{}, false
 		})
 		first()
-		w.runEngine(b)
-		release, ok := f.Hold(b.ID, time.Now())
-		if !ok {
-			t.Fatalf("a ready pod refused a request")
-		}
+		s, release := w.answering(t, b)
 		defer release()
-		s := startStream(t, b, f.EngineKey(b.ID))
 		// Deleting a may have its ReplicaSet make a replacement for a
 		// moment, which kwok calls ready at once (a node would take
 		// seconds: weights to fetch, an engine to load): b is to be ready
@@ -175,13 +170,8 @@ func TestKubernetesDrainsBeforeDeleting(t *testing.T) {
 		use := f.Use("alpha", 1, time.Now())
 		defer use()
 		p := ready("alpha")
-		w.runEngine(p)
-		release, ok := f.Hold(p.ID, time.Now())
-		if !ok {
-			t.Fatalf("a ready pod refused a request")
-		}
+		s, release := w.answering(t, p)
 		defer release()
-		s := startStream(t, p, f.EngineKey(p.ID))
 		if err := f.Restart(p.ID); err != nil {
 			t.Fatalf("Restart: %v", err)
 		}
@@ -276,6 +266,30 @@ func (w *swapWorld) runEngine(r fleet.Replica) {
 		resp.Body.Close()
 		return resp.Status, resp.StatusCode == http.StatusOK
 	})
+}
+
+// always has model name run always (min 1), and waits for its ready
+// replica.
+func (w *swapWorld) always(name string) (catalog.Model, fleet.Replica) {
+	w.t.Helper()
+	m := w.onDemand(name)
+	m.Scaling.Min = 1
+	w.cat.Put(m)
+	w.f.Poke()
+	return m, w.ready(name)
+}
+
+// answering runs replica r's engine (runEngine) and has it stream an
+// answer, held as the gateway holds a pod for each request it sends, until
+// release.
+func (w *swapWorld) answering(t *testing.T, r fleet.Replica) (s *stream, release func()) {
+	t.Helper()
+	w.runEngine(r)
+	release, ok := w.f.Hold(r.ID, time.Now())
+	if !ok {
+		t.Fatalf("a ready pod refused a request")
+	}
+	return startStream(t, r, w.f.EngineKey(r.ID)), release
 }
 
 // deleting is whether pod id is gone or being deleted.
@@ -464,11 +478,7 @@ func TestKubernetesDrainIsBounded(t *testing.T) {
 func TestKubernetesAChangedEntryDrains(t *testing.T) {
 	w := startSwapWorld(t)
 	f, cat, admin := w.f, w.cat, w.c.Admin
-	alpha := w.onDemand("alpha")
-	alpha.Scaling.Min = 1
-	cat.Put(alpha)
-	f.Poke()
-	p := w.ready("alpha")
+	alpha, p := w.always("alpha")
 	release, ok := f.Hold(p.ID, time.Now())
 	if !ok {
 		t.Fatalf("a ready pod refused a request")
@@ -506,6 +516,68 @@ func TestKubernetesAChangedEntryDrains(t *testing.T) {
 	})
 	if got := deploymentOf(t, admin, "alpha").Spec.Template.Annotations["modelserve.io/fingerprint"]; got != fleet.Fingerprint(alpha) {
 		t.Errorf("alpha's Deployment runs fingerprint %s, want the new entry's %s", got, fleet.Fingerprint(alpha))
+	}
+}
+
+// TestKubernetesATemplateChangeDrains: a change to what a model's pods run
+// that leaves its catalog entry as it was (here its class, and so its
+// pods' PriorityClass) replaces its pod as a changed entry does: the
+// answer the pod streams ends whole, the pod takes no new request
+// meanwhile, and the pod that replaces it runs the change.
+func TestKubernetesATemplateChangeDrains(t *testing.T) {
+	w := startSwapWorldThrough(t, func(c *kubetest.Cluster, client kubernetes.Interface) kubernetes.Interface {
+		c.Apply(t, "../../deploy/priority.yaml")
+		return client
+	})
+	f, cat, admin := w.f, w.cat, w.c.Admin
+	alpha, p := w.always("alpha")
+	s, release := w.answering(t, p)
+	defer release()
+	before := deploymentOf(t, admin, "alpha").Spec.Template
+
+	critical := alpha
+	critical.Class = catalog.ClassCritical
+	if fleet.Fingerprint(critical) != fleet.Fingerprint(alpha) {
+		t.Fatal("a model's class changes its fingerprint: this test would not test a change of the template alone")
+	}
+	cat.Put(critical)
+	for range 2 { // a pass, and one after it
+		if err := f.Sync(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Time for the Deployment and ReplicaSet controllers, on Kubernetes'
+	// clock, to roll the pod were its template written.
+	time.Sleep(2 * time.Second)
+	s.stillStreaming(t, "the change of class")
+	if w.deleting(p.ID) {
+		t.Fatalf("%s, answering, is being deleted as its model's class changed", p.ID)
+	}
+	if got := deploymentOf(t, admin, "alpha").Spec.Template.Spec.PriorityClassName; got != before.Spec.PriorityClassName {
+		t.Errorf("alpha's Deployment took PriorityClass %s with its pod answering", got)
+	}
+	if rs := f.Serving("alpha"); len(rs) != 0 {
+		t.Errorf("a pod of the template before is offered to requests: %+v", rs)
+	}
+	if _, ok := f.Hold(p.ID, time.Now()); ok {
+		t.Errorf("a pod of the template before took a new request")
+	}
+	if rs := replicasOf(f, "alpha"); len(rs) != 1 || rs[0].State != fleet.Draining || !strings.Contains(rs[0].Detail, "its model's class") {
+		t.Errorf("alpha's pods: %+v, want %s draining for what its pods run", rs, p.ID)
+	}
+
+	s.complete(t)
+	release()
+	r := testkit.WaitForValue(t, time.Minute, p.ID+" replaced by a pod of the new template", func() (fleet.Replica, bool) {
+		rs := f.Serving("alpha")
+		return first(rs), w.deleting(p.ID) && len(rs) == 1 && rs[0].ID != p.ID
+	})
+	pod, err := admin.CoreV1().Pods(ns).Get(context.Background(), r.ID, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pod.Spec.PriorityClassName != "modelserve-critical" || pod.Spec.Priority == nil || *pod.Spec.Priority != 100000 {
+		t.Errorf("alpha's new pod names PriorityClass %q with priority %v, want modelserve-critical, 100000", pod.Spec.PriorityClassName, pod.Spec.Priority)
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -149,9 +150,11 @@ func TestKubernetesParity(t *testing.T) {
 			t.Fatal(err)
 		}
 		newName := envRef(d.Spec.Template.Spec.Containers[0].Env, "LLAMA_API_KEY").Name
-		patch, _ := json.Marshal(map[string]any{"spec": map[string]any{"template": map[string]any{"spec": map[string]any{
-			"containers": []map[string]any{{"name": "engine", "env": []map[string]any{{"name": "LLAMA_API_KEY",
-				"valueFrom": map[string]any{"secretKeyRef": map[string]any{"name": oldName, "key": "api-key"}}}}}}}}}})
+		// Nor did it keep the hash of the template on the Deployment.
+		patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{"modelserve.io/template": nil}},
+			"spec": map[string]any{"template": map[string]any{"spec": map[string]any{
+				"containers": []map[string]any{{"name": "engine", "env": []map[string]any{{"name": "LLAMA_API_KEY",
+					"valueFrom": map[string]any{"secretKeyRef": map[string]any{"name": oldName, "key": "api-key"}}}}}}}}}})
 		if _, err := admin.AppsV1().Deployments(ns).Patch(bg, d.Name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}); err != nil {
 			t.Fatal(err)
 		}
@@ -164,6 +167,10 @@ func TestKubernetesParity(t *testing.T) {
 		})
 
 		oldPod := podsOf(t, admin, d.Name)[0].Name
+		before := deploymentOf(t, admin, "legacy")
+		if before.Annotations["modelserve.io/template"] != "" {
+			t.Fatal("the Deployment as the release before wrote it keeps a template hash")
+		}
 
 		// The upgrade: its pod goes on answering to the key it has, and
 		// is not restarted for a key alone.
@@ -183,6 +190,17 @@ func TestKubernetesParity(t *testing.T) {
 		}
 		if _, err := admin.CoreV1().Secrets(ns).Get(bg, oldName, metav1.GetOptions{}); err != nil {
 			t.Errorf("the model's key, which its pod reads, is gone: %v", err)
+		}
+		// Its template, as it was, takes its hash in place: nothing rolls.
+		after := deploymentOf(t, admin, "legacy")
+		if after.Annotations["modelserve.io/template"] == "" {
+			t.Errorf("after the upgrade legacy's Deployment keeps no hash of its template: the next change of it would roll its pods undrained")
+		}
+		if !apiequality.Semantic.DeepEqual(after.Spec.Template, before.Spec.Template) {
+			t.Errorf("the upgrade rewrote legacy's pod template (its pods roll for it):\nbefore %+v\nafter  %+v", before.Spec.Template, after.Spec.Template)
+		}
+		if pods := podsOf(t, admin, d.Name); len(pods) != 1 || pods[0].Name != oldPod {
+			t.Errorf("after the upgrade legacy's pods are %v, want %s as it was", keyNames(pods), oldPod)
 		}
 
 		// Served afresh, its pods read their Deployment's key, and the

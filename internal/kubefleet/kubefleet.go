@@ -681,13 +681,14 @@ func (f *Fleet) reconcile(ctx context.Context, m catalog.Model, models []catalog
 			if err != nil {
 				return fmt.Errorf("deleting a drained pod of %s: %w", m.Name, err)
 			}
-			// Its pods of an entry since changed drain first: it is
+			// Its pods of a template since changed drain first: it is
 			// written once they have (scaledown.go).
-			if ok, old := f.rolled(m.Name, name, fp); ok {
-				d := f.deployment(m, pi, replicas, w, ref, f.products(m.Profiles[pi].GPUClass))
-				if old {
-					replaceAtOnce(d)
-				}
+			d := f.deployment(m, pi, replicas, w, ref, f.products(m.Profiles[pi].GPUClass))
+			ok, err := f.rolled(ctx, m.Name, d)
+			if err != nil {
+				return err
+			}
+			if ok {
 				written, err := f.apply(ctx, d)
 				if err != nil {
 					return err
@@ -767,11 +768,19 @@ func (f *Fleet) reconcile(ctx context.Context, m catalog.Model, models []catalog
 // apply writes obj by server-side apply as the field manager "modelserve":
 // the fields it sets are its own, and a field it stops setting goes.
 func (f *Fleet) apply(ctx context.Context, obj metav1.Object) (metav1.Object, error) {
+	return f.applyAs(ctx, obj, false)
+}
+
+// applyAs is apply, or with dryRun what apply would write, written not.
+func (f *Fleet) applyAs(ctx context.Context, obj metav1.Object, dryRun bool) (metav1.Object, error) {
 	body, err := json.Marshal(obj)
 	if err != nil {
 		return nil, err
 	}
 	opts := metav1.PatchOptions{FieldManager: fieldManager, Force: ptr(true)}
+	if dryRun {
+		opts.DryRun = []string{metav1.DryRunAll}
+	}
 	ns, name := f.opts.Namespace, obj.GetName()
 	var out metav1.Object
 	switch obj.(type) {

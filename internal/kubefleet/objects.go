@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"path/filepath"
 	"slices"
@@ -31,6 +32,12 @@ const (
 	labelDeployment  = "modelserve.io/deployment"
 	annotationModel  = "modelserve.io/model"
 	annotationFinger = "modelserve.io/fingerprint"
+	// annotationTemplate, on a Deployment, is the hash of the pod
+	// template modelserve wrote it with (templateHash): a template that
+	// changes without its fingerprint (the model's class, the engine
+	// image, a node's card) is told by it, and rolled as a changed entry
+	// is (rolled).
+	annotationTemplate = "modelserve.io/template"
 	// The park outlasts modelserve: it is kept on the model's owner object,
 	// for the fingerprint it was decided on.
 	annotationParkedFor = "modelserve.io/parked-for"
@@ -227,52 +234,64 @@ func (f *Fleet) deployment(m catalog.Model, pi int, replicas int32, w weights, o
 	// the local fleet gives it before liveness may restart it.
 	startup := health(10, int32(fleet.StartupTimeout(p, w.bytes).Seconds()/10)+1)
 
+	template := corev1.PodTemplateSpec{
+		ObjectMeta: metav1.ObjectMeta{Labels: podLabels,
+			Annotations: map[string]string{annotationModel: m.Name, annotationFinger: fleet.Fingerprint(m)}},
+		Spec: corev1.PodSpec{
+			AutomountServiceAccountToken: ptr(false),
+			EnableServiceLinks:           ptr(false),
+			Affinity:                     affinity,
+			PriorityClassName:            f.priorityClass(m),
+			InitContainers: []corev1.Container{{
+				Name: "fetch-weights", Image: f.opts.FetchImage,
+				Command: []string{"sh", "-c", fetchScript},
+				Env: []corev1.EnvVar{
+					{Name: "MODELSERVE_WEIGHTS", Value: weightsDir},
+					{Name: "MODELSERVE_MIRROR", Value: strings.TrimRight(f.opts.MirrorURL, "/") + "/mirror/" + w.folder},
+					{Name: "MODELSERVE_FILES", Value: strings.Join(lines, "\n")},
+					{Name: "MODELSERVE_MIRROR_TOKEN", ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
+						LocalObjectReference: corev1.LocalObjectReference{Name: MirrorSecret}, Key: "token"}}},
+				},
+				VolumeMounts:             []corev1.VolumeMount{{Name: "weights", MountPath: weightsDir}},
+				TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
+			}},
+			Containers: []corev1.Container{{
+				Name: "engine", Image: image, Args: args, Env: env,
+				Ports:                    []corev1.ContainerPort{{Name: "http", ContainerPort: enginePort}},
+				Resources:                res,
+				StartupProbe:             startup,
+				ReadinessProbe:           health(5, 2),
+				LivenessProbe:            health(10, 6),
+				VolumeMounts:             append([]corev1.VolumeMount{{Name: "weights", MountPath: weightsDir, ReadOnly: true}}, shmMounts...),
+				TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
+			}},
+			Volumes: append([]corev1.Volume{{Name: "weights", VolumeSource: f.weightsVolume()}}, shmVolumes...),
+		},
+	}
+
 	return &appsv1.Deployment{
 		TypeMeta: metav1.TypeMeta{APIVersion: "apps/v1", Kind: "Deployment"},
 		ObjectMeta: metav1.ObjectMeta{
 			Name: name, Namespace: f.opts.Namespace, Labels: podLabels,
-			Annotations:     map[string]string{annotationModel: m.Name},
+			Annotations:     map[string]string{annotationModel: m.Name, annotationTemplate: templateHash(template)},
 			OwnerReferences: []metav1.OwnerReference{owner},
 		},
 		Spec: appsv1.DeploymentSpec{
 			Replicas: &replicas,
 			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{labelDeployment: name}},
-			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: podLabels,
-					Annotations: map[string]string{annotationModel: m.Name, annotationFinger: fleet.Fingerprint(m)}},
-				Spec: corev1.PodSpec{
-					AutomountServiceAccountToken: ptr(false),
-					EnableServiceLinks:           ptr(false),
-					Affinity:                     affinity,
-					PriorityClassName:            f.priorityClass(m),
-					InitContainers: []corev1.Container{{
-						Name: "fetch-weights", Image: f.opts.FetchImage,
-						Command: []string{"sh", "-c", fetchScript},
-						Env: []corev1.EnvVar{
-							{Name: "MODELSERVE_WEIGHTS", Value: weightsDir},
-							{Name: "MODELSERVE_MIRROR", Value: strings.TrimRight(f.opts.MirrorURL, "/") + "/mirror/" + w.folder},
-							{Name: "MODELSERVE_FILES", Value: strings.Join(lines, "\n")},
-							{Name: "MODELSERVE_MIRROR_TOKEN", ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
-								LocalObjectReference: corev1.LocalObjectReference{Name: MirrorSecret}, Key: "token"}}},
-						},
-						VolumeMounts:             []corev1.VolumeMount{{Name: "weights", MountPath: weightsDir}},
-						TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
-					}},
-					Containers: []corev1.Container{{
-						Name: "engine", Image: image, Args: args, Env: env,
-						Ports:                    []corev1.ContainerPort{{Name: "http", ContainerPort: enginePort}},
-						Resources:                res,
-						StartupProbe:             startup,
-						ReadinessProbe:           health(5, 2),
-						LivenessProbe:            health(10, 6),
-						VolumeMounts:             append([]corev1.VolumeMount{{Name: "weights", MountPath: weightsDir, ReadOnly: true}}, shmMounts...),
-						TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
-					}},
-					Volumes: append([]corev1.Volume{{Name: "weights", VolumeSource: f.weightsVolume()}}, shmVolumes...),
-				},
-			},
+			Template: template,
+			Strategy: replaceAtOnce(),
 		},
 	}
+}
+
+// templateHash is the hash of a pod template as modelserve writes it
+// (before the API server fills in its defaults): the same template, the
+// same hash, pass after pass.
+func templateHash(t corev1.PodTemplateSpec) string {
+	b, _ := json.Marshal(t) // a template always marshals
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:8])
 }
 
 // keySecret is the Secret of a new key for Deployment d's replicas, owned

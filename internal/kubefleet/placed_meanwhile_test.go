@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 
+	"modelserve/internal/kubetest"
 	"modelserve/internal/testkit"
 )
 
@@ -80,7 +81,7 @@ func TestKubernetesAPodPlacedDuringAPassIsPlaced(t *testing.T) {
 		}
 		t.Error("the scheduler did not place beta's pod once alpha's went")
 	}
-	w := startSwapWorldThrough(t, func(c kubernetes.Interface) kubernetes.Interface { return hookedClient{c, hook} })
+	w := startSwapWorldThrough(t, func(_ *kubetest.Cluster, c kubernetes.Interface) kubernetes.Interface { return hookedClient{c, hook} })
 	admin = w.c.Admin
 	f := w.f
 

@@ -3,11 +3,13 @@ package kubefleet
 import (
 	"cmp"
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -198,44 +200,93 @@ func (f *Fleet) scaleWhy(model string, want int, parked bool) string {
 	return "scaled down: its model wants " + words.Count(want, "replica", "replicas") + " now"
 }
 
-// A model whose entry changed (another fingerprint, fleet.Fingerprint)
-// has its Deployments rewritten only once their pods of the old entry have
-// drained: each leaves Serving at once, and takes no new request. The
-// Deployment is then written with the new template and a strategy that
-// replaces every old pod at once (none of them serves any more), without
-// waiting for room for a new pod first: as the local fleet stops a
-// replica of the old entry before it starts one of the new. Written at
-// once, the rolling update deleted each old pod as a new one became
-// ready, with the answers it was streaming; and on a full node it waited
-// for room that the old pods held.
+// A Deployment whose pod template changes is rewritten only once its pods
+// of the template before have drained: each leaves Serving at once, and
+// takes no new request. The template changes with the model's catalog
+// entry (another fingerprint, fleet.Fingerprint) and with what is not in
+// it: the model's class (its PriorityClass), the engine image, the cards'
+// product labels the nodes carry, the weights volume. The Deployment
+// carries the hash of the template it was written with (templateHash);
+// another hash means another template. Its rollout replaces every old
+// pod at once (none of them serves any more), without waiting for room
+// for a new pod first: as the local fleet stops a replica of the old entry
+// before it starts one of the new. Written at once, the rolling update
+// deleted each old pod as a new one became ready, with the answers it was
+// streaming; and on a full node it waited for room that the old pods held.
+//
+// A Deployment written before it carried the hash is compared as the API
+// server would write it (a dry run): the same template takes the hash in
+// place, and its pods stay, as an upgrade of modelserve is not a change
+// of what they run.
 
-// rollWhy is why a pod of a changed entry goes.
-const rollWhy = "its model's catalog entry changed: a pod of the new entry replaces it"
+// Why a pod of a changed template goes: its entry changed, or only what
+// modelserve makes of it.
+const (
+	rollWhy         = "its model's catalog entry changed: a pod of the new entry replaces it"
+	rollTemplateWhy = "what its pods run changed (its model's class, the engine image, the nodes' cards or the weights volume): a pod of the new template replaces it"
+)
 
-// rolled is whether Deployment name may be written with fingerprint fp
-// now: its pods started from another have drained (each still holding
-// requests is made to drain). old is whether it has such pods: its
-// rollout replaces them at once (replaceAtOnce).
-func (f *Fleet) rolled(model, name, fp string) (ok, old bool) {
-	ok = true
-	for _, p := range f.activePods(name) {
-		if p.Annotations[annotationFinger] == fp {
+// rolled is whether d, the Deployment as it is to be written now, may be
+// written: the pods of it started from another template have drained
+// (each still holding requests is made to drain).
+func (f *Fleet) rolled(ctx context.Context, model string, d *appsv1.Deployment) (bool, error) {
+	same := true
+	cur, err := f.deployments.Deployments(f.opts.Namespace).Get(d.Name)
+	switch {
+	case apierrors.IsNotFound(err):
+	case err != nil:
+		return false, err
+	case cur.Annotations[annotationTemplate] == "":
+		if same, err = f.sameTemplate(ctx, d); err != nil {
+			return false, err
+		}
+	default:
+		same = cur.Annotations[annotationTemplate] == d.Annotations[annotationTemplate]
+	}
+	fp := d.Spec.Template.Annotations[annotationFinger]
+	ok := true
+	for _, p := range f.activePods(d.Name) {
+		why := rollTemplateWhy
+		switch {
+		case p.Annotations[annotationFinger] != fp:
+			why = rollWhy
+		case same:
 			continue
 		}
-		old = true
-		if n, begun := f.drains.Drain(p.Name, rollWhy); begun && n > 0 {
-			f.log.Info("draining a pod of a changed catalog entry", "replica", p.Name, "model", model, "in_flight", n)
+		if n, begun := f.drains.Drain(p.Name, why); begun && n > 0 {
+			f.log.Info("draining a pod of a changed template", "replica", p.Name, "model", model, "why", why, "in_flight", n)
 		}
 		ok = ok && f.drains.Ended(p.Name)
 	}
-	return ok, old
+	return ok, nil
 }
 
-// replaceAtOnce has d's rollout delete its old pods first, all at once,
-// then start the new: the old have drained. Later passes leave the
-// strategy to the cluster's default again.
-func replaceAtOnce(d *appsv1.Deployment) {
+// sameTemplate is whether writing d leaves the pod template of the
+// Deployment as it is now in the cluster: d is applied as a dry run, and
+// the template the API server would keep, its defaults filled in, compared
+// with the one it has.
+func (f *Fleet) sameTemplate(ctx context.Context, d *appsv1.Deployment) (bool, error) {
+	live, err := f.opts.Client.AppsV1().Deployments(f.opts.Namespace).Get(ctx, d.Name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return true, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("reading Deployment %s: %w", d.Name, err)
+	}
+	would, err := f.applyAs(ctx, d, true)
+	if err != nil {
+		return false, err
+	}
+	return apiequality.Semantic.DeepEqual(live.Spec.Template, would.(*appsv1.Deployment).Spec.Template), nil
+}
+
+// replaceAtOnce is the strategy of every Deployment the fleet writes: its
+// rollout deletes its old pods first, all at once, then starts the new.
+// Each rollout is of a template modelserve changed (an operator's edit of
+// the template is undone by the next pass, drained), and comes once the
+// old pods have drained (rolled).
+func replaceAtOnce() appsv1.DeploymentStrategy {
 	none, all := intstr.FromInt32(0), intstr.FromString("100%")
-	d.Spec.Strategy = appsv1.DeploymentStrategy{Type: appsv1.RollingUpdateDeploymentStrategyType,
+	return appsv1.DeploymentStrategy{Type: appsv1.RollingUpdateDeploymentStrategyType,
 		RollingUpdate: &appsv1.RollingUpdateDeployment{MaxSurge: &none, MaxUnavailable: &all}}
 }

@@ -66,14 +66,15 @@ func startSwapWorld(t *testing.T, set ...func(*kubefleet.Options)) *swapWorld {
 }
 
 // startSwapWorldThrough is startSwapWorld with the fleet's client to the
-// control plane passed through through (nil: as it is).
-func startSwapWorldThrough(t *testing.T, through func(kubernetes.Interface) kubernetes.Interface, set ...func(*kubefleet.Options)) *swapWorld {
+// control plane passed through through (nil: as it is), which may also
+// ready the cluster before the fleet starts.
+func startSwapWorldThrough(t *testing.T, through func(*kubetest.Cluster, kubernetes.Interface) kubernetes.Interface, set ...func(*kubefleet.Options)) *swapWorld {
 	t.Helper()
 	c := kubetest.Start(t)
 	c.AddNode(t, kubetest.Node{Name: "small-1", CPU: 8, Memory: "6Gi"})
 	client := c.Client(t, c.Account(t, "../../deploy/rbac.yaml"))
 	if through != nil {
-		client = through(client)
+		client = through(c, client)
 	}
 	mirrorDir := t.TempDir()
 	mirrorURL := serveMirror(t, mirrorDir)

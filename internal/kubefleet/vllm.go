@@ -9,6 +9,7 @@ import (
 
 	"modelserve/catalog"
 	"modelserve/internal/fleet"
+	"modelserve/internal/plan"
 )
 
 // A profile on vLLM runs vLLM's OpenAI server image (--vllm-image) on the
@@ -25,19 +26,14 @@ func (f *Fleet) engine(m catalog.Model, p catalog.Profile, w weights) (image str
 	return f.opts.EngineImage, append(fleet.EngineArgs(m, p, w.model, w.projector, p.CPUCores), listen...), fleet.KeyEnv
 }
 
-// shmPerCard is the shared memory a vLLM pod gets for each card it
-// slices the model over: its workers pass activations through /dev/shm
-// (NCCL's shared-memory transport), and a container's own is 64 MiB,
-// which a tensor-parallel model outgrows at its first batch.
-const shmPerCard = 1 << 30
-
 // shm is the memory-backed /dev/shm of a vLLM profile's pod, sized for its
-// cards; none for llama.cpp's.
+// cards as the plan counts it in the pod's memory
+// (plan.VLLMShmBytesPerCard); none for llama.cpp's.
 func shm(p catalog.Profile) ([]corev1.Volume, []corev1.VolumeMount) {
 	if p.Engine != fleet.EngineVLLM {
 		return nil, nil
 	}
-	size := resource.NewQuantity(int64(max(p.GPUsPerNode, 1))*shmPerCard, resource.BinarySI)
+	size := resource.NewQuantity(int64(max(p.GPUsPerNode, 1))*plan.VLLMShmBytesPerCard, resource.BinarySI)
 	return []corev1.Volume{{Name: "shm", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{
 			Medium: corev1.StorageMediumMemory, SizeLimit: size}}}},
 		[]corev1.VolumeMount{{Name: "shm", MountPath: "/dev/shm"}}

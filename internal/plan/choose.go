@@ -1,6 +1,7 @@
 package plan
 
 import (
+	"cmp"
 	"fmt"
 	"path"
 	"slices"
@@ -250,7 +251,8 @@ func cmpOr(a, b string) string {
 // the vLLM the fleet runs (image, a tag or a version): the model class
 // held to that release, and each layout whose cards split its heads
 // evenly, the first chosen and the fallbacks after it lower in priority,
-// as Serve does for a GGUF file. Each holds size, its slots' context cut
+// as Serve does for a GGUF file. Each holds its layout's need on each card
+// and vLLM's host share of its node's RAM (VLLMHostBytes), and size, its slots' context cut
 // to what the model was trained for, and carries the request's engine
 // settings (x.Env, which the catalog checks as it checks any profile's).
 // The size returned is what the profiles hold.
@@ -279,9 +281,12 @@ func (c Choice) ServeOriginal(raw []byte, image string, size catalog.Size, x Ext
 			continue // a fallback whose cards cannot split the heads
 		}
 		cards := max(o.GPUsPerNode, 1)
+		// A layout a job recorded before vLLM's were sized in bytes says
+		// its need in GB alone.
+		need := cmp.Or(o.Sizing.NeedBytes, Bytes(o.NeedGB))
 		profiles = append(profiles, catalog.Profile{
 			Name: fmt.Sprintf("gpu-%dx%s", cards, strings.ToLower(o.Class)), Engine: EngineVLLM,
-			GPUClass: o.Class, GPUsPerNode: cards, CardBytes: Bytes(o.NeedGB), Size: size,
+			GPUClass: o.Class, GPUsPerNode: cards, CardBytes: need, RAMBytes: VLLMHostBytes(cards), Size: size,
 			Priority: 100 - 10*len(profiles), Weight: 1, Env: x.Env,
 		})
 	}

@@ -536,7 +536,7 @@ func ggufOptions(set hf.FileSet, s *shape, pl Plan, ask Ask, nodes []Node) []Opt
 			o := base
 			o.Class, o.GPUsPerNode, o.Nodes = class, n, 1
 			o = sized(o, m, ask, nodes)
-			o = placeGPU(o, active, s, set.Bytes, pl, nodes, 1)
+			o = placeGPU(o, active, s, pl, nodes)
 			out = append(out, o)
 			if o.Fit != FitsNowhere {
 				break
@@ -561,11 +561,8 @@ func sized(o Option, m Model, ask Ask, nodes []Node) Option {
 		o.LongestContext, o.LongestSlots = longest.Size.Context(), longest.Size.Slots
 	}
 	sz := o.Sizing
+	o = o.withSizing(sz)
 	o.Context = sz.Size.Pool
-	o.NeedGB = round2(GiB(sz.NeedBytes))
-	o.WeightsGB = round2(GiB(sz.WeightsBytes * int64(max(o.GPUs(), 1))))
-	o.KVGB = round2(GiB(sz.KVBytes * int64(max(o.GPUs(), 1))))
-	o.OverheadGB = round2(GiB((sz.ComputeBytes + sz.ProjectorBytes) * int64(max(o.GPUs(), 1))))
 	o.Estimated = sz.Estimated
 	o.Fit = sz.Fit
 	if sz.Fit != FitsNow || sz.Shrunk {
@@ -581,7 +578,7 @@ func sized(o Option, m Model, ask Ask, nodes []Node) Option {
 const (
 	VLLMGPUMemoryUtilization = 0.9
 	vllmUtilisation          = VLLMGPUMemoryUtilization
-	vllmCardOverheadG        = 2.0
+	vllmCardReserveBytes     = 2 << 30
 )
 
 // vllmOptions are the ways vLLM can run the original weights: 1, 2, 4 or 8
@@ -589,7 +586,6 @@ const (
 // as many such nodes as it takes (pipeline parallel between them).
 func vllmOptions(set hf.FileSet, s *shape, pl Plan, nodes []Node) []Option {
 	base := Option{Artifact: Original, Format: FormatSafetensors, Engine: EngineVLLM, Context: pl.Size.Pool}
-	base.WeightsGB = round2(GiB(set.Bytes))
 	active := float64(set.Bytes)
 	if s != nil {
 		active *= s.activeShare()
@@ -598,8 +594,9 @@ func vllmOptions(set hf.FileSet, s *shape, pl Plan, nodes []Node) []Option {
 		// vLLM's own reading of the model beats a GGUF copy's.
 		s, active = &shape{kvPerToken: c.KVBytesPerToken()}, float64(set.Bytes)*c.activeShare()
 	}
+	var kvPerToken int64
 	if s != nil {
-		base.KVGB = round2(GiB(s.kvPerToken * int64(pl.Size.Pool)))
+		kvPerToken = s.kvPerToken
 	}
 	var out []Option
 	for _, class := range poolClasses(nodes) {
@@ -620,23 +617,51 @@ func vllmOptions(set hf.FileSet, s *shape, pl Plan, nodes []Node) []Option {
 		for k := 2; k <= max(hostsOfClass, 1); k *= 2 {
 			shapes = append(shapes, [2]int{top, k})
 		}
+		usable := vllmCardRoom(cardMemory(nodes, class))
 		for _, sh := range shapes {
 			o := base
 			o.Class, o.GPUsPerNode, o.Nodes = class, sh[0], sh[1]
-			o.OverheadGB = vllmCardOverheadG * float64(o.GPUs())
-			o = o.WithContext(0, 0)
+			o = o.withSizing(vllmSizing(set.Bytes, kvPerToken, pl.Size, o))
 			o.ExpertParallel = pl.Experts > 1 && o.GPUs() > 1
-			o = placeGPU(o, active, s, set.Bytes, pl, nodes, vllmUtilisation)
+			o = placeGPU(o, active, s, pl, nodes)
 			if pl.Embedding {
 				o.TokensPerSecond = 0
 			}
 			out = append(out, o)
-			if o.Fit != FitsNowhere || GiB(cardMemory(nodes, class))*vllmUtilisation >= o.NeedGB {
+			if o.Fit != FitsNowhere || usable >= o.Sizing.NeedBytes {
 				break
 			}
 		}
 	}
 	return out
+}
+
+// vllmCardRoom is what vLLM takes of a card of mem bytes
+// (--gpu-memory-utilization).
+func vllmCardRoom(mem int64) int64 { return int64(float64(mem) * vllmUtilisation) }
+
+// vllmSizing is vLLM's memory for the weights (weights bytes in all) on
+// o's cards with a pool of size's tokens, kvPerToken bytes each (0: not
+// known): on each card its slice of the weights and of the KV cache and
+// vLLM's own reserve; on each node the host share of VLLMHostBytes.
+func vllmSizing(weights, kvPerToken int64, size catalog.Size, o Option) Sizing {
+	cards := int64(max(o.GPUs(), 1))
+	s := Sizing{Size: size, WeightsBytes: weights / cards, KVBytes: kvPerToken * int64(size.Pool) / cards,
+		ComputeBytes: vllmCardReserveBytes, HostBytes: VLLMHostBytes(o.GPUsPerNode)}
+	s.NeedBytes = s.WeightsBytes + s.KVBytes + s.ComputeBytes
+	return s
+}
+
+// withSizing is o with sz, and the figures in GB its JSON and its
+// sentences say, for all its cards (the need for each).
+func (o Option) withSizing(sz Sizing) Option {
+	cards := int64(max(o.GPUs(), 1))
+	o.Sizing = sz
+	o.NeedGB = round2(GiB(sz.NeedBytes))
+	o.WeightsGB = round2(GiB(sz.WeightsBytes * cards))
+	o.KVGB = round2(GiB(sz.KVBytes * cards))
+	o.OverheadGB = round2(GiB((sz.ComputeBytes + sz.ProjectorBytes) * cards))
+	return o
 }
 
 // placeCPU counts the nodes whose RAM holds the option, now and at all,
@@ -664,24 +689,30 @@ func placeCPU(o Option, active float64, nodes []Node) Option {
 }
 
 // placeGPU counts the nodes with GPUsPerNode cards of the class that hold
-// the option's share, now and at all. usable is the share of a card the
-// engine takes.
-func placeGPU(o Option, active float64, s *shape, weights int64, pl Plan, nodes []Node, usable float64) Option {
-	// The option's figures are GiB, as its JSON and its sentences say
-	// them; the nodes' are bytes.
-	mem, need := GiB(cardMemory(nodes, o.Class)), Bytes(o.NeedGB)
-	bw := 0.0
+// the option's share of each card (its sizing's need, within what the
+// engine takes of a card), and its host share in their RAM, now and at
+// all.
+func placeGPU(o Option, active float64, s *shape, pl Plan, nodes []Node) Option {
+	room := func(mem int64) int64 { return mem }
+	if o.Engine == EngineVLLM {
+		room = vllmCardRoom
+	}
+	need, host := o.Sizing.NeedBytes, o.Sizing.HostBytes
+	bw, carded := 0.0, 0
 	for _, n := range nodes {
 		g, ok := n.class(o.Class)
-		if !ok || float64(g.MemoryBytes)*usable < float64(need) {
+		if !ok || room(g.MemoryBytes) < need {
 			continue
 		}
-		total, free := n.cards(o.Class, int64(float64(need)/usable))
+		total, free := n.cards(o.Class, need)
 		if total >= o.GPUsPerNode {
-			o.Capable++
-			bw = max(bw, g.BandwidthGBs)
+			carded++
+			if n.RAMBytes >= host {
+				o.Capable++
+				bw = max(bw, g.BandwidthGBs)
+			}
 		}
-		if free >= o.GPUsPerNode {
+		if free >= o.GPUsPerNode && n.FreeRAMBytes >= host {
 			o.Hosts++
 		}
 	}
@@ -699,29 +730,35 @@ func placeGPU(o Option, active float64, s *shape, weights int64, pl Plan, nodes 
 		rate *= float64(max(o.GPUsPerNode, 1))
 	}
 	o.TokensPerSecond = tokensPerSecond(rate, active)
-	busy := fmt.Sprintf("no node has %d %s card(s) with %s free each", o.GPUsPerNode, o.Class, words.GB(o.NeedGB))
-	nowhere := fmt.Sprintf("needs %s a card with a %d-token pool; %s %s has %s",
-		words.GB(o.NeedGB), o.Context, article(o.Class), o.Class, words.GB(mem*usable))
+	if o.Engine == EngineLlamaCpp {
+		// Sized by Size, which said where it fits and why.
+		return o
+	}
+	usable := room(cardMemory(nodes, o.Class))
+	busy := fmt.Sprintf("no node has %d %s card(s) with %s free each", o.GPUsPerNode, o.Class, words.Size(need))
+	if ramNow, _, cardsFree := hostRoom(nodes, o.Class, o.GPUsPerNode, need); cardsFree && ramNow < host {
+		busy = hostBusy(host, ramNow)
+	}
+	var nowhere string
 	switch {
-	case mem*usable < o.NeedGB:
+	case usable < need:
+		nowhere = fmt.Sprintf("needs %s a card with a %d-token pool; %s %s has %s",
+			words.Size(need), o.Context, article(o.Class), o.Class, words.Size(usable))
+	case carded >= max(o.Nodes, 1):
+		_, ram, _ := hostRoom(nodes, o.Class, o.GPUsPerNode, need)
+		nowhere = hostShort(host, ram)
 	case max(o.Nodes, 1) > 1:
 		nowhere = fmt.Sprintf("the pool has fewer than %d nodes with %d %s cards", o.Nodes, o.GPUsPerNode, o.Class)
 	default:
 		nowhere = fmt.Sprintf("no node has %d %s cards", o.GPUsPerNode, o.Class)
 	}
-	if o.Engine == EngineLlamaCpp {
-		// Sized by Size, which said where it fits and why.
-		return o
-	}
 	o.Fit, o.Why = fit(o, busy, nowhere)
-	cards := float64(max(o.GPUs(), 1))
-	if o.Engine == EngineVLLM {
-		// vLLM's KV cache is what its share of the cards leaves beside
-		// the weights and its own reserve.
-		if s != nil && s.kvPerToken > 0 {
-			room := (mem*usable-vllmCardOverheadG)*cards - o.WeightsGB
-			o.LongestContext = cutContext(int(room*(1<<30)/float64(s.kvPerToken)), pl.TrainedContext)
-		}
+	// vLLM's KV cache is what its share of the cards leaves beside the
+	// weights and its own reserve.
+	if s != nil && s.kvPerToken > 0 {
+		cards := int64(max(o.GPUs(), 1))
+		kv := (usable-vllmCardReserveBytes)*cards - o.Sizing.WeightsBytes*cards
+		o.LongestContext = cutContext(int(kv/s.kvPerToken), pl.TrainedContext)
 	}
 	return o
 }

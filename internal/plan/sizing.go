@@ -115,7 +115,7 @@ type Sizing struct {
 // Size sizes m on o's shape of hardware (the CPU of a node, or o's cards of
 // its class on one node) as ask asks, against the pool's nodes.
 func Size(m Model, o Option, ask Ask, nodes []Node) Sizing {
-	sz := sizer{m: m, o: o, cards: max(o.GPUsPerNode, 1), cache: !ask.Embeddings && !ask.Judge && !m.Header.Embedding}
+	sz := sizer{m: m, o: o, nodes: nodes, cards: max(o.GPUsPerNode, 1), cache: !ask.Embeddings && !ask.Judge && !m.Header.Embedding}
 	trained := int(m.Header.ContextLength)
 	if trained < 0 {
 		trained = 0
@@ -195,6 +195,7 @@ func (a Ask) Shape() catalog.Size {
 type sizer struct {
 	m     Model
 	o     Option
+	nodes []Node
 	cards int
 	// known is false when there was no pool to size against: nothing can
 	// be said of where it fits, and nothing is refused for it.
@@ -361,6 +362,16 @@ func (z sizer) finish(ctx, slots int, now, all int64, why string) Sizing {
 		s.Reason = fmt.Sprintf("does not fit %s: %s, and the most any node has is %s", where, needs, words.Size(all))
 		if all == 0 {
 			s.Reason = fmt.Sprintf("does not fit %s: no node of the pool has that hardware", where)
+		}
+	}
+	if !z.o.CPU && len(z.nodes) > 0 && s.Fit != FitsNowhere {
+		// Its cards' node holds its host share in RAM beside them.
+		ramNow, ramAll, cardsFree := hostRoom(z.nodes, z.o.Class, z.cards, s.NeedBytes)
+		switch {
+		case ramAll < s.HostBytes:
+			s.Fit, s.RoomBytes, s.Reason = FitsNowhere, all, "does not fit "+where+": "+hostShort(s.HostBytes, ramAll)
+		case s.Fit == FitsNow && cardsFree && ramNow < s.HostBytes:
+			s.Fit, s.RoomBytes, s.Reason = FitsHardware, all, fmt.Sprintf("runs %s when there is room: %s", where, hostBusy(s.HostBytes, ramNow))
 		}
 	}
 	if why != "" {

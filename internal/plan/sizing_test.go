@@ -58,6 +58,12 @@ func cardNode(class string, count int, memGB float64) Node {
 		GPUs: []GPU{{Class: class, Count: count, MemoryBytes: Bytes(memGB), FreeBytes: free}}}
 }
 
+// withRAM is n with ramGB of RAM, freeGB of it free.
+func withRAM(n Node, ramGB, freeGB float64) Node {
+	n.RAMBytes, n.FreeRAMBytes = Bytes(ramGB), Bytes(freeGB)
+	return n
+}
+
 var cpu = Option{CPU: true}
 
 func cards(class string, n int) Option { return Option{Class: class, GPUsPerNode: n, Nodes: 1} }
@@ -126,6 +132,14 @@ func TestSize(t *testing.T) {
 		{name: "a declared card the table does not know: its declared memory",
 			m: llama8B, o: cards("Z9-48GB", 1), nodes: []Node{cardNode("Z9-48GB", 1, 48)},
 			ctx: 4096, slots: 4, fit: FitsNow, reason: []string{"a host has 48 GB free"}},
+		{name: "8B on an L4 whose node has too little RAM beside it: refused",
+			m: llama8B, o: cards("L4", 1), nodes: []Node{withRAM(cardNode("L4", 1, 24), 1, 1)},
+			ctx: 4096, slots: 4, fit: FitsNowhere,
+			reason: []string{"does not fit on an L4: a replica holds ", " of its node's RAM beside its cards, and the most a node with the cards has is 1 GB"}},
+		{name: "8B on an L4 whose node's RAM is busy: when there is room",
+			m: llama8B, o: cards("L4", 1), nodes: []Node{withRAM(cardNode("L4", 1, 24), 64, 0.5)},
+			ctx: 4096, slots: 4, fit: FitsHardware,
+			reason: []string{"runs on an L4 when there is room: a replica holds ", " of its node's RAM beside its cards, and a node with the cards free has 512 MB free now"}},
 		{name: "no pool to ask: sized as asked, not refused",
 			m: llama8B, o: cpu, ctx: 4096, slots: 4, fit: FitsNow, reason: []string{"what the nodes have free is not known"}},
 	}

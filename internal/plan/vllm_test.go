@@ -93,10 +93,16 @@ func TestParseModelConfigRefusals(t *testing.T) {
 // of four L4s.
 func vllmWorld(t *testing.T) *world {
 	t.Helper()
-	w := newWorld(t, mustNodes(t, `[
+	return vllmWorldOn(t, `[
 		{"name": "a", "cpu_cores": 32, "ram_gb": 256, "gpus": [{"class": "L4", "count": 4}]},
 		{"name": "b", "cpu_cores": 32, "ram_gb": 256, "gpus": [{"class": "L4", "count": 4}]}
-	]`))
+	]`)
+}
+
+// vllmWorldOn is vllmWorld on the nodes of a nodes file.
+func vllmWorldOn(t *testing.T, nodes string) *world {
+	t.Helper()
+	w := newWorld(t, mustNodes(t, nodes))
 	var err error
 	w.planner, err = New(Config{Pool: w.planner.cfg.Pool, Headers: w.planner.cfg.Headers, DownloadURL: w.client.DownloadURL,
 		Configs: ReadConfigs(w.client)})
@@ -170,13 +176,24 @@ func TestOriginalWeightsArePlannedFromConfigJSON(t *testing.T) {
 			if got := pl.Options[0].RunsOn(); got != tt.runsOn {
 				t.Errorf("the serve page says it runs on %q, want %q", got, tt.runsOn)
 			}
-			for _, o := range pl.For(Original) {
-				want := round2((o.WeightsGB + round2(GiB(pl.ModelConfig.KVBytesPerToken()*16384)) + vllmCardOverheadG*float64(o.GPUs())) / float64(o.GPUs()))
-				if o.Engine != EngineVLLM || o.NeedGB != want {
-					t.Errorf("%s needs %.2f GB a card on %s; want (weights + KV cache of 16384 tokens + 2 GB a card) / cards = %.2f", o.Label(), o.NeedGB, o.Engine, want)
+			var weights int64
+			for _, set := range pl.Sets {
+				if set.Format == FormatSafetensors {
+					weights = set.Bytes
 				}
-				if o.Fit == FitsNow && o.NeedGB > 24*VLLMGPUMemoryUtilization {
-					t.Errorf("%s fits now though it needs %.2f GB of an L4's %.1f GB share", o.Label(), o.NeedGB, 24*VLLMGPUMemoryUtilization)
+			}
+			for _, o := range pl.For(Original) {
+				cards := int64(o.GPUs())
+				want := weights/cards + pl.ModelConfig.KVBytesPerToken()*16384/cards + 2<<30
+				if o.Engine != EngineVLLM || o.Sizing.NeedBytes != want || o.NeedGB != round2(GiB(want)) {
+					t.Errorf("%s needs %d bytes (%.2f GB) a card on %s; want weights / cards + KV cache of 16384 tokens / cards + 2 GiB = %d",
+						o.Label(), o.Sizing.NeedBytes, o.NeedGB, o.Engine, want)
+				}
+				if o.Fit == FitsNow && o.Sizing.NeedBytes > vllmCardRoom(24<<30) {
+					t.Errorf("%s fits now though it needs %d bytes of an L4's %.1f GB share", o.Label(), o.Sizing.NeedBytes, 24*VLLMGPUMemoryUtilization)
+				}
+				if o.Sizing.HostBytes != VLLMHostBytes(o.GPUsPerNode) {
+					t.Errorf("%s holds %d bytes of its node's RAM, want vLLM's %d", o.Label(), o.Sizing.HostBytes, VLLMHostBytes(o.GPUsPerNode))
 				}
 			}
 		})
@@ -301,5 +318,58 @@ func FuzzParseModelConfig(f *testing.F) {
 			t.Fatalf("active share %v of %+v", s, c)
 		}
 		_ = TensorParallelError(&c, 8)
+	})
+}
+
+// TestVLLMHoldsItsHostShare: a layout of vLLM holds vLLM's share of its
+// node's RAM beside its cards (its processes and its /dev/shm), not the
+// 1 GiB a llama.cpp profile that says none is taken to hold; the plan
+// refuses it where no node with the cards has that RAM, in a sentence,
+// and the profiles it writes say it in bytes, as the cards' need.
+func TestVLLMHoldsItsHostShare(t *testing.T) {
+	plan := func(t *testing.T, ramGB, freeGB int) Option {
+		t.Helper()
+		w := vllmWorldOn(t, fmt.Sprintf(`[{"name": "a", "cpu_cores": 32, "ram_gb": %d, "free_ram_gb": %d, "gpus": [{"class": "L4", "count": 1}]}]`, ramGB, freeGB))
+		addOriginal(t, w, "meta-llama/Llama-3.1-8B-Instruct", "llama-3.1-8b-instruct.json", 4, 16_060_556_376)
+		pl, err := w.planner.Plan(context.Background(), w.repo(t, "meta-llama/Llama-3.1-8B-Instruct"),
+			Request{Size: catalog.Size{Pool: 16384}, Format: FormatSafetensors})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return option(t, pl, Original, "1×L4")
+	}
+	host := VLLMHostBytes(1)
+	if host <= 1<<30+VLLMShmBytesPerCard {
+		t.Fatalf("vLLM on one card holds %d bytes of its node's RAM, no more than llama.cpp's 1 GiB and its /dev/shm", host)
+	}
+
+	t.Run("a node whose RAM holds it", func(t *testing.T) {
+		o := plan(t, 64, 60)
+		if o.Fit != FitsNow || o.Sizing.HostBytes != host {
+			t.Fatalf("fit %s (%s), host share %d; want it to fit now, holding %d", o.Fit, o.Why, o.Sizing.HostBytes, host)
+		}
+		raw := mustConfig(t, "llama-3.1-8b-instruct.json")
+		_, _, profiles, err := Choice{Layouts: []Option{o}}.ServeOriginal(raw, "vllm/vllm-openai:v0.11.0", catalog.Size{Pool: 16384, Slots: 4}, Extra{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p := profiles[0]; p.RAMBytes != host || p.HostBytes() != host || p.CardBytes != o.Sizing.NeedBytes {
+			t.Errorf("the profile holds %d bytes of RAM (%d placed by) and %d of each card; want vLLM's %d and the layout's %d",
+				p.RAMBytes, p.HostBytes(), p.CardBytes, host, o.Sizing.NeedBytes)
+		}
+	})
+	t.Run("a node whose RAM is too small for it", func(t *testing.T) {
+		o := plan(t, 4, 4)
+		want := "a replica holds 5 GB of its node's RAM beside its cards, and the most a node with the cards has is 4 GB"
+		if o.Fit != FitsNowhere || o.Why != want || o.Capable != 0 {
+			t.Errorf("fit %s on %d capable nodes: %q; want it refused: %q", o.Fit, o.Capable, o.Why, want)
+		}
+	})
+	t.Run("a node whose RAM is busy", func(t *testing.T) {
+		o := plan(t, 64, 3)
+		want := "a replica holds 5 GB of its node's RAM beside its cards, and a node with the cards free has 3 GB free now"
+		if o.Fit != FitsHardware || o.Why != want {
+			t.Errorf("fit %s: %q; want it to wait for room: %q", o.Fit, o.Why, want)
+		}
 	})
 }
