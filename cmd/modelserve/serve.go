@@ -218,6 +218,7 @@ func serve(ctx context.Context, cfg config, log *slog.Logger, ready func(addr st
 	if err != nil {
 		return err
 	}
+	cat.OnChange(rollups.Changed)
 
 	// The fleet's loop and the watcher's live until serve returns; the
 	// replicas stop with it, and the next start begins them afresh.

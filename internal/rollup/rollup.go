@@ -127,6 +127,8 @@ type Recorder struct {
 	// first, by name.
 	models map[string][]ModelMinute
 	nodes  map[string][]NodeMinute
+	// changed wakes Run to count a model added to the catalog at once.
+	changed chan struct{}
 }
 
 // New makes a Recorder and reads the last hour back from the database, so
@@ -143,7 +145,8 @@ func New(ctx context.Context, d Deps) (*Recorder, error) {
 	if d.Log == nil {
 		d.Log = slog.Default()
 	}
-	r := &Recorder{d: d, meters: map[string]Meter{}, models: map[string][]ModelMinute{}, nodes: map[string][]NodeMinute{}}
+	r := &Recorder{d: d, meters: map[string]Meter{}, models: map[string][]ModelMinute{}, nodes: map[string][]NodeMinute{},
+		changed: make(chan struct{}, 1)}
 	if err := r.load(ctx, d.Now().Truncate(time.Minute).Add(-Window)); err != nil {
 		return nil, err
 	}
@@ -199,12 +202,19 @@ func (r *Recorder) Run(ctx context.Context) {
 	}
 	defer r.stopMeters()
 	for {
-		next := r.d.Now().Truncate(time.Minute).Add(time.Minute)
-		t := time.NewTimer(time.Until(next))
+		now := r.d.Now()
+		next := now.Truncate(time.Minute).Add(time.Minute)
+		t := time.NewTimer(next.Sub(now))
 		select {
 		case <-ctx.Done():
 			t.Stop()
 			return
+		case <-r.changed:
+			t.Stop()
+			if err := r.addMeters(ctx); err != nil && ctx.Err() == nil {
+				r.d.Log.Error("starting the count of a model's requests", "err", err)
+			}
+			continue
 		case <-t.C:
 		}
 		if err := r.Record(ctx, next); err != nil && ctx.Err() == nil {
@@ -288,6 +298,34 @@ func (r *Recorder) turnMeters(ctx context.Context) (map[string]gateway.Measureme
 		}
 	}
 	return out, nil
+}
+
+// Changed tells the Recorder that the catalog changed: a model added is
+// counted from now rather than from the next minute (Run does it).
+func (r *Recorder) Changed() {
+	select {
+	case r.changed <- struct{}{}:
+	default: // already told
+	}
+}
+
+// addMeters starts a meter for each model of the catalog that has none.
+func (r *Recorder) addMeters(ctx context.Context) error {
+	if r.d.Gateway == nil {
+		return nil
+	}
+	list, err := r.d.Catalog.List(ctx)
+	if err != nil {
+		return fmt.Errorf("read the catalog's models to count their requests: %w", err)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, m := range list {
+		if _, ok := r.meters[m.Name]; !ok {
+			r.meters[m.Name] = r.d.Gateway.Measure(m.Name)
+		}
+	}
+	return nil
 }
 
 func (r *Recorder) stopMeters() {

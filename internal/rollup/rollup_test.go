@@ -20,6 +20,8 @@ type fakeGateway struct {
 	mu      sync.Mutex
 	running map[string][]*fakeMeter
 	traffic map[string]gateway.Traffic
+	// measures counts the meters started.
+	measures int
 }
 
 type fakeMeter struct {
@@ -32,6 +34,7 @@ func (g *fakeGateway) Measure(name string) Meter {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	m := &fakeMeter{g: g, name: name}
+	g.measures++
 	g.running[name] = append(g.running[name], m)
 	return m
 }
@@ -77,14 +80,25 @@ func (m *fakeMeter) Read() gateway.Measurement {
 	return m.m
 }
 
-type fakeCatalog []string
+type fakeCatalog struct {
+	mu    sync.Mutex
+	names []string
+}
 
-func (c fakeCatalog) List(context.Context) ([]catalog.Model, error) {
+func (c *fakeCatalog) List(context.Context) ([]catalog.Model, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	var out []catalog.Model
-	for _, n := range c {
+	for _, n := range c.names {
 		out = append(out, catalog.Model{Name: n})
 	}
 	return out, nil
+}
+
+func (c *fakeCatalog) add(name string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.names = append(c.names, name)
 }
 
 type fakeFleet struct {
@@ -117,6 +131,7 @@ type rig struct {
 	db    *sql.DB
 	file  string
 	gw    *fakeGateway
+	cat   *fakeCatalog
 	fl    *fakeFleet
 	clock *clock
 	rec   *Recorder
@@ -139,7 +154,8 @@ func newRig(t *testing.T) *rig {
 	t.Helper()
 	file := filepath.Join(t.TempDir(), "modelserve.db")
 	r := &rig{db: mustOpen(t, file), file: file, clock: &clock{now: t0.Add(5 * time.Second)},
-		gw: &fakeGateway{running: map[string][]*fakeMeter{}, traffic: map[string]gateway.Traffic{}},
+		gw:  &fakeGateway{running: map[string][]*fakeMeter{}, traffic: map[string]gateway.Traffic{}},
+		cat: &fakeCatalog{names: []string{"alpha", "beta"}},
 		fl: &fakeFleet{
 			nodes:    []fleet.NodeStatus{{Name: "n1", PromisedBytes: 800, FreeBytes: 200}},
 			replicas: []fleet.Replica{{ID: "a-1", Model: "alpha", Node: "n1", RSSBytes: 500}, {ID: "b-1", Model: "beta", Node: "n1", RSSBytes: 100}},
@@ -150,7 +166,7 @@ func newRig(t *testing.T) *rig {
 
 func (r *rig) mustRecorder(t *testing.T, db *sql.DB) *Recorder {
 	t.Helper()
-	rec, err := New(context.Background(), Deps{DB: db, Catalog: fakeCatalog{"alpha", "beta"}, Gateway: r.gw, Fleet: r.fl, Now: r.clock.Now})
+	rec, err := New(context.Background(), Deps{DB: db, Catalog: r.cat, Gateway: r.gw, Fleet: r.fl, Now: r.clock.Now})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -264,5 +280,37 @@ func TestNoRequestsIsZeroNotAGap(t *testing.T) {
 	r.gw.serve("alpha", 2, 10, 50*time.Millisecond)
 	if got := r.rec.Hour().Models["alpha"]; got[0].Requests != 2 {
 		t.Errorf("the minute in progress counts %d requests, want the 2 served so far", got[0].Requests)
+	}
+}
+
+func TestAModelAddedIsCountedAtOnce(t *testing.T) {
+	r := newRig(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		r.rec.Run(ctx)
+	}()
+	defer func() { cancel(); <-done }()
+	// Run's own first look at the catalog, which gamma must miss.
+	for started := 0; started < 4; time.Sleep(time.Millisecond) {
+		r.gw.mu.Lock()
+		started = r.gw.measures
+		r.gw.mu.Unlock()
+	}
+	r.cat.add("gamma")
+	r.rec.Changed()
+	// Run starts gamma's meter in its own time: wait for it, as the
+	// console would, by its figures.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		r.gw.serve("gamma", 1, 10, 20*time.Millisecond)
+		if got := r.rec.Hour().Models["gamma"]; len(got) == 1 && got[0].Requests > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("a model added to the catalog is not counted until the next minute")
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
