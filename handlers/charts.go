@@ -3,7 +3,6 @@ package handlers
 import (
 	"fmt"
 	"slices"
-	"strconv"
 	"time"
 
 	"modelserve/internal/rollup"
@@ -50,9 +49,9 @@ func modelCharts(name string, h rollup.Hour) views.ModelCharts {
 				Label: minuteLabel(m.Minute, m.Partial) + speedText(m.TokensPerSecond)})
 		}
 	}
-	caption(&requests, func(v float64) string { return strconv.Itoa(int(v)) + " requests/min" }, "no requests")
-	caption(&latency, func(v float64) string { return "p50 " + latencyMs(v) }, "no answers")
-	caption(&speed, speedText, "no tokens counted")
+	caption(&requests, "", func(v float64) string { return words.Count(int(v), "request/min", "requests/min") }, "no requests")
+	caption(&latency, "p50 ", latencyMs, "no answers")
+	caption(&speed, "", speedText, "no tokens counted")
 	return views.ModelCharts{Charts: []views.Chart{requests, latency, speed}}
 }
 
@@ -85,16 +84,16 @@ func hourChart(h rollup.Hour, id, title, class string) views.Chart {
 		Lines: []views.ChartLine{{Class: class}}}
 }
 
-// caption says a one-figure chart's latest value and its highest, by say,
-// or none when it drew nothing.
-func caption(c *views.Chart, say func(float64) string, none string) {
+// caption says a one-figure chart's latest value, after what, and its
+// highest, each by say; none when it drew nothing.
+func caption(c *views.Chart, what string, say func(float64) string, none string) {
 	pts := c.Lines[0].Points
 	if len(pts) == 0 {
 		c.Caption = none
 		c.Desc = c.Title + " " + windowText(*c) + ": " + none + "."
 		return
 	}
-	c.Caption = say(pts[len(pts)-1].Value)
+	c.Caption = what + say(pts[len(pts)-1].Value)
 	c.Peak = "max " + say(peak(*c))
 	c.Desc = c.Title + " " + windowText(*c) + ": latest " + c.Caption + ", " + c.Peak + "."
 }

@@ -132,7 +132,7 @@ func TestCatalogAndFleetDrawTheHour(t *testing.T) {
 	if !reflect.DeepEqual(values, []string{"4", "6", "1"}) {
 		t.Errorf("tiny's requests chart draws %q, want 4, 6 and 1", values)
 	}
-	if got := texts(tiny.Find(`[data-testid="chart-latest"]`)); !reflect.DeepEqual(got, []string{"1 requests/min", "p50 300 ms", "20 tokens/s"}) {
+	if got := texts(tiny.Find(`[data-testid="chart-latest"]`)); !reflect.DeepEqual(got, []string{"1 request/min", "p50 300 ms", "20 tokens/s"}) {
 		t.Errorf("tiny's charts say %q", got)
 	}
 	if got := tiny.Find(`[data-chart="chart-requests-tiny"] svg title`).First().Text(); got != "requests a minute of tiny" {
