@@ -32,15 +32,7 @@ func TestChartsDrawTheRequestsSent(t *testing.T) {
 	const repo = "acme/Charted-GGUF"
 	e.hub.AddRepo(repo, hubtest.RepoOptions{})
 	e.hub.AddFile(repo, "Charted-Q8_0.gguf", ggufgen.Bytes(ggufgen.Spec{ContextLength: 2048}))
-	var job apiJob
-	e.srv.api("POST", "/api/v1/serve", map[string]any{"repo": repo, "replicas": 1}, &job)
-	if err := poll(jobLimit, func() bool {
-		job = e.srv.job(job.ID)
-		return job.State != "running"
-	}); err != nil || job.State != "done" {
-		t.Fatalf("the job did not serve the model within %s: %s %s", jobLimit, job.State, job.Error)
-	}
-	model := job.Model
+	model := e.srv.serveModel(map[string]any{"repo": repo, "replicas": 1}).Model
 
 	// What was counted before (the job's smoke test, if its meter had
 	// started), then three requests through the gateway.

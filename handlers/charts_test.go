@@ -3,7 +3,6 @@ package handlers_test
 import (
 	"context"
 	"encoding/json"
-	"io"
 	"net/http"
 	"reflect"
 	"testing"
@@ -66,7 +65,7 @@ func TestAPISeries(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := json.Unmarshal([]byte(seriesGet(t, e, tok, "/api/v1/catalog/tiny/series", http.StatusOK)), &model); err != nil {
+	if err := json.Unmarshal([]byte(apiGetWith(t, e, tok, "/api/v1/catalog/tiny/series", http.StatusOK)), &model); err != nil {
 		t.Fatal(err)
 	}
 	var requests []int
@@ -84,35 +83,15 @@ func TestAPISeries(t *testing.T) {
 			FreeBytes     int64 `json:"free_bytes"`
 		} `json:"minutes"`
 	}
-	if err := json.Unmarshal([]byte(seriesGet(t, e, tok, "/api/v1/nodes/cpu-1/series", http.StatusOK)), &node); err != nil {
+	if err := json.Unmarshal([]byte(apiGetWith(t, e, tok, "/api/v1/nodes/cpu-1/series", http.StatusOK)), &node); err != nil {
 		t.Fatal(err)
 	}
 	if node.Node != "cpu-1" || len(node.Minutes) != 2 || node.Minutes[1].MeasuredBytes != 2*gib {
 		t.Errorf("cpu-1's series = %+v, want two minutes, 2 GiB measured now", node)
 	}
 	for _, path := range []string{"/api/v1/catalog/nope/series", "/api/v1/nodes/nope/series"} {
-		seriesGet(t, e, tok, path, http.StatusNotFound)
+		apiGetWith(t, e, tok, path, http.StatusNotFound)
 	}
-}
-
-// seriesGet is GET path with the API token tok, which must answer want.
-func seriesGet(t *testing.T, e *consoleEnv, tok, path string, want int) string {
-	t.Helper()
-	req, _ := http.NewRequest(http.MethodGet, e.srv.URL+path, nil)
-	req.Header.Set("Authorization", "Bearer "+tok)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if resp.StatusCode != want {
-		t.Fatalf("GET %s: %s, want %d\n%s", path, resp.Status, want, b)
-	}
-	return string(b)
 }
 
 func TestCatalogAndFleetDrawTheHour(t *testing.T) {

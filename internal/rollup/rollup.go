@@ -155,42 +155,43 @@ func New(ctx context.Context, d Deps) (*Recorder, error) {
 
 // load reads the minutes that began at or after since into memory.
 func (r *Recorder) load(ctx context.Context, since time.Time) error {
-	rows, err := r.d.DB.QueryContext(ctx, `SELECT model, minute, requests, p50_ms, tokens_per_second
-		FROM model_minutes WHERE minute >= ? ORDER BY minute`, since.Unix())
+	err := loadSeries(ctx, r.d.DB, r.models, `SELECT model, minute, requests, p50_ms, tokens_per_second
+		FROM model_minutes WHERE minute >= ? ORDER BY minute`, since,
+		func(m *ModelMinute) []any { return []any{&m.Requests, &m.P50Ms, &m.TokensPerSecond} },
+		func(m *ModelMinute, at time.Time) { m.Minute = at })
 	if err != nil {
 		return fmt.Errorf("read the models' minutes: %w", err)
+	}
+	err = loadSeries(ctx, r.d.DB, r.nodes, `SELECT node, minute, promised_bytes, measured_bytes, free_bytes
+		FROM node_minutes WHERE minute >= ? ORDER BY minute`, since,
+		func(n *NodeMinute) []any { return []any{&n.PromisedBytes, &n.MeasuredBytes, &n.FreeBytes} },
+		func(n *NodeMinute, at time.Time) { n.Minute = at })
+	if err != nil {
+		return fmt.Errorf("read the nodes' minutes: %w", err)
+	}
+	return nil
+}
+
+// loadSeries appends to series the rows query answers for since, each a
+// name, a minute's start, then the figures fields points to.
+func loadSeries[T any](ctx context.Context, db *sql.DB, series map[string][]T, query string, since time.Time,
+	fields func(*T) []any, setMinute func(*T, time.Time)) error {
+	rows, err := db.QueryContext(ctx, query, since.Unix())
+	if err != nil {
+		return err
 	}
 	defer rows.Close()
 	for rows.Next() {
 		var name string
-		var m ModelMinute
 		var at int64
-		if err := rows.Scan(&name, &at, &m.Requests, &m.P50Ms, &m.TokensPerSecond); err != nil {
-			return fmt.Errorf("read the models' minutes: %w", err)
+		var v T
+		if err := rows.Scan(append([]any{&name, &at}, fields(&v)...)...); err != nil {
+			return err
 		}
-		m.Minute = time.Unix(at, 0).UTC()
-		r.models[name] = append(r.models[name], m)
+		setMinute(&v, time.Unix(at, 0).UTC())
+		series[name] = append(series[name], v)
 	}
-	if err := rows.Err(); err != nil {
-		return fmt.Errorf("read the models' minutes: %w", err)
-	}
-	nrows, err := r.d.DB.QueryContext(ctx, `SELECT node, minute, promised_bytes, measured_bytes, free_bytes
-		FROM node_minutes WHERE minute >= ? ORDER BY minute`, since.Unix())
-	if err != nil {
-		return fmt.Errorf("read the nodes' minutes: %w", err)
-	}
-	defer nrows.Close()
-	for nrows.Next() {
-		var name string
-		var n NodeMinute
-		var at int64
-		if err := nrows.Scan(&name, &at, &n.PromisedBytes, &n.MeasuredBytes, &n.FreeBytes); err != nil {
-			return fmt.Errorf("read the nodes' minutes: %w", err)
-		}
-		n.Minute = time.Unix(at, 0).UTC()
-		r.nodes[name] = append(r.nodes[name], n)
-	}
-	return nrows.Err()
+	return rows.Err()
 }
 
 // Run starts counting at once and writes each minute as it ends, until
