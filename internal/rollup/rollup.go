@@ -264,7 +264,10 @@ func (r *Recorder) Record(ctx context.Context, end time.Time) error {
 // gateway's last minute.
 func modelMinute(minute time.Time, m gateway.Measurement, t gateway.Traffic) ModelMinute {
 	out := ModelMinute{Minute: minute, Requests: m.Requests, TokensPerSecond: m.TokensPerSecond}
-	if t.Answered > 0 {
+	// The gateway's last minute is the sixty seconds before now, which
+	// may hold answers of the minute before: a minute none was answered
+	// in has no latency of its own.
+	if t.Answered > 0 && m.Answered > 0 {
 		out.P50Ms = float64(t.P50) / float64(time.Millisecond)
 	}
 	return out
@@ -403,8 +406,8 @@ func trim[T any](series map[string][]T, at func(T) time.Time, since time.Time) {
 type Hour struct {
 	Models map[string][]ModelMinute
 	Nodes  map[string][]NodeMinute
-	// Start and End bound the window: Start is the start of the minute
-	// an hour before the minute in progress, End is now.
+	// Start and End bound the window: from the start of the minute an
+	// hour before the minute in progress to that minute's end.
 	Start, End time.Time
 }
 
@@ -418,7 +421,9 @@ func (r *Recorder) Hour() Hour {
 		traffic = r.d.Gateway.Traffic()
 	}
 	nodes := r.nodesNow(minute)
-	h := Hour{Models: map[string][]ModelMinute{}, Nodes: map[string][]NodeMinute{}, Start: minute.Add(-Window), End: now}
+	// The window moves a minute at a time, so a chart drawn again within
+	// the minute puts its points where they were.
+	h := Hour{Models: map[string][]ModelMinute{}, Nodes: map[string][]NodeMinute{}, Start: minute.Add(-Window), End: minute.Add(time.Minute)}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for name, s := range r.models {

@@ -314,3 +314,15 @@ func TestAModelAddedIsCountedAtOnce(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+func TestTheWindowMovesAMinuteAtATime(t *testing.T) {
+	r := newRig(t)
+	r.clock.set(t0.Add(10 * time.Second))
+	a := r.rec.Hour()
+	r.clock.set(t0.Add(50 * time.Second))
+	b := r.rec.Hour()
+	if a.Start != b.Start || a.End != b.End || a.End != t0.Add(time.Minute) || a.Start != t0.Add(-Window) {
+		t.Errorf("the window at :10 is %v to %v and at :50 %v to %v, want both %v to %v: a chart drawn again within the minute must not move",
+			a.Start, a.End, b.Start, b.End, t0.Add(-Window), t0.Add(time.Minute))
+	}
+}
