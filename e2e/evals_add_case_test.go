@@ -22,15 +22,7 @@ func TestEvalCaseAddedByForm(t *testing.T) {
 	const repo = "acme/Chatty-GGUF"
 	e.hub.AddRepo(repo, hubtest.RepoOptions{})
 	e.hub.AddFile(repo, "Chatty-Q8_0.gguf", ggufgen.Bytes(ggufgen.Spec{}))
-	var job apiJob
-	e.srv.api("POST", "/api/v1/serve", map[string]any{"repo": repo, "replicas": 0}, &job)
-	if err := poll(jobLimit, func() bool {
-		job = e.srv.job(job.ID)
-		return job.State != "running"
-	}); err != nil || job.State != "done" {
-		t.Fatalf("the job did not serve the model within %s: %s %s", jobLimit, job.State, job.Error)
-	}
-	model := job.Model
+	model := e.srv.serveModel(map[string]any{"repo": repo, "replicas": 0}).Model
 
 	tb := e.newTab(t)
 	tb.open("/catalog/" + model + "/evals")

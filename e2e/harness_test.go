@@ -409,6 +409,21 @@ func (s *server) api(method, path string, body any, out any) {
 	}
 }
 
+// serveModel serves what req asks (POST /api/v1/serve's body) as a script
+// would, and waits for the job to end: it must end done, within jobLimit.
+func (s *server) serveModel(req map[string]any) apiJob {
+	s.t.Helper()
+	var job apiJob
+	s.api("POST", "/api/v1/serve", req, &job)
+	if err := poll(jobLimit, func() bool {
+		job = s.job(job.ID)
+		return job.State != "running"
+	}); err != nil || job.State != "done" {
+		s.t.Fatalf("the job did not serve the model within %s: %s %s", jobLimit, job.State, job.Error)
+	}
+	return job
+}
+
 func (s *server) job(id string) apiJob {
 	s.t.Helper()
 	var j apiJob

@@ -37,14 +37,7 @@ func TestPlayground(t *testing.T) {
 	e.hub.AddRepo(repo, hubtest.RepoOptions{})
 	e.hub.AddFile(repo, "Chatty-Q8_0.gguf", ggufgen.Bytes(ggufgen.Spec{ContextLength: 2048}))
 	// Served by a script: the serve form is TestServeAModel's.
-	var job apiJob
-	e.srv.api("POST", "/api/v1/serve", map[string]any{"repo": repo, "replicas": 1}, &job)
-	if err := poll(jobLimit, func() bool {
-		job = e.srv.job(job.ID)
-		return job.State != "running"
-	}); err != nil || job.State != "done" {
-		t.Fatalf("the job did not serve the model within %s: %s %s", jobLimit, job.State, job.Error)
-	}
+	job := e.srv.serveModel(map[string]any{"repo": repo, "replicas": 1})
 	model := job.Model
 
 	// The job page: how to call the model, and the way to its playground.

@@ -22,15 +22,7 @@ func TestAnUpdateTriedFromTheConsole(t *testing.T) {
 	const repo, file = "acme/Chatty-GGUF", "Chatty-Q8_0.gguf"
 	e.hub.AddRepo(repo, hubtest.RepoOptions{})
 	e.hub.AddFile(repo, file, ggufgen.Bytes(ggufgen.Spec{ContextLength: 2048}))
-	var job apiJob
-	e.srv.api("POST", "/api/v1/serve", map[string]any{"repo": repo, "replicas": 1}, &job)
-	if err := poll(jobLimit, func() bool {
-		job = e.srv.job(job.ID)
-		return job.State != "running"
-	}); err != nil || job.State != "done" {
-		t.Fatalf("the job did not serve the model within %s: %s %s", jobLimit, job.State, job.Error)
-	}
-	model := job.Model
+	model := e.srv.serveModel(map[string]any{"repo": repo, "replicas": 1}).Model
 	moved := e.hub.AddFile(repo, file, ggufgen.Bytes(ggufgen.Spec{ContextLength: 4096}))
 
 	tb := e.newTab(t)

@@ -102,6 +102,13 @@ func apiGet(t *testing.T, e *consoleEnv, path string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return apiGetWith(t, e, tok, path, http.StatusOK)
+}
+
+// apiGetWith is a GET of the API with the token tok; it fails the test
+// unless the answer's status is want.
+func apiGetWith(t *testing.T, e *consoleEnv, tok, path string, want int) string {
+	t.Helper()
 	req, _ := http.NewRequest(http.MethodGet, e.srv.URL+path, nil)
 	req.Header.Set("Authorization", "Bearer "+tok)
 	resp, err := http.DefaultClient.Do(req)
@@ -113,8 +120,8 @@ func apiGet(t *testing.T, e *consoleEnv, path string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("GET %s: %s\n%s", path, resp.Status, b)
+	if resp.StatusCode != want {
+		t.Fatalf("GET %s: %s, want %d\n%s", path, resp.Status, want, b)
 	}
 	return string(b)
 }

@@ -85,6 +85,7 @@ func (s *Server) catalogNow(read catalogRead, base string, now time.Time) views.
 	if s.deps.Gateway != nil {
 		traffic = s.deps.Gateway.Traffic()
 	}
+	hour, charted := s.hour()
 	for i, m := range read.models {
 		vm := catalogView(s.shownModel(m))
 		vm.Speed = read.speeds[m.Name]
@@ -95,6 +96,9 @@ func (s *Server) catalogNow(read catalogRead, base string, now time.Time) views.
 		}
 		if s.deps.Gateway != nil {
 			vm.Traffic, vm.Latency = trafficText(traffic[m.Name])
+			if charted {
+				vm.Charts = modelCharts(m.Name, hour)
+			}
 			vm.Playground = playgroundURL(m.Name)
 		}
 		vm.CallIt = callItView(base, m, s.tokenCreate)

@@ -89,6 +89,12 @@ func (s *Server) fleetView(now time.Time, csrf string, figures fleetFigures, sta
 		fleetNodes = s.deps.Fleet.Nodes()
 	}
 	p.Nodes = nodeViews(pool, fleetNodes, snap.replicas)
+	hour, charted := s.hour()
+	if charted {
+		for i := range p.Nodes {
+			p.Nodes[i].MemoryChart = nodeChart(p.Nodes[i].Name, hour)
+		}
+	}
 	switch {
 	case len(p.Nodes) > 0:
 	case s.deps.Pool == nil && !hasFleet:
@@ -126,6 +132,9 @@ func (s *Server) fleetView(now time.Time, csrf string, figures fleetFigures, sta
 		if s.deps.Gateway != nil {
 			m.Requests, _ = trafficText(traffic[h.Model])
 			m.Requests += " in the last minute"
+			if charted {
+				m.Charts = modelCharts(h.Model, hour)
+			}
 		}
 		p.Models = append(p.Models, m)
 	}

@@ -173,6 +173,10 @@ type Deps struct {
 	// Gateway serves /v1/ (the OpenAI-compatible API of the served
 	// models); nil serves nothing there.
 	Gateway Gateway
+	// Rollups are the last hour of each model's requests and each node's
+	// memory, minute by minute (rollup.Recorder): charts on the catalog
+	// and fleet pages, and series in the API. nil draws none.
+	Rollups Rollups
 	// Tokens are the API tokens the console lists, makes and revokes,
 	// shared with the gateway so that it hears of a revoke at once
 	// (auth.Tokens.OnRevoke); nil keeps them in DB for the console alone.

@@ -231,6 +231,8 @@ type CatalogModel struct {
 	// Trial says what a canary is on trial beside, and on how much of its
 	// traffic; "" for a model.
 	Trial string
+	// Charts are its last hour at the gateway.
+	Charts ModelCharts
 }
 
 // CatalogProfile is one way a model runs.
@@ -338,6 +340,9 @@ type Node struct {
 	// replica holding each.
 	Cards []NodeCard
 	Note  string
+	// Memory is its memory over the last hour; none drawn when it has
+	// no Lines.
+	MemoryChart Chart
 }
 
 // NodeCard is one GPU of a node the fleet runs, and who holds it.
@@ -456,6 +461,8 @@ type FleetModel struct {
 	IdleAfter, IdleDefault       string
 	// Speed is its tokens a second, estimated and measured.
 	Speed Speed
+	// Charts are its last hour at the gateway.
+	Charts ModelCharts
 }
 
 // UpdatePage is the page of one update: a served model's branch moved to

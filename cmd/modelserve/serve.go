@@ -28,6 +28,7 @@ import (
 	"modelserve/internal/mirror"
 	"modelserve/internal/notify"
 	"modelserve/internal/plan"
+	"modelserve/internal/rollup"
 	"modelserve/internal/trace"
 	"modelserve/internal/updates"
 	"modelserve/jobs"
@@ -211,6 +212,14 @@ func serve(ctx context.Context, cfg config, log *slog.Logger, ready func(addr st
 		return err
 	})
 
+	// Each minute of the models' requests and the nodes' memory is kept
+	// for the console's charts of the last hour.
+	rollups, err := rollup.New(ctx, rollup.Deps{DB: db, Catalog: store, Gateway: rollup.GatewayOf(gw), Fleet: fl, Log: log.With("part", "rollup")})
+	if err != nil {
+		return err
+	}
+	cat.OnChange(rollups.Changed)
+
 	// The fleet's loop and the watcher's live until serve returns; the
 	// replicas stop with it, and the next start begins them afresh.
 	var wg sync.WaitGroup
@@ -218,7 +227,7 @@ func serve(ctx context.Context, cfg config, log *slog.Logger, ready func(addr st
 	wctx, stopWatcher := context.WithCancel(context.Background())
 	nctx, stopNotifier := context.WithCancel(context.Background())
 	ran := make(chan error, 1)
-	wg.Add(3)
+	wg.Add(4)
 	go func() {
 		defer wg.Done()
 		if notifier != nil {
@@ -236,6 +245,10 @@ func serve(ctx context.Context, cfg config, log *slog.Logger, ready func(addr st
 	go func() {
 		defer wg.Done()
 		watcher.Run(wctx)
+	}()
+	go func() {
+		defer wg.Done()
+		rollups.Run(wctx)
 	}()
 	defer func() {
 		// The eval runs, the watcher and the jobs first (they ask the
@@ -273,7 +286,7 @@ func serve(ctx context.Context, cfg config, log *slog.Logger, ready func(addr st
 		DB: db, Jobs: js, Catalog: cat, Mirror: mir, Metrics: met.Handler(), MetricsToken: cfg.MetricsToken, Log: log,
 		Registry: regs, Finder: regs, Updates: watcher, Versions: store, CanaryShare: share, Evals: runner, Planner: planner, Pool: poolOf(fl.Pool), Fleet: fl, Gateway: gw,
 		SessionKeys: site.keys, Secure: site.secure, TrustedProxies: site.trusted, PublicURL: cfg.PublicURL, DataDir: absDir(cfg.Data),
-		TraceURL: cfg.TraceURL, Tokens: toks,
+		TraceURL: cfg.TraceURL, Tokens: toks, Rollups: rollups,
 	})
 	if err != nil {
 		return err
