@@ -28,10 +28,11 @@ type Updates interface {
 	SetState(ctx context.Context, id int64, state string) error
 }
 
-// Versions record how each version of a model ended (catalog.Store); the
-// catalog records the rest as entries change.
+// Versions record how each version of a model ended, and list them
+// (catalog.Store); the catalog records the rest as entries change.
 type Versions interface {
 	EndVersion(ctx context.Context, model, commit, state, reason string) error
+	Versions(ctx context.Context, model string) ([]catalog.Version, error)
 }
 
 // Meters count what one catalog entry's requests do from when Measure is
@@ -181,4 +182,19 @@ func lastServed(ctx context.Context, db *sql.DB, model string) (Job, bool, error
 		return Job{}, false, fmt.Errorf("read the job that served %s: %w", model, err)
 	}
 	return j, true, nil
+}
+
+// noRoomBeside is the sentence of a version with no room beside its model
+// (req.CanaryOf), holds saying what holds the room: an update's canary, or
+// a version served again (a restore). Serving it in place instead, the
+// model's requests waiting while it loads, belongs to the in-place trial:
+// when it comes, this is where a version with no room beside turns to it.
+func noRoomBeside(req Request, holds string) error {
+	if req.RestoreOf != 0 {
+		return sentencef("there is no room beside %s to serve its version %s again%s; free that room (stop or scale down another model) "+
+			"and restore it again: serving it in place, %s's requests waiting while it loads, comes with the in-place trial",
+			req.CanaryOf, hf.Short(req.Revision), holds, req.CanaryOf)
+	}
+	return sentencef("there is no room beside %s for its canary%s; free that room (stop or scale down another model) "+
+		"and try the update again, or serve the new commit as %s in its place, without a trial", req.CanaryOf, holds, req.CanaryOf)
 }
