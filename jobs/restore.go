@@ -99,3 +99,13 @@ func (s *Server) serveAgain(ctx context.Context, l *live, p *pipeline) error {
 	s.step(l, StepRestore, Done, fmt.Sprintf("%s serves %s again; %s is retired, and can be restored the same way", of, at, was))
 	return nil
 }
+
+// notServedAgain is err, the sentence of why a restore's version did not
+// start, said of the restore: the version serving now serves on (undo).
+func notServedAgain(req Request, err error) error {
+	msg, ok := operr.Sentence(err)
+	if req.RestoreOf == 0 || !ok {
+		return err
+	}
+	return sentencef("%s at %s was not served again: %s; %s serves on as it did", req.CanaryOf, hf.Short(req.Revision), msg, req.CanaryOf)
+}

@@ -108,7 +108,7 @@ func (s *Server) run(ctx context.Context, l *live) error {
 		return nil
 	}
 	if err != nil {
-		return failedAt(StepPlacement, err)
+		return failedAt(StepPlacement, notServedAgain(p.req, err))
 	}
 	// 7. The smoke test: does it answer.
 	s.step(l, StepSmoke, Running, "asking "+rep.ID+" to say hello")
