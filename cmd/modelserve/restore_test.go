@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"fmt"
 	"math"
 	"net/http"
 	"os"
@@ -10,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/PuerkitoBio/goquery"
 
 	"modelserve/catalog"
 	"modelserve/internal/engine"
@@ -86,6 +89,18 @@ func TestARestoreServesTheVersionBeforeAgain(t *testing.T) {
 	if !revs[hf.Short(w.served)] || !revs[hf.Short(w.moved)] {
 		t.Fatalf("the mirror after the promotion holds %+v; want both versions' files kept", mirror.Files)
 	}
+	// The mirror page says which version of chatty each file is.
+	mustRun(t, "a long enough password\n", "user", "add", "--data", w.cfg.Data, "alice")
+	c := newConsole(t, w.s.base, nil)
+	c.signIn("alice", "a long enough password")
+	_, page := c.page("/mirror")
+	held := map[string]string{}
+	page.Find(`[data-testid="file-row"]`).Each(func(_ int, row *goquery.Selection) {
+		held[row.Find("code").First().Text()] = row.Find(`[data-testid="file-version"]`).Text()
+	})
+	if held[hf.Short(w.served)] != fmt.Sprintf("retired version %d", was.ID) || !strings.HasPrefix(held[hf.Short(w.moved)], "current version ") {
+		t.Errorf("the mirror page says the files are of %v; want the retired and the current version", held)
+	}
 
 	// The old version's engine cannot start: its tokenizer is one
 	// llama.cpp does not know, the file's size unchanged.
@@ -136,6 +151,20 @@ func TestARestoreServesTheVersionBeforeAgain(t *testing.T) {
 	for _, r := range w.s.replicas(catalog.CanaryName("chatty", w.served)) {
 		if r.State != "stopped" {
 			t.Errorf("replica %+v is still there after the restore", r)
+		}
+	}
+	// Each version's history holds what its own smoke test measured.
+	var history struct {
+		Versions []struct {
+			Commit          string
+			TokensPerSecond float64 `json:"tokens_per_second"`
+			MeasuredBy      string  `json:"measured_by"`
+		}
+	}
+	w.s.do("GET", "/api/v1/catalog/chatty/versions", nil, &history)
+	for _, v := range history.Versions {
+		if v.TokensPerSecond <= 0 || (v.Commit == w.served && v.MeasuredBy != done.ID) {
+			t.Errorf("the history of %s: %+v; want its speed, measured by its newest job", hf.Short(v.Commit), v)
 		}
 	}
 	w.chat(t, 3)
