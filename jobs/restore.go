@@ -51,22 +51,14 @@ func (s *Server) Restore(ctx context.Context, model string, id int64, by string)
 	if jid := s.onTrial(m.Name); jid != "" {
 		return Job{}, operr.Wrap(operr.Conflict, ErrConflict, "job %s is serving another version of %s beside it already: let it end first", jid, m.Name)
 	}
-	base, ok, err := lastServed(ctx, s.deps.DB, m.Name)
+	req, err := s.besideRequest(ctx, m, v.Commit, "its version "+hf.Short(v.Commit), by)
 	if err != nil {
 		return Job{}, err
 	}
-	if !ok {
-		return Job{}, operr.New(operr.Conflict, "no job served %s, so its version %s cannot be served the same way: serve %s at %s yourself",
-			m.Name, hf.Short(v.Commit), m.Origin.Repo, hf.Short(v.Commit))
-	}
-	req := base.Request
-	req.Revision = v.Commit
-	req.Name = catalog.CanaryName(m.Name, v.Commit)
-	req.Aliases, req.Description = nil, fmt.Sprintf("%s at %s, served again in place of %s", m.Name, hf.Short(v.Commit), hf.Short(m.Origin.Revision))
+	req.Description = fmt.Sprintf("%s at %s, served again in place of %s", m.Name, hf.Short(v.Commit), hf.Short(m.Origin.Revision))
 	// The share is the canary's rule; a restored version takes none of
 	// the model's requests until its promotion gives it every one.
-	req.CanaryOf, req.RestoreOf, req.Share = m.Name, v.ID, s.deps.Share
-	req.Replicas, req.IfAbsent, req.Class, req.By = 1, true, m.Class, by
+	req.RestoreOf = v.ID
 	return s.start(ctx, req, "")
 }
 

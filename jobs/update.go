@@ -102,20 +102,12 @@ func (s *Server) Update(ctx context.Context, u UpdateRequest) (Job, error) {
 	if id := s.onTrial(m.Name); id != "" {
 		return Job{}, operr.Wrap(operr.Conflict, ErrConflict, "job %s is trying an update of %s already: promote or roll it back first", id, m.Name)
 	}
-	base, ok, err := lastServed(ctx, s.deps.DB, m.Name)
+	req, err := s.besideRequest(ctx, m, up.NewCommit, "its update", u.By)
 	if err != nil {
 		return Job{}, err
 	}
-	if !ok {
-		return Job{}, operr.New(operr.Conflict, "no job served %s, so its update cannot be served the same way: serve %s at %s yourself",
-			m.Name, m.Origin.Repo, hf.Short(up.NewCommit))
-	}
-	req := base.Request
-	req.Revision = up.NewCommit
-	req.Name = catalog.CanaryName(m.Name, up.NewCommit)
-	req.Aliases, req.Description = nil, fmt.Sprintf("%s at %s, on trial beside %s", m.Name, hf.Short(up.NewCommit), hf.Short(m.Origin.Revision))
-	req.CanaryOf, req.UpdateID, req.Share = m.Name, up.ID, share
-	req.Replicas, req.IfAbsent, req.Class, req.By = 1, true, m.Class, u.By
+	req.Description = fmt.Sprintf("%s at %s, on trial beside %s", m.Name, hf.Short(up.NewCommit), hf.Short(m.Origin.Revision))
+	req.UpdateID, req.Share = up.ID, share
 	j, err := s.start(ctx, req, "")
 	if err != nil {
 		return Job{}, err
@@ -124,6 +116,27 @@ func (s *Server) Update(ctx context.Context, u UpdateRequest) (Job, error) {
 		s.deps.Log.Warn("could not record an update as running", "update", up.ID, "err", err)
 	}
 	return j, nil
+}
+
+// besideRequest is the request serving m at commit beside it, as its
+// canary: the request of the newest job that served m to the end, at the
+// commit, so the version is served the same way (file, context,
+// hardware). what names the version for the sentence when no job served
+// m: "its update".
+func (s *Server) besideRequest(ctx context.Context, m catalog.Model, commit, what, by string) (Request, error) {
+	base, ok, err := lastServed(ctx, s.deps.DB, m.Name)
+	if err != nil {
+		return Request{}, err
+	}
+	if !ok {
+		return Request{}, operr.New(operr.Conflict, "no job served %s, so %s cannot be served the same way: serve %s at %s yourself",
+			m.Name, what, m.Origin.Repo, hf.Short(commit))
+	}
+	req := base.Request
+	req.Revision, req.Name, req.Aliases = commit, catalog.CanaryName(m.Name, commit), nil
+	req.CanaryOf, req.Share = m.Name, s.deps.Share
+	req.Replicas, req.IfAbsent, req.Class, req.By = 1, true, m.Class, by
+	return req, nil
 }
 
 // pickUpdate is update id of m, or the newest available from the commit m
