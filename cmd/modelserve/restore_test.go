@@ -153,6 +153,17 @@ func TestARestoreServesTheVersionBeforeAgain(t *testing.T) {
 			t.Errorf("replica %+v is still there after the restore", r)
 		}
 	}
+	// The version it runs is not served again, and one it never had is
+	// not found; each said in a sentence.
+	var refusal struct{ Error string }
+	if code := w.s.do("POST", "/api/v1/catalog/chatty/versions/"+strconv.FormatInt(was.ID, 10)+"/restore", nil, &refusal); code != http.StatusConflict ||
+		!strings.Contains(refusal.Error, "chatty runs version "+strconv.FormatInt(was.ID, 10)+" ("+hf.Short(w.served)+") already") {
+		t.Errorf("restoring the version chatty runs: %d %q", code, refusal.Error)
+	}
+	if code := w.s.do("POST", "/api/v1/catalog/chatty/versions/99/restore", nil, &refusal); code != http.StatusNotFound ||
+		!strings.Contains(refusal.Error, "GET /api/v1/catalog/chatty/versions lists them") {
+		t.Errorf("restoring a version chatty never had: %d %q", code, refusal.Error)
+	}
 	// Each version's history holds what its own smoke test measured.
 	var history struct {
 		Versions []struct {
