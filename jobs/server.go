@@ -148,7 +148,7 @@ func New(d Deps) (*Server, error) {
 // and stores nothing.
 func (s *Server) Start(ctx context.Context, req Request) (Job, error) {
 	if req.CanaryOf != "" || req.UpdateID != 0 || req.Share != 0 || req.RestoreOf != 0 {
-		return Job{}, invalid("canary_of, update_id, share and restore_of are an update's, not a serve request's: POST /api/v1/catalog/{name}/update serves a model's update beside it")
+		return Job{}, invalid("canary_of, update_id, share and restore_of are an update's or a restore's, not a serve request's: POST /api/v1/catalog/{name}/update serves a model's update beside it")
 	}
 	return s.start(ctx, req, "")
 }
@@ -385,7 +385,8 @@ func (s *Server) finish(ctx context.Context, l *live, err error) {
 		s.deps.Log.WarnContext(ctx, "serving a model failed", "job", l.job.ID, "repo", l.job.Request.Repo, "step", step, "err", msg)
 	}
 	stepState := Failed
-	if rb := (*rolledBack)(nil); errors.As(err, &rb) {
+	var rb *rolledBack
+	if errors.As(err, &rb) {
 		stepState = RolledBack
 	}
 	s.fail(l, step, stepState, msg)

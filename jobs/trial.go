@@ -277,8 +277,10 @@ func (s *Server) promote(ctx context.Context, l *live, p *pipeline, step string)
 				// Resumed after the entry took the new version: the entry
 				// before it is gone, and only its commit is known.
 				back := "the commit it ran before"
-				if up, uerr := s.deps.Updates.Get(ctx, p.req.UpdateID); uerr == nil && p.req.UpdateID != 0 {
-					back = hf.Short(up.OldCommit)
+				if p.req.UpdateID != 0 && s.deps.Updates != nil {
+					if up, uerr := s.deps.Updates.Get(ctx, p.req.UpdateID); uerr == nil {
+						back = hf.Short(up.OldCommit)
+					}
 				}
 				return sentencef("%s's replicas did not start on %s: %s; the promotion began before modelserve restarted, "+
 					"so the entry before it is not kept to go back to: serve %s at %s again", of, hf.Short(p.repo.Commit), err, of, back)
