@@ -16,7 +16,8 @@ import (
 // TestAnUpdateTriedFromTheConsole: an operator sees a served model's
 // branch move, tries the new weights beside it from the update's page,
 // watches the job put them on trial, and promotes them by hand; the
-// catalog then runs the new commit, with no canary left.
+// catalog then runs the new commit, with no canary left. From the model's
+// version history, one click serves the version before again.
 func TestAnUpdateTriedFromTheConsole(t *testing.T) {
 	e := setup(t)
 	const repo, file = "acme/Chatty-GGUF", "Chatty-Q8_0.gguf"
@@ -63,4 +64,20 @@ func TestAnUpdateTriedFromTheConsole(t *testing.T) {
 	tb.open("/catalog")
 	tb.must(tb.expect().Locator(row.Locator("code").First()).ToHaveText(moved[:7]), "the catalog's model at the new commit")
 	tb.must(tb.expect().Locator(tb.loc("[data-testid=trial]")).ToHaveCount(0), "no canary left in the catalog")
+
+	// One click away: the version before, served again from the model's
+	// version history.
+	tb.page.OnDialog(func(d playwright.Dialog) { _ = d.Accept() })
+	tb.open("/catalog/" + model + "/versions")
+	retired := tb.loc("[data-testid=version][data-state=retired]")
+	tb.must(tb.expect().Locator(retired.Locator("[data-testid=version-reason]")).ToContainText("replaced by "+moved[:7]), "the retired version says why it ended")
+	tb.must(retired.Locator("[data-testid=restore]").Click(), "pressing Serve again")
+	tb.must(tb.expect().Page(tb.page).ToHaveURL(regexp.MustCompile(`/jobs/restore-[^/]+$`)), "on the restore's job page")
+	if state := tb.waitEnded(jobLimit); state != "done" {
+		t.Fatalf("the restore's job ended %s", state)
+	}
+	tb.must(tb.expect().Locator(tb.loc("[data-testid=outcome] [data-testid=restored]")).ToContainText("Served again."), "the restore's outcome")
+	tb.open("/catalog/" + model + "/versions")
+	tb.must(tb.expect().Locator(tb.loc("[data-testid=version][data-state=retired]")).ToHaveAttribute("data-commit", moved),
+		"the version promoted is retired, the one before current again")
 }

@@ -8,21 +8,19 @@ import (
 )
 
 // apiModelVersions answers GET /api/v1/catalog/{name}/versions: the
-// versions the model has run or tried, newest first, and its canary on
-// trial now, if any, with the share of requests it takes.
+// versions the model has run or tried, newest first, each with its
+// figures (versionFigures), and its canary on trial now, if any, with the
+// share of requests it takes.
 func (s *Server) apiModelVersions(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("name")
 	if _, err := s.deps.Catalog.Get(r.Context(), name); err != nil {
 		s.apiError(w, r, err)
 		return
 	}
-	versions := []catalog.Version{}
-	if s.deps.Versions != nil {
-		var err error
-		if versions, err = s.deps.Versions.Versions(r.Context(), name); err != nil {
-			s.apiError(w, r, err)
-			return
-		}
+	versions, err := s.versionHistory(r.Context(), name)
+	if err != nil {
+		s.apiError(w, r, err)
+		return
 	}
 	out := map[string]any{"model": name, "versions": versions}
 	if c, ok := s.canaryOf(r, name); ok {
@@ -90,4 +88,17 @@ func (s *Server) apiModelRollBack(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, j)
+}
+
+// apiVersionRestore answers POST /api/v1/catalog/{name}/versions/{id}/restore:
+// a job serving that version of the model again (202), its replicas
+// restarting on it while it takes every request.
+func (s *Server) apiVersionRestore(w http.ResponseWriter, r *http.Request) {
+	j, err := s.restoreJob(r.Context(), r.PathValue("name"), r.PathValue("id"), "an operator")
+	if err != nil {
+		s.apiError(w, r, err)
+		return
+	}
+	w.Header().Set("Location", "/api/v1/jobs/"+j.ID)
+	writeJSON(w, http.StatusAccepted, j)
 }

@@ -25,21 +25,47 @@ const speedJobs = 500
 // only when a job ends.
 const measuredTTL = 10 * time.Second
 
-// measures are the newest done job of each model with a measured speed,
-// by model, as read at at.
+// measures are the newest job of each version of each model with a
+// measured speed, as read at at.
 type measures struct {
 	mu   sync.Mutex
 	at   time.Time
-	jobs map[string]jobs.Job
+	jobs map[versionKey]jobs.Job
 }
 
-// measured is each model's newest done job with a measured speed, read
-// again once measuredTTL has passed, or when one of models was added to
-// the catalog since they were read: its job may have measured it since,
-// and the serve page, read as the job ran, must not hide the figure from
-// the catalog opened as it ends. What cannot be read is logged, and the
-// figures read last stand.
-func (s *Server) measured(ctx context.Context, models []catalog.Model) map[string]jobs.Job {
+// versionKey names one version of a model: its catalog name (a canary's
+// is its model's) and the commit it runs. A commit of "" stands for the
+// newest of any commit, for a model added without an origin.
+type versionKey struct{ model, commit string }
+
+// versionOf is the key of the version m's entry serves.
+func versionOf(m catalog.Model) versionKey {
+	k := versionKey{model: m.Name}
+	if m.Canary != nil {
+		k.model = m.Canary.Of
+	}
+	if m.Origin != nil {
+		k.commit = m.Origin.Revision
+	}
+	return k
+}
+
+// measuredOf is what the version m's entry serves measured, if anything:
+// the row of a model promoted to a new version shows the new version's
+// speed, not the one its first serve measured.
+func measuredOf(measured map[versionKey]jobs.Job, m catalog.Model) (jobs.Job, bool) {
+	j, ok := measured[versionOf(m)]
+	return j, ok
+}
+
+// measured is the newest job with a measured speed of each version of
+// each model, read again once measuredTTL has passed, or when one of
+// models was added to the catalog since they were read: its job may have
+// measured it since, and the serve page, read as the job ran, must not
+// hide the figure from the catalog opened as it ends. An update's job
+// measured its model's new version, whatever its trial then decided. What
+// cannot be read is logged, and the figures read last stand.
+func (s *Server) measured(ctx context.Context, models []catalog.Model) map[versionKey]jobs.Job {
 	var added time.Time
 	for _, md := range models {
 		if md.AddedAt.After(added) {
@@ -59,10 +85,16 @@ func (s *Server) measured(ctx context.Context, models []catalog.Model) map[strin
 		}
 		return m.jobs
 	}
-	out := map[string]jobs.Job{}
+	out := map[versionKey]jobs.Job{}
 	for _, j := range list { // newest first
-		if _, seen := out[j.Model]; !seen && j.State == jobs.Done && j.TokensPerSecond > 0 && j.Model != "" {
-			out[j.Model] = j
+		model := or(j.Request.CanaryOf, j.Model)
+		if j.TokensPerSecond <= 0 || model == "" {
+			continue
+		}
+		for _, k := range []versionKey{{model, j.Commit}, {model, ""}} {
+			if _, seen := out[k]; !seen {
+				out[k] = j
+			}
 		}
 	}
 	m.jobs, m.at = out, time.Now()
@@ -102,7 +134,7 @@ func (s *Server) speeds(ctx context.Context, models []catalog.Model) map[string]
 				sp.From = fmt.Sprintf("from %.0f GB/s of memory bandwidth over %s of weights a token", bw, words.Size(w))
 			}
 		}
-		if j, ok := measured[m.Name]; ok {
+		if j, ok := measuredOf(measured, m); ok {
 			sp.Measured = speedText(j.TokensPerSecond) + " measured"
 			sp.By = "by its smoke test"
 			sp.JobURL = "/jobs/" + j.ID
@@ -185,7 +217,7 @@ func (s *Server) measuredBySet(ctx context.Context, rep plan.Report) map[string]
 	out := map[string]string{}
 	newest := map[string]time.Time{}
 	for _, m := range served {
-		j, ok := measured[m.Name]
+		j, ok := measuredOf(measured, m)
 		if !ok || len(m.Weights) == 0 {
 			continue
 		}

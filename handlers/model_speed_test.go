@@ -96,7 +96,7 @@ func TestServePageShowsWhatAServedFileMeasured(t *testing.T) {
 		t.Fatal(err)
 	}
 	j := doneJob("serve-1-done", time.Now().Add(-time.Minute))
-	j.Model = "chatty"
+	j.Model, j.Commit = "chatty", m.Origin.Revision // the version it serves
 	mustInsertJob(t, e.db, j)
 
 	doc := mustStatus(t, b.get("/catalog"), http.StatusOK)

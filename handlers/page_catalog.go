@@ -123,6 +123,9 @@ func catalogView(m catalog.Model) views.CatalogModel {
 	}
 	if m.Origin != nil {
 		vm.Repo, vm.Commit = m.Origin.Repo, hf.Short(m.Origin.Revision)
+		if m.Canary == nil {
+			vm.VersionsURL = versionsURL(m.Name)
+		}
 	}
 	if c := m.Canary; c != nil {
 		// Judged by its model's suite.
@@ -322,3 +325,6 @@ func runsText(p catalog.Profile) string {
 	}
 	return strings.Join(parts, "; ")
 }
+
+// versionsURL is a model's version history page.
+func versionsURL(name string) string { return "/catalog/" + url.PathEscape(name) + "/versions" }

@@ -90,19 +90,30 @@ func jobView(j jobs.Job, now time.Time, csrf string, meter *rateMeter) views.Job
 		CanCancel: j.State == jobs.Running, CanRetry: (j.State == jobs.Failed || j.State == jobs.Cancelled) && !j.Refused(),
 		Refused: j.Refused(),
 	}
+	decided, rolledBack := j.RolledBack()
+	if rolledBack {
+		// Judged, not broken: a retry would be judged the same.
+		vm.State, vm.CanRetry = views.StateOf(jobs.RolledBack), false
+		vm.Of, vm.DecidedBy = j.Request.CanaryOf, decided.Detail
+	}
 	if j.TokensPerSecond > 0 {
 		vm.TokensPerSecond = formatFloat(j.TokensPerSecond)
 	}
 	if st, ok := j.Step(jobs.StepPlacement); ok && j.State == jobs.Done && st.State == jobs.Skipped && j.Request.Replicas == 0 {
 		vm.OnDemand = true
 	}
-	if j.Kind == jobs.KindUpdate && j.State == jobs.Done {
-		// Done is promoted, for an update: a roll-back ends it failed.
-		vm.Of = j.Request.CanaryOf
+	if j.Request.CanaryOf != "" && j.State == jobs.Done {
+		// Done is promoted, for an update, and served again for a
+		// restore: a roll-back ends it failed.
+		vm.Of, vm.Restored = j.Request.CanaryOf, j.Kind == jobs.KindRestore
 	}
 	if j.State == jobs.Failed {
 		vm.Error = j.Error
 	}
+	if j.Request.CanaryOf != "" {
+		vm.VersionsURL = versionsURL(j.Request.CanaryOf)
+	}
+	vm.FailedStep = j.EndStep()
 
 	// Steps run one after another: each began when the one before it last
 	// changed (its end), the first when the job started.
@@ -120,15 +131,15 @@ func jobView(j jobs.Job, now time.Time, csrf string, meter *rateMeter) views.Job
 		if st.At.After(prev) {
 			prev = st.At
 		}
-		if st.State == jobs.Failed && vm.FailedStep == "" {
-			vm.FailedStep = st.Name
-		}
 	}
 
 	names := slices.Clone(stepOrder)
-	if j.Kind == jobs.KindUpdate {
+	switch j.Kind {
+	case jobs.KindUpdate:
 		// An update's trial follows the smoke test.
 		names = append(names, jobs.StepEval, jobs.StepCanary, jobs.StepVerdict)
+	case jobs.KindRestore:
+		names = append(names, jobs.StepRestore)
 	}
 	for _, st := range j.Steps {
 		if !slices.Contains(names, st.Name) {

@@ -78,13 +78,13 @@ func (s *Server) jobsList(ctx context.Context, before string) (views.Jobs, error
 		if j.Ended() && !j.Finished.IsZero() {
 			end = j.Finished
 		}
-		step := "—"
-		if len(j.Steps) > 0 {
-			step = j.Steps[len(j.Steps)-1].Name
+		state := views.StateOf(j.State)
+		if _, ok := j.RolledBack(); ok {
+			state = views.StateOf(jobs.RolledBack)
 		}
 		out.Rows = append(out.Rows, views.JobRow{
 			ID: j.ID, URL: "/jobs/" + url.PathEscape(j.ID), Model: or(j.Model, j.Request.Name, j.Request.Repo),
-			Repo: j.Request.Repo, State: views.StateOf(j.State), Step: step,
+			Repo: j.Request.Repo, State: state, Step: or(j.EndStep(), "—"),
 			Started: timeText(j.Started, now), StartedISO: j.Started.UTC().Format(time.RFC3339),
 			Took: durationText(end.Sub(j.Started)),
 		})

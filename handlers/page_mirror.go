@@ -3,6 +3,7 @@ package handlers
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io/fs"
 	"net/http"
 	"net/url"
@@ -10,7 +11,9 @@ import (
 	"strings"
 	"time"
 
+	"modelserve/catalog"
 	"modelserve/internal/fleet"
+	"modelserve/internal/hf"
 	"modelserve/internal/mirror"
 	"modelserve/internal/words"
 	"modelserve/jobs"
@@ -35,7 +38,7 @@ func (s *Server) renderMirror(w http.ResponseWriter, r *http.Request, v visit, r
 		return
 	}
 	p := views.MirrorPage{Layout: s.layout(v, "mirror", "Mirror"), Stream: "/mirror/stream"}
-	p.Live = s.mirrorLive(entries, v.csrf, nil, s.waitingJobs(r.Context(), entries))
+	p.Live = s.mirrorLive(entries, v.csrf, nil, s.waitingJobs(r.Context(), entries), s.versionsHolding(r.Context(), entries))
 	gone := removed != ""
 	for _, e := range entries {
 		gone = gone && e.Path != removed
@@ -48,14 +51,19 @@ func (s *Server) renderMirror(w http.ResponseWriter, r *http.Request, v visit, r
 
 // mirrorLive is the mirror's files as the page shows them. meters, when
 // not nil, follow each download from one call to the next for its rate;
-// waiting are the jobs waiting on each file, by mirrorKey.
-func (s *Server) mirrorLive(entries []mirror.Entry, csrf string, meters map[string]*rateMeter, waiting map[string][]string) views.MirrorLive {
+// waiting are the jobs waiting on each file, by mirrorKey; held the
+// version of its model each file's commit is (versionsHolding).
+func (s *Server) mirrorLive(entries []mirror.Entry, csrf string, meters map[string]*rateMeter, waiting map[string][]string, held map[[2]string]string) views.MirrorLive {
 	_, canRemove := s.deps.Mirror.(mirrorRemover)
 	p := views.MirrorLive{CSRF: csrf}
 	var total int64
 	now := time.Now()
 	for _, e := range entries {
 		f := mirrorView(e, canRemove)
+		f.Version = held[[2]string{e.Model, e.Revision}]
+		if f.Version != "" {
+			f.VersionsURL = versionsURL(e.Model)
+		}
 		key := mirrorKey(e)
 		if f.Progress != nil && e.State == mirror.Fetching && meters != nil {
 			m := meters[key]
@@ -205,4 +213,38 @@ func (s *Server) servedFrom(ctx context.Context, model, rev string) func(string)
 		}
 		return false
 	}
+}
+
+// versionsHolding says which version of its model each (model, short
+// commit) of entries is, in words ("current version", "retired version
+// 3"): the mirror keeps a model's earlier versions' files until the
+// operator removes them, and the page says which is which before a
+// removal. What cannot be read costs the words and is logged.
+func (s *Server) versionsHolding(ctx context.Context, entries []mirror.Entry) map[[2]string]string {
+	out := map[[2]string]string{}
+	if s.deps.Versions == nil {
+		return out
+	}
+	read := map[string]bool{}
+	for _, e := range entries {
+		if read[e.Model] {
+			continue
+		}
+		read[e.Model] = true
+		vs, err := s.deps.Versions.Versions(ctx, e.Model)
+		if err != nil {
+			if ctx.Err() == nil {
+				s.deps.Log.Error("reading a model's versions for the mirror page", "model", e.Model, "err", err)
+			}
+			continue
+		}
+		for _, v := range vs {
+			state := v.State
+			if state == catalog.VersionRolledBack {
+				state = "rolled back"
+			}
+			out[[2]string{e.Model, hf.Short(v.Commit)}] = fmt.Sprintf("%s version %d", state, v.ID)
+		}
+	}
+	return out
 }

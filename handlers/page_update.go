@@ -36,6 +36,9 @@ func (s *Server) updatePage(w http.ResponseWriter, r *http.Request, v visit) {
 	}
 	p := updateView(u, time.Now())
 	p.Layout = s.layout(v, "catalog", "Update "+p.ID+" of "+u.Model)
+	if !gone {
+		p.VersionsURL = versionsURL(u.Model)
+	}
 	switch {
 	case gone:
 		p.Note = u.Model + " is no longer in the catalog."

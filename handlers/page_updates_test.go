@@ -154,8 +154,9 @@ func TestCatalogUpdateBadgeAndPage(t *testing.T) {
 	mustStatus(t, b.get("/updates/99"), http.StatusNotFound)
 	mustStatus(t, b.get("/updates/x"), http.StatusNotFound)
 
-	// Served again at the new commit, tiny has no update available, and
-	// the update's page says the model has moved on.
+	// Served again at the new commit, tiny has no update available, its
+	// last check (which found that commit) says it is up to date at it,
+	// and the update's page says the model has moved on.
 	m, _ := e.catalog.Get(context.Background(), "tiny")
 	m.Origin.Revision = movedCommit
 	m.Origin.Files[0] = catalog.OriginFile{Path: "model-Q4_K_M.gguf", Bytes: 2_000_000, SHA256: movedSHA}
@@ -164,7 +165,7 @@ func TestCatalogUpdateBadgeAndPage(t *testing.T) {
 	}
 	doc = mustStatus(t, b.get("/catalog"), http.StatusOK)
 	tiny = doc.Find(`[data-testid="model-row"][data-model="tiny"]`)
-	if tiny.Find(`[data-testid="update-badge"]`).Length() != 0 || tiny.Find(`[data-testid="watch"]`).Text() != "branch main: not checked yet" {
+	if tiny.Find(`[data-testid="update-badge"]`).Length() != 0 || tiny.Find(`[data-testid="watch"]`).Text() != "branch main: checked just now, up to date at "+movedCommit[:7] {
 		t.Errorf("served again: badge %d, watch line %q", tiny.Find(`[data-testid="update-badge"]`).Length(), tiny.Find(`[data-testid="watch"]`).Text())
 	}
 	page = mustStatus(t, b.get("/updates/1"), http.StatusOK)

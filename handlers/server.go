@@ -34,6 +34,9 @@ type Jobs interface {
 	Update(ctx context.Context, u jobs.UpdateRequest) (jobs.Job, error)
 	Promote(ctx context.Context, model, by string) (jobs.Job, error)
 	RollBack(ctx context.Context, model, by string) (jobs.Job, error)
+	// Restore serves a version the model ran before again (its id in
+	// the model's versions).
+	Restore(ctx context.Context, model string, id int64, by string) (jobs.Job, error)
 	// OnTrial is the job trying an update of model, "" for none.
 	OnTrial(model string) string
 }

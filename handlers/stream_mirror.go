@@ -26,6 +26,7 @@ func (s *Server) mirrorStream(w http.ResponseWriter, r *http.Request, v visit) {
 		keys    = "\x00" // never a real set of keys: the first look lists
 		entries []mirror.Entry
 		waiting map[string][]string
+		held    map[[2]string]string
 		meters  = map[string]*rateMeter{}
 	)
 	s.pollSections(w, r, mirrorEvery, func(ctx context.Context, _ time.Time) ([]part, bool) {
@@ -38,7 +39,7 @@ func (s *Server) mirrorStream(w http.ResponseWriter, r *http.Request, v visit) {
 				}
 				return nil, false // the browser reconnects and tries again
 			}
-			entries, waiting, keys = list, s.waitingJobs(ctx, list), k
+			entries, waiting, held, keys = list, s.waitingJobs(ctx, list), s.versionsHolding(ctx, list), k
 		} else {
 			byKey := make(map[string]mirror.Entry, len(flights))
 			for _, f := range flights {
@@ -50,7 +51,7 @@ func (s *Server) mirrorStream(w http.ResponseWriter, r *http.Request, v visit) {
 				}
 			}
 		}
-		return []part{{"files", views.MirrorLiveView(s.mirrorLive(entries, v.csrf, meters, waiting))}}, true
+		return []part{{"files", views.MirrorLiveView(s.mirrorLive(entries, v.csrf, meters, waiting, held))}}, true
 	})
 }
 

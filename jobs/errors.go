@@ -36,6 +36,16 @@ type stepError struct {
 func (e *stepError) Error() string { return e.step + ": " + e.err.Error() }
 func (e *stepError) Unwrap() error { return e.err }
 
+// rolledBack is a trial's ending by its verdict (its evals, its share of
+// the requests, an operator): the job ends failed, as any trial not
+// promoted does, but its verdict reads RolledBack rather than failed, so
+// the job is not shown as broken nor offered a retry that would be
+// judged the same (Job.RolledBack).
+type rolledBack struct{ err error }
+
+func (e *rolledBack) Error() string { return e.err.Error() }
+func (e *rolledBack) Unwrap() error { return e.err }
+
 func failedAt(step string, err error) error {
 	if err == nil {
 		return nil

@@ -27,10 +27,10 @@ var errBusy = errors.New("the hardware it fits is in use")
 
 // waitReady waits for a replica of the model to serve, saying what it is
 // doing, and gives up early when it cannot be placed or keeps failing. A
-// canary of canaryOf that has no room beside its model fails rather than
+// canary (req.CanaryOf) that has no room beside its model fails rather than
 // waits: its trial would never begin, and the update would hold on to a
 // version that never runs.
-func (s *Server) waitReady(ctx context.Context, l *live, name string, hardware bool, canaryOf string) (fleet.Replica, error) {
+func (s *Server) waitReady(ctx context.Context, l *live, name string, hardware bool, req Request) (fleet.Replica, error) {
 	s.step(l, StepPlacement, Running, "waiting for the fleet to place it")
 	started := time.Now()
 	deadline := started.Add(s.deps.ReadyTimeout)
@@ -48,10 +48,8 @@ func (s *Server) waitReady(ctx context.Context, l *live, name string, hardware b
 			// the download before it can take hours, and the fleet may not
 			// have looked at the new entry yet.
 			if h.Unplaceable && time.Since(started) > s.deps.UnplacedGrace {
-				if hardware && canaryOf != "" {
-					return fleet.Replica{}, sentencef("there is no room beside %s for its canary; what holds it:\n%s\n"+
-						"free that room (stop or scale down another model) and retry this job, or serve the new commit as %s in its place, without a trial",
-						canaryOf, h.Placement, canaryOf)
+				if hardware && req.CanaryOf != "" {
+					return fleet.Replica{}, noRoomBeside(req, "; what holds it:\n"+h.Placement+"\n")
 				}
 				if hardware {
 					return fleet.Replica{}, operr.Wrap(operr.Unavailable, errBusy, "%s: it is in the catalog and starts when there is room, "+

@@ -16,13 +16,19 @@ const (
 	Failed    = "failed"
 	Cancelled = "cancelled"
 	Skipped   = "skipped"
+	// RolledBack is a trial's step that decided its version was rolled
+	// back (its eval, its canary), and its verdict then: the job ends
+	// failed, as a trial not promoted does, and says so (Job.RolledBack).
+	RolledBack = "rolled back"
 )
 
-// The kinds of job: one that serves a model, and one that serves a
-// model's update beside it and judges it (Server.Update).
+// The kinds of job: one that serves a model, one that serves a model's
+// update beside it and judges it (Server.Update), and one that serves a
+// version it ran before again (Server.Restore).
 const (
-	KindServe  = "serve"
-	KindUpdate = "update"
+	KindServe   = "serve"
+	KindUpdate  = "update"
+	KindRestore = "restore"
 )
 
 // The steps of a job, in the order it goes through them.
@@ -40,6 +46,9 @@ const (
 	StepEval    = "eval"
 	StepCanary  = "canary"
 	StepVerdict = "verdict"
+	// A restore's, after the smoke test: the model's replicas restart on
+	// the version restored while it takes every request.
+	StepRestore = "restore"
 )
 
 // Step is one stage of a job, and what it is doing or did.
@@ -101,7 +110,7 @@ func (j Job) Ended() bool { return j.State != Running }
 // there was no room. An update's plan step can fail for want of room
 // beside its model, which an operator can make.
 func (j Job) Refused() bool {
-	if j.State != Failed || j.Kind == KindUpdate {
+	if j.State != Failed || j.Request.CanaryOf != "" {
 		return false
 	}
 	for _, st := range j.Steps {
@@ -110,6 +119,45 @@ func (j Job) Refused() bool {
 		}
 	}
 	return false
+}
+
+// RolledBack is whether j is a trial its verdict rolled back, by its eval,
+// its share of the requests or an operator's hand, and the step that
+// decided it: not a failure to mend, and not retried, as the same version
+// would be judged the same.
+func (j Job) RolledBack() (Step, bool) {
+	if j.State != Failed || j.Request.CanaryOf == "" {
+		return Step{}, false
+	}
+	verdict, ok := j.Step(StepVerdict)
+	if !ok || verdict.State != RolledBack {
+		return Step{}, false
+	}
+	for _, st := range j.Steps {
+		if st.State == RolledBack {
+			return st, true
+		}
+	}
+	return verdict, true
+}
+
+// EndStep is the name of the step a job ended at, as its page and the
+// jobs list both say it: the one that decided a roll-back, the first
+// failed (a cancel marks the one it stopped), else the last it reached;
+// "" for a job with no step yet.
+func (j Job) EndStep() string {
+	if st, ok := j.RolledBack(); ok {
+		return st.Name
+	}
+	for _, st := range j.Steps {
+		if st.State == Failed {
+			return st.Name
+		}
+	}
+	if len(j.Steps) == 0 {
+		return ""
+	}
+	return j.Steps[len(j.Steps)-1].Name
 }
 
 // Step returns the job's step of that name, if it reached it.

@@ -90,6 +90,10 @@ type Request struct {
 	CanaryOf string  `json:"canary_of,omitempty"`
 	UpdateID int64   `json:"update_id,omitempty"`
 	Share    float64 `json:"share,omitempty"`
+	// RestoreOf is set by a restore (Server.Restore), never by a client:
+	// the version of CanaryOf (catalog.Version's ID) served again, beside
+	// the model and then promoted, without a trial.
+	RestoreOf int64 `json:"restore_of,omitempty"`
 	// MemoryGB is what a replica on CPUs reserves, in place of the figure
 	// worked out from its weights and context.
 	MemoryGB int `json:"memory_gb,omitempty"`

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"modelserve/catalog"
+	"modelserve/internal/fleet"
 	"modelserve/internal/gguf"
 	"modelserve/internal/hf"
 	"modelserve/internal/mirror"
@@ -99,7 +100,7 @@ func (s *Server) run(ctx context.Context, l *live) error {
 		s.step(l, StepSmoke, Skipped, "no replica was started to ask")
 		return nil
 	}
-	rep, err := s.waitReady(ctx, l, p.name, p.hardware, p.req.CanaryOf)
+	rep, err := s.waitReady(ctx, l, p.name, p.hardware, p.req)
 	if errors.Is(err, errBusy) {
 		// In the catalog, and the hardware for it exists: it starts when
 		// the hardware is free, with nothing more for anyone to do.
@@ -107,7 +108,7 @@ func (s *Server) run(ctx context.Context, l *live) error {
 		return nil
 	}
 	if err != nil {
-		return failedAt(StepPlacement, err)
+		return failedAt(StepPlacement, notServedAgain(p.req, err))
 	}
 	// 7. The smoke test: does it answer.
 	s.step(l, StepSmoke, Running, "asking "+rep.ID+" to say hello")
@@ -120,6 +121,10 @@ func (s *Server) run(ctx context.Context, l *live) error {
 	}
 	s.set(l, func(j *Job) { j.Reply, j.TokensPerSecond = reply, tps })
 	s.step(l, StepSmoke, Done, answered(reply, tps, p.req.Embeddings, true))
+	if p.req.RestoreOf != 0 {
+		// 8. A restore: the version before, promoted as asked.
+		return s.serveAgain(ctx, l, p)
+	}
 	if p.req.CanaryOf != "" {
 		// 8. An update: the new version beside the old, judged.
 		return s.trial(ctx, l, p)
@@ -235,8 +240,7 @@ func (p *pipeline) choose(ctx context.Context) error {
 		// A canary runs beside its model, or its trial never begins: said
 		// before a byte is fetched, rather than after a wait for room.
 		if why, ok := p.roomBeside(); !ok {
-			return sentencef("there is no room beside %s for its canary: %s; free that room (stop or scale down another model) "+
-				"and try the update again, or serve the new commit as %s in its place, without a trial", req.CanaryOf, why, req.CanaryOf)
+			return noRoomBeside(req, ": "+why)
 		}
 	}
 	p.name = or(req.Name, hf.ModelName(p.repo.ID))
@@ -266,11 +270,17 @@ func (p *pipeline) choose(ctx context.Context) error {
 // roomBeside says whether the chosen layout has room now, beside what the
 // fleet has promised, and if not, why: the plan's own word, or for a
 // replica that reserves the memory its request named, the most any node
-// has free.
+// has free. Room the fleet would give back for it by the classes' rule
+// (an opportunistic model's, for a critical one: fleet.Victims) counts as
+// room, as it does for a serve.
 func (p *pipeline) roomBeside() (string, bool) {
-	if p.req.MemoryGB > 0 && p.choice.First().CPU {
+	first := p.choice.First()
+	if p.req.MemoryGB > 0 && first.CPU {
 		need, most := p.req.memoryBytes(), int64(0)
 		for _, n := range p.s.pool() {
+			if p.roomMadeOn(n, need) {
+				return "", true
+			}
 			most = max(most, n.FreeRAMBytes)
 		}
 		if need > most {
@@ -278,10 +288,45 @@ func (p *pipeline) roomBeside() (string, bool) {
 		}
 		return "", true
 	}
-	if p.choice.First().Fit == plan.FitsHardware {
-		return or(p.choice.First().Why, "the hardware it fits is in use"), false
+	if first.Fit == plan.FitsHardware {
+		if first.CPU {
+			for _, n := range p.s.pool() {
+				if p.roomMadeOn(n, first.Sizing.NeedBytes) {
+					return "", true
+				}
+			}
+		}
+		return or(first.Why, "the hardware it fits is in use"), false
 	}
 	return "", true
+}
+
+// roomMadeOn is whether node n has need bytes of RAM for the canary, free
+// now or held by replicas the fleet gives back for it by the classes'
+// rule. Each replica holds what it was placed by (its EstimateBytes).
+func (p *pipeline) roomMadeOn(n plan.Node, need int64) bool {
+	if n.FreeRAMBytes >= need {
+		return true
+	}
+	if p.s.deps.Fleet == nil || need <= 0 {
+		return false
+	}
+	health := map[string]fleet.ModelHealth{}
+	for _, h := range p.s.deps.Fleet.ModelHealth() {
+		health[h.Model] = h
+	}
+	var hs []fleet.Holder
+	for _, r := range p.s.deps.Fleet.Replicas() {
+		if r.Node != n.Name || r.State == fleet.Stopped {
+			continue
+		}
+		h := health[r.Model]
+		hs = append(hs, fleet.Holder{ID: r.ID, Model: r.Model, Class: h.Class, Min: h.Want,
+			Busy: r.State != fleet.Ready, Ready: r.State == fleet.Ready, Held: r.EstimateBytes})
+	}
+	asker := catalog.Model{Name: catalog.CanaryName(p.req.CanaryOf, p.repo.Commit), Class: p.req.Class}
+	_, _, ok := fleet.Victims(hs, asker, n.FreeRAMBytes, need)
+	return ok
 }
 
 func (p *pipeline) fetch(ctx context.Context) error {

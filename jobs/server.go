@@ -147,8 +147,8 @@ func New(d Deps) (*Server, error) {
 // runs on its own. A refused request (errors.Is ErrInvalid) starts nothing
 // and stores nothing.
 func (s *Server) Start(ctx context.Context, req Request) (Job, error) {
-	if req.CanaryOf != "" || req.UpdateID != 0 || req.Share != 0 {
-		return Job{}, invalid("canary_of, update_id and share are an update's, not a serve request's: POST /api/v1/catalog/{name}/update serves a model's update beside it")
+	if req.CanaryOf != "" || req.UpdateID != 0 || req.Share != 0 || req.RestoreOf != 0 {
+		return Job{}, invalid("canary_of, update_id, share and restore_of are an update's or a restore's, not a serve request's: POST /api/v1/catalog/{name}/update serves a model's update beside it")
 	}
 	return s.start(ctx, req, "")
 }
@@ -166,7 +166,10 @@ func (s *Server) start(ctx context.Context, req Request, retryOf string) (Job, e
 	}
 	now := time.Now().UTC()
 	kind := KindServe
-	if req.CanaryOf != "" {
+	switch {
+	case req.RestoreOf != 0:
+		kind = KindRestore
+	case req.CanaryOf != "":
 		kind = KindUpdate
 	}
 	// The model it serves is named from the start, so a job that fails
@@ -349,7 +352,7 @@ func (s *Server) finish(ctx context.Context, l *live, err error) {
 		return
 	}
 	if errors.Is(err, errPanicked) {
-		s.fail(l, "", "the job stopped on an internal error; the server's log has the details")
+		s.fail(l, "", Failed, "the job stopped on an internal error; the server's log has the details")
 		return
 	}
 	if ctx.Err() != nil || !l.running() {
@@ -381,20 +384,32 @@ func (s *Server) finish(ctx context.Context, l *live, err error) {
 	} else {
 		s.deps.Log.WarnContext(ctx, "serving a model failed", "job", l.job.ID, "repo", l.job.Request.Repo, "step", step, "err", msg)
 	}
-	s.fail(l, step, msg)
+	stepState := Failed
+	var rb *rolledBack
+	if errors.As(err, &rb) {
+		stepState = RolledBack
+	}
+	s.fail(l, step, stepState, msg)
 }
 
 // fail ends a running job failed at step with msg, once what it added is
 // taken back: whoever sees it failed finds nothing of it in the catalog.
-func (s *Server) fail(l *live, step, msg string) {
+// The step is marked stepState: Failed, or RolledBack for a trial's
+// verdict.
+func (s *Server) fail(l *live, step, stepState, msg string) {
 	s.undo(l, Failed, msg)
-	s.end(l, Failed, step, msg)
+	s.endAs(l, Failed, step, stepState, msg)
 	s.deps.Notify.Send(notify.JobFailed(l.job.ID, l.job.Model, l.job.Request.Repo, step, msg))
 }
 
 // end gives a running job its final state. With failed steps, the step named
 // (or the one running, when step is "") is marked failed with msg.
 func (s *Server) end(l *live, state, step, msg string) bool {
+	return s.endAs(l, state, step, Failed, msg)
+}
+
+// endAs is end with the step marked stepState.
+func (s *Server) endAs(l *live, state, step, stepState, msg string) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.job.State != Running {
@@ -412,7 +427,7 @@ func (s *Server) end(l *live, state, step, msg string) bool {
 		}
 		if i >= 0 {
 			st := &l.job.Steps[i]
-			st.State, st.At = Failed, now
+			st.State, st.At = stepState, now
 			if state == Cancelled {
 				st.Detail = "cancelled"
 			} else {
@@ -659,6 +674,10 @@ func (s *Server) Retry(ctx context.Context, id string) (Job, error) {
 	}
 	if j.State != Failed && j.State != Cancelled {
 		return Job{}, operr.Wrap(operr.Conflict, ErrConflict, "job %s is %s: only a failed or cancelled job is retried", id, j.State)
+	}
+	if st, ok := j.RolledBack(); ok {
+		return Job{}, operr.Wrap(operr.Conflict, ErrConflict, "job %s's trial was rolled back by its %s step, and the same version "+
+			"would be judged the same: check %s for a newer update", id, st.Name, j.Request.CanaryOf)
 	}
 	if j.Refused() {
 		return Job{}, operr.Wrap(operr.Conflict, ErrConflict, "job %s was refused as it asked, and would be refused the same way again: "+

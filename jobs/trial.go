@@ -112,10 +112,10 @@ func (s *Server) trial(ctx context.Context, l *live, p *pipeline) error {
 		// Rolled back as the job ends (undo), as any trial that is not
 		// promoted is.
 		s.step(l, StepVerdict, Running, "rolling "+name+" back: "+why)
-		return failedAt(StepVerdict, sentencef("%s rolled back, %s still serving %s: %s", name, of, was, why))
+		return failedAt(StepVerdict, &rolledBack{sentencef("%s rolled back, %s still serving %s: %s", name, of, was, why)})
 	}
 	s.step(l, StepVerdict, Running, "promoting "+name+": "+why)
-	if err := s.promote(ctx, l, p); err != nil {
+	if err := s.promote(ctx, l, p, StepVerdict); err != nil {
 		return failedAt(StepVerdict, err)
 	}
 	s.step(l, StepVerdict, Done, fmt.Sprintf("%s promoted: %s now serves %s; %s", name, of, hf.Short(p.repo.Commit), why))
@@ -154,7 +154,7 @@ func (s *Server) evaluate(ctx context.Context, l *live, p *pipeline, step, when 
 	if !final {
 		state := Done
 		if v == canary.RollBack {
-			state = Failed
+			state = RolledBack
 		}
 		s.step(l, step, state, why+", "+when)
 	}
@@ -183,7 +183,7 @@ func (s *Server) watch(ctx context.Context, l *live, p *pipeline) (v canary.Verd
 		c, n := cur.Read(), can.Read()
 		if h, ok := s.health(name); ok && h.Parked {
 			why := fmt.Sprintf("its replicas keep failing and are parked: %s", h.Reason)
-			s.step(l, StepCanary, Failed, why)
+			s.step(l, StepCanary, RolledBack, why)
 			return canary.RollBack, why, false, nil
 		}
 		v, why := pol.Judge(c, n, time.Since(began))
@@ -192,7 +192,7 @@ func (s *Server) watch(ctx context.Context, l *live, p *pipeline) (v canary.Verd
 			s.step(l, StepCanary, Running, fmt.Sprintf("%s of %s's requests: %s; failed: %d of its %d, against %d of the current version's %d",
 				words.Percent(p.req.Share), of, why, n.Failed, n.Requests, c.Failed, c.Requests))
 		case canary.RollBack:
-			s.step(l, StepCanary, Failed, why)
+			s.step(l, StepCanary, RolledBack, why)
 			return v, why, false, nil
 		default:
 			s.step(l, StepCanary, Done, why)
@@ -238,8 +238,9 @@ func (s *Server) refresh() {
 // on it; then the canary goes. Replicas that cannot start on the new
 // version put the entry back as it was (restore): a model whose entry
 // points at a version that does not run serves nothing once the canary
-// goes.
-func (s *Server) promote(ctx context.Context, l *live, p *pipeline) error {
+// goes. step is the step it is told under: an update's verdict, a
+// restore's own.
+func (s *Server) promote(ctx context.Context, l *live, p *pipeline, step string) error {
 	of, name := p.req.CanaryOf, p.name
 	if err := s.setShare(ctx, name, 1); err != nil {
 		return err
@@ -267,7 +268,7 @@ func (s *Server) promote(ctx context.Context, l *live, p *pipeline) error {
 	}
 	s.refresh()
 	if m.Scaling.Min > 0 {
-		s.step(l, StepVerdict, Running, fmt.Sprintf("%s takes every request of %s while its replicas restart on %s", name, of, hf.Short(p.repo.Commit)))
+		s.step(l, step, Running, fmt.Sprintf("%s takes every request of %s while its replicas restart on %s", name, of, hf.Short(p.repo.Commit)))
 		if err := s.waitRestarted(ctx, of, changed); err != nil {
 			if ctx.Err() != nil {
 				return err
@@ -276,22 +277,22 @@ func (s *Server) promote(ctx context.Context, l *live, p *pipeline) error {
 				// Resumed after the entry took the new version: the entry
 				// before it is gone, and only its commit is known.
 				back := "the commit it ran before"
-				if up, uerr := s.deps.Updates.Get(ctx, p.req.UpdateID); uerr == nil {
-					back = hf.Short(up.OldCommit)
+				if p.req.UpdateID != 0 && s.deps.Updates != nil {
+					if up, uerr := s.deps.Updates.Get(ctx, p.req.UpdateID); uerr == nil {
+						back = hf.Short(up.OldCommit)
+					}
 				}
 				return sentencef("%s's replicas did not start on %s: %s; the promotion began before modelserve restarted, "+
 					"so the entry before it is not kept to go back to: serve %s at %s again", of, hf.Short(p.repo.Commit), err, of, back)
 			}
-			return s.restore(ctx, l, p, before, err)
+			return s.restore(ctx, l, p, step, before, err)
 		}
 	}
 	if err := s.deps.Catalog.Remove(ctx, name); err != nil {
 		return err
 	}
 	s.refresh()
-	if err := s.deps.Updates.SetState(ctx, p.req.UpdateID, updates.StatePromoted); err != nil {
-		s.deps.Log.Warn("could not record an update as promoted", "update", p.req.UpdateID, "err", err)
-	}
+	s.setUpdate(ctx, p.req.UpdateID, updates.StatePromoted)
 	s.deps.Log.Info("update promoted", "model", of, "commit", p.repo.Commit)
 	s.deps.Notify.Send(notify.Promoted(of, hf.Short(p.repo.Commit)))
 	return nil
@@ -302,10 +303,10 @@ func (s *Server) promote(ctx context.Context, l *live, p *pipeline) error {
 // for them to serve again on the version before, the canary taking every
 // request meanwhile. The error it returns is the trial's ending: the job
 // then rolls the canary back (undo), and its version and update with it.
-func (s *Server) restore(ctx context.Context, l *live, p *pipeline, was catalog.Model, why error) error {
+func (s *Server) restore(ctx context.Context, l *live, p *pipeline, step string, was catalog.Model, why error) error {
 	of, name, old := p.req.CanaryOf, p.name, hf.Short(was.Origin.Revision)
 	reason := fmt.Sprintf("the promoted version's replicas could not start: %s", why)
-	s.step(l, StepVerdict, Running, fmt.Sprintf("%s; %s goes back to %s, and %s takes every request of it until %s serves again", reason, of, old, name, old))
+	s.step(l, step, Running, fmt.Sprintf("%s; %s goes back to %s, and %s takes every request of it until %s serves again", reason, of, old, name, old))
 	restored := time.Now()
 	if err := s.deps.Catalog.Add(ctx, was, was.AddedBy); err != nil {
 		return fmt.Errorf("put %s back on %s after its promotion failed: %w", of, old, err)

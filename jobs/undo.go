@@ -71,12 +71,23 @@ func (s *Server) endTrial(ctx context.Context, j Job) {
 	if j.Added {
 		s.removeEntry(ctx, name)
 	}
+	if j.Request.RestoreOf != 0 {
+		// A version served before goes back to retired, saying why it
+		// could not be served again; it may be restored once that is
+		// mended.
+		if j.State == Cancelled {
+			why = "the restore's job was cancelled"
+		}
+		if j.Added {
+			s.endVersion(ctx, of, commit, catalog.VersionRetired, "served again by job "+j.ID+", which ended: "+why)
+		}
+		s.deps.Log.Info("a restore ended without serving its version", "job", j.ID, "model", of, "commit", hf.Short(commit), "why", why)
+		return
+	}
 	// A version is written with the canary's entry: one refused before
 	// that has none to end.
-	if s.deps.Versions != nil && commit != "" && j.Added {
-		if err := s.deps.Versions.EndVersion(ctx, of, commit, catalog.VersionRolledBack, why); err != nil {
-			s.deps.Log.Warn("could not record a version as rolled back", "model", of, "err", err)
-		}
+	if j.Added {
+		s.endVersion(ctx, of, commit, catalog.VersionRolledBack, why)
 	}
 	s.setUpdate(ctx, id, updates.StateRolledBack)
 	s.deps.Log.Info("update rolled back", "job", j.ID, "model", of, "commit", hf.Short(commit), "why", why)
@@ -98,5 +109,16 @@ func (s *Server) setUpdate(ctx context.Context, id int64, state string) {
 	}
 	if err := s.deps.Updates.SetState(ctx, id, state); err != nil {
 		s.deps.Log.Warn("could not record an update's state", "update", id, "state", state, "err", err)
+	}
+}
+
+// endVersion records how model's version at commit ended; what fails is
+// logged, the job's end standing.
+func (s *Server) endVersion(ctx context.Context, model, commit, state, why string) {
+	if s.deps.Versions == nil || commit == "" {
+		return
+	}
+	if err := s.deps.Versions.EndVersion(ctx, model, commit, state, why); err != nil {
+		s.deps.Log.Warn("could not record how a version ended", "model", model, "state", state, "err", err)
 	}
 }

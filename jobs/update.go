@@ -28,10 +28,11 @@ type Updates interface {
 	SetState(ctx context.Context, id int64, state string) error
 }
 
-// Versions record how each version of a model ended (catalog.Store); the
-// catalog records the rest as entries change.
+// Versions record how each version of a model ended, and list them
+// (catalog.Store); the catalog records the rest as entries change.
 type Versions interface {
 	EndVersion(ctx context.Context, model, commit, state, reason string) error
+	Versions(ctx context.Context, model string) ([]catalog.Version, error)
 }
 
 // Meters count what one catalog entry's requests do from when Measure is
@@ -101,20 +102,12 @@ func (s *Server) Update(ctx context.Context, u UpdateRequest) (Job, error) {
 	if id := s.onTrial(m.Name); id != "" {
 		return Job{}, operr.Wrap(operr.Conflict, ErrConflict, "job %s is trying an update of %s already: promote or roll it back first", id, m.Name)
 	}
-	base, ok, err := lastServed(ctx, s.deps.DB, m.Name)
+	req, err := s.besideRequest(ctx, m, up.NewCommit, "its update", u.By)
 	if err != nil {
 		return Job{}, err
 	}
-	if !ok {
-		return Job{}, operr.New(operr.Conflict, "no job served %s, so its update cannot be served the same way: serve %s at %s yourself",
-			m.Name, m.Origin.Repo, hf.Short(up.NewCommit))
-	}
-	req := base.Request
-	req.Revision = up.NewCommit
-	req.Name = catalog.CanaryName(m.Name, up.NewCommit)
-	req.Aliases, req.Description = nil, fmt.Sprintf("%s at %s, on trial beside %s", m.Name, hf.Short(up.NewCommit), hf.Short(m.Origin.Revision))
-	req.CanaryOf, req.UpdateID, req.Share = m.Name, up.ID, share
-	req.Replicas, req.IfAbsent, req.Class, req.By = 1, true, m.Class, u.By
+	req.Description = fmt.Sprintf("%s at %s, on trial beside %s", m.Name, hf.Short(up.NewCommit), hf.Short(m.Origin.Revision))
+	req.UpdateID, req.Share = up.ID, share
 	j, err := s.start(ctx, req, "")
 	if err != nil {
 		return Job{}, err
@@ -123,6 +116,27 @@ func (s *Server) Update(ctx context.Context, u UpdateRequest) (Job, error) {
 		s.deps.Log.Warn("could not record an update as running", "update", up.ID, "err", err)
 	}
 	return j, nil
+}
+
+// besideRequest is the request serving m at commit beside it, as its
+// canary: the request of the newest job that served m to the end, at the
+// commit, so the version is served the same way (file, context,
+// hardware). what names the version for the sentence when no job served
+// m: "its update".
+func (s *Server) besideRequest(ctx context.Context, m catalog.Model, commit, what, by string) (Request, error) {
+	base, ok, err := lastServed(ctx, s.deps.DB, m.Name)
+	if err != nil {
+		return Request{}, err
+	}
+	if !ok {
+		return Request{}, operr.New(operr.Conflict, "no job served %s, so %s cannot be served the same way: serve %s at %s yourself",
+			m.Name, what, m.Origin.Repo, hf.Short(commit))
+	}
+	req := base.Request
+	req.Revision, req.Name, req.Aliases = commit, catalog.CanaryName(m.Name, commit), nil
+	req.CanaryOf, req.Share = m.Name, s.deps.Share
+	req.Replicas, req.IfAbsent, req.Class, req.By = 1, true, m.Class, by
+	return req, nil
 }
 
 // pickUpdate is update id of m, or the newest available from the commit m
@@ -181,4 +195,19 @@ func lastServed(ctx context.Context, db *sql.DB, model string) (Job, bool, error
 		return Job{}, false, fmt.Errorf("read the job that served %s: %w", model, err)
 	}
 	return j, true, nil
+}
+
+// noRoomBeside is the sentence of a version with no room beside its model
+// (req.CanaryOf), holds saying what holds the room: an update's canary, or
+// a version served again (a restore). Serving it in place instead, the
+// model's requests waiting while it loads, belongs to the in-place trial:
+// when it comes, this is where a version with no room beside turns to it.
+func noRoomBeside(req Request, holds string) error {
+	if req.RestoreOf != 0 {
+		return sentencef("there is no room beside %s to serve its version %s again%s; free that room (stop or scale down another model) "+
+			"and restore it again: serving it in place, %s's requests waiting while it loads, comes with the in-place trial",
+			req.CanaryOf, hf.Short(req.Revision), holds, req.CanaryOf)
+	}
+	return sentencef("there is no room beside %s for its canary%s; free that room (stop or scale down another model) "+
+		"and try the update again, or serve the new commit as %s in its place, without a trial", req.CanaryOf, holds, req.CanaryOf)
 }

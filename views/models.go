@@ -112,9 +112,16 @@ type Job struct {
 	// Reply and TokensPerSecond are the smoke test's answer, once done.
 	Reply           string
 	TokensPerSecond string
-	// Error is the sentence the job failed with, and FailedStep where.
+	// Restored is a restore's job done: Of serves the version again.
+	// VersionsURL is Of's version history, for an update or a restore.
+	Restored    bool
+	VersionsURL string
+	// Error is the sentence the job failed with, and FailedStep where
+	// (jobs.Job.EndStep: the step that decided a roll-back). DecidedBy is
+	// what that step said of a trial rolled back (State "rolled back").
 	Error      string
 	FailedStep string
+	DecidedBy  string
 	CanCancel  bool
 	CanRetry   bool
 	RetryOf    string
@@ -195,8 +202,10 @@ type CatalogModel struct {
 	Description string
 	Source      string
 	// Repo and Commit are where the weights came from; empty for a model
-	// added without an origin.
+	// added without an origin. VersionsURL is its version history, ""
+	// for a model without an origin and for a version on trial.
 	Repo, Commit string
+	VersionsURL  string
 	Context      string
 	Class        string
 	Role         string
@@ -283,6 +292,10 @@ type MirrorFile struct {
 	Jobs []string
 	// Waiters is how many fetches wait on it, when the jobs are not known.
 	Waiters int
+	// Version is which version of its model the file's commit is
+	// ("current version 2", "retired version 1"), "" when no version
+	// names it; VersionsURL the model's version history.
+	Version, VersionsURL string
 }
 
 // MirrorPage is the mirror page.
@@ -472,10 +485,11 @@ type UpdatePage struct {
 	ID     string
 	Model  string
 	// ModelURL is the catalog's row of the model, "" when the catalog no
-	// longer has it.
-	ModelURL string
-	Repo     string
-	Ref      string
+	// longer has it; VersionsURL its version history.
+	ModelURL    string
+	VersionsURL string
+	Repo        string
+	Ref         string
 	// OldCommit and NewCommit are in full, for a title; OldShort and
 	// NewShort as people write them.
 	OldCommit, NewCommit string

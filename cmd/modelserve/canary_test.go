@@ -381,6 +381,16 @@ func TestAnEvalTheUpdateFailsBlocksIt(t *testing.T) {
 	if st, ok := last.Step(jobs.StepCanary); ok {
 		t.Errorf("the canary took traffic after failing its eval: %+v", st)
 	}
+	// Rolled back by its eval, and said so: not a failure with a retry
+	// that would be judged the same.
+	decided, ok := last.RolledBack()
+	if !ok || decided.Name != jobs.StepEval || decided.State != jobs.RolledBack || last.EndStep() != jobs.StepEval {
+		t.Errorf("the update ended at %q, decided by %+v (%v); want rolled back by its eval", last.EndStep(), decided, ok)
+	}
+	if code := w.s.do("POST", "/api/v1/jobs/"+job.ID+"/retry", nil, nil); code != http.StatusConflict {
+		t.Errorf("retrying a trial its eval rolled back: %d, want 409", code)
+	}
+	rolledBackInTheConsole(t, w, job.ID, "its eval passed 0 of 1 cases")
 	var m catalog.Model
 	if w.s.do("GET", "/api/v1/catalog/chatty", nil, &m); m.Origin == nil || m.Origin.Revision != w.served {
 		t.Errorf("chatty after the failed eval runs %+v, want %s", m.Origin, w.served)
@@ -421,5 +431,32 @@ func TestAnAutoUpdateNeedsNoHand(t *testing.T) {
 	var m catalog.Model
 	if w.s.do("GET", "/api/v1/catalog/chatty", nil, &m); m.Origin == nil || m.Origin.Revision != w.moved {
 		t.Errorf("chatty after the auto update runs %+v, want %s", m.Origin, w.moved)
+	}
+}
+
+// rolledBackInTheConsole checks, as an operator reading the console would,
+// that job reads "rolled back" on the jobs list and on its page, both
+// naming its eval step, the page saying why (decided) and offering no
+// Retry.
+func rolledBackInTheConsole(t *testing.T, w *updateWorld, job, decided string) {
+	t.Helper()
+	mustRun(t, "a long enough password\n", "user", "add", "--data", w.cfg.Data, "alice")
+	c := newConsole(t, w.s.base, nil)
+	c.signIn("alice", "a long enough password")
+	_, list := c.page("/jobs")
+	row := list.Find(`[data-testid="job-row"][data-job="` + job + `"]`)
+	if state, step := strings.Join(strings.Fields(row.Find(".state").Text()), " "), row.Find(`[data-testid="job-step"]`).Text(); state != "↺ rolled back" || step != jobs.StepEval {
+		t.Errorf("the jobs list says the update is %q at %q; want rolled back at %s", state, step, jobs.StepEval)
+	}
+	_, page := c.page("/jobs/" + job)
+	out := page.Find(`[data-testid="outcome"]`)
+	if got := strings.Join(strings.Fields(out.Find(`[data-testid="rolled-back"]`).Text()), " "); got != "↺ Rolled back by the eval step:" {
+		t.Errorf("the job page's outcome says %q", got)
+	}
+	if got := out.Find(`[data-testid="decided-by"]`).Text(); !strings.Contains(got, decided) {
+		t.Errorf("the job page says it was decided by %q; want %q in it", got, decided)
+	}
+	if page.Find(`[data-testid="retry"]`).Length() != 0 || strings.Contains(page.Text(), "✗ failed") {
+		t.Errorf("the job page of a trial rolled back offers a retry or says failed: %s", strings.Join(strings.Fields(page.Find("main").Text()), " "))
 	}
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"math"
-	"modelserve/internal/engine"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -119,15 +118,7 @@ func TestAPoisonedTrialIsRolledBack(t *testing.T) {
 // canary gone, rather than ending done with no trial and the update
 // running for ever.
 func TestACanaryWithNoRoomBesideItsModelIsRefused(t *testing.T) {
-	f, err := os.Open("/proc/meminfo")
-	if err != nil {
-		t.Skip("no /proc/meminfo to size chatty by")
-	}
-	total, avail, err := engine.ParseMeminfo(f)
-	f.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
+	total, avail := machineMemory(t)
 	// More than half the memory, so two cannot fit; less than what is
 	// free now, so one does.
 	gb := int(math.Ceil(float64(total) * 0.55 / (1 << 30)))

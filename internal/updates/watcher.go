@@ -364,10 +364,19 @@ func (w *Watcher) status(m catalog.Model, row checkRow) Status {
 	}
 	since := m.AddedAt
 	// A check of another commit was of the model as it was before it was
-	// served again.
-	if row.last != nil && row.served == m.Origin.Revision {
+	// served again; but one that found the branch at the commit the model
+	// runs now (the update it then took) says it is up to date as of that
+	// check: after a promotion, the row said "not checked yet".
+	switch {
+	case row.last == nil:
+	case row.served == m.Origin.Revision:
 		st.LastCheck = row.last
 		since = row.last.At
+	case row.last.Result == ResultUpdateAvailable && row.last.Commit == m.Origin.Revision:
+		c := *row.last
+		c.Result, c.UpdateID = ResultUpToDate, 0
+		st.LastCheck = &c
+		since = c.At
 	}
 	if st.interval > 0 {
 		st.NextCheck = since.Add(st.interval)

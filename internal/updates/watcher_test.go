@@ -286,6 +286,28 @@ func TestACommitThatTouchesNothingTheModelUsesIsNoUpdate(t *testing.T) {
 	}
 }
 
+// TestAModelThatTookItsUpdateIsCheckedUpToDate: the check that found the
+// new commit stands, once the model runs that commit, as a check saying it
+// is up to date at it; the model's row said "not checked yet" after its
+// promotion, though it had been checked minutes before.
+func TestAModelThatTookItsUpdateIsCheckedUpToDate(t *testing.T) {
+	e := newEnv(t)
+	e.repo("acme/Tiny-GGUF", []byte("weights"))
+	e.serve("tiny", "acme/Tiny-GGUF", "main")
+	w := e.watcher()
+	moved := e.hub.AddFile("acme/Tiny-GGUF", "model-Q4_K_M.gguf", []byte("better weights"))
+	if r := mustCheck(t, w, "tiny"); r.Update == nil || r.Update.NewCommit != moved {
+		t.Fatalf("the check: %+v, want the update to %s", r, moved)
+	}
+	// Promoted: the model's entry runs the new commit.
+	e.serve("tiny", "acme/Tiny-GGUF", "main")
+	st := mustStatus(t, w, "tiny")
+	if st.Commit != moved || st.LastCheck == nil || st.LastCheck.Result != updates.ResultUpToDate || st.LastCheck.Commit != moved ||
+		time.Since(st.LastCheck.At) > time.Minute || !st.NextCheck.Equal(st.LastCheck.At.Add(6*time.Hour)) {
+		t.Errorf("status after the model took its update: %+v, last check %+v; want up to date at %s as of the check", st, st.LastCheck, moved)
+	}
+}
+
 // TestTheSameMoveIsOneUpdate: the same new commit checked again, and
 // again after the database is reopened by a new watcher, is the one update
 // recorded first.
