@@ -64,11 +64,12 @@ func TestBadFlagIsAUsageError(t *testing.T) {
 	}
 }
 
-// TestHelpWritesFlagsAsTheREADME: --help lists --flag (not -flag), and the
-// Hugging Face variables read beside the flags.
+// TestHelpWritesFlagsAsTheREADME: serve --help lists --flag (not -flag),
+// and the Hugging Face variables read beside the flags; modelserve --help
+// lists the commands instead.
 func TestHelpWritesFlagsAsTheREADME(t *testing.T) {
 	var out bytes.Buffer
-	err := run(context.Background(), []string{"--help"}, func(string) string { return "" }, nil, &out, &out)
+	err := run(context.Background(), []string{"serve", "--help"}, func(string) string { return "" }, nil, &out, &out)
 	if !errors.Is(err, flag.ErrHelp) {
 		t.Fatalf("--help: %v", err)
 	}
