@@ -49,6 +49,9 @@ func startAPI(t testing.TB, cfg config) *apiServer {
 		t.Fatal(err)
 	}
 
+	// The engines of a server in the test's own process end with it:
+	// none outlives the test.
+	cfg.StopEnginesOnExit = true
 	ctx, cancel := context.WithCancel(context.Background())
 	addrc := make(chan string, 1)
 	done := make(chan error, 1)

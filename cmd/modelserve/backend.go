@@ -58,7 +58,10 @@ func newBackend(ctx context.Context, cfg config, enginePath string, store *catal
 		if err := checkLocalMemory(ctx, cfg.LocalMemory, store); err != nil {
 			return nil, nil, err
 		}
-		f, cat, err := newFleet(enginePath, cfg.VLLM, cfg.LocalMemory, cfg.Headroom, cfg.DrainTimeout, residency(cfg.Residency), store, db, notifier, log)
+		// Recorded even when they are to stop on exit: a kill leaves them
+		// running, and the next modelserve adopts them, or stops them.
+		engines := fleet.NewEngines(db, filepath.Join(cfg.Data, "engines"))
+		f, cat, err := newFleet(enginePath, cfg.VLLM, cfg.LocalMemory, cfg.Headroom, cfg.DrainTimeout, residency(cfg.Residency), store, db, engines, cfg.StopEnginesOnExit, notifier, log)
 		if err != nil {
 			return nil, nil, err
 		}

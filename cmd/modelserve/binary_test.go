@@ -23,7 +23,9 @@ func buildModelserve(t *testing.T, dir string) string {
 // what would point it at the operator's registry, token, settings or
 // trace backend, with a Hugging Face home of its own under dir.
 func binaryEnv(dir string) []string {
-	env := []string{"HF_HOME=" + filepath.Join(dir, "hf-home")}
+	// The engines end with the modelserve a test stops: none outlives
+	// the test. A kill leaves them running still, for the next to adopt.
+	env := []string{"HF_HOME=" + filepath.Join(dir, "hf-home"), "MODELSERVE_STOP_ENGINES_ON_EXIT=true"}
 	for _, kv := range os.Environ() {
 		if k, _, _ := strings.Cut(kv, "="); !strings.HasPrefix(k, "HF_") && !strings.HasPrefix(k, "HUGGING_FACE") && !strings.HasPrefix(k, "MODELSERVE_") &&
 			!strings.HasPrefix(k, "OTEL_") {

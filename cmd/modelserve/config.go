@@ -99,6 +99,9 @@ type config struct {
 	// what it reads as.
 	TraceContentText string
 	TraceContent     bool
+	// StopEnginesOnExit has the local engines end with modelserve rather
+	// than be adopted by the next one on the same data folder.
+	StopEnginesOnExit bool
 	// OTel is the OTEL_* variables tracing is set up from
 	// (internal/trace).
 	OTel trace.Env
@@ -162,6 +165,8 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (co
 	for _, s := range c.settings() {
 		fs.StringVar(s.dst, s.flag, s.def, fmt.Sprintf("%s (env %s)", s.help, s.env))
 	}
+	fs.BoolVar(&c.StopEnginesOnExit, "stop-engines-on-exit", false, "stop the local engines when modelserve exits; by default they keep running, "+
+		"and the next modelserve on the same data folder adopts them without loading their models again (env MODELSERVE_STOP_ENGINES_ON_EXIT)")
 	if err := parseFlags(fs, args, stderr, serveUsage); err != nil {
 		return c, err
 	}
@@ -210,6 +215,11 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (co
 			return c, usageError{fmt.Errorf("--trace-url is an http:// or https:// address with {trace_id} in it, like http://jaeger:16686/trace/{trace_id}, not %q", t)}
 		}
 		c.TraceURL = t
+	}
+	if v := strings.TrimSpace(getenv("MODELSERVE_STOP_ENGINES_ON_EXIT")); v != "" && !set["stop-engines-on-exit"] {
+		if c.StopEnginesOnExit, err = strconv.ParseBool(v); err != nil {
+			return c, usageError{fmt.Errorf("MODELSERVE_STOP_ENGINES_ON_EXIT is true or false, not %q", v)}
+		}
 	}
 	if t := strings.TrimSpace(c.TraceContentText); t == "" {
 		c.TraceContent = false

@@ -27,12 +27,12 @@ import (
 // budget, when not 0, is the memory the fleet may promise on this machine
 // (--local-memory); residency is the least a used replica stays
 // (fleet.Options.Residency).
-func newFleet(engine, vllm string, budget, headroom int64, drainTimeout, residency time.Duration, store *catalog.Store, db *sql.DB, notifier *notify.Notifier, log *slog.Logger) (*fleet.Fleet, *fleet.NotifyingCatalog, error) {
+func newFleet(engine, vllm string, budget, headroom int64, drainTimeout, residency time.Duration, store *catalog.Store, db *sql.DB, engines *fleet.Engines, stopEngines bool, notifier *notify.Notifier, log *slog.Logger) (*fleet.Fleet, *fleet.NotifyingCatalog, error) {
 	node, err := fleet.Local(fleet.LocalConfig{Budget: budget, Engine: engine})
 	if err != nil {
 		return nil, nil, err
 	}
-	f, err := fleet.New(fleet.Options{Catalog: store, Engine: engine, VLLM: vllm, Nodes: []fleet.Node{node}, History: fleet.NewHistory(db), Parks: fleet.NewParks(db),
+	f, err := fleet.New(fleet.Options{Catalog: store, Engine: engine, VLLM: vllm, Nodes: []fleet.Node{node}, History: fleet.NewHistory(db), Parks: fleet.NewParks(db), Engines: engines, StopEnginesOnExit: stopEngines,
 		Notify: notifier, Headroom: fleet.Headroom{RAM: headroom, Card: headroom}, DrainTimeout: drainTimeout, Residency: residency, Log: log.With("part", "fleet")})
 	if err != nil {
 		return nil, nil, err

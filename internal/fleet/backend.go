@@ -41,9 +41,13 @@ import (
 //     wait, and scales the Deployment down when told to park. A kept
 //     park is the controller's (Options.Parks), in a store the backend
 //     may give it: the owner ConfigMap's annotation.
-//   - Pods outlive modelserve: a cluster's backend lists the replicas it
-//     finds at Run for the controller to adopt, which processes, whose
-//     engines end with modelserve, never need.
+//   - Pods outlive modelserve, as recorded local engines do: Adopt lists
+//     the model's pods the informer finds at Run (by the labels the
+//     backend writes: replica id, model, profile, the entry's
+//     fingerprint as an annotation), each running and ready one taken
+//     back with its key from its Secret, and a pod failing its probes left
+//     to the kubelet's own restarts. Outlives is always true: a pod is
+//     deleted only when the controller's drain is over.
 
 // Backend starts, stops and watches replicas for the controller. Its
 // methods are called with the controller's lock held, and must not call
@@ -82,8 +86,24 @@ type Backend interface {
 	Log(id string) []string
 	Note(id, line string)
 	// Wait returns once every engine the backend started has exited,
-	// after the context each was started with ended.
+	// after the context each was started with ended, or been left
+	// running (Outlives).
 	Wait()
+	// Adopt is called once at each Run's start, before its first pass,
+	// for the replicas a modelserve before this one left running that
+	// the backend takes back: each checked to be the engine it started
+	// (never trusted on its record alone) and answering with its key,
+	// ready, its supervision begun as Start's would be. Those failing a
+	// check are the backend's to end or drop; none is listed. A Run
+	// before's replicas on this backend are forgotten first.
+	Adopt(ctx context.Context) []Adopted
+	// Outlives is whether engines still running when the context they
+	// were started with ends are left running for the next modelserve to
+	// adopt, rather than stopped: all but those retiring (stopping or
+	// draining), which are stopped as before. The controller then keeps
+	// its last view of them answering (Replicas, Serving) for a gateway
+	// still finishing requests, and does no more reconciling.
+	Outlives() bool
 }
 
 // NodeInfo is a node as its backend reports it.

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -166,9 +167,15 @@ func (f *Fleet) look() {
 	}
 }
 
-// Run reconciles until ctx ends, then stops every replica and returns once
-// their engines have exited. Nothing of a previous Run is kept: a second Run
-// starts every replica afresh.
+// Run reconciles until ctx ends. It starts by adopting the replicas a
+// modelserve before it left running (Backend.Adopt). When ctx ends it
+// stops every replica and returns once their engines have exited, unless
+// the backend's engines outlive it (Backend.Outlives): then it stops only
+// the replicas retiring, leaves the others running, and keeps its last
+// view of them answering (Replicas, Serving), so a gateway still
+// finishing requests, an upgrade handing over to a new process, can send
+// them on. Nothing else of a previous Run is kept: a second Run starts
+// every replica afresh, or adopts it again.
 func (f *Fleet) Run(ctx context.Context) error {
 	f.mu.Lock()
 	if f.running {
@@ -188,7 +195,9 @@ func (f *Fleet) Run(ctx context.Context) error {
 			f.resides.Stop()
 			f.resides, f.wakeAt = nil, time.Time{}
 		}
-		f.replicas, f.models = map[string]*replica{}, map[string]*modelState{}
+		if !f.backend.Outlives() {
+			f.replicas, f.models = map[string]*replica{}, map[string]*modelState{}
+		}
 		f.restored, f.unpark = nil, nil
 		f.mu.Unlock()
 		f.listed = nil
@@ -204,6 +213,7 @@ func (f *Fleet) Run(ctx context.Context) error {
 	}
 	f.mu.Lock()
 	f.restored = restored
+	f.adoptLocked(ctx)
 	f.mu.Unlock()
 
 	tick := f.opts.Clock.NewTicker(f.opts.Interval)
@@ -219,7 +229,9 @@ func (f *Fleet) Run(ctx context.Context) error {
 		reread = true
 		select {
 		case <-ctx.Done():
-			f.stopAll("modelserve is stopping")
+			if !f.backend.Outlives() {
+				f.stopAll("modelserve is stopping")
+			}
 			f.backend.Wait()
 			return nil
 		case <-tick.C():
@@ -227,6 +239,22 @@ func (f *Fleet) Run(ctx context.Context) error {
 		case <-f.looks:
 			reread = false
 		case synced = <-f.syncs:
+		}
+	}
+}
+
+// adoptLocked takes back the replicas a modelserve before this one left
+// running, as the backend finds them, in place of a Run before's view:
+// the first pass counts their room as taken, and drains those whose
+// catalog entry changed meanwhile. f.mu is held.
+func (f *Fleet) adoptLocked(ctx context.Context) {
+	f.replicas, f.models = map[string]*replica{}, map[string]*modelState{}
+	for _, a := range f.backend.Adopt(ctx) {
+		f.replicas[a.ID] = &replica{id: a.ID, model: a.Model, profile: a.Profile, fingerprint: a.Fingerprint,
+			node: a.Node, memBytes: a.MemBytes, cards: a.Cards}
+		// The replicas placed from now on are numbered after it.
+		if n, err := strconv.Atoi(a.ID[strings.LastIndexByte(a.ID, '-')+1:]); err == nil && strings.HasPrefix(a.ID, a.Model+"-") {
+			f.seq[a.Model] = max(f.seq[a.Model], n)
 		}
 	}
 }

@@ -81,6 +81,14 @@ type Options struct {
 	// Parks keeps the models parked for failing to start, so a restart
 	// does not start them again; nil keeps none.
 	Parks *Parks
+	// Engines records the local engines running, so that they outlive
+	// the fleet's Run and the next modelserve on the same data folder
+	// adopts them (engines.go); nil records none, and every engine ends
+	// with Run.
+	Engines *Engines
+	// StopEnginesOnExit has the engines end with Run even when they are
+	// recorded (--stop-engines-on-exit).
+	StopEnginesOnExit bool
 	// Threads, when set, is every replica's --threads, whatever its
 	// profile says: tests on a small machine, where llama.cpp spins on
 	// more threads than there are idle cores.

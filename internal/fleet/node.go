@@ -75,8 +75,14 @@ type Spec struct {
 	// and its profile's settings, added to the little a local engine keeps
 	// of modelserve's (engineEnviron).
 	Env []string
-	// Output receives the engine's stdout and stderr.
+	// Output receives the engine's stdout and stderr, unless LogFile is
+	// set.
 	Output io.Writer
+	// LogFile, when set, is the file the engine writes its output to
+	// (truncated first) in place of Output: the engine then outlives
+	// modelserve, in a session of its own, for the next modelserve to
+	// adopt (Engines).
+	LogFile string
 }
 
 // Process is a started engine.

@@ -32,11 +32,25 @@ func (n *LocalNode) Start(_ context.Context, spec Spec) (Process, error) {
 	args := append(append(argv[1:len(argv):len(argv)], spec.Args...), "--host", "127.0.0.1", "--port", strconv.Itoa(port))
 	cmd := exec.Command(argv[0], args...)
 	cmd.Env = engineEnviron(os.Environ(), spec.Env)
-	cmd.Stdout, cmd.Stderr = spec.Output, spec.Output
-	// Pdeathsig: should modelserve itself be killed, its engines die with
-	// it, so a restart never finds an old engine holding memory it does
-	// not know of.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if spec.LogFile != "" {
+		// An engine that outlives modelserve writes to a file, not to a
+		// pipe that would die with modelserve (its next line would be
+		// its SIGPIPE), and runs in a session of its own, out of reach of
+		// the terminal's and the service manager's signals to modelserve.
+		out, err := os.OpenFile(spec.LogFile, os.O_WRONLY|os.O_CREATE|os.O_TRUNC|os.O_APPEND, 0o600)
+		if err != nil {
+			return nil, fmt.Errorf("the engine's log %s cannot be written: %w", spec.LogFile, err)
+		}
+		defer out.Close() // the engine has its own copy once started
+		cmd.Stdout, cmd.Stderr = out, out
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	} else {
+		cmd.Stdout, cmd.Stderr = spec.Output, spec.Output
+		// Pdeathsig: an engine nothing could adopt dies with modelserve,
+		// so a restart never finds an old engine holding memory it does
+		// not know of.
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	}
 	// A grandchild that keeps the output pipe open must not hold Wait; the
 	// group is killed before Wait anyway.
 	cmd.WaitDelay = 2 * time.Second
@@ -212,4 +226,141 @@ func vmRSS(pid int) int64 {
 		}
 	}
 	return 0
+}
+
+// identity names a process beyond its pid, which the kernel gives again
+// once it has exited: when it started (field 22 of /proc/PID/stat, in
+// clock ticks since boot), its binary (/proc/PID/exe) and its user.
+type identity struct {
+	start uint64
+	exe   string
+	uid   int
+}
+
+// identify is the identity of the live process pid; false when there is
+// none (or only its zombie), or it cannot be read (another user's).
+func identify(pid int) (identity, bool) {
+	if pid <= 0 {
+		return identity{}, false
+	}
+	dir := "/proc/" + strconv.Itoa(pid)
+	b, err := os.ReadFile(dir + "/stat")
+	if err != nil {
+		return identity{}, false
+	}
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return identity{}, false
+	}
+	f := bytes.Fields(b[i+1:]) // from field 3, the state
+	if len(f) < 20 || f[0][0] == 'Z' || f[0][0] == 'X' {
+		return identity{}, false
+	}
+	start, err := strconv.ParseUint(string(f[19]), 10, 64)
+	if err != nil {
+		return identity{}, false
+	}
+	exe, err := os.Readlink(dir + "/exe")
+	if err != nil {
+		return identity{}, false
+	}
+	st, err := os.Stat(dir)
+	if err != nil {
+		return identity{}, false
+	}
+	sys, ok := st.Sys().(*syscall.Stat_t)
+	if !ok {
+		return identity{}, false
+	}
+	return identity{start: start, exe: exe, uid: int(sys.Uid)}, true
+}
+
+// is whether pid is still the process id names.
+func (id identity) is(pid int) bool {
+	now, ok := identify(pid)
+	return ok && now == id
+}
+
+// adoptedProcess is an engine a modelserve before this one started, taken
+// back (Adopt): not this process's child, so nothing waits for it; its
+// exit is noticed by its identity, looked at every adoptedPoll.
+type adoptedProcess struct {
+	pid      int
+	id       identity
+	endpoint string
+	done     chan struct{}
+	once     sync.Once
+}
+
+// adoptedPoll is how often an adopted engine is looked for; its /health
+// is asked besides, as any ready engine's is.
+const adoptedPoll = 250 * time.Millisecond
+
+// adopt follows the engine pid named id until it exits or ctx ends.
+func adopt(ctx context.Context, pid int, id identity, endpoint string) *adoptedProcess {
+	p := &adoptedProcess{pid: pid, id: id, endpoint: endpoint, done: make(chan struct{})}
+	go func() {
+		t := time.NewTicker(adoptedPoll)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-p.done:
+				return
+			case <-t.C:
+				if !id.is(pid) {
+					p.gone()
+				}
+			}
+		}
+	}()
+	return p
+}
+
+func (p *adoptedProcess) gone()                 { p.once.Do(func() { close(p.done) }) }
+func (p *adoptedProcess) PID() int              { return p.pid }
+func (p *adoptedProcess) Endpoint() string      { return p.endpoint }
+func (p *adoptedProcess) Done() <-chan struct{} { return p.done }
+
+// Err is how it exited, as far as a process that is not its parent can
+// tell: not at all.
+func (p *adoptedProcess) Err() error {
+	<-p.done
+	return nil
+}
+
+// Stop stops the engine's group as Stop does a child's, the identity
+// checked again before each signal: its pid may be another's by then.
+func (p *adoptedProcess) Stop(grace time.Duration) {
+	stopByIdentity(p.pid, p.id, grace)
+	p.gone()
+}
+
+func (p *adoptedProcess) RSS() int64 {
+	if !p.id.is(p.pid) {
+		return 0
+	}
+	return groupRSS(p.pid)
+}
+
+// stopByIdentity sends SIGTERM to the group of the process pid named id
+// (its session's leader, so the group's id is its pid), SIGKILL after
+// grace, and returns once it is gone or a bound past that; a signal is
+// sent only while pid is still that process.
+func stopByIdentity(pid int, id identity, grace time.Duration) {
+	for _, step := range []struct {
+		sig  syscall.Signal
+		wait time.Duration
+	}{{syscall.SIGTERM, grace}, {syscall.SIGKILL, 5 * time.Second}} {
+		if !id.is(pid) {
+			return
+		}
+		_ = syscall.Kill(-pid, step.sig)
+		for end := time.Now().Add(step.wait); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
+			if !id.is(pid) {
+				return
+			}
+		}
+	}
 }

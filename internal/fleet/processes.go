@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"modelserve/catalog"
@@ -44,8 +45,11 @@ func newProcesses(opts Options, nodes []Node, ev Events) *processes {
 // good.
 type process struct {
 	// Set at start, then read-only.
-	id, model string
-	node      Node
+	id, model            string
+	profile, fingerprint string
+	node                 Node
+	cards                []int
+	threads              int
 	memBytes  int64        // of RAM, promised on the node
 	size      catalog.Size // the engine's context, as its profile sizes it
 	key       string
@@ -58,6 +62,13 @@ type process struct {
 	// see Restart) to stop it and start it again.
 	cancel  context.CancelFunc
 	restart chan struct{}
+	// stopAsked is set by Stop: the engine ends with the context then,
+	// rather than outliving it (outlives).
+	stopAsked atomic.Bool
+	// adopted is the engine a modelserve before this one left running,
+	// which the first run follows rather than starting one (Adopt);
+	// the supervisor's own.
+	adopted *engineRecord
 
 	// obs is what the engine is doing, guarded by processes.mu.
 	obs Observation
@@ -94,12 +105,7 @@ func (b *processes) Start(ctx context.Context, pl Placement) error {
 	if err != nil {
 		return err
 	}
-	var node Node
-	for _, n := range b.nodes {
-		if n.Name() == pl.Node {
-			node = n
-		}
-	}
+	node := b.nodeNamed(pl.Node)
 	if node == nil {
 		return fmt.Errorf("there is no node named %s", pl.Node)
 	}
@@ -133,7 +139,7 @@ func (b *processes) Start(ctx context.Context, pl Placement) error {
 	env = append(env, keyEnvOf(p)+"="+key)
 	rctx, cancel := context.WithCancel(ctx)
 	pr := &process{
-		id: pl.ID, model: m.Name, node: node,
+		id: pl.ID, model: m.Name, node: node, profile: p.Name, fingerprint: pl.Fingerprint, cards: cards, threads: threads,
 		memBytes: p.HostBytes(), size: p.Size, key: key, weights: weights,
 		args:    argsOf(m, p, weights, projector, threads),
 		vllm:    runsOnVLLM(p),
@@ -153,6 +159,7 @@ func (b *processes) Start(ctx context.Context, pl Placement) error {
 // Stop stops replica id's engine; its supervisor ends it.
 func (b *processes) Stop(id, _ string) {
 	if pr := b.proc(id); pr != nil {
+		pr.stopAsked.Store(true)
 		pr.cancel()
 	}
 }
@@ -222,6 +229,7 @@ type outcome int
 const (
 	stopped      outcome = -1 // asked to stop
 	restarted    outcome = -2 // stopped to start again, as an operator asked
+	left         outcome = -3 // left running past the fleet's Run (outlives)
 	failedStart          = outcome(FailedStart)
 	crashedEarly         = outcome(CrashedEarly)
 	crashedLate          = outcome(CrashedLate)
@@ -264,6 +272,9 @@ func (b *processes) supervise(ctx context.Context, r *process) {
 	defer b.wg.Done()
 	for {
 		out, why := b.attempt(ctx, r)
+		if out == left {
+			return // still in procs: the fleet's last view of it stays
+		}
 		if out == stopped || ctx.Err() != nil || b.ev.Retiring(r.id) {
 			b.end(r, Stopped, "")
 			return
@@ -292,15 +303,26 @@ func (b *processes) supervise(ctx context.Context, r *process) {
 
 // attempt starts r's engine once and follows it until it ends or r is
 // stopped.
-func (b *processes) attempt(ctx context.Context, r *process) (outcome, string) {
+func (b *processes) attempt(ctx context.Context, r *process) (out outcome, why string) {
+	if a := r.adopted; a != nil {
+		r.adopted = nil
+		return b.followAdopted(ctx, r, a)
+	}
 	engine, err := b.engineFor(r)
 	if err != nil {
 		return noEngine, sentenceOf(err)
 	}
 	tail := newLogTail() // this run's lines alone, for the reason it ends
 	up := newListening()
+	output := io.MultiWriter(r.log, tail, up)
+	spec := Spec{Engine: engine, Args: r.args, Env: r.env, Output: output}
+	if b.opts.Engines != nil {
+		if spec.LogFile, err = b.opts.Engines.logPath(r.id); err != nil {
+			return failedStart, "the engine could not be started: " + err.Error()
+		}
+	}
 	r.log.Note("modelserve: starting " + filepath.Base(engine) + " " + strings.Join(r.args, " "))
-	proc, err := r.node.Start(ctx, Spec{Engine: engine, Args: r.args, Env: r.env, Output: io.MultiWriter(r.log, tail, up)})
+	proc, err := r.node.Start(ctx, spec)
 	if errors.Is(err, ErrEngineMissing) {
 		return badEngine, fmt.Sprintf("llama-server at %s could not be run (%v): install llama.cpp's llama-server there, "+
 			"or point --llama-server (MODELSERVE_LLAMA_SERVER) at it", engine, errors.Unwrap(err))
@@ -309,6 +331,24 @@ func (b *processes) attempt(ctx context.Context, r *process) (outcome, string) {
 		return failedStart, "the engine could not be started: " + err.Error()
 	}
 	started := b.opts.Clock.Now()
+	// flush reads the last of the engine's file, its reason for ending,
+	// before the tail is read for it.
+	flush := func() {}
+	if spec.LogFile != "" {
+		fl, err := followLog(spec.LogFile, 0, output)
+		if err != nil {
+			b.stopEngine(proc)
+			return failedStart, "the engine's log cannot be read: " + err.Error()
+		}
+		flush = fl.stop
+		defer flush()
+		b.recordEngine(ctx, r, proc, started)
+		defer func() {
+			if out != left {
+				b.forgetEngine(ctx, r.id)
+			}
+		}()
+	}
 	b.mu.Lock()
 	o := &r.obs
 	o.PID, o.Endpoint, o.Started, o.ReadyAt, o.RSSBytes, o.Load = proc.PID(), proc.Endpoint(), started, time.Time{}, 0, nil
@@ -323,15 +363,20 @@ func (b *processes) attempt(ctx context.Context, r *process) (outcome, string) {
 	for ready := false; !ready; {
 		select {
 		case <-ctx.Done():
+			if b.leaves(r) {
+				return left, ""
+			}
 			b.stopEngine(proc)
 			return stopped, ""
 		case <-r.restart:
 			b.stopEngine(proc)
 			return restarted, ""
 		case <-proc.Done():
+			flush()
 			return failedStart, failureReason(proc.Err(), tail.Lines())
 		case <-deadline.C:
 			b.stopEngine(proc)
+			flush()
 			why := fmt.Sprintf("not ready within %s, its startup deadline", r.startup)
 			if last := meaningful(tail.Lines()); last != "" {
 				why += "; its last words: " + last
@@ -399,7 +444,8 @@ func (b *processes) attempt(ctx context.Context, r *process) (outcome, string) {
 	// Asked once: stopped later (while the start is kept, below), the
 	// engine is stopped by the loop after, as at any other moment.
 	stoppedEarly := ctx.Err() != nil
-	if stoppedEarly {
+	leaving := stoppedEarly && b.leaves(r)
+	if stoppedEarly && !leaving {
 		// Stopped within the settle (given back for another model the
 		// moment after its request): the engine goes first, and its
 		// room with it, then the start is kept, its memory unmeasured.
@@ -431,10 +477,27 @@ func (b *processes) attempt(ctx context.Context, r *process) (outcome, string) {
 	if err != nil {
 		b.log.Warn("the replica's start is not kept in the history", "replica", r.id, "err", err)
 	}
+	if spec.LogFile != "" && (!stoppedEarly || leaving) {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), engineWrite)
+		if err := b.opts.Engines.ready(rctx, r.id, readyAt); err != nil {
+			b.log.Warn("the engine is not recorded as ready: the next modelserve will not adopt it", "replica", r.id, "err", err)
+		}
+		cancel()
+	}
+	if leaving {
+		return left, ""
+	}
 	if stoppedEarly {
 		return stopped, "" // its engine stopped within the settle, above
 	}
+	return b.serving(ctx, r, proc, tail, flush, readyAt, row)
+}
 
+// serving follows r's ready engine until it ends, r is stopped or
+// restarted, or the fleet's Run ends and leaves it running. flush reads
+// the last of the engine's output into tail; row is its start's in the
+// history (0 for none).
+func (b *processes) serving(ctx context.Context, r *process, proc Process, tail *logTail, flush func(), readyAt time.Time, row int64) (outcome, string) {
 	stable := b.opts.Clock.NewTimer(stableAfter)
 	defer stable.Stop()
 	measure := time.NewTicker(rssInterval)
@@ -447,12 +510,16 @@ func (b *processes) attempt(ctx context.Context, r *process) (outcome, string) {
 	for {
 		select {
 		case <-ctx.Done():
+			if b.leaves(r) {
+				return left, ""
+			}
 			b.stopEngine(proc)
 			return stopped, ""
 		case <-r.restart:
 			b.stopEngine(proc)
 			return restarted, ""
 		case <-proc.Done():
+			flush()
 			why := failureReason(proc.Err(), tail.Lines()) +
 				fmt.Sprintf(" (after %s ready)", b.opts.Clock.Since(readyAt).Round(time.Second))
 			if b.opts.Clock.Since(readyAt) < stableAfter {
