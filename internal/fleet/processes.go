@@ -50,14 +50,14 @@ type process struct {
 	node                 Node
 	cards                []int
 	threads              int
-	memBytes  int64        // of RAM, promised on the node
-	size      catalog.Size // the engine's context, as its profile sizes it
-	key       string
-	weights   string // the file the engine loads
-	args, env []string
-	vllm      bool // runs vLLM rather than llama-server
-	startup   time.Duration
-	log       *logTail
+	memBytes             int64        // of RAM, promised on the node
+	size                 catalog.Size // the engine's context, as its profile sizes it
+	key                  string
+	weights              string // the file the engine loads
+	args, env            []string
+	vllm                 bool // runs vLLM rather than llama-server
+	startup              time.Duration
+	log                  *logTail
 	// cancel asks the supervisor to stop the engine; restart (buffered,
 	// see Restart) to stop it and start it again.
 	cancel  context.CancelFunc
