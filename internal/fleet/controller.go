@@ -7,7 +7,6 @@ import (
 	"io"
 	"log/slog"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -253,7 +252,7 @@ func (f *Fleet) adoptLocked(ctx context.Context) {
 		f.replicas[a.ID] = &replica{id: a.ID, model: a.Model, profile: a.Profile, fingerprint: a.Fingerprint,
 			node: a.Node, memBytes: a.MemBytes, cards: a.Cards}
 		// The replicas placed from now on are numbered after it.
-		if n, err := strconv.Atoi(a.ID[strings.LastIndexByte(a.ID, '-')+1:]); err == nil && strings.HasPrefix(a.ID, a.Model+"-") {
+		if n, ok := idNumber(a.ID); ok && strings.HasPrefix(a.ID, a.Model+"-") {
 			f.seq[a.Model] = max(f.seq[a.Model], n)
 		}
 	}

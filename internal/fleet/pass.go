@@ -193,9 +193,16 @@ func boolRank(b bool) int {
 
 // compareIDs orders "name-2" before "name-10".
 func compareIDs(a, b string) int {
-	na, _ := strconv.Atoi(a[strings.LastIndexByte(a, '-')+1:])
-	nb, _ := strconv.Atoi(b[strings.LastIndexByte(b, '-')+1:])
+	na, _ := idNumber(a)
+	nb, _ := idNumber(b)
 	return cmp.Or(cmp.Compare(na, nb), strings.Compare(a, b))
+}
+
+// idNumber is the number a replica's id ends with ("name-10" is 10); false
+// for an id that ends with none.
+func idNumber(id string) (int, bool) {
+	n, err := strconv.Atoi(id[strings.LastIndexByte(id, '-')+1:])
+	return n, err == nil
 }
 
 // stateLocked is the model's state, fresh for a model new to the fleet or

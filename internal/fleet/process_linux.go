@@ -189,16 +189,8 @@ func groupRSS(pgid int) int64 {
 // processGroup is field 5 of /proc/<pid>/stat, after the command name,
 // which may itself hold spaces and parentheses.
 func processGroup(pid int) int {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return -1
-	}
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 {
-		return -1
-	}
-	f := bytes.Fields(b[i+1:])
-	if len(f) < 3 {
+	f, ok := statFields(pid)
+	if !ok || len(f) < 3 {
 		return -1
 	}
 	g, err := strconv.Atoi(string(f[2]))
@@ -206,6 +198,21 @@ func processGroup(pid int) int {
 		return -1
 	}
 	return g
+}
+
+// statFields are the fields of /proc/<pid>/stat from the third (the
+// state) on: after the command name, which may itself hold spaces and
+// parentheses.
+func statFields(pid int) ([][]byte, bool) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return nil, false
+	}
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return nil, false
+	}
+	return bytes.Fields(b[i+1:]), true
 }
 
 // vmRSS is the VmRSS line of /proc/<pid>/status, in bytes.
@@ -244,16 +251,8 @@ func identify(pid int) (identity, bool) {
 		return identity{}, false
 	}
 	dir := "/proc/" + strconv.Itoa(pid)
-	b, err := os.ReadFile(dir + "/stat")
-	if err != nil {
-		return identity{}, false
-	}
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 {
-		return identity{}, false
-	}
-	f := bytes.Fields(b[i+1:]) // from field 3, the state
-	if len(f) < 20 || f[0][0] == 'Z' || f[0][0] == 'X' {
+	f, ok := statFields(pid)
+	if !ok || len(f) < 20 || f[0][0] == 'Z' || f[0][0] == 'X' {
 		return identity{}, false
 	}
 	start, err := strconv.ParseUint(string(f[19]), 10, 64)
