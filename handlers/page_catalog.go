@@ -92,6 +92,10 @@ func (s *Server) catalogNow(read catalogRead, base string, now time.Time) views.
 		if hasFleet {
 			h, looked := health[m.Name]
 			vm.Running = runningText(h, looked)
+			if looked {
+				vm.Status, _ = modelStatus(h)
+				vm.Replicas = fmt.Sprintf("%d/%d", h.Ready, h.Want)
+			}
 		}
 		if s.deps.Gateway != nil {
 			vm.Traffic, vm.Latency = trafficText(traffic[m.Name])
@@ -124,9 +128,19 @@ func catalogView(m catalog.Model) views.CatalogModel {
 		// Judged by its model's suite.
 		vm.Evals = evalsURL(c.Of)
 		vm.Trial = "new version of " + c.Of + " on trial: " + words.Percent(c.Share) + " of its requests"
+		vm.TrialTag = "canary, " + words.Percent(c.Share)
 		if c.Share == 0 {
 			vm.Trial = "new version of " + c.Of + " on trial: none of its requests until its eval has passed"
+			vm.TrialTag = "canary, no traffic yet"
 		}
+	}
+	vm.Size = fmt.Sprint(m.ContextLength)
+	if len(m.Profiles) > 0 {
+		first := firstProfile(m)
+		if first.Sized() {
+			vm.Size = fmt.Sprintf("%d × %d", first.Context(), max(first.Slots, 1))
+		}
+		vm.Memory = memoryGlance(first)
 	}
 	switch {
 	case m.Scaling.Min == 0:
@@ -172,8 +186,30 @@ func catalogView(m catalog.Model) views.CatalogModel {
 	return vm
 }
 
+// memoryGlance is what a profile holds, in a few characters: "937.9 MB
+// RAM", "9.6 GB × 2 cards", both when it takes both.
+func memoryGlance(p catalog.Profile) string {
+	var parts []string
+	if p.CardBytes > 0 {
+		card := words.Size(p.CardBytes)
+		if n := p.Cards(); n > 1 {
+			card += fmt.Sprintf(" × %d cards", n)
+		} else {
+			card += " card"
+		}
+		parts = append(parts, card)
+	}
+	if p.RAMBytes > 0 {
+		parts = append(parts, words.Size(p.RAMBytes)+" RAM")
+	}
+	if len(parts) == 0 {
+		return "not known"
+	}
+	return strings.Join(parts, " + ")
+}
+
 // trafficText is a model's last minute at the gateway in a few words: "12
-// requests, 1 failed" and "p50 340 ms".
+// requests, 1 failed" and its median latency, "340 ms".
 func trafficText(t gateway.Traffic) (requests, latency string) {
 	if t.Requests == 0 {
 		return "none", ""
@@ -183,7 +219,7 @@ func trafficText(t gateway.Traffic) (requests, latency string) {
 		requests += fmt.Sprintf(", %d failed", t.Failed)
 	}
 	if t.Answered > 0 {
-		latency = "p50 " + latencyText(t.P50)
+		latency = latencyText(t.P50)
 	}
 	return requests, latency
 }

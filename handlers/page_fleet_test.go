@@ -133,6 +133,12 @@ func TestFleetPageShowsTheFleet(t *testing.T) {
 			`[data-testid="failures"]`:       "0",
 			`[data-testid="replica-memory"]`: "1.5 GB resident; estimated 2 GB",
 			`[data-testid="replica-load"]`:   "1 of 4 slots busy, 2 waiting; 4096 tokens a slot; 400 prompt tokens read (25% from its cache), 50 generated",
+			// The row's cells, each a figure; the sentences above are in
+			// its details.
+			`tr:first-child [data-testid="replica-mem"]`:                "1.5 GB",
+			`tr:first-child [data-testid="replica-busy"]`:               "1/4 busy, 2 waiting",
+			`tr:first-child [data-testid="replica-size"]`:               "4096 × 4",
+			`[data-testid="replica-more"] [data-testid="replica-load"]`: "1 of 4 slots busy, 2 waiting; 4096 tokens a slot; 400 prompt tokens read (25% from its cache), 50 generated",
 		} {
 			if got := strings.Join(texts(tiny.Find(what)), " "); got != want {
 				t.Errorf("tiny-1's %s reads %q, want %q", what, got, want)
@@ -142,8 +148,11 @@ func TestFleetPageShowsTheFleet(t *testing.T) {
 		if got := texts(small.Find(`[data-testid="state"]`)); len(got) != 1 || got[0] != "◐ loading" {
 			t.Errorf("small-1's state %q", got)
 		}
-		if got := texts(small.Find(`[data-testid="failures"]`)); len(got) != 1 || !strings.HasPrefix(got[0], "2 last: the engine ended before it was ready") {
+		if got := texts(small.Find(`[data-testid="failures"]`)); len(got) != 1 || got[0] != "2" {
 			t.Errorf("small-1's failures %q", got)
+		}
+		if got := small.Find(`[data-testid="replica-more"] [data-testid="last-error"]`).Text(); !strings.HasPrefix(got, "the engine ended before it was ready") {
+			t.Errorf("small-1's last failure in its details reads %q", got)
 		}
 	})
 

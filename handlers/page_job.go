@@ -93,11 +93,8 @@ func jobView(j jobs.Job, now time.Time, csrf string, meter *rateMeter) views.Job
 	if j.TokensPerSecond > 0 {
 		vm.TokensPerSecond = formatFloat(j.TokensPerSecond)
 	}
-	if st, ok := j.Step(jobs.StepPlacement); ok && j.State == jobs.Done && st.State == jobs.Skipped && j.Request.Replicas == 0 {
-		vm.OnDemand = true
-	}
-	if j.Kind == jobs.KindUpdate && j.State == jobs.Done {
-		// Done is promoted, for an update: a roll-back ends it failed.
+	vm.OnDemand = onDemand(j)
+	if promoted(j) {
 		vm.Of = j.Request.CanaryOf
 	}
 	if j.State == jobs.Failed {
@@ -120,10 +117,8 @@ func jobView(j jobs.Job, now time.Time, csrf string, meter *rateMeter) views.Job
 		if st.At.After(prev) {
 			prev = st.At
 		}
-		if st.State == jobs.Failed && vm.FailedStep == "" {
-			vm.FailedStep = st.Name
-		}
 	}
+	vm.FailedStep = failedStep(j)
 
 	names := slices.Clone(stepOrder)
 	if j.Kind == jobs.KindUpdate {

@@ -1,0 +1,60 @@
+package handlers
+
+import (
+	"modelserve/jobs"
+	"modelserve/views"
+)
+
+// jobOutcome is how a job ended, in a word or two for the jobs list, with
+// the sentence it failed with (why, "" for none); the zero State while it
+// runs. The job page says the same at length (views.JobEnd), from the same
+// facts: onDemand, promoted, refused.
+func jobOutcome(j jobs.Job) (outcome views.State, why string) {
+	switch j.State {
+	case jobs.Done:
+		switch {
+		case promoted(j):
+			return views.State{Word: "promoted", Key: "promoted"}, ""
+		case onDemand(j):
+			return views.State{Word: "on demand", Key: "done"}, ""
+		}
+		return views.State{Word: "served", Key: "done"}, ""
+	case jobs.Cancelled:
+		return views.StateOf("cancelled"), j.Error
+	case jobs.Failed:
+		step := failedStep(j)
+		switch {
+		case j.Refused():
+			return views.State{Word: "refused", Key: "failed"}, j.Error
+		case j.Kind == jobs.KindUpdate && (step == jobs.StepEval || step == jobs.StepCanary || step == jobs.StepVerdict):
+			// A trial that ends in anything but a promotion is rolled
+			// back as the job ends: its model keeps what it ran.
+			return views.State{Word: "rolled back", Key: "rolled-back"}, j.Error
+		case step != "":
+			return views.State{Word: "failed at " + step, Key: "failed"}, j.Error
+		}
+		return views.StateOf("failed"), j.Error
+	}
+	return views.State{}, ""
+}
+
+// onDemand is a serve done without starting a replica: its model was added
+// to load when first asked for.
+func onDemand(j jobs.Job) bool {
+	st, ok := j.Step(jobs.StepPlacement)
+	return ok && j.State == jobs.Done && st.State == jobs.Skipped && j.Request.Replicas == 0
+}
+
+// promoted is an update's job that ended done: its new version is the
+// model now (a roll-back ends it failed).
+func promoted(j jobs.Job) bool { return j.Kind == jobs.KindUpdate && j.State == jobs.Done }
+
+// failedStep is the first step the job failed at, "" for none.
+func failedStep(j jobs.Job) string {
+	for _, st := range j.Steps {
+		if st.State == jobs.Failed {
+			return st.Name
+		}
+	}
+	return ""
+}
