@@ -138,7 +138,7 @@ func catalogView(m catalog.Model) views.CatalogModel {
 	if len(m.Profiles) > 0 {
 		first := firstProfile(m)
 		if first.Sized() {
-			vm.Size = fmt.Sprintf("%d × %d", first.Context(), max(first.Slots, 1))
+			vm.Size = sizeGlance(first.Size)
 		}
 		vm.Memory = memoryGlance(first)
 	}
@@ -186,12 +186,24 @@ func catalogView(m catalog.Model) views.CatalogModel {
 	return vm
 }
 
+// sizeGlance is a size as a table's cell says it: the tokens a request
+// may use × the requests at once ("8192 × 4"); "—" for an engine's own.
+// Its sentence is catalog.Size.Words.
+func sizeGlance(s catalog.Size) string {
+	if !s.Sized() {
+		return "—"
+	}
+	return fmt.Sprintf("%d × %d", s.Context(), max(s.Slots, 1))
+}
+
 // memoryGlance is what a profile holds, in a few characters: "937.9 MB
-// RAM", "9.6 GB × 2 cards", both when it takes both.
+// RAM", "9.6 GB × 2 cards", both when it takes both. A figure keeps its
+// unit on its line in a narrow cell.
 func memoryGlance(p catalog.Profile) string {
 	var parts []string
+	size := func(b int64) string { return strings.ReplaceAll(words.Size(b), " ", "\u00a0") }
 	if p.CardBytes > 0 {
-		card := words.Size(p.CardBytes)
+		card := size(p.CardBytes)
 		if n := p.Cards(); n > 1 {
 			card += fmt.Sprintf(" × %d cards", n)
 		} else {
@@ -200,7 +212,7 @@ func memoryGlance(p catalog.Profile) string {
 		parts = append(parts, card)
 	}
 	if p.RAMBytes > 0 {
-		parts = append(parts, words.Size(p.RAMBytes)+" RAM")
+		parts = append(parts, size(p.RAMBytes)+" RAM")
 	}
 	if len(parts) == 0 {
 		return "not known"

@@ -284,7 +284,7 @@ func replicaView(r fleet.Replica, now time.Time) views.FleetReplica {
 	if l := r.Load; l != nil {
 		vm.Load, vm.Busy = loadText(*l), busyText(*l)
 		if l.Size.Sized() {
-			vm.Size = fmt.Sprintf("%d × %d", l.Size.Context(), max(l.Size.Slots, 1))
+			vm.Size = sizeGlance(l.Size)
 		}
 	}
 	if r.PID > 0 {
@@ -369,7 +369,7 @@ func startView(st fleet.Start, now time.Time) views.FleetStart {
 	vm := views.FleetStart{
 		Replica: st.Replica, File: filepath.Base(st.File),
 		Ready: timeText(st.ReadyAt, now), ReadyISO: st.ReadyAt.UTC().Format(time.RFC3339),
-		Context:  st.Size.Words(),
+		Context: sizeGlance(st.Size), ContextWords: st.Size.Words(),
 		Estimate: words.Size(st.EstimateBytes), Measured: words.Size(st.RSSBytes),
 	}
 	switch {

@@ -459,8 +459,9 @@ type FleetStart struct {
 	Replica, File string
 	// Ready is when it became ready ("12:00:03 UTC").
 	Ready, ReadyISO string
-	// Context is "16384 tokens in 4 slots of 4096".
-	Context string
+	// Context is a slot's context × slots ("4096 × 4"), ContextWords
+	// the same as a sentence ("16384 tokens in 4 slots of 4096").
+	Context, ContextWords string
 	// Estimate and Measured are sizes ("1.2 GB"); Error is how far the
 	// estimate was from the measure ("measured 12% under").
 	Estimate, Measured, Error string
