@@ -99,7 +99,9 @@ func TestTablesAtAGlance(t *testing.T) {
 
 	// The jobs list: kind and outcome; the refusal's sentence one click away.
 	tb.open("/jobs")
-	job := func(id string) playwright.Locator { return tb.loc(fmt.Sprintf("[data-testid=job-row][data-job=%q]", id)) }
+	job := func(id string) playwright.Locator {
+		return tb.loc(fmt.Sprintf("[data-testid=job-row][data-job=%q]", id))
+	}
 	tb.must(tb.expect().Locator(job(served.ID).Locator("[data-testid=job-kind]")).ToHaveText("serve"), "the serve job's kind")
 	tb.must(tb.expect().Locator(job(served.ID).Locator("[data-testid=job-outcome]")).ToHaveText("✓ served"), "the serve job's outcome")
 	tb.must(tb.expect().Locator(job(trial.ID).Locator("[data-testid=job-kind]")).ToHaveText("update"), "the update job's kind")
