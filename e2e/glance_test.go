@@ -3,7 +3,6 @@
 package e2e
 
 import (
-	"encoding/json"
 	"fmt"
 	"regexp"
 	"strconv"
@@ -36,16 +35,7 @@ func TestTablesAtAGlance(t *testing.T) {
 	served := e.srv.serveAndWait(map[string]any{"repo": repo, "replicas": 1})
 	model := served.Model
 
-	// A job refused at its plan: a file whose KV cache takes 64 KiB a
-	// token, asked for a million tokens.
-	const big = "acme/Glance-Cache-GGUF"
-	e.hub.AddRepo(big, hubtest.RepoOptions{})
-	e.hub.AddFile(big, "Glance-Cache-Q4_K_M.gguf", ggufgen.Bytes(ggufgen.Spec{ContextLength: 1 << 20, BlockCount: 4, HeadCount: 4, HeadCountKV: 4, KeyLength: 1024, ValueLength: 1024}))
-	var refused apiJob
-	e.srv.api("POST", "/api/v1/serve", map[string]any{"repo": big, "context_length": 1 << 20, "replicas": 1}, &refused)
-	if err := poll(jobLimit, func() bool { refused = e.srv.job(refused.ID); return refused.State != "running" }); err != nil || refused.State != "failed" {
-		t.Fatalf("a million tokens of %s: the job ended %s (%s), not refused", big, refused.State, refused.Error)
-	}
+	refused := e.refusedJob(t, "acme/Glance-Cache-GGUF", "Glance-Cache-Q4_K_M.gguf")
 
 	// The branch moves, and the new weights go on trial beside the model.
 	e.hub.AddFile(repo, file, ggufgen.Bytes(ggufgen.Spec{ContextLength: 4096}))
@@ -119,7 +109,7 @@ func TestTablesAtAGlance(t *testing.T) {
 // trial, Remove off screen), and for an item's row taller than a few lines.
 func (tb *tab) tablesAtAGlance(path string, width int) {
 	tb.t.Helper()
-	raw, err := tb.page.Evaluate(`() => {
+	out := tb.lines(`() => {
 		const out = [];
 		const tables = document.querySelectorAll('main table.glance');
 		if (!tables.length) out.push('no table at a glance');
@@ -146,12 +136,7 @@ func (tb *tab) tablesAtAGlance(path string, width int) {
 			}
 		}
 		return JSON.stringify(out);
-	}`)
-	tb.must(err, "measuring the tables of %s", path)
-	var out []string
-	if err := json.Unmarshal([]byte(raw.(string)), &out); err != nil {
-		tb.t.Fatal(err)
-	}
+	}`, "measuring the tables of %s", path)
 	var bad []string
 	for _, line := range out {
 		if !strings.HasPrefix(line, "row ") {
@@ -169,6 +154,20 @@ func (tb *tab) tablesAtAGlance(path string, width int) {
 	}
 }
 
+// refusedJob is a job refused at its plan: repo's one file, whose KV
+// cache takes 64 KiB a token, asked for a million tokens.
+func (e *env) refusedJob(t *testing.T, repo, file string) apiJob {
+	t.Helper()
+	e.hub.AddRepo(repo, hubtest.RepoOptions{})
+	e.hub.AddFile(repo, file, ggufgen.Bytes(ggufgen.Spec{ContextLength: 1 << 20, BlockCount: 4, HeadCount: 4, HeadCountKV: 4, KeyLength: 1024, ValueLength: 1024}))
+	var refused apiJob
+	e.srv.api("POST", "/api/v1/serve", map[string]any{"repo": repo, "context_length": 1 << 20, "replicas": 1}, &refused)
+	if err := poll(jobLimit, func() bool { refused = e.srv.job(refused.ID); return refused.State != "running" }); err != nil || refused.State != "failed" {
+		t.Fatalf("a million tokens of %s: the job ended %s (%s), not refused", repo, refused.State, refused.Error)
+	}
+	return refused
+}
+
 // serveAndWait serves what req asks through the API and waits for the job
 // to end done.
 func (s *server) serveAndWait(req map[string]any) apiJob {
@@ -179,4 +178,57 @@ func (s *server) serveAndWait(req map[string]any) apiJob {
 		s.t.Fatalf("serving %v: the job ended %s (%s) within %s", req["repo"], job.State, job.Error, jobLimit)
 	}
 	return job
+}
+
+// TestFleetPageSaysTheSwaps: two models on demand in memory for one. Asked
+// for the one not loaded, the fleet gives back the other's idle replica;
+// the fleet page lists the swap (the model out, the model in, why, how
+// long the model in took to load), and the model out's details say why
+// its replica stopped. The API's last_stop and the log said it alone.
+func TestFleetPageSaysTheSwaps(t *testing.T) {
+	// Room for one tiny model at a 2048-token pool, never two: each
+	// llama-server alone takes about 150 MB.
+	e := setup(t, "--local-memory", "300MB")
+	for _, name := range []string{"alpha", "beta"} {
+		repo := "acme/" + name + "-GGUF"
+		e.hub.AddRepo(repo, hubtest.RepoOptions{})
+		e.hub.AddFile(repo, name+"-Q4_K_M.gguf", ggufgen.Bytes(ggufgen.Spec{ContextLength: 4096}))
+		e.srv.serveAndWait(map[string]any{"repo": repo, "name": name, "replicas": 0, "idle_after": "1h", "context_length": 2048, "ctx_pool": 2048})
+	}
+	ask := func(model string) {
+		t.Helper()
+		e.srv.api("POST", "/v1/chat/completions", map[string]any{"model": model, "max_tokens": 4,
+			"messages": []map[string]string{{"role": "user", "content": "Say hello."}}}, nil)
+	}
+	ask("alpha")
+	ask("beta")
+
+	tb := e.newTab(t)
+	tb.open("/fleet")
+	swap := tb.loc("[data-testid=swap]")
+	tb.must(tb.expect().Locator(swap).ToHaveCount(1), "one swap listed")
+	tb.must(tb.expect().Locator(swap.Locator("[data-testid=swap-out]")).ToHaveText("alpha"), "the model out")
+	tb.must(tb.expect().Locator(swap.Locator("[data-testid=swap-in]")).ToHaveText("beta"), "the model in")
+	tb.must(tb.expect().Locator(swap.Locator("[data-testid=swap-why]")).ToHaveText(regexp.MustCompile(`^given back for beta, idle`)), "why")
+	tb.must(tb.expect().Locator(swap.Locator("[data-testid=swap-took]")).ToHaveText(regexp.MustCompile(`^\d+(\.\d)? s$`)), "how long beta took to load")
+	alpha := tb.loc("[data-testid=model-health][data-model=alpha]")
+	stop := alpha.Locator("[data-testid=last-stop]")
+	tb.must(tb.expect().Locator(stop).Not().ToBeVisible(), "alpha's last stop hidden until asked")
+	tb.must(alpha.Locator("[data-testid=model-more] > summary").Click(), "opening alpha's details")
+	tb.must(tb.expect().Locator(stop).ToHaveText(regexp.MustCompile(`^alpha-\d+: given back for beta, idle`)), "why alpha's replica stopped")
+
+	// Swapped back, live: the page lists the new swap first without a
+	// reload.
+	_, err := tb.page.Evaluate(`() => { window.__marker = 1 }`)
+	tb.must(err, "setting the marker")
+	ask("alpha")
+	tb.must(tb.expect().Locator(swap).ToHaveCount(2), "the swap back listed too")
+	tb.must(tb.expect().Locator(swap.First().Locator("[data-testid=swap-in]")).ToHaveText("alpha"), "the newest swap first")
+	tb.stillLoaded("the swap back")
+	for _, w := range []int{1280, 375} {
+		tb.must(tb.page.SetViewportSize(w, 900), "a window %d px wide", w)
+		tb.fitsItsBox("/fleet with swaps", w)
+		tb.tablesAtAGlance("/fleet with swaps", w)
+	}
+	tb.screenshot("glance-swaps.png")
 }
