@@ -60,7 +60,7 @@ func swapViews(models []fleet.ModelHealth, starts []fleet.Start, now time.Time) 
 			}
 			return 1
 		}
-		return a.ready.Compare(b.ready)
+		return b.ready.Compare(a.ready)
 	})
 	vms := make([]views.FleetSwap, 0, min(len(out), maxSwaps))
 	for _, sw := range out[:min(len(out), maxSwaps)] {
