@@ -141,18 +141,26 @@ func TestFleetPageSaysTheLastSwaps(t *testing.T) {
 			f.models[i].LastStop = "tiny-1: " + why
 		case "small":
 			f.models[i].LastStop = "small-2: " + whyCritical
+		case "huge":
+			f.models[i].LastStop = "huge-1: given back for delta, idle for 5m0s"
 		}
 	}
-	f.starts = append([]fleet.Start{{Replica: "beta-1", Model: "beta", Started: now.Add(-20 * time.Second), ReadyAt: now.Add(-18 * time.Second)}}, f.starts...)
+	f.starts = append([]fleet.Start{
+		{Replica: "beta-1", Model: "beta", Started: now.Add(-20 * time.Second), ReadyAt: now.Add(-18 * time.Second)},
+		{Replica: "delta-1", Model: "delta", Started: now.Add(-time.Hour), ReadyAt: now.Add(-time.Hour + time.Second)},
+	}, f.starts...)
 	e := newConsoleEnv(t, func(d *handlers.Deps) { d.Fleet = f })
 	doc := mustStatus(t, e.signedIn().get("/fleet"), http.StatusOK)
 
 	swaps := doc.Find(`[data-testid="swap"]`)
-	if swaps.Length() != 2 {
-		t.Fatalf("%d swaps listed, want 2", swaps.Length())
+	if swaps.Length() != 3 {
+		t.Fatalf("%d swaps listed, want 3", swaps.Length())
 	}
 	// gamma has not become ready since: its swap is the one under way,
-	// listed first.
+	// listed first; then beta's, newer than delta's.
+	if got := swaps.Eq(2).Find(`[data-testid="swap-in"]`).Text(); got != "delta" {
+		t.Errorf("the last swap listed is for %q, want delta, the oldest", got)
+	}
 	first, second := swaps.Eq(0), swaps.Eq(1)
 	check := func(what string, got, want string) {
 		t.Helper()
