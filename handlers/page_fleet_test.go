@@ -209,12 +209,14 @@ func TestFleetPageShowsTheFleet(t *testing.T) {
 	t.Run("memory estimated and measured", func(t *testing.T) {
 		var rows [][]string
 		doc.Find(`[data-testid="start"]`).Each(func(_ int, s *goquery.Selection) {
-			rows = append(rows, []string{s.AttrOr("data-replica", ""), s.Find("td").Eq(2).Text(),
+			// The context as a figure, its sentence in the figure's title.
+			size := s.Find("td").Eq(2)
+			rows = append(rows, []string{s.AttrOr("data-replica", ""), size.Text(), size.Find("abbr").AttrOr("title", ""),
 				s.Find(`[data-testid="start-estimate"]`).Text(), s.Find(`[data-testid="start-measured"]`).Text(), s.Find(`[data-testid="start-error"]`).Text()})
 		})
 		want := [][]string{
-			{"tiny-1", "16384 tokens in 4 slots of 4096", "2 GB", "1.5 GB", "measured 25% under"},
-			{"tiny-0", "4096 tokens in one slot", "1 GB", "1.3 GB", "measured 25% over"},
+			{"tiny-1", "4096 × 4", "16384 tokens in 4 slots of 4096", "2 GB", "1.5 GB", "measured 25% under"},
+			{"tiny-0", "4096 × 1", "4096 tokens in one slot", "1 GB", "1.3 GB", "measured 25% over"},
 		}
 		if !slices.EqualFunc(rows, want, slices.Equal) {
 			t.Errorf("the starts read %q, want %q", rows, want)
