@@ -29,6 +29,7 @@ func TestAnUpdateTriedFromTheConsole(t *testing.T) {
 	tb := e.newTab(t)
 	tb.open("/catalog")
 	row := tb.loc(fmt.Sprintf("[data-testid=model-row][data-model=%q]", model))
+	tb.must(row.Locator("[data-testid=model-more] > summary").Click(), "opening %s's details", model)
 	tb.must(row.Locator("[data-testid=check-now]").Click(), "pressing Check now")
 	tb.atPath("/updates/1", "on the update's page after the check")
 	tb.must(tb.expect().Locator(tb.loc("[data-testid=new-commit]")).ToHaveText(moved[:7]), "the update names the new commit")

@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"encoding/json"
+	"fmt"
 	"strconv"
 	"strings"
 	"testing"
@@ -33,16 +34,8 @@ func TestEveryPageFitsItsBox(t *testing.T) {
 	}
 	model := "wide-tiny-llama-with-a-long-name"
 
-	// A job refused at its plan, with what would fit offered: a file
-	// whose KV cache takes 64 KiB a token, asked for a million tokens.
-	const big = "acme/Wide-Cache-With-A-Long-Name-GGUF"
-	e.hub.AddRepo(big, hubtest.RepoOptions{})
-	e.hub.AddFile(big, "Wide-Cache-With-A-Long-Name-Q4_K_M.gguf", ggufgen.Bytes(ggufgen.Spec{ContextLength: 1 << 20, BlockCount: 4, HeadCount: 4, HeadCountKV: 4, KeyLength: 1024, ValueLength: 1024}))
-	var refused apiJob
-	e.srv.api("POST", "/api/v1/serve", map[string]any{"repo": big, "context_length": 1 << 20, "replicas": 1}, &refused)
-	if err := poll(jobLimit, func() bool { refused = e.srv.job(refused.ID); return refused.State != "running" }); err != nil || refused.State != "failed" {
-		t.Fatalf("a million tokens of %s: the job ended %s (%s), not refused", big, refused.State, refused.Error)
-	}
+	// A job refused at its plan, with what would fit offered.
+	refused := e.refusedJob(t, "acme/Wide-Cache-With-A-Long-Name-GGUF", "Wide-Cache-With-A-Long-Name-Q4_K_M.gguf")
 	// An update: the branch moved, its file's name and sums in the table.
 	e.hub.AddFile(repo, set+".gguf", ggufgen.Bytes(ggufgen.Spec{ContextLength: 8192}))
 	e.srv.api("POST", "/api/v1/catalog/"+model+"/check", nil, nil)
@@ -108,7 +101,7 @@ func TestEveryPageFitsItsBox(t *testing.T) {
 // sideways.
 func (tb *tab) fitsItsBox(path string, width int) {
 	tb.t.Helper()
-	raw, err := tb.page.Evaluate(`() => {
+	out := tb.lines(`() => {
 		const out = [];
 		const doc = document.documentElement;
 		if (doc.scrollWidth > doc.clientWidth + 1) out.push('the page scrolls sideways: ' + doc.scrollWidth + ' px in ' + doc.clientWidth);
@@ -132,12 +125,7 @@ func (tb *tab) fitsItsBox(path string, width int) {
 			if (out.length > 12) break;
 		}
 		return JSON.stringify(out);
-	}`)
-	tb.must(err, "measuring %s", path)
-	var out []string
-	if err := json.Unmarshal([]byte(raw.(string)), &out); err != nil {
-		tb.t.Fatal(err)
-	}
+	}`, "measuring %s", path)
 	if len(out) > 0 {
 		tb.t.Errorf("%s at %d px:\n  %s", path, width, strings.Join(out, "\n  "))
 		tb.screenshot(strings.Trim(strings.NewReplacer("/", "-", "?", "-", "=", "-").Replace(path), "-") + "-" + strconv.Itoa(width) + ".png")
@@ -149,7 +137,7 @@ func (tb *tab) fitsItsBox(path string, width int) {
 // one of its separators.
 func (tb *tab) namesBreakBetweenWords(path string, width int) {
 	tb.t.Helper()
-	raw, err := tb.page.Evaluate(`() => {
+	out := tb.lines(`() => {
 		const out = [];
 		// Names a person opens (a model's source) count too.
 		document.querySelectorAll('main details').forEach((d) => { d.open = true; });
@@ -175,13 +163,20 @@ func (tb *tab) namesBreakBetweenWords(path string, width int) {
 			if (out.length > 12) break;
 		}
 		return JSON.stringify(out);
-	}`)
-	tb.must(err, "measuring the file names of %s", path)
-	var out []string
-	if err := json.Unmarshal([]byte(raw.(string)), &out); err != nil {
-		tb.t.Fatal(err)
-	}
+	}`, "measuring the file names of %s", path)
 	if len(out) > 0 {
 		tb.t.Errorf("%s at %d px:\n  %s", path, width, strings.Join(out, "\n  "))
 	}
+}
+
+// lines runs script, which returns a JSON list of strings, in the page.
+func (tb *tab) lines(script, what string, args ...any) []string {
+	tb.t.Helper()
+	raw, err := tb.page.Evaluate(script)
+	tb.must(err, what, args...)
+	var out []string
+	if err := json.Unmarshal([]byte(raw.(string)), &out); err != nil {
+		tb.t.Fatalf("%s: %v", fmt.Sprintf(what, args...), err)
+	}
+	return out
 }

@@ -131,6 +131,7 @@ func (s *Server) speeds(ctx context.Context, models []catalog.Model) map[string]
 		if w := weightsBytes(m, sizes); w > 0 && len(m.Profiles) > 0 {
 			if tps, bw := plan.ServedSpeed(firstProfile(m), w, pool); tps > 0 {
 				sp.Estimate = fmt.Sprintf("≈ %s estimated", speedText(tps))
+				sp.Glance, sp.GlanceHow = "≈ "+tpsFigure(tps), "estimated"
 				sp.From = fmt.Sprintf("from %.0f GB/s of memory bandwidth over %s of weights a token", bw, words.Size(w))
 			}
 		}
@@ -138,6 +139,7 @@ func (s *Server) speeds(ctx context.Context, models []catalog.Model) map[string]
 			sp.Measured = speedText(j.TokensPerSecond) + " measured"
 			sp.By = "by its smoke test"
 			sp.JobURL = "/jobs/" + j.ID
+			sp.Glance, sp.GlanceHow = tpsFigure(j.TokensPerSecond), "measured"
 		}
 		if sp != (views.Speed{}) {
 			out[m.Name] = sp
@@ -179,11 +181,15 @@ func firstProfile(m catalog.Model) catalog.Profile {
 }
 
 // speedText is tokens a second in words: "812 tokens/s", "3.4 tokens/s".
-func speedText(tps float64) string {
+func speedText(tps float64) string { return tpsFigure(tps) + " tokens/s" }
+
+// tpsFigure is tokens a second as a figure: a tenth below 10, whole
+// above.
+func tpsFigure(tps float64) string {
 	if tps < 10 {
-		return fmt.Sprintf("%.1f tokens/s", tps)
+		return fmt.Sprintf("%.1f", tps)
 	}
-	return fmt.Sprintf("%.0f tokens/s", tps)
+	return fmt.Sprintf("%.0f", tps)
 }
 
 // measuredBySet is what the models served from rep's files measured, by

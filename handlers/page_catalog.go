@@ -93,6 +93,10 @@ func (s *Server) catalogNow(read catalogRead, base string, now time.Time) views.
 		if hasFleet {
 			h, looked := health[m.Name]
 			vm.Running = runningText(h, looked)
+			if looked {
+				vm.Status, _ = modelStatus(h)
+				vm.Replicas = fmt.Sprintf("%d/%d", h.Ready, h.Want)
+			}
 		}
 		if s.deps.Gateway != nil {
 			vm.Traffic, vm.Latency = trafficText(traffic[m.Name])
@@ -131,9 +135,19 @@ func catalogView(m catalog.Model) views.CatalogModel {
 		// Judged by its model's suite.
 		vm.Evals = evalsURL(c.Of)
 		vm.Trial = "new version of " + c.Of + " on trial: " + words.Percent(c.Share) + " of its requests"
+		vm.TrialTag = "canary, " + words.Percent(c.Share)
 		if c.Share == 0 {
 			vm.Trial = "new version of " + c.Of + " on trial: none of its requests until its eval has passed"
+			vm.TrialTag = "canary, no traffic yet"
 		}
+	}
+	vm.Size = fmt.Sprint(m.ContextLength)
+	if len(m.Profiles) > 0 {
+		first := firstProfile(m)
+		if first.Sized() {
+			vm.Size = sizeGlance(first.Size)
+		}
+		vm.Memory = memoryGlance(first)
 	}
 	switch {
 	case m.Scaling.Min == 0:
@@ -179,8 +193,42 @@ func catalogView(m catalog.Model) views.CatalogModel {
 	return vm
 }
 
+// sizeGlance is a size as a table's cell says it: the tokens a request
+// may use × the requests at once ("8192 × 4"); "—" for an engine's own.
+// Its sentence is catalog.Size.Words.
+func sizeGlance(s catalog.Size) string {
+	if !s.Sized() {
+		return "—"
+	}
+	return fmt.Sprintf("%d × %d", s.Context(), max(s.Slots, 1))
+}
+
+// memoryGlance is what a profile holds, in a few characters: "937.9 MB
+// RAM", "9.6 GB × 2 cards", both when it takes both. A figure keeps its
+// unit on its line in a narrow cell.
+func memoryGlance(p catalog.Profile) string {
+	var parts []string
+	size := func(b int64) string { return strings.ReplaceAll(words.Size(b), " ", "\u00a0") }
+	if p.CardBytes > 0 {
+		card := size(p.CardBytes)
+		if n := p.Cards(); n > 1 {
+			card += fmt.Sprintf(" × %d cards", n)
+		} else {
+			card += " card"
+		}
+		parts = append(parts, card)
+	}
+	if p.RAMBytes > 0 {
+		parts = append(parts, size(p.RAMBytes)+" RAM")
+	}
+	if len(parts) == 0 {
+		return "not known"
+	}
+	return strings.Join(parts, " + ")
+}
+
 // trafficText is a model's last minute at the gateway in a few words: "12
-// requests, 1 failed" and "p50 340 ms".
+// requests, 1 failed" and its median latency, "340 ms".
 func trafficText(t gateway.Traffic) (requests, latency string) {
 	if t.Requests == 0 {
 		return "none", ""
@@ -190,7 +238,7 @@ func trafficText(t gateway.Traffic) (requests, latency string) {
 		requests += fmt.Sprintf(", %d failed", t.Failed)
 	}
 	if t.Answered > 0 {
-		latency = "p50 " + latencyText(t.P50)
+		latency = latencyText(t.P50)
 	}
 	return requests, latency
 }

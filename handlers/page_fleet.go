@@ -115,7 +115,7 @@ func (s *Server) fleetView(now time.Time, csrf string, figures fleetFigures, sta
 	}
 	for _, h := range snap.models {
 		st, replicas := modelStatus(h)
-		m := views.FleetModel{Name: h.Model, Class: h.Class, Replicas: replicas, Status: st, Parked: h.Parked, CanControl: controls}
+		m := views.FleetModel{Name: h.Model, Class: h.Class, Replicas: replicas, Status: st, Parked: h.Parked, CanControl: controls, LastStop: h.LastStop}
 		if h.Parked {
 			m.Reason = h.Reason
 		} else if h.Placement != "" {
@@ -131,7 +131,6 @@ func (s *Server) fleetView(now time.Time, csrf string, figures fleetFigures, sta
 		}
 		if s.deps.Gateway != nil {
 			m.Requests, _ = trafficText(traffic[h.Model])
-			m.Requests += " in the last minute"
 			if charted {
 				m.Charts = modelCharts(h.Model, hour)
 			}
@@ -141,6 +140,7 @@ func (s *Server) fleetView(now time.Time, csrf string, figures fleetFigures, sta
 	for _, st := range starts {
 		p.Starts = append(p.Starts, startView(st, now))
 	}
+	p.Swaps = swapViews(snap.models, starts, now)
 	return p
 }
 
@@ -283,13 +283,18 @@ func replicaView(r fleet.Replica, now time.Time) views.FleetReplica {
 	switch {
 	case r.RSSBytes > 0:
 		vm.Memory = fmt.Sprintf("%s resident; estimated %s", words.Size(r.RSSBytes), words.Size(r.EstimateBytes))
+		vm.MemoryGlance = words.Size(r.RSSBytes)
 	case r.EstimateBytes > 0:
 		vm.Memory = fmt.Sprintf("estimated %s; measured once ready", words.Size(r.EstimateBytes))
+		vm.MemoryGlance = "≈ " + words.Size(r.EstimateBytes)
 	default:
-		vm.Memory = "not known"
+		vm.Memory, vm.MemoryGlance = "not known", "not known"
 	}
 	if l := r.Load; l != nil {
-		vm.Load = loadText(*l)
+		vm.Load, vm.Busy = loadText(*l), busyText(*l)
+		if l.Size.Sized() {
+			vm.Size = sizeGlance(l.Size)
+		}
 	}
 	if r.PID > 0 {
 		vm.Process, vm.PID = fmt.Sprintf("pid %d", r.PID), fmt.Sprint(r.PID)
@@ -327,6 +332,16 @@ func usageBar(label string, total, free int64) views.Bar {
 	}
 }
 
+// busyText is an engine's slots in use, for a row: "1/4 busy", "4/4
+// busy, 2 waiting".
+func busyText(l fleet.Load) string {
+	text := fmt.Sprintf("%d/%d busy", l.SlotsBusy, l.Size.Slots)
+	if l.Deferred > 0 {
+		text += fmt.Sprintf(", %d waiting", l.Deferred)
+	}
+	return text
+}
+
 // loadText is what an engine says of its work, in words.
 func loadText(l fleet.Load) string {
 	waiting := "none waiting"
@@ -352,7 +367,7 @@ func startView(st fleet.Start, now time.Time) views.FleetStart {
 	vm := views.FleetStart{
 		Replica: st.Replica, File: filepath.Base(st.File),
 		Ready: timeText(st.ReadyAt, now), ReadyISO: st.ReadyAt.UTC().Format(time.RFC3339),
-		Context:  st.Size.Words(),
+		Context: sizeGlance(st.Size), ContextWords: st.Size.Words(),
 		Estimate: words.Size(st.EstimateBytes), Measured: words.Size(st.RSSBytes),
 	}
 	switch {

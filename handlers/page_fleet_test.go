@@ -133,6 +133,12 @@ func TestFleetPageShowsTheFleet(t *testing.T) {
 			`[data-testid="failures"]`:       "0",
 			`[data-testid="replica-memory"]`: "1.5 GB resident; estimated 2 GB",
 			`[data-testid="replica-load"]`:   "1 of 4 slots busy, 2 waiting; 4096 tokens a slot; 400 prompt tokens read (25% from its cache), 50 generated",
+			// The row's cells, each a figure; the sentences above are in
+			// its details.
+			`tr:first-child [data-testid="replica-mem"]`:                "1.5 GB",
+			`tr:first-child [data-testid="replica-busy"]`:               "1/4 busy, 2 waiting",
+			`tr:first-child [data-testid="replica-size"]`:               "4096 × 4",
+			`[data-testid="replica-more"] [data-testid="replica-load"]`: "1 of 4 slots busy, 2 waiting; 4096 tokens a slot; 400 prompt tokens read (25% from its cache), 50 generated",
 		} {
 			if got := strings.Join(texts(tiny.Find(what)), " "); got != want {
 				t.Errorf("tiny-1's %s reads %q, want %q", what, got, want)
@@ -142,8 +148,11 @@ func TestFleetPageShowsTheFleet(t *testing.T) {
 		if got := texts(small.Find(`[data-testid="state"]`)); len(got) != 1 || got[0] != "◐ loading" {
 			t.Errorf("small-1's state %q", got)
 		}
-		if got := texts(small.Find(`[data-testid="failures"]`)); len(got) != 1 || !strings.HasPrefix(got[0], "2 last: the engine ended before it was ready") {
+		if got := texts(small.Find(`[data-testid="failures"]`)); len(got) != 1 || got[0] != "2" {
 			t.Errorf("small-1's failures %q", got)
+		}
+		if got := small.Find(`[data-testid="replica-more"] [data-testid="last-error"]`).Text(); !strings.HasPrefix(got, "the engine ended before it was ready") {
+			t.Errorf("small-1's last failure in its details reads %q", got)
 		}
 	})
 
@@ -200,12 +209,14 @@ func TestFleetPageShowsTheFleet(t *testing.T) {
 	t.Run("memory estimated and measured", func(t *testing.T) {
 		var rows [][]string
 		doc.Find(`[data-testid="start"]`).Each(func(_ int, s *goquery.Selection) {
-			rows = append(rows, []string{s.AttrOr("data-replica", ""), s.Find("td").Eq(2).Text(),
+			// The context as a figure, its sentence in the figure's title.
+			size := s.Find("td").Eq(2)
+			rows = append(rows, []string{s.AttrOr("data-replica", ""), size.Text(), size.Find("abbr").AttrOr("title", ""),
 				s.Find(`[data-testid="start-estimate"]`).Text(), s.Find(`[data-testid="start-measured"]`).Text(), s.Find(`[data-testid="start-error"]`).Text()})
 		})
 		want := [][]string{
-			{"tiny-1", "16384 tokens in 4 slots of 4096", "2 GB", "1.5 GB", "measured 25% under"},
-			{"tiny-0", "4096 tokens in one slot", "1 GB", "1.3 GB", "measured 25% over"},
+			{"tiny-1", "4096 × 4", "16384 tokens in 4 slots of 4096", "2 GB", "1.5 GB", "measured 25% under"},
+			{"tiny-0", "4096 × 1", "4096 tokens in one slot", "1 GB", "1.3 GB", "measured 25% over"},
 		}
 		if !slices.EqualFunc(rows, want, slices.Equal) {
 			t.Errorf("the starts read %q, want %q", rows, want)

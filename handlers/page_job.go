@@ -99,10 +99,8 @@ func jobView(j jobs.Job, now time.Time, csrf string, meter *rateMeter) views.Job
 	if j.TokensPerSecond > 0 {
 		vm.TokensPerSecond = formatFloat(j.TokensPerSecond)
 	}
-	if st, ok := j.Step(jobs.StepPlacement); ok && j.State == jobs.Done && st.State == jobs.Skipped && j.Request.Replicas == 0 {
-		vm.OnDemand = true
-	}
-	if j.Request.CanaryOf != "" && j.State == jobs.Done {
+	vm.OnDemand = onDemand(j)
+	if promoted(j) {
 		// Done is promoted, for an update, and served again for a
 		// restore: a roll-back ends it failed.
 		vm.Of, vm.Restored = j.Request.CanaryOf, j.Kind == jobs.KindRestore
@@ -132,6 +130,7 @@ func jobView(j jobs.Job, now time.Time, csrf string, meter *rateMeter) views.Job
 			prev = st.At
 		}
 	}
+	vm.FailedStep = j.EndStep()
 
 	names := slices.Clone(stepOrder)
 	switch j.Kind {

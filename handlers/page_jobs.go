@@ -82,9 +82,10 @@ func (s *Server) jobsList(ctx context.Context, before string) (views.Jobs, error
 		if _, ok := j.RolledBack(); ok {
 			state = views.StateOf(jobs.RolledBack)
 		}
+		outcome, why := jobOutcome(j)
 		out.Rows = append(out.Rows, views.JobRow{
 			ID: j.ID, URL: "/jobs/" + url.PathEscape(j.ID), Model: or(j.Model, j.Request.Name, j.Request.Repo),
-			Repo: j.Request.Repo, State: state, Step: or(j.EndStep(), "—"),
+			Repo: j.Request.Repo, Kind: j.Kind, State: state, Step: or(j.EndStep(), "—"), Outcome: outcome, Why: why,
 			Started: timeText(j.Started, now), StartedISO: j.Started.UTC().Format(time.RFC3339),
 			Took: durationText(end.Sub(j.Started)),
 		})

@@ -203,8 +203,8 @@ func TestJobsPagePaginates(t *testing.T) {
 	if first := rows.First().AttrOr("data-job", ""); !strings.HasSuffix(first, "-0059") {
 		t.Errorf("page 1 starts with %s, want the newest", first)
 	}
-	if got := texts(rows.First().Find("td")); !strings.HasPrefix(got[0], "tiny-llama") || got[1] != "✓ done" ||
-		got[2] != "smoke test" || got[4] != "1 min 10 s" {
+	if got := texts(rows.First().Find("td")); !strings.HasPrefix(got[0], "tiny-llama") || got[1] != "serve" || got[2] != "✓ done" ||
+		got[3] != "✓ served" || got[4] != "smoke test" || got[6] != "1 min 10 s" {
 		t.Errorf("a row reads %q", got)
 	}
 	if href := rows.First().Find(`[data-testid="job-link"]`).AttrOr("href", ""); !strings.HasPrefix(href, "/jobs/serve-") {

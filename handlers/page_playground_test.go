@@ -481,7 +481,7 @@ func TestCallItPanels(t *testing.T) {
 	if got := tiny.Find(`[data-testid="requests"]`).Text(); got != "12 requests, 1 failed" {
 		t.Errorf("tiny's requests %q", got)
 	}
-	if got := tiny.Find(`[data-testid="latency"]`).Text(); got != "p50 340 ms" {
+	if got := tiny.Find(`[data-testid="latency"]`).Text(); got != "340 ms" {
 		t.Errorf("tiny's latency %q", got)
 	}
 	if got := doc.Find(`[data-testid="model-row"][data-model="embed"] [data-testid="requests"]`).Text(); got != "none" {

@@ -47,7 +47,7 @@ func (s *Server) fleetStream(w http.ResponseWriter, r *http.Request, v visit) {
 		p := s.fleetView(now, v.csrf, figures, starts)
 		return []part{
 			{"nodes", views.FleetNodes(p)}, {"replicas", views.FleetReplicas(p)},
-			{"models", views.FleetModels(p)}, {"starts", views.FleetStarts(p)},
+			{"models", views.FleetModels(p)}, {"swaps", views.FleetSwaps(p)}, {"starts", views.FleetStarts(p)},
 		}, true
 	})
 }

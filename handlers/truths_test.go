@@ -120,11 +120,11 @@ func TestFleetStreamSendsWhatChanged(t *testing.T) {
 	}
 	events := readEvents(t, resp.Body)
 	seen := map[string]string{}
-	for len(seen) < 4 {
+	for len(seen) < 5 {
 		ev := nextEvent(t, events)
 		seen[ev.name] = ev.data
 	}
-	for _, name := range []string{"nodes", "replicas", "models", "starts"} {
+	for _, name := range []string{"nodes", "replicas", "models", "swaps", "starts"} {
 		if seen[name] == "" {
 			t.Errorf("no %s section in the first events", name)
 		}

@@ -157,6 +157,10 @@ type Offer struct {
 type Speed struct {
 	Estimate, From       string
 	Measured, By, JobURL string
+	// Glance is the figure a table's cell shows ("123", "≈ 473"), the
+	// measure when there is one, and GlanceHow what it is ("measured",
+	// "estimated"); both "" when neither is known.
+	Glance, GlanceHow string
 }
 
 // JobPage is the job page.
@@ -171,10 +175,18 @@ type JobPage struct {
 // JobRow is one job in the list.
 type JobRow struct {
 	ID, URL, Model, Repo string
-	State                State
-	Step                 string
-	Started, StartedISO  string
-	Took                 string
+	// Kind is what the job does, as its record says: "serve", "update".
+	Kind                string
+	State               State
+	Step                string
+	Started, StartedISO string
+	Took                string
+	// Outcome is how it ended in a word or two ("served", "on demand",
+	// "promoted", "rolled back", "refused", "failed at mirror",
+	// "cancelled"), "" while it runs; Why is the sentence it failed
+	// with, "" for none.
+	Outcome State
+	Why     string
 }
 
 // Jobs is the list of jobs: the live part of the jobs page.
@@ -238,8 +250,22 @@ type CatalogModel struct {
 	// for none.
 	Watch, CheckURL, UpdateURL string
 	// Trial says what a canary is on trial beside, and on how much of its
-	// traffic; "" for a model.
-	Trial string
+	// traffic; "" for a model. TrialTag says it in a word or two for the
+	// row ("canary, 10%").
+	Trial, TrialTag string
+
+	// What the row shows at a glance, each a few characters; the
+	// sentences above are in the row's details.
+	//
+	// Status is the fleet's state of the model ("ready", "parked", ...),
+	// zero without a fleet. Size is the first profile's context a
+	// request and slots ("8192 × 4"). Replicas is ready of wanted
+	// ("1/1"), "" without a fleet. Memory is what the first profile
+	// holds ("937.9 MB RAM", "9.6 GB × 2 cards").
+	Status   State
+	Size     string
+	Replicas string
+	Memory   string
 	// Charts are its last hour at the gateway.
 	Charts ModelCharts
 }
@@ -383,6 +409,9 @@ type FleetPage struct {
 	Models   []FleetModel
 	// Starts are the recent engine starts, newest first.
 	Starts []FleetStart
+	// Swaps are the last replicas given back for another model, newest
+	// first.
+	Swaps []FleetSwap
 	// AsOf is when the figures were read ("12:00:03 UTC").
 	AsOf string
 	// Stream is the page's event stream, "" for a page that does not
@@ -418,11 +447,15 @@ type FleetReplica struct {
 	// Started is when its engine started ("12:00:03 UTC"), "" before;
 	// ReadyIn how long it took to load ("3.2 s"), "" until ready.
 	Started, StartedISO, ReadyIn string
-	// Memory is what it uses, measured or estimated, in words.
-	Memory string
+	// Memory is what it uses, measured or estimated, in words, and
+	// MemoryGlance the figure alone for the row ("937.9 MB", "≈ 900 MB"
+	// while only estimated).
+	Memory, MemoryGlance string
 	// Load is what its engine says of its work ("1 of 4 slots busy, none
-	// waiting; …"), "" until it is ready.
-	Load string
+	// waiting; …"), "" until it is ready; Busy the same for the row
+	// ("1/4 busy, 2 waiting") and Size its context a slot and slots
+	// ("8192 × 4").
+	Load, Busy, Size string
 	// Process is "pid 1234, 4 threads", "" without an engine process;
 	// PID the number alone.
 	Process, PID string
@@ -444,16 +477,35 @@ type FleetStart struct {
 	Replica, File string
 	// Ready is when it became ready ("12:00:03 UTC").
 	Ready, ReadyISO string
-	// Context is "16384 tokens in 4 slots of 4096".
-	Context string
+	// Context is a slot's context × slots ("4096 × 4"), ContextWords
+	// the same as a sentence ("16384 tokens in 4 slots of 4096").
+	Context, ContextWords string
 	// Estimate and Measured are sizes ("1.2 GB"); Error is how far the
 	// estimate was from the measure ("measured 12% under").
 	Estimate, Measured, Error string
 }
 
+// FleetSwap is one replica given back to make room for another model:
+// the model out, the model in, why, and how long the model in took to
+// load once it had the room.
+type FleetSwap struct {
+	// Out is the replica given back, OutModel its model; In the model it
+	// was given back for.
+	Out, OutModel, In string
+	// Why is the fleet's reason ("idle for 27 s"), without the names.
+	Why string
+	// At is when the model in became ready ("12:00:03 UTC"), LoadedIn how
+	// long its engine took ("1.2 s"); both "" until it has.
+	At, AtISO, LoadedIn string
+}
+
 // FleetModel is how the fleet fares with one model of the catalog.
 type FleetModel struct {
 	Name, Class string
+	// LastStop is the last of its replicas given back to make room for
+	// another model, and why ("tiny-1: given back for chatty, idle for 4
+	// min"); "" when none has been.
+	LastStop string
 	// Replicas is "1 of 1 ready".
 	Replicas string
 	// Status is "ready", "starting", "parked", "waiting for room", "no
