@@ -209,17 +209,18 @@ type sizer struct {
 // keeps in it the prompts its slots gave up, and gives one back whole
 // when a request with its prefix comes again; prefix affinity sends each
 // tenant's requests to one replica, so a replica's cache must hold the
-// prefixes of every tenant routed to it, not just one slot's. Sized to
-// one slot's KV cache, 4 one-slot replicas shared by 16 tenants with long
-// system prompts reused 63-65% of what an oracle would; llama.cpp's
-// default of 8 GiB, counted nowhere, 90%.
+// prefixes of every tenant routed to it, not just one slot's. Four
+// one-slot replicas shared by 16 tenants with system prompts of half a
+// slot, 8 requests each from 4 clients, reused 14-27% of what an oracle
+// would with one slot's KV cache each, and all of it with this budget
+// (the gateway's BenchmarkPromptCacheReuse).
 const (
 	// promptCacheMax is llama.cpp's own default, the most one is given.
 	promptCacheMax = 8 << 30
 	// PromptCacheSlots is how many prompts as long as a slot a prompt
-	// cache's budget is for: eight of half a slot, what sixteen tenants routed by
-	// rendezvous hashing over four replicas put on the busiest (up to
-	// seven) with room to spare.
+	// cache's budget is for: eight of half a slot, as many tenants as
+	// hashing sixteen over four replicas puts on the busiest nine times
+	// in ten.
 	PromptCacheSlots = 4
 	// promptCacheShare is the most of what a node has to spare beside the
 	// replica that the budget takes past one slot's worth, so replicas
