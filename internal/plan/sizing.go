@@ -218,9 +218,9 @@ const (
 	// promptCacheMax is llama.cpp's own default, the most one is given.
 	promptCacheMax = 8 << 30
 	// PromptCacheSlots is how many prompts as long as a slot a prompt
-	// cache's budget is for: eight of half a slot, as many tenants as
-	// hashing sixteen over four replicas puts on the busiest nine times
-	// in ten.
+	// cache's budget is for: eight of half a slot, beside the one in the
+	// slot, at least as many tenants as hashing sixteen over four replicas
+	// puts on the busiest 97 times in 100.
 	PromptCacheSlots = 4
 	// promptCacheShare is the most of what a node has to spare beside the
 	// replica that the budget takes past one slot's worth, so replicas
