@@ -32,13 +32,7 @@ import (
 // memory grew over them (the default's grows with every prompt, past the
 // placement; the planned one's stays near its cache, cache_MiB).
 func BenchmarkPromptCacheBound(b *testing.B) {
-	m := chatModel(b, "cache", ggufgen.Spec{})
-	h, err := gguf.Read(context.Background(), m.Source)
-	if err != nil {
-		b.Fatal(err)
-	}
-	st, _ := os.Stat(m.Source)
-	sz := plan.Size(plan.Model{Header: h, WeightsBytes: st.Size()}, plan.Option{CPU: true}, plan.Ask{CtxPool: 16384, ContextLength: 4096}, nil)
+	m, _, sz := sizedChatModel(b, "cache", plan.Ask{CtxPool: 16384, ContextLength: 4096}, nil)
 	if sz.PromptCacheBytes == 0 {
 		b.Fatalf("the plan gave the test model no prompt cache: %+v", sz)
 	}
@@ -80,6 +74,22 @@ func BenchmarkPromptCacheBound(b *testing.B) {
 	}
 }
 
+// sizedChatModel is a tiny chat model, its header, and its sizing on the
+// CPU as ask asks against nodes, as the plan sizes it for the engine.
+func sizedChatModel(tb testing.TB, name string, ask plan.Ask, nodes []plan.Node) (catalog.Model, gguf.Header, plan.Sizing) {
+	tb.Helper()
+	m := chatModel(tb, name, ggufgen.Spec{})
+	h, err := gguf.Read(context.Background(), m.Source)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	st, err := os.Stat(m.Source)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return m, h, plan.Size(plan.Model{Header: h, WeightsBytes: st.Size()}, plan.Option{CPU: true}, ask, nodes)
+}
+
 // residentBytes is process pid's resident memory (VmRSS).
 func residentBytes(b *testing.B, pid int) int64 {
 	b.Helper()
@@ -109,14 +119,8 @@ func residentBytes(b *testing.B, pid int) int64 {
 // by, in MiB.
 func BenchmarkPromptCacheReuse(b *testing.B) {
 	e := mustEnv(b, Options{MaxQueue: 256})
-	base := chatModel(b, "reuse", ggufgen.Spec{})
-	h, err := gguf.Read(context.Background(), base.Source)
-	if err != nil {
-		b.Fatal(err)
-	}
-	st, _ := os.Stat(base.Source)
 	const slot = 4096
-	sz := plan.Size(plan.Model{Header: h, WeightsBytes: st.Size()}, plan.Option{CPU: true}, plan.Ask{CtxPool: slot, ContextLength: slot}, e.fleet.Pool())
+	base, h, sz := sizedChatModel(b, "reuse", plan.Ask{CtxPool: slot, ContextLength: slot}, e.fleet.Pool())
 	oneSlot := int64(slot) * h.KVBytesPerToken() >> 20 << 20
 	if sz.PromptCacheBytes <= oneSlot {
 		b.Fatalf("the plan gave a prompt cache of %d bytes, no more than the old sizing's one slot (%d): %s", sz.PromptCacheBytes, oneSlot, sz.Reason)

@@ -1,17 +1,13 @@
 package gateway
 
 import (
-	"context"
 	"encoding/json"
 	"math/rand/v2"
-	"os"
 	"testing"
 	"time"
 
 	"modelserve/catalog"
 	"modelserve/internal/fleet"
-	"modelserve/internal/gguf"
-	"modelserve/internal/ggufgen"
 	"modelserve/internal/llamatest"
 	"modelserve/internal/plan"
 )
@@ -22,14 +18,8 @@ import (
 // prompt comes back from the cache (timings.cache_n), not read again.
 // Sized to one slot's KV cache, as before, the others pushed it out.
 func TestPromptCacheKeepsATenantsPrefix(t *testing.T) {
-	m := chatModel(t, "tenants", ggufgen.Spec{})
-	h, err := gguf.Read(context.Background(), m.Source)
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, _ := os.Stat(m.Source)
 	node := plan.Node{Name: "n", CPUCores: 4, RAMBytes: 16 << 30, FreeRAMBytes: 16 << 30}
-	sz := plan.Size(plan.Model{Header: h, WeightsBytes: st.Size()}, plan.Option{CPU: true}, plan.Ask{CtxPool: 4096, ContextLength: 4096}, []plan.Node{node})
+	m, _, sz := sizedChatModel(t, "tenants", plan.Ask{CtxPool: 4096, ContextLength: 4096}, []plan.Node{node})
 	p := m.Profiles[0]
 	p.Size, p.PromptCacheBytes, p.RAMBytes = catalog.SizeForSlots(1, 4096), sz.PromptCacheBytes, sz.NeedBytes
 	url, cmd := llamatest.Start(t, append(fleet.EngineArgs(m, p, m.Source, "", 1), "--api-key", "k")...)
@@ -46,6 +36,7 @@ func TestPromptCacheKeepsATenantsPrefix(t *testing.T) {
 	var last answer
 	for i := range order {
 		body, _ := json.Marshal(map[string]any{"model": m.Name, "max_tokens": 1, "messages": msgs[i]})
+		var err error
 		if last, err = call(url+"/v1/chat/completions", "k", body); err != nil {
 			t.Fatal(err)
 		}
