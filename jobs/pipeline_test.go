@@ -157,8 +157,8 @@ func TestServe(t *testing.T) {
 			if want := h.MemoryBytes(int64(len(content)), pool, parallel, 0) + prof.PromptCacheBytes; prof.RAMBytes != want {
 				t.Errorf("the profile reserves %d bytes; the engine's pool and its prompt cache of %d need %d", prof.RAMBytes, prof.PromptCacheBytes, want)
 			}
-			if slot := int64(m.ContextLength) * h.KVBytesPerToken(); prof.PromptCacheBytes > slot || prof.PromptCacheBytes%(1<<20) != 0 {
-				t.Errorf("a prompt cache of %d bytes; want at most one slot's KV cache (%d), in whole MiB", prof.PromptCacheBytes, slot)
+			if budget := plan.PromptCacheSlots * int64(m.ContextLength) * h.KVBytesPerToken(); prof.PromptCacheBytes > budget || prof.PromptCacheBytes%(1<<20) != 0 {
+				t.Errorf("a prompt cache of %d bytes; want at most %d slots' KV cache (%d), in whole MiB", prof.PromptCacheBytes, plan.PromptCacheSlots, budget)
 			}
 			if tc.wantCtx > 0 {
 				if m.ContextLength != tc.wantCtx || parallel != tc.wantParallel {

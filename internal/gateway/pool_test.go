@@ -129,6 +129,37 @@ func TestPickBoundsTheLoad(t *testing.T) {
 	}
 }
 
+// TestAffinityWaitsForTheReplicaWithItsPrefix: four one-slot replicas,
+// four requests at once. A tenant's replica running one request with one
+// waiting is waited for, since its engine holds the tenant's prefix and
+// another would read it again; one holding more than the bound and its
+// slack is not, and the request goes to the next in its ranking.
+func TestAffinityWaitsForTheReplicaWithItsPrefix(t *testing.T) {
+	rs := replicas(4, 1)
+	key := keyOf(t, `{"model":"m","messages":[{"role":"system","content":"tenant 3's long system prompt"}]}`)
+	home, _ := newPool(nil, clock.RealClock{}).pick(rs, key, time.Now())
+	other := rs[0]
+	if other.ID == home.ID {
+		other = rs[1]
+	}
+
+	busy := newPool(nil, clock.RealClock{})
+	busy.take(home.ID)
+	busy.take(home.ID)
+	busy.take(other.ID)
+	if r, ok := busy.pick(rs, key, time.Now()); ok {
+		t.Errorf("with its replica %s running one and holding one more, the tenant went to %s and reads its prefix again; want it to wait", home.ID, r.ID)
+	}
+
+	over := newPool(nil, clock.RealClock{})
+	for range 3 {
+		over.take(home.ID)
+	}
+	if r, ok := over.pick(rs, key, time.Now()); !ok || r.ID == home.ID {
+		t.Errorf("with its replica %s holding 3 of 4 requests: picked %s (%v); want another", home.ID, r.ID, ok)
+	}
+}
+
 func TestPickAvoidsAReplicaThatFailed(t *testing.T) {
 	p := newPool(nil, clock.RealClock{})
 	rs := replicas(2, 4)

@@ -2,6 +2,7 @@ package plan
 
 import (
 	"context"
+	"fmt"
 	"modelserve/catalog"
 	"os"
 	"path/filepath"
@@ -133,9 +134,9 @@ func TestSize(t *testing.T) {
 			m: llama8B, o: cards("Z9-48GB", 1), nodes: []Node{cardNode("Z9-48GB", 1, 48)},
 			ctx: 4096, slots: 4, fit: FitsNow, reason: []string{"a host has 48 GB free"}},
 		{name: "8B on an L4 whose node has too little RAM beside it: refused",
-			m: llama8B, o: cards("L4", 1), nodes: []Node{withRAM(cardNode("L4", 1, 24), 1, 1)},
+			m: llama8B, o: cards("L4", 1), nodes: []Node{withRAM(cardNode("L4", 1, 24), 0.5, 0.5)},
 			ctx: 4096, slots: 4, fit: FitsNowhere,
-			reason: []string{"does not fit on an L4: a replica holds ", " of its node's RAM beside its cards, and the most a node with the cards has is 1 GB"}},
+			reason: []string{"does not fit on an L4: a replica holds ", " of its node's RAM beside its cards, and the most a node with the cards has is 512 MB"}},
 		{name: "8B on an L4 whose node's RAM is busy: when there is room",
 			m: llama8B, o: cards("L4", 1), nodes: []Node{withRAM(cardNode("L4", 1, 24), 64, 0.5)},
 			ctx: 4096, slots: 4, fit: FitsHardware,
@@ -158,8 +159,8 @@ func TestSize(t *testing.T) {
 			if sum := s.WeightsBytes + s.KVBytes + s.ComputeBytes + s.ProjectorBytes; sum != s.NeedBytes || (tc.o.CPU && s.ComputeBytes <= 0) {
 				t.Errorf("parts %d + %d + %d + %d do not add up to the need %d", s.WeightsBytes, s.KVBytes, s.ComputeBytes, s.ProjectorBytes, s.NeedBytes)
 			}
-			if tc.needBelow > 0 && float64(s.NeedBytes) > tc.needBelow*(1<<30) {
-				t.Errorf("needs %s, more than %.0f GiB", words.Size(s.NeedBytes), tc.needBelow)
+			if tc.needBelow > 0 && float64(s.NeedBytes-s.PromptCacheBytes) > tc.needBelow*(1<<30) {
+				t.Errorf("needs %s beside its prompt cache, more than %.0f GiB", words.Size(s.NeedBytes-s.PromptCacheBytes), tc.needBelow)
 			}
 			if s.Fit == FitsNow && s.RoomBytes > 0 && s.NeedBytes > s.RoomBytes {
 				t.Errorf("fits now, but needs %d of %d", s.NeedBytes, s.RoomBytes)
@@ -185,21 +186,48 @@ func TestSizeIsWhatTheEngineGets(t *testing.T) {
 }
 
 // TestPromptCacheIsCountedAndNeverCostsContext: the engine's prompt cache
-// is one slot's KV cache where there is room, counted in what a CPU
-// replica is placed by; where room is short the context keeps what it
-// had without one, and the cache has what is left; a judge and an
-// embedding model keep none; on cards it is not in a card's need; and a
-// replica's reserved RAM holds it beside the rest.
+// is a budget of several prompts as long as a slot where there is room,
+// counted in what a CPU replica is placed by and said in the sizing's
+// sentence; it takes no more than a share of what the node spares beside
+// the replica (one slot's worth while that fits), and where room is short
+// the context keeps what it had without one and the cache has what is
+// left; a judge and an embedding model keep none; on cards it is in the
+// node's RAM beside them, within what that RAM spares; and a replica's
+// reserved RAM holds it beside the rest.
 func TestPromptCacheIsCountedAndNeverCostsContext(t *testing.T) {
 	m := mustModel(t, "8B", ggufgen.Llama8B())
 	slotKV := func(s Sizing) int64 { return int64(s.Size.Context()) * m.Header.KVBytesPerToken() }
 
 	roomy := Size(m, cpu, Ask{}, []Node{ramNode(64, 60)})
-	if want := wholeMiB(slotKV(roomy)); roomy.PromptCacheBytes != want || want == 0 {
-		t.Errorf("with room, a prompt cache of %d; want one slot's KV cache, %d", roomy.PromptCacheBytes, want)
+	if want := wholeMiB(PromptCacheSlots * slotKV(roomy)); roomy.PromptCacheBytes != want || want <= slotKV(roomy) {
+		t.Errorf("with room, a prompt cache of %d; want %d prompts as long as a slot, %d", roomy.PromptCacheBytes, PromptCacheSlots, want)
 	}
 	if roomy.PromptCacheBytes%(1<<20) != 0 {
 		t.Errorf("a prompt cache of %d bytes is not whole MiB, what --cache-ram takes", roomy.PromptCacheBytes)
+	}
+	if said := fmt.Sprintf("; of that, a prompt cache of %s for about %d prompts of 4096 tokens", words.Size(roomy.PromptCacheBytes), PromptCacheSlots); !strings.HasSuffix(roomy.Reason, said) {
+		t.Errorf("the sizing says %q; want it to end %q", roomy.Reason, said)
+	}
+
+	// Bounded by what the node spares beside the replica.
+	without := roomy.NeedBytes - roomy.PromptCacheBytes
+	slot := slotKV(roomy)
+	for _, tc := range []struct {
+		name  string
+		spare int64
+		want  int64
+	}{
+		{"a quarter of a spare of 12 slots", 12 * slot, 3 * slot},
+		{"one slot's worth of a spare of 2 slots", 2 * slot, slot},
+		{"what is left of a spare of half a slot", slot / 2, wholeMiB(slot / 2)},
+		{"none with nothing to spare", 0, 0},
+	} {
+		free := without + tc.spare
+		s := Size(m, cpu, Ask{}, []Node{{Name: "n", CPUCores: 16, RAMBytes: free, FreeRAMBytes: free}})
+		if s.Size != roomy.Size || s.PromptCacheBytes != tc.want || s.NeedBytes != without+tc.want || s.NeedBytes > free {
+			t.Errorf("%s: %s with a cache of %d, needing %d of %d; want %s, a cache of %d counted in the need",
+				tc.name, s.Size.Words(), s.PromptCacheBytes, s.NeedBytes, free, roomy.Size.Words(), tc.want)
+		}
 	}
 
 	tight := Size(m, cpu, Ask{Longest: true}, []Node{ramNode(16, 6)})
@@ -217,8 +245,17 @@ func TestPromptCacheIsCountedAndNeverCostsContext(t *testing.T) {
 	}
 
 	card := Size(m, cards("L4", 1), Ask{}, []Node{cardNode("L4", 1, 24)})
-	if want := m.Header.CardBytes(m.WeightsBytes, card.Size.Pool, card.Size.Slots, 1); card.NeedBytes != want || card.PromptCacheBytes == 0 {
-		t.Errorf("on a card: needs %d with a cache of %d; want the card's %d, the cache in RAM beside it", card.NeedBytes, card.PromptCacheBytes, want)
+	if want := m.Header.CardBytes(m.WeightsBytes, card.Size.Pool, card.Size.Slots, 1); card.NeedBytes != want || card.PromptCacheBytes != roomy.PromptCacheBytes {
+		t.Errorf("on a card: needs %d with a cache of %d; want the card's %d, the cache of %d in RAM beside it", card.NeedBytes, card.PromptCacheBytes, want, roomy.PromptCacheBytes)
+	}
+	if !strings.Contains(card.Reason, "; beside it in the node's RAM, a prompt cache of "+words.Size(card.PromptCacheBytes)) {
+		t.Errorf("on a card the sizing says %q, not its prompt cache", card.Reason)
+	}
+	host := card.HostBytes - card.PromptCacheBytes
+	short := withRAM(cardNode("L4", 1, 24), GiB(host+slot), GiB(host+slot))
+	if s := Size(m, cards("L4", 1), Ask{}, []Node{short}); s.Fit != FitsNow || s.PromptCacheBytes != wholeMiB(slot) || s.HostBytes > short.FreeRAMBytes {
+		t.Errorf("on a card whose node spares a slot's worth of RAM: %s with a cache of %d, holding %d of %d; want it to fit with a cache of %d",
+			s.Fit, s.PromptCacheBytes, s.HostBytes, short.FreeRAMBytes, wholeMiB(slot))
 	}
 
 	c := Choice{Set: hf.FileSet{Name: "m-Q4_K_M"}, Layouts: []Option{cpu}}
@@ -367,9 +404,9 @@ func TestCardProfileHoldsHostRAM(t *testing.T) {
 			t.Fatal(err)
 		}
 		p := profiles[0]
-		if p.RAMBytes <= p.PromptCacheBytes || p.RAMBytes >= m.WeightsBytes || p.RAMBytes != sz.HostBytes {
+		if p.RAMBytes <= p.PromptCacheBytes || p.RAMBytes-p.PromptCacheBytes >= m.WeightsBytes || p.RAMBytes != sz.HostBytes {
 			t.Errorf("judge %v: the card profile holds %d bytes of RAM (prompt cache %d); want more than its prompt cache, "+
-				"less than its weights' %d, and the sizing's %d", ask.Judge, p.RAMBytes, p.PromptCacheBytes, m.WeightsBytes, sz.HostBytes)
+				"less than its weights' %d beside it, and the sizing's %d", ask.Judge, p.RAMBytes, p.PromptCacheBytes, m.WeightsBytes, sz.HostBytes)
 		}
 		if !ask.Judge && p.PromptCacheBytes <= 0 {
 			t.Errorf("a chat model's card profile keeps no prompt cache: %+v", p)
