@@ -1,7 +1,6 @@
 package handlers
 
 import (
-	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -15,53 +14,39 @@ import (
 // reads.
 const maxSwaps = 10
 
-// askerOf finds the model a replica was given back for in the fleet's
-// sentence (fleet.GiveBackWhy): "given back for chatty, idle for 4 min",
-// "stopped to make room for chatty, a critical model".
-var askerOf = regexp.MustCompile(`(?:given back for|make room for) ([A-Za-z0-9._-]+)`)
-
 // swapViews are the fleet's last swaps, newest first: for each model, the
-// replica of it last given back for another (its LastStop), the model it
-// was given back for, and that model's newest engine start among starts
-// (newest first), when it became ready and how long it took to load. The
-// fleet keeps no time of the stop itself, so a swap whose model in has
-// not started since is listed first, as the one under way.
+// replica of it last given back for another (LastStop, LastStopFor,
+// LastStopAt), and the first engine start of the model it was given back
+// for since (starts, newest first): when it became ready and how long it
+// took to load. A swap whose model in has not started since is under way.
 func swapViews(models []fleet.ModelHealth, starts []fleet.Start, now time.Time) []views.FleetSwap {
 	type swap struct {
-		vm    views.FleetSwap
-		ready time.Time
+		vm views.FleetSwap
+		at time.Time
 	}
 	var out []swap
 	for _, h := range models {
 		if h.LastStop == "" {
 			continue
 		}
-		id, why, ok := strings.Cut(h.LastStop, ": ")
+		id, why, ok := strings.Cut(h.LastStop, ": ") // GivenBack.Tell's form
 		if !ok {
 			id, why = "", h.LastStop
 		}
-		sw := swap{vm: views.FleetSwap{Out: id, OutModel: h.Model, Why: why, In: "another model"}}
-		if m := askerOf.FindStringSubmatch(why); m != nil {
-			sw.vm.In = m[1]
-			if i := slices.IndexFunc(starts, func(st fleet.Start) bool { return st.Model == m[1] && !st.ReadyAt.IsZero() }); i >= 0 {
-				st := starts[i]
-				sw.ready = st.ReadyAt
+		sw := swap{at: h.LastStopAt, vm: views.FleetSwap{Out: id, OutModel: h.Model, Why: why, In: h.LastStopFor}}
+		if sw.vm.In == "" {
+			sw.vm.In = "another model"
+		}
+		// Its first start ready since the stop: starts are newest first.
+		for _, st := range starts {
+			if st.Model == h.LastStopFor && !st.ReadyAt.IsZero() && !st.ReadyAt.Before(h.LastStopAt) {
 				sw.vm.At, sw.vm.AtISO = timeText(st.ReadyAt, now), st.ReadyAt.UTC().Format(time.RFC3339)
 				sw.vm.LoadedIn = durationText(st.ReadyAt.Sub(st.Started))
 			}
 		}
 		out = append(out, sw)
 	}
-	slices.SortStableFunc(out, func(a, b swap) int {
-		switch {
-		case a.ready.IsZero() != b.ready.IsZero():
-			if a.ready.IsZero() {
-				return -1
-			}
-			return 1
-		}
-		return b.ready.Compare(a.ready)
-	})
+	slices.SortStableFunc(out, func(a, b swap) int { return b.at.Compare(a.at) })
 	vms := make([]views.FleetSwap, 0, min(len(out), maxSwaps))
 	for _, sw := range out[:min(len(out), maxSwaps)] {
 		vms = append(vms, sw.vm)

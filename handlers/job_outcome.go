@@ -52,4 +52,3 @@ func onDemand(j jobs.Job) bool {
 func promoted(j jobs.Job) bool {
 	return (j.Kind == jobs.KindUpdate || j.Kind == jobs.KindRestore) && j.State == jobs.Done
 }
-

@@ -125,9 +125,10 @@ func TestJobsListSaysKindAndOutcome(t *testing.T) {
 }
 
 // TestFleetPageSaysTheLastSwaps: the fleet's last replica given back of
-// each model, in the fleet's own sentence (fleet.GiveBackWhy), is a swap
-// on the page: the model out, the model in, why, and how long the model
-// in took to load; and the model's details say its last stop.
+// each model (fleet.GivenBack, in the fleet's own sentence) is a swap on
+// the page, newest first: the model out, the model in, why, and how long
+// the model in took to load since; and the model's details say its last
+// stop.
 func TestFleetPageSaysTheLastSwaps(t *testing.T) {
 	now := time.Now()
 	f := busyFleet()
@@ -141,11 +142,11 @@ func TestFleetPageSaysTheLastSwaps(t *testing.T) {
 	for i := range f.models {
 		switch f.models[i].Model {
 		case "tiny":
-			f.models[i].LastStop = "tiny-1: " + why
+			fleet.GivenBack{Replica: "tiny-1", For: "beta", Why: why, At: now.Add(-25 * time.Second)}.Tell(&f.models[i])
 		case "small":
-			f.models[i].LastStop = "small-2: " + whyCritical
+			fleet.GivenBack{Replica: "small-2", For: "gamma", Why: whyCritical, At: now.Add(-5 * time.Second)}.Tell(&f.models[i])
 		case "huge":
-			f.models[i].LastStop = "huge-1: given back for delta, idle for 5m0s"
+			fleet.GivenBack{Replica: "huge-1", For: "delta", Why: "given back for delta, idle for 5m0s", At: now.Add(-time.Hour - 10*time.Second)}.Tell(&f.models[i])
 		}
 	}
 	f.starts = append([]fleet.Start{
@@ -159,8 +160,8 @@ func TestFleetPageSaysTheLastSwaps(t *testing.T) {
 	if swaps.Length() != 3 {
 		t.Fatalf("%d swaps listed, want 3", swaps.Length())
 	}
-	// gamma has not become ready since: its swap is the one under way,
-	// listed first; then beta's, newer than delta's.
+	// Newest first: gamma's, under way (it has not become ready since);
+	// then beta's, newer than delta's.
 	if got := swaps.Eq(2).Find(`[data-testid="swap-in"]`).Text(); got != "delta" {
 		t.Errorf("the last swap listed is for %q, want delta, the oldest", got)
 	}

@@ -313,9 +313,10 @@ func (f *Fleet) ModelHealth() []ModelHealth {
 		h := ModelHealth{
 			Model: name, Class: st.class, Want: st.want,
 			Parked: st.parked, Failures: st.failedStarts, Reason: st.reason,
-			Unplaceable: st.unplaceable, Placement: st.placement, HardwareExists: st.hardware, LastStop: st.lastStop,
+			Unplaceable: st.unplaceable, Placement: st.placement, HardwareExists: st.hardware,
 			ResidencyEnds: st.residencyEnds,
 		}
+		st.lastStop.Tell(&h)
 		for _, r := range f.replicas {
 			if r.model == name && f.seenLocked(r).State == Ready {
 				h.Ready++

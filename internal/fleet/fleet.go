@@ -190,6 +190,10 @@ type ModelHealth struct {
 	// another model, and why: "tiny-1: given back for chatty, idle for 4
 	// min".
 	LastStop string `json:"last_stop,omitempty"`
+	// LastStopFor is the model that replica was given back for, and
+	// LastStopAt when: the fleet page lists the last swaps by them.
+	LastStopFor string    `json:"last_stop_for,omitempty"`
+	LastStopAt  time.Time `json:"last_stop_at,omitzero"`
 	// ResidencyEnds is, for a model waiting for room that replicas of
 	// others hold for their residency (swap.go), when the first of those
 	// residencies ends: when its requests may be answered, at the

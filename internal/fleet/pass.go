@@ -38,8 +38,9 @@ type modelState struct {
 	// residencyEnds is, while it waits for room replicas of others hold
 	// for their residency, when the first of those ends.
 	residencyEnds time.Time
-	// lastStop says which of its replicas was last given back, and why.
-	lastStop  string
+	// lastStop says which of its replicas was last given back, for whom,
+	// why and when.
+	lastStop  GivenBack
 	placement string
 	hardware  bool
 }

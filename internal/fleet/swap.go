@@ -328,9 +328,24 @@ func (f *Fleet) giveBackLocked(r *replica, m catalog.Model, now time.Time) {
 	f.stopLocked(r, why)
 	r.evictedFor = m.Name
 	if st := f.models[r.model]; st != nil {
-		st.lastStop = r.id + ": " + why
+		st.lastStop = GivenBack{Replica: r.id, For: m.Name, Why: why, At: now}
 	}
 	f.countEvictionLocked(r.model, reason)
+}
+
+// GivenBack is the last replica of a model given back to make room for
+// another: which, for which model, why (GiveBackWhy) and when.
+type GivenBack struct {
+	Replica, For, Why string
+	At                time.Time
+}
+
+// Tell says g in h (LastStop and its model and time); nothing for none.
+func (g GivenBack) Tell(h *ModelHealth) {
+	if g.Replica == "" {
+		return
+	}
+	h.LastStop, h.LastStopFor, h.LastStopAt = g.Replica+": "+g.Why, g.For, g.At
 }
 
 // Eviction counts the replicas of a model given back to make room, by why:

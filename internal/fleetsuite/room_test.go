@@ -41,8 +41,13 @@ func swapForOne(t *testing.T, b *backend) {
 		other := map[string]string{"left": "right", "right": "left"}[m]
 		if i > 0 {
 			b.gone(t, other, "given back for "+m)
-			if h, _ := b.health(other); !strings.Contains(h.LastStop, "given back for "+m+", idle") {
+			h, _ := b.health(other)
+			if !strings.Contains(h.LastStop, "given back for "+m+", idle") {
 				t.Errorf("%s's last stop %q; want given back for %s, idle", other, h.LastStop, m)
+			}
+			// The fleet page lists the swaps by whom and when.
+			if h.LastStopFor != m || h.LastStopAt.IsZero() {
+				t.Errorf("%s's last stop was for %q at %v; want for %s, with its time", other, h.LastStopFor, h.LastStopAt, m)
 			}
 		}
 	}

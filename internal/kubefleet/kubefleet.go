@@ -171,7 +171,7 @@ type Fleet struct {
 	// while asked for, or kept by their Min, held at 0 until their turn
 	// (swap.go), and givenWhy why each was given back, for its pods'
 	// detail as they go.
-	lastStops map[string]string
+	lastStops map[string]fleet.GivenBack
 	givenWhy  map[string]string
 	// madeRoom are the models room was made or waited for, until their
 	// pods are placed.
@@ -247,7 +247,7 @@ func New(opts Options) (*Fleet, error) {
 		opts: opts, log: opts.Log,
 		queue:  workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]()),
 		models: map[string]fleet.ModelHealth{}, parks: map[string]park{},
-		lastStops: map[string]string{}, givenWhy: map[string]string{}, madeRoom: map[string]bool{}, evictions: map[[2]string]int{}, waiting: map[string]bool{}, heldBack: map[string]bool{},
+		lastStops: map[string]fleet.GivenBack{}, givenWhy: map[string]string{}, madeRoom: map[string]bool{}, evictions: map[[2]string]int{}, waiting: map[string]bool{}, heldBack: map[string]bool{},
 		leaving: map[string]*leaving{}, keptFrom: map[string]time.Time{},
 		passed: make(chan struct{}), first: make(chan struct{}),
 	}
@@ -575,7 +575,7 @@ func (f *Fleet) reconcile(ctx context.Context, m catalog.Model, models []catalog
 	now := f.opts.Clock.Now()
 	h := fleet.ModelHealth{Model: m.Name, Class: m.ClassOrDefault(), Want: f.want(m, now)}
 	f.mu.Lock()
-	h.LastStop = f.lastStops[m.Name]
+	f.lastStops[m.Name].Tell(&h)
 	f.mu.Unlock()
 	// Parked before (for this fingerprint), parked still; a container
 	// that failed MaxFailures times parks the model now.

@@ -411,7 +411,7 @@ func (f *Fleet) giveBack(victims []fleet.Holder, m catalog.Model, byName map[str
 	var out []catalog.Model
 	for _, h := range victims {
 		reason, why := fleet.GiveBackWhy(h, m, now)
-		f.lastStops[h.Model] = h.ID + ": " + why
+		f.lastStops[h.Model] = fleet.GivenBack{Replica: h.ID, For: m.Name, Why: why, At: now}
 		f.givenWhy[h.Model] = why
 		f.evictions[[2]string{h.Model, reason}]++
 		if h.Busy || h.Min > 0 {
