@@ -144,7 +144,7 @@ func TestServePageShowsThePlan(t *testing.T) {
 	if got, why := f16.Find(`[data-testid="fit"]`).Text(), f16.Find(`[data-testid="fit-why"]`).Text(); !strings.Contains(got, "1×T4") || !strings.Contains(why, "16384 tokens in 4 slots of 4096 cut to") {
 		t.Errorf("F16 on the T4: %q, why %q; want the default pool said to be cut to fit", got, why)
 	}
-	if got := texts(rec.Find("td")); got[1] != "Q8_0" || got[2] != "7.9 GB" || got[3] != "1" || !strings.HasPrefix(got[5], "≈ ") {
+	if got := texts(rec.Find("td")); got[1] != "Q8_0" || got[2] != "8.5 GB" || got[3] != "1" || !strings.HasPrefix(got[5], "≈ ") {
 		t.Errorf("the recommended row reads %q", got)
 	}
 	if got := doc.Find(`[data-testid="commit"]`).Text(); len(got) != 7 {
