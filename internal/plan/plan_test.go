@@ -178,8 +178,14 @@ func TestPlanRecommends(t *testing.T) {
 			if !regexp.MustCompile(pattern).MatchString(pl.Reason) {
 				t.Errorf("reason:\n%s\nwant:\n%s", pl.Reason, tc.reason)
 			}
-			if ok && !strings.Contains(pl.Reason, words.GB(rec.NeedGB)) {
-				t.Errorf("the reason %q does not say the %s the option needs", pl.Reason, words.GB(rec.NeedGB))
+			// The figure the serve form's bar adds up: the sized bytes, for
+			// an option Size sized.
+			need := words.GB(rec.NeedGB)
+			if rec.Sizing.NeedBytes > 0 {
+				need = words.Size(rec.Sizing.NeedBytes)
+			}
+			if ok && !strings.Contains(pl.Reason, need) {
+				t.Errorf("the reason %q does not say the %s the option needs", pl.Reason, need)
 			}
 			if tc.check != nil {
 				tc.check(t, pl)
