@@ -25,7 +25,7 @@ type PlaygroundPage struct {
 	Description string
 	State       PlaygroundState
 	Turns       []Turn
-	Form     PlaygroundForm
+	Form        PlaygroundForm
 	// Status is the last reply's summary, said to screen readers when it
 	// changes.
 	Status    string
