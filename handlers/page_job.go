@@ -93,6 +93,9 @@ func jobView(j jobs.Job, now time.Time, csrf string, meter *rateMeter) views.Job
 	if j.TokensPerSecond > 0 {
 		vm.TokensPerSecond = formatFloat(j.TokensPerSecond)
 	}
+	if st, ok := j.Step(jobs.StepSmoke); ok && st.State == jobs.Done && j.Reply == "" && !j.Request.Embeddings {
+		vm.NoText = true
+	}
 	if st, ok := j.Step(jobs.StepPlacement); ok && j.State == jobs.Done && st.State == jobs.Skipped && j.Request.Replicas == 0 {
 		vm.OnDemand = true
 	}

@@ -109,9 +109,12 @@ type Job struct {
 	// the version's own name, gone from the catalog once the verdict is
 	// in); "" for a job that served a model.
 	Of string
-	// Reply and TokensPerSecond are the smoke test's answer, once done.
+	// Reply and TokensPerSecond are the smoke test's answer, once done;
+	// NoText is a smoke test the model answered with no text, which the
+	// page says rather than leave "Served." alone.
 	Reply           string
 	TokensPerSecond string
+	NoText          bool
 	// Error is the sentence the job failed with, and FailedStep where.
 	Error      string
 	FailedStep string
