@@ -134,7 +134,9 @@ func TestFleetPageShowsTheFleet(t *testing.T) {
 			`[data-testid="endpoint"]`:       "http://127.0.0.1:4242",
 			`[data-testid="failures"]`:       "0",
 			`[data-testid="replica-memory"]`: "1.5 GB resident; estimated 2 GB",
-			`[data-testid="replica-load"]`:   "1 of 4 slots busy, 2 waiting; 4096 tokens a slot; 400 prompt tokens read (25% from its cache), 50 generated",
+			// The engine's --threads, not a count of the process's threads.
+			`[data-testid="replica-process"]`: "pid 4242, started with --threads 4",
+			`[data-testid="replica-load"]`:    "1 of 4 slots busy, 2 waiting; 4096 tokens a slot; 400 prompt tokens read (25% from its cache), 50 generated",
 		} {
 			if got := strings.Join(texts(tiny.Find(what)), " "); got != want {
 				t.Errorf("tiny-1's %s reads %q, want %q", what, got, want)

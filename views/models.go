@@ -408,7 +408,8 @@ type FleetReplica struct {
 	// Load is what its engine says of its work ("1 of 4 slots busy, none
 	// waiting; …"), "" until it is ready.
 	Load string
-	// Process is "pid 1234, 4 threads", "" without an engine process;
+	// Process is "pid 1234, started with --threads 4", "" without an
+	// engine process;
 	// PID the number alone.
 	Process, PID string
 	// CanStop and CanRestart offer the controls: not to a replica that is
