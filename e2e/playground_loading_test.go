@@ -78,4 +78,8 @@ func TestPlaygroundSaysLoadingOnAColdStart(t *testing.T) {
 	if n, _ := tb.loc("[data-testid=reply-waiting]").Count(); n != 0 {
 		t.Error("the reply still says it waits once it has come")
 	}
+	// The heading follows the model: loaded by the message, it no longer
+	// says it is not.
+	tb.must(tb.expect().Locator(tb.loc("[data-testid=loads-on-first]")).ToHaveCount(0), "the heading no longer saying the model is not loaded")
+	tb.must(tb.expect().Locator(tb.loc("[data-testid=playground-running]")).ToContainText("1 of"), "the heading saying its replica runs")
 }
