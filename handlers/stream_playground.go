@@ -145,6 +145,9 @@ func (s *Server) waitFor(model string) replyWait {
 	w := replyWait{loading: model}
 	if h, ok := s.healthOf(model); ok && h.Ready == 0 {
 		if rest, making := strings.CutPrefix(h.Placement, fleet.Making); making {
+			// "on node vm: waiting: alpha-1 is kept 7s more …" follows
+			// "Waiting for room" on the page: once is enough.
+			rest = strings.Replace(rest, ": waiting: ", ": ", 1)
 			w.room = strings.TrimSpace(s.deps.Mirror.ShownText(rest))
 		}
 	}
