@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -26,6 +27,26 @@ const waitingRecorder = `() => {
 	});
 	new MutationObserver(note).observe(document.body, {childList: true, subtree: true, characterData: true});
 }`
+
+// sendAndRecord sends message from the playground open in tb (with
+// waitingRecorder started), waits for the reply's end, and gives the
+// ended reply and what it said while it waited.
+func sendAndRecord(t *testing.T, tb *tab, message string, maxTokens int) (playwright.Locator, []any) {
+	t.Helper()
+	tb.must(tb.page.GetByLabel("Message").Fill(message), "typing the message")
+	tb.must(tb.page.GetByLabel("Max tokens").Fill(strconv.Itoa(maxTokens)), "setting max tokens")
+	tb.must(tb.page.GetByRole("button", playwright.PageGetByRoleOptions{Name: "Send"}).Click(), "pressing Send")
+	reply := tb.loc("[data-testid=turn][data-role=assistant] [data-testid=reply][data-done=true]")
+	tb.must(reply.WaitFor(playwright.LocatorWaitForOptions{Timeout: playwright.Float(60000)}), "the reply's end")
+	if n, _ := reply.Locator("[data-testid=reply-error]").Count(); n > 0 {
+		msg, _ := reply.Locator("[data-testid=reply-error]").InnerText()
+		t.Fatalf("the reply failed: %s", msg)
+	}
+	seen, err := tb.page.Evaluate(`() => window.__waiting`)
+	tb.must(err, "reading what the reply said while it waited")
+	said, _ := seen.([]any)
+	return reply, said
+}
 
 // TestPlaygroundSaysLoadingOnAColdStart: a model loaded on demand, with no
 // replica running, is sent a message from its playground:
@@ -61,18 +82,7 @@ func TestPlaygroundSaysLoadingOnAColdStart(t *testing.T) {
 		"the page says the first message loads the model")
 	_, err := tb.page.Evaluate(waitingRecorder)
 	tb.must(err, "starting the recorder")
-	tb.must(tb.page.GetByLabel("Message").Fill("Say hello."), "typing the message")
-	tb.must(tb.page.GetByLabel("Max tokens").Fill("8"), "setting max tokens")
-	tb.must(tb.page.GetByRole("button", playwright.PageGetByRoleOptions{Name: "Send"}).Click(), "pressing Send")
-	reply := tb.loc("[data-testid=turn][data-role=assistant] [data-testid=reply][data-done=true]")
-	tb.must(reply.WaitFor(playwright.LocatorWaitForOptions{Timeout: playwright.Float(60000)}), "the reply's end")
-	if n, _ := reply.Locator("[data-testid=reply-error]").Count(); n > 0 {
-		msg, _ := reply.Locator("[data-testid=reply-error]").InnerText()
-		t.Fatalf("the reply failed: %s", msg)
-	}
-	seen, err := tb.page.Evaluate(`() => window.__waiting`)
-	tb.must(err, "reading what the reply said while it waited")
-	said, _ := seen.([]any)
+	_, said := sendAndRecord(t, tb, "Say hello.", 8)
 	if len(said) == 0 || !strings.HasPrefix(said[0].(string), "Loading "+model+"…") {
 		t.Errorf("while the model started the reply said %q; want first \"Loading %s…\"", said, model)
 	}
@@ -122,18 +132,7 @@ func TestPlaygroundSaysItWaitsForRoom(t *testing.T) {
 	e.srv.api("POST", "/api/v1/catalog/alpha/scale", map[string]any{"min": 0, "max": 1, "idle_after": "10m"}, nil)
 	e.srv.api("POST", "/v1/chat/completions", map[string]any{"model": "alpha", "max_tokens": 4,
 		"messages": []map[string]string{{"role": "user", "content": "Hi"}}}, nil)
-	tb.must(tb.page.GetByLabel("Message").Fill("Say hello."), "typing the message")
-	tb.must(tb.page.GetByLabel("Max tokens").Fill("16"), "setting max tokens")
-	tb.must(tb.page.GetByRole("button", playwright.PageGetByRoleOptions{Name: "Send"}).Click(), "pressing Send")
-	reply := tb.loc("[data-testid=turn][data-role=assistant] [data-testid=reply][data-done=true]")
-	tb.must(reply.WaitFor(playwright.LocatorWaitForOptions{Timeout: playwright.Float(60000)}), "the reply's end")
-	if n, _ := reply.Locator("[data-testid=reply-error]").Count(); n > 0 {
-		msg, _ := reply.Locator("[data-testid=reply-error]").InnerText()
-		t.Fatalf("the reply failed: %s", msg)
-	}
-	seen, err := tb.page.Evaluate(`() => window.__waiting`)
-	tb.must(err, "reading what the reply said while it waited")
-	said, _ := seen.([]any)
+	reply, said := sendAndRecord(t, tb, "Say hello.", 16)
 	room, loading := -1, -1
 	for i, x := range said {
 		text, _ := x.(string)
