@@ -174,9 +174,13 @@ func TestFleetPageOffersTheControls(t *testing.T) {
 		}
 		// From the page, the sentence goes just after tiny's scale form,
 		// the page left as it was, rather than a "Not done" page.
-		resp = b.do(http.MethodPost, "/fleet/models/tiny/scale", url.Values{"min": {"3"}, "max": {"x"}, "csrf": {b.csrf}}, htmx)
+		// The form is boosted, as every form of the page.
+		resp = b.do(http.MethodPost, "/fleet/models/tiny/scale", url.Values{"min": {"3"}, "max": {"x"}, "csrf": {b.csrf}}, []string{"HX-Request", "true", "HX-Boosted", "true"})
 		if got := resp.Header.Get("HX-Retarget"); got != `form[action="/fleet/models/tiny/scale"]` || resp.Header.Get("HX-Reswap") != "afterend" {
 			t.Errorf("a refused scale from the page is put at %q (%q), want just after tiny's scale form", got, resp.Header.Get("HX-Reswap"))
+		}
+		if got := resp.Header.Get("HX-Push-Url"); got != "false" {
+			t.Errorf("a refused scale puts its address in the history (HX-Push-Url %q)", got)
 		}
 		inline := mustStatus(t, resp, http.StatusBadRequest)
 		if inline.Find(`[data-testid="message"], main, nav`).Length() != 0 {

@@ -42,8 +42,11 @@ func (s *Server) modelScale(w http.ResponseWriter, r *http.Request, v visit) {
 // the figures they were scaling by. Without JavaScript, or for a failure
 // that is not the operator's to mend, it is the message page.
 func (s *Server) scaleRefused(w http.ResponseWriter, r *http.Request, v visit, model string, err error) {
+	// The form is boosted, as every form on the page: htmx sends it, and
+	// the answer's headers put it in place; a browser without JavaScript
+	// sends it alone.
 	status, ok := operatorStatus(err)
-	if !ok || !isFragment(r) {
+	if !ok || r.Header.Get("HX-Request") != "true" {
 		s.pageError(w, r, v, err)
 		return
 	}
@@ -53,6 +56,8 @@ func (s *Server) scaleRefused(w http.ResponseWriter, r *http.Request, v visit, m
 	css := strings.NewReplacer(`\`, `\\`, `"`, `\"`).Replace(model)
 	w.Header().Set("HX-Retarget", `form[action="/fleet/models/`+css+`/scale"]`)
 	w.Header().Set("HX-Reswap", "afterend")
+	// The page stays the fleet page, in the address bar and the history.
+	w.Header().Set("HX-Push-Url", "false")
 	s.render(w, r, status, views.ScaleRefused(model, msg))
 }
 
