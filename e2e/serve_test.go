@@ -263,6 +263,14 @@ func TestThePlanFollowsTheTyping(t *testing.T) {
 	slots, err := tb.loc("[data-testid=slots]").InputValue()
 	tb.must(err, "reading the slots")
 	k, _ := strconv.Atoi(slots)
+	// The headline and the bar give the one figure the file needs, and
+	// the reasons a file does not fit are not struck through.
+	headline := tb.loc("[data-testid=reason]")
+	barText, err := bar.InnerText()
+	tb.must(err, "reading the bar")
+	_, need, _ := strings.Cut(barText, " = ")
+	need, _, _ = strings.Cut(need, " of ")
+	tb.must(tb.expect().Locator(headline).ToContainText("fits: "+need+" with a "), "the headline giving the bar's %q", need)
 
 	pool := tb.loc("[data-testid=ctx-pool]")
 	tb.must(pool.Fill(""), "emptying the pool")
@@ -272,6 +280,13 @@ func TestThePlanFollowsTheTyping(t *testing.T) {
 	tb.must(tb.expect().Locator(submit).ToBeDisabled(), "Serve disabled beside a bar that says too much")
 	tb.must(tb.expect().Locator(reason).ToContainText("fits no node of the pool"), "the reason beside the disabled Serve")
 	tb.must(tb.expect().Locator(fit).ToContainText("does not fit"), "the chosen row follows the pool typed")
+	tb.must(tb.expect().Locator(headline).Not().ToContainText("fits:"), "the headline no longer saying the file fits")
+	tb.must(tb.expect().Locator(headline).ToContainText("no file fits"), "the headline saying no file fits")
+	struck, err := row.Locator(".fit-does-not-fit").First().Evaluate(`el => getComputedStyle(el).textDecorationLine`, nil)
+	tb.must(err, "reading how the reason is drawn")
+	if struck != "none" {
+		t.Errorf("the reason the file does not fit is drawn with text-decoration %v: struck through, it is hard to read", struck)
+	}
 	tb.must(tb.expect().Locator(where.Locator("option").Nth(1)).ToContainText("does not fit"), "the places it runs follow the pool typed")
 	tb.must(tb.expect().Locator(tb.loc("[data-testid=per-slot]")).ToHaveText(fmt.Sprintf("%s of %d tokens each", words.Count(k, "slot", "slots"), 65536/max(k, 1))),
 		"the slots' sentence follows the pool typed")
@@ -282,4 +297,5 @@ func TestThePlanFollowsTheTyping(t *testing.T) {
 	tb.must(tb.expect().Locator(reason).ToHaveCount(0), "no reason left once it fits")
 	tb.must(tb.expect().Locator(bar).Not().ToContainText("too much"), "the bar says it fits")
 	tb.must(tb.expect().Locator(fit).Not().ToContainText("does not fit"), "the row says it fits again")
+	tb.must(tb.expect().Locator(headline).ToContainText("fits: "), "the headline saying it fits again")
 }

@@ -71,14 +71,21 @@ func TestTokensPage(t *testing.T) {
 	if !strings.HasPrefix(token, "ms_") {
 		t.Fatalf("the token shown is %q", token)
 	}
+	// One Copy button, which copies the server's address and the token
+	// as a shell takes them.
+	panel := tb.loc("[data-testid=new-token-panel]")
+	if n, _ := panel.GetByRole("button", playwright.LocatorGetByRoleOptions{Name: "Copy"}).Count(); n != 1 {
+		t.Errorf("the new token has %d Copy buttons, want one", n)
+	}
 	tb.must(tb.page.Context().GrantPermissions([]string{"clipboard-read", "clipboard-write"}), "letting the page use the clipboard")
 	copyButton := tb.loc("[data-testid=copy-token]")
 	tb.must(copyButton.Click(), "pressing Copy")
 	tb.must(tb.expect().Locator(copyButton).ToHaveText("Copied"), "the button saying it copied")
 	copied, err := tb.page.Evaluate(`() => navigator.clipboard.readText()`)
 	tb.must(err, "reading the clipboard")
-	if copied != token {
-		t.Errorf("the clipboard holds %q, not the token", copied)
+	// The address the browser reached the server by.
+	if want := "export MODELSERVE_URL=" + e.front.URL + "\nexport MODELSERVE_TOKEN=" + token; copied != want {
+		t.Errorf("the clipboard holds %q, want %q", copied, want)
 	}
 
 	// It reaches chatty through the gateway, and nothing else.
@@ -99,8 +106,31 @@ func TestTokensPage(t *testing.T) {
 		t.Error("the page holds the token again")
 	}
 
-	// Revoked: gone from the list, and refused.
-	tb.must(row.GetByRole("button", playwright.LocatorGetByRoleOptions{Name: "Revoke my-app"}).Click(), "pressing Revoke")
+	// Revoke asks first: dismissed, nothing is revoked.
+	var asked []string
+	answer := false
+	tb.page.OnDialog(func(d playwright.Dialog) {
+		asked = append(asked, d.Message())
+		if answer {
+			d.Accept()
+		} else {
+			d.Dismiss()
+		}
+	})
+	revoke := row.GetByRole("button", playwright.LocatorGetByRoleOptions{Name: "Revoke my-app"})
+	tb.must(revoke.Click(), "pressing Revoke, then Cancel")
+	time.Sleep(300 * time.Millisecond)
+	if len(asked) != 1 || !strings.HasPrefix(asked[0], "Revoke my-app?") {
+		t.Errorf("Revoke asked %q; want it to ask whether to revoke my-app", asked)
+	}
+	if code, _ := call("/v1/models", token); code != http.StatusOK {
+		t.Errorf("the token was revoked though the question was dismissed: %d", code)
+	}
+	tb.must(tb.expect().Locator(row).ToHaveCount(1), "the token still listed")
+
+	// Revoked once confirmed: gone from the list, and refused.
+	answer = true
+	tb.must(revoke.Click(), "pressing Revoke, then OK")
 	tb.must(tb.expect().Locator(row).ToHaveCount(0), "the token gone from the list")
 	if err := poll(5*time.Second, func() bool { code, _ := call("/v1/models", token); return code == http.StatusUnauthorized }); err != nil {
 		t.Errorf("the revoked token is not refused by the gateway: %v", err)

@@ -47,7 +47,7 @@ func TestAPIReplicas(t *testing.T) {
 					t.Errorf("a replica has no %q: %v", field, tiny)
 				}
 			}
-			if tiny["id"] != "tiny-1" || tiny["state"] != "ready" || tiny["rss_bytes"] != float64(3*gib/2) || tiny["estimate_bytes"] != float64(2*gib) {
+			if tiny["id"] != "tiny-1" || tiny["state"] != "ready" || tiny["rss_bytes"] != float64(3*gb/2) || tiny["estimate_bytes"] != float64(2*gb) {
 				t.Errorf("tiny-1 %v", tiny)
 			}
 			for field := range tiny {
@@ -89,7 +89,7 @@ func TestAPINodesWithTheFleet(t *testing.T) {
 	if len(out.Nodes) != 2 || len(out.Fleet) != 1 {
 		t.Fatalf("want the pool's 2 nodes beside the fleet's 1:\n%s", raw)
 	}
-	if f := out.Fleet[0]; f.Name != "cpu-1" || f.FreeBytes != 20*gib || f.PromisedBytes != 6*gib || len(f.Replicas) != 2 {
+	if f := out.Fleet[0]; f.Name != "cpu-1" || f.FreeBytes != 20*gb || f.PromisedBytes != 6*gb || len(f.Replicas) != 2 {
 		t.Errorf("the fleet's node %+v", f)
 	}
 }

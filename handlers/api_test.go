@@ -194,7 +194,7 @@ func TestAPINodesInBytes(t *testing.T) {
 		t.Fatalf("nodes: %s", raw)
 	}
 	gpu := typed.Nodes[0]
-	if gpu.Name != "gpu-1" || gpu.RAMBytes != 256*gib || gpu.FreeRAMBytes != 200*gib || len(gpu.GPUs) != 1 || gpu.GPUs[0].Count != 2 {
+	if gpu.Name != "gpu-1" || gpu.RAMBytes != 256<<30 || gpu.FreeRAMBytes != 200<<30 || len(gpu.GPUs) != 1 || gpu.GPUs[0].Count != 2 {
 		t.Errorf("gpu-1 is %+v, want 256 GiB with 200 free in bytes and its 2 L4s", gpu)
 	}
 }

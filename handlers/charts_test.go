@@ -38,8 +38,8 @@ func chartsHour() rollup.Hour {
 			"small": {{Minute: at(59)}, {Minute: at(60), Partial: true}},
 		},
 		Nodes: map[string][]rollup.NodeMinute{
-			"cpu-1": {{Minute: at(59), PromisedBytes: 6 * gib, MeasuredBytes: 3 * gib / 2, FreeBytes: 20 * gib},
-				{Minute: at(60), PromisedBytes: 6 * gib, MeasuredBytes: 2 * gib, FreeBytes: 20 * gib, Partial: true}},
+			"cpu-1": {{Minute: at(59), PromisedBytes: 6 * gb, MeasuredBytes: 3 * gb / 2, FreeBytes: 20 * gb},
+				{Minute: at(60), PromisedBytes: 6 * gb, MeasuredBytes: 2 * gb, FreeBytes: 20 * gb, Partial: true}},
 		},
 	}
 }
@@ -86,7 +86,7 @@ func TestAPISeries(t *testing.T) {
 	if err := json.Unmarshal([]byte(apiGetWith(t, e, tok, "/api/v1/nodes/cpu-1/series", http.StatusOK)), &node); err != nil {
 		t.Fatal(err)
 	}
-	if node.Node != "cpu-1" || len(node.Minutes) != 2 || node.Minutes[1].MeasuredBytes != 2*gib {
+	if node.Node != "cpu-1" || len(node.Minutes) != 2 || node.Minutes[1].MeasuredBytes != 2*gb {
 		t.Errorf("cpu-1's series = %+v, want two minutes, 2 GiB measured now", node)
 	}
 	for _, path := range []string{"/api/v1/catalog/nope/series", "/api/v1/nodes/nope/series"} {
@@ -123,10 +123,10 @@ func TestCatalogAndFleetDrawTheHour(t *testing.T) {
 
 	fleetDoc := mustStatus(t, b.get("/fleet"), http.StatusOK)
 	node := fleetDoc.Find(`[data-testid="node"][data-node="cpu-1"] [data-chart="chart-memory-cpu-1"]`)
-	if got := node.Find(`[data-series="measured"] circle`).Last().AttrOr("data-value", ""); got != "2147483648" {
-		t.Errorf("cpu-1's measured memory now is drawn as %q, want 2 GiB", got)
+	if got := node.Find(`[data-series="measured"] circle`).Last().AttrOr("data-value", ""); got != "2000000000" {
+		t.Errorf("cpu-1's measured memory now is drawn as %q, want 2 GB", got)
 	}
-	if got, want := node.Find(`[data-testid="chart-latest"]`).Text(), words.Size(6*gib)+" promised, "+words.Size(2*gib)+" measured, "+words.Size(20*gib)+" free"; got != want {
+	if got, want := node.Find(`[data-testid="chart-latest"]`).Text(), words.Size(6*gb)+" promised, "+words.Size(2*gb)+" measured, "+words.Size(20*gb)+" free"; got != want {
 		t.Errorf("cpu-1's memory chart says %q, want %q", got, want)
 	}
 	if fleetDoc.Find(`[data-model="tiny"] [data-chart="chart-speed-tiny"]`).Length() != 1 {

@@ -29,15 +29,16 @@ func durationText(d time.Duration) string {
 	return fmt.Sprintf("%d h", h)
 }
 
-// rateText is bytes a second in the unit a download is read in.
+// rateText is bytes a second in the unit a download is read in, decimal
+// as words.Size says the sizes beside it.
 func rateText(bps float64) string {
 	switch {
-	case bps >= 1<<30:
-		return fmt.Sprintf("%.2f GB/s", bps/(1<<30))
-	case bps >= 1<<20:
-		return fmt.Sprintf("%.1f MB/s", bps/(1<<20))
+	case bps >= 1e9:
+		return fmt.Sprintf("%.2f GB/s", bps/1e9)
+	case bps >= 1e6:
+		return fmt.Sprintf("%.1f MB/s", bps/1e6)
 	}
-	return fmt.Sprintf("%.0f KB/s", bps/(1<<10))
+	return fmt.Sprintf("%.0f KB/s", bps/1e3)
 }
 
 // timeText is when something happened, in UTC (the server's clock and its

@@ -95,33 +95,33 @@ func TestRequestFromForm(t *testing.T) {
 }
 
 func TestMemoryBar(t *testing.T) {
-	const gib = int64(1) << 30
+	const gb, mb = int64(1e9), int64(1e6)
 	sizing := func(kv, room int64, fit string) plan.Option {
 		return plan.Option{Class: "L4", GPUsPerNode: 1, Engine: plan.EngineLlamaCpp, Sizing: plan.Sizing{
-			Size: catalog.Size{Pool: 16384}, WeightsBytes: 8 * gib, KVBytes: kv, ComputeBytes: gib / 2, ProjectorBytes: gib / 2,
-			NeedBytes: 9*gib + kv, RoomBytes: room, Fit: fit,
+			Size: catalog.Size{Pool: 16384}, WeightsBytes: 8 * gb, KVBytes: kv, ComputeBytes: gb / 2, ProjectorBytes: gb / 2,
+			NeedBytes: 9*gb + kv, RoomBytes: room, Fit: fit,
 		}}
 	}
-	if b := memoryBar(sizing(2*gib, 11*gib+gib/10, plan.FitsNow), 0); b.Over || !strings.HasSuffix(b.Text, "= 11 GB of 11.1 GB free of the card: fits, 102.4 MB left") {
+	if b := memoryBar(sizing(2*gb, 11*gb+gb/10, plan.FitsNow), 0); b.Over || !strings.HasSuffix(b.Text, "= 11 GB of 11.1 GB free of the card: fits, 100 MB left") {
 		t.Fatalf("nearly full: %q", b.Text)
 	}
-	b := memoryBar(sizing(2*gib, 24*gib, plan.FitsNow), 0)
+	b := memoryBar(sizing(2*gb, 24*gb, plan.FitsNow), 0)
 	if b.Over || b.Text != "weights 8 GB + KV cache 2 GB for 16384 tokens + engine 1 GB = 11 GB of 24 GB free of the card: fits, 13 GB left" {
 		t.Fatalf("%+v", b)
 	}
-	b = memoryBar(sizing(20*gib, 24*gib, plan.FitsNowhere), 0)
+	b = memoryBar(sizing(20*gb, 24*gb, plan.FitsNowhere), 0)
 	if !b.Over || b.Capacity >= 100 || b.Text != "weights 8 GB + KV cache 20 GB for 16384 tokens + engine 1 GB = 29 GB, more than the 24 GB of the card: 5 GB too much" {
 		t.Fatalf("%+v", b)
 	}
 	// Small figures keep their unit rather than rounding to "0 GB".
-	small := plan.Option{CPU: true, Engine: plan.EngineLlamaCpp, Sizing: plan.Sizing{Size: catalog.Size{Pool: 4096}, WeightsBytes: 300 << 20,
-		KVBytes: 4 << 20, ComputeBytes: 150 << 20, NeedBytes: 454 << 20, RoomBytes: 8 * gib, Fit: plan.FitsNow}}
+	small := plan.Option{CPU: true, Engine: plan.EngineLlamaCpp, Sizing: plan.Sizing{Size: catalog.Size{Pool: 4096}, WeightsBytes: 300 * mb,
+		KVBytes: 4 * mb, ComputeBytes: 150 * mb, NeedBytes: 454 * mb, RoomBytes: 8 * gb, Fit: plan.FitsNow}}
 	if b := memoryBar(small, 0); !strings.HasPrefix(b.Text, "weights 300 MB + KV cache 4 MB for 4096 tokens + engine 150 MB = 454 MB of 8 GB free of a node's RAM") {
 		t.Fatalf("small: %q", b.Text)
 	}
 	// The room is what is left once the headroom is kept, and the bar
 	// says that it was.
-	if b := memoryBar(small, gib); !strings.HasSuffix(b.Text, "= 454 MB of 8 GB free of a node's RAM: fits, 7.6 GB left, 1 GB kept free for the system") {
+	if b := memoryBar(small, gb); !strings.HasSuffix(b.Text, "= 454 MB of 8 GB free of a node's RAM: fits, 7.5 GB left, 1 GB kept free for the system") {
 		t.Fatalf("with headroom: %q", b.Text)
 	}
 }

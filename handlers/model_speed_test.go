@@ -65,7 +65,7 @@ func TestSpeedMeasuredBesideTheEstimate(t *testing.T) {
 			t.Errorf("%s: tiny's measured speed links its job %d times, want once", tt.page, got)
 		}
 		got := tiny.Text()
-		for _, want := range []string{"by its smoke test", estimate, "from 20 GB/s of memory bandwidth over 1.9 MB of weights a token"} {
+		for _, want := range []string{"by its smoke test", estimate, "from 20 GB/s of memory bandwidth over 2 MB of weights a token"} {
 			if !strings.Contains(got, want) {
 				t.Errorf("%s: tiny's speed says %q; want %q in it", tt.page, got, want)
 			}

@@ -299,7 +299,10 @@ func replicaView(r fleet.Replica, now time.Time) views.FleetReplica {
 	if r.PID > 0 {
 		vm.Process, vm.PID = fmt.Sprintf("pid %d", r.PID), fmt.Sprint(r.PID)
 		if r.Threads > 0 {
-			vm.Process += fmt.Sprintf(", %d %s", r.Threads, words.Plural(r.Threads, "thread", "threads"))
+			// The engine's --threads, which the fleet chose: the process
+			// runs more (its HTTP threads, the runtime's), so "1 thread"
+			// beside a process of 15 read as a wrong count.
+			vm.Process += fmt.Sprintf(", started with --threads %d", r.Threads)
 		}
 	}
 	return vm

@@ -172,6 +172,32 @@ func TestFleetPageOffersTheControls(t *testing.T) {
 		if got := msg.Find(`[data-testid="message"] a`).AttrOr("href", ""); got != "/fleet" {
 			t.Errorf("the refusal leads to %q, want back to the fleet", got)
 		}
+		// From the page, the sentence goes just after tiny's scale form,
+		// the page left as it was, rather than a "Not done" page.
+		// The form is boosted, as every form of the page.
+		resp = b.do(http.MethodPost, "/fleet/models/tiny/scale", url.Values{"min": {"3"}, "max": {"x"}, "csrf": {b.csrf}}, []string{"HX-Request", "true", "HX-Boosted", "true"})
+		if got := resp.Header.Get("HX-Retarget"); got != `form[action="/fleet/models/tiny/scale"]` || resp.Header.Get("HX-Reswap") != "afterend" {
+			t.Errorf("a refused scale from the page is put at %q (%q), want just after tiny's scale form", got, resp.Header.Get("HX-Reswap"))
+		}
+		if got := resp.Header.Get("HX-Push-Url"); got != "false" {
+			t.Errorf("a refused scale puts its address in the history (HX-Push-Url %q)", got)
+		}
+		inline := mustStatus(t, resp, http.StatusBadRequest)
+		if inline.Find(`[data-testid="message"], main, nav`).Length() != 0 {
+			t.Error("a refused scale from the page is answered with a page")
+		}
+		if got := inline.Find(`[data-testid="scale-error"][data-model="tiny"][role="alert"]`).Text(); got != `the most replicas to run is a whole number, 0 or more, not "x"` {
+			t.Errorf("the refusal beside the form says %q", got)
+		}
+		// A second refusal takes the place of the first (out of band).
+		if inline.Find(`#scale-error-tiny[hx-swap-oob="delete"]`).Length() != 1 {
+			t.Error("a second refusal would stack under the first")
+		}
+		// The form it is put after is the page's.
+		page := mustStatus(t, b.get("/fleet"), http.StatusOK)
+		if page.Find(`form[action="/fleet/models/tiny/scale"]`).Length() != 1 {
+			t.Error("the fleet page has no form the refusal can be put after")
+		}
 	})
 	t.Run("idle after", func(t *testing.T) {
 		ctx := context.Background()

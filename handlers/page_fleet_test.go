@@ -46,7 +46,9 @@ func (f *fakeFleet) Starts(_ context.Context, limit int) ([]fleet.Start, error) 
 
 const (
 	engineKey = "5ecre7k3y0f7he3ng1ne5ecre7k3y0f7he3ng1ne"
-	gib       = int64(1) << 30
+	// gb is a decimal gigabyte, as the pages say sizes: a node of 32 * gb
+	// reads "32 GB".
+	gb = int64(1e9)
 )
 
 // busyFleet is one node, cpu-1 (as the pool names it too), running tiny
@@ -59,10 +61,10 @@ func busyFleet() *fakeFleet {
 		replicas: []fleet.Replica{
 			{ID: "small-1", Model: "small", Profile: "cpu", Node: "cpu-1", Endpoint: "http://127.0.0.1:4343", State: fleet.Loading,
 				Failures: 2, LastError: "the engine ended before it was ready: out of memory", Started: started,
-				PID: 4343, EstimateBytes: 4 * gib, Log: []string{"llama_model_load: loading"}},
+				PID: 4343, EstimateBytes: 4 * gb, Log: []string{"llama_model_load: loading"}},
 			{ID: "tiny-1", Model: "tiny", Profile: "cpu", Node: "cpu-1", Endpoint: "http://127.0.0.1:4242", State: fleet.Ready,
 				Started: started, ReadyAt: started.Add(3 * time.Second), PID: 4242, Threads: 4,
-				RSSBytes: 3 * gib / 2, EstimateBytes: 2 * gib,
+				RSSBytes: 3 * gb / 2, EstimateBytes: 2 * gb,
 				Load: &fleet.Load{Size: catalog.SizeForSlots(4, 4096), SlotsBusy: 1, Deferred: 2, PromptTokens: 300, CachedTokens: 100, PredictedTokens: 50},
 				Log: []string{
 					"main: starting llama-server --api-key " + engineKey,
@@ -78,13 +80,13 @@ func busyFleet() *fakeFleet {
 			{Model: "small", Class: "standard", Want: 1, HardwareExists: true},
 			{Model: "tiny", Class: "standard", Want: 1, Ready: 1, HardwareExists: true},
 		},
-		nodes: []fleet.NodeStatus{{Name: "cpu-1", CPUCores: 8, RAMBytes: 32 * gib, AvailableBytes: 24 * gib,
-			FreeBytes: 20 * gib, PromisedBytes: 6 * gib, Replicas: []string{"small-1", "tiny-1"}}},
+		nodes: []fleet.NodeStatus{{Name: "cpu-1", CPUCores: 8, RAMBytes: 32 * gb, AvailableBytes: 24 * gb,
+			FreeBytes: 20 * gb, PromisedBytes: 6 * gb, Replicas: []string{"small-1", "tiny-1"}}},
 		starts: []fleet.Start{
 			{Replica: "tiny-1", Model: "tiny", File: "/data/mirror/acme/tiny/abc/tiny-Q4_K_M.gguf", Size: catalog.Size{Pool: 16384, Slots: 4},
-				EstimateBytes: 2 * gib, RSSBytes: 3 * gib / 2, Started: started, ReadyAt: started.Add(3 * time.Second)},
+				EstimateBytes: 2 * gb, RSSBytes: 3 * gb / 2, Started: started, ReadyAt: started.Add(3 * time.Second)},
 			{Replica: "tiny-0", Model: "tiny", File: "/data/mirror/acme/tiny/abc/tiny-Q4_K_M.gguf", Size: catalog.Size{Pool: 4096, Slots: 1},
-				EstimateBytes: gib, RSSBytes: 5 * gib / 4, Started: started, ReadyAt: started.Add(time.Second)},
+				EstimateBytes: gb, RSSBytes: 5 * gb / 4, Started: started, ReadyAt: started.Add(time.Second)},
 		},
 		keys: map[string]string{"tiny-1": engineKey, "small-1": "an0th3rk3y"},
 	}
@@ -120,7 +122,7 @@ func TestFleetPageShowsTheFleet(t *testing.T) {
 			t.Errorf("cpu-1's memory bar parts %q, want %q", parts, want)
 		}
 		// A node the fleet does not run keeps the pool's figures.
-		if got := texts(doc.Find(`[data-node="gpu-1"] [data-testid="bar-text"]`)); len(got) == 0 || got[0] != "56 GB in use, 200 GB free of 256 GB" {
+		if got := texts(doc.Find(`[data-node="gpu-1"] [data-testid="bar-text"]`)); len(got) == 0 || got[0] != "60.1 GB in use, 214.7 GB free of 274.9 GB" { // the nodes file's GiB
 			t.Errorf("gpu-1's memory %q", got)
 		}
 	})
@@ -132,6 +134,8 @@ func TestFleetPageShowsTheFleet(t *testing.T) {
 			`[data-testid="endpoint"]`:       "http://127.0.0.1:4242",
 			`[data-testid="failures"]`:       "0",
 			`[data-testid="replica-memory"]`: "1.5 GB resident; estimated 2 GB",
+			// The engine's --threads, not a count of the process's threads.
+			`[data-testid="replica-process"]`: "pid 4242, started with --threads 4",
 			`[data-testid="replica-load"]`:   "1 of 4 slots busy, 2 waiting; 4096 tokens a slot; 400 prompt tokens read (25% from its cache), 50 generated",
 			// The row's cells, each a figure; the sentences above are in
 			// its details.
@@ -230,7 +234,7 @@ func TestFleetPageShowsTheFleet(t *testing.T) {
 
 func TestFleetPageWithNothingRunning(t *testing.T) {
 	e := newConsoleEnv(t, func(d *handlers.Deps) {
-		d.Fleet = &fakeFleet{nodes: []fleet.NodeStatus{{Name: "solo", CPUCores: 4, RAMBytes: 16 * gib, FreeBytes: 12 * gib}}}
+		d.Fleet = &fakeFleet{nodes: []fleet.NodeStatus{{Name: "solo", CPUCores: 4, RAMBytes: 16 * gb, FreeBytes: 12 * gb}}}
 	})
 	doc := mustStatus(t, e.signedIn().get("/fleet"), http.StatusOK)
 	// No pool, but the fleet's own node.
@@ -324,7 +328,7 @@ func TestMirrorRemoveRefusesAFileInUse(t *testing.T) {
 // system (--headroom) is its own part of the bar, and said in words.
 func TestFleetBarSaysWhatIsKeptFree(t *testing.T) {
 	e := newConsoleEnv(t, func(d *handlers.Deps) {
-		d.Fleet = &fakeFleet{nodes: []fleet.NodeStatus{{Name: "solo", CPUCores: 4, RAMBytes: 16 * gib, FreeBytes: 11 * gib, HeadroomBytes: gib}}}
+		d.Fleet = &fakeFleet{nodes: []fleet.NodeStatus{{Name: "solo", CPUCores: 4, RAMBytes: 16 * gb, FreeBytes: 11 * gb, HeadroomBytes: gb}}}
 	})
 	doc := mustStatus(t, e.signedIn().get("/fleet"), http.StatusOK)
 	if got := doc.Find(`[data-node="solo"] [data-testid="bar-text"]`).Text(); got != "no replicas, 4 GB other programs and room held for replicas loading; 11 GB free of 16 GB, 1 GB kept free for the system" {

@@ -26,7 +26,7 @@ func TestCatalogRowAtAGlance(t *testing.T) {
 		}
 	}
 	gpu := tinyModel("huge")
-	gpu.Profiles = []catalog.Profile{{Name: "l4", Engine: "llamacpp", Size: catalog.Size{Pool: 8192, Slots: 1}, GPUClass: "L4", GPUsPerNode: 2, CardBytes: 9 * gib}}
+	gpu.Profiles = []catalog.Profile{{Name: "l4", Engine: "llamacpp", Size: catalog.Size{Pool: 8192, Slots: 1}, GPUClass: "L4", GPUsPerNode: 2, CardBytes: 9 * gb}}
 	if err := e.catalog.Add(ctx, gpu, "test"); err != nil {
 		t.Fatal(err)
 	}
@@ -35,7 +35,7 @@ func TestCatalogRowAtAGlance(t *testing.T) {
 		model string
 		cells map[string]string
 	}{
-		{"tiny", map[string]string{"model-state": "✓ ready", "version": "c0ffeec", "size": "4096 × 4", "replicas": "1/1", "memory": "1.2 GB RAM"}},
+		{"tiny", map[string]string{"model-state": "✓ ready", "version": "c0ffeec", "size": "4096 × 4", "replicas": "1/1", "memory": "1.3 GB RAM"}},
 		{"broken", map[string]string{"model-state": "✗ parked", "replicas": "0/1"}},
 		{"huge", map[string]string{"model-state": "◐ waiting for room", "size": "8192 × 1", "memory": "9 GB × 2 cards"}},
 	} {
@@ -48,7 +48,7 @@ func TestCatalogRowAtAGlance(t *testing.T) {
 		}
 	}
 	tiny := doc.Find(`[data-testid="model-row"][data-model="tiny"]`)
-	const runs = "a 16384-token pool in 4 slots of 4096 tokens; 1.2 GB of RAM"
+	const runs = "a 16384-token pool in 4 slots of 4096 tokens; 1.3 GB of RAM"
 	if strings.Contains(tiny.Find("tr:first-child").Text(), runs) {
 		t.Error("the profile's sentence is in tiny's row: it belongs in its details")
 	}

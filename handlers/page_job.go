@@ -99,6 +99,9 @@ func jobView(j jobs.Job, now time.Time, csrf string, meter *rateMeter) views.Job
 	if j.TokensPerSecond > 0 {
 		vm.TokensPerSecond = formatFloat(j.TokensPerSecond)
 	}
+	if st, ok := j.Step(jobs.StepSmoke); ok && st.State == jobs.Done && j.Reply == "" && !j.Request.Embeddings {
+		vm.NoText = true
+	}
 	vm.OnDemand = onDemand(j)
 	if promoted(j) {
 		// Done is promoted, for an update, and served again for a

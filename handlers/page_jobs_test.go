@@ -68,6 +68,29 @@ func TestJobPageDone(t *testing.T) {
 	}
 }
 
+// TestJobPageNoText: a job whose model answered the smoke test with no
+// text says so, rather than "Served." beside a blank where the answer
+// goes; an embedding model, which answers with no text by nature, does
+// not.
+func TestJobPageNoText(t *testing.T) {
+	e := newConsoleEnv(t)
+	j := doneJob("serve-4-empty", time.Now().Add(-time.Minute))
+	j.Reply = ""
+	j.Steps[6].Detail = "answered with no text, at 812.4 tokens/s"
+	mustInsertJob(t, e.db, j)
+	doc := mustStatus(t, e.signedIn().get("/jobs/serve-4-empty"), http.StatusOK)
+	got := strings.Join(strings.Fields(doc.Find(`[data-testid="outcome"]`).Text()), " ")
+	if doc.Find(`[data-testid="no-text"]`).Length() != 1 || !strings.Contains(got, "Served. The model answered the smoke test with no text") {
+		t.Errorf("the outcome of a job answered with no text says %q", got)
+	}
+	embed := doneJob("serve-5-embed", time.Now().Add(-time.Minute))
+	embed.Request.Embeddings, embed.Reply = true, ""
+	mustInsertJob(t, e.db, embed)
+	if n := mustStatus(t, e.signedIn().get("/jobs/serve-5-embed"), http.StatusOK).Find(`[data-testid="no-text"]`).Length(); n != 0 {
+		t.Error("an embedding model's job says it answered with no text")
+	}
+}
+
 // TestJobPageOnDemand: a job that added its model on demand says so, and
 // how it loads, rather than "Served." over steps that started nothing.
 func TestJobPageOnDemand(t *testing.T) {

@@ -63,18 +63,33 @@ func (s *Server) playgroundView(r *http.Request, v visit, m catalog.Model) views
 		},
 		CallIt: callItView(s.publicBase(r), m, s.tokenCreate),
 	}
-	if snap, ok := s.snapshot(); ok {
-		var health fleet.ModelHealth
-		looked := false
-		for _, h := range snap.models {
-			if h.Model == m.Name {
-				health, looked = h, true
-			}
-		}
-		p.Running = runningText(health, looked)
-	}
-	p.Unloaded = s.deps.Gateway != nil && s.deps.Gateway.State(m.Name) == gateway.Unloaded
+	p.State = s.playgroundState(m)
 	return p
+}
+
+// playgroundState is how m fares now, as the playground's heading says it.
+func (s *Server) playgroundState(m catalog.Model) views.PlaygroundState {
+	st := views.PlaygroundState{Model: m.Name, Embeddings: m.Capabilities.Embeddings}
+	if s.deps.Fleet != nil {
+		health, looked := s.healthOf(m.Name)
+		st.Running = runningText(health, looked)
+	}
+	st.Unloaded = s.deps.Gateway != nil && s.deps.Gateway.State(m.Name) == gateway.Unloaded
+	return st
+}
+
+// healthOf is how the fleet fares with model; false when it has not
+// looked at it yet, or there is no fleet.
+func (s *Server) healthOf(model string) (fleet.ModelHealth, bool) {
+	if s.deps.Fleet == nil {
+		return fleet.ModelHealth{}, false
+	}
+	for _, h := range s.deps.Fleet.ModelHealth() {
+		if h.Model == model {
+			return h, true
+		}
+	}
+	return fleet.ModelHealth{}, false
 }
 
 // maxTokensLimit is the most a reply may be: the catalog's longest answer,

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/a-h/templ"
+
 	"modelserve/catalog"
 	"modelserve/internal/chat"
 	"modelserve/views"
@@ -55,9 +57,10 @@ func (s *Server) playgroundSend(w http.ResponseWriter, r *http.Request, v visit)
 			s.render(w, r, http.StatusOK, views.ChatForm(p.Form, false))
 			return
 		}
+		wait := s.waitFor(m.Name)
 		s.render(w, r, http.StatusOK, views.PlaygroundSentView(views.PlaygroundSent{
 			User: user, Stream: playgroundURL(m.Name) + "/stream?ask=" + url.QueryEscape(id), Form: next,
-			Loading: s.loading(m.Name),
+			Loading: wait.loading, Room: wait.room,
 		}))
 		return
 	}
@@ -71,6 +74,7 @@ func (s *Server) playgroundSend(w http.ResponseWriter, r *http.Request, v visit)
 	p.Turns = append(p.Turns, user, views.Turn{Role: "assistant", Reply: reply})
 	p.Status = replyStatus(reply)
 	p.Form = next
+	p.State = s.playgroundState(m)
 	s.render(w, r, http.StatusOK, views.PlaygroundPageView(p))
 }
 
@@ -191,8 +195,11 @@ func (s *Server) playgroundEmbed(w http.ResponseWriter, r *http.Request, p views
 			}
 		}
 	}
+	// The text may have loaded the model: the heading says how it fares
+	// now, not before.
+	p.State = s.playgroundState(m)
 	if isFragment(r) {
-		s.render(w, r, http.StatusOK, views.EmbeddingView(res))
+		s.render(w, r, http.StatusOK, templ.Join(views.EmbeddingView(res), views.PlaygroundStateView(p.State, true)))
 		return
 	}
 	p.Embedding = &res

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/url"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -14,6 +16,7 @@ import (
 
 	"modelserve/catalog"
 	"modelserve/handlers"
+	"modelserve/internal/fleet"
 	"modelserve/internal/gateway"
 	"modelserve/internal/operr"
 	"modelserve/jobs"
@@ -574,5 +577,96 @@ func TestPlaygroundSaysLoadingWhileTheModelStarts(t *testing.T) {
 	}
 	if len(said) < 2 || said[0] != "reply: Waiting for the model…" || said[len(said)-1] != "end: Hi" {
 		t.Errorf("the stream said %q; want that it waits for the model once loaded, then the reply", said)
+	}
+}
+
+// roomFleet is a fleet whose one model's health a test changes while a
+// reply streams.
+type roomFleet struct {
+	fakeFleet
+	mu     sync.Mutex
+	health fleet.ModelHealth
+}
+
+func (f *roomFleet) ModelHealth() []fleet.ModelHealth {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return []fleet.ModelHealth{f.health}
+}
+
+func (f *roomFleet) set(h fleet.ModelHealth) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.health = h
+}
+
+// TestPlaygroundSaysItWaitsForRoom: a message to a model waiting for room
+// that another model's replica holds says what it waits for, as the fleet
+// says it, rather than "Loading tiny…"; then that it loads, once the room
+// is given back. The reply's rate leaves the wait out, and the heading,
+// which said the model was not loaded, says how it fares once it answered.
+func TestPlaygroundSaysItWaitsForRoom(t *testing.T) {
+	gw := &fakeGateway{chunks: chatChunks("One", " two", " three", " four", " five"), gap: 10 * time.Millisecond,
+		hold: make(chan struct{}), stopped: make(chan struct{}), state: gateway.Unloaded}
+	const placement = fleet.Making + " on node local: waiting for gamma-1 to finish the requests it answers"
+	fl := &roomFleet{health: fleet.ModelHealth{Model: "tiny", Want: 0}}
+	e := newPlaygroundEnv(t, gw, func(d *handlers.Deps) { d.Fleet = fl })
+	b := e.signedIn()
+	page := mustStatus(t, b.get("/catalog/tiny/playground"), http.StatusOK)
+	if page.Find(`#playground-state [data-testid="loads-on-first"]`).Length() != 1 {
+		t.Fatal("the page of a model not loaded does not say the first message loads it")
+	}
+
+	gw.mu.Lock()
+	gw.state = gateway.Loading
+	gw.mu.Unlock()
+	fl.set(fleet.ModelHealth{Model: "tiny", Want: 1, Placement: placement})
+	sent := mustStatus(t, b.do(http.MethodPost, "/catalog/tiny/playground", url.Values{"message": {"Count"}, "csrf": {b.csrf}}, htmx), http.StatusOK)
+	want := "Waiting for room on node local: waiting for gamma-1 to finish the requests it answers…"
+	if got := sent.Find(`[data-testid="reply-waiting"]`).Text(); !strings.HasPrefix(got, want) {
+		t.Errorf("the reply to come says %q; want %q", got, want)
+	}
+
+	// gamma-1 gives its room back a moment later; tiny starts, and
+	// answers a second after the message.
+	const wait = time.Second
+	time.AfterFunc(400*time.Millisecond, func() { fl.set(fleet.ModelHealth{Model: "tiny", Want: 1}) })
+	time.AfterFunc(wait, func() {
+		fl.set(fleet.ModelHealth{Model: "tiny", Want: 1, Ready: 1})
+		gw.mu.Lock()
+		gw.state = gateway.Loaded
+		gw.mu.Unlock()
+		close(gw.hold)
+	})
+	resp := b.get(sent.Find(`[sse-connect]`).AttrOr("sse-connect", ""))
+	defer resp.Body.Close()
+	var said []string
+	var end *goquery.Document
+	for ev := range readEvents(t, resp.Body) {
+		doc, _ := goquery.NewDocumentFromReader(strings.NewReader(ev.data))
+		if w := doc.Find(`[data-testid="reply-waiting"]`); w.Length() > 0 {
+			said = append(said, strings.SplitAfter(w.Text(), "…")[0])
+		}
+		if ev.name == "end" {
+			end = doc
+		}
+	}
+	if !slices.Contains(said, "Loading tiny…") {
+		t.Errorf("the stream said %q; want it to say tiny loads once the room was given back", said)
+	}
+	if end == nil {
+		t.Fatal("the stream had no end")
+	}
+	// Five tokens written in tens of milliseconds: counted over the
+	// second's wait they read under 5 a second.
+	tps, _ := strconv.ParseFloat(end.Find(`[data-testid="reply-tps"]`).Text(), 64)
+	if tps <= float64(5)/wait.Seconds() {
+		t.Errorf("the reply reads %v tokens per second (%q); want the wait of %s left out", tps, end.Find(`[data-testid="reply-tokens"]`).Text(), wait)
+	}
+	state := end.Find(`#playground-state`)
+	if state.AttrOr("hx-swap-oob", "") != "true" || state.Find(`[data-testid="loads-on-first"]`).Length() != 0 ||
+		state.Find(`[data-testid="playground-running"]`).Text() != "1 of 1 ready" {
+		t.Errorf("the end's heading says %q (swap %q); want tiny's replica ready, and no longer that it is not loaded",
+			strings.Join(strings.Fields(state.Text()), " "), state.AttrOr("hx-swap-oob", ""))
 	}
 }

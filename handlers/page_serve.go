@@ -47,7 +47,7 @@ func (s *Server) serveReportFragment(w http.ResponseWriter, r *http.Request, v v
 }
 
 // serveMemory redraws what the pool and slots typed change: the bars, the
-// sentence under the slots, the rows' fits, the places the file may run
+// sentence under the slots, the plan's headline, the rows' fits, the places the file may run
 // and the Serve button, all from one plan for what the form now holds.
 func (s *Server) serveMemory(w http.ResponseWriter, r *http.Request, v visit) {
 	f := formFrom(r.URL.Query())
@@ -62,7 +62,7 @@ func (s *Server) serveMemory(w http.ResponseWriter, r *http.Request, v visit) {
 		return
 	}
 	s.render(w, r, http.StatusOK, templ.Join(views.MemoryView(rep.Memory), views.PerSlotUpdate(rep.PerSlot),
-		views.SetRows(rep, true), views.WhereSelect(echoForm(f), rep, true), views.ServeAction(rep.Blocked, v.csrf, true)))
+		views.ServeReason(rep.Reason, true), views.SetRows(rep, true), views.WhereSelect(echoForm(f), rep, true), views.ServeAction(rep.Blocked, v.csrf, true)))
 }
 
 // serveSubmit starts a job with the form's request and shows it. A request
@@ -276,7 +276,7 @@ func (s *Server) serveReport(ctx context.Context, f *views.ServeForm, pick strin
 	rep := l.report
 	vm := views.Report{
 		Shown: true, Repo: rep.Repo, Revision: rep.Revision, Commit: rep.Commit, ShortCommit: hf.Short(rep.Commit),
-		GatedNote: l.gatedNote, Planned: l.planned, Reason: rep.Plan.Reason, Notes: rep.Plan.Notes,
+		GatedNote: l.gatedNote, Planned: l.planned, Notes: rep.Plan.Notes,
 		SuggestedName: hf.ModelName(rep.Repo),
 	}
 	if rep.Gated {
@@ -301,6 +301,7 @@ func (s *Server) serveReport(ctx context.Context, f *views.ServeForm, pick strin
 	if sizeErr == "" {
 		chosen, _ = findSet(sized, f.Chosen)
 	}
+	vm.Reason = sized.Plan.Reason
 	measured := s.measuredBySet(ctx, sized)
 	for _, set := range sized.Sets {
 		sv := setView(set, set.Name == f.Chosen)

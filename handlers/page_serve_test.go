@@ -144,7 +144,7 @@ func TestServePageShowsThePlan(t *testing.T) {
 	if got, why := f16.Find(`[data-testid="fit"]`).Text(), f16.Find(`[data-testid="fit-why"]`).Text(); !strings.Contains(got, "1×T4") || !strings.Contains(why, "16384 tokens in 4 slots of 4096 cut to") {
 		t.Errorf("F16 on the T4: %q, why %q; want the default pool said to be cut to fit", got, why)
 	}
-	if got := texts(rec.Find("td")); got[1] != "Q8_0" || got[2] != "7.9 GB" || got[3] != "1" || !strings.HasPrefix(got[5], "≈ ") {
+	if got := texts(rec.Find("td")); got[1] != "Q8_0" || got[2] != "8.5 GB" || got[3] != "1" || !strings.HasPrefix(got[5], "≈ ") {
 		t.Errorf("the recommended row reads %q", got)
 	}
 	if got := doc.Find(`[data-testid="commit"]`).Text(); len(got) != 7 {
@@ -399,5 +399,48 @@ func TestServeIsDisabledForWhatCannotBeServed(t *testing.T) {
 				t.Errorf("the disabled button is not described by its reason")
 			}
 		})
+	}
+}
+
+// TestServeHeadlineSaysWhatTheBarSays: the plan's headline and the chosen
+// option's memory bar give the one figure the file needs (they said 573.4
+// and 569.9 MB, one from a figure rounded to a hundredth of a GiB), and a
+// context typed that the file does not fit turns the headline too: it
+// stops saying the file fits.
+func TestServeHeadlineSaysWhatTheBarSays(t *testing.T) {
+	e, hub := plannedEnv(t)
+	// A small model's figures are megabytes, where a figure rounded to a
+	// hundredth of a GiB is off by several.
+	const tinyRepo = "acme/tiny-GGUF"
+	hub.AddRepo(tinyRepo, hubtest.RepoOptions{})
+	hub.AddFile(tinyRepo, "tiny-Q8_0.gguf", ggufgen.Bytes(ggufgen.Spec{}))
+	b := e.signedIn()
+	for _, repo := range []string{llamaRepo, tinyRepo} {
+		doc := mustStatus(t, b.get("/serve?repo="+url.QueryEscape(repo)), http.StatusOK)
+		headline := doc.Find(`[data-testid="reason"]`).Text()
+		var t4 string
+		doc.Find(`[data-testid="memory"] [data-testid="bar"]`).Each(func(_ int, s *goquery.Selection) {
+			if s.Find("strong").Text() == "1×T4" {
+				t4 = s.Find(`[data-testid="bar-text"]`).Text()
+			}
+		})
+		// "weights … + engine … = 9.3 GB of 17.2 GB free of the card: …"
+		_, need, _ := strings.Cut(t4, " = ")
+		need, _, _ = strings.Cut(need, " of ")
+		if need == "" || !strings.Contains(headline, "fits: "+need+" with a ") || !strings.Contains(headline, " on a T4") {
+			t.Errorf("%s: the headline says %q\nand the T4's bar %q: want the bar's %q in the headline", repo, headline, t4, need)
+		}
+	}
+
+	// A pool the T4 does not hold for any file: the headline, swapped
+	// beside the bars, no longer says it fits.
+	m := url.Values{"repo": {llamaRepo}, "chosen": {"Llama-3.1-8B-Instruct-Q8_0"}, "where": {"gpu:T4:1:1"}, "ctx_pool": {"1048576"}, "slots": {"1"}}
+	doc := mustStatus(t, b.get("/serve/memory?"+m.Encode(), htmx...), http.StatusOK)
+	swapped := doc.Find(`[data-testid="reason"][hx-swap-oob]`)
+	if swapped.Length() != 1 {
+		t.Fatal("typing a pool leaves the headline as it was: it is not swapped beside the bars")
+	}
+	if got := swapped.Text(); strings.Contains(got, "fits:") || !strings.Contains(got, "no file fits") {
+		t.Errorf("with a pool of 1048576 tokens the headline says %q; want it to say no file fits", got)
 	}
 }

@@ -46,7 +46,7 @@ func TestCatalogPage(t *testing.T) {
 	for what, want := range map[string]string{
 		`[data-testid="origin"]`: "test/tiny-GGUF",
 		`[data-testid="wanted"]`: "1 to 2",
-		"[data-testid=runs]":     "a 16384-token pool in 4 slots of 4096 tokens; 1.2 GB of RAM",
+		"[data-testid=runs]":     "a 16384-token pool in 4 slots of 4096 tokens; 1.3 GB of RAM",
 	} {
 		if got := row.Find(what).Text(); got != want {
 			t.Errorf("%s reads %q, want %q", what, got, want)
@@ -184,11 +184,11 @@ func TestFleetPage(t *testing.T) {
 		t.Fatalf("%d nodes, want 2", nodes.Length())
 	}
 	gpu := doc.Find(`[data-testid="node"][data-node="gpu-1"]`)
-	if got := gpu.Find(`[data-testid="node-ram"]`).Text(); got != "256 GB, 200 GB free" {
+	if got := gpu.Find(`[data-testid="node-ram"]`).Text(); got != "274.9 GB, 214.7 GB free" { // the nodes file's 256 and 200 GiB
 		t.Errorf("RAM %q", got)
 	}
 	bars := texts(gpu.Find(`[data-testid="bar-text"]`))
-	if len(bars) != 3 || bars[0] != "56 GB in use, 200 GB free of 256 GB" || bars[1] != "0 bytes in use, 24 GB free of 24 GB" {
+	if len(bars) != 3 || bars[0] != "60.1 GB in use, 214.7 GB free of 274.9 GB" || bars[1] != "0 bytes in use, 25.8 GB free of 25.8 GB" {
 		t.Errorf("memory bars %q: want the RAM and each of the two cards", bars)
 	}
 	if got := doc.Find(`[data-testid="replicas"]`).Text(); !strings.Contains(got, "No fleet is configured") {

@@ -69,7 +69,8 @@ func (s *Server) tokensSubmit(w http.ResponseWriter, r *http.Request, v visit) {
 	s.deps.Log.Info("API token made from the console", "token", f.Name, "user", v.user)
 	// The answer holds the token: no cache keeps it.
 	w.Header().Set("Cache-Control", "no-store")
-	s.renderTokens(w, r, v, http.StatusOK, views.TokensPage{Form: views.TokenForm{Scope: auth.ScopeAll}, New: tok, NewName: f.Name})
+	s.renderTokens(w, r, v, http.StatusOK, views.TokensPage{Form: views.TokenForm{Scope: auth.ScopeAll}, New: tok, NewName: f.Name,
+		URL: s.publicBase(r)})
 }
 
 // tokenRefusal is whether err is auth's sentence about the form (a bad
@@ -79,9 +80,19 @@ func tokenRefusal(err error) bool {
 	return errors.Is(err, auth.ErrExists) || errors.Unwrap(err) == nil
 }
 
-// tokensRevoke revokes a token, then shows the list without it.
+// tokensRevoke revokes a token once confirmed, then shows the list
+// without it: with JavaScript, hx-confirm has asked and the form says
+// confirm=yes; without, this asks on a page of its own first.
 func (s *Server) tokensRevoke(w http.ResponseWriter, r *http.Request, v visit) {
 	name := r.PathValue("name")
+	if r.PostFormValue("confirm") != "yes" {
+		s.render(w, r, http.StatusOK, views.ConfirmPage(views.Confirm{
+			Layout: s.layout(v, "tokens", "Revoke "+name), Heading: "Revoke " + name + "?",
+			Text:   "Whatever uses it is refused from then on; a revoked token cannot be brought back, only a new one made.",
+			Action: "/tokens/" + url.PathEscape(name) + "/revoke", Button: "Revoke " + name, Cancel: "/tokens",
+		}))
+		return
+	}
 	if err := s.tokens.Revoke(r.Context(), name); err != nil {
 		if errors.Is(err, auth.ErrNotFound) {
 			s.message(w, r, v, http.StatusNotFound, "Not done", err.Error())
@@ -102,11 +113,12 @@ func (s *Server) renderTokens(w http.ResponseWriter, r *http.Request, v visit, s
 	}
 	p.Layout = s.layout(v, "tokens", "API tokens")
 	p.Command = s.tokenCreate("NAME", "[--scope gateway]", "[--models a,b]")
+	now := time.Now()
 	for _, t := range list {
 		row := views.TokenRow{Name: t.Name, Scope: t.Scope, Models: or(strings.Join(t.Models, ", "), "all"),
-			Created: t.Created.Local().Format(time.DateTime), LastUsed: "never"}
+			Created: timeText(t.Created, now), LastUsed: "never"}
 		if !t.LastUsed.IsZero() {
-			row.LastUsed = t.LastUsed.Local().Format(time.DateTime)
+			row.LastUsed = timeText(t.LastUsed, now)
 		}
 		p.Tokens = append(p.Tokens, row)
 	}

@@ -36,13 +36,29 @@ func TestTokensPage(t *testing.T) {
 	}
 	doc = mustStatus(t, resp, http.StatusOK)
 	tok := doc.Find(`[data-testid="new-token"]`).Text()
-	if !strings.HasPrefix(tok, "ms_") || doc.Find(`button[data-copy="new-token"]`).Length() != 1 ||
-		doc.Find(`#new-token`).Length() != 1 {
-		t.Fatalf("the new token %q, or its copy button, is not shown", tok)
+	// One snippet with the server's address beside the token, and one
+	// Copy button, in the snippet, so that static/app.js adds none.
+	panel := doc.Find(`[data-testid="new-token-panel"]`)
+	if !strings.HasPrefix(tok, "ms_") || panel.Find(`button`).Length() != 1 || panel.Find(`pre > button.copy[data-testid="copy-token"]`).Length() != 1 ||
+		panel.Find(`pre`).Length() != 1 {
+		t.Fatalf("the new token %q is not shown in one snippet with one Copy button: %s", tok, panel.Text())
+	}
+	if got, want := panel.Find(`pre code`).Text(), "export MODELSERVE_URL="+e.srv.URL+"\nexport MODELSERVE_TOKEN="+tok; got != want {
+		t.Errorf("the snippet reads %q, want %q", got, want)
 	}
 	row := doc.Find(`[data-testid="token-row"][data-name="app"]`)
 	if got := texts(row.Find("td")); len(got) < 5 || got[1] != "gateway" || got[2] != "tiny, embed" || got[4] != "never" {
 		t.Errorf("app's row: %q, want the gateway, tiny and embed, never used", got)
+	}
+	// Made today, said as every time on the console is: in UTC.
+	if got := row.Find(`[data-label="Made"]`).Text(); !strings.HasSuffix(got, " UTC") {
+		t.Errorf("app was made at %q, not a time in UTC", got)
+	}
+	// Revoke asks first: with JavaScript by hx-confirm, whose answer
+	// the form carries; without, on a page of its own.
+	revoke := row.Find(`form[action="/tokens/app/revoke"]`)
+	if !strings.HasPrefix(revoke.AttrOr("hx-confirm", ""), "Revoke app?") || !strings.Contains(revoke.AttrOr("hx-vals", ""), `"confirm":"yes"`) {
+		t.Errorf("Revoke does not ask first: hx-confirm %q, hx-vals %q", revoke.AttrOr("hx-confirm", ""), revoke.AttrOr("hx-vals", ""))
 	}
 	if strings.Contains(mustStatus(t, b.get("/tokens"), http.StatusOK).Text(), tok) {
 		t.Error("the token is shown again after the page that made it")
@@ -86,7 +102,14 @@ func TestTokensPage(t *testing.T) {
 		t.Errorf("a forged form: %s", resp.Status)
 	}
 
-	resp = b.post("/tokens/app/revoke", nil)
+	ask := mustStatus(t, b.post("/tokens/app/revoke", nil), http.StatusOK)
+	if ask.Find(`[data-testid="confirm"] form[action="/tokens/app/revoke"] input[name="confirm"][value="yes"]`).Length() != 1 {
+		t.Error("revoking without JavaScript does not ask first")
+	}
+	if _, err := auth.NewTokens(e.db).Check(t.Context(), tok); err != nil {
+		t.Errorf("asking whether to revoke revoked the token: %v", err)
+	}
+	resp = b.post("/tokens/app/revoke", url.Values{"confirm": {"yes"}})
 	if resp.StatusCode != http.StatusSeeOther || resp.Header.Get("Location") != "/tokens?revoked=app" {
 		t.Fatalf("revoke: %s to %q", resp.Status, resp.Header.Get("Location"))
 	}
@@ -97,5 +120,5 @@ func TestTokensPage(t *testing.T) {
 	if _, err := auth.NewTokens(e.db).Check(t.Context(), tok); err == nil {
 		t.Error("a revoked token still works")
 	}
-	mustStatus(t, b.post("/tokens/app/revoke", nil), http.StatusNotFound)
+	mustStatus(t, b.post("/tokens/app/revoke", url.Values{"confirm": {"yes"}}), http.StatusNotFound)
 }

@@ -97,10 +97,10 @@ func stateWord(state string) string {
 	return state
 }
 
-// bytesText is a file's size in words and, past a kilobyte, exactly: two
+// bytesText is a file's size in words and, from a kilobyte, exactly: two
 // files of "4.4 GB" can differ by a few bytes.
 func bytesText(b int64) string {
-	if b < 1<<10 {
+	if b < 1000 {
 		return words.Size(b)
 	}
 	return words.Size(b) + " (" + strconv.FormatInt(b, 10) + " bytes)"

@@ -101,8 +101,8 @@ func TestCatalogUpdateBadgeAndPage(t *testing.T) {
 		`[data-testid="old-commit"]`: servedCommit[:7],
 		`[data-testid="new-commit"]`: movedCommit[:7],
 		`[data-testid="state"]`:      "○ available",
-		`[data-testid="file"][data-path="model-Q4_K_M.gguf"] [data-testid="old-size"]`: "1000 bytes",
-		`[data-testid="file"][data-path="model-Q4_K_M.gguf"] [data-testid="new-size"]`: "1.9 MB (2000000 bytes)",
+		`[data-testid="file"][data-path="model-Q4_K_M.gguf"] [data-testid="old-size"]`: "1 KB (1000 bytes)",
+		`[data-testid="file"][data-path="model-Q4_K_M.gguf"] [data-testid="new-size"]`: "2 MB (2000000 bytes)",
 	} {
 		if got := strings.TrimSpace(page.Find(what).Text()); got != want {
 			t.Errorf("the update page's %s reads %q, want %q", what, got, want)

@@ -54,7 +54,7 @@ func TestAPromotedModelShowsItsNewVersionsFigures(t *testing.T) {
 	cur, was := rows.Eq(0), rows.Eq(1)
 	if cur.AttrOr("data-commit", "") != moved || cur.AttrOr("data-state", "") != "current" ||
 		!strings.Contains(cur.Find(`[data-testid="version-speed"]`).Text(), "3276 tokens/s measured") ||
-		cur.Find(`[data-testid="version-memory"]`).Text() != "needs 3 GB" || cur.Find(`[data-testid="restore"]`).Length() != 0 {
+		cur.Find(`[data-testid="version-memory"]`).Text() != "needs 3.2 GB" || cur.Find(`[data-testid="restore"]`).Length() != 0 {
 		t.Errorf("the current version's row: %q", strings.Join(strings.Fields(cur.Text()), " "))
 	}
 	if was.AttrOr("data-commit", "") != old || was.AttrOr("data-state", "") != "retired" ||

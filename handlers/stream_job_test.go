@@ -23,7 +23,7 @@ func parseEvent(t *testing.T, ev sseEvent) *goquery.Document {
 
 func TestJobStream(t *testing.T) {
 	e := newConsoleEnv(t)
-	e.fetch.steps, e.fetch.total, e.fetch.conns = []int64{1 << 30, 2 << 30, 3 << 30}, 5<<30, 4
+	e.fetch.steps, e.fetch.total, e.fetch.conns = []int64{1e9, 2e9, 3e9}, 5e9, 4
 	b := e.signedIn()
 	id := startJob(t, e, b)
 
@@ -61,7 +61,7 @@ func TestJobStream(t *testing.T) {
 		}
 	}
 	p := withRate.Find(`[data-step="mirror"] progress`)
-	if p.AttrOr("max", "") != "5368709120" || p.AttrOr("value", "") == "0" {
+	if p.AttrOr("max", "") != "5000000000" || p.AttrOr("value", "") == "0" {
 		t.Errorf("progress value %s of %s", p.AttrOr("value", ""), p.AttrOr("max", ""))
 	}
 	// How many connections the bytes come over, as the mirror page says it.

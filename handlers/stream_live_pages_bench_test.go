@@ -65,15 +65,15 @@ func benchFleet(t testing.TB, n int) (*fakeFleet, staticPool) {
 	for i := range nodes {
 		name := fmt.Sprintf("node-%02d", i)
 		decl = append(decl, fmt.Sprintf(`{"name": %q, "cpu_cores": 32, "ram_gb": 256, "gpus": [{"class": "L4", "count": 2}]}`, name))
-		f.nodes = append(f.nodes, fleet.NodeStatus{Name: name, CPUCores: 32, RAMBytes: 256 * gib, AvailableBytes: 200 * gib,
-			FreeBytes: 180 * gib, PromisedBytes: 40 * gib})
+		f.nodes = append(f.nodes, fleet.NodeStatus{Name: name, CPUCores: 32, RAMBytes: 256 * gb, AvailableBytes: 200 * gb,
+			FreeBytes: 180 * gb, PromisedBytes: 40 * gb})
 	}
 	for i := range n {
 		model, node := fmt.Sprintf("model-%03d", i/4), fmt.Sprintf("node-%02d", i%nodes)
 		id := fmt.Sprintf("%s-%d", model, i%4)
 		f.replicas = append(f.replicas, fleet.Replica{ID: id, Model: model, Profile: "cpu", Node: node,
 			Endpoint: fmt.Sprintf("http://127.0.0.1:%d", 20000+i), State: fleet.Ready, Started: started,
-			ReadyAt: started.Add(5 * time.Second), PID: 1000 + i, Threads: 4, RSSBytes: 3 * gib / 2, EstimateBytes: 2 * gib,
+			ReadyAt: started.Add(5 * time.Second), PID: 1000 + i, Threads: 4, RSSBytes: 3 * gb / 2, EstimateBytes: 2 * gb,
 			Load: &fleet.Load{Size: catalog.SizeForSlots(4, 4096), SlotsBusy: i % 4, PromptTokens: 300, PredictedTokens: 50},
 			Log:  []string{"main: server is listening"}})
 		f.nodes[i%nodes].Replicas = append(f.nodes[i%nodes].Replicas, id)

@@ -136,7 +136,7 @@ func TestStepFailures(t *testing.T) {
 			setup: func(e *testEnv) {
 				e.addModel("acme/Long-GGUF", hubtest.RepoOptions{}, map[string]ggufgen.Spec{"long-Q4_K_M.gguf": {Architecture: strings.Repeat("a", 200_000)}})
 			},
-			want: "its architecture " + strings.Repeat("a", 200) + "… (195.1 KB cut) is not one it knows"},
+			want: "its architecture " + strings.Repeat("a", 200) + "… (199.8 KB cut) is not one it knows"},
 		{name: "original weights, which this fleet does not run", req: Request{Repo: "acme/Orig", Format: FormatSafetensors, GPUClass: "L4"},
 			step: StepPlan,
 			setup: func(e *testEnv) {
@@ -258,7 +258,7 @@ func TestFitsNowhereIsRefusedBeforeTheDownload(t *testing.T) {
 	st, _ := j.Step(StepPlan)
 	want := "big-Q4_K_M does not fit on the CPU: needs "
 	if j.State != Failed || st.State != Failed || !strings.HasPrefix(j.Error, want) ||
-		!strings.Contains(j.Error, "and the most any node has is 102.4 MB") {
+		!strings.Contains(j.Error, "and the most any node has is 107.4 MB") {
 		t.Fatalf("job ended %s at plan %s: %q; want it refused there: %q…", j.State, st.State, j.Error, want)
 	}
 	if mir, _ := j.Step(StepMirror); mir.State != "" && mir.State != Skipped {

@@ -130,6 +130,10 @@ func answered(reply string, tps float64, embeddings, withAnswer bool) string {
 	switch {
 	case embeddings:
 		return "answered with " + reply
+	case reply == "":
+		// A blank where the answer goes read as a page that failed to
+		// show it.
+		return fmt.Sprintf("answered with no text, at %.1f tokens/s", tps)
 	case withAnswer:
 		return fmt.Sprintf("answered at %.1f tokens/s: %q", tps, reply)
 	}

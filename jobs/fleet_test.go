@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -73,6 +74,10 @@ func engine(t *testing.T, status, loads int) *httptest.Server {
 			w.Write([]byte(`{"error":{"code":503,"message":"Loading model","type":"unavailable_error"}}`))
 			return
 		}
+		content := " Hello there. "
+		if status == emptyReply {
+			status, content = http.StatusOK, ""
+		}
 		if status != http.StatusOK {
 			w.WriteHeader(status)
 			w.Write([]byte(`{"error":{"code":500,"message":"failed to decode the prompt","type":"server_error"}}`))
@@ -91,7 +96,7 @@ func engine(t *testing.T, status, loads int) *httptest.Server {
 			// it, whatever the engine's own generation timing says.
 			time.Sleep(100 * time.Millisecond)
 			w.Write([]byte(`{"object":"chat.completion","choices":[{"index":0,"finish_reason":"stop",
-				"message":{"role":"assistant","content":" Hello there. "}}],
+				"message":{"role":"assistant","content":` + strconv.Quote(content) + `}}],
 				"usage":{"prompt_tokens":9,"completion_tokens":4,"total_tokens":13},
 				"timings":{"predicted_n":4,"predicted_per_second":42.5}}`))
 		case "/v1/embeddings":
@@ -103,6 +108,9 @@ func engine(t *testing.T, status, loads int) *httptest.Server {
 	t.Cleanup(srv.Close)
 	return srv
 }
+
+// emptyReply, as engine's status, answers 200 with no text.
+const emptyReply = -http.StatusOK
 
 // TestPlacementAndSmoke runs the last two steps against a fleet and a real
 // HTTP engine.
@@ -126,6 +134,8 @@ func TestPlacementAndSmoke(t *testing.T) {
 		{name: "ready and answering", fleet: &fakeFleet{readyAt: 3, health: fleet.ModelHealth{Model: "tiny"}}, status: 200,
 			state: Done, step: StepSmoke, stepState: Done, want: ` tokens/s: "Hello there."`,
 			wantReply: "Hello there.", wantTPS: [2]float64{4, 40}},
+		{name: "an answer with no text says so", fleet: &fakeFleet{readyAt: 1, health: fleet.ModelHealth{Model: "tiny"}}, status: emptyReply,
+			state: Done, step: StepSmoke, stepState: Done, want: "answered with no text, at ", wantTPS: [2]float64{4, 40}},
 		{name: "embedding model", spec: ggufgen.Spec{Pooling: &pooling},
 			fleet: &fakeFleet{readyAt: 1, health: fleet.ModelHealth{Model: "tiny"}}, status: 200,
 			state: Done, step: StepSmoke, stepState: Done, want: "answered with a vector of 3 dimensions",

@@ -109,13 +109,16 @@ type Job struct {
 	// the version's own name, gone from the catalog once the verdict is
 	// in); "" for a job that served a model.
 	Of string
-	// Reply and TokensPerSecond are the smoke test's answer, once done.
+	// Reply and TokensPerSecond are the smoke test's answer, once done;
+	// NoText is a smoke test the model answered with no text, which the
+	// page says rather than leave "Served." alone.
 	Reply           string
 	TokensPerSecond string
 	// Restored is a restore's job done: Of serves the version again.
 	// VersionsURL is Of's version history, for an update or a restore.
 	Restored    bool
 	VersionsURL string
+	NoText      bool
 	// Error is the sentence the job failed with, and FailedStep where
 	// (jobs.Job.EndStep: the step that decided a roll-back). DecidedBy is
 	// what that step said of a trial rolled back (State "rolled back").
@@ -456,7 +459,8 @@ type FleetReplica struct {
 	// ("1/4 busy, 2 waiting") and Size its context a slot and slots
 	// ("8192 × 4").
 	Load, Busy, Size string
-	// Process is "pid 1234, 4 threads", "" without an engine process;
+	// Process is "pid 1234, started with --threads 4", "" without an
+	// engine process;
 	// PID the number alone.
 	Process, PID string
 	// CanStop and CanRestart offer the controls: not to a replica that is

@@ -23,19 +23,28 @@ type PlaygroundPage struct {
 	// Embeddings is whether the model embeds rather than chats.
 	Embeddings  bool
 	Description string
+	State       PlaygroundState
+	Turns       []Turn
+	Form        PlaygroundForm
+	// Status is the last reply's summary, said to screen readers when it
+	// changes.
+	Status    string
+	Embedding *Embedding
+	CallIt    CallIt
+}
+
+// PlaygroundState is how the model fares, under the playground's heading:
+// swapped when a reply ends, so it does not still say "not loaded" beside
+// the reply the model just gave.
+type PlaygroundState struct {
+	Model      string
+	Embeddings bool
 	// Running is how the fleet fares with it ("1 of 1 ready", "on
 	// demand"), "" without a fleet.
 	Running string
 	// Unloaded is a model with no replica running nor starting: the first
 	// message (or text) loads it, and its reply waits while it starts.
 	Unloaded bool
-	Turns    []Turn
-	Form     PlaygroundForm
-	// Status is the last reply's summary, said to screen readers when it
-	// changes.
-	Status    string
-	Embedding *Embedding
-	CallIt    CallIt
 }
 
 // PlaygroundForm is the playground's form, with what was typed and what
@@ -68,14 +77,19 @@ type Turn struct {
 type Reply struct {
 	Text string
 	// Waiting is true before the first token; Loading, then, is the
-	// model's name while the reply waits for it to load (a cold start).
-	Waiting bool
-	Loading string
+	// model's name while the reply waits for it to load (a cold start),
+	// and Room what it waits for while replicas of other models hold the
+	// room it needs ("on node local: waiting for gamma-1 to finish the
+	// requests it answers").
+	Waiting       bool
+	Loading, Room string
 	// Done is true once the answer has ended, well or not.
 	Done bool
-	// Tokens is "24 tokens in 0.3 s", TokensPerSecond "77.4", and
-	// FirstToken how long the first token took ("0.1 s"); all "" until
-	// done.
+	// Tokens is "24 tokens in 0.3 s", the time from the first token to
+	// the last; TokensPerSecond "77.4" over that time, which leaves out
+	// the wait for room, the start and the prompt ("" for a reply of one
+	// token); FirstToken how long the first token took, all of that wait
+	// included ("9.1 s"). All "" until done.
 	Tokens, TokensPerSecond, FirstToken string
 	// Error is why the answer stopped short.
 	Error string
@@ -87,8 +101,9 @@ type PlaygroundSent struct {
 	User   Turn
 	Stream string
 	// Loading is the model's name when it is not loaded as the message
-	// goes: the reply waits for it to load.
-	Loading string
+	// goes: the reply waits for it to load; Room what it waits for when
+	// other models hold the room it needs (Reply.Room).
+	Loading, Room string
 	// Form is the form again, emptied of the message and keeping its
 	// parameters.
 	Form PlaygroundForm

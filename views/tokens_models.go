@@ -6,8 +6,9 @@ type TokensPage struct {
 	Layout Layout
 	Tokens []TokenRow
 	Form   TokenForm
-	// New is the token just made, shown once; "" otherwise.
-	New, NewName string
+	// New is the token just made, shown once; "" otherwise. URL is the
+	// server's address, as MODELSERVE_URL beside it.
+	New, NewName, URL string
 	// Notice says what was just done ("app was revoked.").
 	Notice string
 	// Command is the command line that does what the form does, in the
@@ -16,7 +17,8 @@ type TokensPage struct {
 }
 
 // TokenRow is one token as the list shows it: never the token itself,
-// which only its hash is kept of.
+// which only its hash is kept of. Created and LastUsed are in UTC, as
+// every time the console shows.
 type TokenRow struct {
 	Name, Scope, Models, Created, LastUsed string
 }

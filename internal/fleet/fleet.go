@@ -154,7 +154,10 @@ type Replica struct {
 	Started time.Time `json:"started,omitzero"`
 	ReadyAt time.Time `json:"ready_at,omitzero"`
 	PID     int       `json:"pid,omitempty"`
-	Threads int       `json:"threads,omitempty"`
+	// Threads is the engine's --threads (a pod's CPU request on
+	// Kubernetes), not how many threads its process runs; 0 when left to
+	// the engine.
+	Threads int `json:"threads,omitempty"`
 	// RSSBytes is the engine's resident memory once ready, beside
 	// EstimateBytes, the check step's figure it was placed by: how good
 	// the estimates are.

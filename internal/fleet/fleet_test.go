@@ -349,11 +349,11 @@ func TestUnplaceableSaysWhatHoldsIt(t *testing.T) {
 		huge, _ = fl.health("huge")
 		return b.Unplaceable && huge.Unplaceable, jsonOf([]ModelHealth{b, huge})
 	})
-	if want := "node small: needs 6 GB, 3 GB free; replica a-1 of a uses 5 GB"; b.Placement != want || !b.HardwareExists {
+	if want := "node small: needs 6.4 GB, 3.2 GB free; replica a-1 of a uses 5.4 GB"; b.Placement != want || !b.HardwareExists {
 		t.Errorf("b's placement %q (hardware %v), want %q and hardware", b.Placement, b.HardwareExists, want)
 	}
 	if !strings.Contains(huge.Placement, "no node could ever host it") ||
-		!strings.Contains(huge.Placement, "node small: needs 100 GB, it has 8 GB in all") || huge.HardwareExists {
+		!strings.Contains(huge.Placement, "node small: needs 107.4 GB, it has 8.6 GB in all") || huge.HardwareExists {
 		t.Errorf("huge's placement %q (hardware %v): want it to say no node could ever host it", huge.Placement, huge.HardwareExists)
 	}
 	if len(fl.replicasOf("b")) != 0 || len(fl.replicasOf("huge")) != 0 {
@@ -391,7 +391,7 @@ func TestCriticalModelEvictsOpportunistic(t *testing.T) {
 		h, _ = fl.health("spare")
 		return h.Unplaceable, jsonOf(h)
 	})
-	if want := "node small: needs 6 GB, 2 GB free; replica vital-1 of vital uses 6 GB"; h.Placement != want {
+	if want := "node small: needs 6.4 GB, 2.1 GB free; replica vital-1 of vital uses 6.4 GB"; h.Placement != want {
 		t.Errorf("spare's placement %q, want %q", h.Placement, want)
 	}
 
@@ -662,10 +662,10 @@ func TestHeadroomIsNeverPromised(t *testing.T) {
 		whole, _ = fl.health("whole")
 		return b.Unplaceable && whole.Unplaceable, jsonOf([]ModelHealth{b, whole})
 	})
-	if want := "node small: needs 1 GB, 0 bytes free; replica a-1 of a uses 7 GB"; b.Placement != want {
+	if want := "node small: needs 1.1 GB, 0 bytes free; replica a-1 of a uses 7.5 GB"; b.Placement != want {
 		t.Errorf("b's placement %q, want %q", b.Placement, want)
 	}
-	if want := "node small: needs 8 GB, it has 7 GB in all once 1 GB is kept free for the system (--headroom)"; !strings.Contains(whole.Placement, want) || whole.HardwareExists {
+	if want := "node small: needs 8.6 GB, it has 7.5 GB in all once 1.1 GB is kept free for the system (--headroom)"; !strings.Contains(whole.Placement, want) || whole.HardwareExists {
 		t.Errorf("whole's placement %q (hardware %v), want it to say %q", whole.Placement, whole.HardwareExists, want)
 	}
 	if n := fl.Nodes()[0]; n.RAMBytes != 8<<30 || n.HeadroomBytes != 1<<30 || n.FreeBytes != 0 {

@@ -145,7 +145,7 @@ func TestAProfileOnTwoCardsHoldsItsNeedOnEach(t *testing.T) {
 		h, _ = tf.health("third")
 		return h.Unplaceable, jsonOf(h)
 	})
-	if !strings.Contains(h.Placement, "node small: needs 2 L4 cards with 30 GB each, it has 0") ||
+	if !strings.Contains(h.Placement, "node small: needs 2 L4 cards with 32.2 GB each, it has 0") ||
 		!strings.Contains(h.Placement, "node large: needs 2 L4 cards, 0 free") {
 		t.Errorf("third's placement %q: want each node's reason, per card", h.Placement)
 	}
@@ -170,8 +170,8 @@ func TestAReplicaOnCardsNeedsItsHostRAM(t *testing.T) {
 	before := gpuEntry(t, "before", "L4", 1, 8)
 	before.Profiles[0].PromptCacheBytes = 256 << 20
 	for m, want := range map[*catalog.Model]string{
-		&planned: "node gpu1: needs 1 GB, 512 MB free; replica ram-1 of ram uses 12 GB",
-		&before:  "node gpu1: needs 1.3 GB, 512 MB free; replica ram-1 of ram uses 12 GB",
+		&planned: "node gpu1: needs 1.1 GB, 536.9 MB free; replica ram-1 of ram uses 12.9 GB",
+		&before:  "node gpu1: needs 1.3 GB, 536.9 MB free; replica ram-1 of ram uses 12.9 GB",
 	} {
 		MustAdd(t, nc, *m)
 		var h ModelHealth

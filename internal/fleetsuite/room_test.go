@@ -147,8 +147,8 @@ func headroomNeverPromised(t *testing.T, b *backend) {
 	release := b.fleet.Use("huge", 1, time.Now())
 	defer release()
 	want := "no node could ever host it, busy or idle:\n" +
-		"node node-1: needs 7.5 GB, it has 7 GB in all once 1 GB is kept free for the system (--headroom)\n" +
-		"node node-2: needs 7.5 GB, it has 7 GB in all once 1 GB is kept free for the system (--headroom)"
+		"node node-1: needs 8.1 GB, it has 7.5 GB in all once 1.1 GB is kept free for the system (--headroom)\n" +
+		"node node-2: needs 8.1 GB, it has 7.5 GB in all once 1.1 GB is kept free for the system (--headroom)"
 	testkit.WaitFor(t, time.Minute, "huge to be unplaceable", func() (bool, string) {
 		h, _ := b.health("huge")
 		return h.Unplaceable && h.Placement == want, fmt.Sprintf("%+v", h)

@@ -55,7 +55,7 @@ func TestKubernetesKeepsHeadroom(t *testing.T) {
 		h := health(f, "huge")
 		return h, h.Unplaceable
 	})
-	want := "no node could ever host it, busy or idle:\nnode small-1: needs 5.5 GB, it has 5 GB in all once 1 GB is kept free for the system (--headroom)"
+	want := "no node could ever host it, busy or idle:\nnode small-1: needs 5.9 GB, it has 5.4 GB in all once 1.1 GB is kept free for the system (--headroom)"
 	if h.Placement != want || h.HardwareExists {
 		t.Errorf("huge's health %+v; want placement %q", h, want)
 	}

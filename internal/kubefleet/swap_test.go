@@ -425,7 +425,7 @@ func TestKubernetesKeepsRoomForTheFirstAsked(t *testing.T) {
 		defer endGamma()
 		h := testkit.WaitForValue(t, time.Minute, "gamma to wait behind beta", func() (fleet.ModelHealth, bool) {
 			h := health(f, "gamma")
-			return h, strings.Contains(h.Placement, "; 1 GB of the room is kept for beta, asked for before it")
+			return h, strings.Contains(h.Placement, "; 1.1 GB of the room is kept for beta, asked for before it")
 		})
 		if want := "waiting for " + alpha.ID + " to finish the requests it answers"; !strings.Contains(h.Placement, want) || h.Unplaceable {
 			t.Errorf("gamma's health %+v; want it waiting, not unplaceable, for %s", h, want)

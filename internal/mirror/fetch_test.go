@@ -363,16 +363,16 @@ func TestFetchNoticesAStall(t *testing.T) {
 }
 
 func TestFetchRefusesWhatWillNotFit(t *testing.T) {
-	const size = 47 << 30 / 10 // 4.7 GB; the check wants 5% more
+	const size = 4_700_000_000 // 4.7 GB; the check wants 5% more
 	for _, tc := range []struct {
 		name    string
 		partial int64 // bytes already fetched
 		free    uint64
 		want    string
 	}{
-		{name: "nothing fetched yet", free: 21 << 30 / 10, want: "the mirror's disk needs 4.9 GB free to fetch tiny, and has 2.1 GB: free some space (the mirror page removes files), or give --data a larger disk"},
-		{name: "a partial file counts", partial: 3 << 30, free: 15 << 30 / 10, want: "the mirror's disk needs 1.8 GB free to fetch tiny, and has 1.5 GB: free some space (the mirror page removes files), or give --data a larger disk"},
-		{name: "small figures in a unit that fits", partial: size - 1<<20, free: 300 << 10, want: "the mirror's disk needs 1 MB free to fetch tiny, and has 300 KB: free some space (the mirror page removes files), or give --data a larger disk"},
+		{name: "nothing fetched yet", free: 2_100_000_000, want: "the mirror's disk needs 4.9 GB free to fetch tiny, and has 2.1 GB: free some space (the mirror page removes files), or give --data a larger disk"},
+		{name: "a partial file counts", partial: 3e9, free: 1_500_000_000, want: "the mirror's disk needs 1.8 GB free to fetch tiny, and has 1.5 GB: free some space (the mirror page removes files), or give --data a larger disk"},
+		{name: "small figures in a unit that fits", partial: size - 1e6, free: 300e3, want: "the mirror's disk needs 1.1 MB free to fetch tiny, and has 300 KB: free some space (the mirror page removes files), or give --data a larger disk"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			srv := newHub(t)

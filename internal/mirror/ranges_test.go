@@ -93,10 +93,10 @@ func TestRangedFetchReportsItsConnections(t *testing.T) {
 	if most != 4 || last != 0 {
 		t.Errorf("the progress said at most %d connections, and %d at the end; want 4, then 0", most, last)
 	}
-	if got := Fetched(3<<30, 6<<30, 4); got != "3 of 6 GB (50%), over 4 connections" {
+	if got := Fetched(3e9, 6e9, 4); got != "3 of 6 GB (50%), over 4 connections" {
 		t.Errorf("Fetched says %q", got)
 	}
-	if got := Fetched(3<<30, 6<<30, 1); got != "3 of 6 GB (50%)" {
+	if got := Fetched(3e9, 6e9, 1); got != "3 of 6 GB (50%)" {
 		t.Errorf("one connection: Fetched says %q", got)
 	}
 }

@@ -27,7 +27,7 @@ func TestQuoteBoundsWhatIsEchoed(t *testing.T) {
 		t.Errorf("Quote = %s", got)
 	}
 	long := strings.Repeat("é", 5000)
-	if got := Quote(long); len(got) > 250 || !strings.HasSuffix(got, `é"… (9.6 KB cut)`) {
+	if got := Quote(long); len(got) > 250 || !strings.HasSuffix(got, `é"… (9.8 KB cut)`) {
 		t.Errorf("Quote of 5000 characters is %d bytes long: %s", len(got), got)
 	}
 }

@@ -159,6 +159,17 @@ func (o Option) WithContext(kvBytesPerToken int64, tokens int) Option {
 	return o
 }
 
+// needText is what the option needs in words: the bytes Size worked out
+// when it was sized (the figure the serve form's memory bar adds up to),
+// else NeedGB. Said from NeedGB, rounded to a hundredth of a GiB, the
+// headline above the bar said 573.4 MB where the bar said 569.9.
+func (o Option) needText() string {
+	if o.Sizing.NeedBytes > 0 {
+		return words.Size(o.Sizing.NeedBytes)
+	}
+	return words.GB(o.NeedGB)
+}
+
 // round2 keeps figures in GB to two decimals: what a page shows and a
 // sentence says, without float noise in the JSON.
 func round2(gb float64) float64 { return math.Round(gb*100) / 100 }
@@ -172,7 +183,7 @@ func (o Option) MemoryText() string {
 	if o.Estimated {
 		basis = fmt.Sprintf("weights %s plus half again plus two; the header gave no shape", words.GB(o.WeightsGB))
 	}
-	return fmt.Sprintf("%s %s (%s)", words.GB(o.NeedGB), o.onWhat(), basis)
+	return fmt.Sprintf("%s %s (%s)", o.needText(), o.onWhat(), basis)
 }
 
 // onWhat is where the memory is needed, for sentences.

@@ -69,7 +69,7 @@ func TestPlanRecommends(t *testing.T) {
 			reason: "Q8_0 is the best quality in the repository, and it fits: %s with a 65536-token pool on 2 A100-80GB cards",
 			check: func(t *testing.T, pl Plan) {
 				one := option(t, pl, "Llama-3.1-70B-Instruct-Q8_0", "1×A100-80GB")
-				if one.Fit != FitsNowhere || !regexp.MustCompile(`^does not fit on an A100-80GB: needs \d+\.\d GB on the card for 65536 tokens in 16 slots of 4096, and the most any node has is 80 GB$`).MatchString(one.Why) {
+				if one.Fit != FitsNowhere || !regexp.MustCompile(`^does not fit on an A100-80GB: needs \d+\.\d GB on the card for 65536 tokens in 16 slots of 4096, and the most any node has is 85.9 GB$`).MatchString(one.Why) {
 					t.Errorf("one card: fit %q, why %q; want it refused for its memory", one.Fit, one.Why)
 				}
 				// The weights and a 65536-token cache are more than a card;
@@ -178,8 +178,14 @@ func TestPlanRecommends(t *testing.T) {
 			if !regexp.MustCompile(pattern).MatchString(pl.Reason) {
 				t.Errorf("reason:\n%s\nwant:\n%s", pl.Reason, tc.reason)
 			}
-			if ok && !strings.Contains(pl.Reason, words.GB(rec.NeedGB)) {
-				t.Errorf("the reason %q does not say the %s the option needs", pl.Reason, words.GB(rec.NeedGB))
+			// The figure the serve form's bar adds up: the sized bytes, for
+			// an option Size sized.
+			need := words.GB(rec.NeedGB)
+			if rec.Sizing.NeedBytes > 0 {
+				need = words.Size(rec.Sizing.NeedBytes)
+			}
+			if ok && !strings.Contains(pl.Reason, need) {
+				t.Errorf("the reason %q does not say the %s the option needs", pl.Reason, need)
 			}
 			if tc.check != nil {
 				tc.check(t, pl)
@@ -436,8 +442,8 @@ func TestChooseLayout(t *testing.T) {
 			set: q8, err: "original weights run on vLLM, on GPUs: name the GPU class"},
 		{name: "unplanned GGUF runs on the CPU", req: LayoutRequest{}, set: q4, want: []string{"CPU"}},
 		{name: "a file that fits nowhere", req: LayoutRequest{}, plan: small, planned: true, set: q8,
-			err: "Llama-3.1-70B-Instruct-Q8_0 does not fit on an A100-80GB: needs 89.5 GB on the card for 65536 tokens in 16 slots of 4096, " +
-				"and the most any node has is 80 GB; `GET /api/v1/repos/acme/model` shows what each file needs"},
+			err: "Llama-3.1-70B-Instruct-Q8_0 does not fit on an A100-80GB: needs 96.1 GB on the card for 65536 tokens in 16 slots of 4096, " +
+				"and the most any node has is 85.9 GB; `GET /api/v1/repos/acme/model` shows what each file needs"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -465,7 +471,8 @@ func TestChooseLayout(t *testing.T) {
 func TestMemoryText(t *testing.T) {
 	o := Option{Artifact: "m", Class: "A100-80GB", GPUsPerNode: 2, Nodes: 1, WeightsGB: 69.82, OverheadGB: 0.78}
 	got := o.WithContext(327680, 32768).MemoryText()
-	want := "40.3 GB on each of 2 A100-80GB cards (weights 69.8 GB + KV cache 10 GB for 32768 tokens + engine 798.7 MB)"
+	// The figures are GiB; the sentence says them in (decimal) GB.
+	want := "43.3 GB on each of 2 A100-80GB cards (weights 75 GB + KV cache 10.7 GB for 32768 tokens + engine 837.5 MB)"
 	if got != want {
 		t.Errorf("MemoryText = %q; want %q", got, want)
 	}

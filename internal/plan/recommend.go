@@ -114,7 +114,7 @@ func reason(pl Plan, all []candidate, chosen candidate) string {
 	o := chosen.best
 	// The option's own pool: for llama.cpp the one Size settled on, which
 	// may be the default cut to fit.
-	fits := fmt.Sprintf("%s with a %d-token pool %s", words.GB(o.NeedGB), cmp.Or(o.Context, pl.Size.Pool), o.where())
+	fits := fmt.Sprintf("%s with a %d-token pool %s", o.needText(), cmp.Or(o.Context, pl.Size.Pool), o.where())
 	if o.Fit == FitsHardware {
 		fits += ", though that hardware is in use now"
 	}

@@ -360,14 +360,14 @@ func TestVLLMHoldsItsHostShare(t *testing.T) {
 	})
 	t.Run("a node whose RAM is too small for it", func(t *testing.T) {
 		o := plan(t, 4, 4)
-		want := "a replica holds 5 GB of its node's RAM beside its cards, and the most a node with the cards has is 4 GB"
+		want := "a replica holds 5.4 GB of its node's RAM beside its cards, and the most a node with the cards has is 4.3 GB"
 		if o.Fit != FitsNowhere || o.Why != want || o.Capable != 0 {
 			t.Errorf("fit %s on %d capable nodes: %q; want it refused: %q", o.Fit, o.Capable, o.Why, want)
 		}
 	})
 	t.Run("a node whose RAM is busy", func(t *testing.T) {
 		o := plan(t, 64, 3)
-		want := "a replica holds 5 GB of its node's RAM beside its cards, and a node with the cards free has 3 GB free now"
+		want := "a replica holds 5.4 GB of its node's RAM beside its cards, and a node with the cards free has 3.2 GB free now"
 		if o.Fit != FitsHardware || o.Why != want {
 			t.Errorf("fit %s: %q; want it to wait for room: %q", o.Fit, o.Why, want)
 		}

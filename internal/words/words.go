@@ -47,12 +47,13 @@ func Cut(s string) (head, cut string) {
 	return s[:n], "… (" + Size(int64(len(s)-n)) + " cut)"
 }
 
-// units are binary, as the engine and the mirror count bytes; named as
-// people read them.
+// units are decimal, as the Hub shows a file's size and as the flags
+// read "350MB" (350,000,000 bytes): a size typed in one place is the same
+// figure when a page says it back.
 var units = []struct {
 	name string
 	size float64
-}{{"GB", 1 << 30}, {"MB", 1 << 20}, {"KB", 1 << 10}}
+}{{"GB", 1e9}, {"MB", 1e6}, {"KB", 1e3}}
 
 // Size is a byte count in the largest unit it is at least one of, to a
 // tenth, without a tenth that is nothing: "9 GB", "4.4 GB", "310.5 MB",
@@ -76,17 +77,17 @@ func SizeOf(done, total int64) string {
 	return tenth(float64(done)/div) + " of " + tenth(float64(total)/div) + " " + name
 }
 
-// GB is a size given in (binary) gigabytes, as the hardware pool and the
-// plan count memory, in the same words as Size: "24 GB", "0.5 GB" is
-// "512 MB".
-func GB(gb float64) string { return Size(int64(math.Round(gb * (1 << 30)))) }
+// GB is a size given in binary gigabytes (GiB), as the plan's figures and
+// a nodes file count memory, said in the same (decimal) units as Size:
+// 24 GiB is "25.8 GB", 0.5 GiB "536.9 MB".
+func GB(gib float64) string { return Size(int64(math.Round(gib * (1 << 30)))) }
 
 // unitOf is the largest unit b is at least one of once written to a
-// tenth (1023.96 MB is "1 GB", not "1024 MB"), and its size; 1 for
+// tenth (999.96 MB is "1 GB", not "1000 MB"), and its size; 1 for
 // bytes, which are counted exactly below a kilobyte.
 func unitOf(b int64) (string, float64) {
 	for _, u := range units {
-		if math.Round(float64(b)/u.size*10) >= 10 && b >= 1<<10 {
+		if math.Round(float64(b)/u.size*10) >= 10 && b >= 1000 {
 			return u.name, u.size
 		}
 	}

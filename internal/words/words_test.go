@@ -16,16 +16,20 @@ func TestSize(t *testing.T) {
 	}{
 		{"nothing", 0, "0 bytes"},
 		{"a few bytes", 900, "900 bytes"},
-		{"just short of a kilobyte", 1023, "1023 bytes"},
-		{"a kilobyte", 1 << 10, "1 KB"},
-		{"kilobytes to a tenth", 12*1<<10 + 300, "12.3 KB"},
-		{"a small model is megabytes, not 0.0 GB", 310 << 20, "310 MB"},
-		{"megabytes to a tenth", 310<<20 + 1<<19, "310.5 MB"},
-		{"a whole number of gigabytes has no .0", 9 << 30, "9 GB"},
-		{"gigabytes to a tenth", 4*1<<30 + 430<<20, "4.4 GB"},
-		{"a tenth short of a whole is said", 16<<30 - 100<<20, "15.9 GB"},
-		{"what rounds to 1024 MB is 1 GB", 1<<30 - 1<<10, "1 GB"},
-		{"hundreds of gigabytes", 405 << 30, "405 GB"},
+		{"just short of a kilobyte", 999, "999 bytes"},
+		{"a kilobyte is a thousand bytes", 1000, "1 KB"},
+		{"kilobytes to a tenth", 12_300, "12.3 KB"},
+		{"a small model is megabytes, not 0.0 GB", 310e6, "310 MB"},
+		{"megabytes to a tenth", 310_500_000, "310.5 MB"},
+		{"the flag's 350MB reads back as 350 MB", 350e6, "350 MB"},
+		{"a mebibyte is not a megabyte", 1 << 20, "1 MB"},
+		{"350 MiB is more than 350 MB", 350 << 20, "367 MB"},
+		{"a whole number of gigabytes has no .0", 9e9, "9 GB"},
+		{"gigabytes to a tenth", 4_430_000_000, "4.4 GB"},
+		{"a gibibyte is more than a gigabyte", 1 << 30, "1.1 GB"},
+		{"a tenth short of a whole is said", 16e9 - 100e6, "15.9 GB"},
+		{"what rounds to 1000 MB is 1 GB", 1e9 - 1e3, "1 GB"},
+		{"hundreds of gigabytes", 405e9, "405 GB"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := Size(tc.b); got != tc.want {
@@ -41,9 +45,9 @@ func TestSizeOf(t *testing.T) {
 		done, total int64
 		want        string
 	}{
-		{"started", 0, 5 << 30, "0 of 5 GB"},
-		{"in the total's unit", 310 << 20, 4*1<<30 + 920<<20, "0.3 of 4.9 GB"},
-		{"a small file", 1 << 20, 12 << 20, "1 of 12 MB"},
+		{"started", 0, 5e9, "0 of 5 GB"},
+		{"in the total's unit", 310e6, 4_920_000_000, "0.3 of 4.9 GB"},
+		{"a small file", 1e6, 12e6, "1 of 12 MB"},
 		{"bytes", 10, 700, "10 of 700 bytes"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -57,17 +61,17 @@ func TestSizeOf(t *testing.T) {
 func TestGB(t *testing.T) {
 	for _, tc := range []struct {
 		name string
-		gb   float64
+		gib  float64
 		want string
 	}{
-		{"a card", 24, "24 GB"},
-		{"to a tenth", 15.9, "15.9 GB"},
-		{"under a gigabyte is megabytes", 0.5, "512 MB"},
+		{"a card of 24 GiB is 25.8 GB", 24, "25.8 GB"},
+		{"to a tenth", 15.9, "17.1 GB"},
+		{"under a gigabyte is megabytes", 0.5, "536.9 MB"},
 		{"none", 0, "0 bytes"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := GB(tc.gb); got != tc.want {
-				t.Errorf("GB(%v) = %q, want %q", tc.gb, got, tc.want)
+			if got := GB(tc.gib); got != tc.want {
+				t.Errorf("GB(%v) = %q, want %q", tc.gib, got, tc.want)
 			}
 		})
 	}
