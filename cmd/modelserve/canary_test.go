@@ -445,7 +445,7 @@ func rolledBackInTheConsole(t *testing.T, w *updateWorld, job, decided string) {
 	c.signIn("alice", "a long enough password")
 	_, list := c.page("/jobs")
 	row := list.Find(`[data-testid="job-row"][data-job="` + job + `"]`)
-	if state, step := strings.Join(strings.Fields(row.Find(".state").Text()), " "), row.Find(`[data-testid="job-step"]`).Text(); state != "↺ rolled back" || step != jobs.StepEval {
+	if state, step := strings.Join(strings.Fields(row.Find(`[data-testid="job-outcome"]`).Text()), " "), row.Find(`[data-testid="job-step"]`).Text(); state != "↺ rolled back" || step != jobs.StepEval {
 		t.Errorf("the jobs list says the update is %q at %q; want rolled back at %s", state, step, jobs.StepEval)
 	}
 	_, page := c.page("/jobs/" + job)

@@ -34,7 +34,7 @@ func TestATokenRevokedInTheConsoleIsRefusedAtOnce(t *testing.T) {
 	if code := models(); code != http.StatusOK {
 		t.Fatalf("GET /v1/models with the token: %d", code)
 	}
-	resp := b.do("POST", "/tokens/ci/revoke", url.Values{"csrf": {b.csrf}})
+	resp := b.do("POST", "/tokens/ci/revoke", url.Values{"csrf": {b.csrf}, "confirm": {"yes"}}) // as the confirmed form sends it
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusSeeOther {
 		t.Fatalf("revoking from the console: %s", resp.Status)
