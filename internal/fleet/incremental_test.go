@@ -4,31 +4,12 @@ import (
 	"context"
 	"slices"
 	"strconv"
-	"sync"
 	"testing"
 	"time"
 
 	"modelserve/catalog"
+	"modelserve/internal/catalogtest"
 )
-
-// listCatalog is a catalog held in memory, whose entries a test edits in
-// place: an edit keeps the entry's name and when it was added, as no
-// store's re-add would, so only its contents tell it changed.
-type listCatalog struct {
-	mu     sync.Mutex
-	models []catalog.Model
-}
-
-func (c *listCatalog) List(context.Context) ([]catalog.Model, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	out := make([]catalog.Model, len(c.models))
-	for i, m := range c.models {
-		m.Profiles = append([]catalog.Profile(nil), m.Profiles...)
-		out[i] = m
-	}
-	return out, nil
-}
 
 // TestAChangedEntryIsSeenAtTheNextPass: the fleet keeps each entry's
 // fingerprint between passes rather than computing it again every pass;
@@ -39,7 +20,9 @@ func TestAChangedEntryIsSeenAtTheNextPass(t *testing.T) {
 	added := time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC)
 	m := entry("chat", "/weights/chat.gguf", 1)
 	m.AddedAt = added
-	cat := &listCatalog{models: []catalog.Model{m}}
+	cat := &catalogtest.Catalog{}
+	cat.Put(m) // put again edited: its name and when it was added the same, as no store's re-add keeps
+
 	node := &fakeNode{name: "n1", cap: Capacity{CPUCores: 8, RAMBytes: 64 << 30, AvailableBytes: 64 << 30}}
 	f, err := New(Options{Catalog: cat, Nodes: []Node{node}, Threads: 1, Residency: -1, Log: testLog(t)})
 	if err != nil {
@@ -65,10 +48,10 @@ func TestAChangedEntryIsSeenAtTheNextPass(t *testing.T) {
 	first := Fingerprint(m)
 
 	for i, pool := range []int{2048, 1024} {
-		cat.mu.Lock()
-		cat.models[0].Profiles[0].Pool = pool
-		edited := cat.models[0]
-		cat.mu.Unlock()
+		edited := m
+		edited.Profiles = []catalog.Profile{m.Profiles[0]}
+		edited.Profiles[0].Pool = pool
+		cat.Put(edited)
 		f.reconcile(ctx, true)
 		want, before := "chat-"+strconv.Itoa(i+2), "chat-"+strconv.Itoa(i+1)
 		ids, stopping := serving()

@@ -92,25 +92,19 @@ func benchFleet(b *testing.B) *Fleet {
 
 // BenchmarkPass is one pass with the catalog read again and nothing
 // changed: the tick's, and a Sync's.
-func BenchmarkPass(b *testing.B) {
-	f := benchFleet(b)
-	ctx := context.Background()
-	b.ReportAllocs()
-	b.ResetTimer()
-	for range b.N {
-		f.reconcile(ctx, true)
-	}
-}
+func BenchmarkPass(b *testing.B) { benchPasses(b, true) }
 
 // BenchmarkLook is one look (the pass with the catalog as last read) with
 // nothing changed: the one on the swap path, after a request ends or a
 // replica is let go.
-func BenchmarkLook(b *testing.B) {
+func BenchmarkLook(b *testing.B) { benchPasses(b, false) }
+
+func benchPasses(b *testing.B, reread bool) {
 	f := benchFleet(b)
 	ctx := context.Background()
 	b.ReportAllocs()
 	b.ResetTimer()
 	for range b.N {
-		f.reconcile(ctx, false)
+		f.reconcile(ctx, reread)
 	}
 }
