@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"k8s.io/utils/clock"
@@ -28,8 +29,18 @@ type Fleet struct {
 	// looks asks the loop to look again with the catalog as it last read
 	// it (look).
 	looks chan struct{}
-	// listed is the catalog as the loop last read it, the loop's own.
+	// listed is the catalog as the loop last read it, and fps its
+	// entries' fingerprints, the loop's own.
 	listed []catalog.Model
+	fps    fingerprints
+	// nodes are the nodes as the loop last read them, at nodesAt; a look
+	// reuses them while they hold (passNodes). settled is whether the
+	// last pass left no engine starting, loading or stopping; ended that
+	// an engine has exited since. The loop's own, but for ended.
+	nodes   []NodeInfo
+	nodesAt time.Time
+	settled bool
+	ended   atomic.Bool
 	// syncs carries the waits of Sync to the loop, which closes each after
 	// its next pass.
 	syncs chan chan struct{}
@@ -136,6 +147,7 @@ func New(opts Options) (*Fleet, error) {
 		opts: opts, log: opts.Log,
 		poke: make(chan struct{}, 1), looks: make(chan struct{}, 1), syncs: make(chan chan struct{}),
 		replicas: map[string]*replica{}, models: map[string]*modelState{}, seq: map[string]int{},
+		fps: fingerprints{},
 	}
 	f.backend = newProcesses(opts, nodes, events{f})
 	f.demands = NewDemands(opts.Clock, func(string) { f.look() })
@@ -199,7 +211,7 @@ func (f *Fleet) Run(ctx context.Context) error {
 		}
 		f.restored, f.unpark = nil, nil
 		f.mu.Unlock()
-		f.listed = nil
+		f.listed, f.fps, f.nodes = nil, fingerprints{}, nil
 	}()
 	if err := f.backend.Check(catalog.Model{}); err != nil {
 		f.log.Warn("no engine: models are parked until there is one", "reason", sentenceOf(err))

@@ -91,5 +91,6 @@ func (e events) Ended(id string, last Observation, log []string) {
 		}
 	}
 	f.mu.Unlock()
+	f.ended.Store(true) // its memory is the node's again: read it (passNodes)
 	f.look()
 }

@@ -62,17 +62,25 @@ func (f *Fleet) reconcile(ctx context.Context, reread bool) {
 			return
 		}
 		f.listed = listed
+		f.fps.update(listed)
 	}
 	models := slices.Clone(f.listed) // sorted below
 	if f.opts.beforePass != nil {
 		f.opts.beforePass()
 	}
-	nodes := f.backend.Nodes()
+	nodes := f.passNodes(reread)
+	// What each node could host, were it idle, is its hardware's alone:
+	// worked out once a pass, not once a model.
+	caps := make([]Capacity, len(nodes))
+	for i, n := range nodes {
+		caps[i] = f.opts.Headroom.Room(n.Name, n.Capacity, 0, 0).Capacity()
+	}
 	haveEngine := f.backend.Check(catalog.Model{}) == nil
 
 	defer f.flushUnparks() // after the unlock: it writes to the database
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	defer f.settleLocked()
 	byName := make(map[string]catalog.Model, len(models))
 	for _, m := range models {
 		byName[m.Name] = m
@@ -92,7 +100,7 @@ func (f *Fleet) reconcile(ctx context.Context, reread bool) {
 			delete(f.replicas, id)
 		case !ok:
 			f.stopLocked(r, "its model was removed from the catalog")
-		case Fingerprint(m) != r.fingerprint:
+		case f.fps.of(m) != r.fingerprint:
 			if r.released {
 				delete(f.replicas, id)
 			} else {
@@ -122,12 +130,18 @@ func (f *Fleet) reconcile(ctx context.Context, reread bool) {
 	// and the replicas it waits on, found afresh.
 	kept := &Kept{}
 	f.owed = Owed{}
+	// Each model's replicas, found in one look at them all rather than one
+	// a model; a replica given back on the way is stopping by its turn.
+	replicasOf := map[string][]*replica{}
+	for _, r := range f.replicas {
+		replicasOf[r.model] = append(replicasOf[r.model], r)
+	}
 	for _, m := range models {
 		st := f.stateLocked(m, haveEngine)
 		st.want = f.demands.Want(m, now) // Min, or more while in demand (demand.go)
 		var active []*replica
-		for _, r := range f.replicas {
-			if r.model == m.Name && !r.released && !r.stopping {
+		for _, r := range replicasOf[m.Name] {
+			if !r.released && !r.stopping {
 				active = append(active, r)
 			}
 		}
@@ -150,7 +164,7 @@ func (f *Fleet) reconcile(ctx context.Context, reread bool) {
 			continue
 		}
 		st.unplaceable, st.placement, st.waitsForIdle, st.residencyEnds = false, "", false, time.Time{}
-		st.hardware = f.hardwareLocked(m, nodes)
+		st.hardware = hardware(m, caps)
 		if len(active) >= st.want {
 			continue
 		}
@@ -225,7 +239,7 @@ func (f *Fleet) stateLocked(m catalog.Model, haveEngine bool) *modelState {
 			delete(f.restored, m.Name)
 			// Kept before the fleets shared one fingerprint, its key
 			// is of the form of then.
-			if pk.key == parkKey(Fingerprint(m), m.AddedAt) || pk.key == parkKey(localFingerprint(m), m.AddedAt) {
+			if pk.key == parkKey(f.fps.of(m), m.AddedAt) || pk.key == parkKey(localFingerprint(m), m.AddedAt) {
 				st.parked, st.lasting, st.reason, st.failedStarts = true, true, pk.reason, pk.failures
 				f.log.Info("model parked before modelserve restarted; not started again until it is served again",
 					"model", m.Name, "parked_at", pk.at, "reason", pk.reason)
@@ -345,15 +359,39 @@ func profiles(m catalog.Model) []catalog.Profile {
 // idle.
 func exists(p catalog.Profile, a account) bool { return CouldHost(p, a.cap) }
 
-func (f *Fleet) hardwareLocked(m catalog.Model, nodes []NodeInfo) bool {
+// hardware is whether any node, of what its hardware could host (caps,
+// each an account's cap), could ever host a replica of m.
+func hardware(m catalog.Model, caps []Capacity) bool {
 	for _, p := range profiles(m) {
-		for _, n := range nodes {
-			if exists(p, f.accountLocked(n)) {
+		for _, c := range caps {
+			if CouldHost(p, c) {
 				return true
 			}
 		}
 	}
 	return false
+}
+
+// capsOf are the accounts' caps, for hardware and coresFor.
+func capsOf(accts []account) []Capacity {
+	caps := make([]Capacity, len(accts))
+	for i, a := range accts {
+		caps[i] = a.cap
+	}
+	return caps
+}
+
+// coresFor are the CPU cores of each node (caps as hardware takes them)
+// whose hardware could host a replica of p: an engine not told its
+// threads is given as many on whichever it lands.
+func coresFor(p catalog.Profile, nodes []NodeInfo, caps []Capacity) []int {
+	var cores []int
+	for i, n := range nodes {
+		if CouldHost(p, caps[i]) {
+			cores = append(cores, n.Capacity.CPUCores)
+		}
+	}
+	return cores
 }
 
 // placeLocked starts a replica of m where it fits, or makes room for it
@@ -388,7 +426,7 @@ func (f *Fleet) placeLocked(ctx context.Context, m catalog.Model, nodes []NodeIn
 			_, free := cardsFor(p, a)
 			cards = free[:p.Cards()]
 		}
-		r, err := f.startLocked(ctx, m, p, nodes[d.Spot].Name, cards, nodes)
+		r, err := f.startLocked(ctx, m, p, nodes[d.Spot].Name, cards, coresFor(p, nodes, capsOf(accts)))
 		if err != nil {
 			return nil, "its replica could not be started: " + err.Error(), false
 		}
@@ -427,7 +465,7 @@ func (f *Fleet) placeLocked(ctx context.Context, m catalog.Model, nodes []NodeIn
 			lines = append(lines, memLine(n.Name, p.HostBytes(), a)+kept.Line(n.Name, p))
 		}
 	}
-	if !f.hardwareLocked(m, nodes) {
+	if !hardware(m, capsOf(accts)) {
 		return nil, "no node could ever host it, busy or idle:\n" + strings.Join(lines, "\n"), false
 	}
 	return nil, strings.Join(lines, "\n"), false
@@ -528,18 +566,12 @@ func (f *Fleet) wakeAtLocked(at, now time.Time) {
 }
 
 // startLocked creates a replica of m with profile p on node, with cards,
-// and has the backend start it.
-func (f *Fleet) startLocked(ctx context.Context, m catalog.Model, p catalog.Profile, node string, cards []int, nodes []NodeInfo) (*replica, error) {
+// and has the backend start it; cores are coresFor's.
+func (f *Fleet) startLocked(ctx context.Context, m catalog.Model, p catalog.Profile, node string, cards, cores []int) (*replica, error) {
 	f.seq[m.Name]++
 	id := m.Name + "-" + strconv.Itoa(f.seq[m.Name])
 	need := p.HostBytes()
-	var cores []int
-	for _, n := range nodes {
-		if exists(p, f.accountLocked(n)) {
-			cores = append(cores, n.Capacity.CPUCores)
-		}
-	}
-	r := &replica{id: id, model: m.Name, profile: p.Name, fingerprint: Fingerprint(m), node: node, memBytes: need, cards: cards}
+	r := &replica{id: id, model: m.Name, profile: p.Name, fingerprint: f.fps.of(m), node: node, memBytes: need, cards: cards}
 	f.replicas[id] = r
 	f.log.Info("placing a replica", "replica", id, "node", node, "profile", p.Name, "memory_bytes", need)
 	err := f.backend.Start(ctx, Placement{ID: id, Model: m, Profile: p, Node: node, Cards: cards, Cores: cores, Fingerprint: r.fingerprint})
@@ -549,4 +581,39 @@ func (f *Fleet) startLocked(ctx context.Context, m catalog.Model, p catalog.Prof
 		return nil, err
 	}
 	return r, nil
+}
+
+// nodesFresh is how long a look may place by the nodes' memory as last
+// read. Their free memory changes under other programs too, so it is
+// read again on every pass that rereads the catalog (the tick's, at most
+// Options.Interval apart) and by a look once it is this old: within a
+// second, what other programs took meanwhile is within the headroom kept
+// for them. Reading it is a file read a node, on the swap path.
+const nodesFresh = time.Second
+
+// passNodes are the nodes a pass places on: read again for a pass that
+// reread the catalog, and for a look unless nothing that moves their
+// memory has happened since the last read. What moves it is an engine
+// of the fleet's exiting (its memory is the node's again), starting,
+// loading or stopping (MemAvailable follows what it takes or gives back,
+// while its promise stays as it was), and time (other programs).
+func (f *Fleet) passNodes(reread bool) []NodeInfo {
+	ended := f.ended.Swap(false)
+	now := f.opts.Clock.Now()
+	if reread || ended || !f.settled || f.nodes == nil || now.Sub(f.nodesAt) >= nodesFresh {
+		f.nodes, f.nodesAt = f.backend.Nodes(), now
+	}
+	return f.nodes
+}
+
+// settleLocked notes, at a pass's end, whether every engine is ready or
+// gone: until then, each look reads the nodes again (passNodes).
+func (f *Fleet) settleLocked() {
+	f.settled = true
+	for _, r := range f.replicas {
+		if !r.released && (r.stopping || f.seenLocked(r).State != Ready) {
+			f.settled = false
+			return
+		}
+	}
 }
