@@ -100,6 +100,9 @@ type gatedConn struct {
 }
 
 func (c *gatedConn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.Tx, error) {
+	if opts.ReadOnly {
+		return c.beginRead(ctx)
+	}
 	if err := c.gate.enter(ctx); err != nil {
 		return nil, err
 	}
@@ -110,6 +113,40 @@ func (c *gatedConn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.
 	}
 	c.inTx = true
 	return &gatedTx{tx: tx, conn: c}, nil
+}
+
+// beginRead begins a transaction that only reads ({ReadOnly: true}): a
+// snapshot of several tables at once. It neither queues at the gate nor
+// takes the write lock (BEGIN DEFERRED, whatever _txlock says), so under
+// many writers a list read in one transaction waits for none of them and
+// holds none of them up; WAL gives it the database as it stood at its
+// first read. query_only makes a write in it fail at once rather than
+// wait for the lock it never took.
+func (c *gatedConn) beginRead(ctx context.Context) (driver.Tx, error) {
+	if _, err := c.conn.ExecContext(ctx, `BEGIN DEFERRED`, nil); err != nil {
+		return nil, err
+	}
+	if _, err := c.conn.ExecContext(ctx, `PRAGMA query_only = 1`, nil); err != nil {
+		c.conn.ExecContext(context.Background(), `ROLLBACK`, nil)
+		return nil, err
+	}
+	c.inTx = true
+	return &readTx{conn: c}, nil
+}
+
+// readTx is a read-only transaction: it ends without the gate.
+type readTx struct{ conn *gatedConn }
+
+func (t *readTx) Commit() error   { return t.end(`COMMIT`) }
+func (t *readTx) Rollback() error { return t.end(`ROLLBACK`) }
+
+func (t *readTx) end(stmt string) error {
+	t.conn.inTx = false
+	_, err := t.conn.conn.ExecContext(context.Background(), stmt, nil)
+	if _, qerr := t.conn.conn.ExecContext(context.Background(), `PRAGMA query_only = 0`, nil); err == nil {
+		err = qerr
+	}
+	return err
 }
 
 func (c *gatedConn) Begin() (driver.Tx, error) {

@@ -190,3 +190,49 @@ func TestTheGateTellsHowLongWritesWaited(t *testing.T) {
 		t.Error("WriteWaitsOf claims a database Open did not open")
 	}
 }
+
+// TestAReadOnlyTransactionDoesNotQueueBehindWriters: a transaction begun
+// read-only (a list read as one snapshot) goes ahead while a write
+// transaction holds the gate, sees the database as committed, and cannot
+// write; the writer commits beside it.
+func TestAReadOnlyTransactionDoesNotQueueBehindWriters(t *testing.T) {
+	db := openWithTable(t, `CREATE TABLE t (n INTEGER)`)
+	ctx := context.Background()
+	if _, err := db.ExecContext(ctx, `INSERT INTO t VALUES (1)`); err != nil {
+		t.Fatal(err)
+	}
+	w, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Rollback()
+	if _, err := w.ExecContext(ctx, `INSERT INTO t VALUES (2)`); err != nil {
+		t.Fatal(err)
+	}
+
+	rctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	r, err := db.BeginTx(rctx, &sql.TxOptions{ReadOnly: true})
+	if err != nil {
+		t.Fatalf("a read-only transaction beside an open write: %v; want it begun at once", err)
+	}
+	var n int
+	if err := r.QueryRowContext(rctx, `SELECT COUNT(*) FROM t`).Scan(&n); err != nil || n != 1 {
+		t.Errorf("the read-only transaction sees %d rows (%v); want the 1 committed", n, err)
+	}
+	if _, err := r.ExecContext(rctx, `INSERT INTO t VALUES (3)`); err == nil {
+		t.Error("a read-only transaction wrote")
+	}
+	if err := r.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Commit(); err != nil {
+		t.Fatalf("the writer beside the read: %v", err)
+	}
+	// The connection the read used writes again afterwards.
+	for range 4 {
+		if _, err := db.ExecContext(ctx, `INSERT INTO t VALUES (4)`); err != nil {
+			t.Fatalf("a write after the read-only transaction: %v", err)
+		}
+	}
+}
