@@ -85,9 +85,11 @@ jaeger:
 	@./$(INSTALL_JAEGER) >/dev/null
 
 # bench prints each benchmark beside the baseline it is measured against in
-# the same run; see the ratios, not the absolute times.
+# the same run; see the ratios, not the absolute times. The timeout is the
+# whole of a package's benchmarks: cmd/modelserve's, with the real engine,
+# take several minutes together.
 bench: deps
-	$(GO) test -run '^$$' -bench . -benchmem -count=1 ./...
+	$(GO) test -run '^$$' -bench . -benchmem -count=1 -timeout 30m ./...
 
 # generate writes views/*_templ.go from the templ components; the output
 # is committed, so building needs no templ.

@@ -121,7 +121,9 @@ func specOf(m Model) Model {
 // Get returns the model named name, or an error matching ErrNotFound.
 // Aliases are not looked up: name is the model's own name.
 func (s *Store) Get(ctx context.Context, name string) (Model, error) {
-	tx, err := s.db.BeginTx(ctx, nil)
+	// Read-only: one snapshot of the model and its aliases, which does
+	// not queue behind the writers for the write lock (store's gate).
+	tx, err := s.db.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
 	if err != nil {
 		return Model{}, fmt.Errorf("read %s from the catalog: %w", name, err)
 	}
@@ -159,7 +161,9 @@ func (s *Store) Get(ctx context.Context, name string) (Model, error) {
 
 // List returns every model, sorted by name.
 func (s *Store) List(ctx context.Context) ([]Model, error) {
-	tx, err := s.db.BeginTx(ctx, nil)
+	// Read-only, as Get: under many jobs, a list that queued for the
+	// write lock waited seconds behind their writes.
+	tx, err := s.db.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
 	if err != nil {
 		return nil, fmt.Errorf("list the catalog: %w", err)
 	}

@@ -29,6 +29,7 @@ import (
 	"modelserve/internal/notify"
 	"modelserve/internal/plan"
 	"modelserve/internal/rollup"
+	"modelserve/internal/store"
 	"modelserve/internal/trace"
 	"modelserve/internal/updates"
 	"modelserve/jobs"
@@ -61,11 +62,15 @@ func serve(ctx context.Context, cfg config, log *slog.Logger, ready func(addr st
 	if err := catalog.Upgrade(ctx, db); err != nil {
 		return fmt.Errorf("upgrading the catalog's profiles: %w", err)
 	}
+	// How long writes wait for the database's write lock, behind
+	// modelserve's other writers (on /metrics, below).
+	writeWaits := store.WaitCollector(db)
 	store := catalog.NewStore(db)
 	met := metrics.New(func(ctx context.Context) (int, error) {
 		ms, err := store.List(ctx)
 		return len(ms), err
 	})
+	met.Registerer().MustRegister(writeWaits)
 	// Traces go to the collector the OTEL_* variables name, or nowhere.
 	// At a stop, what is queued is sent within a few seconds, or dropped.
 	tracing, err := trace.FromEnv(cfg.OTel, trace.Options{Registerer: met.Registerer()})

@@ -31,35 +31,46 @@ import (
 // transaction and writes outside it.
 const gateWait = time.Minute
 
-// gate is one database's write lock, as its writers queue for it.
-type gate chan struct{}
+// gate is one database's write lock, as its writers queue for it, and
+// how long they waited for it.
+type gate struct {
+	slot   chan struct{}
+	waited waits
+}
+
+func newGate() *gate { return &gate{slot: make(chan struct{}, 1)} }
 
 // enter waits for the gate, in turn, for at most gateWait or until ctx
 // ends.
-func (g gate) enter(ctx context.Context) error {
+func (g *gate) enter(ctx context.Context) error {
 	select {
-	case g <- struct{}{}:
+	case g.slot <- struct{}{}:
+		g.waited.add(0)
 		return nil
 	default:
 	}
+	start := time.Now()
 	t := time.NewTimer(gateWait)
 	defer t.Stop()
 	select {
-	case g <- struct{}{}:
+	case g.slot <- struct{}{}:
+		g.waited.add(time.Since(start))
 		return nil
 	case <-ctx.Done():
+		g.waited.add(time.Since(start))
 		return ctx.Err()
 	case <-t.C:
+		g.waited.add(gateWait)
 		return fmt.Errorf("the database stayed busy with another write for %v", gateWait)
 	}
 }
 
-func (g gate) leave() { <-g }
+func (g *gate) leave() { <-g.slot }
 
 // connector opens the database's connections, each behind its gate.
 type connector struct {
 	dsn  string
-	gate gate
+	gate *gate
 }
 
 func (c *connector) Connect(context.Context) (driver.Conn, error) {
@@ -70,18 +81,28 @@ func (c *connector) Connect(context.Context) (driver.Conn, error) {
 	return &gatedConn{conn: conn.(*sqlite3.SQLiteConn), gate: c.gate}, nil
 }
 
-func (c *connector) Driver() driver.Driver { return &sqlite3.SQLiteDriver{} }
+// Driver is SQLite's, carrying the gate, so that WriteWaitsOf can find a
+// database's gate from the *sql.DB alone.
+func (c *connector) Driver() driver.Driver { return &gatedDriver{gate: c.gate} }
+
+type gatedDriver struct {
+	sqlite3.SQLiteDriver
+	gate *gate
+}
 
 // gatedConn is a connection whose writes pass through its database's gate.
 // database/sql uses a connection from one goroutine at a time, so inTx
 // needs no lock of its own.
 type gatedConn struct {
 	conn *sqlite3.SQLiteConn
-	gate gate
+	gate *gate
 	inTx bool
 }
 
 func (c *gatedConn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.Tx, error) {
+	if opts.ReadOnly {
+		return c.beginRead(ctx)
+	}
 	if err := c.gate.enter(ctx); err != nil {
 		return nil, err
 	}
@@ -92,6 +113,40 @@ func (c *gatedConn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.
 	}
 	c.inTx = true
 	return &gatedTx{tx: tx, conn: c}, nil
+}
+
+// beginRead begins a transaction that only reads ({ReadOnly: true}): a
+// snapshot of several tables at once. It neither queues at the gate nor
+// takes the write lock (BEGIN DEFERRED, whatever _txlock says), so under
+// many writers a list read in one transaction waits for none of them and
+// holds none of them up; WAL gives it the database as it stood at its
+// first read. query_only makes a write in it fail at once rather than
+// wait for the lock it never took.
+func (c *gatedConn) beginRead(ctx context.Context) (driver.Tx, error) {
+	if _, err := c.conn.ExecContext(ctx, `BEGIN DEFERRED`, nil); err != nil {
+		return nil, err
+	}
+	if _, err := c.conn.ExecContext(ctx, `PRAGMA query_only = 1`, nil); err != nil {
+		c.conn.ExecContext(context.Background(), `ROLLBACK`, nil)
+		return nil, err
+	}
+	c.inTx = true
+	return &readTx{conn: c}, nil
+}
+
+// readTx is a read-only transaction: it ends without the gate.
+type readTx struct{ conn *gatedConn }
+
+func (t *readTx) Commit() error   { return t.end(`COMMIT`) }
+func (t *readTx) Rollback() error { return t.end(`ROLLBACK`) }
+
+func (t *readTx) end(stmt string) error {
+	t.conn.inTx = false
+	_, err := t.conn.conn.ExecContext(context.Background(), stmt, nil)
+	if _, qerr := t.conn.conn.ExecContext(context.Background(), `PRAGMA query_only = 0`, nil); err == nil {
+		err = qerr
+	}
+	return err
 }
 
 func (c *gatedConn) Begin() (driver.Tx, error) {

@@ -48,7 +48,7 @@ func Open(ctx context.Context, file string) (*sql.DB, error) {
 		return nil, err
 	}
 	// Its writers queue for the write lock in Go (gate.go).
-	db := sql.OpenDB(&connector{dsn: "file:" + file + "?" + q.Encode(), gate: make(gate, 1)})
+	db := sql.OpenDB(&connector{dsn: "file:" + file + "?" + q.Encode(), gate: newGate()})
 	if err := db.PingContext(ctx); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("open %s: %w", file, err)
