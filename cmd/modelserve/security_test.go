@@ -193,6 +193,11 @@ func TestSignOutEndsTheSession(t *testing.T) {
 	if !strings.Contains(list, "ada") || !strings.Contains(list, "127.0.0.1") || !strings.Contains(list, "Go-http-client") {
 		t.Fatalf("session list does not show the session, its address and browser:\n%s", list)
 	}
+	list, _ = mustRun(t, "", "session", "list", "--data", dir, "--output", "json", "ada")
+	var sessions []struct{ User, Address string }
+	if err := json.Unmarshal([]byte(list), &sessions); err != nil || len(sessions) != 1 || sessions[0].User != "ada" || sessions[0].Address == "" {
+		t.Fatalf("session list --output json: %v\n%s", err, list)
+	}
 
 	resp := b.do("POST", "/logout", url.Values{"csrf": {b.csrf}})
 	resp.Body.Close()

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
-	"text/tabwriter"
 	"time"
 
 	"modelserve/internal/auth"
@@ -23,14 +22,18 @@ func sessionCmd(ctx context.Context, args []string, getenv func(string) string, 
 	}
 	sub, args := args[0], args[1:]
 	var user string
+	var out *output
 	fs, data, err := dataFlags("modelserve session "+sub, args, getenv, stderr,
-		"Usage: modelserve session list [--data DIR] [NAME]\n"+
+		"Usage: modelserve session list [--data DIR] [-o json] [NAME]\n"+
 			"       modelserve session revoke [--data DIR] ID | --user NAME\n\n"+
 			"Console sessions. list shows who is signed in, from where, and until when;\n"+
 			"revoke ends one session by its ID, or every session of a user.\n",
 		func(fs *flag.FlagSet) {
 			if sub == "revoke" {
 				fs.StringVar(&user, "user", "", "end every session of this user")
+			}
+			if sub == "list" {
+				out = outputFlag(fs)
 			}
 		})
 	if err != nil {
@@ -40,6 +43,9 @@ func sessionCmd(ctx context.Context, args []string, getenv func(string) string, 
 	case "list":
 		if fs.NArg() > 1 {
 			return fmt.Errorf("session list takes at most one user name")
+		}
+		if err := out.check(); err != nil {
+			return err
 		}
 	case "revoke":
 		if (user == "") == (fs.NArg() != 1) {
@@ -61,13 +67,15 @@ func sessionCmd(ctx context.Context, args []string, getenv func(string) string, 
 		if err != nil {
 			return err
 		}
-		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "ID\tUSER\tSIGNED IN\tLAST SEEN\tEXPIRES\tADDRESS\tBROWSER")
-		for _, s := range list {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", s.ID, s.User, when(s.Created), when(s.LastSeen), when(s.Expires),
-				or(s.Address, "-"), or(s.UserAgent, "-"))
+		if list == nil {
+			list = []auth.Session{}
 		}
-		return tw.Flush()
+		return out.print(stdout, list, "ID\tUSER\tSIGNED IN\tLAST SEEN\tEXPIRES\tADDRESS\tBROWSER", func(tw io.Writer) {
+			for _, s := range list {
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", s.ID, s.User, when(s.Created), when(s.LastSeen), when(s.Expires),
+					or(s.Address, "-"), or(s.UserAgent, "-"))
+			}
+		})
 	case user != "":
 		n, err := sessions.RevokeUser(ctx, user)
 		if err != nil {

@@ -4,11 +4,11 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"modelserve/internal/auth"
@@ -23,13 +23,24 @@ func userCmd(ctx context.Context, args []string, getenv func(string) string, std
 		return errors.New("user needs a command: add NAME, passwd NAME, remove NAME, or list")
 	}
 	sub, args := args[0], args[1:]
+	var out *output
 	fs, data, err := dataFlags("modelserve user "+sub, args, getenv, stderr,
-		"Usage: modelserve user add|passwd|remove [--data DIR] NAME | user list [--data DIR]\n\n"+
+		"Usage: modelserve user add|passwd|remove [--data DIR] NAME | user list [--data DIR] [-o json]\n\n"+
 			"Console users. add and passwd read the password from the first line of standard\n"+
 			"input; with none, they generate one and print it once. Only a bcrypt hash is kept.\n"+
-			"passwd and remove end every session of the user.\n")
+			"passwd and remove end every session of the user.\n",
+		func(fs *flag.FlagSet) {
+			if sub == "list" {
+				out = outputFlag(fs)
+			}
+		})
 	if err != nil {
 		return err
+	}
+	if out != nil {
+		if err := out.check(); err != nil {
+			return err
+		}
 	}
 	switch sub {
 	case "add", "list", "passwd", "remove":
@@ -57,12 +68,14 @@ func userCmd(ctx context.Context, args []string, getenv func(string) string, std
 		if err != nil {
 			return err
 		}
-		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "NAME\tCREATED")
-		for _, u := range list {
-			fmt.Fprintf(tw, "%s\t%s\n", u.Name, u.Created.Local().Format(time.DateTime))
+		if list == nil {
+			list = []auth.UserInfo{}
 		}
-		return tw.Flush()
+		return out.print(stdout, list, "NAME\tCREATED", func(tw io.Writer) {
+			for _, u := range list {
+				fmt.Fprintf(tw, "%s\t%s\n", u.Name, u.Created.Local().Format(time.DateTime))
+			}
+		})
 	}
 
 	name := fs.Arg(0)

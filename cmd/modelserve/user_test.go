@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -76,5 +77,14 @@ func TestUserAdd(t *testing.T) {
 	}
 	if !strings.Contains(out.String(), "ada") || !strings.Contains(out.String(), "bob") {
 		t.Fatalf("user list:\n%s", out.String())
+	}
+	// For scripts, as every listing: --output json, flags after the command.
+	out.Reset()
+	if err := run(ctx, []string{"user", "list", "--data", dir, "-o", "json"}, getenv, nil, &out, &out); err != nil {
+		t.Fatal(err)
+	}
+	var users []struct{ Name string }
+	if err := json.Unmarshal(out.Bytes(), &users); err != nil || len(users) != 2 || users[0].Name != "ada" || users[1].Name != "bob" {
+		t.Fatalf("user list -o json: %v\n%s", err, out.String())
 	}
 }

@@ -41,13 +41,13 @@ func NewSessions(db *sql.DB) *Sessions { return &Sessions{db: db, now: time.Now}
 // Session is one signed-in session, as listed: never its secret.
 type Session struct {
 	// ID names the session for listing and revoking; it signs nobody in.
-	ID        string
-	User      string
-	Created   time.Time
-	LastSeen  time.Time
-	Expires   time.Time
-	UserAgent string
-	Address   string
+	ID        string    `json:"id"`
+	User      string    `json:"user"`
+	Created   time.Time `json:"created"`
+	LastSeen  time.Time `json:"last_seen"`
+	Expires   time.Time `json:"expires"`
+	UserAgent string    `json:"user_agent"`
+	Address   string    `json:"address"`
 }
 
 // Client is where a sign-in came from, kept with its session so that an

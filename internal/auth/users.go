@@ -43,8 +43,8 @@ func NewUsers(db *sql.DB) *Users { return &Users{db: db, now: time.Now, cost: bc
 
 // UserInfo is what is known of a user without the password.
 type UserInfo struct {
-	Name    string
-	Created time.Time
+	Name    string    `json:"name"`
+	Created time.Time `json:"created"`
 }
 
 // Add makes a user with that password. A name taken (in any case) is
