@@ -15,7 +15,7 @@ import (
 // model's reply can hold any byte) arrives whole, one data line per line,
 // and every event tells the browser to reconnect quickly.
 func TestEventsKeepWholeLines(t *testing.T) {
-	e := newEvents()
+	e := newEvents(nil)
 	ch := make(chan jobs.Event, 2)
 	ch <- jobs.Event{Seq: 1}
 	close(ch)

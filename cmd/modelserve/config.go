@@ -7,6 +7,7 @@ import (
 	"io"
 	"math"
 	"net/url"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -102,6 +103,12 @@ type config struct {
 	// OTel is the OTEL_* variables tracing is set up from
 	// (internal/trace).
 	OTel trace.Env
+	// Upgrade is --upgrade: ask the modelserve serving Data to hand its
+	// port to the binary on disk (handover.go), rather than serve.
+	Upgrade bool
+	// HandOver asks serve to hand its port to a new process (SIGHUP);
+	// nil for a server a test runs in its own process.
+	HandOver <-chan os.Signal
 }
 
 // setting ties a flag to its environment variable, so both are documented
@@ -162,6 +169,7 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (co
 	for _, s := range c.settings() {
 		fs.StringVar(s.dst, s.flag, s.def, fmt.Sprintf("%s (env %s)", s.help, s.env))
 	}
+	fs.BoolVar(&c.Upgrade, "upgrade", false, "hand the port of the modelserve serving --data to the binary on disk (as SIGHUP does): no request is refused, and this prints how it ended")
 	if err := parseFlags(fs, args, stderr, serveUsage); err != nil {
 		return c, err
 	}
