@@ -14,6 +14,7 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -153,32 +154,47 @@ func (h handover) start(ctx context.Context) (int, error) {
 	if exe, err = filepath.Abs(exe); err != nil {
 		return 0, err
 	}
-	fl, ok := h.ln.(interface{ File() (*os.File, error) })
+	// The socket's own fd, passed as it is: os.File.Fd, which exec.Cmd's
+	// ExtraFiles calls, would make the socket blocking for this process
+	// too (the flag is the socket's, not the fd's), and its Accept would
+	// then hang in the kernel where Shutdown cannot end it.
+	sc, ok := h.ln.(syscall.Conn)
 	if !ok {
 		return 0, fmt.Errorf("the listener is a %T, which cannot be handed over", h.ln)
 	}
-	sock, err := fl.File()
+	raw, err := sc.SyscallConn()
 	if err != nil {
 		return 0, fmt.Errorf("cannot hand over the listening socket: %w", err)
 	}
-	defer sock.Close()
 	readyR, readyW, err := os.Pipe()
 	if err != nil {
 		return 0, err
 	}
 	defer readyR.Close()
-	cmd := exec.Command(exe, os.Args[1:]...)
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
-	// ExtraFiles[i] is fd 3+i in the child.
-	cmd.ExtraFiles = []*os.File{sock, readyW}
-	cmd.Env = append(childEnv(os.Environ()), listenFDEnv+"=3", readyFDEnv+"=4")
-	err = cmd.Start()
+	var pid int
+	cerr := raw.Control(func(sock uintptr) {
+		// Files[i] is fd i in the child: the socket is 3, the pipe 4.
+		pid, err = syscall.ForkExec(exe, os.Args, &syscall.ProcAttr{
+			Env:   append(childEnv(os.Environ()), listenFDEnv+"=3", readyFDEnv+"=4"),
+			Files: []uintptr{os.Stdin.Fd(), os.Stdout.Fd(), os.Stderr.Fd(), sock, readyW.Fd()},
+		})
+	})
 	readyW.Close() // the child's copy is the one that says ready
-	if err != nil {
+	if err = cmp.Or(cerr, err); err != nil {
 		return 0, fmt.Errorf("cannot start %s: %w", exe, err)
 	}
+	proc, err := os.FindProcess(pid)
+	if err != nil {
+		return 0, err
+	}
 	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
+	go func() {
+		st, err := proc.Wait()
+		if err == nil {
+			err = errors.New(st.String())
+		}
+		exited <- err
+	}()
 	said := make(chan string, 1)
 	go func() {
 		line, _ := bufio.NewReader(readyR).ReadString('\n')
@@ -190,8 +206,14 @@ func (h handover) start(ctx context.Context) (int, error) {
 	select {
 	case line := <-said:
 		if line == "ready" {
-			h.log.Info("the new modelserve serves; this one stops accepting and finishes what it answers", "pid", cmd.Process.Pid, "binary", exe)
-			return cmd.Process.Pid, nil
+			h.log.Info("the new modelserve serves; this one stops accepting and finishes what it answers", "pid", pid, "binary", exe)
+			return pid, nil
+		}
+		// Most often it exited: say so, with how.
+		select {
+		case err := <-exited:
+			return 0, fmt.Errorf("the new modelserve (%s) exited before it served (%v); its log says why", exe, err)
+		case <-time.After(time.Second):
 		}
 		why = fmt.Errorf("the new modelserve (%s) closed its ready pipe without saying it was ready; its log says why", exe)
 	case err := <-exited:
@@ -203,11 +225,11 @@ func (h handover) start(ctx context.Context) (int, error) {
 	}
 	// Stopped before this process carries on with the jobs, so that no
 	// job runs in both.
-	cmd.Process.Signal(syscall.SIGTERM)
+	proc.Signal(syscall.SIGTERM)
 	select {
 	case <-exited:
 	case <-time.After(childStopWithin):
-		cmd.Process.Kill()
+		proc.Kill()
 		<-exited
 	}
 	return 0, why
