@@ -21,11 +21,13 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -139,6 +141,40 @@ func (h handover) run(ctx context.Context) (int, error) {
 		return 0, err
 	}
 	return pid, nil
+}
+
+// lingerAfterHandover is how long the old process answers on the
+// connections it has, each answer closing its connection, before it closes
+// those left idle: a client sending on a connection the server closes at
+// that instant gets an error it cannot retry (a POST), while one told
+// "Connection: close" with its answer dials again, and reaches the new
+// process.
+const lingerAfterHandover = 2 * time.Second
+
+// release is the old process's part once the new one serves: it stops
+// accepting (the new process takes the connections waiting on the socket),
+// closes each connection after its next answer, ends the console's event
+// streams so that their browsers reconnect to the new process, and gives
+// the clients it holds idle connections of lingerAfterHandover to learn
+// of it. Shutdown then finishes the requests in flight.
+func (h handover) release(closing *atomic.Bool, streams chan struct{}) {
+	closing.Store(true)
+	if err := h.ln.Close(); err != nil {
+		h.log.Warn("could not stop accepting; the new process and this one share the connections until this one exits", "err", err)
+	}
+	close(streams)
+	time.Sleep(lingerAfterHandover)
+}
+
+// closeAfter asks, once closing is set, that each connection close after
+// its answer.
+func closeAfter(h http.Handler, closing *atomic.Bool) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if closing.Load() {
+			w.Header().Set("Connection", "close")
+		}
+		h.ServeHTTP(w, r)
+	})
 }
 
 // start starts the binary modelserve was started from with the same

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
@@ -301,8 +302,9 @@ func serve(ctx context.Context, cfg config, log *slog.Logger, ready func(addr st
 	if err != nil {
 		return err
 	}
+	var handingOver atomic.Bool
 	srv := &http.Server{
-		Handler:           h,
+		Handler:           closeAfter(h, &handingOver),
 		ReadHeaderTimeout: 10 * time.Second,
 		// No WriteTimeout: event streams and mirror downloads are long.
 		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn),
@@ -352,10 +354,13 @@ func serve(ctx context.Context, cfg config, log *slog.Logger, ready func(addr st
 			writeResult(cfg.Data, fmt.Sprintf("the new modelserve (pid %d) serves; the old one (pid %d) finishes what it answers and exits", pid, os.Getpid()))
 			// What it answers may take as long as a replica's drain.
 			grace, err = cfg.DrainTimeout, errStopped
+			ho.release(&handingOver, stopping)
 		}
 	}
 	if errors.Is(err, errStopped) {
-		close(stopping)
+		if !handingOver.Load() {
+			close(stopping)
+		}
 		sctx, cancel := context.WithTimeout(context.Background(), max(grace, 10*time.Second))
 		// Requests in flight, the gateway's queued ones among them, end
 		// by themselves; what is left when the grace is over is cut.
