@@ -88,6 +88,8 @@ jaeger:
 # the same run; see the ratios, not the absolute times.
 bench: deps
 	$(GO) test -run '^$$' -bench . -benchmem -count=1 ./...
+	# The longest request's added latency through a SIGHUP under load.
+	$(GO) test -run '^TestSIGHUPHandsThePortOverUnderLoad$$' -count=1 -v ./cmd/modelserve/
 
 # generate writes views/*_templ.go from the templ components; the output
 # is committed, so building needs no templ.
