@@ -360,20 +360,29 @@ func awaitFleet(ctx context.Context, fl healthView, log *slog.Logger) {
 // boot: with the pid, it names one process, where a pid alone may name
 // another one later.
 func processStart(pid int) (string, error) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	f, err := procStat(pid)
 	if err != nil {
 		return "", err
 	}
-	// The command's name is in parentheses and may hold spaces.
+	return f[19], nil
+}
+
+// procStat is /proc/<pid>/stat's fields after the command's name (which
+// may hold spaces): the state first, the start time 20th.
+func procStat(pid int) ([]string, error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return nil, err
+	}
 	i := strings.LastIndexByte(string(b), ')')
 	if i < 0 {
-		return "", fmt.Errorf("unreadable /proc/%d/stat", pid)
+		return nil, fmt.Errorf("unreadable /proc/%d/stat", pid)
 	}
 	f := strings.Fields(string(b[i+1:]))
 	if len(f) < 20 {
-		return "", fmt.Errorf("unreadable /proc/%d/stat", pid)
+		return nil, fmt.Errorf("unreadable /proc/%d/stat", pid)
 	}
-	return f[19], nil
+	return f, nil
 }
 
 // writePIDFile records this process as the one serving data.

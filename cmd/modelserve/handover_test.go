@@ -101,12 +101,8 @@ func (h *handoverServer) awaitTakeover(t *testing.T, old int) int {
 // gone is whether process pid has exited: the test reaps the first
 // modelserve only once its output pipes close, so it is a zombie until then.
 func gone(pid int) bool {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return true
-	}
-	i := bytes.LastIndexByte(b, ')')
-	return i > 0 && i+2 < len(b) && b[i+2] == 'Z'
+	f, err := procStat(pid)
+	return err != nil || f[0] == "Z"
 }
 
 // clients are asking a model in a loop, half of them streaming, each
