@@ -129,7 +129,11 @@ func (h handover) run(ctx context.Context) (int, error) {
 	h.log.Info("handing the port to a new modelserve: starting the binary on disk")
 	// The jobs stop between two steps, so that the new process carries
 	// each on from the step after its last and none runs a step twice.
-	// The fleet carries on serving the gateway's requests meanwhile.
+	// The fleet carries on serving the gateway's requests meanwhile, and
+	// stops its engines only as this process exits. Once engines outlive
+	// modelserve and the next process adopts them, the fleet's Run ends
+	// here instead (its engines running on, its last view still answering
+	// the gateway), and the handover test asserts the same engine pids.
 	pctx, cancel := context.WithTimeout(ctx, jobsBoundaryWithin)
 	h.jobs.Pause(pctx)
 	cancel()
