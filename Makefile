@@ -90,6 +90,8 @@ jaeger:
 # take several minutes together.
 bench: deps
 	$(GO) test -run '^$$' -bench . -benchmem -count=1 -timeout 30m ./...
+	# The longest request's added latency through a SIGHUP under load.
+	$(GO) test -run '^TestSIGHUPHandsThePortOverUnderLoad$$' -count=1 -v ./cmd/modelserve/
 
 # generate writes views/*_templ.go from the templ components; the output
 # is committed, so building needs no templ.

@@ -129,7 +129,7 @@ func TestMemoryBar(t *testing.T) {
 // TestQuietStreamsGetAHeartbeat: a stream with nothing new to say still
 // writes a comment line every heartbeat, so that no proxy closes it as idle.
 func TestQuietStreamsGetAHeartbeat(t *testing.T) {
-	e := newEvents()
+	e := newEvents(nil)
 	e.heartbeat = 20 * time.Millisecond
 	ch := make(chan jobs.Event)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

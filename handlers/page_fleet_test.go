@@ -136,7 +136,7 @@ func TestFleetPageShowsTheFleet(t *testing.T) {
 			`[data-testid="replica-memory"]`: "1.5 GB resident; estimated 2 GB",
 			// The engine's --threads, not a count of the process's threads.
 			`[data-testid="replica-process"]`: "pid 4242, started with --threads 4",
-			`[data-testid="replica-load"]`:   "1 of 4 slots busy, 2 waiting; 4096 tokens a slot; 400 prompt tokens read (25% from its cache), 50 generated",
+			`[data-testid="replica-load"]`:    "1 of 4 slots busy, 2 waiting; 4096 tokens a slot; 400 prompt tokens read (25% from its cache), 50 generated",
 			// The row's cells, each a figure; the sentences above are in
 			// its details.
 			`tr:first-child [data-testid="replica-mem"]`:                "1.5 GB",

@@ -180,6 +180,13 @@ type Deps struct {
 	// memory, minute by minute (rollup.Recorder): charts on the catalog
 	// and fleet pages, and series in the API. nil draws none.
 	Rollups Rollups
+	// Stopping, when closed, ends every event stream the console has
+	// open: the server is handing its port to a new process or stopping,
+	// and each browser reconnects (the streams' retry field) to whichever
+	// process then listens, which sends the page as it stands. Streams
+	// would otherwise hold the server's shutdown for its whole grace. nil
+	// ends them only with their requests.
+	Stopping <-chan struct{}
 	// Tokens are the API tokens the console lists, makes and revokes,
 	// shared with the gateway so that it hears of a revoke at once
 	// (auth.Tokens.OnRevoke); nil keeps them in DB for the console alone.
@@ -247,7 +254,7 @@ func New(d Deps) (http.Handler, error) {
 	if d.Tokens == nil {
 		d.Tokens = auth.NewTokens(d.DB)
 	}
-	s := &Server{deps: d, tokens: d.Tokens, events: newEvents(),
+	s := &Server{deps: d, tokens: d.Tokens, events: newEvents(d.Stopping),
 		users: auth.NewUsers(d.DB), sessions: newSessionStore(newKeysIfNone(d.SessionKeys)), live: auth.NewSessions(d.DB),
 		throttle: newThrottle(), asks: newAsks()}
 	return s.routes(), nil

@@ -33,10 +33,12 @@ type events struct {
 
 	// rates are the job streams' last download rates (stream_job_rates.go).
 	rates lastRates
+	// stopping ends every stream when closed (Deps.Stopping).
+	stopping <-chan struct{}
 }
 
-func newEvents() *events {
-	e := &events{ready: map[string]chan struct{}{}, heartbeat: 15 * time.Second}
+func newEvents(stopping <-chan struct{}) *events {
+	e := &events{ready: map[string]chan struct{}{}, heartbeat: 15 * time.Second, stopping: stopping}
 	e.sse = sse.NewWithCallback(e.subscribed, nil)
 	e.sse.AutoReplay = false
 	e.sse.AutoStream = false
@@ -131,6 +133,11 @@ func streamEach[T any](e *events, w http.ResponseWriter, r *http.Request, ch <-c
 					return
 				}
 				last = evID
+			case <-e.stopping:
+				// The client reconnects to the process listening next;
+				// what was published goes out first.
+				sent.await(last, time.Second)
+				return
 			case <-ctx.Done():
 				return
 			}

@@ -42,7 +42,7 @@ func TestPollSectionsSendsWhatChanged(t *testing.T) {
 			[]string{"b: x", "a: 1"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			s := &Server{events: newEvents()}
+			s := &Server{events: newEvents(nil)}
 			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				n := 0
 				s.pollSections(w, r, time.Millisecond, func(context.Context, time.Time) ([]part, bool) {

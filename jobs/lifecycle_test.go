@@ -414,3 +414,54 @@ type countingMetrics struct{ started, ended atomic.Int64 }
 func (m *countingMetrics) JobStarted()                    { m.started.Add(1) }
 func (m *countingMetrics) JobEnded(string)                { m.ended.Add(1) }
 func (m *countingMetrics) StepDone(string, time.Duration) {}
+
+// TestPauseStopsAtAStepBoundary: a job paused mid-download finishes the
+// download, then stops before its next step, stored as running for the
+// next process; no job starts meanwhile; and Continue carries it on to
+// its end without fetching again or announcing the mirror step again.
+func TestPauseStopsAtAStepBoundary(t *testing.T) {
+	e := newEnv(t, withNodeMemory(64<<30))
+	content := ggufgen.Bytes(ggufgen.Spec{})
+	e.hub.AddRepo(tinyRepo, hubtest.RepoOptions{})
+	e.hub.AddFile(tinyRepo, tinyFile, content)
+	e.hub.Trickle(tinyRepo, tinyFile, int64(len(content))) // about a second
+
+	j := MustStart(t, e.srv, Request{Repo: tinyRepo, Replicas: 1})
+	waitFetching(t, e.srv, j.ID, 0.1)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	e.srv.Pause(ctx)
+	cancel()
+
+	stored, _, err := load(context.Background(), e.db, j.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if stored.State != Running || MustStep(t, stored, StepMirror).State != Done {
+		t.Fatalf("after Pause the job is stored %s with steps %+v; want it running with its download done", stored.State, stored.Steps)
+	}
+	if st, ok := stored.Step(StepCheck); ok && st.State == Running {
+		t.Errorf("the paused job began its check step: %+v", st)
+	}
+	if _, err := e.srv.Start(context.Background(), Request{Repo: tinyRepo}); !errors.Is(err, ErrClosed) {
+		t.Errorf("a job started while paused: %v; want it refused", err)
+	}
+
+	events, stop := e.srv.Subscribe(j.ID)
+	defer stop()
+	<-events // the job as it stands
+	if err := e.srv.Continue(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if end := MustEnd(t, e.srv, j.ID); end.State != Done {
+		t.Fatalf("the continued job ended %s: %s", end.State, end.Error)
+	}
+	if served := e.hub.BytesServed(tinyRepo, tinyFile); served != int64(len(content)) {
+		t.Errorf("the Hub served %d bytes of a %d-byte file: the download ran twice", served, len(content))
+	}
+	for len(events) > 0 {
+		ev := <-events
+		if st, _ := ev.Job.Step(StepMirror); st.State == Running {
+			t.Errorf("the continued job announced its mirror step running again: %+v", st)
+		}
+	}
+}

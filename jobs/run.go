@@ -68,19 +68,31 @@ func (s *Server) run(ctx context.Context, l *live) error {
 	if err := p.registry(ctx); err != nil {
 		return failedAt(StepRegistry, err)
 	}
+	if err := s.boundary(l); err != nil {
+		return err
+	}
 	// 2. The plan: which file, and where it runs.
 	if err := p.choose(ctx); err != nil {
 		return failedAt(StepPlan, err)
+	}
+	if err := s.boundary(l); err != nil {
+		return err
 	}
 	// 3. The mirror: fetch, resuming what is partly there, and check what
 	// arrived against what the registry published.
 	if err := p.fetch(ctx); err != nil {
 		return failedAt(StepMirror, err)
 	}
+	if err := s.boundary(l); err != nil {
+		return err
+	}
 	// 4. The check: whether the nodes' engine runs it, how much memory it
 	// needs, and the context that fits.
 	if err := p.check(ctx); err != nil {
 		return failedAt(StepCheck, err)
+	}
+	if err := s.boundary(l); err != nil {
+		return err
 	}
 	// 5. The catalog: the model's entry, with its profile and origin.
 	more, err := p.addToCatalog(ctx)
@@ -93,6 +105,9 @@ func (s *Server) run(ctx context.Context, l *live) error {
 		s.step(l, StepPlacement, Skipped, p.whyNoReplica())
 		s.step(l, StepSmoke, Skipped, "no replica was started to ask")
 		return nil
+	}
+	if err := s.boundary(l); err != nil {
+		return err
 	}
 	// 6. Placement: a replica, ready.
 	if s.deps.Fleet == nil {
@@ -109,6 +124,9 @@ func (s *Server) run(ctx context.Context, l *live) error {
 	}
 	if err != nil {
 		return failedAt(StepPlacement, notServedAgain(p.req, err))
+	}
+	if err := s.boundary(l); err != nil {
+		return err
 	}
 	// 7. The smoke test: does it answer.
 	s.step(l, StepSmoke, Running, "asking "+rep.ID+" to say hello")

@@ -42,6 +42,9 @@ type Server struct {
 	live    map[string]*live
 	closed  bool
 	resumed bool
+	// paused is a server handing its jobs to the next process (Pause):
+	// each stops at its next step boundary, and none starts.
+	paused bool
 	// saving is whether a keepSaving goroutine runs; stop ends it.
 	saving bool
 	stop   chan struct{}
@@ -159,10 +162,13 @@ func (s *Server) start(ctx context.Context, req Request, retryOf string) (Job, e
 		return Job{}, err
 	}
 	s.mu.Lock()
-	closed := s.closed
+	closed, paused := s.closed, s.paused
 	s.mu.Unlock()
 	if closed {
 		return Job{}, operr.Wrap(operr.Unavailable, ErrClosed, "modelserve is shutting down: start the job again once it is back")
+	}
+	if paused {
+		return Job{}, operr.Wrap(operr.Unavailable, ErrClosed, "modelserve is handing over to a new process: start the job again in a few seconds")
 	}
 	now := time.Now().UTC()
 	kind := KindServe
@@ -697,6 +703,12 @@ func (s *Server) Resume(ctx context.Context) error {
 	}
 	s.resumed = true
 	s.mu.Unlock()
+	return s.resume(ctx)
+}
+
+// resume launches the jobs the database has as running and this process
+// does not run.
+func (s *Server) resume(ctx context.Context) error {
 	ids, err := runningIDs(ctx, s.deps.DB)
 	if err != nil {
 		return err
@@ -763,6 +775,57 @@ func runningStep(j Job) string {
 		return j.Steps[len(j.Steps)-1].Name
 	}
 	return StepRegistry
+}
+
+// Pause hands the jobs to the next process: none starts from now on, and
+// each running job stops at its next step boundary, left running in the
+// database as a clean stop leaves it, for the next process's Resume to
+// carry on from the step after its last. A job still inside a step when
+// ctx ends (a download, a wait for a replica) is stopped there, as Close
+// stops it, and its step carries on in the next process from what it had
+// saved. Pause returns once every job's goroutine has. Continue undoes it.
+func (s *Server) Pause(ctx context.Context) {
+	s.mu.Lock()
+	s.paused = true
+	running := make([]*live, 0, len(s.live))
+	for _, l := range s.live {
+		if !l.finished {
+			running = append(running, l)
+		}
+	}
+	s.mu.Unlock()
+	for _, l := range running {
+		select {
+		case <-l.done:
+		case <-ctx.Done():
+			l.cancel(errShutdown)
+			<-l.done
+		}
+	}
+}
+
+// Continue takes back the jobs Pause stopped, when no other process did:
+// they carry on here, each from the step after its last, and jobs start
+// again.
+func (s *Server) Continue(ctx context.Context) error {
+	s.mu.Lock()
+	s.paused = false
+	s.mu.Unlock()
+	return s.resume(ctx)
+}
+
+// boundary is where a job stops between two steps when the server is
+// handing it over (Pause): the job's context ends as Close ends it, so
+// finish leaves it running for the next process.
+func (s *Server) boundary(l *live) error {
+	s.mu.Lock()
+	paused := s.paused
+	s.mu.Unlock()
+	if !paused {
+		return nil
+	}
+	l.cancel(errShutdown)
+	return errShutdown
 }
 
 // Close stops every job without marking it cancelled — each stays running

@@ -7,6 +7,7 @@ import (
 	"io"
 	"math"
 	"net/url"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -105,6 +106,12 @@ type config struct {
 	// OTel is the OTEL_* variables tracing is set up from
 	// (internal/trace).
 	OTel trace.Env
+	// Upgrade is --upgrade: ask the modelserve serving Data to hand its
+	// port to the binary on disk (handover.go), rather than serve.
+	Upgrade bool
+	// HandOver asks serve to hand its port to a new process (SIGHUP);
+	// nil for a server a test runs in its own process.
+	HandOver <-chan os.Signal
 }
 
 // setting ties a flag to its environment variable, so both are documented
@@ -167,6 +174,7 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (co
 	}
 	fs.BoolVar(&c.StopEnginesOnExit, "stop-engines-on-exit", false, "stop the local engines when modelserve exits; by default they keep running, "+
 		"and the next modelserve on the same data folder adopts them without loading their models again (env MODELSERVE_STOP_ENGINES_ON_EXIT)")
+	fs.BoolVar(&c.Upgrade, "upgrade", false, "hand the port of the modelserve serving --data to the binary on disk (as SIGHUP does): no request is refused, and this prints how it ended")
 	if err := parseFlags(fs, args, stderr, serveUsage); err != nil {
 		return c, err
 	}

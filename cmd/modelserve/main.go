@@ -69,9 +69,17 @@ func serveCmd(ctx context.Context, c call) error {
 	if err != nil {
 		return err
 	}
+	if cfg.Upgrade {
+		return upgradeRunning(ctx, cfg.Data, c.stdout)
+	}
 	log, err := newLogger(c.stderr, cfg.LogFormat, cfg.LogLevel)
 	if err != nil {
 		return err
 	}
+	// SIGHUP hands the port to the binary on disk (handover.go).
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	cfg.HandOver = hup
 	return serve(ctx, cfg, log, nil)
 }

@@ -6,12 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/http"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
@@ -287,21 +288,28 @@ func serve(ctx context.Context, cfg config, log *slog.Logger, ready func(addr st
 		return err
 	}
 
+	// Closed as the server stops or hands its port over: the console's
+	// event streams end, and their browsers reconnect to whoever listens.
+	stopping := make(chan struct{})
 	h, err := handlers.New(handlers.Deps{
 		DB: db, Jobs: js, Catalog: cat, Mirror: mir, Metrics: met.Handler(), MetricsToken: cfg.MetricsToken, Log: log,
 		Registry: regs, Finder: regs, Updates: watcher, Versions: store, CanaryShare: share, Evals: runner, Planner: planner, Pool: poolOf(fl.Pool), Fleet: fl, Gateway: gw,
 		SessionKeys: site.keys, Secure: site.secure, TrustedProxies: site.trusted, PublicURL: cfg.PublicURL, DataDir: absDir(cfg.Data),
-		TraceURL: cfg.TraceURL, Tokens: toks, Rollups: rollups,
+		TraceURL: cfg.TraceURL, Tokens: toks, Rollups: rollups, Stopping: stopping,
 	})
 	if err != nil {
 		return err
 	}
-	ln, err := net.Listen("tcp", cfg.Addr)
+	// The socket is the previous process's when it handed it over, or
+	// systemd's (handover.go): either way, no client is refused while one
+	// modelserve follows another.
+	ln, how, err := listen(cfg.Addr)
 	if err != nil {
-		return fmt.Errorf("cannot listen on %s: %w", cfg.Addr, err)
+		return err
 	}
+	var handingOver atomic.Bool
 	srv := &http.Server{
-		Handler:           h,
+		Handler:           closeAfter(h, &handingOver),
 		ReadHeaderTimeout: 10 * time.Second,
 		// No WriteTimeout: event streams and mirror downloads are long.
 		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn),
@@ -309,7 +317,7 @@ func serve(ctx context.Context, cfg config, log *slog.Logger, ready func(addr st
 	// Closing the jobs ends every event stream, which would otherwise hold
 	// Shutdown for its whole grace: a stream is never idle.
 	srv.RegisterOnShutdown(js.Close)
-	log.Info("modelserve listening", "addr", ln.Addr().String(), "scheme", site.scheme(), "session_keys", site.keySource, "data", cfg.Data, "engine", enginePath, "engine_build", version.String())
+	log.Info("modelserve listening", "addr", ln.Addr().String(), "socket", how, "scheme", site.scheme(), "session_keys", site.keySource, "data", cfg.Data, "engine", enginePath, "engine_build", version.String())
 	if ready != nil {
 		ready(ln.Addr().String())
 	}
@@ -322,15 +330,47 @@ func serve(ctx context.Context, cfg config, log *slog.Logger, ready func(addr st
 			errc <- err
 		}
 	}()
+	if handedOver() {
+		// The old process stops taking requests once this one says it is
+		// ready: by then, this one answers them at once.
+		awaitFleet(ctx, fl, log)
+	}
+	if err := writePIDFile(cfg.Data); err != nil {
+		log.Warn("could not write the pid file: modelserve serve --upgrade will not find this process; SIGHUP works", "err", err)
+	}
+	defer removePIDFile(cfg.Data)
+	sayReady(log)
 
-	select {
-	case err = <-errc:
-	case <-ctx.Done():
-		log.Info("shutting down")
-		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		// Event streams never end by themselves: Shutdown waits for idle
-		// connections only, so close what is left when the grace is over.
+	ho := handover{ln: ln, data: cfg.Data, jobs: js, log: log}
+	grace := 10 * time.Second
+	for err == nil {
+		select {
+		case err = <-errc:
+		case <-ctx.Done():
+			log.Info("shutting down")
+			err = errStopped
+		case <-cfg.HandOver:
+			pid, herr := ho.run(ctx)
+			if herr != nil {
+				log.Error("the new modelserve did not take over; this one serves on", "why", herr)
+				writeResult(cfg.Data, "failed: the new modelserve did not take over, and the old one serves on: "+herr.Error())
+				continue
+			}
+			writeResult(cfg.Data, fmt.Sprintf("the new modelserve (pid %d) serves; the old one (pid %d) finishes what it answers and exits", pid, os.Getpid()))
+			// What it answers may take as long as a replica's drain.
+			grace, err = cfg.DrainTimeout, errStopped
+			ho.release(&handingOver, stopping)
+		}
+	}
+	if errors.Is(err, errStopped) {
+		if !handingOver.Load() {
+			close(stopping)
+		}
+		sctx, cancel := context.WithTimeout(context.Background(), max(grace, 10*time.Second))
+		// Requests in flight, the gateway's queued ones among them, end
+		// by themselves; what is left when the grace is over is cut.
 		if err = srv.Shutdown(sctx); errors.Is(err, context.DeadlineExceeded) {
+			log.Warn("requests were still being answered when the grace ended; they are cut", "grace", grace)
 			err = srv.Close()
 		}
 		cancel()
@@ -339,6 +379,9 @@ func serve(ctx context.Context, cfg config, log *slog.Logger, ready func(addr st
 	log.Info("stopped")
 	return err
 }
+
+// errStopped is serve's loop told to stop: by its context or a handover.
+var errStopped = errors.New("stopped")
 
 // findEngine is the llama-server modelserve starts and the build it
 // reports, which decides what the check step accepts. A missing engine is
