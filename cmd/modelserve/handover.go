@@ -116,10 +116,11 @@ func inherited(fd, from string) (net.Listener, error) {
 // handover is the old process's side: it starts the new one and waits
 // for it to serve.
 type handover struct {
-	ln   net.Listener
-	data string
-	jobs *jobs.Server
-	log  *slog.Logger
+	ln    net.Listener
+	data  string
+	jobs  *jobs.Server
+	fleet *fleetRun
+	log   *slog.Logger
 }
 
 // run hands the socket to a new process. It returns the new process's pid
@@ -129,16 +130,25 @@ func (h handover) run(ctx context.Context) (int, error) {
 	h.log.Info("handing the port to a new modelserve: starting the binary on disk")
 	// The jobs stop between two steps, so that the new process carries
 	// each on from the step after its last and none runs a step twice.
-	// The fleet carries on serving the gateway's requests meanwhile, and
-	// stops its engines only as this process exits. Once engines outlive
-	// modelserve and the next process adopts them, the fleet's Run ends
-	// here instead (its engines running on, its last view still answering
-	// the gateway), and the handover test asserts the same engine pids.
 	pctx, cancel := context.WithTimeout(ctx, jobsBoundaryWithin)
 	h.jobs.Pause(pctx)
 	cancel()
+	// The fleet's Run ends before the new process starts, when its
+	// engines outlive it: the new process adopts them, loaded, rather than
+	// load every model a second time beside them. This one's gateway
+	// sends on to them from the fleet's last view meanwhile; a request
+	// waiting here for a model not loaded waits for the new process.
+	// Engines that stop with their fleet (--stop-engines-on-exit) run on
+	// until this process exits, and the new one starts its own.
+	adopting := h.fleet != nil && h.fleet.outlives()
+	if adopting {
+		h.fleet.stop()
+	}
 	pid, err := h.start(ctx)
 	if err != nil {
+		if adopting {
+			h.fleet.start() // it takes its engines back, as the next process would have
+		}
 		if cerr := h.jobs.Continue(context.WithoutCancel(ctx)); cerr != nil {
 			h.log.Error("the jobs paused for the handover could not be carried on here; the next start resumes them", "err", cerr)
 		}

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"os"
@@ -19,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"modelserve/internal/fleet"
 	"modelserve/internal/ggufgen"
 	"modelserve/internal/hubtest"
 	"modelserve/internal/llamatest"
@@ -39,6 +41,13 @@ func startHandoverServer(t *testing.T, hub *hubtest.Server, engine string) *hand
 	t.Helper()
 	dir := t.TempDir()
 	h := &handoverServer{bin: buildModelserve(t, dir), env: binaryEnv(dir)}
+	// Its engines outlive each process, as an operator's do, for the next
+	// to adopt; the test ends them itself once the last has stopped.
+	for i, kv := range h.env {
+		if strings.HasPrefix(kv, "MODELSERVE_STOP_ENGINES_ON_EXIT=") {
+			h.env[i] = "MODELSERVE_STOP_ENGINES_ON_EXIT=false"
+		}
+	}
 	h.data = mustMakeData(t, filepath.Join(dir, "data"))
 	tc := exec.Command(h.bin, "token", "create", "--data", h.data, "handover")
 	tc.Env = h.env
@@ -50,9 +59,33 @@ func startHandoverServer(t *testing.T, hub *hubtest.Server, engine string) *hand
 		"--hf-endpoint", hub.URL(), "--llama-server", engine)
 	h.api = &apiServer{t: t, base: h.first.base, token: strings.TrimSpace(string(out))}
 	// The processes that took over are not the one the test started:
-	// each is stopped as an operator would, through its pid file.
-	t.Cleanup(func() { h.stopServing(t) })
+	// each is stopped as an operator would, through its pid file; then
+	// the engines it left running.
+	t.Cleanup(func() {
+		engines := h.enginePIDs()
+		h.stopServing(t)
+		if h.first.pid != 0 && !gone(h.first.pid) {
+			syscall.Kill(h.first.pid, syscall.SIGTERM)
+			testkit.WaitFor(t, 30*time.Second, "the first modelserve stopped", func() (bool, string) { return gone(h.first.pid), "" })
+		}
+		for _, pid := range engines {
+			syscall.Kill(pid, syscall.SIGKILL)
+		}
+	})
 	return h
+}
+
+// enginePIDs are the engines the serving process runs, by replica.
+func (h *handoverServer) enginePIDs() map[string]int {
+	var reps struct{ Replicas []fleet.Replica }
+	h.api.do("GET", "/api/v1/replicas", nil, &reps)
+	out := map[string]int{}
+	for _, r := range reps.Replicas {
+		if r.PID > 0 {
+			out[r.ID] = r.PID
+		}
+	}
+	return out
 }
 
 // servingPID is the pid the data folder's pid file names, 0 without one.
@@ -260,6 +293,10 @@ func TestSIGHUPHandsThePortOverUnderLoad(t *testing.T) {
 		st, _ := j.Step(jobs.StepMirror)
 		return st.State == jobs.Running, "its mirror step is " + st.State
 	})
+	engines := h.enginePIDs()
+	if len(engines) == 0 {
+		t.Fatal("no engine runs before the SIGHUP: the test proves nothing")
+	}
 	ld.mark()
 	old := h.first.pid
 	syscall.Kill(old, syscall.SIGHUP)
@@ -273,9 +310,10 @@ func TestSIGHUPHandsThePortOverUnderLoad(t *testing.T) {
 		t.Errorf("through the SIGHUP: %d answered, %d failed, %d refused a connection, %d streams cut; first: %q\n%s",
 			ld.ok, ld.failed, ld.refused, ld.cut, ld.firstErrs, h.first.logs.String())
 	}
-	// The assertion that the engines' pids are the same before and after
-	// lands with the engines outliving modelserve and being adopted; until
-	// then the new process loads its own before it says it is ready.
+	// The new process adopted the engines: none was loaded again.
+	if after := h.enginePIDs(); !maps.Equal(after, engines) {
+		t.Errorf("the engines before the SIGHUP were %v, after it %v: the new process loaded its own", engines, after)
+	}
 
 	var j jobs.Job
 	testkit.WaitFor(t, 2*time.Minute, "the slow job done in the new process", func() (bool, string) {

@@ -229,24 +229,22 @@ func serve(ctx context.Context, cfg config, log *slog.Logger, ready func(addr st
 	// The fleet's loop and the watcher's live until serve returns; the
 	// replicas stop with it, and the next start begins them afresh.
 	var wg sync.WaitGroup
-	fctx, stopFleet := context.WithCancel(context.Background())
 	wctx, stopWatcher := context.WithCancel(context.Background())
 	nctx, stopNotifier := context.WithCancel(context.Background())
 	ran := make(chan error, 1)
-	wg.Add(4)
+	// The fleet runs until modelserve stops, or until a handover ends it
+	// first (handover.go): then its engines, which outlive it, are left
+	// to the next process to adopt, and its last view of them answers the
+	// gateway meanwhile. A handover that fails runs it again, and it takes
+	// its engines back as the next process would have.
+	fleets := &fleetRun{fl: fl, log: log, ran: ran}
+	fleets.start()
+	wg.Add(3)
 	go func() {
 		defer wg.Done()
 		if notifier != nil {
 			notifier.Run(nctx)
 		}
-	}()
-	go func() {
-		defer wg.Done()
-		err := fl.Run(fctx)
-		if err != nil {
-			log.Error("the fleet stopped", "err", err)
-		}
-		ran <- err
 	}()
 	go func() {
 		defer wg.Done()
@@ -264,7 +262,7 @@ func serve(ctx context.Context, cfg config, log *slog.Logger, ready func(addr st
 		runner.Close()
 		stopWatcher()
 		js.Close()
-		stopFleet()
+		fleets.stop()
 		stopNotifier()
 		wg.Wait()
 	}()
@@ -341,7 +339,7 @@ func serve(ctx context.Context, cfg config, log *slog.Logger, ready func(addr st
 	defer removePIDFile(cfg.Data)
 	sayReady(log)
 
-	ho := handover{ln: ln, data: cfg.Data, jobs: js, log: log}
+	ho := handover{ln: ln, data: cfg.Data, jobs: js, fleet: fleets, log: log}
 	grace := 10 * time.Second
 	for err == nil {
 		select {
@@ -378,6 +376,54 @@ func serve(ctx context.Context, cfg config, log *slog.Logger, ready func(addr st
 	<-served
 	log.Info("stopped")
 	return err
+}
+
+// fleetRun runs the fleet in the background: start begins a Run, stop
+// ends it and waits for it to return.
+type fleetRun struct {
+	fl  fleetBackend
+	log *slog.Logger
+	// ran is told how the first Run ended, if it ends by itself.
+	ran    chan error
+	mu     sync.Mutex
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+func (r *fleetRun) start() {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	r.mu.Lock()
+	r.cancel, r.done = cancel, done
+	r.mu.Unlock()
+	go func() {
+		defer close(done)
+		err := r.fl.Run(ctx)
+		if err != nil {
+			r.log.Error("the fleet stopped", "err", err)
+		}
+		select {
+		case r.ran <- err:
+		default:
+		}
+	}()
+}
+
+func (r *fleetRun) stop() {
+	r.mu.Lock()
+	cancel, done := r.cancel, r.done
+	r.mu.Unlock()
+	if cancel != nil {
+		cancel()
+		<-done
+	}
+}
+
+// outlives is whether the fleet's engines keep running when its Run
+// ends, for the next process to adopt.
+func (r *fleetRun) outlives() bool {
+	o, ok := r.fl.(interface{ EnginesOutlive() bool })
+	return ok && o.EnginesOutlive()
 }
 
 // errStopped is serve's loop told to stop: by its context or a handover.

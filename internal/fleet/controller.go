@@ -178,6 +178,11 @@ func (f *Fleet) look() {
 	}
 }
 
+// EnginesOutlive is whether the engines keep running when Run ends, for
+// the next modelserve to adopt (Backend.Outlives): an upgrade then ends
+// Run before the new process starts, rather than load every model twice.
+func (f *Fleet) EnginesOutlive() bool { return f.backend.Outlives() }
+
 // Run reconciles until ctx ends. It starts by adopting the replicas a
 // modelserve before it left running (Backend.Adopt). When ctx ends it
 // stops every replica and returns once their engines have exited, unless
