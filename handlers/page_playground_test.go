@@ -608,7 +608,7 @@ func (f *roomFleet) set(h fleet.ModelHealth) {
 func TestPlaygroundSaysItWaitsForRoom(t *testing.T) {
 	gw := &fakeGateway{chunks: chatChunks("One", " two", " three", " four", " five"), gap: 10 * time.Millisecond,
 		hold: make(chan struct{}), stopped: make(chan struct{}), state: gateway.Unloaded}
-	const placement = fleet.Making + " on node local: waiting for gamma-1 to finish the requests it answers"
+	const placement = fleet.Making + " on node local: waiting for gamma-1 to finish the 3 requests it answers"
 	fl := &roomFleet{health: fleet.ModelHealth{Model: "tiny", Want: 0}}
 	e := newPlaygroundEnv(t, gw, func(d *handlers.Deps) { d.Fleet = fl })
 	b := e.signedIn()
@@ -622,7 +622,7 @@ func TestPlaygroundSaysItWaitsForRoom(t *testing.T) {
 	gw.mu.Unlock()
 	fl.set(fleet.ModelHealth{Model: "tiny", Want: 1, Placement: placement})
 	sent := mustStatus(t, b.do(http.MethodPost, "/catalog/tiny/playground", url.Values{"message": {"Count"}, "csrf": {b.csrf}}, htmx), http.StatusOK)
-	want := "Waiting for room on node local: waiting for gamma-1 to finish the requests it answers…"
+	want := "Waiting for room on node local: waiting for gamma-1 to finish the 3 requests it answers…"
 	if got := sent.Find(`[data-testid="reply-waiting"]`).Text(); !strings.HasPrefix(got, want) {
 		t.Errorf("the reply to come says %q; want %q", got, want)
 	}

@@ -194,15 +194,25 @@ func waitText(asker catalog.Model, s Spot, othersGoing []string, kept *Kept, p c
 		return fmt.Sprintf("%s on node %s: waiting: %s", Making, s.Node, why)
 	}
 	var busy []string
+	answering := 0
 	for _, h := range s.Holders {
 		if giveFor(h, asker) == busyGive {
 			busy = append(busy, h.ID)
+			answering += h.Answering
 		}
 	}
 	switch by := kept.For(s.Node); {
 	case len(busy) > 0:
-		return fmt.Sprintf("%s on node %s: waiting for %s to finish the requests %s%s",
-			Making, s.Node, strings.Join(busy, ", "), words.Plural(len(busy), "it answers", "they answer"), kept.Line(s.Node, p))
+		// How many, when it knows: "the 3 requests it answers".
+		requests := "the requests"
+		switch {
+		case answering == 1:
+			requests = "the request"
+		case answering > 1:
+			requests = "the " + words.Count(answering, "request", "requests")
+		}
+		return fmt.Sprintf("%s on node %s: waiting for %s to finish %s %s%s",
+			Making, s.Node, strings.Join(busy, ", "), requests, words.Plural(len(busy), "it answers", "they answer"), kept.Line(s.Node, p))
 	case by != "":
 		return fmt.Sprintf("%s on node %s: waiting behind %s", Making, s.Node, by)
 	case len(othersGoing) > 0:

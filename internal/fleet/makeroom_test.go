@@ -54,6 +54,12 @@ func TestMakeRoom(t *testing.T) {
 			// Once alpha-1 gives back its 4 GB, 2 of the 2 free now are
 			// beyond beta's need: the models after it may take them.
 			waits: true, waited: []string{"alpha-1"}, keeps: 0},
+		{name: "a busy holder is waited for, saying how many requests it answers", asker: beta, spots: []Spot{spot(2*gb, answering(busy, 3))},
+			text:  "making room on node n1: waiting for alpha-1 to finish the 3 requests it answers",
+			waits: true, waited: []string{"alpha-1"}, keeps: 0},
+		{name: "and the one it answers", asker: beta, spots: []Spot{spot(2*gb, answering(busy, 1))},
+			text:  "making room on node n1: waiting for alpha-1 to finish the request it answers",
+			waits: true, waited: []string{"alpha-1"}, keeps: 0},
 		{name: "a critical model takes a busy opportunistic one's room", asker: critical, spots: []Spot{spot(2*gb, opp)},
 			text: "making room on node n1: giving back alpha-1", victims: []string{"alpha-1"}, keeps: 0},
 		{name: "a resident holder is waited for until its residency ends", asker: beta, spots: []Spot{spot(2*gb, resident)},
@@ -94,4 +100,10 @@ func TestMakeRoom(t *testing.T) {
 			}
 		})
 	}
+}
+
+// answering is h answering n requests (Drains.Holds).
+func answering(h Holder, n int) Holder {
+	h.Answering = n
+	return h
 }

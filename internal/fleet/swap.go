@@ -89,6 +89,9 @@ type Holder struct {
 	// Busy is a replica answering a request or about to (its model is in
 	// use, or it is not ready yet); Ready one that takes requests now.
 	Busy, Ready bool
+	// Answering is how many requests it answers now (Drains.Holds), which
+	// a model waiting for its room is told.
+	Answering int
 	// Behind is a busy replica whose model was asked for again after the
 	// asker began to wait: it is given back once its answers end.
 	Behind bool
@@ -289,7 +292,7 @@ func (f *Fleet) holderLocked(r *replica, m catalog.Model, held int64, now time.T
 	d, _ := f.demands.Of(r.model)
 	o := f.seenLocked(r)
 	h := &Holder{ID: r.id, Model: r.model, Class: st.class, Min: st.min, Held: held, Ready: o.State == Ready,
-		Busy: o.State != Ready || f.drains.Holds(r.id) > 0 || d.Asked > 0, LastUsed: f.lastUsedLocked(r)}
+		Busy: o.State != Ready || f.drains.Holds(r.id) > 0 || d.Asked > 0, Answering: f.drains.Holds(r.id), LastUsed: f.lastUsedLocked(r)}
 	h.Place(f.askedAtLocked(r.model), f.askedAtLocked(m.Name))
 	h.Reside(o.ReadyAt, o.ReadyAt.Sub(o.Started), f.drains.UsedAt(r.id), f.opts.Residency, now)
 	return h

@@ -140,7 +140,7 @@ func (f *Fleet) holdings(byName map[string]catalog.Model) []holding {
 		h := holding{node: pod.Spec.NodeName, mem: mem, gpus: gpus,
 			going: pod.DeletionTimestamp != nil || !ok || !asked && m.Scaling.Min == 0 || f.heldBack[name] || dr != nil && dr.deployment != "",
 			Holder: fleet.Holder{ID: pod.Name, Model: name, Class: m.ClassOrDefault(), Min: m.Scaling.Min, Ready: isReady(pod),
-				Busy: !isReady(pod) || f.drains.Holds(pod.Name) > 0 || unrouted}}
+				Busy: !isReady(pod) || f.drains.Holds(pod.Name) > 0 || unrouted, Answering: f.drains.Holds(pod.Name)}}
 		h.LastUsed, h.asked = d.LastUse, d.Oldest
 		// Its engine's load, from its container's start to its pod's
 		// readiness: what its residency is counted from.

@@ -228,7 +228,7 @@ func TestKubernetesSwap(t *testing.T) {
 		defer releaseGamma()
 		h := testkit.WaitForValue(t, time.Minute, "gamma to wait for beta", func() (fleet.ModelHealth, bool) {
 			h := health(f, "gamma")
-			return h, strings.Contains(h.Placement, "waiting for "+beta.ID+" to finish the requests it answers")
+			return h, strings.Contains(h.Placement, "waiting for "+beta.ID+" to finish the request")
 		})
 		if h.Unplaceable {
 			t.Errorf("gamma waiting for beta's room is unplaceable: %+v", h)
@@ -413,7 +413,7 @@ func TestKubernetesKeepsRoomForTheFirstAsked(t *testing.T) {
 		endBeta = f.Use("beta", 1, askedA.Add(time.Millisecond))
 		testkit.WaitForValue(t, time.Minute, "beta to wait for alpha", func() (fleet.ModelHealth, bool) {
 			h := health(f, "beta")
-			return h, strings.Contains(h.Placement, "waiting for "+alpha.ID+" to finish the requests it answers")
+			return h, strings.Contains(h.Placement, "waiting for "+alpha.ID+" to finish the request")
 		})
 		return alpha, endAlpha, endBeta
 	}
@@ -427,7 +427,7 @@ func TestKubernetesKeepsRoomForTheFirstAsked(t *testing.T) {
 			h := health(f, "gamma")
 			return h, strings.Contains(h.Placement, "; 1.1 GB of the room is kept for beta, asked for before it")
 		})
-		if want := "waiting for " + alpha.ID + " to finish the requests it answers"; !strings.Contains(h.Placement, want) || h.Unplaceable {
+		if want := "waiting for " + alpha.ID + " to finish the request"; !strings.Contains(h.Placement, want) || h.Unplaceable {
 			t.Errorf("gamma's health %+v; want it waiting, not unplaceable, for %s", h, want)
 		}
 		twoPasses(t, f) // in which gamma must not start
@@ -494,7 +494,7 @@ func TestKubernetesKeepsRoomGivenBackForTheFirstAsked(t *testing.T) {
 	defer endBeta()
 	testkit.WaitForValue(t, time.Minute, "beta to wait for alpha", func() (fleet.ModelHealth, bool) {
 		h := health(f, "beta")
-		return h, strings.Contains(h.Placement, "waiting for "+alpha.ID+" to finish the requests it answers")
+		return h, strings.Contains(h.Placement, "waiting for "+alpha.ID+" to finish the request")
 	})
 	endAlpha2 := f.Use("alpha", 1, askedA.Add(2*time.Millisecond)) // asked after beta: behind it
 	defer endAlpha2()
