@@ -137,6 +137,11 @@ func TestCatalogPageWindows(t *testing.T) {
 		}
 	}
 
+	// A model the first window does not show is still not said removed.
+	if got := mustStatus(t, b.get("/catalog?removed=model-059"), http.StatusOK).Find(`[data-testid="notice"]`).Text(); got != "" {
+		t.Errorf("the first window says %q of a model the catalog has", got)
+	}
+
 	resp := b.get("/catalog/stream?after=model-049")
 	defer resp.Body.Close()
 	first := nextEvent(t, readEvents(t, resp.Body))
