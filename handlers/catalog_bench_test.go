@@ -3,11 +3,9 @@ package handlers_test
 import (
 	"context"
 	"fmt"
-	"io"
 	"net/http"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/PuerkitoBio/goquery"
 
@@ -50,30 +48,18 @@ func BenchmarkCatalogAt500(b *testing.B) {
 			{"catalog-page", "/catalog", false, true},
 		} {
 			b.Run(fmt.Sprintf("%s/n=%d", c.name, n), func(b *testing.B) {
-				first := make([]byte, 1)
-				var took time.Duration
-				for b.Loop() {
-					t0 := time.Now()
-					var resp *http.Response
-					if c.api {
-						req, _ := http.NewRequest(http.MethodGet, e.srv.URL+c.path, nil)
-						req.Header.Set("Authorization", "Bearer "+tok)
-						if resp, err = http.DefaultClient.Do(req); err != nil {
-							b.Fatal(err)
-						}
-					} else {
-						resp = br.get(c.path)
+				ms := msToFirstByte(b, func() *http.Response {
+					if !c.api {
+						return br.get(c.path)
 					}
-					_, err := io.ReadFull(resp.Body, first)
-					took += time.Since(t0)
-					if err != nil || resp.StatusCode != http.StatusOK {
-						b.Fatalf("%s: %s: %v", c.path, resp.Status, err)
+					req, _ := http.NewRequest(http.MethodGet, e.srv.URL+c.path, nil)
+					req.Header.Set("Authorization", "Bearer "+tok)
+					resp, err := http.DefaultClient.Do(req)
+					if err != nil {
+						b.Fatal(err)
 					}
-					io.Copy(io.Discard, resp.Body)
-					resp.Body.Close()
-				}
-				ms := float64(took.Microseconds()) / 1000 / float64(b.N)
-				b.ReportMetric(ms, "ms-to-first-byte")
+					return resp
+				})
 				if n == 20 {
 					at20[c.name] = ms
 					return
