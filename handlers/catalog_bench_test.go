@@ -11,6 +11,7 @@ import (
 
 	"modelserve/handlers"
 	"modelserve/internal/auth"
+	"modelserve/internal/testkit"
 )
 
 // mustCatalogOf adds n models to e's catalog, named as benchFleet names
@@ -48,7 +49,7 @@ func BenchmarkCatalogAt500(b *testing.B) {
 			{"catalog-page", "/catalog", false, true},
 		} {
 			b.Run(fmt.Sprintf("%s/n=%d", c.name, n), func(b *testing.B) {
-				ms := msToFirstByte(b, func() *http.Response {
+				ms := testkit.MsToFirstByte(b, func() *http.Response {
 					if !c.api {
 						return br.get(c.path)
 					}

@@ -436,26 +436,3 @@ func readEvents(t testing.TB, r io.Reader) <-chan sseEvent {
 	}()
 	return out
 }
-
-// msToFirstByte times get to the first byte of its answer, each of b's
-// loops, and reports and returns the mean in milliseconds; an answer but
-// 200 fails b. The body is read to its end, untimed.
-func msToFirstByte(b *testing.B, get func() *http.Response) float64 {
-	b.Helper()
-	first := make([]byte, 1)
-	var took time.Duration
-	for b.Loop() {
-		t0 := time.Now()
-		resp := get()
-		_, err := io.ReadFull(resp.Body, first)
-		took += time.Since(t0)
-		if err != nil || resp.StatusCode != http.StatusOK {
-			b.Fatalf("%s: %v", resp.Status, err)
-		}
-		io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-	}
-	ms := float64(took.Microseconds()) / 1000 / float64(b.N)
-	b.ReportMetric(ms, "ms-to-first-byte")
-	return ms
-}

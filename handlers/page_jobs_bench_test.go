@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"modelserve/internal/auth"
+	"modelserve/internal/testkit"
 )
 
 // BenchmarkJobsAtScale is the time to first byte of the jobs page, a job's
@@ -50,7 +51,7 @@ func BenchmarkJobsAtScale(b *testing.B) {
 			{"api_deep_page", func() *http.Response { return api("/api/v1/jobs?limit=50&before=" + url.QueryEscape(deep)) }},
 		} {
 			b.Run(fmt.Sprintf("jobs=%d/%s", n, c.name), func(b *testing.B) {
-				ms := msToFirstByte(b, c.get)
+				ms := testkit.MsToFirstByte(b, c.get)
 				if n == 10_000 {
 					at10k[c.name] = ms
 					return

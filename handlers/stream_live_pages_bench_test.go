@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"modelserve/catalog"
+	"modelserve/internal/testkit"
 	"net/http"
 	"strings"
 	"testing"
@@ -117,7 +118,7 @@ func BenchmarkLivePages(b *testing.B) {
 			b.Run(fmt.Sprintf("%s/n=%d", c.page, n), func(b *testing.B) {
 				e := newConsoleEnv(b, c.deps(b, n))
 				br := e.signedIn()
-				ms := msToFirstByte(b, func() *http.Response { return br.get("/" + c.page) })
+				ms := testkit.MsToFirstByte(b, func() *http.Response { return br.get("/" + c.page) })
 				if n == c.sizes[0] {
 					at10[c.page] = ms
 					return

@@ -3,7 +3,6 @@ package gateway
 import (
 	"context"
 	"fmt"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -64,26 +63,15 @@ func BenchmarkListModels(b *testing.B) {
 			b.Cleanup(g.Close)
 			srv := httptest.NewServer(http.HandlerFunc(g.ListModels))
 			b.Cleanup(srv.Close)
-			first := make([]byte, 1)
-			var took time.Duration
-			for b.Loop() {
-				t0 := time.Now()
+			ms := testkit.MsToFirstByte(b, func() *http.Response {
 				req, _ := http.NewRequest(http.MethodGet, srv.URL+"/v1/models", nil)
 				req.Header.Set("Authorization", "Bearer "+tok)
 				resp, err := http.DefaultClient.Do(req)
 				if err != nil {
 					b.Fatal(err)
 				}
-				_, err = io.ReadFull(resp.Body, first)
-				took += time.Since(t0)
-				if err != nil || resp.StatusCode != http.StatusOK {
-					b.Fatalf("%s: %v", resp.Status, err)
-				}
-				io.Copy(io.Discard, resp.Body)
-				resp.Body.Close()
-			}
-			ms := float64(took.Microseconds()) / 1000 / float64(b.N)
-			b.ReportMetric(ms, "ms-to-first-byte")
+				return resp
+			})
 			if n == 20 {
 				at20 = ms
 				return
