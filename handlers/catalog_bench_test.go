@@ -124,6 +124,15 @@ func TestCatalogPageWindows(t *testing.T) {
 		}
 	}
 
+	// A model just checked is shown wherever it is, its window followed.
+	doc := mustStatus(t, b.get("/catalog?checked=model-040"), http.StatusOK)
+	if got := doc.Find(`[data-testid="model-row"]`).First().AttrOr("data-model", ""); got != "model-040" {
+		t.Errorf("the page after checking model-040 begins with %q", got)
+	}
+	if doc.Find(`[sse-connect="/catalog/stream?after=model-039"]`).Length() != 1 {
+		t.Error("the page after checking model-040 does not follow its window")
+	}
+
 	// A model the first window does not show is still not said removed.
 	if got := mustStatus(t, b.get("/catalog?removed=model-059"), http.StatusOK).Find(`[data-testid="notice"]`).Text(); got != "" {
 		t.Errorf("the first window says %q of a model the catalog has", got)
@@ -132,7 +141,7 @@ func TestCatalogPageWindows(t *testing.T) {
 	resp := b.get("/catalog/stream?after=model-049")
 	defer resp.Body.Close()
 	first := nextEvent(t, readEvents(t, resp.Body))
-	doc, _ := goquery.NewDocumentFromReader(strings.NewReader(first.data))
+	doc, _ = goquery.NewDocumentFromReader(strings.NewReader(first.data))
 	if got := doc.Find(`[data-testid="model-row"]`); got.Length() != 10 || got.First().AttrOr("data-model", "") != "model-050" {
 		t.Errorf("the stream of the last window draws %d models from %s, want 10 from model-050", got.Length(), got.First().AttrOr("data-model", ""))
 	}

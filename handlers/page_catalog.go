@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -38,7 +39,7 @@ func (s *Server) renderCatalog(w http.ResponseWriter, r *http.Request, v visit, 
 		s.pageError(w, r, v, err)
 		return
 	}
-	read, err := s.readCatalog(r.Context(), after)
+	read, err := s.readCatalog(r.Context(), after, checked)
 	if err != nil {
 		s.pageError(w, r, v, err)
 		return
@@ -46,8 +47,8 @@ func (s *Server) renderCatalog(w http.ResponseWriter, r *http.Request, v visit, 
 	p := s.catalogNow(read, s.publicBase(r), time.Now())
 	p.Layout = s.layout(v, "catalog", "Catalog")
 	p.Stream = "/catalog/stream"
-	if after != "" {
-		p.Stream += "?" + url.Values{"after": {after}}.Encode()
+	if read.after != "" {
+		p.Stream += "?" + url.Values{"after": {read.after}}.Encode()
 	}
 	for i, m := range read.models {
 		// Said only of a model the catalog has, and as its last check
@@ -88,10 +89,19 @@ func catalogAfter(r *http.Request) (string, error) {
 	return after, err
 }
 
-func (s *Server) readCatalog(ctx context.Context, after string) (catalogRead, error) {
+// readCatalog reads the window after after; holding, when after is "",
+// is a model the window should show wherever it is in the catalog (the
+// one just checked, whose page says how its check went).
+func (s *Server) readCatalog(ctx context.Context, after, holding string) (catalogRead, error) {
 	all, err := s.deps.Catalog.List(ctx)
 	if err != nil {
 		return catalogRead{}, err
+	}
+	if after == "" && holding != "" {
+		i, found := slices.BinarySearchFunc(all, holding, func(m catalog.Model, name string) int { return strings.Compare(m.Name, name) })
+		if found && i >= catalogWindow {
+			after = all[i-1].Name
+		}
 	}
 	// The watcher and the speeds are read for the window alone: each
 	// model costs them a read.

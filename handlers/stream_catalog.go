@@ -42,7 +42,7 @@ func (s *Server) catalogStream(w http.ResponseWriter, r *http.Request, v visit) 
 			mk, rk = fleetKeys(s.deps.Fleet)
 		}
 		if mk != modelsKey || rk != readyKey || now.Sub(readAt) >= catalogReread {
-			got, err := s.readCatalog(ctx, after)
+			got, err := s.readCatalog(ctx, after, "")
 			if err != nil {
 				if ctx.Err() == nil {
 					s.deps.Log.Error("reading the catalog for its page's stream", "err", err)
