@@ -2,20 +2,58 @@ package handlers
 
 import (
 	"net/http"
+	"net/url"
+	"strconv"
 
 	"modelserve/catalog"
 )
 
+// apiCatalogList is GET /api/v1/catalog: the catalog's models by name;
+// ?limit= (default catalog.DefaultPage, at most 500) and
+// ?after= (a model's name: those after it) page them. A page with more
+// after it has next, the URL of that page; the last has none.
 func (s *Server) apiCatalogList(w http.ResponseWriter, r *http.Request) {
+	after, limit, err := catalogCursor(r, catalog.DefaultPage)
+	if err != nil {
+		s.apiError(w, r, err)
+		return
+	}
 	models, err := s.deps.Catalog.List(r.Context())
 	if err != nil {
 		s.apiError(w, r, err)
 		return
 	}
-	for i := range models {
-		models[i] = s.shownModel(models[i])
+	page, _, more := catalog.PageAfter(models, after, limit)
+	shown := make([]catalog.Model, len(page))
+	for i, m := range page {
+		shown[i] = s.shownModel(m)
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"models": models})
+	out := map[string]any{"models": shown, "limit": limit}
+	if more {
+		next := url.Values{"limit": {strconv.Itoa(limit)}, "after": {page[len(page)-1].Name}}
+		out["next"] = "/api/v1/catalog?" + next.Encode()
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// catalogCursor is a page of the catalog as a request asks for it: the
+// name it begins after ("" for the first page) and its length, def when
+// not asked.
+func catalogCursor(r *http.Request, def int) (after string, limit int, err error) {
+	if limit, err = pageLimit(r, def); err != nil {
+		return "", 0, err
+	}
+	q := r.URL.Query()
+	if q.Has("offset") {
+		return "", 0, badRequest("the catalog is paged by after (a model's name), not by offset: follow the answer's next")
+	}
+	if q.Has("after") {
+		after = q.Get("after")
+		if err := catalog.CheckAfter(after); err != nil {
+			return "", 0, err
+		}
+	}
+	return after, limit, nil
 }
 
 // shownModel is m as an answer shows it: its weights by where they are on

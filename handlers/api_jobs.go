@@ -106,11 +106,8 @@ func (s *Server) apiJobRetry(w http.ResponseWriter, r *http.Request) {
 }
 
 func paging(r *http.Request) (limit, offset int, err error) {
-	limit, offset = 50, 0
-	if v := r.URL.Query().Get("limit"); v != "" {
-		if limit, err = strconv.Atoi(v); err != nil || limit < 1 || limit > 500 {
-			return 0, 0, badRequest("limit is a whole number from 1 to 500, not " + operr.Quote(v))
-		}
+	if limit, err = pageLimit(r, 50); err != nil {
+		return 0, 0, err
 	}
 	if v := r.URL.Query().Get("offset"); v != "" {
 		if offset, err = strconv.Atoi(v); err != nil || offset < 0 {
@@ -118,4 +115,17 @@ func paging(r *http.Request) (limit, offset int, err error) {
 		}
 	}
 	return limit, offset, nil
+}
+
+// pageLimit is ?limit=, a page's length: def when not asked, at most 500.
+func pageLimit(r *http.Request, def int) (int, error) {
+	v := r.URL.Query().Get("limit")
+	if v == "" {
+		return def, nil
+	}
+	limit, err := strconv.Atoi(v)
+	if err != nil || limit < 1 || limit > 500 {
+		return 0, badRequest("limit is a whole number from 1 to 500, not " + operr.Quote(v))
+	}
+	return limit, nil
 }

@@ -2,9 +2,11 @@ package handlers
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -18,7 +20,13 @@ import (
 	"modelserve/views"
 )
 
-// catalogPage lists the catalog's models; ?removed= and ?checked= name a
+// catalogWindow is how many models the catalog page shows at once: each
+// is a row with its details, read from the watcher and the speeds, and
+// drawn before the first byte goes.
+const catalogWindow = 25
+
+// catalogPage lists the catalog's models, catalogWindow at a time: ?after=
+// (a model's name) shows those after it. ?removed= and ?checked= name a
 // model just removed or checked, for the page to say so.
 func (s *Server) catalogPage(w http.ResponseWriter, r *http.Request, v visit) {
 	q := r.URL.Query()
@@ -26,7 +34,12 @@ func (s *Server) catalogPage(w http.ResponseWriter, r *http.Request, v visit) {
 }
 
 func (s *Server) renderCatalog(w http.ResponseWriter, r *http.Request, v visit, removed, checked string) {
-	read, err := s.readCatalog(r.Context())
+	after, err := catalogAfter(r)
+	if err != nil {
+		s.pageError(w, r, v, err)
+		return
+	}
+	read, err := s.readCatalog(r.Context(), after, checked)
 	if err != nil {
 		s.pageError(w, r, v, err)
 		return
@@ -34,48 +47,89 @@ func (s *Server) renderCatalog(w http.ResponseWriter, r *http.Request, v visit, 
 	p := s.catalogNow(read, s.publicBase(r), time.Now())
 	p.Layout = s.layout(v, "catalog", "Catalog")
 	p.Stream = "/catalog/stream"
-	gone := removed != "" && len(removed) <= 64 && strings.Trim(removed, "abcdefghijklmnopqrstuvwxyz0123456789._-") == ""
+	if read.after != "" {
+		p.Stream += "?" + url.Values{"after": {read.after}}.Encode()
+	}
 	for i, m := range read.models {
 		// Said only of a model the catalog has, and as its last check
 		// stands: a link cannot make the page claim a check.
 		if m.Name == checked && read.watch[i].LastCheck != nil {
 			p.Notice = "Checked " + m.Name + ": " + lastCheckText(read.watch[i], time.Now()) + "."
 		}
-		gone = gone && m.Name != removed
 	}
-	// Said only of a name the catalog could hold and does not: a link
-	// cannot make the page claim a model it has was removed.
-	if gone {
-		p.Notice = removed + " was removed from the catalog."
+	// Said only of a name the catalog could hold and does not, whichever
+	// window the page shows: a link cannot make the page claim a model it
+	// has was removed.
+	if removed != "" && len(removed) <= 64 && strings.Trim(removed, "abcdefghijklmnopqrstuvwxyz0123456789._-") == "" {
+		if _, err := s.deps.Catalog.Get(r.Context(), removed); errors.Is(err, catalog.ErrNotFound) {
+			p.Notice = removed + " was removed from the catalog."
+		}
 	}
 	s.render(w, r, http.StatusOK, views.CatalogPageView(p))
 }
 
 // catalogRead is what the catalog page shows that lives in the database:
-// the models, what the watcher knows of each, and their speeds. The page's
-// stream reads it again now and then, not at every look.
+// a window of the models (those after after), what the watcher knows of
+// each, and their speeds, and where the window stands in the catalog. The
+// page's stream reads it again now and then, not at every look.
 type catalogRead struct {
 	models []catalog.Model
 	watch  []updates.Status
 	speeds map[string]views.Speed
+	after  string
+	// before is how many models come before the window, total how many
+	// the catalog has, more whether any follow the window.
+	before, total int
+	more          bool
 }
 
-func (s *Server) readCatalog(ctx context.Context) (catalogRead, error) {
-	models, err := s.deps.Catalog.List(ctx)
+// catalogAfter is the page's ?after=: "" for the first window.
+func catalogAfter(r *http.Request) (string, error) {
+	after, _, err := catalogCursor(r, catalogWindow)
+	return after, err
+}
+
+// readCatalog reads the window after after; holding, when after is "",
+// is a model the window should show wherever it is in the catalog (the
+// one just checked, whose page says how its check went).
+func (s *Server) readCatalog(ctx context.Context, after, holding string) (catalogRead, error) {
+	all, err := s.deps.Catalog.List(ctx)
 	if err != nil {
 		return catalogRead{}, err
 	}
+	if after == "" && holding != "" {
+		i, found := slices.BinarySearchFunc(all, holding, func(m catalog.Model, name string) int { return strings.Compare(m.Name, name) })
+		if found && i >= catalogWindow {
+			after = all[i-1].Name
+		}
+	}
+	// The watcher and the speeds are read for the window alone: each
+	// model costs them a read.
+	models, before, more := catalog.PageAfter(all, after, catalogWindow)
 	watch, err := s.deps.Updates.Statuses(ctx, models)
 	if err != nil {
 		return catalogRead{}, err
 	}
-	return catalogRead{models: models, watch: watch, speeds: s.speeds(ctx, models)}, nil
+	return catalogRead{models: models, watch: watch, speeds: s.speeds(ctx, models),
+		after: after, before: before, total: len(all), more: more}, nil
 }
 
 // catalogNow is the catalog as of now: read's models with what the fleet
 // and the gateway hold in memory of each.
 func (s *Server) catalogNow(read catalogRead, base string, now time.Time) views.CatalogPage {
 	p := views.CatalogPage{TrafficWindow: "last minute"}
+	if read.before > 0 || read.more {
+		p.Window = fmt.Sprintf("models %d to %d of %d", read.before+1, read.before+len(read.models), read.total)
+		if len(read.models) == 0 {
+			p.Window = fmt.Sprintf("none of the %d models: none comes after %s", read.total, read.after)
+		}
+		if read.before > 0 {
+			p.First = "/catalog"
+		}
+		if read.more {
+			p.Next = "/catalog?" + url.Values{"after": {read.models[len(read.models)-1].Name}}.Encode()
+		}
+	}
 	snap, hasFleet := s.snapshot()
 	health := map[string]fleet.ModelHealth{}
 	for _, h := range snap.models {

@@ -3,13 +3,13 @@ package handlers_test
 import (
 	"context"
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
 	"testing"
 	"time"
 
 	"modelserve/internal/auth"
+	"modelserve/internal/testkit"
 )
 
 // BenchmarkJobsAtScale is the time to first byte of the jobs page, a job's
@@ -51,21 +51,7 @@ func BenchmarkJobsAtScale(b *testing.B) {
 			{"api_deep_page", func() *http.Response { return api("/api/v1/jobs?limit=50&before=" + url.QueryEscape(deep)) }},
 		} {
 			b.Run(fmt.Sprintf("jobs=%d/%s", n, c.name), func(b *testing.B) {
-				first := make([]byte, 1)
-				var took time.Duration
-				for b.Loop() {
-					t0 := time.Now()
-					resp := c.get()
-					_, err := io.ReadFull(resp.Body, first)
-					took += time.Since(t0)
-					if err != nil || resp.StatusCode != http.StatusOK {
-						b.Fatalf("%s: %v", resp.Status, err)
-					}
-					io.Copy(io.Discard, resp.Body)
-					resp.Body.Close()
-				}
-				ms := float64(took.Microseconds()) / 1000 / float64(b.N)
-				b.ReportMetric(ms, "ms-to-first-byte")
+				ms := testkit.MsToFirstByte(b, c.get)
 				if n == 10_000 {
 					at10k[c.name] = ms
 					return

@@ -18,7 +18,8 @@ const catalogEvery = time.Second
 // changed: a check that found an update, a model served without a fleet.
 const catalogReread = 5 * time.Second
 
-// catalogStream sends the catalog page's table as it changes: replicas
+// catalogStream sends the catalog page's table as it changes, for the
+// window the page shows (?after=, as the page's): replicas
 // starting and stopping, requests, a model added or removed, an update
 // noticed. What lives in the database is read again when the fleet's
 // models or its ready replicas change, or every catalogReread.
@@ -29,6 +30,11 @@ func (s *Server) catalogStream(w http.ResponseWriter, r *http.Request, v visit) 
 		readyKey  string
 		readAt    time.Time
 	)
+	after, err := catalogAfter(r)
+	if err != nil {
+		s.pageError(w, r, v, err)
+		return
+	}
 	base := s.publicBase(r)
 	s.pollSections(w, r, catalogEvery, func(ctx context.Context, now time.Time) ([]part, bool) {
 		var mk, rk string
@@ -36,7 +42,7 @@ func (s *Server) catalogStream(w http.ResponseWriter, r *http.Request, v visit) 
 			mk, rk = fleetKeys(s.deps.Fleet)
 		}
 		if mk != modelsKey || rk != readyKey || now.Sub(readAt) >= catalogReread {
-			got, err := s.readCatalog(ctx)
+			got, err := s.readCatalog(ctx, after, "")
 			if err != nil {
 				if ctx.Err() == nil {
 					s.deps.Log.Error("reading the catalog for its page's stream", "err", err)

@@ -3,8 +3,8 @@ package handlers_test
 import (
 	"context"
 	"fmt"
-	"io"
 	"modelserve/catalog"
+	"modelserve/internal/testkit"
 	"net/http"
 	"strings"
 	"testing"
@@ -118,21 +118,7 @@ func BenchmarkLivePages(b *testing.B) {
 			b.Run(fmt.Sprintf("%s/n=%d", c.page, n), func(b *testing.B) {
 				e := newConsoleEnv(b, c.deps(b, n))
 				br := e.signedIn()
-				first := make([]byte, 1)
-				var took time.Duration
-				for b.Loop() {
-					t0 := time.Now()
-					resp := br.get("/" + c.page)
-					_, err := io.ReadFull(resp.Body, first)
-					took += time.Since(t0)
-					if err != nil || resp.StatusCode != http.StatusOK {
-						b.Fatalf("%s: %v", resp.Status, err)
-					}
-					io.Copy(io.Discard, resp.Body)
-					resp.Body.Close()
-				}
-				ms := float64(took.Microseconds()) / 1000 / float64(b.N)
-				b.ReportMetric(ms, "ms-to-first-byte")
+				ms := testkit.MsToFirstByte(b, func() *http.Response { return br.get("/" + c.page) })
 				if n == c.sizes[0] {
 					at10[c.page] = ms
 					return

@@ -289,6 +289,11 @@ type CatalogPage struct {
 	// Stream is the page's event stream, which swaps CatalogModels as
 	// it changes.
 	Stream string
+	// Window says which of the catalog's models the page shows ("models
+	// 1 to 25 of 500"), empty when it shows them all; Next is the page of
+	// those after them and First the first page, empty when there is
+	// none to go to.
+	Window, Next, First string
 }
 
 // Confirm asks whether to do something that cannot be undone, for a

@@ -175,11 +175,18 @@ type listedModel struct {
 // modelList prints the catalog: each model's state and replicas from the
 // fleet, and the commit it runs.
 func modelList(ctx context.Context, c *client, out *output, stdout io.Writer) error {
-	var list struct {
-		Models []catalog.Model `json:"models"`
-	}
-	if err := c.do(ctx, "GET", "/api/v1/catalog", nil, &list); err != nil {
-		return err
+	// The catalog comes in pages, each after the last name of the one
+	// before: following next reads every model once.
+	var listed []catalog.Model
+	for path := "/api/v1/catalog?limit=500"; path != ""; {
+		var page struct {
+			Models []catalog.Model `json:"models"`
+			Next   string          `json:"next"`
+		}
+		if err := c.do(ctx, "GET", path, nil, &page); err != nil {
+			return err
+		}
+		listed, path = append(listed, page.Models...), page.Next
 	}
 	var running replicasAnswer
 	if err := c.do(ctx, "GET", "/api/v1/replicas", nil, &running); err != nil {
@@ -189,8 +196,8 @@ func modelList(ctx context.Context, c *client, out *output, stdout io.Writer) er
 	for i, h := range running.Models {
 		health[h.Model] = &running.Models[i]
 	}
-	models := make([]listedModel, len(list.Models))
-	for i, m := range list.Models {
+	models := make([]listedModel, len(listed))
+	for i, m := range listed {
 		models[i] = listedModel{Model: m, Health: health[m.Name]}
 	}
 	return out.print(stdout, models, "NAME\tSTATE\tREPLICAS\tVERSION\tCONTEXT\tREPOSITORY", func(tw io.Writer) {

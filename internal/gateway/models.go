@@ -57,25 +57,30 @@ const (
 // State is model's state (a catalog name): Loaded, Loading or Unloaded.
 // The console's playground says "loading" by it while a reply waits.
 func (g *Gateway) State(model string) string {
-	return g.state(model, len(g.opts.Fleet.Serving(model)), g.opts.Fleet.ModelHealth())
+	return g.state(model, len(g.opts.Fleet.Serving(model)), healthByModel(g.opts.Fleet.ModelHealth()))
+}
+
+// healthByModel is the fleet's health of every model, by model: a list of
+// hundreds is looked up once a model, not searched.
+func healthByModel(health []fleet.ModelHealth) map[string]fleet.ModelHealth {
+	out := make(map[string]fleet.ModelHealth, len(health))
+	for _, h := range health {
+		out[h.Model] = h
+	}
+	return out
 }
 
 // state is model's state with ready replicas, by the fleet's health of
 // every model.
-func (g *Gateway) state(model string, ready int, health []fleet.ModelHealth) string {
+func (g *Gateway) state(model string, ready int, health map[string]fleet.ModelHealth) string {
 	if ready > 0 {
 		return Loaded
 	}
 	if g.coldWait(model) {
 		return Loading
 	}
-	for _, h := range health {
-		if h.Model == model {
-			if h.Want > 0 && !h.Parked && !h.Unplaceable {
-				return Loading
-			}
-			break
-		}
+	if h, ok := health[model]; ok && h.Want > 0 && !h.Parked && !h.Unplaceable {
+		return Loading
 	}
 	return Unloaded
 }
@@ -109,7 +114,7 @@ func (g *Gateway) ListModels(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	data := []modelEntry{}
-	health := g.opts.Fleet.ModelHealth()
+	health := healthByModel(g.opts.Fleet.ModelHealth())
 	for _, m := range models {
 		// A canary is its model's new version, reached through the model
 		// by its share: no client names it.
@@ -143,7 +148,7 @@ func (g *Gateway) ShowModel(w http.ResponseWriter, r *http.Request) {
 		aerr.write(w)
 		return
 	}
-	for _, e := range g.entries(m, auth.Token{}, g.opts.Fleet.ModelHealth()) {
+	for _, e := range g.entries(m, auth.Token{}, healthByModel(g.opts.Fleet.ModelHealth())) {
 		if e.ID == asked {
 			writeJSON(w, http.StatusOK, e)
 			return
@@ -153,7 +158,7 @@ func (g *Gateway) ShowModel(w http.ResponseWriter, r *http.Request) {
 
 // entries are m's name and aliases as the token may see them, health the
 // fleet's of every model.
-func (g *Gateway) entries(m catalog.Model, who auth.Token, health []fleet.ModelHealth) []modelEntry {
+func (g *Gateway) entries(m catalog.Model, who auth.Token, health map[string]fleet.ModelHealth) []modelEntry {
 	ready := len(g.opts.Fleet.Serving(m.Name))
 	extra := modelExtra{
 		Aliases: m.Aliases, Role: m.Role, Embeddings: m.Capabilities.Embeddings, Context: m.ContextLength, MaxOutput: m.MaxOutput,
