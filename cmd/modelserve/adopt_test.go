@@ -2,8 +2,6 @@ package main
 
 import (
 	"net/http"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -24,22 +22,10 @@ func TestKilledModelserveLeavesItsEnginesToTheNext(t *testing.T) {
 	engine := llamatest.Path(t)
 	hub := hubtest.New(t)
 	tinyRepo(t, hub, "acme/Chatty-GGUF", "Chatty-Q4_K_M.gguf", ggufgen.Spec{})
-	dir := t.TempDir()
-	bin := buildModelserve(t, dir)
-	data := mustMakeData(t, filepath.Join(dir, "data"))
-	env := binaryEnv(dir)
-	tc := exec.Command(bin, "token", "create", "--data", data, "adopter")
-	tc.Env = env
-	out, err := tc.Output()
-	if err != nil {
-		t.Fatalf("modelserve token create: %v", err)
-	}
-	run := func() *killable {
-		return startKillable(t, bin, env, "serve", "--addr", "127.0.0.1:0", "--data", data,
-			"--hf-endpoint", hub.URL(), "--llama-server", engine)
-	}
+	b := newBinaryFolder(t, hub, engine, "adopter")
+	run := func() *killable { return b.start(t) }
 	first := run()
-	s := &apiServer{t: t, base: first.base, token: strings.TrimSpace(string(out))}
+	s := &apiServer{t: t, base: first.base, token: b.token}
 	var job jobs.Job
 	if code := s.do("POST", "/api/v1/serve", map[string]any{"repo": "acme/Chatty-GGUF", "replicas": 1, "context_length": 1024, "ctx_pool": 1024}, &job); code != http.StatusAccepted {
 		t.Fatalf("serve: %d", code)

@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"modelserve/internal/hubtest"
 )
 
 // buildModelserve builds modelserve's own executable into dir, to be run as
@@ -33,4 +35,36 @@ func binaryEnv(dir string) []string {
 		}
 	}
 	return env
+}
+
+// binaryFolder is modelserve's binary over a data folder of its own, with
+// an API token made as an operator makes one: start serves it as an
+// operator starts it, against hub and engine.
+type binaryFolder struct {
+	bin, data, token string
+	env              []string
+	hub              *hubtest.Server
+	engine           string
+}
+
+func newBinaryFolder(t *testing.T, hub *hubtest.Server, engine, tokenName string) *binaryFolder {
+	t.Helper()
+	dir := t.TempDir()
+	b := &binaryFolder{bin: buildModelserve(t, dir), env: binaryEnv(dir), hub: hub, engine: engine}
+	b.data = mustMakeData(t, filepath.Join(dir, "data"))
+	tc := exec.Command(b.bin, "token", "create", "--data", b.data, tokenName)
+	tc.Env = b.env
+	out, err := tc.Output()
+	if err != nil {
+		t.Fatalf("modelserve token create: %v", err)
+	}
+	b.token = strings.TrimSpace(string(out))
+	return b
+}
+
+// start serves the data folder on a port of its own.
+func (b *binaryFolder) start(t *testing.T) *killable {
+	t.Helper()
+	return startKillable(t, b.bin, b.env, "serve", "--addr", "127.0.0.1:0", "--data", b.data,
+		"--hf-endpoint", b.hub.URL(), "--llama-server", b.engine)
 }

@@ -39,25 +39,17 @@ type handoverServer struct {
 
 func startHandoverServer(t *testing.T, hub *hubtest.Server, engine string) *handoverServer {
 	t.Helper()
-	dir := t.TempDir()
-	h := &handoverServer{bin: buildModelserve(t, dir), env: binaryEnv(dir)}
+	b := newBinaryFolder(t, hub, engine, "handover")
 	// Its engines outlive each process, as an operator's do, for the next
 	// to adopt; the test ends them itself once the last has stopped.
-	for i, kv := range h.env {
+	for i, kv := range b.env {
 		if strings.HasPrefix(kv, "MODELSERVE_STOP_ENGINES_ON_EXIT=") {
-			h.env[i] = "MODELSERVE_STOP_ENGINES_ON_EXIT=false"
+			b.env[i] = "MODELSERVE_STOP_ENGINES_ON_EXIT=false"
 		}
 	}
-	h.data = mustMakeData(t, filepath.Join(dir, "data"))
-	tc := exec.Command(h.bin, "token", "create", "--data", h.data, "handover")
-	tc.Env = h.env
-	out, err := tc.Output()
-	if err != nil {
-		t.Fatalf("modelserve token create: %v", err)
-	}
-	h.first = startKillable(t, h.bin, h.env, "serve", "--addr", "127.0.0.1:0", "--data", h.data,
-		"--hf-endpoint", hub.URL(), "--llama-server", engine)
-	h.api = &apiServer{t: t, base: h.first.base, token: strings.TrimSpace(string(out))}
+	h := &handoverServer{bin: b.bin, env: b.env, data: b.data}
+	h.first = b.start(t)
+	h.api = &apiServer{t: t, base: h.first.base, token: b.token}
 	// The processes that took over are not the one the test started:
 	// each is stopped as an operator would, through its pid file; then
 	// the engines it left running.

@@ -52,22 +52,11 @@ func TestKilledMidFetchResumesFromItsParts(t *testing.T) {
 	}
 	want := hex.EncodeToString(h.Sum(nil))
 
-	dir := t.TempDir()
-	bin := buildModelserve(t, dir)
-	data := mustMakeData(t, filepath.Join(dir, "data"))
-	env := binaryEnv(dir)
-	tc := exec.Command(bin, "token", "create", "--data", data, "resumer")
-	tc.Env = env
-	out, err := tc.Output()
-	if err != nil {
-		t.Fatalf("modelserve token create: %v", err)
-	}
-	run := func() *killable {
-		return startKillable(t, bin, env, "serve", "--addr", "127.0.0.1:0", "--data", data,
-			"--hf-endpoint", hub.URL(), "--llama-server", engine)
-	}
+	b := newBinaryFolder(t, hub, engine, "resumer")
+	data := b.data
+	run := func() *killable { return b.start(t) }
 	first := run()
-	s := &apiServer{t: t, base: first.base, token: strings.TrimSpace(string(out))}
+	s := &apiServer{t: t, base: first.base, token: b.token}
 	var job jobs.Job
 	if code := s.do("POST", "/api/v1/serve", map[string]any{"repo": repo, "replicas": 0, "context_length": 1024, "ctx_pool": 2048}, &job); code != http.StatusAccepted {
 		t.Fatalf("serve: %d", code)
