@@ -35,7 +35,11 @@ func (s *Server) jobsStream(w http.ResponseWriter, r *http.Request, v visit) {
 
 // coalesce turns a flood of changes into at most one redraw every period,
 // with one at once to begin with. The events it sends carry no job: each
-// only says "redraw".
+// only says "redraw". It never stops reading in: a redraw still waiting
+// to be drawn (a long list renders slowly under load) draws the list as it
+// is then, so a change meanwhile needs no second one; and a reader that
+// stopped reading its watch for as long as the redraw took was dropped by
+// the jobs' hub as a watcher gone slow, ending the page's stream.
 func coalesce(ctx context.Context, in <-chan jobs.Event, period time.Duration) <-chan jobs.Event {
 	out := make(chan jobs.Event, 1)
 	out <- jobs.Event{Seq: 1}
@@ -58,10 +62,9 @@ func coalesce(ctx context.Context, in <-chan jobs.Event, period time.Duration) <
 				seq++
 				select {
 				case out <- jobs.Event{Seq: seq}:
-					dirty = false
-				case <-ctx.Done():
-					return
+				default: // one is waiting to be drawn: it draws this too
 				}
+				dirty = false
 			case <-ctx.Done():
 				return
 			}
