@@ -62,6 +62,8 @@ func TestChartsDrawTheRequestsSent(t *testing.T) {
 		t.Errorf("the catalog's requests chart draws %d requests %s after one more was sent, want %d without a reload", drawn(), quick, before+sent+1)
 	}
 	row := tb.loc(`[data-testid=model-row][data-model=` + strconv.Quote(model) + `]`)
+	// The charts are in the row's details, one click away.
+	tb.must(row.Locator("[data-testid=model-more] > summary").Click(), "opening %s's details", model)
 	latest, err := row.Locator(`[data-testid=chart-latest]`).AllInnerTexts()
 	tb.must(err, "reading the charts' latest values")
 	if len(latest) != 3 || !regexp.MustCompile(`^p50 \d+(\.\d)? (ms|s)$`).MatchString(latest[1]) || !regexp.MustCompile(`^\d+(\.\d)? tokens/s$`).MatchString(latest[2]) {

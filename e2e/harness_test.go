@@ -293,7 +293,9 @@ func (s *server) environ(t *testing.T) []string {
 	}
 	// The token file huggingface_hub writes is read from $HF_HOME: an
 	// empty one here, so a machine's own token never reaches the tests.
-	return append(env, "HF_HOME="+filepath.Join(s.data, "hf-home"))
+	// The engines stop with the server (they outlive it by default, for
+	// the next to adopt): none outlives a test.
+	return append(env, "HF_HOME="+filepath.Join(s.data, "hf-home"), "MODELSERVE_STOP_ENGINES_ON_EXIT=true")
 }
 
 // stop sends SIGTERM and waits: the server must exit by itself, with
