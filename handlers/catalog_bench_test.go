@@ -53,13 +53,7 @@ func BenchmarkCatalogAt500(b *testing.B) {
 					if !c.api {
 						return br.get(c.path)
 					}
-					req, _ := http.NewRequest(http.MethodGet, e.srv.URL+c.path, nil)
-					req.Header.Set("Authorization", "Bearer "+tok)
-					resp, err := http.DefaultClient.Do(req)
-					if err != nil {
-						b.Fatal(err)
-					}
-					return resp
+					return testkit.BearerGet(b, e.srv.URL+c.path, tok)
 				})
 				if n == 20 {
 					at20[c.name] = ms

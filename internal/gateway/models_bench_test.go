@@ -64,13 +64,7 @@ func BenchmarkListModels(b *testing.B) {
 			srv := httptest.NewServer(http.HandlerFunc(g.ListModels))
 			b.Cleanup(srv.Close)
 			ms := testkit.MsToFirstByte(b, func() *http.Response {
-				req, _ := http.NewRequest(http.MethodGet, srv.URL+"/v1/models", nil)
-				req.Header.Set("Authorization", "Bearer "+tok)
-				resp, err := http.DefaultClient.Do(req)
-				if err != nil {
-					b.Fatal(err)
-				}
-				return resp
+				return testkit.BearerGet(b, srv.URL+"/v1/models", tok)
 			})
 			if n == 20 {
 				at20 = ms

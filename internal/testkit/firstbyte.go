@@ -30,3 +30,19 @@ func MsToFirstByte(b *testing.B, get func() *http.Response) float64 {
 	b.ReportMetric(ms, "ms-to-first-byte")
 	return ms
 }
+
+// BearerGet asks url with the API token tok, as a script does, failing tb
+// when the request cannot be sent.
+func BearerGet(tb testing.TB, url, tok string) *http.Response {
+	tb.Helper()
+	req, err := http.NewRequest(http.MethodGet, url, nil)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+tok)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return resp
+}
