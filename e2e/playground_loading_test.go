@@ -26,6 +26,10 @@ const waitingRecorder = `() => {
 		if (window.__waiting[window.__waiting.length - 1] !== t) window.__waiting.push(t);
 	});
 	new MutationObserver(note).observe(document.body, {childList: true, subtree: true, characterData: true});
+	window.__stream = [];
+	for (const name of ['htmx:sseOpen', 'htmx:sseMessage', 'htmx:sseClose', 'htmx:sseError']) {
+		document.addEventListener(name, e => window.__stream.push(name + (e.detail && e.detail.type ? ' ' + e.detail.type : '')));
+	}
 }`
 
 // sendAndRecord sends message from the playground open in tb (with
@@ -37,7 +41,13 @@ func sendAndRecord(t *testing.T, tb *tab, message string, maxTokens int) (playwr
 	tb.must(tb.page.GetByLabel("Max tokens").Fill(strconv.Itoa(maxTokens)), "setting max tokens")
 	tb.must(tb.page.GetByRole("button", playwright.PageGetByRoleOptions{Name: "Send"}).Click(), "pressing Send")
 	reply := tb.loc("[data-testid=turn][data-role=assistant] [data-testid=reply][data-done=true]")
-	tb.must(reply.WaitFor(playwright.LocatorWaitForOptions{Timeout: playwright.Float(60000)}), "the reply's end")
+	if err := reply.WaitFor(playwright.LocatorWaitForOptions{Timeout: playwright.Float(60000)}); err != nil {
+		// What the page had of the reply, and what its stream did, say
+		// whether the end never came or came and was not shown.
+		turn, _ := tb.loc("[data-testid=turn][data-role=assistant]").Last().InnerHTML()
+		events, _ := tb.page.Evaluate(`() => window.__stream`)
+		t.Fatalf("the reply's end: %v\nthe reply as the page has it: %s\nits stream's events: %v", err, turn, events)
+	}
 	if n, _ := reply.Locator("[data-testid=reply-error]").Count(); n > 0 {
 		msg, _ := reply.Locator("[data-testid=reply-error]").InnerText()
 		t.Fatalf("the reply failed: %s", msg)
