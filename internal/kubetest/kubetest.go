@@ -32,6 +32,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -343,39 +344,88 @@ func (c *Cluster) AddNode(t testing.TB, n Node) {
 	}
 }
 
-// run starts one of the binaries in its own process group, its output in
-// a log file, and stops it (the whole group) when t ends.
+// run starts one part of the control plane, its output in work/name.log,
+// and keeps it running until t's cleanup stops it: a part that exits on
+// its own (kwok has, on a busy machine, a second after it started) is
+// started again, up to maxRestarts times, each restart said in its log,
+// whose last lines a failed test prints.
 func (c *Cluster) run(t testing.TB, work, name string, args ...string) {
 	t.Helper()
 	logf, err := os.Create(filepath.Join(work, name+".log"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(filepath.Join(c.dir, "bin", name), args...)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.Dir = work
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
+	start := func() (*exec.Cmd, chan struct{}, error) {
+		cmd := exec.Command(filepath.Join(c.dir, "bin", name), args...)
+		cmd.Stdout, cmd.Stderr = logf, logf
+		cmd.Dir = work
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		if err := cmd.Start(); err != nil {
+			return nil, nil, err
+		}
+		done := make(chan struct{})
+		go func() { _ = cmd.Wait(); close(done) }()
+		return cmd, done, nil
+	}
+	cmd, done, err := start()
+	if err != nil {
 		logf.Close()
 		t.Fatalf("starting %s: %v", name, err)
 	}
-	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(done) }()
+	var (
+		mu       sync.Mutex
+		stopping bool
+		ended    = make(chan struct{})
+	)
+	go func() {
+		defer close(ended)
+		for restarts := 0; ; restarts++ {
+			<-done
+			mu.Lock()
+			if stopping || restarts == maxRestarts {
+				mu.Unlock()
+				return
+			}
+			fmt.Fprintf(logf, "--- %s exited (%v): starting it again (%d of %d)\n", name, cmd.ProcessState, restarts+1, maxRestarts)
+			mu.Unlock()
+			time.Sleep(500 * time.Millisecond)
+			mu.Lock()
+			if stopping {
+				mu.Unlock()
+				return
+			}
+			next, nextDone, err := start()
+			if err != nil {
+				fmt.Fprintf(logf, "--- starting %s again: %v\n", name, err)
+				mu.Unlock()
+				return
+			}
+			cmd, done = next, nextDone
+			mu.Unlock()
+		}
+	}()
 	t.Cleanup(func() {
 		defer logf.Close()
-		pgid := cmd.Process.Pid
+		mu.Lock()
+		stopping = true
+		pgid, running := cmd.Process.Pid, done
+		mu.Unlock()
 		_ = syscall.Kill(-pgid, syscall.SIGTERM)
 		select {
-		case <-done:
+		case <-running:
 		case <-time.After(10 * time.Second):
 			_ = syscall.Kill(-pgid, syscall.SIGKILL)
-			<-done
+			<-running
 		}
+		<-ended
 		if t.Failed() {
 			t.Logf("%s's last lines:\n%s", name, tail(filepath.Join(work, name+".log"), 15))
 		}
 	})
 }
+
+// maxRestarts bounds how often run starts a part again that keeps exiting.
+const maxRestarts = 3
 
 // waitReady waits until the API server answers path with 200.
 func (c *Cluster) waitReady(ctx context.Context, path string) error {
