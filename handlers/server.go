@@ -225,8 +225,9 @@ type Server struct {
 	live     *auth.Sessions
 	throttle *throttle
 	lookups  lookups
-	// measures are the models' measured speeds, read from the jobs at
-	// most every measuredTTL (model_speed.go).
+	// measures are the models' measured speeds and the mirror's sizes
+	// their estimates are made from, read at most every measuredTTL
+	// (model_speed.go).
 	measures measures
 	// asks are the playground's messages sent and not yet streamed.
 	asks *asks
