@@ -18,22 +18,26 @@ func (s *Server) apiCatalogList(w http.ResponseWriter, r *http.Request) {
 		s.apiError(w, r, err)
 		return
 	}
-	models, err := s.deps.Catalog.List(r.Context())
+	page, err := s.deps.Catalog.Page(r.Context(), catalog.PageQuery{After: after, Limit: limit})
 	if err != nil {
 		s.apiError(w, r, err)
 		return
 	}
-	page, _, more := catalog.PageAfter(models, after, limit)
-	shown := make([]catalog.Model, len(page))
-	for i, m := range page {
+	shown := make([]catalog.Model, len(page.Models))
+	for i, m := range page.Models {
 		shown[i] = s.shownModel(m)
 	}
 	out := map[string]any{"models": shown, "limit": limit}
-	if more {
-		next := url.Values{"limit": {strconv.Itoa(limit)}, "after": {page[len(page)-1].Name}}
-		out["next"] = "/api/v1/catalog?" + next.Encode()
+	if page.More {
+		out["next"] = nextPage("/api/v1/catalog", limit, page.Models[len(page.Models)-1].Name)
 	}
 	writeJSON(w, http.StatusOK, out)
+}
+
+// nextPage is the URL of the page of path after the one that ended at
+// last, as long as it.
+func nextPage(path string, limit int, last string) string {
+	return path + "?" + url.Values{"limit": {strconv.Itoa(limit)}, "after": {last}}.Encode()
 }
 
 // catalogCursor is a page of the catalog as a request asks for it: the
