@@ -84,7 +84,7 @@ type catalogRead struct {
 
 // catalogAfter is the page's ?after=: "" for the first window.
 func catalogAfter(r *http.Request) (string, error) {
-	after, _, err := catalogCursor(r, catalogWindow)
+	after, _, err := modelCursor(r, catalogWindow, "the catalog is")
 	return after, err
 }
 
