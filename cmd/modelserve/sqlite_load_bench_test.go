@@ -45,12 +45,13 @@ import (
 // jobs' errors and the API's answers: the goal is 0), the jobs that did
 // not end in time (0), the longest any write waited for the write lock
 // and the longest any held it (the gate's own figures, on /metrics), each
-// API's 99th percentile during the run, and the gateway's 99th percentile during the run beside its
-// figure alone (goal: within 1.5×), with the 99th percentiles of the two
-// parts its answers' Server-Timing names (waiting in modelserve for the
-// replica's slot, and the engine), and how often the server ended a
-// watcher's stream before the run did (a browser opens it again). It fails on a locked database, a job
-// that did not end, or a job that failed.
+// API's 99th percentile during the run, the gateway's 99th percentile
+// during the run beside its figure alone (goal: within 1.5×), with the
+// 99th percentiles of the two parts its answers' Server-Timing names
+// (waiting in modelserve for the replica's slot, and the engine), and how
+// often the server ended a watcher's stream before the run did (a browser
+// opens it again). It fails on a locked database, a job that did not end,
+// or a job that failed.
 func BenchmarkHundredJobsBesideTheGateway(b *testing.B) {
 	const (
 		jobCount = 100
