@@ -198,7 +198,13 @@ func (s *Store) List(ctx context.Context) ([]Model, error) {
 
 // allAliases is every model's aliases, in the order they were listed.
 func allAliases(ctx context.Context, tx *sql.Tx) (map[string][]string, error) {
-	rows, err := tx.QueryContext(ctx, `SELECT model, alias FROM aliases ORDER BY model, position`)
+	return readAliases(ctx, tx, `SELECT model, alias FROM aliases ORDER BY model, position`)
+}
+
+// readAliases reads query's rows of (model, alias) as each model's
+// aliases, in the order they come.
+func readAliases(ctx context.Context, tx *sql.Tx, query string, args ...any) (map[string][]string, error) {
+	rows, err := tx.QueryContext(ctx, query, args...)
 	if err != nil {
 		return nil, fmt.Errorf("list the catalog's aliases: %w", err)
 	}

@@ -13,39 +13,44 @@ import (
 // ?after= (a model's name: those after it) page them. A page with more
 // after it has next, the URL of that page; the last has none.
 func (s *Server) apiCatalogList(w http.ResponseWriter, r *http.Request) {
-	after, limit, err := catalogCursor(r, catalog.DefaultPage)
+	after, limit, err := modelCursor(r, catalog.DefaultPage, "the catalog is")
 	if err != nil {
 		s.apiError(w, r, err)
 		return
 	}
-	models, err := s.deps.Catalog.List(r.Context())
+	page, err := s.deps.Catalog.Page(r.Context(), catalog.PageQuery{After: after, Limit: limit})
 	if err != nil {
 		s.apiError(w, r, err)
 		return
 	}
-	page, _, more := catalog.PageAfter(models, after, limit)
-	shown := make([]catalog.Model, len(page))
-	for i, m := range page {
+	shown := make([]catalog.Model, len(page.Models))
+	for i, m := range page.Models {
 		shown[i] = s.shownModel(m)
 	}
 	out := map[string]any{"models": shown, "limit": limit}
-	if more {
-		next := url.Values{"limit": {strconv.Itoa(limit)}, "after": {page[len(page)-1].Name}}
-		out["next"] = "/api/v1/catalog?" + next.Encode()
+	if page.More {
+		out["next"] = nextPage("/api/v1/catalog", limit, page.Models[len(page.Models)-1].Name)
 	}
 	writeJSON(w, http.StatusOK, out)
 }
 
-// catalogCursor is a page of the catalog as a request asks for it: the
-// name it begins after ("" for the first page) and its length, def when
-// not asked.
-func catalogCursor(r *http.Request, def int) (after string, limit int, err error) {
+// nextPage is the URL of the page of path after the one that ended at
+// last, as long as it.
+func nextPage(path string, limit int, last string) string {
+	return path + "?" + url.Values{"limit": {strconv.Itoa(limit)}, "after": {last}}.Encode()
+}
+
+// modelCursor is a page of a list kept by model name (the catalog, the
+// replicas) as a request asks for it: the name it begins after ("" for
+// the first page) and its length, def when not asked. what is the list
+// and its verb in the sentence refusing an offset ("the catalog is").
+func modelCursor(r *http.Request, def int, what string) (after string, limit int, err error) {
 	if limit, err = pageLimit(r, def); err != nil {
 		return "", 0, err
 	}
 	q := r.URL.Query()
 	if q.Has("offset") {
-		return "", 0, badRequest("the catalog is paged by after (a model's name), not by offset: follow the answer's next")
+		return "", 0, badRequest(what + " paged by after (a model's name), not by offset: follow the answer's next")
 	}
 	if q.Has("after") {
 		after = q.Get("after")

@@ -94,7 +94,7 @@ func TestAPICatalogDefaultPage(t *testing.T) {
 }
 
 // TestAPICatalogBadPage: a limit or a cursor no page could have is 400
-// with the sentence of what it takes.
+// with the sentence of what it takes, from the catalog and the replicas.
 func TestAPICatalogBadPage(t *testing.T) {
 	e := newConsoleEnv(t)
 	c := newAPIClient(t, e)
@@ -106,12 +106,15 @@ func TestAPICatalogBadPage(t *testing.T) {
 		{"after empty", "after=", "after is a model's name"},
 		{"offset", "offset=100", "paged by after"},
 	} {
-		t.Run(tt.name, func(t *testing.T) {
-			resp, body := c.do(http.MethodGet, "/api/v1/catalog?"+tt.query, nil)
-			if resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(body), tt.says) {
-				t.Errorf("?%s: %s %s, want 400 saying %q", tt.query, resp.Status, body, tt.says)
-			}
-		})
+		// The replicas are paged as the catalog is, in the same words.
+		for _, path := range []string{"/api/v1/catalog", "/api/v1/replicas"} {
+			t.Run(tt.name+" "+path, func(t *testing.T) {
+				resp, body := c.do(http.MethodGet, path+"?"+tt.query, nil)
+				if resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(body), tt.says) {
+					t.Errorf("%s?%s: %s %s, want 400 saying %q", path, tt.query, resp.Status, body, tt.says)
+				}
+			})
+		}
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"math"
 	"net/http"
 
+	"modelserve/catalog"
 	"modelserve/internal/fleet"
 	"modelserve/internal/plan"
 )
@@ -14,13 +15,29 @@ import (
 // model of the catalog fares (parked and why, waiting for room and what
 // holds it), and the recent engine starts with their estimated and measured
 // memory. Without a fleet the lists are empty: nothing runs replicas.
+//
+// It is paged by model, as the catalog is: ?limit= models (default
+// catalog.DefaultPage, at most 500) named ?after= a model's name, each
+// with its health and its replicas; a page with more after it has next,
+// the URL of that page. The starts, the fleet's newest, come with the
+// first page.
 func (s *Server) apiReplicas(w http.ResponseWriter, r *http.Request) {
-	snap, ok := s.snapshot()
-	if !ok {
-		snap = fleetSnapshot{replicas: []fleet.Replica{}, models: []fleet.ModelHealth{}}
+	after, limit, err := modelCursor(r, catalog.DefaultPage, "the replicas are")
+	if err != nil {
+		s.apiError(w, r, err)
+		return
 	}
-	starts := s.recentStarts(r.Context())
-	writeJSON(w, http.StatusOK, map[string]any{"replicas": snap.replicas, "models": snap.models, "starts": starts})
+	all, _ := s.fleetNow()
+	page, last, more := pageByModel(all, after, limit)
+	page = s.shown(page)
+	out := map[string]any{"replicas": page.replicas, "models": page.models, "limit": limit}
+	if after == "" {
+		out["starts"] = s.recentStarts(r.Context())
+	}
+	if more {
+		out["next"] = nextPage("/api/v1/replicas", limit, last)
+	}
+	writeJSON(w, http.StatusOK, out)
 }
 
 // apiNodes is the pool the planner plans for, and beside it the fleet's

@@ -3,13 +3,16 @@ package handlers_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 
 	"modelserve/handlers"
 	"modelserve/internal/auth"
+	"modelserve/internal/fleet"
 )
 
 func TestAPIReplicas(t *testing.T) {
@@ -124,4 +127,64 @@ func apiGetWith(t *testing.T, e *consoleEnv, tok, path string, want int) string 
 		t.Fatalf("GET %s: %s, want %d\n%s", path, resp.Status, want, b)
 	}
 	return string(b)
+}
+
+// TestAPIReplicasPages: the replicas are paged by model as the catalog
+// is: pages of limit models, each with its health and its replicas (a
+// removed model's replica still draining counts as a model), followed by
+// next, give every replica and every model once, in order; the engine
+// starts come with the first page.
+func TestAPIReplicasPages(t *testing.T) {
+	f, pool := benchFleet(t, 4*30) // model-000 … model-029, four replicas each
+	f.replicas = append(f.replicas, fleet.Replica{ID: "zz-gone-1", Model: "zz-gone", State: fleet.Draining})
+	f.starts = []fleet.Start{{Replica: "model-000-0", Model: "model-000"}}
+	e := newConsoleEnv(t, func(d *handlers.Deps) { d.Fleet, d.Pool = f, pool })
+	type page struct {
+		Replicas []fleet.Replica     `json:"replicas"`
+		Models   []fleet.ModelHealth `json:"models"`
+		Starts   []fleet.Start       `json:"starts"`
+		Limit    int                 `json:"limit"`
+		Next     string              `json:"next"`
+	}
+	tok, err := auth.NewTokens(e.db).Create(context.Background(), "ci")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var replicas, models []string
+	pages := 0
+	for path := "/api/v1/replicas?limit=7"; path != ""; pages++ {
+		if pages > 10 {
+			t.Fatalf("more than 10 pages of 7 models for 31: the last next was %s", path)
+		}
+		var p page
+		if err := json.Unmarshal([]byte(apiGetWith(t, e, tok, path, http.StatusOK)), &p); err != nil {
+			t.Fatal(err)
+		}
+		named := map[string]bool{}
+		for _, r := range p.Replicas {
+			replicas, named[r.Model] = append(replicas, r.ID), true
+		}
+		for _, h := range p.Models {
+			models, named[h.Model] = append(models, h.Model), true
+		}
+		if len(named) > 7 || p.Limit != 7 {
+			t.Errorf("%s holds %d models (limit %d); want at most 7", path, len(named), p.Limit)
+		}
+		if (pages == 0) != (len(p.Starts) == 1) {
+			t.Errorf("%s has %d starts; want the starts on the first page alone", path, len(p.Starts))
+		}
+		path = p.Next
+	}
+	var wantReplicas, wantModels []string
+	for m := range 30 {
+		wantModels = append(wantModels, fmt.Sprintf("model-%03d", m))
+		for i := range 4 {
+			wantReplicas = append(wantReplicas, fmt.Sprintf("model-%03d-%d", m, i))
+		}
+	}
+	wantReplicas = append(wantReplicas, "zz-gone-1")
+	if pages != 5 || !slices.Equal(replicas, wantReplicas) || !slices.Equal(models, wantModels) {
+		t.Errorf("%d pages gave %d replicas and %d models; want 5 pages, the 121 replicas and 30 models once each, in order:\n%v\n%v",
+			pages, len(replicas), len(models), replicas, models)
+	}
 }

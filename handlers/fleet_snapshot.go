@@ -1,9 +1,12 @@
 package handlers
 
 import (
+	"cmp"
+	"context"
+	"maps"
+	"slices"
 	"strings"
 
-	"context"
 	"modelserve/internal/fleet"
 )
 
@@ -28,8 +31,18 @@ type fleetSnapshot struct {
 // snapshot reads the replicas and the models' health; ok is false without
 // a fleet.
 func (s *Server) snapshot() (fleetSnapshot, bool) {
+	snap, ok := s.fleetNow()
+	if !ok {
+		return snap, false
+	}
+	return s.shown(snap), true
+}
+
+// fleetNow is the replicas and the models' health as the fleet has them,
+// never nil, before shown; ok is false without a fleet.
+func (s *Server) fleetNow() (fleetSnapshot, bool) {
 	if s.deps.Fleet == nil {
-		return fleetSnapshot{}, false
+		return fleetSnapshot{replicas: []fleet.Replica{}, models: []fleet.ModelHealth{}}, false
 	}
 	snap := fleetSnapshot{replicas: s.deps.Fleet.Replicas(), models: s.deps.Fleet.ModelHealth()}
 	if snap.replicas == nil {
@@ -38,6 +51,13 @@ func (s *Server) snapshot() (fleetSnapshot, bool) {
 	if snap.models == nil {
 		snap.models = []fleet.ModelHealth{}
 	}
+	return snap, true
+}
+
+// shown is snap as an answer may show it: the texts of its replicas and
+// models with every engine key taken out and every path on the mirror
+// relative to it.
+func (s *Server) shown(snap fleetSnapshot) fleetSnapshot {
 	// Every engine key known is taken out of every text (a reason quotes
 	// an engine of its model, which may have ended since), and every path
 	// on the mirror is written relative to it.
@@ -64,7 +84,53 @@ func (s *Server) snapshot() (fleetSnapshot, bool) {
 		m := &snap.models[i]
 		m.Reason, m.Placement = shown(m.Reason), shown(m.Placement)
 	}
-	return snap, true
+	return snap
+}
+
+// pageByModel is the part of snap about the models named after after, at
+// most limit of them by name: their health and their replicas (a model
+// removed whose replicas still drain counts as one), and whether models
+// follow it, after the last model it holds. The fleet answers for every model at once, in memory; what
+// a page leaves out is neither redacted nor sent.
+func pageByModel(snap fleetSnapshot, after string, limit int) (page fleetSnapshot, last string, more bool) {
+	names := map[string]bool{}
+	for _, h := range snap.models {
+		if h.Model > after {
+			names[h.Model] = true
+		}
+	}
+	for _, r := range snap.replicas {
+		if r.Model > after {
+			names[r.Model] = true
+		}
+	}
+	sorted := slices.Sorted(maps.Keys(names))
+	if more = len(sorted) > limit; more {
+		sorted = sorted[:limit]
+	}
+	if len(sorted) > 0 {
+		last = sorted[len(sorted)-1]
+	}
+	in := map[string]bool{}
+	for _, n := range sorted {
+		in[n] = true
+	}
+	page = fleetSnapshot{replicas: []fleet.Replica{}, models: []fleet.ModelHealth{}}
+	for _, h := range snap.models {
+		if in[h.Model] {
+			page.models = append(page.models, h)
+		}
+	}
+	for _, r := range snap.replicas {
+		if in[r.Model] {
+			page.replicas = append(page.replicas, r)
+		}
+	}
+	slices.SortStableFunc(page.models, func(a, b fleet.ModelHealth) int { return strings.Compare(a.Model, b.Model) })
+	slices.SortStableFunc(page.replicas, func(a, b fleet.Replica) int {
+		return cmp.Or(strings.Compare(a.Model, b.Model), strings.Compare(a.ID, b.ID))
+	})
+	return page, last, more
 }
 
 // recentStarts is the fleet's newest engine starts, never nil. Failing to

@@ -18,19 +18,55 @@ import (
 // measured speeds: the smoke test of the newest that served each.
 const speedJobs = 500
 
-// measuredTTL is how long the measured speeds are kept before the jobs are
-// read again. Reading 500 jobs with their steps took 22 ms where the rest
-// of the catalog page took 0.7: the catalog's and the fleet's streams,
-// each client's, would pay it every few seconds for figures that change
-// only when a job ends.
+// measuredTTL is how long the measured speeds, and the mirror's file
+// sizes the estimates are made from, are kept before they are read again.
+// Reading 500 jobs with their steps took 22 ms where the rest of the
+// catalog page took 0.7, and listing the mirror walks its folder and reads
+// a sidecar a file: the catalog's and the fleet's streams, each client's,
+// paid both at every change of the catalog (a hundred jobs at once, one
+// change each), for figures that change only when a job ends.
 const measuredTTL = 10 * time.Second
 
-// measures are the newest job of each version of each model with a
-// measured speed, as read at at.
-type measures struct {
+// keptRead is one figure the console reads from outside memory (the jobs,
+// the mirror's folder), kept and shared by every page and stream: read
+// again once measuredTTL has passed, or when a model of those it is asked
+// for was added to the catalog after it was read, whose figure may be new.
+// One reads at a time; the others wait for its reading. What cannot be
+// read leaves the last reading standing.
+type keptRead[T any] struct {
 	mu   sync.Mutex
-	at   time.Time
-	jobs map[versionKey]jobs.Job
+	at   time.Time // when the reading kept began
+	v    T
+	read bool
+}
+
+func (k *keptRead[T]) get(models []catalog.Model, read func() (T, error)) (T, error) {
+	var added time.Time
+	for _, m := range models {
+		if m.AddedAt.After(added) {
+			added = m.AddedAt
+		}
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.read && time.Since(k.at) < measuredTTL && !k.at.Before(added) {
+		return k.v, nil
+	}
+	began := time.Now()
+	v, err := read()
+	if err != nil {
+		return k.v, err
+	}
+	k.v, k.at, k.read = v, began, true
+	return v, nil
+}
+
+// measures are the newest job of each version of each model with a
+// measured speed (measured), and the mirror's files' sizes by model,
+// revision and path (speeds).
+type measures struct {
+	jobs  keptRead[map[versionKey]jobs.Job]
+	sizes keptRead[map[[3]string]int64]
 }
 
 // versionKey names one version of a model: its catalog name (a canary's
@@ -66,38 +102,28 @@ func measuredOf(measured map[versionKey]jobs.Job, m catalog.Model) (jobs.Job, bo
 // measured its model's new version, whatever its trial then decided. What
 // cannot be read is logged, and the figures read last stand.
 func (s *Server) measured(ctx context.Context, models []catalog.Model) map[versionKey]jobs.Job {
-	var added time.Time
-	for _, md := range models {
-		if md.AddedAt.After(added) {
-			added = md.AddedAt
+	out, err := s.measures.jobs.get(models, func() (map[versionKey]jobs.Job, error) {
+		list, _, err := s.deps.Jobs.List(ctx, jobs.ListOptions{Limit: speedJobs})
+		if err != nil {
+			return nil, err
 		}
-	}
-	m := &s.measures
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.jobs != nil && time.Since(m.at) < measuredTTL && !m.at.Before(added) {
-		return m.jobs
-	}
-	list, _, err := s.deps.Jobs.List(ctx, jobs.ListOptions{Limit: speedJobs})
-	if err != nil {
-		if ctx.Err() == nil {
-			s.deps.Log.Error("reading the jobs for the models' measured speeds", "err", err)
-		}
-		return m.jobs
-	}
-	out := map[versionKey]jobs.Job{}
-	for _, j := range list { // newest first
-		model := or(j.Request.CanaryOf, j.Model)
-		if j.TokensPerSecond <= 0 || model == "" {
-			continue
-		}
-		for _, k := range []versionKey{{model, j.Commit}, {model, ""}} {
-			if _, seen := out[k]; !seen {
-				out[k] = j
+		out := map[versionKey]jobs.Job{}
+		for _, j := range list { // newest first
+			model := or(j.Request.CanaryOf, j.Model)
+			if j.TokensPerSecond <= 0 || model == "" {
+				continue
+			}
+			for _, k := range []versionKey{{model, j.Commit}, {model, ""}} {
+				if _, seen := out[k]; !seen {
+					out[k] = j
+				}
 			}
 		}
+		return out, nil
+	})
+	if err != nil && ctx.Err() == nil {
+		s.deps.Log.Error("reading the jobs for the models' measured speeds", "err", err)
 	}
-	m.jobs, m.at = out, time.Now()
 	return out
 }
 
@@ -108,13 +134,21 @@ func (s *Server) measured(ctx context.Context, models []catalog.Model) map[versi
 // jobs, the mirror) costs the figures it would have given and is logged.
 func (s *Server) speeds(ctx context.Context, models []catalog.Model) map[string]views.Speed {
 	measured := s.measured(ctx, models)
-	sizes := map[[3]string]int64{}
+	var sizes map[[3]string]int64
 	if s.deps.Mirror != nil {
-		if files, err := s.deps.Mirror.List(ctx); err == nil {
+		var err error
+		sizes, err = s.measures.sizes.get(models, func() (map[[3]string]int64, error) {
+			files, err := s.deps.Mirror.List(ctx)
+			if err != nil {
+				return nil, err
+			}
+			sizes := make(map[[3]string]int64, len(files))
 			for _, f := range files {
 				sizes[[3]string{f.Model, f.Revision, f.Path}] = f.Size
 			}
-		} else if ctx.Err() == nil {
+			return sizes, nil
+		})
+		if err != nil && ctx.Err() == nil {
 			s.deps.Log.Error("reading the mirror for the models' estimated speeds", "err", err)
 		}
 	}

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -85,7 +84,7 @@ type catalogRead struct {
 
 // catalogAfter is the page's ?after=: "" for the first window.
 func catalogAfter(r *http.Request) (string, error) {
-	after, _, err := catalogCursor(r, catalogWindow)
+	after, _, err := modelCursor(r, catalogWindow, "the catalog is")
 	return after, err
 }
 
@@ -93,25 +92,18 @@ func catalogAfter(r *http.Request) (string, error) {
 // is a model the window should show wherever it is in the catalog (the
 // one just checked, whose page says how its check went).
 func (s *Server) readCatalog(ctx context.Context, after, holding string) (catalogRead, error) {
-	all, err := s.deps.Catalog.List(ctx)
+	page, err := s.deps.Catalog.Page(ctx, catalog.PageQuery{After: after, Limit: catalogWindow, Holding: holding})
 	if err != nil {
 		return catalogRead{}, err
-	}
-	if after == "" && holding != "" {
-		i, found := slices.BinarySearchFunc(all, holding, func(m catalog.Model, name string) int { return strings.Compare(m.Name, name) })
-		if found && i >= catalogWindow {
-			after = all[i-1].Name
-		}
 	}
 	// The watcher and the speeds are read for the window alone: each
 	// model costs them a read.
-	models, before, more := catalog.PageAfter(all, after, catalogWindow)
-	watch, err := s.deps.Updates.Statuses(ctx, models)
+	watch, err := s.deps.Updates.Statuses(ctx, page.Models)
 	if err != nil {
 		return catalogRead{}, err
 	}
-	return catalogRead{models: models, watch: watch, speeds: s.speeds(ctx, models),
-		after: after, before: before, total: len(all), more: more}, nil
+	return catalogRead{models: page.Models, watch: watch, speeds: s.speeds(ctx, page.Models),
+		after: page.After, before: page.Before, total: page.Total, more: page.More}, nil
 }
 
 // catalogNow is the catalog as of now: read's models with what the fleet

@@ -49,6 +49,9 @@ type Versions interface {
 // Catalog is what the handlers need of the catalog.
 type Catalog interface {
 	List(ctx context.Context) ([]catalog.Model, error)
+	// Page is one window of the catalog, read alone: the API's and the
+	// catalog page's.
+	Page(ctx context.Context, q catalog.PageQuery) (catalog.Page, error)
 	Get(ctx context.Context, name string) (catalog.Model, error)
 	Remove(ctx context.Context, name string) error
 	// SetScaling is the fleet page's and the API's scale control.
@@ -225,8 +228,9 @@ type Server struct {
 	live     *auth.Sessions
 	throttle *throttle
 	lookups  lookups
-	// measures are the models' measured speeds, read from the jobs at
-	// most every measuredTTL (model_speed.go).
+	// measures are the models' measured speeds and the mirror's sizes
+	// their estimates are made from, read at most every measuredTTL
+	// (model_speed.go).
 	measures measures
 	// asks are the playground's messages sent and not yet streamed.
 	asks *asks

@@ -194,3 +194,27 @@ func TestServeWaitFollowsAStreamThatBreaks(t *testing.T) {
 		t.Errorf("a stream that never ends: %v after %d connections, want an error after 6", err, opened)
 	}
 }
+
+// TestPsFollowsNext: ps lists the replicas of every page of
+// /api/v1/replicas, following each page's next, not the first page alone.
+func TestPsFollowsNext(t *testing.T) {
+	var asked []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		asked = append(asked, r.URL.RequestURI())
+		switch r.URL.Query().Get("after") {
+		case "":
+			io.WriteString(w, `{"replicas":[{"id":"alpha-1","model":"alpha","state":"ready"}],"models":[{"model":"alpha"}],`+
+				`"next":"/api/v1/replicas?after=alpha&limit=500"}`)
+		case "alpha":
+			io.WriteString(w, `{"replicas":[{"id":"beta-1","model":"beta","state":"starting"}],"models":[{"model":"beta"}]}`)
+		default:
+			http.Error(w, "no such page", http.StatusBadRequest)
+		}
+	}))
+	defer srv.Close()
+	s := &apiServer{t: t, base: srv.URL, token: "ms_x"}
+	out, _, err := s.client("", "ps")
+	if err != nil || !strings.Contains(out, "alpha-1") || !strings.Contains(out, "beta-1") || len(asked) != 2 {
+		t.Errorf("ps over two pages asked %v: %v\n%s", asked, err, out)
+	}
+}

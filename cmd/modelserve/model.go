@@ -188,8 +188,8 @@ func modelList(ctx context.Context, c *client, out *output, stdout io.Writer) er
 		}
 		listed, path = append(listed, page.Models...), page.Next
 	}
-	var running replicasAnswer
-	if err := c.do(ctx, "GET", "/api/v1/replicas", nil, &running); err != nil {
+	running, err := readReplicas(ctx, c)
+	if err != nil {
 		return err
 	}
 	health := map[string]*fleet.ModelHealth{}

@@ -23,6 +23,25 @@ type replicasAnswer struct {
 	Models   []fleet.ModelHealth `json:"models"`
 }
 
+// readReplicas is every page of GET /api/v1/replicas, as one answer: the
+// API pages them by model, following each page's next.
+func readReplicas(ctx context.Context, c *client) (replicasAnswer, error) {
+	var all replicasAnswer
+	for path := "/api/v1/replicas?limit=500"; path != ""; {
+		var page struct {
+			replicasAnswer
+			Next string `json:"next"`
+		}
+		if err := c.do(ctx, "GET", path, nil, &page); err != nil {
+			return replicasAnswer{}, err
+		}
+		all.Replicas = append(all.Replicas, page.Replicas...)
+		all.Models = append(all.Models, page.Models...)
+		path = page.Next
+	}
+	return all, nil
+}
+
 const psUsage = `Usage: modelserve ps [-o json]
 
 The replicas the fleet runs, as ollama ps shows the models loaded: each replica's
@@ -44,8 +63,8 @@ func psCmd(ctx context.Context, cl call) error {
 	if err := out.check(); err != nil {
 		return err
 	}
-	var running replicasAnswer
-	if err := c.do(ctx, "GET", "/api/v1/replicas", nil, &running); err != nil {
+	running, err := readReplicas(ctx, c)
+	if err != nil {
 		return err
 	}
 	reps := running.Replicas
@@ -170,8 +189,8 @@ func stopCmd(ctx context.Context, cl call) error {
 			return err
 		}
 	}
-	var running replicasAnswer
-	if err := c.do(ctx, "GET", "/api/v1/replicas", nil, &running); err != nil {
+	running, err := readReplicas(ctx, c)
+	if err != nil {
 		return err
 	}
 	stopped := 0

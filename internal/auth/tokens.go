@@ -232,9 +232,24 @@ func (t *Tokens) Check(ctx context.Context, tok string) (Token, error) {
 	// forgotten one, without a write on every request.
 	now := t.now().UTC()
 	if last, _ := time.Parse(time.RFC3339Nano, used); now.Sub(last) > time.Minute {
-		t.db.ExecContext(ctx, `UPDATE api_tokens SET last_used = ? WHERE name = ?`, now.Format(time.RFC3339Nano), out.Name)
+		t.touch(ctx, out.Name, now)
 	}
 	return out, nil
+}
+
+// touchWait bounds how long a check waits to note a token's use. The note
+// is a write, and the write lock may be held for a second or more while a
+// hundred jobs write their steps; a gateway request checked then waited
+// for it, for a date no request needs. A use not noted in time is noted
+// by a later check: the date stays as it was until one is.
+const touchWait = 20 * time.Millisecond
+
+// touch notes that the token called name was used at now, if the write
+// lock comes within touchWait.
+func (t *Tokens) touch(ctx context.Context, name string, now time.Time) {
+	ctx, cancel := context.WithTimeout(ctx, touchWait)
+	defer cancel()
+	t.db.ExecContext(ctx, `UPDATE api_tokens SET last_used = ? WHERE name = ?`, now.Format(time.RFC3339Nano), name)
 }
 
 // splitModels is the models column as a list; empty is none (every model).

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"modelserve/internal/testkit"
 )
@@ -138,5 +139,54 @@ func TestBearerToken(t *testing.T) {
 		if got, ok := BearerToken(c.header); got != c.want || ok != c.ok {
 			t.Errorf("BearerToken(%q) = %q, %v; want %q, %v", c.header, got, ok, c.want, c.ok)
 		}
+	}
+}
+
+// TestTokenCheckWaitsNotForTheWriteLock: a check whose token's last use is
+// due to be noted, while another writer holds the database's write lock,
+// answers at once rather than wait for the lock; the use is noted by the
+// next check once the lock is free.
+func TestTokenCheckWaitsNotForTheWriteLock(t *testing.T) {
+	ctx := context.Background()
+	db := mustDB(t)
+	toks := NewTokens(db)
+	tok, err := toks.Create(ctx, "gateway-client")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lastUsed := func() string {
+		t.Helper()
+		var used sql.NullString
+		if err := db.QueryRow(`SELECT last_used FROM api_tokens WHERE name = 'gateway-client'`).Scan(&used); err != nil {
+			t.Fatal(err)
+		}
+		return used.String
+	}
+
+	// A long write elsewhere (a job's transaction) holds the lock.
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	who, err := toks.Check(ctx, tok)
+	took := time.Since(start)
+	tx.Rollback()
+	if err != nil || who.Name != "gateway-client" {
+		t.Fatalf("check while the write lock is held: %+v, %v", who, err)
+	}
+	if took > 500*time.Millisecond {
+		t.Errorf("the check took %v while another writer held the lock; want it not to wait for the lock", took)
+	}
+	if used := lastUsed(); used != "" {
+		t.Errorf("last use noted as %q though the lock was held throughout", used)
+	}
+
+	// The lock free, the next check notes the use.
+	if _, err := toks.Check(ctx, tok); err != nil {
+		t.Fatal(err)
+	}
+	if used := lastUsed(); used == "" {
+		t.Error("the use was not noted once the lock was free")
 	}
 }

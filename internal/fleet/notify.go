@@ -19,6 +19,7 @@ type Store interface {
 	SetShare(ctx context.Context, name string, share float64) error
 	Get(ctx context.Context, name string) (catalog.Model, error)
 	List(ctx context.Context) ([]catalog.Model, error)
+	Page(ctx context.Context, q catalog.PageQuery) (catalog.Page, error)
 }
 
 // NotifyingCatalog is a catalog store that has the fleet look at the
@@ -124,4 +125,9 @@ func (c *NotifyingCatalog) Get(ctx context.Context, name string) (catalog.Model,
 // List is Store.List.
 func (c *NotifyingCatalog) List(ctx context.Context) ([]catalog.Model, error) {
 	return c.store.List(ctx)
+}
+
+// Page is Store.Page.
+func (c *NotifyingCatalog) Page(ctx context.Context, q catalog.PageQuery) (catalog.Page, error) {
+	return c.store.Page(ctx, q)
 }

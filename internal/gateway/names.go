@@ -28,7 +28,17 @@ type names struct {
 
 	mu     sync.Mutex
 	read   time.Time
-	models []catalog.Model
+	// reading is closed when the read of the catalog in flight ends; nil
+	// when none is. The catalog is read without mu: a read takes
+	// milliseconds at a hundred models, more while jobs write and the
+	// console draws, and every request of every model waited for it
+	// when it was read under mu; now they go on with the names as last
+	// read, and only a name not known waits for the read.
+	reading chan struct{}
+	// changes counts refresh: a read begun before one may not hold the
+	// change, so it is not taken as fresh.
+	changes uint64
+	models  []catalog.Model
 	byName map[string]int // name or alias → index in models
 	// canaryOf is, by model name, the index of its canary: the entry whose
 	// Canary.Of names it, the newest (AddedAt) if several claim it.
@@ -89,6 +99,7 @@ func (n *names) refresh() {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.read = time.Time{}
+	n.changes++
 }
 
 // list is the catalog's models, read at most every n.every.
@@ -97,16 +108,53 @@ func (n *names) list(ctx context.Context) ([]catalog.Model, error) {
 	return models, err
 }
 
+// current is the catalog's models and the index of their names and
+// aliases, read again when every has passed (or missEvery, for a name
+// missed). One read at a time: while it is in flight the others are
+// answered from the last, but for a name missed, which waits for it.
 func (n *names) current(ctx context.Context, missed bool) ([]catalog.Model, map[string]int, error) {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	age := n.clock.Since(n.read)
-	if n.byName != nil && age < n.every && (!missed || age < missEvery) {
-		return n.models, n.byName, nil
+	for {
+		n.mu.Lock()
+		age := n.clock.Since(n.read)
+		fresh := n.byName != nil && age < n.every && (!missed || age < missEvery)
+		if fresh || (n.byName != nil && !missed && n.reading != nil) {
+			models, byName := n.models, n.byName
+			n.mu.Unlock()
+			return models, byName, nil
+		}
+		if wait := n.reading; wait != nil {
+			n.mu.Unlock()
+			select {
+			case <-wait:
+				continue // read: fresh now, or failed and read again here
+			case <-ctx.Done():
+				return nil, nil, ctx.Err()
+			}
+		}
+		done, changes := make(chan struct{}), n.changes
+		n.reading = done
+		n.mu.Unlock()
+		models, byName, canaryOf, err := n.readCatalog(ctx)
+		n.mu.Lock()
+		n.reading = nil
+		close(done)
+		if err == nil {
+			n.models, n.byName, n.canaryOf = models, byName, canaryOf
+			if n.changes == changes {
+				n.read = n.clock.Now()
+			}
+		}
+		n.mu.Unlock()
+		return models, byName, err
 	}
+}
+
+// readCatalog reads the catalog and indexes it: each name and alias to
+// its model, each model to its canary.
+func (n *names) readCatalog(ctx context.Context) ([]catalog.Model, map[string]int, map[string]int, error) {
 	models, err := n.catalog.List(ctx)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	byName := make(map[string]int, len(models))
 	canaryOf := map[string]int{}
@@ -121,6 +169,5 @@ func (n *names) current(ctx context.Context, missed bool) ([]catalog.Model, map[
 			}
 		}
 	}
-	n.models, n.byName, n.canaryOf, n.read = models, byName, canaryOf, n.clock.Now()
-	return models, byName, nil
+	return models, byName, canaryOf, nil
 }

@@ -27,10 +27,13 @@ type pool struct {
 	// (read), by whichever request or fleet's word read them: every
 	// waiter is given a slot from these, so one that came later and read
 	// a replica just ready never goes before one that waited for it with
-	// an older reading. serving reads them; p.mu is held while it does,
-	// so a reading never replaces a newer one.
+	// an older reading. serving reads them, without p.mu (read).
 	ready   []fleet.Replica
 	serving func() []fleet.Replica
+	// readings numbers the readings of serving as they begin, and kept
+	// is the number of the one ready holds: a reading that ends after a
+	// newer one is dropped, so ready never goes back to an older one.
+	readings, kept uint64
 	// queue are the requests waiting for a slot, in the order they came:
 	// a slot that frees is given to the first of them that may take it,
 	// by the request that freed it, so none waits on a timer and none
@@ -78,19 +81,46 @@ func newPool(serving func() []fleet.Replica, clk clock.Clock) *pool {
 }
 
 // read reads the model's ready replicas from the fleet, keeps them as the
-// pool's, and says them.
+// pool's, and says them (the newest reading, which may be another
+// request's begun after this one).
+//
+// The fleet is read without p.mu: the fleet's lock is also the console's
+// (every watcher of the fleet and catalog pages reads each model's health
+// under it), and a request that waited for it while holding p.mu held up
+// every request of the model behind it, the one giving back its slot
+// too, so the engine sat idle while the console was drawn.
 func (p *pool) read() []fleet.Replica {
 	p.mu.Lock()
+	if p.serving == nil {
+		defer p.mu.Unlock()
+		return p.ready
+	}
+	p.readings++
+	n := p.readings
+	p.mu.Unlock()
+	rs := p.serving()
+	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.readLocked()
+	p.keep(n, rs)
+	return p.ready
 }
 
-// readLocked is read with p.mu held.
+// readLocked is read with p.mu held throughout: for the fleet's word that
+// a replica became ready, which every waiter must see before it is woken.
 func (p *pool) readLocked() []fleet.Replica {
 	if p.serving != nil {
-		p.ready = p.serving()
+		p.readings++
+		p.keep(p.readings, p.serving())
 	}
 	return p.ready
+}
+
+// keep makes rs, the reading numbered n, the pool's ready replicas unless
+// a newer reading is kept already. p.mu is held.
+func (p *pool) keep(n uint64, rs []fleet.Replica) {
+	if n > p.kept {
+		p.ready, p.kept = rs, n
+	}
 }
 
 // slotsOf is how many requests a replica's engine serves at once (its

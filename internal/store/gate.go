@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/mattn/go-sqlite3"
@@ -31,11 +32,17 @@ import (
 // transaction and writes outside it.
 const gateWait = time.Minute
 
-// gate is one database's write lock, as its writers queue for it, and
-// how long they waited for it.
+// gate is one database's write lock, as its writers queue for it, how
+// long they waited for it, and the longest any held it.
 type gate struct {
 	slot   chan struct{}
 	waited waits
+	// since is when the writer in the gate entered it: written and read
+	// by that writer alone, between its enter and its leave.
+	since time.Time
+	// longestHold is the longest a writer held the gate, in nanoseconds:
+	// how long the writers behind it could have waited for one.
+	longestHold atomic.Int64
 }
 
 func newGate() *gate { return &gate{slot: make(chan struct{}, 1)} }
@@ -46,6 +53,7 @@ func (g *gate) enter(ctx context.Context) error {
 	select {
 	case g.slot <- struct{}{}:
 		g.waited.add(0)
+		g.since = time.Now()
 		return nil
 	default:
 	}
@@ -54,7 +62,8 @@ func (g *gate) enter(ctx context.Context) error {
 	defer t.Stop()
 	select {
 	case g.slot <- struct{}{}:
-		g.waited.add(time.Since(start))
+		g.since = time.Now()
+		g.waited.add(g.since.Sub(start))
 		return nil
 	case <-ctx.Done():
 		g.waited.add(time.Since(start))
@@ -65,7 +74,16 @@ func (g *gate) enter(ctx context.Context) error {
 	}
 }
 
-func (g *gate) leave() { <-g.slot }
+func (g *gate) leave() {
+	held := int64(time.Since(g.since))
+	for {
+		m := g.longestHold.Load()
+		if held <= m || g.longestHold.CompareAndSwap(m, held) {
+			break
+		}
+	}
+	<-g.slot
+}
 
 // connector opens the database's connections, each behind its gate.
 type connector struct {

@@ -132,8 +132,9 @@ func openWithTable(t *testing.T, create string) *sql.DB {
 
 // TestTheGateTellsHowLongWritesWaited: a write queued behind a
 // transaction held 100 ms is counted as having waited about that long,
-// the longest so far, in its bucket; a write that found the gate free
-// waited nothing. What /metrics shows an operator of a busy database.
+// the longest so far, in its bucket, and the transaction as the longest
+// hold; a write that found the gate free waited nothing. What /metrics
+// shows an operator of a busy database.
 func TestTheGateTellsHowLongWritesWaited(t *testing.T) {
 	db := openWithTable(t, `CREATE TABLE t (n INTEGER)`)
 	ctx := context.Background()
@@ -167,6 +168,9 @@ func TestTheGateTellsHowLongWritesWaited(t *testing.T) {
 	}
 	if after.Longest < 80*time.Millisecond || after.Longest > 2*time.Second {
 		t.Errorf("the longest wait is %v; the write waited behind a transaction held 100 ms", after.Longest)
+	}
+	if after.LongestHold < 100*time.Millisecond || after.LongestHold > 2*time.Second {
+		t.Errorf("the longest hold is %v; a transaction held the lock 100 ms", after.LongestHold)
 	}
 	// Cumulative: the write that found the gate free is within 1 ms;
 	// the one behind the transaction only within 500 ms.

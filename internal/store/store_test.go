@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"path/filepath"
@@ -134,4 +135,40 @@ func TestFailedMigrationLeavesNothing(t *testing.T) {
 
 func fmtName(v int, what string) string {
 	return fmt.Sprintf("migrations/%04d_%s.sql", v, what)
+}
+
+// TestReadersKeepTheirConnections: connections that readers used side by
+// side are kept for the next readers rather than closed and opened again.
+func TestReadersKeepTheirConnections(t *testing.T) {
+	db, err := Open(context.Background(), filepath.Join(t.TempDir(), "modelserve.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	const readers = 8
+	read := func() {
+		t.Helper()
+		txs := make([]*sql.Tx, readers) // each holds its connection until all have one
+		for i := range txs {
+			tx, err := db.BeginTx(context.Background(), &sql.TxOptions{ReadOnly: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var n int
+			if err := tx.QueryRow(`SELECT COUNT(*) FROM schema_migrations`).Scan(&n); err != nil {
+				t.Fatal(err)
+			}
+			txs[i] = tx
+		}
+		for _, tx := range txs {
+			tx.Rollback()
+		}
+	}
+	read()
+	opened := db.Stats().OpenConnections
+	read()
+	if st := db.Stats(); st.MaxIdleClosed > 0 || st.OpenConnections != opened || st.Idle < readers {
+		t.Errorf("after %d readers side by side twice: %d connections open (%d before), %d idle, %d closed as too many idle; want the readers' connections kept",
+			readers, st.OpenConnections, opened, st.Idle, st.MaxIdleClosed)
+	}
 }

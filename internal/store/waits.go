@@ -54,6 +54,10 @@ type WriteWaits struct {
 	Writes uint64
 	// Total is their waits added up; Longest the longest one.
 	Total, Longest time.Duration
+	// LongestHold is the longest a write held the lock (a transaction
+	// from its BEGIN to its end, a statement while it ran): what kept
+	// the longest waits waiting.
+	LongestHold time.Duration
 	// Within counts, for each bound of Bounds, the writes that waited
 	// up to it (cumulative, as Prometheus counts a histogram's buckets).
 	Bounds []time.Duration
@@ -80,13 +84,16 @@ func WriteWaitsOf(db *sql.DB) (WriteWaits, bool) {
 	if !ok {
 		return WriteWaits{}, false
 	}
-	return d.gate.waited.read(), true
+	w := d.gate.waited.read()
+	w.LongestHold = time.Duration(d.gate.longestHold.Load())
+	return w, true
 }
 
 // WaitCollector tells Prometheus how long db's writes have waited for its
 // write lock: modelserve_store_write_wait_seconds, a histogram, and
 // modelserve_store_write_wait_longest_seconds, the longest wait since the
-// start. It collects nothing for a database Open did not open.
+// start, and modelserve_store_write_hold_longest_seconds, the longest any
+// write held the lock. It collects nothing for a database Open did not open.
 func WaitCollector(db *sql.DB) prometheus.Collector { return waitCollector{db: db} }
 
 var (
@@ -94,6 +101,8 @@ var (
 		"How long each write waited for the database's write lock behind modelserve's other writers.", nil, nil)
 	waitLongestDesc = prometheus.NewDesc("modelserve_store_write_wait_longest_seconds",
 		"The longest any write has waited for the database's write lock since the start.", nil, nil)
+	holdLongestDesc = prometheus.NewDesc("modelserve_store_write_hold_longest_seconds",
+		"The longest any write has held the database's write lock since the start.", nil, nil)
 )
 
 type waitCollector struct{ db *sql.DB }
@@ -101,6 +110,7 @@ type waitCollector struct{ db *sql.DB }
 func (c waitCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- waitHistDesc
 	ch <- waitLongestDesc
+	ch <- holdLongestDesc
 }
 
 func (c waitCollector) Collect(ch chan<- prometheus.Metric) {
@@ -114,4 +124,5 @@ func (c waitCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	ch <- prometheus.MustNewConstHistogram(waitHistDesc, w.Writes, w.Total.Seconds(), buckets)
 	ch <- prometheus.MustNewConstMetric(waitLongestDesc, prometheus.GaugeValue, w.Longest.Seconds())
+	ch <- prometheus.MustNewConstMetric(holdLongestDesc, prometheus.GaugeValue, w.LongestHold.Seconds())
 }
