@@ -20,6 +20,7 @@ import (
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 
+	"modelserve/internal/evals"
 	"modelserve/internal/fleet"
 	"modelserve/internal/ggufgen"
 	"modelserve/internal/hubtest"
@@ -290,6 +291,57 @@ func TestRequestsQueuedForAColdModelThroughSIGHUP(t *testing.T) {
 	}
 	if err := <-oaDone; err != nil || len(said.Choices) == 0 {
 		t.Errorf("the official client's request queued in the old process: %v, want it answered by the new one after a retry\n%s", err, h.first.logs.String())
+	}
+}
+
+// TestAnEvalRunThroughSIGHUP: an eval run under way at the SIGHUP ends in
+// the old process, before the new one starts, failed and saying a handover
+// interrupted it after how many cases, with the results it had; the new
+// process runs the suite again when asked.
+func TestAnEvalRunThroughSIGHUP(t *testing.T) {
+	engine := llamatest.Path(t)
+	hub := hubtest.New(t)
+	tinyRepo(t, hub, "acme/Chatty-GGUF", "Chatty-Q4_K_M.gguf", ggufgen.Spec{})
+	h := startHandoverServer(t, hub, engine)
+	s := h.api
+	var job jobs.Job
+	if code := s.do("POST", "/api/v1/serve", map[string]any{"repo": "acme/Chatty-GGUF", "replicas": 1, "context_length": 1024, "ctx_pool": 1024}, &job); code != http.StatusAccepted {
+		t.Fatalf("serve: %d", code)
+	}
+	if last := s.watch(job.ID, 3*time.Minute); last[len(last)-1].State != jobs.Done {
+		t.Fatalf("the job ended %s: %s", last[len(last)-1].State, last[len(last)-1].Error)
+	}
+	var cases []string
+	for i := 1; i <= 100; i++ {
+		cases = append(cases, fmt.Sprintf(`{"name": "long %d", "prompt": "Tell a long story, number %d.", "max_tokens": 256, "expect": {"regex": "\\S"}}`, i, i))
+	}
+	req, _ := http.NewRequest(http.MethodPut, s.base+"/api/v1/catalog/chatty/evals", strings.NewReader(`{"cases": [`+strings.Join(cases, ",")+`]}`))
+	req.Header.Set("Authorization", "Bearer "+s.token)
+	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("PUT the suite: %v %v", resp, err)
+	}
+	var run evals.Run
+	if code := s.do("POST", "/api/v1/catalog/chatty/evals/run", nil, &run); code != http.StatusAccepted {
+		t.Fatalf("POST the run: %d", code)
+	}
+	path := fmt.Sprintf("/api/v1/evals/runs/%d", run.ID)
+	testkit.WaitFor(t, time.Minute, "the run's first result", func() (bool, string) {
+		s.do("GET", path, nil, &run)
+		return len(run.Results) > 0, fmt.Sprint(len(run.Results), " results")
+	})
+
+	syscall.Kill(h.first.pid, syscall.SIGHUP)
+	h.awaitTakeover(t, h.first.pid)
+	var got evals.Run
+	s.do("GET", path, nil, &got)
+	if got.State != evals.StateFailed || !strings.HasPrefix(got.Error, "modelserve handed its port to a new process while the run was running, after ") ||
+		len(got.Results) == 0 || len(got.Results) >= 100 || !strings.Contains(got.Error, fmt.Sprintf("after %d of 100 cases", len(got.Results))) {
+		t.Errorf("the run under way at the SIGHUP: %s, %d results, %q; want failed saying the handover interrupted it, with the results it had\n%s",
+			got.State, len(got.Results), got.Error, h.first.logs.String())
+	}
+	var again evals.Run
+	if code := s.do("POST", "/api/v1/catalog/chatty/evals/run", nil, &again); code != http.StatusAccepted || again.State != evals.StateRunning {
+		t.Errorf("running the suite again in the new process: %d %+v", code, again)
 	}
 }
 
