@@ -7,10 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"modelserve/internal/ggufgen"
-	"modelserve/internal/hubtest"
-	"modelserve/internal/kubetest"
-	"modelserve/internal/llamatest"
 	"modelserve/internal/testkit"
 	"modelserve/jobs"
 )
@@ -26,29 +22,14 @@ import (
 // endpoints) is the cluster's, which this control plane, with no kubelet,
 // does not run.
 func TestModelserveRestartOnKubernetes(t *testing.T) {
-	engine := llamatest.Path(t)
-	busybox := kubetest.Busybox(t)
-	c := kubetest.Start(t)
-	c.AddNode(t, kubetest.Node{Name: "node-1", CPU: 8, Memory: "32Gi"})
-	kubeconfig := c.Kubeconfig(t, c.Account(t, "../../deploy/rbac.yaml"))
-	c.Apply(t, "../../deploy/networkpolicy.yaml")
-
-	hub := hubtest.New(t)
-	tinyRepo(t, hub, "acme/Chatty-GGUF", "Chatty-Q4_K_M.gguf", ggufgen.Spec{})
-	data := t.TempDir()
-	mirrorToken := apiToken(t, data, "nodes")
-	addr := freeAddr(t)
-	const image = "ghcr.io/ggml-org/llama.cpp:server"
-	cfg := config{Addr: addr, Data: data, HFEndpoint: hub.URL(), Fleet: "kubernetes", Kubeconfig: kubeconfig, EngineImage: image,
-		MirrorURL: "http://" + addr, MirrorToken: mirrorToken}
-	s := startAPI(t, cfg)
-
+	w := startKubeWorld(t)
+	s, cfg, addr := w.s, w.cfg, w.cfg.Addr
 	var job jobs.Job
 	if code := s.do("POST", "/api/v1/serve", map[string]any{"repo": "acme/Chatty-GGUF", "replicas": 1, "context_length": 1024, "ctx_pool": 2048}, &job); code != http.StatusAccepted {
 		t.Fatalf("serve: %d", code)
 	}
-	pod := waitForPod(t, c)
-	c.RunPod(t, pod, map[string]kubetest.Image{"busybox:1.37": {Path: busybox}, image: {Entrypoint: engine}})
+	pod := waitForPod(t, w.c)
+	w.runPod(t, pod)
 	if last := s.watch(job.ID, 3*time.Minute); last[len(last)-1].State != jobs.Done {
 		t.Fatalf("job ended %s: %s", last[len(last)-1].State, last[len(last)-1].Error)
 	}

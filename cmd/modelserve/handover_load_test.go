@@ -17,7 +17,6 @@ import (
 	"modelserve/internal/ggufgen"
 	"modelserve/internal/hubtest"
 	"modelserve/internal/llamatest"
-	"modelserve/jobs"
 )
 
 // The load a handover is measured under, as the goal states it:
@@ -41,16 +40,10 @@ func (h *handoverServer) serveThree(t testing.TB, hub *hubtest.Server) {
 	for i, name := range threeModels {
 		repo := "acme/" + name + "-GGUF"
 		tinyRepo(t, hub, repo, name+"-Q4_K_M.gguf", ggufgen.Spec{})
-		var job jobs.Job
-		if code := h.api.do("POST", "/api/v1/serve", map[string]any{"repo": repo, "name": name, "replicas": 1, "context_length": 1024, "ctx_pool": 2048}, &job); code != http.StatusAccepted {
-			t.Fatalf("serve %s: %d", repo, code)
-		}
-		ids[i] = job.ID
+		ids[i] = h.serve(t, repo, name, 1)
 	}
-	for i, id := range ids {
-		if last := h.api.watch(id, 3*time.Minute); last[len(last)-1].State != jobs.Done {
-			t.Fatalf("serving %s ended %s: %s", threeModels[i], last[len(last)-1].State, last[len(last)-1].Error)
-		}
+	for _, id := range ids {
+		h.served(t, id)
 	}
 }
 

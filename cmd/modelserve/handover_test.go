@@ -131,6 +131,38 @@ func gone(pid int) bool {
 	return err != nil || f[0] == "Z"
 }
 
+// serve asks modelserve to serve repo as name (the repository's
+// suggestion when ""), with replicas (0: loaded on demand), and returns
+// the job's id.
+func (h *handoverServer) serve(t testing.TB, repo, name string, replicas int) string {
+	t.Helper()
+	var job jobs.Job
+	if code := h.api.do("POST", "/api/v1/serve", map[string]any{"repo": repo, "name": name, "replicas": replicas, "context_length": 1024, "ctx_pool": 2048}, &job); code != http.StatusAccepted {
+		t.Fatalf("serve %s: %d", repo, code)
+	}
+	return job.ID
+}
+
+// served waits for job id to end, and fails the test unless it is done.
+func (h *handoverServer) served(t testing.TB, id string) {
+	t.Helper()
+	if last := h.api.watch(id, 3*time.Minute); last[len(last)-1].State != jobs.Done {
+		t.Fatalf("job %s ended %s: %s", id, last[len(last)-1].State, last[len(last)-1].Error)
+	}
+}
+
+// startServingOne is a handoverServer with the real engine serving one
+// tiny model, name, with replicas (0: loaded on demand).
+func startServingOne(t *testing.T, name string, replicas int) *handoverServer {
+	t.Helper()
+	hub := hubtest.New(t)
+	repo := "acme/" + name + "-GGUF"
+	tinyRepo(t, hub, repo, name+"-Q4_K_M.gguf", ggufgen.Spec{})
+	h := startHandoverServer(t, hub, llamatest.Path(t))
+	h.served(t, h.serve(t, repo, name, replicas))
+	return h
+}
+
 // TestSIGHUPHandsThePortOverUnderLoad: sixteen clients (half streaming)
 // ask three served models while modelserve gets SIGHUP, with a job
 // mirroring another model at that moment. No request fails and none is
@@ -144,14 +176,6 @@ func TestSIGHUPHandsThePortOverUnderLoad(t *testing.T) {
 	h := startHandoverServer(t, hub, engine)
 	s := h.api
 	h.serveThree(t, hub)
-	serveOnDemand := func(repo string) string {
-		var job jobs.Job
-		if code := s.do("POST", "/api/v1/serve", map[string]any{"repo": repo, "replicas": 0, "context_length": 1024, "ctx_pool": 2048}, &job); code != http.StatusAccepted {
-			t.Fatalf("serve %s: %d", repo, code)
-		}
-		return job.ID
-	}
-
 	// A job in flight: its download takes a few seconds. The same
 	// repository served once before says what a job's whole run asks of
 	// the registry (the plan reads the header there too).
@@ -167,15 +191,13 @@ func TestSIGHUPHandsThePortOverUnderLoad(t *testing.T) {
 		}})
 	}
 	hub.ConnRate(2 << 20)
-	if last := s.watch(serveOnDemand("acme/Before-GGUF"), 3*time.Minute); last[len(last)-1].State != jobs.Done {
-		t.Fatalf("the job ended %s: %s", last[len(last)-1].State, last[len(last)-1].Error)
-	}
+	h.served(t, h.serve(t, "acme/Before-GGUF", "", 0))
 	whole := hub.BytesServed("acme/Before-GGUF", file)
 	const repo = "acme/Slow-GGUF"
 
 	ld := startClients(s.base, s.token, threeModels, loadClients)
 	defer ld.end()
-	slow := serveOnDemand(repo)
+	slow := h.serve(t, repo, "", 0)
 	testkit.WaitFor(t, time.Minute, "the slow job's download begun", func() (bool, string) {
 		var j jobs.Job
 		s.do("GET", "/api/v1/jobs/"+slow, nil, &j)
@@ -215,18 +237,8 @@ func TestSIGHUPHandsThePortOverUnderLoad(t *testing.T) {
 // the official Go client does, and is answered by the new process, which
 // loads the model.
 func TestRequestsQueuedForAColdModelThroughSIGHUP(t *testing.T) {
-	engine := llamatest.Path(t)
-	hub := hubtest.New(t)
-	tinyRepo(t, hub, "acme/Sleepy-GGUF", "Sleepy-Q4_K_M.gguf", ggufgen.Spec{})
-	h := startHandoverServer(t, hub, engine)
+	h := startServingOne(t, "sleepy", 0)
 	s := h.api
-	var job jobs.Job
-	if code := s.do("POST", "/api/v1/serve", map[string]any{"repo": "acme/Sleepy-GGUF", "name": "sleepy", "replicas": 0, "context_length": 1024, "ctx_pool": 1024}, &job); code != http.StatusAccepted {
-		t.Fatalf("serve: %d", code)
-	}
-	if last := s.watch(job.ID, 3*time.Minute); last[len(last)-1].State != jobs.Done {
-		t.Fatalf("the job ended %s: %s", last[len(last)-1].State, last[len(last)-1].Error)
-	}
 
 	// Each client keeps a connection to the old process, made before the
 	// SIGHUP: what it sends next reaches the old process, not the new.
@@ -299,18 +311,8 @@ func TestRequestsQueuedForAColdModelThroughSIGHUP(t *testing.T) {
 // interrupted it after how many cases, with the results it had; the new
 // process runs the suite again when asked.
 func TestAnEvalRunThroughSIGHUP(t *testing.T) {
-	engine := llamatest.Path(t)
-	hub := hubtest.New(t)
-	tinyRepo(t, hub, "acme/Chatty-GGUF", "Chatty-Q4_K_M.gguf", ggufgen.Spec{})
-	h := startHandoverServer(t, hub, engine)
+	h := startServingOne(t, "chatty", 1)
 	s := h.api
-	var job jobs.Job
-	if code := s.do("POST", "/api/v1/serve", map[string]any{"repo": "acme/Chatty-GGUF", "replicas": 1, "context_length": 1024, "ctx_pool": 1024}, &job); code != http.StatusAccepted {
-		t.Fatalf("serve: %d", code)
-	}
-	if last := s.watch(job.ID, 3*time.Minute); last[len(last)-1].State != jobs.Done {
-		t.Fatalf("the job ended %s: %s", last[len(last)-1].State, last[len(last)-1].Error)
-	}
 	var cases []string
 	for i := 1; i <= 100; i++ {
 		cases = append(cases, fmt.Sprintf(`{"name": "long %d", "prompt": "Tell a long story, number %d.", "max_tokens": 256, "expect": {"regex": "\\S"}}`, i, i))
