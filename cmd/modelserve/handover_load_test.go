@@ -23,8 +23,8 @@ import (
 // sixteen clients, half of them streaming, asking three served models.
 const (
 	loadClients = 16
-	// addedLatencyGoal is the most a handover may add to the longest
-	// request over what a request usually takes.
+	// addedLatencyGoal is the most a handover is to add to the longest
+	// request, over the longest of as long a while without one.
 	addedLatencyGoal = 100 * time.Millisecond
 )
 
