@@ -87,11 +87,11 @@ jaeger:
 # bench prints each benchmark beside the baseline it is measured against in
 # the same run; see the ratios, not the absolute times. The timeout is the
 # whole of a package's benchmarks: cmd/modelserve's, with the real engine,
-# take several minutes together.
+# take several minutes together. Among them, BenchmarkSIGHUPUnderLoad
+# prints the longest request through each of three handovers beside the
+# longest of as long a while without one, and reports the median added.
 bench: deps
 	$(GO) test -run '^$$' -bench . -benchmem -count=1 -timeout 30m ./...
-	# The longest request's added latency through a SIGHUP under load.
-	$(GO) test -run '^TestSIGHUPHandsThePortOverUnderLoad$$' -count=1 -v ./cmd/modelserve/
 
 # generate writes views/*_templ.go from the templ components; the output
 # is committed, so building needs no templ.

@@ -12,7 +12,7 @@ import (
 
 // buildModelserve builds modelserve's own executable into dir, to be run as
 // an operator runs it.
-func buildModelserve(t *testing.T, dir string) string {
+func buildModelserve(t testing.TB, dir string) string {
 	t.Helper()
 	bin := filepath.Join(dir, "modelserve")
 	if out, err := exec.Command("go", "build", "-o", bin, "modelserve/cmd/modelserve").CombinedOutput(); err != nil {
@@ -47,7 +47,7 @@ type binaryFolder struct {
 	engine           string
 }
 
-func newBinaryFolder(t *testing.T, hub *hubtest.Server, engine, tokenName string) *binaryFolder {
+func newBinaryFolder(t testing.TB, hub *hubtest.Server, engine, tokenName string) *binaryFolder {
 	t.Helper()
 	dir := t.TempDir()
 	b := &binaryFolder{bin: buildModelserve(t, dir), env: binaryEnv(dir), hub: hub, engine: engine}
@@ -63,7 +63,7 @@ func newBinaryFolder(t *testing.T, hub *hubtest.Server, engine, tokenName string
 }
 
 // start serves the data folder on a port of its own.
-func (b *binaryFolder) start(t *testing.T) *killable {
+func (b *binaryFolder) start(t testing.TB) *killable {
 	t.Helper()
 	return startKillable(t, b.bin, b.env, "serve", "--addr", "127.0.0.1:0", "--data", b.data,
 		"--hf-endpoint", b.hub.URL(), "--llama-server", b.engine)

@@ -18,7 +18,7 @@ func madeDataDir(t *testing.T) string {
 
 // mustMakeData makes the database in dir, as the server's first start
 // does, and returns dir.
-func mustMakeData(t *testing.T, dir string) string {
+func mustMakeData(t testing.TB, dir string) string {
 	t.Helper()
 	db, err := openData(context.Background(), dir)
 	if err != nil {

@@ -120,7 +120,16 @@ type handover struct {
 	data  string
 	jobs  *jobs.Server
 	fleet *fleetRun
-	log   *slog.Logger
+	// gateway answers the requests waiting for a replica to start once
+	// this process has let go of the port (gateway.Gateway.HandedOver).
+	gateway interface{ HandedOver() }
+	// evals stops the eval runs under way, which the new process would
+	// fail at its start while this one still ran them (evals.Runner).
+	evals interface {
+		HandOver()
+		Continue()
+	}
+	log *slog.Logger
 }
 
 // run hands the socket to a new process. It returns the new process's pid
@@ -128,6 +137,12 @@ type handover struct {
 // serves on, its jobs carrying on here.
 func (h handover) run(ctx context.Context) (int, error) {
 	h.log.Info("handing the port to a new modelserve: starting the binary on disk")
+	// The eval runs end here, saying the handover interrupted them: the
+	// new process fails at its start any it finds running, and would fail
+	// those this one still ran. Those an update's trial asks for end as its
+	// job stops, below, and its eval step runs them again in the new
+	// process.
+	h.evals.HandOver()
 	// The jobs stop between two steps, so that the new process carries
 	// each on from the step after its last and none runs a step twice.
 	pctx, cancel := context.WithTimeout(ctx, jobsBoundaryWithin)
@@ -137,18 +152,21 @@ func (h handover) run(ctx context.Context) (int, error) {
 	// engines outlive it: the new process adopts them, loaded, rather than
 	// load every model a second time beside them. This one's gateway
 	// sends on to them from the fleet's last view meanwhile; a request
-	// waiting here for a model not loaded waits for the new process.
+	// waiting here for a model not loaded waits for the new process, and
+	// is told to send again once it serves (release).
 	// Engines that stop with their fleet (--stop-engines-on-exit) run on
 	// until this process exits, and the new one starts its own.
 	adopting := h.fleet != nil && h.fleet.outlives()
 	if adopting {
 		h.fleet.stop()
+		h.log.Info("the fleet stopped, its engines left running for the new modelserve to adopt")
 	}
 	pid, err := h.start(ctx)
 	if err != nil {
 		if adopting {
 			h.fleet.start() // it takes its engines back, as the next process would have
 		}
+		h.evals.Continue()
 		if cerr := h.jobs.Continue(context.WithoutCancel(ctx)); cerr != nil {
 			h.log.Error("the jobs paused for the handover could not be carried on here; the next start resumes them", "err", cerr)
 		}
@@ -167,15 +185,19 @@ const lingerAfterHandover = 2 * time.Second
 
 // release is the old process's part once the new one serves: it stops
 // accepting (the new process takes the connections waiting on the socket),
-// closes each connection after its next answer, ends the console's event
-// streams so that their browsers reconnect to the new process, and gives
-// the clients it holds idle connections of lingerAfterHandover to learn
-// of it. Shutdown then finishes the requests in flight.
+// closes each connection after its next answer, tells the requests
+// waiting for a replica that will not start here to send again (they
+// reach the new process), ends the console's event streams so that their
+// browsers reconnect to the new process, and gives the clients it holds
+// idle connections of lingerAfterHandover to learn of it. Shutdown then
+// finishes the requests in flight, and those waiting for a slot of a
+// replica that is ready.
 func (h handover) release(closing *atomic.Bool, streams chan struct{}) {
 	closing.Store(true)
 	if err := h.ln.Close(); err != nil {
 		h.log.Warn("could not stop accepting; the new process and this one share the connections until this one exits", "err", err)
 	}
+	h.gateway.HandedOver()
 	close(streams)
 	time.Sleep(lingerAfterHandover)
 }

@@ -3,23 +3,24 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
-	"maps"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
+
+	"modelserve/internal/evals"
 	"modelserve/internal/fleet"
 	"modelserve/internal/ggufgen"
 	"modelserve/internal/hubtest"
@@ -37,7 +38,7 @@ type handoverServer struct {
 	api       *apiServer
 }
 
-func startHandoverServer(t *testing.T, hub *hubtest.Server, engine string) *handoverServer {
+func startHandoverServer(t testing.TB, hub *hubtest.Server, engine string) *handoverServer {
 	t.Helper()
 	b := newBinaryFolder(t, hub, engine, "handover")
 	// Its engines outlive each process, as an operator's do, for the next
@@ -90,7 +91,7 @@ func (h *handoverServer) servingPID() int {
 }
 
 // stopServing stops whichever process serves the data folder now.
-func (h *handoverServer) stopServing(t *testing.T) {
+func (h *handoverServer) stopServing(t testing.TB) {
 	pid := h.servingPID()
 	if pid == 0 || pid == h.first.pid {
 		return
@@ -110,7 +111,7 @@ func (h *handoverServer) stopServing(t *testing.T) {
 // awaitTakeover waits until a process other than old serves the data
 // folder and old has exited. (The old one's output pipes stay open while
 // the new one, which inherited them, runs.)
-func (h *handoverServer) awaitTakeover(t *testing.T, old int) int {
+func (h *handoverServer) awaitTakeover(t testing.TB, old int) int {
 	t.Helper()
 	var pid int
 	testkit.WaitFor(t, 3*time.Minute, "a new modelserve serving the data folder", func() (bool, string) {
@@ -130,131 +131,51 @@ func gone(pid int) bool {
 	return err != nil || f[0] == "Z"
 }
 
-// clients are asking a model in a loop, half of them streaming, each
-// request's outcome counted.
-type clients struct {
-	mu                  sync.Mutex
-	ok, failed, refused int
-	cut                 int // streams that ended without [DONE]
-	firstErrs           []string
-	worst               time.Duration
-	before              []time.Duration // latencies before mark
-	marked              bool
-	stop                chan struct{}
-	wg                  sync.WaitGroup
+// serve asks modelserve to serve repo as name (the repository's
+// suggestion when ""), with replicas (0: loaded on demand), and returns
+// the job's id.
+func (h *handoverServer) serve(t testing.TB, repo, name string, replicas int) string {
+	t.Helper()
+	var job jobs.Job
+	if code := h.api.do("POST", "/api/v1/serve", map[string]any{"repo": repo, "name": name, "replicas": replicas, "context_length": 1024, "ctx_pool": 2048}, &job); code != http.StatusAccepted {
+		t.Fatalf("serve %s: %d", repo, code)
+	}
+	return job.ID
 }
 
-func startClients(base, token, model string, n int) *clients {
-	l := &clients{stop: make(chan struct{})}
-	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: n}}
-	for i := range n {
-		stream := i%2 == 0
-		l.wg.Add(1)
-		go func() {
-			defer l.wg.Done()
-			for {
-				select {
-				case <-l.stop:
-					return
-				default:
-				}
-				l.one(client, base, token, model, stream)
-			}
-		}()
-	}
-	return l
-}
-
-func (l *clients) one(client *http.Client, base, token, model string, stream bool) {
-	body, _ := json.Marshal(map[string]any{"model": model, "max_tokens": 8, "stream": stream,
-		"messages": []map[string]string{{"role": "user", "content": "Say hello"}}})
-	req, _ := http.NewRequest("POST", base+"/v1/chat/completions", bytes.NewReader(body))
-	req.Header.Set("Authorization", "Bearer "+token)
-	req.Header.Set("Content-Type", "application/json")
-	began := time.Now()
-	resp, err := client.Do(req)
-	var b []byte
-	if err == nil {
-		b, err = io.ReadAll(resp.Body)
-		resp.Body.Close()
-	}
-	took := time.Since(began)
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	switch {
-	case err != nil && errors.Is(err, syscall.ECONNREFUSED):
-		l.refused++
-		l.note(err.Error())
-	case err != nil:
-		l.failed++
-		l.note(err.Error())
-	case resp.StatusCode != http.StatusOK:
-		l.failed++
-		l.note(fmt.Sprintf("%s: %s", resp.Status, b))
-	case stream && !bytes.Contains(b, []byte("data: [DONE]")):
-		l.cut++
-		l.note("a stream ended without [DONE]: " + string(b))
-	default:
-		l.ok++
-	}
-	if l.marked {
-		l.worst = max(l.worst, took)
-	} else {
-		l.before = append(l.before, took)
+// served waits for job id to end, and fails the test unless it is done.
+func (h *handoverServer) served(t testing.TB, id string) {
+	t.Helper()
+	if last := h.api.watch(id, 3*time.Minute); last[len(last)-1].State != jobs.Done {
+		t.Fatalf("job %s ended %s: %s", id, last[len(last)-1].State, last[len(last)-1].Error)
 	}
 }
 
-func (l *clients) note(s string) {
-	if len(l.firstErrs) < 5 {
-		l.firstErrs = append(l.firstErrs, s)
-	}
-}
-
-// mark starts counting the worst latency: what came before is the usual.
-func (l *clients) mark() {
-	l.mu.Lock()
-	l.marked = true
-	l.mu.Unlock()
-}
-
-func (l *clients) end() {
-	close(l.stop)
-	l.wg.Wait()
-}
-
-// usual is the median latency before mark.
-func (l *clients) usual() time.Duration {
-	if len(l.before) == 0 {
-		return 0
-	}
-	s := slices.Clone(l.before)
-	slices.Sort(s)
-	return s[len(s)/2]
+// startServingOne is a handoverServer with the real engine serving one
+// tiny model, name, with replicas (0: loaded on demand).
+func startServingOne(t *testing.T, name string, replicas int) *handoverServer {
+	t.Helper()
+	hub := hubtest.New(t)
+	repo := "acme/" + name + "-GGUF"
+	tinyRepo(t, hub, repo, name+"-Q4_K_M.gguf", ggufgen.Spec{})
+	h := startHandoverServer(t, hub, llamatest.Path(t))
+	h.served(t, h.serve(t, repo, name, replicas))
+	return h
 }
 
 // TestSIGHUPHandsThePortOverUnderLoad: sixteen clients (half streaming)
-// ask a served model while modelserve gets SIGHUP, with a job mirroring
-// another model at that moment. No request fails and none is refused a
-// connection, every stream ends whole, the new process serves the data
-// folder and the old one exits, and the job ends done in the new process
-// without fetching its file twice.
+// ask three served models while modelserve gets SIGHUP, with a job
+// mirroring another model at that moment. No request fails and none is
+// refused a connection, every stream ends whole, the engines after are the
+// ones before, the new process serves the data folder and the old one
+// exits, and the job ends done in the new process without fetching its
+// file twice.
 func TestSIGHUPHandsThePortOverUnderLoad(t *testing.T) {
 	engine := llamatest.Path(t)
 	hub := hubtest.New(t)
-	tinyRepo(t, hub, "acme/Chatty-GGUF", "Chatty-Q4_K_M.gguf", ggufgen.Spec{})
 	h := startHandoverServer(t, hub, engine)
 	s := h.api
-	serveModel := func(repo string, replicas int) string {
-		var job jobs.Job
-		if code := s.do("POST", "/api/v1/serve", map[string]any{"repo": repo, "replicas": replicas, "context_length": 1024, "ctx_pool": 2048}, &job); code != http.StatusAccepted {
-			t.Fatalf("serve %s: %d", repo, code)
-		}
-		return job.ID
-	}
-	if last := s.watch(serveModel("acme/Chatty-GGUF", 1), 3*time.Minute); last[len(last)-1].State != jobs.Done {
-		t.Fatalf("the job ended %s: %s", last[len(last)-1].State, last[len(last)-1].Error)
-	}
-
+	h.serveThree(t, hub)
 	// A job in flight: its download takes a few seconds. The same
 	// repository served once before says what a job's whole run asks of
 	// the registry (the plan reads the header there too).
@@ -270,41 +191,26 @@ func TestSIGHUPHandsThePortOverUnderLoad(t *testing.T) {
 		}})
 	}
 	hub.ConnRate(2 << 20)
-	if last := s.watch(serveModel("acme/Before-GGUF", 0), 3*time.Minute); last[len(last)-1].State != jobs.Done {
-		t.Fatalf("the job ended %s: %s", last[len(last)-1].State, last[len(last)-1].Error)
-	}
+	h.served(t, h.serve(t, "acme/Before-GGUF", "", 0))
 	whole := hub.BytesServed("acme/Before-GGUF", file)
 	const repo = "acme/Slow-GGUF"
 
-	ld := startClients(s.base, s.token, "chatty", 16)
-	time.Sleep(2 * time.Second) // the usual latency
-	slow := serveModel(repo, 0)
+	ld := startClients(s.base, s.token, threeModels, loadClients)
+	defer ld.end()
+	slow := h.serve(t, repo, "", 0)
 	testkit.WaitFor(t, time.Minute, "the slow job's download begun", func() (bool, string) {
 		var j jobs.Job
 		s.do("GET", "/api/v1/jobs/"+slow, nil, &j)
 		st, _ := j.Step(jobs.StepMirror)
 		return st.State == jobs.Running, "its mirror step is " + st.State
 	})
-	engines := h.enginePIDs()
-	if len(engines) == 0 {
-		t.Fatal("no engine runs before the SIGHUP: the test proves nothing")
-	}
-	ld.mark()
-	old := h.first.pid
-	syscall.Kill(old, syscall.SIGHUP)
-	pid := h.awaitTakeover(t, old)
-	time.Sleep(time.Second) // the new process answering alone
-	ld.end()
-
-	t.Logf("%d requests answered through the handover; the usual took %s, the longest since the SIGHUP %s (%s added)",
-		ld.ok, ld.usual().Round(time.Millisecond), ld.worst.Round(time.Millisecond), (ld.worst - ld.usual()).Round(time.Millisecond))
-	if ld.failed+ld.refused+ld.cut > 0 || ld.ok == 0 {
-		t.Errorf("through the SIGHUP: %d answered, %d failed, %d refused a connection, %d streams cut; first: %q\n%s",
-			ld.ok, ld.failed, ld.refused, ld.cut, ld.firstErrs, h.first.logs.String())
-	}
-	// The new process adopted the engines: none was loaded again.
-	if after := h.enginePIDs(); !maps.Equal(after, engines) {
-		t.Errorf("the engines before the SIGHUP were %v, after it %v: the new process loaded its own", engines, after)
+	run := h.throughSIGHUP(t, ld)
+	t.Log(run)
+	// The goal is a tenth of this (BenchmarkSIGHUPUnderLoad measures it);
+	// past a second, a request waited for the new process's start, which
+	// takes longer, rather than be answered by the old one meanwhile.
+	if run.added() > time.Second {
+		t.Errorf("the handover added %s to its longest request: %s", run.added().Round(time.Millisecond), run)
 	}
 
 	var j jobs.Job
@@ -320,7 +226,124 @@ func TestSIGHUPHandsThePortOverUnderLoad(t *testing.T) {
 			served, whole, h.first.logs.String())
 	}
 	if !strings.Contains(h.first.logs.String(), "resuming a job") {
-		t.Errorf("the new process (pid %d) did not resume the job\n%s", pid, h.first.logs.String())
+		t.Errorf("the new process did not resume the job\n%s", h.first.logs.String())
+	}
+}
+
+// TestRequestsQueuedForAColdModelThroughSIGHUP: requests waiting in the
+// old process, at the SIGHUP, for a model loaded on demand (which its
+// stopped fleet will not load) are answered by it once the new process
+// serves: with a 503 the OpenAI clients retry on a new connection, which
+// the official Go client does, and is answered by the new process, which
+// loads the model.
+func TestRequestsQueuedForAColdModelThroughSIGHUP(t *testing.T) {
+	h := startServingOne(t, "sleepy", 0)
+	s := h.api
+
+	// Each client keeps a connection to the old process, made before the
+	// SIGHUP: what it sends next reaches the old process, not the new.
+	raw := &http.Client{Transport: &http.Transport{}, Timeout: time.Minute}
+	retrying := &http.Client{Transport: &http.Transport{}, Timeout: time.Minute}
+	for _, c := range []*http.Client{raw, retrying} {
+		req, _ := http.NewRequest("GET", s.base+"/v1/models", nil)
+		req.Header.Set("Authorization", "Bearer "+s.token)
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+	oa := openai.NewClient(option.WithBaseURL(s.base+"/v1/"), option.WithAPIKey(s.token), option.WithHTTPClient(retrying))
+
+	old := h.first.pid
+	syscall.Kill(old, syscall.SIGHUP)
+	testkit.WaitFor(t, time.Minute, "the old process's fleet stopped for the handover", func() (bool, string) {
+		return strings.Contains(h.first.logs.String(), "the fleet stopped, its engines left running"), h.first.logs.String()
+	})
+	type answer struct {
+		resp *http.Response
+		body []byte
+		err  error
+	}
+	rawDone := make(chan answer, 1)
+	go func() {
+		body, _ := json.Marshal(map[string]any{"model": "sleepy", "max_tokens": 4, "messages": []map[string]string{{"role": "user", "content": "Say hello"}}})
+		req, _ := http.NewRequest("POST", s.base+"/v1/chat/completions", bytes.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+s.token)
+		resp, err := raw.Do(req)
+		var b []byte
+		if err == nil {
+			b, err = io.ReadAll(resp.Body)
+			resp.Body.Close()
+		}
+		rawDone <- answer{resp, b, err}
+	}()
+	oaDone := make(chan error, 1)
+	var said *openai.ChatCompletion
+	go func() {
+		var err error
+		said, err = oa.Chat.Completions.New(context.Background(), openai.ChatCompletionNewParams{Model: "sleepy", MaxTokens: openai.Int(4),
+			Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("Say hello")}})
+		oaDone <- err
+	}()
+	h.awaitTakeover(t, old)
+
+	a := <-rawDone
+	if a.err != nil {
+		t.Fatalf("the request queued in the old process: %v\n%s", a.err, h.first.logs.String())
+	}
+	var e struct {
+		Error struct{ Code, Message string }
+	}
+	json.Unmarshal(a.body, &e)
+	if a.resp.StatusCode != http.StatusServiceUnavailable || e.Error.Code != "handing_over" || a.resp.Header.Get("x-should-retry") != "true" || !a.resp.Close {
+		t.Errorf("the request queued in the old process was answered %s (x-should-retry %q, connection closed %t): %s; want 503 handing_over, to retry on a new connection",
+			a.resp.Status, a.resp.Header.Get("x-should-retry"), a.resp.Close, a.body)
+	}
+	if err := <-oaDone; err != nil || len(said.Choices) == 0 {
+		t.Errorf("the official client's request queued in the old process: %v, want it answered by the new one after a retry\n%s", err, h.first.logs.String())
+	}
+}
+
+// TestAnEvalRunThroughSIGHUP: an eval run under way at the SIGHUP ends in
+// the old process, before the new one starts, failed and saying a handover
+// interrupted it after how many cases, with the results it had; the new
+// process runs the suite again when asked.
+func TestAnEvalRunThroughSIGHUP(t *testing.T) {
+	h := startServingOne(t, "chatty", 1)
+	s := h.api
+	var cases []string
+	for i := 1; i <= 100; i++ {
+		cases = append(cases, fmt.Sprintf(`{"name": "long %d", "prompt": "Tell a long story, number %d.", "max_tokens": 256, "expect": {"regex": "\\S"}}`, i, i))
+	}
+	req, _ := http.NewRequest(http.MethodPut, s.base+"/api/v1/catalog/chatty/evals", strings.NewReader(`{"cases": [`+strings.Join(cases, ",")+`]}`))
+	req.Header.Set("Authorization", "Bearer "+s.token)
+	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("PUT the suite: %v %v", resp, err)
+	}
+	var run evals.Run
+	if code := s.do("POST", "/api/v1/catalog/chatty/evals/run", nil, &run); code != http.StatusAccepted {
+		t.Fatalf("POST the run: %d", code)
+	}
+	path := fmt.Sprintf("/api/v1/evals/runs/%d", run.ID)
+	testkit.WaitFor(t, time.Minute, "the run's first result", func() (bool, string) {
+		s.do("GET", path, nil, &run)
+		return len(run.Results) > 0, fmt.Sprint(len(run.Results), " results")
+	})
+
+	syscall.Kill(h.first.pid, syscall.SIGHUP)
+	h.awaitTakeover(t, h.first.pid)
+	var got evals.Run
+	s.do("GET", path, nil, &got)
+	if got.State != evals.StateFailed || !strings.HasPrefix(got.Error, "modelserve handed its port to a new process while the run was running, after ") ||
+		len(got.Results) == 0 || len(got.Results) >= 100 || !strings.Contains(got.Error, fmt.Sprintf("after %d of 100 cases", len(got.Results))) {
+		t.Errorf("the run under way at the SIGHUP: %s, %d results, %q; want failed saying the handover interrupted it, with the results it had\n%s",
+			got.State, len(got.Results), got.Error, h.first.logs.String())
+	}
+	var again evals.Run
+	if code := s.do("POST", "/api/v1/catalog/chatty/evals/run", nil, &again); code != http.StatusAccepted || again.State != evals.StateRunning {
+		t.Errorf("running the suite again in the new process: %d %+v", code, again)
 	}
 }
 

@@ -34,22 +34,8 @@ import (
 // ends with the model's answer, reached at the pod's address, and a client
 // is answered through the gateway.
 func TestServeOnKubernetes(t *testing.T) {
-	engine := llamatest.Path(t)
-	busybox := kubetest.Busybox(t)
-	c := kubetest.Start(t)
-	c.AddNode(t, kubetest.Node{Name: "node-1", CPU: 8, Memory: "32Gi"})
-	kubeconfig := c.Kubeconfig(t, c.Account(t, "../../deploy/rbac.yaml"))
-	c.Apply(t, "../../deploy/networkpolicy.yaml")
-
-	hub := hubtest.New(t)
-	tinyRepo(t, hub, "acme/Chatty-GGUF", "Chatty-Q4_K_M.gguf", ggufgen.Spec{})
-	data := t.TempDir()
-	mirrorToken := apiToken(t, data, "nodes")
-	addr := freeAddr(t)
-	const image = "ghcr.io/ggml-org/llama.cpp:server"
-	s := startAPI(t, config{Addr: addr, Data: data, HFEndpoint: hub.URL(),
-		Fleet: "kubernetes", Kubeconfig: kubeconfig, EngineImage: image,
-		MirrorURL: "http://" + addr, MirrorToken: mirrorToken})
+	w := startKubeWorld(t)
+	c, s := w.c, w.s
 
 	// The plan's pool is the cluster's node.
 	var nodes struct {
@@ -81,10 +67,7 @@ func TestServeOnKubernetes(t *testing.T) {
 		place, _ := j.Step(jobs.StepPlacement)
 		return place.State == jobs.Done || j.Ended(), jobSaw(j)
 	})
-	c.RunPod(t, pod, map[string]kubetest.Image{
-		"busybox:1.37": {Path: busybox},
-		image:          {Entrypoint: engine},
-	})
+	w.runPod(t, pod)
 
 	seen := s.watch(job.ID, 3*time.Minute)
 	last := seen[len(seen)-1]
@@ -127,6 +110,46 @@ func TestServeOnKubernetes(t *testing.T) {
 		}
 		return len(deps.Items) == 0, fmt.Sprint(len(deps.Items), " deployments")
 	})
+}
+
+// kubeWorld is modelserve with --fleet kubernetes as an operator runs it:
+// a kubeconfig holding a token of deploy/rbac.yaml's ServiceAccount, a
+// real control plane with one kwok node, and a registry holding
+// acme/Chatty-GGUF. cfg starts it again on the same data.
+type kubeWorld struct {
+	c               *kubetest.Cluster
+	cfg             config
+	s               *apiServer
+	engine, busybox string
+}
+
+// kubeEngineImage is the image the model's pods run: the real
+// llama-server, run here as the kubelet would (runPod).
+const kubeEngineImage = "ghcr.io/ggml-org/llama.cpp:server"
+
+func startKubeWorld(t *testing.T) *kubeWorld {
+	t.Helper()
+	w := &kubeWorld{engine: llamatest.Path(t), busybox: kubetest.Busybox(t), c: kubetest.Start(t)}
+	w.c.AddNode(t, kubetest.Node{Name: "node-1", CPU: 8, Memory: "32Gi"})
+	kubeconfig := w.c.Kubeconfig(t, w.c.Account(t, "../../deploy/rbac.yaml"))
+	w.c.Apply(t, "../../deploy/networkpolicy.yaml")
+
+	hub := hubtest.New(t)
+	tinyRepo(t, hub, "acme/Chatty-GGUF", "Chatty-Q4_K_M.gguf", ggufgen.Spec{})
+	data := t.TempDir()
+	mirrorToken := apiToken(t, data, "nodes")
+	addr := freeAddr(t)
+	w.cfg = config{Addr: addr, Data: data, HFEndpoint: hub.URL(), Fleet: "kubernetes", Kubeconfig: kubeconfig, EngineImage: kubeEngineImage,
+		MirrorURL: "http://" + addr, MirrorToken: mirrorToken}
+	w.s = startAPI(t, w.cfg)
+	return w
+}
+
+// runPod runs pod's containers here as the kubelet would: the init
+// container's script in busybox, then the real llama-server.
+func (w *kubeWorld) runPod(t *testing.T, pod *corev1.Pod) {
+	t.Helper()
+	w.c.RunPod(t, pod, map[string]kubetest.Image{"busybox:1.37": {Path: w.busybox}, kubeEngineImage: {Entrypoint: w.engine}})
 }
 
 // waitForPod waits for the fleet's first pod to be placed and given an

@@ -157,7 +157,7 @@ type killable struct {
 	done chan struct{}
 }
 
-func startKillable(t *testing.T, bin string, env []string, args ...string) *killable {
+func startKillable(t testing.TB, bin string, env []string, args ...string) *killable {
 	t.Helper()
 	cmd := exec.Command(bin, args...)
 	cmd.Env = env

@@ -339,7 +339,7 @@ func serve(ctx context.Context, cfg config, log *slog.Logger, ready func(addr st
 	defer removePIDFile(cfg.Data)
 	sayReady(log)
 
-	ho := handover{ln: ln, data: cfg.Data, jobs: js, fleet: fleets, log: log}
+	ho := handover{ln: ln, data: cfg.Data, jobs: js, fleet: fleets, gateway: gw, evals: runner, log: log}
 	grace := 10 * time.Second
 	for err == nil {
 		select {

@@ -73,16 +73,22 @@ type Runner struct {
 	mu     sync.Mutex
 	active map[string]*active
 	closed bool
-	wg     sync.WaitGroup
+	// handingOver is set while modelserve hands its port to a new process
+	// (HandOver): a run stopped then says so.
+	handingOver bool
+	wg          sync.WaitGroup
 	// judging counts the checks of answers against schemas, which may
 	// outlive the case that gave up waiting for one (Case.validate).
 	judging sync.WaitGroup
 }
 
-// active is a run under way: its id, and how to stop it.
+// active is a run under way: its id, how to stop it, and whether it runs
+// in the background (Start), where no caller's context ends it.
 type active struct {
-	id   int64
-	stop context.CancelCauseFunc
+	id         int64
+	stop       context.CancelCauseFunc
+	background bool
+	done       chan struct{}
 }
 
 // New checks the dependencies and builds a Runner.
@@ -130,6 +136,40 @@ func (r *Runner) Close() {
 	r.mu.Unlock()
 	r.wg.Wait()
 	r.judging.Wait()
+}
+
+// HandOver is modelserve handing its port to a new process, which fails
+// every run left running at its start: the runs in the background are
+// stopped here first, each ending failed and saying a handover interrupted
+// it after how many cases, and HandOver returns once they have; none
+// starts in the background until Continue. A run with
+// a caller (Run: an update's trial) is left to its caller, whose context
+// ends as the caller's job stops for the handover; it says the same then.
+// Neither is carried on in the new process: its results so far are kept,
+// and it is run again there (a trial's eval step runs it again by itself).
+// Continue ends it, when the new process did not take over.
+func (r *Runner) HandOver() {
+	r.mu.Lock()
+	r.handingOver = true
+	var stopped []chan struct{}
+	for _, a := range r.active {
+		if a.background && a.stop != nil {
+			a.stop(errHandedOver)
+			stopped = append(stopped, a.done)
+		}
+	}
+	r.mu.Unlock()
+	for _, done := range stopped {
+		<-done
+	}
+}
+
+// Continue is HandOver undone: the new process did not take over, and a
+// run stopped from now on says so no more.
+func (r *Runner) Continue() {
+	r.mu.Lock()
+	r.handingOver = false
+	r.mu.Unlock()
 }
 
 // Suite is the suite of the model named name, with no cases when it has
@@ -217,7 +257,7 @@ func (r *Runner) Get(ctx context.Context, id int64) (Run, error) {
 func (r *Runner) Run(ctx context.Context, model, target string) (Run, error) {
 	ctx, stop := context.WithCancelCause(ctx)
 	defer stop(nil)
-	run, suite, err := r.begin(ctx, model, target, stop)
+	run, suite, err := r.begin(ctx, model, target, stop, false)
 	if err != nil {
 		return Run{}, err
 	}
@@ -228,7 +268,7 @@ func (r *Runner) Run(ctx context.Context, model, target string) (Run, error) {
 // carries on until it ends or Close stops it. ctx is only the start's.
 func (r *Runner) Start(ctx context.Context, model, target string) (Run, error) {
 	rctx, stop := context.WithCancelCause(context.Background())
-	run, suite, err := r.begin(ctx, model, target, stop)
+	run, suite, err := r.begin(ctx, model, target, stop, true)
 	if err != nil {
 		stop(nil)
 		return Run{}, err
@@ -241,8 +281,9 @@ func (r *Runner) Start(ctx context.Context, model, target string) (Run, error) {
 }
 
 // begin checks what a run needs, reserves target and records the run as
-// running. stop stops the run (Close calls it).
-func (r *Runner) begin(ctx context.Context, model, target string, stop context.CancelCauseFunc) (Run, Suite, error) {
+// running. stop stops the run (Close calls it, and HandOver for a run in
+// the background).
+func (r *Runner) begin(ctx context.Context, model, target string, stop context.CancelCauseFunc, background bool) (Run, Suite, error) {
 	if _, err := r.deps.Catalog.Get(ctx, model); err != nil {
 		return Run{}, Suite{}, err
 	}
@@ -273,6 +314,10 @@ func (r *Runner) begin(ctx context.Context, model, target string, stop context.C
 		r.mu.Unlock()
 		return Run{}, Suite{}, operr.New(operr.Unavailable, "modelserve is stopping: run the suite of %s again once it has started", model)
 	}
+	if background && r.handingOver {
+		r.mu.Unlock()
+		return Run{}, Suite{}, operr.New(operr.Unavailable, "modelserve is handing its port to a new process: run the suite of %s again in a moment, and the new process runs it", model)
+	}
 	if a, busy := r.active[target]; busy {
 		r.mu.Unlock()
 		if a.id == 0 {
@@ -281,7 +326,7 @@ func (r *Runner) begin(ctx context.Context, model, target string, stop context.C
 		}
 		return Run{}, Suite{}, operr.New(operr.Conflict, "eval run %d is asking %s now: wait for it to end (GET /api/v1/evals/runs/%d)", a.id, target, a.id)
 	}
-	a := &active{stop: stop}
+	a := &active{stop: stop, background: background, done: make(chan struct{})}
 	r.active[target] = a
 	r.wg.Add(1)
 	r.mu.Unlock()
@@ -300,6 +345,9 @@ func (r *Runner) begin(ctx context.Context, model, target string, stop context.C
 // release lets another run ask target.
 func (r *Runner) release(target string) {
 	r.mu.Lock()
+	if a := r.active[target]; a != nil {
+		close(a.done)
+	}
 	delete(r.active, target)
 	r.mu.Unlock()
 	r.wg.Done()
@@ -307,9 +355,10 @@ func (r *Runner) release(target string) {
 
 // Why a run's or a case's context ended.
 var (
-	errStopping  = errors.New("modelserve is stopping")
-	errRunBound  = errors.New("the run reached its time bound")
-	errCaseBound = errors.New("the case reached its time bound")
+	errStopping   = errors.New("modelserve is stopping")
+	errHandedOver = errors.New("modelserve handed its port to a new process")
+	errRunBound   = errors.New("the run reached its time bound")
+	errCaseBound  = errors.New("the case reached its time bound")
 )
 
 // execute asks run's cases one at a time, records each verdict as it
@@ -325,7 +374,13 @@ func (r *Runner) execute(ctx context.Context, run Run, suite Suite) Run {
 		res, stopped := r.ask(ctx, run.Target, c)
 		if stopped {
 			run.State = StateFailed
-			if errors.Is(context.Cause(ctx), errStopping) {
+			r.mu.Lock()
+			handingOver := r.handingOver
+			r.mu.Unlock()
+			if cause := context.Cause(ctx); errors.Is(cause, errHandedOver) || (handingOver && !errors.Is(cause, errStopping)) {
+				run.Error = fmt.Sprintf("modelserve handed its port to a new process while the run was running, after %d of %d cases: "+
+					"the new process does not carry it on; run it again there (an update's trial runs it again by itself)", i, run.Total)
+			} else if errors.Is(cause, errStopping) {
 				run.Error = fmt.Sprintf("modelserve stopped while the run was running, after %d of %d cases: run it again", i, run.Total)
 			} else {
 				run.Error = fmt.Sprintf("the run was stopped after %d of %d cases", i, run.Total)

@@ -207,6 +207,9 @@ func (g *Gateway) await(ctx context.Context, p *pool, w *waiter, model string, c
 		if !g.readyTold {
 			poll = pollCold
 		}
+		if g.handedOver.Load() {
+			return choice{}, false, handingOver(model)
+		}
 		if aerr := g.unstartable(model); aerr != nil {
 			p.mu.Lock()
 			p.coldSince = time.Time{}

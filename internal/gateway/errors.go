@@ -22,6 +22,12 @@ type apiError struct {
 	// retryAfter, when set, is sent as Retry-After, which the clients
 	// honour before they retry.
 	retryAfter time.Duration
+	// elsewhere says the request is to be sent again on a new connection,
+	// which reaches another modelserve (handingOver): the connection is
+	// closed after the answer, and the OpenAI clients are told to retry
+	// whatever the status (x-should-retry), after retryAfter as their own
+	// header gives it to the millisecond (retry-after-ms).
+	elsewhere bool
 }
 
 func (e *apiError) Error() string { return e.Message }
@@ -29,6 +35,11 @@ func (e *apiError) Error() string { return e.Message }
 func (e *apiError) write(w http.ResponseWriter) {
 	if e.retryAfter > 0 {
 		w.Header().Set("Retry-After", strconv.Itoa(int((e.retryAfter+time.Second-1)/time.Second)))
+	}
+	if e.elsewhere {
+		w.Header().Set("Connection", "close")
+		w.Header().Set("x-should-retry", "true")
+		w.Header().Set("retry-after-ms", strconv.FormatInt(e.retryAfter.Milliseconds(), 10))
 	}
 	if e.status == http.StatusUnauthorized {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="modelserve"`)
@@ -84,6 +95,20 @@ func residencyFull(model string, waiting int, placement string, left time.Durati
 	return &apiError{status: http.StatusTooManyRequests, Type: "rate_limit_exceeded", Code: "queue_full", retryAfter: left,
 		Message: msg + "; retry after " + strconv.Itoa(int((left+time.Second-1)/time.Second)) + "s"}
 }
+
+// handingOver is the answer to a request for model waiting, in a
+// modelserve that has handed its port to a new one, for a replica that
+// will not start here: 503, which the OpenAI clients retry, on a new
+// connection, which the new modelserve takes.
+func handingOver(model string) *apiError {
+	return &apiError{status: http.StatusServiceUnavailable, Type: "server_error", Code: "handing_over", retryAfter: handoverRetryAfter, elsewhere: true,
+		Message: "modelserve handed its port to a new process while this request waited for a replica of " + model + " to start: send it again, and the new process starts one"}
+}
+
+// handoverRetryAfter is how long a client told handingOver waits before
+// it sends again: the new process already serves, and the OpenAI clients
+// take a wait of 0 as none given and back off for half a second instead.
+const handoverRetryAfter = 100 * time.Millisecond
 
 func unavailable(code, msg string) *apiError {
 	return &apiError{status: http.StatusServiceUnavailable, Type: "server_error", Code: code, Message: msg}

@@ -28,6 +28,7 @@ import (
 	"io"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -152,6 +153,9 @@ type Gateway struct {
 	// (readyTeller): a request waiting for a cold start is woken then,
 	// rather than look every pollCold.
 	readyTold bool
+	// handedOver is set once this modelserve has handed its port to a
+	// new one (HandedOver): no replica starts here any more.
+	handedOver atomic.Bool
 }
 
 // readyTeller is a fleet that calls fn with a replica's model when the
