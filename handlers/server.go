@@ -111,7 +111,7 @@ type Updates interface {
 	Statuses(ctx context.Context, models []catalog.Model) ([]updates.Status, error)
 	// SetSettings gives a model its own interval between checks (nil
 	// returns it to the default) and its update policy.
-	SetSettings(ctx context.Context, name string, d *time.Duration, policy string) (updates.Status, error)
+	SetSettings(ctx context.Context, name string, d *time.Duration, policy string, inPlace bool) (updates.Status, error)
 	List(ctx context.Context, o updates.ListOptions) ([]updates.Update, error)
 	Get(ctx context.Context, id int64) (updates.Update, error)
 }

@@ -9,6 +9,7 @@ import (
 
 	"modelserve/catalog"
 	"modelserve/internal/canary"
+	"modelserve/internal/fleet"
 	"modelserve/internal/gguf"
 	"modelserve/internal/hf"
 	"modelserve/internal/mirror"
@@ -165,4 +166,14 @@ type Deps struct {
 	// says: DefaultShare unless set.
 	Policy canary.Policy
 	Share  float64
+	// Starts are the fleet's engine starts that became ready
+	// (fleet.Fleet.Starts): how long a model's replica takes to load, which
+	// an update in place makes its requests wait. Without it the job says
+	// they wait, not for how long.
+	Starts Starts
+}
+
+// Starts lists the newest limit engine starts, newest first.
+type Starts interface {
+	Starts(ctx context.Context, limit int) ([]fleet.Start, error)
 }

@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"go.opentelemetry.io/otel/trace"
 	"log/slog"
+	"modelserve/catalog"
 	"modelserve/internal/canary"
 	"modelserve/internal/hf"
 	"modelserve/internal/mirror"
@@ -74,6 +75,10 @@ type live struct {
 	// unsaved is a job a change of which the database did not take (a
 	// full disk): the next save writes it whole. Guarded by mu.
 	unsaved bool
+	// replaced is the model's entry before an in-place replacement
+	// (inplace.go), until the job keeps the version or brings it back:
+	// the job's end (undo) puts it back. Guarded by mu.
+	replaced *catalog.Model
 	// finished is a job whose goroutine has returned, kept in Server.live
 	// only until its end is saved. Guarded by Server.mu.
 	finished bool

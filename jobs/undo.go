@@ -40,6 +40,16 @@ func (s *Server) undo(l *live, state, msg string) {
 	ctx, cancel := context.WithTimeout(context.Background(), undoTimeout)
 	defer cancel()
 	if j.Request.CanaryOf != "" {
+		if was := l.before(); was != nil {
+			// Replaced in place, and neither kept nor brought back: the
+			// model goes back to the version it served, as the trial
+			// ends.
+			l.setBefore(nil)
+			if err := s.deps.Catalog.Add(ctx, *was, was.AddedBy); err != nil {
+				s.deps.Log.Error("putting a model back on its version after its in-place trial ended", "model", was.Name, "err", err)
+			}
+			s.refresh()
+		}
 		s.endTrial(ctx, j)
 		return
 	}
