@@ -151,11 +151,18 @@ func (s *Server) replace(ctx context.Context, l *live, p *pipeline) (fleet.Repli
 		// this entry back.
 		l.setBefore(&before)
 	}
-	if err := s.waitRestarted(ctx, of, changed); err != nil {
+	if err := s.waitStarted(ctx, of, changed, true); err != nil {
 		if ctx.Err() != nil {
 			return fleet.Replica{}, err
 		}
-		return fleet.Replica{}, s.goBack(ctx, l, StepPlacement, fmt.Sprintf("its replica did not start in place of %s's: %s", of, err))
+		why := fmt.Sprintf("its replica did not start in place of %s's: %s", of, err)
+		if err := s.goBack(ctx, l, StepPlacement, why); err != nil {
+			return fleet.Replica{}, err
+		}
+		if p.req.RestoreOf != 0 {
+			return fleet.Replica{}, sentencef("%s", why) // said of the restore: notServedAgain
+		}
+		return fleet.Replica{}, sentencef("%s; %s serves %s again", why, of, hf.Short(before.Origin.Revision))
 	}
 	rep, _ := s.readySince(of, changed)
 	s.step(l, StepPlacement, Done, fmt.Sprintf("%s ready on %s at %s, serving %s in place of the version before; %s's requests waited for it in the queue",
@@ -164,9 +171,9 @@ func (s *Server) replace(ctx context.Context, l *live, p *pipeline) (fleet.Repli
 }
 
 // goBack brings the model back to the entry it had before an in-place
-// replacement (live.before), under step, because of why, and returns the
-// sentence of the ending: the version before serving again, or not
-// starting either.
+// replacement (live.before), under step, because of why. It returns nil
+// once the version before serves again, and else the sentence of the
+// ending: not starting either, or not kept to go back to.
 func (s *Server) goBack(ctx context.Context, l *live, step, why string) error {
 	was := l.before()
 	if was == nil {
@@ -186,7 +193,7 @@ func (s *Server) goBack(ctx context.Context, l *live, step, why string) error {
 	if err != nil {
 		return sentencef("%s; %s is back on %s, which does not start either: %s", why, of, old, err)
 	}
-	return sentencef("%s; %s serves %s again", why, of, old)
+	return nil
 }
 
 // judgeInPlace runs the model's suite on the new version now serving in
@@ -220,11 +227,14 @@ func (s *Server) judgeInPlace(ctx context.Context, l *live, p *pipeline, cur can
 	default:
 	}
 	if v == canary.RollBack {
-		err := s.goBack(ctx, l, StepVerdict, "rolling "+name+" back: "+why)
-		if ctx.Err() != nil {
-			return err
+		was := l.before()
+		if err := s.goBack(ctx, l, StepVerdict, "rolling "+name+" back: "+why); err != nil {
+			if ctx.Err() != nil {
+				return err
+			}
+			return failedAt(StepVerdict, &rolledBack{sentencef("%s rolled back in place: %s", name, err)})
 		}
-		return failedAt(StepVerdict, &rolledBack{sentencef("%s rolled back in place: %s", name, err)})
+		return failedAt(StepVerdict, &rolledBack{sentencef("%s rolled back in place, %s serving %s again: %s", name, of, hf.Short(was.Origin.Revision), why)})
 	}
 	s.step(l, StepVerdict, Running, "keeping "+name+": "+why)
 	if err := s.promoted(ctx, p); err != nil {
@@ -255,6 +265,19 @@ func (s *Server) readySince(model string, since time.Time) (fleet.Replica, bool)
 	rs := s.deps.Fleet.Replicas()
 	i := slices.IndexFunc(rs, func(r fleet.Replica) bool {
 		return r.Model == model && r.State == fleet.Ready && !r.Started.Before(since)
+	})
+	if i < 0 {
+		return fleet.Replica{}, false
+	}
+	return rs[i], true
+}
+
+// failedSince is a replica of model started since whose engine ended
+// without being asked to, if any.
+func (s *Server) failedSince(model string, since time.Time) (fleet.Replica, bool) {
+	rs := s.deps.Fleet.Replicas()
+	i := slices.IndexFunc(rs, func(r fleet.Replica) bool {
+		return r.Model == model && r.Failures > 0 && !r.Started.Before(since)
 	})
 	if i < 0 {
 		return fleet.Replica{}, false

@@ -352,12 +352,23 @@ func (s *Server) restore(ctx context.Context, l *live, p *pipeline, step string,
 // starts a parked model no more, and waiting out the timeout held a
 // promotion for half an hour with nothing of the new version serving.
 func (s *Server) waitRestarted(ctx context.Context, model string, since time.Time) error {
+	return s.waitStarted(ctx, model, since, false)
+}
+
+// waitStarted is waitRestarted; with firstFailure, an engine that fails
+// to start ends the wait at once, before the fleet starts it again: the
+// model's requests are waiting for it in the gateway's queue (in place),
+// and the park the failures lead to would refuse them.
+func (s *Server) waitStarted(ctx context.Context, model string, since time.Time, firstFailure bool) error {
 	deadline := time.Now().Add(s.deps.ReadyTimeout)
 	tick := time.NewTicker(s.deps.Poll)
 	defer tick.Stop()
 	for {
 		if _, ok := s.readySince(model, since); ok {
 			return nil
+		}
+		if r, ok := s.failedSince(model, since); ok && firstFailure {
+			return sentencef("its engine failed to start: %s", or(r.LastError, r.Detail))
 		}
 		// The catalog's Add waits for the fleet to look at the entry
 		// (fleet.NotifyingCatalog), so a park seen here is of this entry,
