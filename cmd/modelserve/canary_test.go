@@ -57,7 +57,7 @@ func newUpdateWorldTo(t *testing.T, policy canary.Policy, next ggufgen.Spec, upd
 // newUpdateWorldServing is newUpdateWorldTo with chatty served with the
 // request's fields in also (memory_gb, ...); tune, when given, sets more
 // of modelserve's config (--local-memory).
-func newUpdateWorldServing(t *testing.T, policy canary.Policy, next ggufgen.Spec, updatePolicy string, also map[string]any, tune ...func(*config)) *updateWorld {
+func newUpdateWorldServing(t testing.TB, policy canary.Policy, next ggufgen.Spec, updatePolicy string, also map[string]any, tune ...func(*config)) *updateWorld {
 	t.Helper()
 	engine := llamatest.Path(t)
 	w := &updateWorld{hub: hubtest.New(t)}
@@ -110,7 +110,7 @@ func (w *updateWorld) startUpdate(t *testing.T) jobs.Job {
 }
 
 // versions are chatty's versions as the API says them.
-func (w *updateWorld) versions(t *testing.T) (vs []catalog.Version, canaryName string, share float64) {
+func (w *updateWorld) versions(t testing.TB) (vs []catalog.Version, canaryName string, share float64) {
 	t.Helper()
 	var out struct {
 		Versions []catalog.Version

@@ -22,7 +22,7 @@ var otherWords = []string{"zebra", "quartz", "nimbus", "fjord", "glyph", "oxbow"
 // newRoomForOne is an update world on a machine whose memory
 // (--local-memory, swapBudget) holds chatty once and never twice, its
 // branch moved to weights that speak otherWords.
-func newRoomForOne(t *testing.T) *updateWorld {
+func newRoomForOne(t testing.TB) *updateWorld {
 	t.Helper()
 	return newUpdateWorldServing(t, testPolicy(20), ggufgen.Spec{Vocab: otherWords}, updates.PolicyManual, nil,
 		func(c *config) { c.LocalMemory = swapBudget })
@@ -59,7 +59,7 @@ func (w *updateWorld) inPlace(t *testing.T, what string, fn func() jobs.Job) job
 }
 
 // updateInPlace asks for chatty's update and waits for its job to end.
-func (w *updateWorld) updateInPlace(t *testing.T) jobs.Job {
+func (w *updateWorld) updateInPlace(t testing.TB) jobs.Job {
 	t.Helper()
 	var job jobs.Job
 	if code := w.s.do("POST", "/api/v1/catalog/chatty/update", nil, &job); code != http.StatusAccepted {
