@@ -27,7 +27,7 @@ type checkRow struct {
 	// replace its replica in place when there is no room beside it.
 	besideOnly bool
 	served     string
-	last     *Check
+	last       *Check
 }
 
 // save records a check of model, which ran the commit served, and the
