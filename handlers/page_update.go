@@ -2,6 +2,7 @@ package handlers
 
 import (
 	"errors"
+	"fmt"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -68,6 +69,11 @@ func (s *Server) updatePage(w http.ResponseWriter, r *http.Request, v visit) {
 			p.TrialURL, p.PromoteURL, p.RollBackURL = "/jobs/"+job, base+"/promote", base+"/rollback"
 		case u.State == updates.StateAvailable:
 			p.TryURL, p.Share = base+"/update", words.Percent(s.deps.CanaryShare)
+			p.NoRoom = fmt.Sprintf("With no room beside %s, it is refused: %s's update settings say in_place: false.", u.Model, u.Model)
+			if st.InPlace {
+				p.NoRoom = fmt.Sprintf("With no room beside %s, it replaces %s's replica in place instead, judged by its eval suite: %s.",
+					u.Model, u.Model, s.deps.Jobs.ReloadCost(r.Context(), u.Model))
+			}
 		}
 	}
 	s.render(w, r, http.StatusOK, views.UpdatePageView(p))

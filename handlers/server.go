@@ -39,6 +39,9 @@ type Jobs interface {
 	Restore(ctx context.Context, model string, id int64, by string) (jobs.Job, error)
 	// OnTrial is the job trying an update of model, "" for none.
 	OnTrial(model string) string
+	// ReloadCost says what an update in place costs model's requests:
+	// "requests wait about 4s while chatty's replica reloads".
+	ReloadCost(ctx context.Context, model string) string
 }
 
 // Versions are each model's versions (catalog.Store).
