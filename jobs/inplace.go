@@ -262,23 +262,20 @@ func (s *Server) keepRestored(ctx context.Context, l *live, p *pipeline) error {
 
 // readySince is a ready replica of model started since, if any.
 func (s *Server) readySince(model string, since time.Time) (fleet.Replica, bool) {
-	rs := s.deps.Fleet.Replicas()
-	i := slices.IndexFunc(rs, func(r fleet.Replica) bool {
-		return r.Model == model && r.State == fleet.Ready && !r.Started.Before(since)
-	})
-	if i < 0 {
-		return fleet.Replica{}, false
-	}
-	return rs[i], true
+	return s.replicaSince(model, since, func(r fleet.Replica) bool { return r.State == fleet.Ready })
 }
 
 // failedSince is a replica of model started since whose engine ended
 // without being asked to, if any.
 func (s *Server) failedSince(model string, since time.Time) (fleet.Replica, bool) {
+	return s.replicaSince(model, since, func(r fleet.Replica) bool { return r.Failures > 0 })
+}
+
+// replicaSince is a replica of model started since that is as asked, if
+// any.
+func (s *Server) replicaSince(model string, since time.Time, is func(fleet.Replica) bool) (fleet.Replica, bool) {
 	rs := s.deps.Fleet.Replicas()
-	i := slices.IndexFunc(rs, func(r fleet.Replica) bool {
-		return r.Model == model && r.Failures > 0 && !r.Started.Before(since)
-	})
+	i := slices.IndexFunc(rs, func(r fleet.Replica) bool { return r.Model == model && !r.Started.Before(since) && is(r) })
 	if i < 0 {
 		return fleet.Replica{}, false
 	}
