@@ -56,6 +56,11 @@ type Catalog interface {
 	Remove(ctx context.Context, name string) error
 	// SetShare is the part of its model's requests a canary takes.
 	SetShare(ctx context.Context, name string, share float64) error
+	// SetScaling changes how many replicas of a model run, and nothing
+	// else of it, so its running replicas run on: an update in place of
+	// one of several replicas moves one replica's room from the model to
+	// its new version.
+	SetScaling(ctx context.Context, name string, min, max int, idleAfter *time.Duration) error
 }
 
 // Planner says which file of a repository suits the cluster's hardware and

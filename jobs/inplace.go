@@ -28,9 +28,16 @@ import (
 // not start. The version's own entry (the canary's) is kept without
 // replicas, for its version's record and for the end of its trial (undo).
 //
+// A model that keeps several replicas is not left with none: one of them
+// gives its room to the new version (the model scaled down by one, the
+// version's entry up by one), which is tried there as a canary beside the
+// others, taking its replica's share of the requests; judged, it is
+// promoted as any canary is (its model's other replicas restart on it
+// while it takes every request) and the model scales back, or rolled back
+// and the model scales back on the version it runs.
+//
 // A model whose update settings say in_place: false is refused as before
-// (Request.InPlace). Replicas are replaced as the fleet replaces those of
-// any changed entry: all of a model's at once.
+// (Request.InPlace).
 
 // mayReplace is whether a version of model with no room beside it may
 // replace its replica in place: yes unless its update settings say no.
@@ -88,6 +95,13 @@ func (s *Server) loadTime(ctx context.Context, model string) (time.Duration, boo
 // inPlace serves the version p fetched and checked in place of its
 // model's replica, and judges it (an update) or keeps it (a restore).
 func (s *Server) inPlace(ctx context.Context, l *live, p *pipeline) error {
+	m, err := s.deps.Catalog.Get(ctx, p.req.CanaryOf)
+	if err != nil {
+		return failedAt(StepPlacement, err)
+	}
+	if m.Scaling.Min > 1 {
+		return s.inPlaceOfOne(ctx, l, p, m)
+	}
 	var cur canary.Eval
 	suite := false
 	if p.req.RestoreOf == 0 {
@@ -114,6 +128,45 @@ func (s *Server) inPlace(ctx context.Context, l *live, p *pipeline) error {
 	}
 	// 8. An update: judged on its suite, then kept or brought back.
 	return s.judgeInPlace(ctx, l, p, cur, suite)
+}
+
+// inPlaceOfOne tries the version p fetched in the room of one of the
+// several replicas of its model m, then judges it as a canary.
+func (s *Server) inPlaceOfOne(ctx context.Context, l *live, p *pipeline, m catalog.Model) error {
+	of, name, n := m.Name, p.name, m.Scaling.Min
+	s.step(l, StepPlacement, Running, fmt.Sprintf("one of %s's %d replicas gives its room to %s, which is judged there before the rest; %s meanwhile",
+		of, n, hf.Short(p.repo.Commit), words.Plural(n-1, "the other serves", fmt.Sprintf("the other %d serve", n-1))))
+	l.setScaled(&m.Scaling)
+	if err := s.deps.Catalog.SetScaling(ctx, of, n-1, max(m.Scaling.Max-1, n-1), nil); err != nil {
+		return failedAt(StepPlacement, err)
+	}
+	if err := s.deps.Catalog.SetScaling(ctx, name, 1, 1, nil); err != nil {
+		return failedAt(StepPlacement, err)
+	}
+	rep, err := s.waitReady(ctx, l, name, p.hardware, p.req)
+	if err != nil {
+		return failedAt(StepPlacement, err)
+	}
+	if err := s.boundary(l); err != nil {
+		return err
+	}
+	if err := s.smokeStep(ctx, l, p, name, rep); err != nil {
+		return err
+	}
+	// Its replica's share of the requests: as many as each of the
+	// model's.
+	p.req.Share = 1 / float64(n)
+	if p.req.RestoreOf != 0 {
+		err = s.serveAgain(ctx, l, p)
+	} else {
+		err = s.trial(ctx, l, p)
+	}
+	if err != nil {
+		return err
+	}
+	// Promoted: the model takes back the room its version held.
+	l.setScaled(nil)
+	return s.deps.Catalog.SetScaling(ctx, of, m.Scaling.Min, m.Scaling.Max, nil)
 }
 
 // baseline runs the model's eval suite on the version it serves, before
@@ -280,6 +333,20 @@ func (s *Server) replicaSince(model string, since time.Time, is func(fleet.Repli
 		return fleet.Replica{}, false
 	}
 	return rs[i], true
+}
+
+// scaled is the model's scaling before one of its replicas gave its room
+// to a version in place, until the model takes it back.
+func (l *live) scaled() *catalog.Scaling {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.scaledFrom
+}
+
+func (l *live) setScaled(sc *catalog.Scaling) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.scaledFrom = sc
 }
 
 // before is the model's entry an in-place replacement is to go back to,

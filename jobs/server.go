@@ -79,6 +79,10 @@ type live struct {
 	// (inplace.go), until the job keeps the version or brings it back:
 	// the job's end (undo) puts it back. Guarded by mu.
 	replaced *catalog.Model
+	// scaledFrom is the model's scaling before one of its several
+	// replicas gave its room to a version in place (inplace.go), until
+	// the job ends: its end (undo) scales it back. Guarded by mu.
+	scaledFrom *catalog.Scaling
 	// finished is a job whose goroutine has returned, kept in Server.live
 	// only until its end is saved. Guarded by Server.mu.
 	finished bool

@@ -51,6 +51,14 @@ func (s *Server) undo(l *live, state, msg string) {
 			s.refresh()
 		}
 		s.endTrial(ctx, j)
+		if sc := l.scaled(); sc != nil {
+			// One of its replicas gave its room to the version, which is
+			// gone now: the model takes it back.
+			l.setScaled(nil)
+			if err := s.deps.Catalog.SetScaling(ctx, j.Request.CanaryOf, sc.Min, sc.Max, nil); err != nil {
+				s.deps.Log.Error("scaling a model back after its in-place trial ended", "model", j.Request.CanaryOf, "err", err)
+			}
+		}
 		return
 	}
 	if !j.Added || j.Model == "" {

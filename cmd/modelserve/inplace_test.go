@@ -11,6 +11,7 @@ import (
 	"modelserve/catalog"
 	"modelserve/internal/ggufgen"
 	"modelserve/internal/hf"
+	"modelserve/internal/testkit"
 	"modelserve/internal/updates"
 	"modelserve/jobs"
 )
@@ -256,4 +257,52 @@ func TestAModelThatOptsOutOfInPlaceIsRefused(t *testing.T) {
 		t.Errorf("the plan step: %+v, want it failed", pl)
 	}
 	w.trialEnded(t, why, false)
+}
+
+// TestOneOfSeveralReplicasGivesItsRoomFirst: chatty keeps two replicas on
+// a machine with room for two copies and never three. Its update takes
+// the room of one of them and is judged there, taking that replica's
+// share of the requests, while the other serves on; promoted, chatty's
+// other replica restarts on it and chatty is back to two, every one on
+// the new version. Clients stream throughout, and none of their requests
+// fails.
+func TestOneOfSeveralReplicasGivesItsRoomFirst(t *testing.T) {
+	w := newUpdateWorldServing(t, testPolicy(20), ggufgen.Spec{Vocab: otherWords}, updates.PolicyManual, map[string]any{"replicas": 2},
+		func(c *config) { c.LocalMemory = 2*swapBudget - 170e6 })
+	testkit.WaitFor(t, time.Minute, "chatty's two replicas ready", func() (bool, string) {
+		return w.s.settled("chatty", 2), "chatty's replicas"
+	})
+	last := w.inPlace(t, "while one of chatty's two replicas gave its room to its update", func() jobs.Job {
+		job := w.startUpdate(t)
+		if job.Ended() {
+			t.Fatalf("the update ended before its trial: %s %q\n%+v", job.State, job.Error, job.Steps)
+		}
+		// Judged beside the one replica of chatty left.
+		if name := catalog.CanaryName("chatty", w.moved); !w.s.settled(name, 1) || !w.s.settled("chatty", 1) {
+			t.Errorf("while on trial: chatty's replicas %+v, the update's %+v; want one of each", w.s.replicas("chatty"), w.s.replicas(name))
+		}
+		if _, _, share := w.versions(t); share != 0.5 {
+			t.Errorf("the update takes %v of chatty's requests, want its replica's half", share)
+		}
+		w.chat(t, 60)
+		seen := w.s.watch(job.ID, 3*time.Minute)
+		return seen[len(seen)-1]
+	})
+	if last.State != jobs.Done {
+		t.Fatalf("the update ended %s: %q\n%+v", last.State, last.Error, last.Steps)
+	}
+	if pl, _ := last.Step(jobs.StepPlan); !strings.Contains(pl.Detail, "so it is served in place of chatty's replica") {
+		t.Errorf("the plan step: %q", pl.Detail)
+	}
+	if c, _ := last.Step(jobs.StepCanary); c.State != jobs.Done {
+		t.Errorf("the canary step: %+v; want the version judged on its share", c)
+	}
+	w.runsCommit(t, "after its update", w.moved)
+	var m catalog.Model
+	if w.s.do("GET", "/api/v1/catalog/chatty", nil, &m); m.Scaling.Min != 2 {
+		t.Errorf("chatty keeps %d replicas after its update, want 2 again", m.Scaling.Min)
+	}
+	testkit.WaitFor(t, time.Minute, "chatty back to two replicas", func() (bool, string) {
+		return w.s.settled("chatty", 2), "chatty's replicas"
+	})
 }
