@@ -102,16 +102,23 @@ func (s *Server) inPlace(ctx context.Context, l *live, p *pipeline) error {
 	if m.Scaling.Min > 1 {
 		return s.inPlaceOfOne(ctx, l, p, m)
 	}
+	// Carrying on after a restart during the replacement: the model runs
+	// the version already, and the entry before it is not kept.
+	resumed := m.Origin != nil && m.Origin.Revision == p.repo.Commit
 	var cur canary.Eval
 	suite := false
-	if p.req.RestoreOf == 0 {
+	switch {
+	case resumed && p.req.RestoreOf == 0:
+		s.step(l, StepEval, Skipped, fmt.Sprintf("%s runs %s already: modelserve restarted while its replica was replaced, "+
+			"and the version before is not kept to judge it against", m.Name, hf.Short(p.repo.Commit)))
+	case p.req.RestoreOf == 0:
 		var err error
 		if cur, suite, err = s.baseline(ctx, l, p); err != nil {
 			return err
 		}
 	}
 	// 6. Placement: the model's replica replaced.
-	rep, err := s.replace(ctx, l, p)
+	rep, err := s.replace(ctx, l, p, resumed)
 	if err != nil {
 		return failedAt(StepPlacement, notServedAgain(p.req, err))
 	}
@@ -190,16 +197,19 @@ func (s *Server) baseline(ctx context.Context, l *live, p *pipeline) (cur canary
 }
 
 // replace gives the model's entry p's version, waits for its replica to
-// serve it, and returns that replica. A version whose replica does not
-// start brings the one before back the same way, and says so.
-func (s *Server) replace(ctx context.Context, l *live, p *pipeline) (fleet.Replica, error) {
+// serve it, and returns that replica; resumed, the entry has the version
+// already. A version whose replica does not start brings the one before
+// back the same way, and says so.
+func (s *Server) replace(ctx context.Context, l *live, p *pipeline, resumed bool) (fleet.Replica, error) {
 	of, at := p.req.CanaryOf, hf.Short(p.repo.Commit)
 	s.step(l, StepPlacement, Running, fmt.Sprintf("replacing %s's replica in place with %s: %s", of, at, s.ReloadCost(ctx, of)))
-	before, changed, err := s.takeVersion(ctx, of, p.name)
-	if err != nil {
-		return fleet.Replica{}, err
-	}
-	if before.Origin != nil && before.Origin.Revision != p.repo.Commit {
+	var before catalog.Model
+	var changed time.Time // resumed: any replica of the entry
+	if !resumed {
+		var err error
+		if before, changed, err = s.takeVersion(ctx, of, p.name); err != nil {
+			return fleet.Replica{}, err
+		}
 		// Until the job ends kept or brought back, its end (undo) puts
 		// this entry back.
 		l.setBefore(&before)

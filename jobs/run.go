@@ -272,9 +272,12 @@ func (p *pipeline) choose(ctx context.Context) error {
 		return sentencef("%s %s", p.choice.Set.Name, or(p.choice.First().Sizing.Reason, p.choice.First().Why))
 	}
 	inPlace := ""
-	if req.CanaryOf != "" && p.planned {
-		// A canary runs beside its model, or its trial never begins: said
-		// before a byte is fetched, rather than after a wait for room.
+	if req.CanaryOf != "" && p.planned && !p.wasDone[StepCatalog] {
+		// A canary runs beside its model, or in place of its replica, or
+		// its trial never begins: said before a byte is fetched, rather
+		// than after a wait for room. Carrying on after a restart, its
+		// entry says which (addToCatalog): the room its own replica holds
+		// is not room beside.
 		if why, ok := p.roomBeside(); !ok {
 			if !req.InPlace {
 				return noRoomBeside(req, ": "+why)
@@ -527,7 +530,15 @@ func (p *pipeline) addToCatalog(ctx context.Context) (bool, error) {
 	req := p.req
 	if p.wasDone[StepCatalog] {
 		// Added before the restart; adding it again would replace what
-		// an operator may have changed since.
+		// an operator may have changed since. A version's entry with no
+		// replica of its own is one served in place.
+		if req.CanaryOf != "" {
+			m, err := p.s.deps.Catalog.Get(ctx, p.name)
+			if err != nil {
+				return false, err
+			}
+			p.inPlace = m.Scaling.Min == 0
+		}
 		return req.Replicas > 0, nil
 	}
 	p.s.step(p.l, StepCatalog, Running, "adding "+p.name)
