@@ -306,3 +306,51 @@ func TestOneOfSeveralReplicasGivesItsRoomFirst(t *testing.T) {
 		return w.s.settled("chatty", 2), "chatty's replicas"
 	})
 }
+
+// TestACancelledInPlaceTrialPutsTheModelBack: an operator cancels chatty's
+// update while its suite runs on the new version in place; the job's end
+// brings chatty back to the version it served, rolls the update back and
+// leaves nothing of the trial, and clients' requests never fail.
+func TestACancelledInPlaceTrialPutsTheModelBack(t *testing.T) {
+	w := newRoomForOne(t)
+	before := w.answer(t)
+	// A suite long enough to cancel the trial while it runs.
+	var cases []map[string]any
+	for i := range 40 {
+		cases = append(cases, map[string]any{"name": "case " + strconv.Itoa(i), "prompt": "Count to " + strconv.Itoa(i), "max_tokens": 64,
+			"expect": map[string]any{"regex": "(?s).*"}})
+	}
+	if code := w.s.do("PUT", "/api/v1/catalog/chatty/evals", map[string]any{"cases": cases}, nil); code != http.StatusOK {
+		t.Fatalf("PUT the suite: %d", code)
+	}
+	last := w.inPlace(t, "while chatty's update in place was cancelled", func() jobs.Job {
+		var job jobs.Job
+		if code := w.s.do("POST", "/api/v1/catalog/chatty/update", nil, &job); code != http.StatusAccepted {
+			t.Fatalf("update: %d %+v", code, job)
+		}
+		testkit.WaitFor(t, 2*time.Minute, "the suite running on the new version in place", func() (bool, string) {
+			w.s.do("GET", "/api/v1/jobs/"+job.ID, nil, &job)
+			e, _ := job.Step(jobs.StepEval)
+			return strings.Contains(e.Detail, "now serving in place") || job.Ended(), jobSaw(job)
+		})
+		if job.Ended() {
+			t.Fatalf("the update ended before it could be cancelled: %s %q\n%+v", job.State, job.Error, job.Steps)
+		}
+		if code := w.s.do("POST", "/api/v1/jobs/"+job.ID+"/cancel", nil, nil); code != http.StatusOK {
+			t.Fatalf("cancel: %d", code)
+		}
+		seen := w.s.watch(job.ID, time.Minute)
+		return seen[len(seen)-1]
+	})
+	if last.State != jobs.Cancelled {
+		t.Fatalf("the update ended %s: %q\n%+v", last.State, last.Error, last.Steps)
+	}
+	w.runsCommit(t, "after its trial in place was cancelled", w.served)
+	testkit.WaitFor(t, time.Minute, "chatty's replica on its old version", func() (bool, string) {
+		return w.s.settled("chatty", 1), "chatty's replicas"
+	})
+	if now := w.answer(t); now != before {
+		t.Errorf("chatty answers %q after the cancelled trial, want its old version's %q", now, before)
+	}
+	w.canaryGone(t, "the update's job was cancelled")
+}
