@@ -530,14 +530,14 @@ func (p *pipeline) addToCatalog(ctx context.Context) (bool, error) {
 	req := p.req
 	if p.wasDone[StepCatalog] {
 		// Added before the restart; adding it again would replace what
-		// an operator may have changed since. A version's entry with no
-		// replica of its own is one served in place.
+		// an operator may have changed since. Its entry says whether a
+		// version is served in place.
 		if req.CanaryOf != "" {
 			m, err := p.s.deps.Catalog.Get(ctx, p.name)
 			if err != nil {
 				return false, err
 			}
-			p.inPlace = m.Scaling.Min == 0
+			p.inPlace = m.InPlace()
 		}
 		return req.Replicas > 0, nil
 	}
@@ -570,7 +570,8 @@ func (p *pipeline) addToCatalog(ctx context.Context) (bool, error) {
 		m.Canary = &catalog.Canary{Of: req.CanaryOf}
 		m.Scaling = catalog.Scaling{Min: req.Replicas, Max: req.Replicas}
 		if p.inPlace {
-			// No replica of its own: the model's entry takes its version.
+			// No replica of its own: the model's entry takes its version
+			// (catalog.Model.InPlace).
 			m.Scaling = catalog.Scaling{Min: 0, Max: 1}
 		}
 	}

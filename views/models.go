@@ -577,6 +577,9 @@ type UpdatePage struct {
 	// the model: tried in place, and what that costs its requests, or
 	// refused as the model's settings say.
 	NoRoom string
+	// TrialWhere is where the update is on trial: "beside chatty", or "in
+	// place of chatty's replica".
+	TrialWhere string
 }
 
 // UpdateFile is one changed file of an update, sizes in words.

@@ -323,6 +323,9 @@ func TestACancelledInPlaceTrialPutsTheModelBack(t *testing.T) {
 	if code := w.s.do("PUT", "/api/v1/catalog/chatty/evals", map[string]any{"cases": cases}, nil); code != http.StatusOK {
 		t.Fatalf("PUT the suite: %d", code)
 	}
+	mustRun(t, "a long enough password\n", "user", "add", "--data", w.cfg.Data, "alice")
+	console := newConsole(t, w.s.base, nil)
+	console.signIn("alice", "a long enough password")
 	last := w.inPlace(t, "while chatty's update in place was cancelled", func() jobs.Job {
 		var job jobs.Job
 		if code := w.s.do("POST", "/api/v1/catalog/chatty/update", nil, &job); code != http.StatusAccepted {
@@ -335,6 +338,11 @@ func TestACancelledInPlaceTrialPutsTheModelBack(t *testing.T) {
 		})
 		if job.Ended() {
 			t.Fatalf("the update ended before it could be cancelled: %s %q\n%+v", job.State, job.Error, job.Steps)
+		}
+		// The update's page says where it is on trial.
+		_, page := console.page("/updates/" + strconv.FormatInt(w.update.ID, 10))
+		if got := page.Find(`[data-testid="trial"] p`).First().Text(); !strings.Contains(got, "is on trial in place of chatty's replica") {
+			t.Errorf("the update page during its trial in place says %q", got)
 		}
 		if code := w.s.do("POST", "/api/v1/jobs/"+job.ID+"/cancel", nil, nil); code != http.StatusOK {
 			t.Fatalf("cancel: %d", code)
