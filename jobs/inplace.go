@@ -143,7 +143,7 @@ func (s *Server) inPlaceOfOne(ctx context.Context, l *live, p *pipeline, m catal
 	of, name, n := m.Name, p.name, m.Scaling.Min
 	s.step(l, StepPlacement, Running, fmt.Sprintf("one of %s's %d replicas gives its room to %s, which is judged there before the rest; %s meanwhile",
 		of, n, hf.Short(p.repo.Commit), words.Plural(n-1, "the other serves", fmt.Sprintf("the other %d serve", n-1))))
-	l.setScaled(&m.Scaling)
+	l.setTakeBack(func(b *takeBack) { b.scaling = &m.Scaling })
 	if err := s.deps.Catalog.SetScaling(ctx, of, n-1, max(m.Scaling.Max-1, n-1), nil); err != nil {
 		return failedAt(StepPlacement, err)
 	}
@@ -172,7 +172,7 @@ func (s *Server) inPlaceOfOne(ctx context.Context, l *live, p *pipeline, m catal
 		return err
 	}
 	// Promoted: the model takes back the room its version held.
-	l.setScaled(nil)
+	l.setTakeBack(func(b *takeBack) { b.scaling = nil })
 	return s.deps.Catalog.SetScaling(ctx, of, m.Scaling.Min, m.Scaling.Max, nil)
 }
 
@@ -212,7 +212,7 @@ func (s *Server) replace(ctx context.Context, l *live, p *pipeline, resumed bool
 		}
 		// Until the job ends kept or brought back, its end (undo) puts
 		// this entry back.
-		l.setBefore(&before)
+		l.setTakeBack(func(b *takeBack) { b.entry = &before })
 	}
 	if err := s.waitStarted(ctx, of, changed, true); err != nil {
 		if ctx.Err() != nil {
@@ -234,11 +234,11 @@ func (s *Server) replace(ctx context.Context, l *live, p *pipeline, resumed bool
 }
 
 // goBack brings the model back to the entry it had before an in-place
-// replacement (live.before), under step, because of why. It returns nil
+// replacement (takeBack), under step, because of why. It returns nil
 // once the version before serves again, and else the sentence of the
 // ending: not starting either, or not kept to go back to.
 func (s *Server) goBack(ctx context.Context, l *live, step, why string) error {
-	was := l.before()
+	was := l.takeBack().entry
 	if was == nil {
 		// Resumed after the replacement: the entry before it is gone.
 		return sentencef("%s; the replacement began before modelserve restarted, so the entry before it is not kept to go back to", why)
@@ -252,7 +252,7 @@ func (s *Server) goBack(ctx context.Context, l *live, step, why string) error {
 	if _, ok := operr.Sentence(err); err != nil && !ok {
 		return err
 	}
-	l.setBefore(nil)
+	l.setTakeBack(func(b *takeBack) { b.entry = nil })
 	if err != nil {
 		return sentencef("%s; %s is back on %s, which does not start either: %s", why, of, old, err)
 	}
@@ -290,7 +290,7 @@ func (s *Server) judgeInPlace(ctx context.Context, l *live, p *pipeline, cur can
 	default:
 	}
 	if v == canary.RollBack {
-		was := l.before()
+		was := l.takeBack().entry
 		if err := s.goBack(ctx, l, StepVerdict, "rolling "+name+" back: "+why); err != nil {
 			if ctx.Err() != nil {
 				return err
@@ -303,7 +303,7 @@ func (s *Server) judgeInPlace(ctx context.Context, l *live, p *pipeline, cur can
 	if err := s.promoted(ctx, p); err != nil {
 		return failedAt(StepVerdict, err)
 	}
-	l.setBefore(nil)
+	l.setTakeBack(func(b *takeBack) { b.entry = nil })
 	s.step(l, StepVerdict, Done, fmt.Sprintf("%s promoted in place: %s now serves %s; %s", name, of, at, why))
 	return nil
 }
@@ -312,13 +312,13 @@ func (s *Server) judgeInPlace(ctx context.Context, l *live, p *pipeline, cur can
 func (s *Server) keepRestored(ctx context.Context, l *live, p *pipeline) error {
 	of, at := p.req.CanaryOf, hf.Short(p.repo.Commit)
 	was := "the version before"
-	if b := l.before(); b != nil {
+	if b := l.takeBack().entry; b != nil {
 		was = hf.Short(b.Origin.Revision)
 	}
 	if err := s.promoted(ctx, p); err != nil {
 		return failedAt(StepRestore, err)
 	}
-	l.setBefore(nil)
+	l.setTakeBack(func(b *takeBack) { b.entry = nil })
 	s.step(l, StepRestore, Done, fmt.Sprintf("%s serves %s again, in place; %s is retired, and can be restored the same way", of, at, was))
 	return nil
 }
@@ -345,30 +345,27 @@ func (s *Server) replicaSince(model string, since time.Time, is func(fleet.Repli
 	return rs[i], true
 }
 
-// scaled is the model's scaling before one of its replicas gave its room
-// to a version in place, until the model takes it back.
-func (l *live) scaled() *catalog.Scaling {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.scaledFrom
+// takeBack is what an in-place trial changed of its model, for its end
+// to take back if the trial does not keep the version.
+type takeBack struct {
+	// entry is the model's entry before its replica was replaced, until
+	// the version is kept or the entry brought back; nil when none was.
+	entry *catalog.Model
+	// scaling is the model's scaling before one of its several replicas
+	// gave its room to the version, until the model takes it back.
+	scaling *catalog.Scaling
 }
 
-func (l *live) setScaled(sc *catalog.Scaling) {
+// takeBack is what the job's in-place trial has yet to take back.
+func (l *live) takeBack() takeBack {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.scaledFrom = sc
+	return l.back
 }
 
-// before is the model's entry an in-place replacement is to go back to,
-// nil when there is none (kept, brought back, or never replaced).
-func (l *live) before() *catalog.Model {
+// setTakeBack changes it.
+func (l *live) setTakeBack(change func(*takeBack)) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.replaced
-}
-
-func (l *live) setBefore(m *catalog.Model) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.replaced = m
+	change(&l.back)
 }

@@ -18,7 +18,6 @@ import (
 	"fmt"
 	"go.opentelemetry.io/otel/trace"
 	"log/slog"
-	"modelserve/catalog"
 	"modelserve/internal/canary"
 	"modelserve/internal/hf"
 	"modelserve/internal/mirror"
@@ -75,14 +74,10 @@ type live struct {
 	// unsaved is a job a change of which the database did not take (a
 	// full disk): the next save writes it whole. Guarded by mu.
 	unsaved bool
-	// replaced is the model's entry before an in-place replacement
-	// (inplace.go), until the job keeps the version or brings it back:
-	// the job's end (undo) puts it back. Guarded by mu.
-	replaced *catalog.Model
-	// scaledFrom is the model's scaling before one of its several
-	// replicas gave its room to a version in place (inplace.go), until
-	// the job ends: its end (undo) scales it back. Guarded by mu.
-	scaledFrom *catalog.Scaling
+	// back is what an in-place trial changed of its model (inplace.go)
+	// and has not yet kept: the job's end (undo) takes it back. Guarded
+	// by mu.
+	back takeBack
 	// finished is a job whose goroutine has returned, kept in Server.live
 	// only until its end is saved. Guarded by Server.mu.
 	finished bool
