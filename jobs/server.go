@@ -154,8 +154,8 @@ func New(d Deps) (*Server, error) {
 // runs on its own. A refused request (errors.Is ErrInvalid) starts nothing
 // and stores nothing.
 func (s *Server) Start(ctx context.Context, req Request) (Job, error) {
-	if req.CanaryOf != "" || req.UpdateID != 0 || req.Share != 0 || req.RestoreOf != 0 {
-		return Job{}, invalid("canary_of, update_id, share and restore_of are an update's or a restore's, not a serve request's: POST /api/v1/catalog/{name}/update serves a model's update beside it")
+	if req.CanaryOf != "" || req.UpdateID != 0 || req.Share != 0 || req.RestoreOf != 0 || req.InPlace {
+		return Job{}, invalid("canary_of, update_id, share, restore_of and in_place are an update's or a restore's, not a serve request's: POST /api/v1/catalog/{name}/update serves a model's update beside it")
 	}
 	return s.start(ctx, req, "")
 }
