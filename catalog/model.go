@@ -285,6 +285,12 @@ type Canary struct {
 	Share float64 `json:"share"`
 }
 
+// InPlace is whether m, a version of another model on trial, runs in
+// place of that model's replica rather than beside it: its entry keeps no
+// replica of its own, the model's entry having taken its version while it
+// is judged.
+func (m Model) InPlace() bool { return m.Canary != nil && m.Scaling.Min == 0 }
+
 // CanaryName is the name of the entry running model's version at commit
 // beside it: model@<the commit's first seven hex digits>. No model a
 // person names can have it ('@' is not in their names), and it says which

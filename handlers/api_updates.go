@@ -48,6 +48,9 @@ type intervalBody struct {
 	// Policy is "manual" (left out) or "auto": each update noticed is
 	// tried at once.
 	Policy string `json:"policy"`
+	// InPlace false refuses an update with no room beside the model
+	// rather than replace its replica in place; left out, it may.
+	InPlace *bool `json:"in_place"`
 }
 
 // apiModelUpdatesSet is PUT /api/v1/catalog/{name}/updates with
@@ -68,12 +71,12 @@ func (s *Server) apiModelUpdatesSet(w http.ResponseWriter, r *http.Request) {
 		}
 		d = &v
 	}
-	st, err := s.deps.Updates.SetSettings(r.Context(), name, d, b.Policy)
+	st, err := s.deps.Updates.SetSettings(r.Context(), name, d, b.Policy, b.InPlace == nil || *b.InPlace)
 	if err != nil {
 		s.apiError(w, r, err)
 		return
 	}
-	s.deps.Log.Info("update settings set through the API", "model", name, "interval", st.Interval, "own", st.IntervalSet, "policy", st.Policy)
+	s.deps.Log.Info("update settings set through the API", "model", name, "interval", st.Interval, "own", st.IntervalSet, "policy", st.Policy, "in_place", st.InPlace)
 	writeJSON(w, http.StatusOK, st)
 }
 

@@ -2,6 +2,7 @@ package handlers
 
 import (
 	"errors"
+	"fmt"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -57,7 +58,9 @@ func (s *Server) updatePage(w http.ResponseWriter, r *http.Request, v visit) {
 		if st.Commit != u.OldCommit {
 			p.Note = "Rolled back; " + u.Model + " has been served again since, and runs commit " + hf.Short(st.Commit) + " now."
 		}
-	case st.Commit != u.OldCommit:
+	case st.Commit != u.OldCommit && !(u.State == updates.StateRunning && st.Commit == u.NewCommit):
+		// On trial in place, the model runs the new commit while it is
+		// judged: that is the trial, below, not a serve since.
 		p.ModelURL, p.CheckURL = "/catalog", checkURL(st)
 		p.Note = u.Model + " has been served again since, and runs commit " + hf.Short(st.Commit) + " now."
 	default:
@@ -66,8 +69,17 @@ func (s *Server) updatePage(w http.ResponseWriter, r *http.Request, v visit) {
 		switch job := s.deps.Jobs.OnTrial(u.Model); {
 		case job != "":
 			p.TrialURL, p.PromoteURL, p.RollBackURL = "/jobs/"+job, base+"/promote", base+"/rollback"
+			p.TrialWhere = "beside " + u.Model
+			if c, err := s.deps.Catalog.Get(r.Context(), catalog.CanaryName(u.Model, u.NewCommit)); err == nil && c.InPlace() {
+				p.TrialWhere = "in place of " + u.Model + "'s replica"
+			}
 		case u.State == updates.StateAvailable:
 			p.TryURL, p.Share = base+"/update", words.Percent(s.deps.CanaryShare)
+			p.NoRoom = fmt.Sprintf("With no room beside %s, it is refused: %s's update settings say in_place: false.", u.Model, u.Model)
+			if st.InPlace {
+				p.NoRoom = fmt.Sprintf("With no room beside %s, it replaces %s's replica in place instead, judged by its eval suite: %s.",
+					u.Model, u.Model, s.deps.Jobs.ReloadCost(r.Context(), u.Model))
+			}
 		}
 	}
 	s.render(w, r, http.StatusOK, views.UpdatePageView(p))

@@ -122,6 +122,10 @@ func TestCatalogUpdateBadgeAndPage(t *testing.T) {
 		!strings.Contains(try.Text(), "it takes 10% of tiny's requests") || page.Find(`[data-testid="trial"]`).Length() != 0 {
 		t.Errorf("the update page's Try form: %q to %q", try.Text(), try.AttrOr("action", ""))
 	}
+	if got := try.Find(`[data-testid="no-room"]`).Text(); got != "With no room beside tiny, it replaces tiny's replica in place instead, judged by its eval suite: "+
+		"requests wait while tiny's replica reloads (no load of it has been measured yet)." {
+		t.Errorf("the Try form says of no room beside: %q", got)
+	}
 
 	doc = mustStatus(t, b.get("/catalog"), http.StatusOK)
 	tiny = doc.Find(`[data-testid="model-row"][data-model="tiny"]`)

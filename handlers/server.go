@@ -39,6 +39,9 @@ type Jobs interface {
 	Restore(ctx context.Context, model string, id int64, by string) (jobs.Job, error)
 	// OnTrial is the job trying an update of model, "" for none.
 	OnTrial(model string) string
+	// ReloadCost says what an update in place costs model's requests:
+	// "requests wait about 4s while chatty's replica reloads".
+	ReloadCost(ctx context.Context, model string) string
 }
 
 // Versions are each model's versions (catalog.Store).
@@ -114,7 +117,7 @@ type Updates interface {
 	Statuses(ctx context.Context, models []catalog.Model) ([]updates.Status, error)
 	// SetSettings gives a model its own interval between checks (nil
 	// returns it to the default) and its update policy.
-	SetSettings(ctx context.Context, name string, d *time.Duration, policy string) (updates.Status, error)
+	SetSettings(ctx context.Context, name string, d *time.Duration, policy string, inPlace bool) (updates.Status, error)
 	List(ctx context.Context, o updates.ListOptions) ([]updates.Update, error)
 	Get(ctx context.Context, id int64) (updates.Update, error)
 }

@@ -9,6 +9,7 @@ import (
 
 	"modelserve/catalog"
 	"modelserve/internal/canary"
+	"modelserve/internal/fleet"
 	"modelserve/internal/gguf"
 	"modelserve/internal/hf"
 	"modelserve/internal/mirror"
@@ -55,6 +56,11 @@ type Catalog interface {
 	Remove(ctx context.Context, name string) error
 	// SetShare is the part of its model's requests a canary takes.
 	SetShare(ctx context.Context, name string, share float64) error
+	// SetScaling changes how many replicas of a model run, and nothing
+	// else of it, so its running replicas run on: an update in place of
+	// one of several replicas moves one replica's room from the model to
+	// its new version.
+	SetScaling(ctx context.Context, name string, min, max int, idleAfter *time.Duration) error
 }
 
 // Planner says which file of a repository suits the cluster's hardware and
@@ -165,4 +171,14 @@ type Deps struct {
 	// says: DefaultShare unless set.
 	Policy canary.Policy
 	Share  float64
+	// Starts are the fleet's engine starts that became ready
+	// (fleet.Fleet.Starts): how long a model's replica takes to load, which
+	// an update in place makes its requests wait. Without it the job says
+	// they wait, not for how long.
+	Starts Starts
+}
+
+// Starts lists the newest limit engine starts, newest first.
+type Starts interface {
+	Starts(ctx context.Context, limit int) ([]fleet.Start, error)
 }

@@ -94,6 +94,10 @@ type Request struct {
 	// the version of CanaryOf (catalog.Version's ID) served again, beside
 	// the model and then promoted, without a trial.
 	RestoreOf int64 `json:"restore_of,omitempty"`
+	// InPlace is set by an update or a restore, never by a client: with
+	// no room beside the model, the version may replace its replica in
+	// place (inplace.go), as the model's update settings allow.
+	InPlace bool `json:"in_place,omitempty"`
 	// MemoryGB is what a replica on CPUs reserves, in place of the figure
 	// worked out from its weights and context.
 	MemoryGB int `json:"memory_gb,omitempty"`

@@ -59,6 +59,9 @@ func (s *Server) Restore(ctx context.Context, model string, id int64, by string)
 	// The share is the canary's rule; a restored version takes none of
 	// the model's requests until its promotion gives it every one.
 	req.RestoreOf = v.ID
+	if req.InPlace, err = s.mayReplace(ctx, m.Name); err != nil {
+		return Job{}, err
+	}
 	return s.start(ctx, req, "")
 }
 

@@ -44,9 +44,12 @@ type pipeline struct {
 	// hardware is whether the cluster has what the layout needs, busy or
 	// not: a model that waits for it is not failing.
 	hardware bool
-	name     string
-	paths    []string // on the mirror: the weights', then the projector's
-	source   string
+	// inPlace is a version with no room beside its model, served in place
+	// of its replica (inplace.go).
+	inPlace bool
+	name    string
+	paths   []string // on the mirror: the weights', then the projector's
+	source  string
 	// profiles are how it runs, as the check step sized it from the
 	// header on the mirror.
 	profiles []catalog.Profile
@@ -115,6 +118,11 @@ func (s *Server) run(ctx context.Context, l *live) error {
 		s.step(l, StepSmoke, Skipped, "no replica was started to ask")
 		return nil
 	}
+	if p.inPlace {
+		// 6–8. In place of the model's replica, there being no room
+		// beside it.
+		return s.inPlace(ctx, l, p)
+	}
 	rep, err := s.waitReady(ctx, l, p.name, p.hardware, p.req)
 	if errors.Is(err, errBusy) {
 		// In the catalog, and the hardware for it exists: it starts when
@@ -129,16 +137,9 @@ func (s *Server) run(ctx context.Context, l *live) error {
 		return err
 	}
 	// 7. The smoke test: does it answer.
-	s.step(l, StepSmoke, Running, "asking "+rep.ID+" to say hello")
-	reply, tps, err := s.smoke(ctx, p.name, p.req.Embeddings, func(waited time.Duration) {
-		s.step(l, StepSmoke, Running, fmt.Sprintf("%s is still loading the model (%s so far): asking again each second",
-			rep.ID, waited.Round(time.Second)))
-	})
-	if err != nil {
-		return failedAt(StepSmoke, err)
+	if err := s.smokeStep(ctx, l, p, p.name, rep); err != nil {
+		return err
 	}
-	s.set(l, func(j *Job) { j.Reply, j.TokensPerSecond = reply, tps })
-	s.step(l, StepSmoke, Done, answered(reply, tps, p.req.Embeddings, true))
 	if p.req.RestoreOf != 0 {
 		// 8. A restore: the version before, promoted as asked.
 		return s.serveAgain(ctx, l, p)
@@ -147,6 +148,22 @@ func (s *Server) run(ctx context.Context, l *live) error {
 		// 8. An update: the new version beside the old, judged.
 		return s.trial(ctx, l, p)
 	}
+	return nil
+}
+
+// smokeStep is the smoke test: the model name, which replica rep serves,
+// asked for one short reply through the gateway.
+func (s *Server) smokeStep(ctx context.Context, l *live, p *pipeline, name string, rep fleet.Replica) error {
+	s.step(l, StepSmoke, Running, "asking "+rep.ID+" to say hello")
+	reply, tps, err := s.smoke(ctx, name, p.req.Embeddings, func(waited time.Duration) {
+		s.step(l, StepSmoke, Running, fmt.Sprintf("%s is still loading the model (%s so far): asking again each second",
+			rep.ID, waited.Round(time.Second)))
+	})
+	if err != nil {
+		return failedAt(StepSmoke, err)
+	}
+	s.set(l, func(j *Job) { j.Reply, j.TokensPerSecond = reply, tps })
+	s.step(l, StepSmoke, Done, answered(reply, tps, p.req.Embeddings, true))
 	return nil
 }
 
@@ -254,11 +271,20 @@ func (p *pipeline) choose(ctx context.Context) error {
 		// could ever host it as asked.
 		return sentencef("%s %s", p.choice.Set.Name, or(p.choice.First().Sizing.Reason, p.choice.First().Why))
 	}
-	if req.CanaryOf != "" && p.planned {
-		// A canary runs beside its model, or its trial never begins: said
-		// before a byte is fetched, rather than after a wait for room.
+	inPlace := ""
+	if req.CanaryOf != "" && p.planned && !p.wasDone[StepCatalog] {
+		// A canary runs beside its model, or in place of its replica, or
+		// its trial never begins: said before a byte is fetched, rather
+		// than after a wait for room. Carrying on after a restart, its
+		// entry says which (addToCatalog): the room its own replica holds
+		// is not room beside.
 		if why, ok := p.roomBeside(); !ok {
-			return noRoomBeside(req, ": "+why)
+			if !req.InPlace {
+				return noRoomBeside(req, ": "+why)
+			}
+			p.inPlace = true
+			inPlace = fmt.Sprintf("; there is no room beside %s (%s), so it is served in place of %s's replica: %s",
+				req.CanaryOf, why, req.CanaryOf, p.s.ReloadCost(ctx, req.CanaryOf))
 		}
 	}
 	p.name = or(req.Name, hf.ModelName(p.repo.ID))
@@ -280,8 +306,8 @@ func (p *pipeline) choose(ctx context.Context) error {
 	for _, o := range p.choice.Layouts[1:] {
 		runs += ", else " + label(o)
 	}
-	p.s.step(p.l, StepPlan, Done, fmt.Sprintf("%s, %s in %d %s, revision %s; runs on %s%s",
-		what, words.Size(total), n, words.Plural(n, "file", "files"), p.repo.ShortCommit(), runs, needs))
+	p.s.step(p.l, StepPlan, Done, fmt.Sprintf("%s, %s in %d %s, revision %s; runs on %s%s%s",
+		what, words.Size(total), n, words.Plural(n, "file", "files"), p.repo.ShortCommit(), runs, needs, inPlace))
 	return nil
 }
 
@@ -504,7 +530,15 @@ func (p *pipeline) addToCatalog(ctx context.Context) (bool, error) {
 	req := p.req
 	if p.wasDone[StepCatalog] {
 		// Added before the restart; adding it again would replace what
-		// an operator may have changed since.
+		// an operator may have changed since. Its entry says whether a
+		// version is served in place.
+		if req.CanaryOf != "" {
+			m, err := p.s.deps.Catalog.Get(ctx, p.name)
+			if err != nil {
+				return false, err
+			}
+			p.inPlace = m.InPlace()
+		}
 		return req.Replicas > 0, nil
 	}
 	p.s.step(p.l, StepCatalog, Running, "adding "+p.name)
@@ -535,6 +569,11 @@ func (p *pipeline) addToCatalog(ctx context.Context) (bool, error) {
 		}
 		m.Canary = &catalog.Canary{Of: req.CanaryOf}
 		m.Scaling = catalog.Scaling{Min: req.Replicas, Max: req.Replicas}
+		if p.inPlace {
+			// No replica of its own: the model's entry takes its version
+			// (catalog.Model.InPlace).
+			m.Scaling = catalog.Scaling{Min: 0, Max: 1}
+		}
 	}
 	for _, f := range files {
 		origin.Files = append(origin.Files, catalog.OriginFile{Path: f.Path, Bytes: f.Size, SHA256: f.SHA256})

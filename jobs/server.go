@@ -74,6 +74,10 @@ type live struct {
 	// unsaved is a job a change of which the database did not take (a
 	// full disk): the next save writes it whole. Guarded by mu.
 	unsaved bool
+	// back is what an in-place trial changed of its model (inplace.go)
+	// and has not yet kept: the job's end (undo) takes it back. Guarded
+	// by mu.
+	back takeBack
 	// finished is a job whose goroutine has returned, kept in Server.live
 	// only until its end is saved. Guarded by Server.mu.
 	finished bool
@@ -150,8 +154,8 @@ func New(d Deps) (*Server, error) {
 // runs on its own. A refused request (errors.Is ErrInvalid) starts nothing
 // and stores nothing.
 func (s *Server) Start(ctx context.Context, req Request) (Job, error) {
-	if req.CanaryOf != "" || req.UpdateID != 0 || req.Share != 0 || req.RestoreOf != 0 {
-		return Job{}, invalid("canary_of, update_id, share and restore_of are an update's or a restore's, not a serve request's: POST /api/v1/catalog/{name}/update serves a model's update beside it")
+	if req.CanaryOf != "" || req.UpdateID != 0 || req.Share != 0 || req.RestoreOf != 0 || req.InPlace {
+		return Job{}, invalid("canary_of, update_id, share, restore_of and in_place are an update's or a restore's, not a serve request's: POST /api/v1/catalog/{name}/update serves a model's update beside it")
 	}
 	return s.start(ctx, req, "")
 }

@@ -3,7 +3,6 @@ package jobs
 import (
 	"context"
 	"fmt"
-	"modelserve/internal/fleet"
 	"time"
 
 	"modelserve/catalog"
@@ -245,29 +244,11 @@ func (s *Server) promote(ctx context.Context, l *live, p *pipeline, step string)
 	if err := s.setShare(ctx, name, 1); err != nil {
 		return err
 	}
-	can, err := s.deps.Catalog.Get(ctx, name)
+	before, changed, err := s.takeVersion(ctx, of, name)
 	if err != nil {
 		return err
 	}
-	m, err := s.deps.Catalog.Get(ctx, of)
-	if err != nil {
-		return err
-	}
-	// The entry as it served: its origin is replaced below, not changed.
-	before := m
-	ref, kind := "", ""
-	if m.Origin != nil {
-		ref, kind = m.Origin.Ref, m.Origin.RefKind
-	}
-	m.Source, m.Origin, m.Profiles = can.Source, can.Origin, can.Profiles
-	m.ContextLength, m.MaxOutput, m.Capabilities = can.ContextLength, can.MaxOutput, can.Capabilities
-	m.Origin.Ref, m.Origin.RefKind = ref, kind
-	changed := time.Now()
-	if err := s.deps.Catalog.Add(ctx, m, m.AddedBy); err != nil {
-		return err
-	}
-	s.refresh()
-	if m.Scaling.Min > 0 {
+	if before.Scaling.Min > 0 {
 		s.step(l, step, Running, fmt.Sprintf("%s takes every request of %s while its replicas restart on %s", name, of, hf.Short(p.repo.Commit)))
 		if err := s.waitRestarted(ctx, of, changed); err != nil {
 			if ctx.Err() != nil {
@@ -288,7 +269,45 @@ func (s *Server) promote(ctx context.Context, l *live, p *pipeline, step string)
 			return s.restore(ctx, l, p, step, before, err)
 		}
 	}
-	if err := s.deps.Catalog.Remove(ctx, name); err != nil {
+	return s.promoted(ctx, p)
+}
+
+// takeVersion gives model's entry the version of the entry name (its
+// canary's) and returns the entry as it was, and when it changed: the
+// fleet replaces the model's replicas from then. The branch the model is
+// watched on stays its own.
+func (s *Server) takeVersion(ctx context.Context, model, name string) (before catalog.Model, changed time.Time, err error) {
+	can, err := s.deps.Catalog.Get(ctx, name)
+	if err != nil {
+		return catalog.Model{}, time.Time{}, err
+	}
+	m, err := s.deps.Catalog.Get(ctx, model)
+	if err != nil {
+		return catalog.Model{}, time.Time{}, err
+	}
+	// The entry as it served: its origin is replaced below, not changed.
+	before = m
+	ref, kind := "", ""
+	if m.Origin != nil {
+		ref, kind = m.Origin.Ref, m.Origin.RefKind
+	}
+	m.Source, m.Origin, m.Profiles = can.Source, can.Origin, can.Profiles
+	m.ContextLength, m.MaxOutput, m.Capabilities = can.ContextLength, can.MaxOutput, can.Capabilities
+	m.Origin.Ref, m.Origin.RefKind = ref, kind
+	changed = time.Now()
+	if err := s.deps.Catalog.Add(ctx, m, m.AddedBy); err != nil {
+		return catalog.Model{}, time.Time{}, err
+	}
+	s.refresh()
+	return before, changed, nil
+}
+
+// promoted ends the promotion of the version p served, its model's entry
+// and replicas being on it: the version's own entry goes, and the update
+// is promoted, and said to be.
+func (s *Server) promoted(ctx context.Context, p *pipeline) error {
+	of := p.req.CanaryOf
+	if err := s.deps.Catalog.Remove(ctx, p.name); err != nil {
 		return err
 	}
 	s.refresh()
@@ -296,6 +315,17 @@ func (s *Server) promote(ctx context.Context, l *live, p *pipeline, step string)
 	s.deps.Log.Info("update promoted", "model", of, "commit", p.repo.Commit)
 	s.deps.Notify.Send(notify.Promoted(of, hf.Short(p.repo.Commit)))
 	return nil
+}
+
+// putBack gives model's entry back as it was (was) and waits for a
+// replica of it to serve.
+func (s *Server) putBack(ctx context.Context, was catalog.Model) error {
+	restored := time.Now()
+	if err := s.deps.Catalog.Add(ctx, was, was.AddedBy); err != nil {
+		return fmt.Errorf("put %s back on %s: %w", was.Name, hf.Short(was.Origin.Revision), err)
+	}
+	s.refresh()
+	return s.waitRestarted(ctx, was.Name, restored)
 }
 
 // restore puts model's entry back as it was before the promotion (was),
@@ -307,13 +337,8 @@ func (s *Server) restore(ctx context.Context, l *live, p *pipeline, step string,
 	of, name, old := p.req.CanaryOf, p.name, hf.Short(was.Origin.Revision)
 	reason := fmt.Sprintf("the promoted version's replicas could not start: %s", why)
 	s.step(l, step, Running, fmt.Sprintf("%s; %s goes back to %s, and %s takes every request of it until %s serves again", reason, of, old, name, old))
-	restored := time.Now()
-	if err := s.deps.Catalog.Add(ctx, was, was.AddedBy); err != nil {
-		return fmt.Errorf("put %s back on %s after its promotion failed: %w", of, old, err)
-	}
-	s.refresh()
-	if err := s.waitRestarted(ctx, of, restored); err != nil {
-		if ctx.Err() != nil {
+	if err := s.putBack(ctx, was); err != nil {
+		if _, ok := operr.Sentence(err); !ok || ctx.Err() != nil {
 			return err
 		}
 		return sentencef("%s rolled back, and %s is back on %s, which does not start either: %s; before it, %s", name, of, old, err, reason)
@@ -327,14 +352,23 @@ func (s *Server) restore(ctx context.Context, l *live, p *pipeline, step string,
 // starts a parked model no more, and waiting out the timeout held a
 // promotion for half an hour with nothing of the new version serving.
 func (s *Server) waitRestarted(ctx context.Context, model string, since time.Time) error {
+	return s.waitStarted(ctx, model, since, false)
+}
+
+// waitStarted is waitRestarted; with firstFailure, an engine that fails
+// to start ends the wait at once, before the fleet starts it again: the
+// model's requests are waiting for it in the gateway's queue (in place),
+// and the park the failures lead to would refuse them.
+func (s *Server) waitStarted(ctx context.Context, model string, since time.Time, firstFailure bool) error {
 	deadline := time.Now().Add(s.deps.ReadyTimeout)
 	tick := time.NewTicker(s.deps.Poll)
 	defer tick.Stop()
 	for {
-		for _, r := range s.deps.Fleet.Replicas() {
-			if r.Model == model && r.State == fleet.Ready && !r.Started.Before(since) {
-				return nil
-			}
+		if _, ok := s.readySince(model, since); ok {
+			return nil
+		}
+		if r, ok := s.failedSince(model, since); ok && firstFailure {
+			return sentencef("its engine failed to start: %s", or(r.LastError, r.Detail))
 		}
 		// The catalog's Add waits for the fleet to look at the entry
 		// (fleet.NotifyingCatalog), so a park seen here is of this entry,

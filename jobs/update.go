@@ -26,6 +26,9 @@ type Updates interface {
 	Get(ctx context.Context, id int64) (updates.Update, error)
 	List(ctx context.Context, o updates.ListOptions) ([]updates.Update, error)
 	SetState(ctx context.Context, id int64, state string) error
+	// InPlace is whether a version of model with no room beside it may
+	// replace its replica in place (inplace.go), as its operator says.
+	InPlace(ctx context.Context, model string) (bool, error)
 }
 
 // Versions record how each version of a model ended, and list them
@@ -108,6 +111,9 @@ func (s *Server) Update(ctx context.Context, u UpdateRequest) (Job, error) {
 	}
 	req.Description = fmt.Sprintf("%s at %s, on trial beside %s", m.Name, hf.Short(up.NewCommit), hf.Short(m.Origin.Revision))
 	req.UpdateID, req.Share = up.ID, share
+	if req.InPlace, err = s.mayReplace(ctx, m.Name); err != nil {
+		return Job{}, err
+	}
 	j, err := s.start(ctx, req, "")
 	if err != nil {
 		return Job{}, err
@@ -198,15 +204,15 @@ func lastServed(ctx context.Context, db *sql.DB, model string) (Job, bool, error
 }
 
 // noRoomBeside is the sentence of a version with no room beside its model
-// (req.CanaryOf), holds saying what holds the room: an update's canary, or
-// a version served again (a restore). Serving it in place instead, the
-// model's requests waiting while it loads, belongs to the in-place trial:
-// when it comes, this is where a version with no room beside turns to it.
+// (req.CanaryOf) that may not be served in place of its replica (its
+// update settings say in_place: false), holds saying what holds the room:
+// an update's canary, or a version served again (a restore).
 func noRoomBeside(req Request, holds string) error {
 	if req.RestoreOf != 0 {
 		return sentencef("there is no room beside %s to serve its version %s again%s; free that room (stop or scale down another model) "+
-			"and restore it again: serving it in place, %s's requests waiting while it loads, comes with the in-place trial",
-			req.CanaryOf, hf.Short(req.Revision), holds, req.CanaryOf)
+			"and restore it again, or let it be served in place, %s's requests waiting while it loads: "+
+			`PUT /api/v1/catalog/%s/updates with {"in_place": true}`,
+			req.CanaryOf, hf.Short(req.Revision), holds, req.CanaryOf, req.CanaryOf)
 	}
 	return sentencef("there is no room beside %s for its canary%s; free that room (stop or scale down another model) "+
 		"and try the update again, or serve the new commit as %s in its place, without a trial", req.CanaryOf, holds, req.CanaryOf)

@@ -28,6 +28,8 @@ func (f *fakeUpdates) List(context.Context, updates.ListOptions) ([]updates.Upda
 	return f.list, nil
 }
 
+func (f *fakeUpdates) InPlace(context.Context, string) (bool, error) { return true, nil }
+
 func (f *fakeUpdates) SetState(_ context.Context, id int64, state string) error {
 	for i := range f.list {
 		if f.list[i].ID == id {

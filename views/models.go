@@ -573,6 +573,13 @@ type UpdatePage struct {
 	// on trial.
 	TryURL, TrialURL, PromoteURL, RollBackURL string
 	Share                                     string
+	// NoRoom says what becomes of the update when there is no room beside
+	// the model: tried in place, and what that costs its requests, or
+	// refused as the model's settings say.
+	NoRoom string
+	// TrialWhere is where the update is on trial: "beside chatty", or "in
+	// place of chatty's replica".
+	TrialWhere string
 }
 
 // UpdateFile is one changed file of an update, sizes in words.

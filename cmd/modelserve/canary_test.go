@@ -55,8 +55,9 @@ func newUpdateWorldTo(t *testing.T, policy canary.Policy, next ggufgen.Spec, upd
 }
 
 // newUpdateWorldServing is newUpdateWorldTo with chatty served with the
-// request's fields in also (memory_gb, ...).
-func newUpdateWorldServing(t *testing.T, policy canary.Policy, next ggufgen.Spec, updatePolicy string, also map[string]any) *updateWorld {
+// request's fields in also (memory_gb, ...); tune, when given, sets more
+// of modelserve's config (--local-memory).
+func newUpdateWorldServing(t testing.TB, policy canary.Policy, next ggufgen.Spec, updatePolicy string, also map[string]any, tune ...func(*config)) *updateWorld {
 	t.Helper()
 	engine := llamatest.Path(t)
 	w := &updateWorld{hub: hubtest.New(t)}
@@ -64,6 +65,9 @@ func newUpdateWorldServing(t *testing.T, policy canary.Policy, next ggufgen.Spec
 	w.served = w.hub.AddFile(updRepo, updFile, ggufgen.Bytes(ggufgen.Spec{}))
 	w.cfg = config{Addr: "127.0.0.1:0", Data: t.TempDir(), HFEndpoint: w.hub.URL(), LlamaServer: engine,
 		UpdateInterval: 6 * time.Hour, CanaryShare: 0.1, CanaryPolicy: policy}
+	for _, f := range tune {
+		f(&w.cfg)
+	}
 	w.s = startAPI(t, w.cfg)
 
 	var job jobs.Job
@@ -106,7 +110,7 @@ func (w *updateWorld) startUpdate(t *testing.T) jobs.Job {
 }
 
 // versions are chatty's versions as the API says them.
-func (w *updateWorld) versions(t *testing.T) (vs []catalog.Version, canaryName string, share float64) {
+func (w *updateWorld) versions(t testing.TB) (vs []catalog.Version, canaryName string, share float64) {
 	t.Helper()
 	var out struct {
 		Versions []catalog.Version

@@ -39,7 +39,7 @@ func (w *updateWorld) promoted(t *testing.T) {
 }
 
 // version is chatty's version at commit, as the API lists it.
-func (w *updateWorld) version(t *testing.T, commit string) catalog.Version {
+func (w *updateWorld) version(t testing.TB, commit string) catalog.Version {
 	t.Helper()
 	vs, _, _ := w.versions(t)
 	for _, v := range vs {
@@ -53,7 +53,7 @@ func (w *updateWorld) version(t *testing.T, commit string) catalog.Version {
 
 // restore asks for chatty's version id to be served again and waits for
 // its job to end.
-func (w *updateWorld) restore(t *testing.T, id int64) jobs.Job {
+func (w *updateWorld) restore(t testing.TB, id int64) jobs.Job {
 	t.Helper()
 	var job jobs.Job
 	if code := w.s.do("POST", "/api/v1/catalog/chatty/versions/"+strconv.FormatInt(id, 10)+"/restore", nil, &job); code != http.StatusAccepted || job.Kind != jobs.KindRestore {

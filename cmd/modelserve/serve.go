@@ -206,6 +206,7 @@ func serve(ctx context.Context, cfg config, log *slog.Logger, ready func(addr st
 		EngineBuild: version.Build, Architectures: known, VLLM: vllm, Pool: fl.Pool,
 		Log: log, Metrics: met, Notify: notifier, Tracer: tracing.Tracer("modelserve/jobs"), TraceContent: cfg.TraceContent,
 		Updates: watcher, Versions: store, Share: share, Policy: cfg.CanaryPolicy, Meters: gatewayMeters{gw}, Evals: jobsEvals{runner},
+		Starts: fl,
 	})
 	if err != nil {
 		return err

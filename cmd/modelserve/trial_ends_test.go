@@ -113,10 +113,10 @@ func TestAPoisonedTrialIsRolledBack(t *testing.T) {
 }
 
 // TestACanaryWithNoRoomBesideItsModelIsRefused: chatty reserves most of
-// this machine's memory, so its canary cannot run beside it; the update
-// fails its placement saying so, and its trial is rolled back with the
-// canary gone, rather than ending done with no trial and the update
-// running for ever.
+// this machine's memory, so its canary cannot run beside it, and its
+// update settings say it may not be replaced in place; the update fails
+// its plan saying so, and its trial is rolled back with the canary gone,
+// rather than ending done with no trial and the update running for ever.
 func TestACanaryWithNoRoomBesideItsModelIsRefused(t *testing.T) {
 	total, avail := machineMemory(t)
 	// More than half the memory, so two cannot fit; less than what is
@@ -126,6 +126,9 @@ func TestACanaryWithNoRoomBesideItsModelIsRefused(t *testing.T) {
 		t.Skipf("this machine has %d GiB free: not enough for one replica of %d GiB", avail>>30, gb)
 	}
 	w := newUpdateWorldServing(t, testPolicy(20), ggufgen.Spec{ContextLength: 8192}, updates.PolicyManual, map[string]any{"memory_gb": gb})
+	if code := w.s.do("PUT", "/api/v1/catalog/chatty/updates", map[string]any{"in_place": false}, nil); code != http.StatusOK {
+		t.Fatalf("turning in place off: %d", code)
+	}
 	var job jobs.Job
 	if code := w.s.do("POST", "/api/v1/catalog/chatty/update", nil, &job); code != http.StatusAccepted {
 		t.Fatalf("update: %d", code)

@@ -23,8 +23,11 @@ var ErrNotFound = errors.New("no such update")
 type checkRow struct {
 	interval *time.Duration
 	policy   string
-	served   string
-	last     *Check
+	// besideOnly is a model whose operator said its updates may not
+	// replace its replica in place when there is no room beside it.
+	besideOnly bool
+	served     string
+	last       *Check
 }
 
 // save records a check of model, which ran the commit served, and the
@@ -83,17 +86,18 @@ func (s store) save(ctx context.Context, model, served string, c Check, found *U
 }
 
 // setSettings gives model its own interval between checks (nil: the
-// server's default) and what is done with its updates (PolicyManual or
-// PolicyAuto).
-func (s store) setSettings(ctx context.Context, model string, d *time.Duration, policy string) error {
+// server's default), what is done with its updates (PolicyManual or
+// PolicyAuto), and whether they may run in place.
+func (s store) setSettings(ctx context.Context, model string, d *time.Duration, policy string, inPlace bool) error {
 	var secs sql.NullInt64
 	if d != nil {
 		secs = sql.NullInt64{Int64: int64(*d / time.Second), Valid: true}
 	}
 	if _, err := s.db.ExecContext(ctx,
-		`INSERT INTO update_checks (model, interval_seconds, policy) VALUES (?, ?, ?)
-		 ON CONFLICT (model) DO UPDATE SET interval_seconds = excluded.interval_seconds, policy = excluded.policy`,
-		model, secs, policy); err != nil {
+		`INSERT INTO update_checks (model, interval_seconds, policy, in_place) VALUES (?, ?, ?, ?)
+		 ON CONFLICT (model) DO UPDATE SET interval_seconds = excluded.interval_seconds, policy = excluded.policy,
+			in_place = excluded.in_place`,
+		model, secs, policy, inPlace); err != nil {
 		return fmt.Errorf("set how %s is kept up to date: %w", model, err)
 	}
 	return nil
@@ -109,10 +113,21 @@ func (s store) policy(ctx context.Context, model string) (string, error) {
 	return p, nil
 }
 
+// inPlace is whether model's updates may replace its replica in place
+// when there is no room beside it: yes unless its operator said no.
+func (s store) inPlace(ctx context.Context, model string) (bool, error) {
+	ok := true
+	err := s.db.QueryRowContext(ctx, `SELECT in_place FROM update_checks WHERE model = ?`, model).Scan(&ok)
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return false, fmt.Errorf("read whether %s may be updated in place: %w", model, err)
+	}
+	return ok, nil
+}
+
 // checks are every model's row of update_checks.
 func (s store) checks(ctx context.Context) (map[string]checkRow, error) {
 	rows, err := s.db.QueryContext(ctx,
-		`SELECT model, interval_seconds, policy, served_commit, checked_at, head_commit, result, error, update_id FROM update_checks`)
+		`SELECT model, interval_seconds, policy, in_place, served_commit, checked_at, head_commit, result, error, update_id FROM update_checks`)
 	if err != nil {
 		return nil, fmt.Errorf("read the update checks: %w", err)
 	}
@@ -122,11 +137,12 @@ func (s store) checks(ctx context.Context) (map[string]checkRow, error) {
 		var (
 			model, policy, served, at, head, result, msg string
 			secs, updateID                               sql.NullInt64
+			inPlace                                      bool
 		)
-		if err := rows.Scan(&model, &secs, &policy, &served, &at, &head, &result, &msg, &updateID); err != nil {
+		if err := rows.Scan(&model, &secs, &policy, &inPlace, &served, &at, &head, &result, &msg, &updateID); err != nil {
 			return nil, fmt.Errorf("read the update checks: %w", err)
 		}
-		r := checkRow{served: served, policy: policy}
+		r := checkRow{served: served, policy: policy, besideOnly: !inPlace}
 		if secs.Valid {
 			d := time.Duration(secs.Int64) * time.Second
 			r.interval = &d

@@ -119,6 +119,10 @@ type Status struct {
 	// Policy is what is done with an update noticed: PolicyManual waits
 	// for an operator, PolicyAuto tries it at once.
 	Policy string `json:"policy"`
+	// InPlace is whether an update with no room beside the model may
+	// replace its replica in place, the model's requests waiting while it
+	// reloads; when false such an update is refused.
+	InPlace bool `json:"in_place"`
 	// LastCheck is the last check of the commit the model runs now;
 	// NextCheck when the next is due, zero when none is.
 	LastCheck *Check    `json:"last_check,omitempty"`

@@ -349,7 +349,7 @@ func (w *Watcher) Statuses(ctx context.Context, models []catalog.Model) ([]Statu
 
 // status is what row says of m, without the update available.
 func (w *Watcher) status(m catalog.Model, row checkRow) Status {
-	st := Status{Model: m.Name, interval: w.deps.Interval, Policy: cmp.Or(row.policy, PolicyManual)}
+	st := Status{Model: m.Name, interval: w.deps.Interval, Policy: cmp.Or(row.policy, PolicyManual), InPlace: !row.besideOnly}
 	if row.interval != nil {
 		st.interval, st.IntervalSet = *row.interval, true
 	}
@@ -385,9 +385,10 @@ func (w *Watcher) status(m catalog.Model, row checkRow) Status {
 }
 
 // SetSettings gives the model named name its own interval between checks
-// (0: never; nil: the server's default) and what is done with its
-// updates (PolicyManual, PolicyAuto; "" is manual).
-func (w *Watcher) SetSettings(ctx context.Context, name string, d *time.Duration, policy string) (Status, error) {
+// (0: never; nil: the server's default), what is done with its updates
+// (PolicyManual, PolicyAuto; "" is manual), and whether an update with no
+// room beside the model may replace its replica in place (inPlace).
+func (w *Watcher) SetSettings(ctx context.Context, name string, d *time.Duration, policy string, inPlace bool) (Status, error) {
 	if _, err := w.deps.Catalog.Get(ctx, name); err != nil {
 		return Status{}, err
 	}
@@ -403,10 +404,17 @@ func (w *Watcher) SetSettings(ctx context.Context, name string, d *time.Duration
 	default:
 		return Status{}, operr.New(operr.Invalid, "an update policy is manual (an operator tries each update) or auto (each is tried as soon as it is noticed), not %s", operr.Quote(policy))
 	}
-	if err := w.store.setSettings(ctx, name, d, policy); err != nil {
+	if err := w.store.setSettings(ctx, name, d, policy, inPlace); err != nil {
 		return Status{}, err
 	}
 	return w.Status(ctx, name)
+}
+
+// InPlace is whether an update of model, or a version of it served
+// again, may replace its replica in place when there is no room beside
+// it: yes unless its operator said no (SetSettings).
+func (w *Watcher) InPlace(ctx context.Context, model string) (bool, error) {
+	return w.store.inPlace(ctx, model)
 }
 
 // List returns a page of updates, newest first.

@@ -464,7 +464,7 @@ func TestIntervalZeroMeansNoCheck(t *testing.T) {
 	t.Run("a model's own 0", func(t *testing.T) {
 		w := e.watcher(func(d *updates.Deps) { d.Interval, d.Tick = 20*time.Millisecond, time.Millisecond }, counted(passes))
 		never := time.Duration(0)
-		st, err := w.SetSettings(context.Background(), "never", &never, "")
+		st, err := w.SetSettings(context.Background(), "never", &never, "", true)
 		if err != nil || st.Interval != "0s" || !st.IntervalSet || !st.NextCheck.IsZero() {
 			t.Fatalf("set never's interval to 0: %+v %v", st, err)
 		}
@@ -479,7 +479,7 @@ func TestIntervalZeroMeansNoCheck(t *testing.T) {
 			t.Errorf("never was checked: %+v", st.LastCheck)
 		}
 		// Back to the default, and asked for by name, it is checked.
-		if st, err := w.SetSettings(context.Background(), "never", nil, ""); err != nil || st.IntervalSet || st.Interval != "20ms" {
+		if st, err := w.SetSettings(context.Background(), "never", nil, "", true); err != nil || st.IntervalSet || st.Interval != "20ms" {
 			t.Errorf("back to the default: %+v %v", st, err)
 		}
 		mustCheck(t, w, "never")
@@ -492,18 +492,18 @@ func TestSetIntervalRefusals(t *testing.T) {
 	e.serve("tiny", "acme/Tiny-GGUF", "main")
 	w := e.watcher()
 	for _, d := range []time.Duration{time.Second, 400 * 24 * time.Hour} {
-		if _, err := w.SetSettings(context.Background(), "tiny", &d, ""); err == nil || !strings.Contains(err.Error(), "from 1m to 8760h") {
+		if _, err := w.SetSettings(context.Background(), "tiny", &d, "", true); err == nil || !strings.Contains(err.Error(), "from 1m to 8760h") {
 			t.Errorf("interval %s: %v", d, err)
 		}
 	}
 	hour := time.Hour
-	if _, err := w.SetSettings(context.Background(), "nothing", &hour, ""); !errors.Is(err, catalog.ErrNotFound) {
+	if _, err := w.SetSettings(context.Background(), "nothing", &hour, "", true); !errors.Is(err, catalog.ErrNotFound) {
 		t.Errorf("an unknown model: %v", err)
 	}
 	if _, err := w.Check(context.Background(), "nothing"); !errors.Is(err, catalog.ErrNotFound) {
 		t.Errorf("checking an unknown model: %v", err)
 	}
-	if _, err := w.SetSettings(context.Background(), "tiny", nil, "sometimes"); err == nil || !strings.Contains(err.Error(), `not "sometimes"`) {
+	if _, err := w.SetSettings(context.Background(), "tiny", nil, "sometimes", true); err == nil || !strings.Contains(err.Error(), `not "sometimes"`) {
 		t.Errorf("the policy sometimes: %v", err)
 	}
 }
@@ -524,7 +524,7 @@ func TestAutoPolicyTriesTheUpdateAtOnce(t *testing.T) {
 		tried = append(tried, u.Model)
 		return errors.New("another update of it is on trial")
 	})
-	st, err := w.SetSettings(context.Background(), "eager", nil, updates.PolicyAuto)
+	st, err := w.SetSettings(context.Background(), "eager", nil, updates.PolicyAuto, true)
 	if err != nil || st.Policy != updates.PolicyAuto {
 		t.Fatalf("SetSettings: %+v %v", st, err)
 	}
