@@ -26,8 +26,8 @@ type names struct {
 	every   time.Duration
 	clock   clock.Clock // the gateway's: when the catalog is read again
 
-	mu     sync.Mutex
-	read   time.Time
+	mu   sync.Mutex
+	read time.Time
 	// reading is closed when the read of the catalog in flight ends; nil
 	// when none is. The catalog is read without mu: a read takes
 	// milliseconds at a hundred models, more while jobs write and the
@@ -39,7 +39,7 @@ type names struct {
 	// change, so it is not taken as fresh.
 	changes uint64
 	models  []catalog.Model
-	byName map[string]int // name or alias → index in models
+	byName  map[string]int // name or alias → index in models
 	// canaryOf is, by model name, the index of its canary: the entry whose
 	// Canary.Of names it, the newest (AddedAt) if several claim it.
 	canaryOf map[string]int
