@@ -2,8 +2,10 @@ package fleet
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"sync"
 	"time"
@@ -109,7 +111,7 @@ func (b *processes) Adopt(ctx context.Context) []Adopted {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				if _, err := b.engineGet(ctx, rec.Endpoint+"/health", rec.Key); err != nil {
+				if err := b.awaitLoaded(ctx, rec); err != nil {
 					c.why, c.bad = "it does not answer /health: "+err.Error(), true
 					return
 				}
@@ -160,6 +162,37 @@ func (b *processes) Adopt(ctx context.Context) []Adopted {
 	}
 	return out
 }
+
+// awaitLoaded waits while rec's engine answers /health that it is still
+// loading (503), as one left mid-load by a handover does, until it is
+// ready or its startup deadline has passed: stopped for failing /health,
+// it would only load again from the start. Any other answer, or none, is
+// said at once.
+func (b *processes) awaitLoaded(ctx context.Context, rec engineRecord) error {
+	// Real time: the deadline is the engine's own loading, counted from
+	// when it started, and never more than its whole startup deadline.
+	left := min(time.Until(rec.Started.Add(rec.Startup)), rec.Startup)
+	deadline := time.Now().Add(left)
+	for {
+		_, err := b.engineGet(ctx, rec.Endpoint+"/health", rec.Key)
+		var st *engineStatus
+		if err == nil || !errors.As(err, &st) || st.code != http.StatusServiceUnavailable {
+			return err
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%w, still loading past its startup deadline of %s", err, rec.Startup)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(loadingPoll):
+		}
+	}
+}
+
+// loadingPoll is how often an engine still loading is asked whether it
+// is ready, when adopted mid-load.
+const loadingPoll = 250 * time.Millisecond
 
 // adoptee is the replica of rec's engine, ready, as Start would have
 // made it.

@@ -4,7 +4,13 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"os/exec"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -173,5 +179,47 @@ func TestStopEnginesOnExit(t *testing.T) {
 	}
 	if s := first.Serving("tiny"); len(s) != 0 {
 		t.Errorf("after Run ended with its engines the fleet still serves tiny on %+v", s)
+	}
+}
+
+// An engine left mid-load (a handover while it read its weights) answers
+// /health 503 until it has loaded: it is waited for and adopted, the same
+// process, rather than stopped as failing and loaded again from the start.
+func TestEngineStillLoadingIsWaitedFor(t *testing.T) {
+	_, was, db, again := adoptFleets(t, Options{StopGrace: 500 * time.Millisecond})
+	// The record points at a relay that says what llama-server says while
+	// it loads, for a second, then passes every request to the engine.
+	target, err := url.Parse(was.Endpoint)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := httputil.NewSingleHostReverseProxy(target)
+	loadedAt := time.Now().Add(time.Second)
+	var loadingAnswers atomic.Int32
+	relay := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/health" && time.Now().Before(loadedAt) {
+			loadingAnswers.Add(1)
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusServiceUnavailable)
+			io.WriteString(w, `{"error":{"code":503,"message":"Loading model","type":"unavailable_error"}}`)
+			return
+		}
+		proxy.ServeHTTP(w, r)
+	}))
+	t.Cleanup(relay.Close)
+	if _, err := db.Exec(`UPDATE running_engines SET endpoint = ? WHERE replica = ?`, relay.URL, was.ID); err != nil {
+		t.Fatal(err)
+	}
+
+	second := again()
+	got := second.waitReady(t, "tiny", readyWithin)
+	if got.PID != was.PID {
+		t.Fatalf("tiny runs on pid %d, want the engine that was loading (pid %d) adopted once loaded", got.PID, was.PID)
+	}
+	if loadingAnswers.Load() == 0 {
+		t.Fatal("the relay never said the engine was loading: the test tested nothing")
+	}
+	if _, alive := identify(was.PID); !alive {
+		t.Errorf("the engine that was loading (pid %d) was stopped", was.PID)
 	}
 }

@@ -98,10 +98,19 @@ func (b *processes) engineGet(ctx context.Context, url, key string) ([]byte, err
 		return nil, err
 	}
 	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("GET %s answered %s", url, resp.Status)
+		return nil, &engineStatus{url: url, status: resp.Status, code: resp.StatusCode}
 	}
 	return body, nil
 }
+
+// engineStatus is an engine's answer other than 200: a 503 from /health
+// is an engine still loading its weights.
+type engineStatus struct {
+	url, status string
+	code        int
+}
+
+func (e *engineStatus) Error() string { return fmt.Sprintf("GET %s answered %s", e.url, e.status) }
 
 // parseMetrics reads the unlabelled samples of Prometheus text: the
 // engine's figures are all unlabelled, and nothing else is needed of it.
