@@ -39,6 +39,10 @@ func sendAndRecord(t *testing.T, tb *tab, message string, maxTokens int) (playwr
 	t.Helper()
 	tb.must(tb.page.GetByLabel("Message").Fill(message), "typing the message")
 	tb.must(tb.page.GetByLabel("Max tokens").Fill(strconv.Itoa(maxTokens)), "setting max tokens")
+	// Greedy, so the tiny model writes the same reply each run: sampled,
+	// its first token is now and then its end, a reply with no text and no
+	// figures to read.
+	tb.must(tb.page.GetByLabel("Temperature").Fill("0"), "setting the temperature")
 	tb.must(tb.page.GetByRole("button", playwright.PageGetByRoleOptions{Name: "Send"}).Click(), "pressing Send")
 	reply := tb.loc("[data-testid=turn][data-role=assistant] [data-testid=reply][data-done=true]")
 	if err := reply.WaitFor(playwright.LocatorWaitForOptions{Timeout: playwright.Float(60000)}); err != nil {

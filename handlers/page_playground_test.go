@@ -230,6 +230,33 @@ func callIt(t *testing.T, doc *goquery.Document, model, base string) {
 	}
 }
 
+// TestPlaygroundSaysAReplyHadNoText: a model whose first token is its end
+// answers with no text; the ended reply says so where the reply goes, not
+// an empty box the page shows nothing of.
+func TestPlaygroundSaysAReplyHadNoText(t *testing.T) {
+	gw := &fakeGateway{chunks: chatChunks()}
+	e := newPlaygroundEnv(t, gw)
+	b := e.signedIn()
+	page := mustStatus(t, b.get("/catalog/tiny/playground"), http.StatusOK)
+	sent := mustStatus(t, b.do(http.MethodPost, "/catalog/tiny/playground", playgroundForm(page, "Say hello."), htmx), http.StatusOK)
+	resp := b.get(sent.Find(`[data-role="assistant"][sse-connect]`).AttrOr("sse-connect", ""))
+	defer resp.Body.Close()
+	var last sseEvent
+	for ev := range readEvents(t, resp.Body) {
+		last = ev
+	}
+	end, _ := goquery.NewDocumentFromReader(strings.NewReader(last.data))
+	if last.name != "end" || end.Find(`[data-testid="reply"]`).AttrOr("data-done", "") != "true" {
+		t.Fatalf("the stream ended on %q: %s", last.name, last.data)
+	}
+	if got := end.Find(`[data-testid="reply-empty"]`).Text(); !strings.Contains(got, "without writing any text") {
+		t.Errorf("the ended reply with no text reads %q, want it to say the model wrote none", end.Find(`[data-testid="reply"]`).Text())
+	}
+	if got := end.Find(`#playground-status`).Text(); got != "Reply done, with no text." {
+		t.Errorf("the status line reads %q", got)
+	}
+}
+
 // TestPlaygroundStreamsAReply is a message sent from the page: the message
 // and a reply that follows its stream come back; the stream grows the
 // reply and ends with it whole, its tokens per second and the status line.
