@@ -141,6 +141,10 @@ type Observation struct {
 	State    State
 	Detail   string
 	Endpoint string
+	// Node is the node it runs on, when its backend's scheduler bound it
+	// to another than it was placed on; "" where it was placed. Its room
+	// is counted there.
+	Node string
 	// Key is the key its engine wants (--api-key).
 	Key      string
 	PID      int

@@ -129,7 +129,7 @@ func New(opts Options) (*Fleet, error) {
 		opts.Residency = DefaultResidency
 	}
 	nodes := opts.Nodes
-	if len(nodes) == 0 {
+	if len(nodes) == 0 && opts.Backend == nil {
 		n, err := Local(LocalConfig{Engine: opts.Engine})
 		if err != nil {
 			return nil, err
@@ -149,7 +149,11 @@ func New(opts Options) (*Fleet, error) {
 		replicas: map[string]*replica{}, models: map[string]*modelState{}, seq: map[string]int{},
 		fps: fingerprints{},
 	}
-	f.backend = newProcesses(opts, nodes, events{f})
+	if opts.Backend != nil {
+		f.backend = opts.Backend(events{f})
+	} else {
+		f.backend = newProcesses(opts, nodes, events{f})
+	}
 	f.demands = NewDemands(opts.Clock, func(string) { f.look() })
 	f.drains = NewDrains(opts.Clock, opts.DrainTimeout, f.drained)
 	return f, nil
@@ -443,6 +447,12 @@ func (f *Fleet) seenLocked(r *replica) Observation {
 	return o
 }
 
+// nodeOfLocked is the node r runs on: where it was placed, or where its
+// backend's scheduler bound it instead.
+func (f *Fleet) nodeOfLocked(r *replica) string {
+	return cmp.Or(f.seenLocked(r).Node, r.node)
+}
+
 // viewLocked is r as the API shows it.
 func (f *Fleet) viewLocked(r *replica) Replica {
 	o := f.seenLocked(r)
@@ -451,7 +461,7 @@ func (f *Fleet) viewLocked(r *replica) Replica {
 		log = f.backend.Log(r.id)
 	}
 	return Replica{
-		ID: r.id, Model: r.model, Profile: r.profile, Node: r.node, Endpoint: o.Endpoint,
+		ID: r.id, Model: r.model, Profile: r.profile, Node: cmp.Or(o.Node, r.node), Endpoint: o.Endpoint,
 		State: o.State, Detail: o.Detail, Failures: o.Failures, LastError: o.LastError,
 		Started: o.Started, ReadyAt: o.ReadyAt, PID: o.PID, Threads: o.Threads,
 		RSSBytes: o.RSSBytes, EstimateBytes: r.memBytes, Load: o.Load, Log: log, Engine: o.Engine,

@@ -1,6 +1,7 @@
 package fleet
 
 import (
+	"cmp"
 	"fmt"
 	"sync"
 	"time"
@@ -275,7 +276,7 @@ func (f *Fleet) Serving(model string) []Replica {
 			continue
 		}
 		if o := f.seenLocked(r); o.State == Ready && o.Endpoint != "" {
-			v := Replica{ID: r.id, Model: r.model, Node: r.node, Endpoint: o.Endpoint, State: o.State, Load: o.Load}
+			v := Replica{ID: r.id, Model: r.model, Node: cmp.Or(o.Node, r.node), Endpoint: o.Endpoint, State: o.State, Load: o.Load}
 			out = append(out, v)
 		}
 	}

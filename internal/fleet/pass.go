@@ -288,7 +288,7 @@ func (f *Fleet) accountLocked(n NodeInfo) account {
 	var promised, outstanding int64
 	a := account{cardHolder: map[int]string{}}
 	for _, r := range f.replicas {
-		if r.released || r.node != n.Name {
+		if r.released || f.nodeOfLocked(r) != n.Name {
 			continue
 		}
 		a.holders = append(a.holders, r)

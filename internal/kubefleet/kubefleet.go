@@ -39,8 +39,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
-	appslisters "k8s.io/client-go/listers/apps/v1"
-	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/clock"
@@ -135,20 +133,8 @@ const allModels = "\x00all"
 // Fleet is the catalog on a cluster. Its methods are safe for concurrent
 // use; Run starts the informers and the worker.
 type Fleet struct {
-	opts  Options
-	log   *slog.Logger
+	*cluster
 	queue workqueue.TypedRateLimitingInterface[string]
-	// priorities is whether the cluster has the PriorityClasses pods name
-	// (priority.go); set by Run before its worker starts.
-	priorities bool
-
-	// The listers are set by Run before its worker starts, and read only
-	// while it runs (synced says so).
-	pods        corelisters.PodLister
-	nodes       corelisters.NodeLister
-	configMaps  corelisters.ConfigMapLister
-	secrets     corelisters.SecretLister
-	deployments appslisters.DeploymentLister
 
 	// first is closed once the caches have synced, the first time.
 	first     chan struct{}
@@ -203,21 +189,22 @@ type Fleet struct {
 	onStopping fleet.Listeners[string]
 }
 
-// New returns a fleet over opts, refusing a missing option by name.
-func New(opts Options) (*Fleet, error) {
+// withDefaults is opts with its defaults, or the first missing option,
+// named.
+func withDefaults(opts Options) (Options, error) {
 	switch {
 	case opts.Client == nil:
-		return nil, errors.New("the kubernetes fleet needs a client: set Options.Client")
+		return opts, errors.New("the kubernetes fleet needs a client: set Options.Client")
 	case opts.Catalog == nil:
-		return nil, errors.New("the kubernetes fleet needs a catalog: set Options.Catalog")
+		return opts, errors.New("the kubernetes fleet needs a catalog: set Options.Catalog")
 	case opts.Namespace == "":
-		return nil, errors.New("the kubernetes fleet needs a namespace: set Options.Namespace")
+		return opts, errors.New("the kubernetes fleet needs a namespace: set Options.Namespace")
 	case opts.EngineImage == "":
-		return nil, operr.New(operr.Invalid, "the kubernetes fleet needs the llama.cpp server image its pods run: pass --engine-image (for example ghcr.io/ggml-org/llama.cpp:server)")
+		return opts, operr.New(operr.Invalid, "the kubernetes fleet needs the llama.cpp server image its pods run: pass --engine-image (for example ghcr.io/ggml-org/llama.cpp:server)")
 	case opts.MirrorURL == "":
-		return nil, operr.New(operr.Invalid, "the kubernetes fleet needs modelserve's address as the nodes reach it, to fetch weights from its mirror: pass --mirror-url (or --public-url)")
+		return opts, operr.New(operr.Invalid, "the kubernetes fleet needs modelserve's address as the nodes reach it, to fetch weights from its mirror: pass --mirror-url (or --public-url)")
 	case opts.MirrorDir == "":
-		return nil, errors.New("the kubernetes fleet needs the mirror's folder: set Options.MirrorDir")
+		return opts, errors.New("the kubernetes fleet needs the mirror's folder: set Options.MirrorDir")
 	}
 	if opts.FetchImage == "" {
 		opts.FetchImage = "busybox:1.37"
@@ -243,8 +230,17 @@ func New(opts Options) (*Fleet, error) {
 	if opts.Clock == nil {
 		opts.Clock = clock.RealClock{}
 	}
+	return opts, nil
+}
+
+// New returns a fleet over opts, refusing a missing option by name.
+func New(opts Options) (*Fleet, error) {
+	opts, err := withDefaults(opts)
+	if err != nil {
+		return nil, err
+	}
 	f := &Fleet{
-		opts: opts, log: opts.Log,
+		cluster: &cluster{opts: opts, log: opts.Log},
 		queue:  workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]()),
 		models: map[string]fleet.ModelHealth{}, parks: map[string]park{},
 		lastStops: map[string]fleet.GivenBack{}, givenWhy: map[string]string{}, madeRoom: map[string]bool{}, evictions: map[[2]string]int{}, waiting: map[string]bool{}, heldBack: map[string]bool{},
@@ -344,6 +340,7 @@ func (f *Fleet) Run(ctx context.Context) error {
 		cluster.Shutdown()
 		f.mu.Lock()
 		f.synced = false
+		f.up.Store(false)
 		close(f.passed)
 		f.passed = make(chan struct{})
 		f.mu.Unlock()
@@ -368,6 +365,7 @@ func (f *Fleet) Run(ctx context.Context) error {
 	f.priorities = f.findPriorityClasses(ctx)
 	f.mu.Lock()
 	f.synced = true
+	f.up.Store(true)
 	f.mu.Unlock()
 	f.firstOnce.Do(func() { close(f.first) })
 	f.Poke()
@@ -384,7 +382,7 @@ func (f *Fleet) Run(ctx context.Context) error {
 	return nil
 }
 
-func (f *Fleet) unreachable(ctx context.Context) error {
+func (f *cluster) unreachable(ctx context.Context) error {
 	if ctx.Err() != nil {
 		return nil
 	}
@@ -767,12 +765,12 @@ func (f *Fleet) reconcile(ctx context.Context, m catalog.Model, models []catalog
 
 // apply writes obj by server-side apply as the field manager "modelserve":
 // the fields it sets are its own, and a field it stops setting goes.
-func (f *Fleet) apply(ctx context.Context, obj metav1.Object) (metav1.Object, error) {
+func (f *cluster) apply(ctx context.Context, obj metav1.Object) (metav1.Object, error) {
 	return f.applyAs(ctx, obj, false)
 }
 
 // applyAs is apply, or with dryRun what apply would write, written not.
-func (f *Fleet) applyAs(ctx context.Context, obj metav1.Object, dryRun bool) (metav1.Object, error) {
+func (f *cluster) applyAs(ctx context.Context, obj metav1.Object, dryRun bool) (metav1.Object, error) {
 	body, err := json.Marshal(obj)
 	if err != nil {
 		return nil, err
@@ -803,7 +801,7 @@ func (f *Fleet) applyAs(ctx context.Context, obj metav1.Object, dryRun bool) (me
 
 // ensureKey makes the key of Deployment d's replicas once: applying a new
 // one on every pass would restart every replica.
-func (f *Fleet) ensureKey(ctx context.Context, model string, d metav1.Object) error {
+func (f *cluster) ensureKey(ctx context.Context, model string, d metav1.Object) error {
 	if _, err := f.secrets.Secrets(f.opts.Namespace).Get(keySecretName(d.GetName())); err == nil {
 		return nil
 	}
@@ -818,7 +816,7 @@ func (f *Fleet) ensureKey(ctx context.Context, model string, d metav1.Object) er
 // Deployment, once no pod of the model reads it and no Deployment of it
 // names it: the pods started with it are answered with it until they have
 // started afresh with their Deployment's.
-func (f *Fleet) dropModelKey(ctx context.Context, model string) error {
+func (f *cluster) dropModelKey(ctx context.Context, model string) error {
 	name := modelKeySecretName(model)
 	if _, err := f.secrets.Secrets(f.opts.Namespace).Get(name); err != nil {
 		return nil
@@ -845,7 +843,7 @@ func (f *Fleet) dropModelKey(ctx context.Context, model string) error {
 	return nil
 }
 
-func (f *Fleet) applyMirrorSecret(ctx context.Context) error {
+func (f *cluster) applyMirrorSecret(ctx context.Context) error {
 	_, err := f.apply(ctx, &corev1.Secret{
 		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Secret"},
 		ObjectMeta: metav1.ObjectMeta{Name: MirrorSecret, Namespace: f.opts.Namespace,
@@ -856,7 +854,7 @@ func (f *Fleet) applyMirrorSecret(ctx context.Context) error {
 }
 
 // modelPods are the pods of a model's Deployments, from the cache.
-func (f *Fleet) modelPods(name string) []*corev1.Pod {
+func (f *cluster) modelPods(name string) []*corev1.Pod {
 	pods, _ := f.pods.Pods(f.opts.Namespace).List(labels.SelectorFromSet(labels.Set{labelManagedBy: managedBy, labelModel: objName(name)}))
 	return pods
 }

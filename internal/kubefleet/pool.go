@@ -29,8 +29,8 @@ type node struct {
 }
 
 // room reads every node and pod from the caches.
-func (f *Fleet) room() []node {
-	if !f.running() {
+func (f *cluster) room() []node {
+	if !f.up.Load() {
 		return nil
 	}
 	ns, _ := f.nodes.List(labels.Everything())
@@ -130,7 +130,7 @@ func cardBytes(n *corev1.Node, product string) int64 {
 // products are the product label values of the nodes with cards of class,
 // for a GPU profile's node affinity; the NVIDIA name when no node has it
 // yet, so a node added later with it is chosen.
-func (f *Fleet) products(class string) []string {
+func (f *cluster) products(class string) []string {
 	if class == "" {
 		return nil
 	}
