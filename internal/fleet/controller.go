@@ -206,6 +206,15 @@ func (f *Fleet) Run(ctx context.Context) error {
 	quit := make(chan struct{})
 	f.quit = quit
 	f.mu.Unlock()
+	if o, ok := f.backend.(Opener); ok {
+		if err := o.Open(ctx); err != nil {
+			f.mu.Lock()
+			close(quit)
+			f.running = false
+			f.mu.Unlock()
+			return err
+		}
+	}
 	defer func() {
 		f.mu.Lock()
 		close(quit)
@@ -263,6 +272,26 @@ func (f *Fleet) Run(ctx context.Context) error {
 	}
 }
 
+// Opener is a backend that reaches where its replicas run at each Run's
+// start (a cluster's reads it): an error ends the Run, saying why.
+type Opener interface {
+	Open(ctx context.Context) error
+}
+
+// Synced is closed once the fleet's backend knows its nodes the first
+// time: at once for this machine's, once a cluster's has read it for a
+// cluster's. Until then there are no nodes to place on, and every plan
+// would fit nowhere.
+func (f *Fleet) Synced() <-chan struct{} {
+	if s, ok := f.backend.(interface{ Synced() <-chan struct{} }); ok {
+		return s.Synced()
+	}
+	return closed
+}
+
+// closed is a channel closed from the start.
+var closed = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
 // adoptLocked takes back the replicas a modelserve before this one left
 // running, as the backend finds them, in place of a Run before's view:
 // the first pass counts their room as taken, and drains those whose
@@ -303,8 +332,15 @@ func (f *Fleet) Sync(ctx context.Context) error {
 	select {
 	case <-done:
 	case <-quit:
+		return nil
 	case <-ctx.Done():
 		return ctx.Err()
+	}
+	// A backend that does what the pass asked of it after the pass (a
+	// cluster's writes its objects then) is waited for too: what Sync
+	// promises holds of what it runs.
+	if sy, ok := f.backend.(Syncer); ok {
+		return sy.Sync(ctx)
 	}
 	return nil
 }

@@ -46,7 +46,7 @@ type Options struct {
 	// processes on Nodes: it is made with the controller's Events, which
 	// it tells of its replicas (a cluster's, internal/kubefleet).
 	Backend func(Events) Backend
-	Log   *slog.Logger
+	Log     *slog.Logger
 	// Notify is told of each model parked (--notify-url); nil tells no one.
 	Notify *notify.Notifier
 	// Interval is how often the catalog is compared with what runs when

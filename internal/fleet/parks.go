@@ -152,7 +152,10 @@ func (f *Fleet) keepPark(r *replica) {
 		f.mu.Unlock()
 		return
 	}
-	pk := park{key: parkKey(r.fingerprint, st.addedAt), reason: st.reason, failures: st.failedStarts, at: time.Now()}
+	// For its entry: what more its backend ran it with (Runner) is not
+	// what failed.
+	entry, _, _ := strings.Cut(r.fingerprint, "+")
+	pk := park{key: parkKey(entry, st.addedAt), reason: st.reason, failures: st.failedStarts, at: time.Now()}
 	f.mu.Unlock()
 	f.opts.Notify.Send(notify.Parked(r.model, pk.reason))
 	// Not the replica's context: it ends as the model is parked.

@@ -75,8 +75,9 @@ const (
 	mirrorToken = "ms_suite-nodes"
 )
 
-// startKubernetes is the Kubernetes fleet on a real control plane with two
-// kwok nodes of 4 cores and 8 GiB, as deploy/rbac.yaml's account, with
+// startKubernetes is the fleet over the Kubernetes backend, its parks
+// kept in the cluster, on a real control plane with two kwok nodes of 4
+// cores and 8 GiB, as deploy/rbac.yaml's account, with
 // deploy/networkpolicy.yaml applied; the Kubelet runs every pod it writes:
 // the init container in busybox fetches the weights from the mirror over
 // HTTP with the mirror token, then the real llama-server serves them on

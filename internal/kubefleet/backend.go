@@ -3,7 +3,10 @@ package kubefleet
 import (
 	"cmp"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -40,8 +43,12 @@ type Backend struct {
 	kick chan struct{}
 	wg   sync.WaitGroup
 
-	mu   sync.Mutex
-	reps map[string]*kreplica
+	mu sync.Mutex
+	// steps counts the worker's steps begun and done; stepped is closed
+	// (and replaced) at the end of each, for Sync.
+	begun, done int
+	stepped     chan struct{}
+	reps        map[string]*kreplica
 	// byPod is the replica each paired pod answers for, by pod name.
 	byPod map[string]string
 	deps  map[string]*kdep
@@ -93,7 +100,7 @@ func NewBackend(opts Options) (*Backend, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Backend{cluster: &cluster{opts: opts, log: opts.Log}, first: make(chan struct{}), kick: make(chan struct{}, 1),
+	return &Backend{cluster: &cluster{opts: opts, log: opts.Log}, first: make(chan struct{}), kick: make(chan struct{}, 1), stepped: make(chan struct{}),
 		reps: map[string]*kreplica{}, byPod: map[string]string{}, deps: map[string]*kdep{}}, nil
 }
 
@@ -151,6 +158,42 @@ func (b *Backend) Nodes() []fleet.NodeInfo {
 	}
 	slices.SortFunc(out, func(a, b fleet.NodeInfo) int { return strings.Compare(a.Name, b.Name) })
 	return out
+}
+
+// Runs is what a pod of m runs beyond its catalog entry
+// (fleet.Runner): the PriorityClass its class names, and the images of
+// its engines. A change of them replaces its pods, each drained, as a
+// changed entry does: written at once, the Deployment's new template
+// would roll every pod, answers and all.
+func (b *Backend) Runs(m catalog.Model) string {
+	parts := []string{b.priorityClass(m)}
+	for _, p := range m.Profiles {
+		image, _, _ := b.engine(m, p, weights{})
+		parts = append(parts, image)
+	}
+	sum := sha256.Sum256([]byte(strings.Join(parts, "\n")))
+	return hex.EncodeToString(sum[:4])
+}
+
+// runsFingerprint is what the controller starts a replica of m with
+// (fleet.Placement's Fingerprint): its entry's and its Runs.
+func (b *Backend) runsFingerprint(m catalog.Model) string {
+	return fleet.Fingerprint(m) + "+" + b.Runs(m)
+}
+
+// podRuns is what pod p of m's profile pi runs, as runsFingerprint says
+// it: its template's entry, and m's Runs if it runs what m's pods run
+// now (its PriorityClass and its engine's image), else what it ran
+// before.
+func (b *Backend) podRuns(p *corev1.Pod, m catalog.Model, pi int) string {
+	image, _, _ := b.engine(m, m.Profiles[pi], weights{})
+	runs := "before"
+	for _, c := range p.Spec.Containers {
+		if c.Name == "engine" && c.Image == image && p.Spec.PriorityClassName == b.priorityClass(m) {
+			runs = b.Runs(m)
+		}
+	}
+	return p.Annotations[annotationFinger] + "+" + runs
 }
 
 // Check is why m cannot run on the cluster: its weights not on the
@@ -264,26 +307,58 @@ func (r *kreplica) note(line string) {
 	}
 }
 
+// Sync waits until the worker has written what the controller asked of
+// it so far (the fleet's Sync waits for it): a step begun after the call has ended, or
+// ctx has.
+func (b *Backend) Sync(ctx context.Context) error {
+	if !b.up.Load() {
+		return nil // not reading the cluster: there is no worker to wait for
+	}
+	b.mu.Lock()
+	target := b.begun + 1
+	b.mu.Unlock()
+	b.poke()
+	for {
+		b.mu.Lock()
+		done, stepped := b.done, b.stepped
+		b.mu.Unlock()
+		if done >= target {
+			return nil
+		}
+		select {
+		case <-stepped:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
 // Wait returns once the worker and the informers have stopped.
 func (b *Backend) Wait() { b.wg.Wait() }
 
 // Outlives: pods are the cluster's, and go on running after modelserve.
 func (b *Backend) Outlives() bool { return true }
 
-// Adopt reads the cluster, starts the worker for the Run of ctx, and
-// takes back the fleet's pods it finds, each as a replica named by its
-// pod.
+// Open reads the cluster for the Run of ctx (fleet.Opener): its caches
+// are kept until ctx ends.
+func (b *Backend) Open(ctx context.Context) error {
+	if err := b.watch(ctx); err != nil {
+		return err
+	}
+	b.firstOnce.Do(func() { close(b.first) })
+	return nil
+}
+
+// Adopt starts the worker for the Run of ctx, and takes back the fleet's
+// pods the cluster has, each as a replica named by its pod.
 func (b *Backend) Adopt(ctx context.Context) []fleet.Adopted {
 	b.mu.Lock()
 	b.reps, b.byPod, b.deps = map[string]*kreplica{}, map[string]string{}, map[string]*kdep{}
+	b.begun, b.done = 0, 0
 	b.mu.Unlock()
-	if err := b.watch(ctx); err != nil {
-		if ctx.Err() == nil {
-			b.log.Error("the kubernetes fleet cannot read the cluster", "err", err)
-		}
-		return nil
+	if !b.up.Load() {
+		return nil // Open did not read the cluster
 	}
-	b.firstOnce.Do(func() { close(b.first) })
 	models, err := b.opts.Catalog.List(ctx)
 	if err != nil {
 		b.log.Error("reading the catalog to take back the fleet's pods", "err", err)
@@ -306,6 +381,7 @@ func (b *Backend) Adopt(ctx context.Context) []fleet.Adopted {
 		d := &kdep{pi: pi, dirty: true}
 		if m, ok := byName[model]; ok && pi < len(m.Profiles) {
 			a.Profile, d.m, d.known = m.Profiles[pi].Name, m, true
+			a.Fingerprint = b.podRuns(p, m, pi)
 		}
 		for _, c := range p.Spec.Containers {
 			if c.Name == "engine" {
@@ -395,15 +471,85 @@ func anyMap[K comparable](m map[K]bool) map[any]bool {
 // and tells the controller what their pods do, until ctx ends.
 func (b *Backend) work(ctx context.Context) {
 	defer b.wg.Done()
+	defer func() {
+		// No step is to come: nobody waits for one (Sync).
+		b.mu.Lock()
+		b.done = math.MaxInt
+		close(b.stepped)
+		b.stepped = make(chan struct{})
+		b.mu.Unlock()
+	}()
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
+	var collected time.Time
 	for {
 		b.step(ctx)
+		if now := time.Now(); now.Sub(collected) >= min(b.opts.Resync, 5*time.Second) {
+			b.collect(ctx)
+			collected = now
+		}
 		select {
 		case <-ctx.Done():
 			return
 		case <-b.kick:
 		case <-tick.C:
+		}
+	}
+}
+
+// collect deletes the objects of the models gone from the catalog, and
+// the Deployments of profiles gone from a model's entry, once no replica
+// of them is left: the controller drains and stops those first. A
+// model's owner goes with its Deployments, its Service and its keys (the
+// garbage collector deletes what it owns); a model's key of before keys
+// were per Deployment goes once no pod reads it (dropModelKey).
+func (b *Backend) collect(ctx context.Context) {
+	models, err := b.opts.Catalog.List(ctx)
+	if err != nil {
+		return
+	}
+	byName := map[string]catalog.Model{}
+	for _, m := range models {
+		byName[m.Name] = m
+	}
+	ns := b.opts.Namespace
+	owners, _ := b.configMaps.ConfigMaps(ns).List(labels.Everything())
+	deps, _ := b.deployments.Deployments(ns).List(labels.Everything())
+	b.mu.Lock()
+	heldModel, heldDep := map[string]bool{}, map[string]bool{}
+	for _, r := range b.reps {
+		heldModel[r.model], heldDep[r.deployment] = true, true
+	}
+	b.mu.Unlock()
+	bg := metav1.DeletePropagationBackground
+	for _, o := range owners {
+		name := o.Annotations[annotationModel]
+		if _, ok := byName[name]; ok {
+			// The key a whole model had before keys were per
+			// Deployment goes once no pod reads it.
+			if err := b.dropModelKey(ctx, name); err != nil {
+				b.log.Error("removing a model's key of before; trying again", "model", name, "err", err)
+			}
+			continue
+		}
+		if name == "" || heldModel[name] {
+			continue
+		}
+		err := b.opts.Client.CoreV1().ConfigMaps(ns).Delete(ctx, o.Name, metav1.DeleteOptions{PropagationPolicy: &bg})
+		if err != nil && !apierrors.IsNotFound(err) {
+			b.log.Error("removing a model's objects from the cluster; trying again", "model", name, "err", err)
+			continue
+		}
+		b.log.Info("removed a model's objects from the cluster", "model", name)
+	}
+	for _, d := range deps {
+		m, ok := byName[d.Annotations[annotationModel]]
+		if !ok || heldDep[d.Name] || slices.ContainsFunc(byPriority(m), func(pi int) bool { return deploymentName(m.Name, pi) == d.Name }) {
+			continue
+		}
+		err := b.opts.Client.AppsV1().Deployments(ns).Delete(ctx, d.Name, metav1.DeleteOptions{})
+		if err != nil && !apierrors.IsNotFound(err) {
+			b.log.Error("removing the Deployment of a profile gone from its model's entry; trying again", "deployment", d.Name, "err", err)
 		}
 	}
 }
@@ -423,6 +569,14 @@ func (b *Backend) step(ctx context.Context) {
 	var dels []deletion
 	var events []event
 	b.mu.Lock()
+	b.begun++
+	defer func() {
+		b.mu.Lock()
+		b.done++
+		close(b.stepped)
+		b.stepped = make(chan struct{})
+		b.mu.Unlock()
+	}()
 	for _, r := range b.reps {
 		switch {
 		case r.restart && r.pod != "":
@@ -497,7 +651,7 @@ func (b *Backend) writeDeployments(ctx context.Context) {
 		d.dirty = false
 		fp := ""
 		if d.known {
-			fp = fleet.Fingerprint(d.m)
+			fp = b.runsFingerprint(d.m)
 		}
 		var now, former int32
 		for _, r := range b.reps {
@@ -572,7 +726,10 @@ func (c *cluster) writeProfile(ctx context.Context, m catalog.Model, pi int, rep
 	// After the Deployment, which owns it: a pod made meanwhile waits for
 	// it, as a kubelet holds back a container whose Secret is not there
 	// yet.
-	return c.ensureKey(ctx, m.Name, written)
+	if err := c.ensureKey(ctx, m.Name, written); err != nil {
+		return err
+	}
+	return c.dropModelKey(ctx, m.Name)
 }
 
 // pair pairs each Deployment's pods made since with its replicas waiting
@@ -600,7 +757,20 @@ func (b *Backend) pair() []event {
 			if !active(p) || b.byPod[p.Name] != "" {
 				continue
 			}
-			i := slices.IndexFunc(rs, func(r *kreplica) bool { return r.fingerprint == p.Annotations[annotationFinger] })
+			// A pod runs what its replica was started with: not a pod
+			// of the template before, which its ReplicaSet may still
+			// make for a moment.
+			runs := p.Annotations[annotationFinger]
+			if d := b.deps[dep]; d != nil && d.known {
+				runs = b.podRuns(p, d.m, d.pi)
+			}
+			i := slices.IndexFunc(rs, func(r *kreplica) bool {
+				if !strings.Contains(runs, "+") {
+					entry, _, _ := strings.Cut(r.fingerprint, "+")
+					return entry == runs
+				}
+				return r.fingerprint == runs
+			})
 			if i < 0 {
 				continue
 			}
@@ -635,6 +805,13 @@ func (b *Backend) pair() []event {
 			continue
 		}
 		rep := replica(p)
+		if p.DeletionTimestamp != nil && r.endpoint != "" {
+			// Deleted by another: whoever keeps connections to it
+			// closes them, as for a pod the fleet deletes.
+			endpoint := r.endpoint
+			events = append(events, func(ev fleet.Events) { ev.Stopping(endpoint) })
+			rep.Endpoint = ""
+		}
 		r.endpoint = rep.Endpoint
 		if n := restartsOf(p); n > r.restarts {
 			events = append(events, b.failedLocked(r, p, n-r.restarts, now))

@@ -389,3 +389,13 @@ func (f *cluster) ownerMap(m catalog.Model, parkedFor, parkedWhy string) *corev1
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// replaceAtOnce is the strategy of every Deployment the fleet writes: its
+// rollout deletes its old pods first, all at once, then starts the new.
+// A template changes only once the replicas of the entry before it have
+// drained and gone (Backend.writeDeployments), so there are none to roll.
+func replaceAtOnce() appsv1.DeploymentStrategy {
+	none, all := intstr.FromInt32(0), intstr.FromString("100%")
+	return appsv1.DeploymentStrategy{Type: appsv1.RollingUpdateDeploymentStrategyType,
+		RollingUpdate: &appsv1.RollingUpdateDeployment{MaxSurge: &none, MaxUnavailable: &all}}
+}
