@@ -14,6 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	clocktesting "k8s.io/utils/clock/testing"
 
 	"modelserve/catalog"
 	"modelserve/internal/catalogtest"
@@ -489,4 +490,74 @@ func kindOf(err error) operr.Kind {
 		return e.Kind
 	}
 	return ""
+}
+
+// TestKubeletRestartsAreFailuresForgivenOnceStable: each restart of a
+// pod's engine by its kubelet is a failure of its model's, as an engine's
+// exit is locally, counted once; and a pod ready for a minute since has
+// them forgiven, as a local engine serving a minute has: counted for
+// ever, a few restarts over a pod's life would park a model that serves.
+func TestKubeletRestartsAreFailuresForgivenOnceStable(t *testing.T) {
+	c := kubetest.Start(t)
+	c.AddNode(t, kubetest.Node{Name: "cpu-1", CPU: 8, Memory: "32Gi"})
+	client := c.Client(t, c.Account(t, "../../deploy/rbac.yaml"))
+	clk := clocktesting.NewFakeClock(time.Now())
+	cat := &catalogtest.Catalog{}
+	mirrorDir := t.TempDir()
+	f := newKubeFleet(t, kubefleet.Options{
+		Client: client, Catalog: cat, Namespace: ns, EngineImage: "ghcr.io/ggml-org/llama.cpp:server",
+		MirrorURL: "http://modelserve.modelserve.svc:8080/", MirrorDir: mirrorDir, MirrorToken: "ms_nodes",
+		Resync: 5 * time.Second, Clock: clk,
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- f.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+	<-f.Synced()
+	cat.Put(model(mirrorDir, "flaky", catalog.Profile{RAMBytes: 1 << 30, CPUCores: 1}))
+	f.Poke()
+	r := testkit.WaitForValue(t, time.Minute, "a ready replica of flaky", func() (fleet.Replica, bool) {
+		rs := f.Serving("flaky")
+		return first(rs), len(rs) == 1
+	})
+
+	// Its kubelet restarted its engine twice, and it is ready again.
+	bg := context.Background()
+	p := podOf(t, c.Admin, r)
+	p.Status.ContainerStatuses = []corev1.ContainerStatus{{
+		Name: "engine", Image: p.Spec.Containers[0].Image, RestartCount: 2, Ready: true,
+		State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: metav1.Now()}},
+		LastTerminationState: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{
+			ExitCode: 139, Reason: "Error", Message: "ggml_abort: out of memory\n"}},
+	}}
+	if _, err := c.Admin.CoreV1().Pods(ns).UpdateStatus(bg, p, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	h := testkit.WaitForValue(t, time.Minute, "flaky's two failures counted", func() (fleet.ModelHealth, bool) {
+		h := health(f, "flaky")
+		return h, h.Failures == 2
+	})
+	if h.Parked {
+		t.Errorf("flaky is parked after 2 failures of 3: %+v", h)
+	}
+	// Counted once: the pod's status read again counts nothing more.
+	for range 3 {
+		if err := f.Sync(bg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if h := health(f, "flaky"); h.Failures != 2 {
+		t.Errorf("flaky's failures %d after its pod was read again, want the 2 restarts counted once", h.Failures)
+	}
+
+	clk.Step(61 * time.Second)
+	testkit.WaitForValue(t, time.Minute, "flaky's failures forgiven after a minute ready", func() (fleet.ModelHealth, bool) {
+		h := health(f, "flaky")
+		return h, h.Failures == 0 && !h.Parked
+	})
 }
