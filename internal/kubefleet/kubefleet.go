@@ -128,19 +128,11 @@ func (f *cluster) unreachable(ctx context.Context) error {
 // apply writes obj by server-side apply as the field manager "modelserve":
 // the fields it sets are its own, and a field it stops setting goes.
 func (f *cluster) apply(ctx context.Context, obj metav1.Object) (metav1.Object, error) {
-	return f.applyAs(ctx, obj, false)
-}
-
-// applyAs is apply, or with dryRun what apply would write, written not.
-func (f *cluster) applyAs(ctx context.Context, obj metav1.Object, dryRun bool) (metav1.Object, error) {
 	body, err := json.Marshal(obj)
 	if err != nil {
 		return nil, err
 	}
 	opts := metav1.PatchOptions{FieldManager: fieldManager, Force: ptr(true)}
-	if dryRun {
-		opts.DryRun = []string{metav1.DryRunAll}
-	}
 	ns, name := f.opts.Namespace, obj.GetName()
 	var out metav1.Object
 	switch obj.(type) {
