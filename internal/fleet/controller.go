@@ -22,7 +22,7 @@ import (
 type Fleet struct {
 	opts Options
 	// backend starts, stops and watches the replicas (backend.go): the
-	// engine processes of this machine's nodes.
+	// engine processes of this machine's nodes, or Options.Backend's.
 	backend Backend
 	log     *slog.Logger
 	poke    chan struct{}

@@ -259,8 +259,11 @@ func (b *Backend) Observe(id string) (fleet.Observation, bool) {
 	o := fleet.Observation{State: fleet.Starting, Failures: r.restarts, LastError: r.lastError, Engine: "llamacpp"}
 	if r.pod == "" {
 		o.Detail = "placing: waiting for its Deployment's next pod"
-		if r.restart {
+		switch {
+		case r.restart:
 			o.Detail = "restarting: its pod is being deleted"
+		case b.waitsForFormerLocked(r):
+			o.Detail = "placing: waiting for the pods of what its model ran before to drain and go; its Deployment is rewritten then"
 		}
 		return o, true
 	}
@@ -279,6 +282,18 @@ func (b *Backend) Observe(id string) (fleet.Observation, bool) {
 		o.Key = string(s.Data[keySecretKey])
 	}
 	return o, true
+}
+
+// waitsForFormerLocked is whether r's Deployment still has replicas of
+// what its model ran before (writeDeployments): its template is not
+// rewritten for r until they have gone. b.mu is held.
+func (b *Backend) waitsForFormerLocked(r *kreplica) bool {
+	for _, o := range b.reps {
+		if o.deployment == r.deployment && !o.deleted && o.fingerprint != r.fingerprint {
+			return true
+		}
+	}
+	return false
 }
 
 // Log is modelserve's notes on replica id.
@@ -521,6 +536,7 @@ func (b *Backend) collect(ctx context.Context) {
 		heldModel[r.model], heldDep[r.deployment] = true, true
 	}
 	b.mu.Unlock()
+	b.verify()
 	bg := metav1.DeletePropagationBackground
 	for _, o := range owners {
 		name := o.Annotations[annotationModel]
@@ -687,6 +703,53 @@ func (b *Backend) writeDeployments(ctx context.Context) {
 			b.mu.Unlock()
 		}
 	}
+}
+
+// verify has each Deployment with replicas written again when the
+// cluster no longer has it as it was written: deleted meanwhile (its
+// model removed and served again in the moment its objects were being
+// deleted, or by an operator), at another count, or without its key.
+func (b *Backend) verify() {
+	ns := b.opts.Namespace
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	want := map[string]int32{}
+	for _, r := range b.reps {
+		if !r.deleted {
+			want[r.deployment]++
+		}
+	}
+	for name, n := range want {
+		d := b.deps[name]
+		if d == nil || d.dirty || !d.known {
+			continue
+		}
+		dep, err := b.deployments.Deployments(ns).Get(name)
+		if err != nil || dep.DeletionTimestamp != nil || dep.Spec.Replicas == nil || *dep.Spec.Replicas != n && !b.formerLocked(name, d) {
+			d.dirty = true
+			continue
+		}
+		if s, err := b.secrets.Secrets(ns).Get(podKeySecret(&corev1.Pod{Spec: dep.Spec.Template.Spec})); err != nil ||
+			s.Name == keySecretName(name) && !ownedBy(s, dep.UID) {
+			d.dirty = true
+		}
+	}
+	if len(want) > 0 {
+		b.poke()
+	}
+}
+
+// formerLocked is whether Deployment name has replicas of what its model
+// ran before d's entry: it is written at their count then, not at all of
+// its replicas'. b.mu is held.
+func (b *Backend) formerLocked(name string, d *kdep) bool {
+	fp := b.runsFingerprint(d.m)
+	for _, r := range b.reps {
+		if r.deployment == name && !r.deleted && r.fingerprint != fp {
+			return true
+		}
+	}
+	return false
 }
 
 // scale sets Deployment name's replicas alone.

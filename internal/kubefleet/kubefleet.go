@@ -156,14 +156,33 @@ func (f *cluster) apply(ctx context.Context, obj metav1.Object) (metav1.Object, 
 // ensureKey makes the key of Deployment d's replicas once: applying a new
 // one on every pass would restart every replica.
 func (f *cluster) ensureKey(ctx context.Context, model string, d metav1.Object) error {
-	if _, err := f.secrets.Secrets(f.opts.Namespace).Get(keySecretName(d.GetName())); err == nil {
-		return nil
+	secrets := f.opts.Client.CoreV1().Secrets(f.opts.Namespace)
+	if s, err := f.secrets.Secrets(f.opts.Namespace).Get(keySecretName(d.GetName())); err == nil {
+		if ownedBy(s, d.GetUID()) {
+			return nil
+		}
+		// The key of a Deployment of the same name before, deleted with
+		// its model and about to go with it: this one has its own.
+		err := secrets.Delete(ctx, s.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &s.UID}})
+		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+			return fmt.Errorf("replacing the replica key of %s: %w", d.GetName(), err)
+		}
 	}
-	_, err := f.opts.Client.CoreV1().Secrets(f.opts.Namespace).Create(ctx, f.keySecret(model, d), metav1.CreateOptions{FieldManager: fieldManager})
+	_, err := secrets.Create(ctx, f.keySecret(model, d), metav1.CreateOptions{FieldManager: fieldManager})
 	if err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("writing the replica key of %s: %w", d.GetName(), err)
 	}
 	return nil
+}
+
+// ownedBy is whether o is owned by the object of uid.
+func ownedBy(o metav1.Object, uid types.UID) bool {
+	for _, r := range o.GetOwnerReferences() {
+		if r.UID == uid {
+			return true
+		}
+	}
+	return false
 }
 
 // dropModelKey removes the key a whole model had before keys were per
