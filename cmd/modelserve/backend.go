@@ -46,7 +46,6 @@ type fleetBackend interface {
 
 var (
 	_ fleetBackend = (*fleet.Fleet)(nil)
-	_ fleetBackend = (*kubefleet.Fleet)(nil)
 	_ jobs.Fleet   = fleetBackend(nil)
 )
 
@@ -67,7 +66,7 @@ func newBackend(ctx context.Context, cfg config, enginePath string, store *catal
 		}
 		return f, cat, nil
 	case "kubernetes":
-		f, err := newKubeFleet(cfg, store, log)
+		f, err := newKubeFleet(cfg, store, notifier, log)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -113,9 +112,9 @@ func checkLocalMemory(ctx context.Context, budget int64, store *catalog.Store) e
 	return nil
 }
 
-// newKubeFleet is the kubernetes fleet: its client from --kubeconfig
-// (KUBECONFIG), else the pod's own service account.
-func newKubeFleet(cfg config, store *catalog.Store, log *slog.Logger) (*kubefleet.Fleet, error) {
+// newKubeFleet is the fleet over the kubernetes backend: its client from
+// --kubeconfig (KUBECONFIG), else the pod's own service account.
+func newKubeFleet(cfg config, store *catalog.Store, notifier *notify.Notifier, log *slog.Logger) (*fleet.Fleet, error) {
 	var rc *rest.Config
 	var err error
 	if cfg.Kubeconfig != "" {
@@ -139,12 +138,18 @@ func newKubeFleet(cfg config, store *catalog.Store, log *slog.Logger) (*kubeflee
 	if mirrorURL == "" {
 		mirrorURL = cfg.PublicURL
 	}
-	return kubefleet.New(kubefleet.Options{
+	log = log.With("part", "fleet", "fleet", "kubernetes")
+	kb, err := kubefleet.NewBackend(kubefleet.Options{
 		Client: client, Catalog: store, Namespace: cmp.Or(cfg.Namespace, "modelserve"),
 		EngineImage: cfg.EngineImage, VLLMImage: cfg.VLLMImage, FetchImage: cfg.FetchImage, WeightsVolume: cfg.WeightsVolume,
 		MirrorURL: mirrorURL, MirrorDir: filepath.Join(cfg.Data, "mirror"), MirrorToken: cfg.MirrorToken,
-		GPUProductLabel: cfg.GPUProductLabel, DrainTimeout: cfg.DrainTimeout, Residency: residency(cfg.Residency),
-		// Kept free on each node, as on the local fleet's machine.
-		Headroom: fleet.Headroom{RAM: cfg.Headroom, Card: cfg.Headroom}, Log: log.With("part", "fleet", "fleet", "kubernetes"),
+		GPUProductLabel: cfg.GPUProductLabel, Log: log,
 	})
+	if err != nil {
+		return nil, err
+	}
+	return fleet.New(fleet.Options{Catalog: store, Backend: kb.Attach, Parks: kb.Parks(), Notify: notifier,
+		DrainTimeout: cfg.DrainTimeout, Residency: residency(cfg.Residency),
+		// Kept free on each node, as on the local fleet's machine.
+		Headroom: fleet.Headroom{RAM: cfg.Headroom, Card: cfg.Headroom}, Log: log})
 }

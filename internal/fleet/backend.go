@@ -14,40 +14,49 @@ import (
 // of them. A Backend answers only what differs between where replicas run:
 // which nodes there are and what they hold, how a replica is started and
 // stopped, and what its engine is doing. The local backend (processes.go)
-// runs engines as child processes of modelserve; a cluster's is the other.
+// runs engines as child processes of modelserve; a cluster's
+// (internal/kubefleet) is the other.
 //
-// How a Kubernetes backend fits (kubefleet runs a pass of its own today):
+// How the Kubernetes backend fits (internal/kubefleet/backend.go):
 //
-//   - Nodes are the cluster's schedulable nodes, each Capacity its
-//     allocatable less what other pods request; Local is false.
+//   - Nodes are the cluster's nodes, each with its allocatable memory, of
+//     which what pods other than the fleet's request is not available;
+//     Local is false. The replicas' pods are the controller's to count.
 //   - Check is the weights' place in the mirror and whether the cluster
 //     can run the engine's image (weightsOf, canRun).
-//   - Start scales the Deployment of the model's profile up by one, its
-//     owner ConfigMap, Service and key Secret applied first. The
-//     scheduler places the pod: Placement.Node and Cards are a hint (a
-//     node affinity at most), and the replica is pending, with no node
-//     and no endpoint, until its pod is bound. Pods are named by their
-//     ReplicaSet, so the backend pairs the controller's id with the next
-//     pod of that Deployment and answers for it by that pod.
-//   - Stop deletes the pod once the controller's drain is over, its
-//     Deployment scaled down with it (a pod deletion cost names which);
-//     Restart deletes the pod alone, for its ReplicaSet to make another.
+//   - Start has the Deployment of the model's profile one replica more,
+//     written with its owner ConfigMap, Service and key Secret by a
+//     worker of the backend's after the pass (the fleet's Sync waits for
+//     it). The scheduler places the pod: Placement.Node is a hint, and
+//     Observation.Node says where the pod was bound, where its room is
+//     counted. Pods are named by their ReplicaSet, so the backend pairs
+//     the controller's id with the next pod of that Deployment running
+//     what the replica was started with, and answers for it by that pod.
+//   - Stop deletes the pod once the controller's drain is over, then
+//     lowers its Deployment by one: lowered first, the ReplicaSet would
+//     choose which pod goes. Restart deletes the pod alone, for its
+//     ReplicaSet to make another. Events.Ended is told once the pod is
+//     gone.
 //   - Observe reads the informer's pod: its phase, readiness and init
-//     container as the State and Detail (podState), its IP as the
-//     endpoint, its key Secret as the Key, the container's restarts as
-//     Failures and its last termination message as LastError. The
-//     kubelet restarts a failed engine itself, with its own backoff: the
-//     backend tells Events.Failed of each restart it sees, ignores the
-//     wait, and scales the Deployment down when told to park. A kept
-//     park is the controller's (Options.Parks), in a store the backend
-//     may give it: the owner ConfigMap's annotation.
-//   - Pods outlive modelserve, as recorded local engines do: Adopt lists
-//     the model's pods the informer finds at Run (by the labels the
-//     backend writes: replica id, model, profile, the entry's
-//     fingerprint as an annotation), each running and ready one taken
-//     back with its key from its Secret, and a pod failing its probes left
-//     to the kubelet's own restarts. Outlives is always true: a pod is
-//     deleted only when the controller's drain is over.
+//     container as the State and Detail (the scheduler's own sentence
+//     for a pod with nowhere to go), its IP as the endpoint, its key
+//     Secret as the Key. The kubelet restarts a failed engine itself: the
+//     backend tells Events.Failed of each restart once, ignores the wait,
+//     and deletes the pod when told its model is parked; a pod ready for
+//     a minute is told to Events.Stable, as an engine is locally. Parks
+//     are kept by the controller (Options.Parks) in the store the backend
+//     gives it: annotations on the model's owner ConfigMap.
+//   - What a pod runs beyond its catalog entry (its image, the
+//     PriorityClass of its model's class) is the backend's Runs
+//     (Runner): a change replaces the pods, drained, as a changed entry
+//     does, and a Deployment's template is rewritten only once the pods
+//     of the one before have gone.
+//   - Pods outlive modelserve: Adopt takes back every running pod of the
+//     fleet's the informer finds at Run, each a replica named by its pod,
+//     with the fingerprint its template was written with. Outlives is
+//     always true.
+//   - PID, RSS, threads measured, the engine's load and its output are
+//     not read from a cluster: the controller depends on none of them.
 
 // Backend starts, stops and watches replicas for the controller. Its
 // methods are called with the controller's lock held, and must not call
@@ -130,7 +139,8 @@ type Placement struct {
 	// many on whichever it lands.
 	Cores []int
 	// Fingerprint is the catalog entry's (Fingerprint) it was started
-	// from.
+	// from, and what more its backend runs it with ("+" and Runner's
+	// Runs), if anything.
 	Fingerprint string
 }
 
@@ -141,6 +151,10 @@ type Observation struct {
 	State    State
 	Detail   string
 	Endpoint string
+	// Node is the node it runs on, when its backend's scheduler bound it
+	// to another than it was placed on; "" where it was placed. Its room
+	// is counted there.
+	Node string
 	// Key is the key its engine wants (--api-key).
 	Key      string
 	PID      int

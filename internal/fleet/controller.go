@@ -22,7 +22,7 @@ import (
 type Fleet struct {
 	opts Options
 	// backend starts, stops and watches the replicas (backend.go): the
-	// engine processes of this machine's nodes.
+	// engine processes of this machine's nodes, or Options.Backend's.
 	backend Backend
 	log     *slog.Logger
 	poke    chan struct{}
@@ -129,7 +129,7 @@ func New(opts Options) (*Fleet, error) {
 		opts.Residency = DefaultResidency
 	}
 	nodes := opts.Nodes
-	if len(nodes) == 0 {
+	if len(nodes) == 0 && opts.Backend == nil {
 		n, err := Local(LocalConfig{Engine: opts.Engine})
 		if err != nil {
 			return nil, err
@@ -149,7 +149,11 @@ func New(opts Options) (*Fleet, error) {
 		replicas: map[string]*replica{}, models: map[string]*modelState{}, seq: map[string]int{},
 		fps: fingerprints{},
 	}
-	f.backend = newProcesses(opts, nodes, events{f})
+	if opts.Backend != nil {
+		f.backend = opts.Backend(events{f})
+	} else {
+		f.backend = newProcesses(opts, nodes, events{f})
+	}
 	f.demands = NewDemands(opts.Clock, func(string) { f.look() })
 	f.drains = NewDrains(opts.Clock, opts.DrainTimeout, f.drained)
 	return f, nil
@@ -202,6 +206,15 @@ func (f *Fleet) Run(ctx context.Context) error {
 	quit := make(chan struct{})
 	f.quit = quit
 	f.mu.Unlock()
+	if o, ok := f.backend.(Opener); ok {
+		if err := o.Open(ctx); err != nil {
+			f.mu.Lock()
+			close(quit)
+			f.running = false
+			f.mu.Unlock()
+			return err
+		}
+	}
 	defer func() {
 		f.mu.Lock()
 		close(quit)
@@ -259,6 +272,26 @@ func (f *Fleet) Run(ctx context.Context) error {
 	}
 }
 
+// Opener is a backend that reaches where its replicas run at each Run's
+// start (a cluster's reads it): an error ends the Run, saying why.
+type Opener interface {
+	Open(ctx context.Context) error
+}
+
+// Synced is closed once the fleet's backend knows its nodes the first
+// time: at once for this machine's, once a cluster's has read it for a
+// cluster's. Until then there are no nodes to place on, and every plan
+// would fit nowhere.
+func (f *Fleet) Synced() <-chan struct{} {
+	if s, ok := f.backend.(interface{ Synced() <-chan struct{} }); ok {
+		return s.Synced()
+	}
+	return closed
+}
+
+// closed is a channel closed from the start.
+var closed = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
 // adoptLocked takes back the replicas a modelserve before this one left
 // running, as the backend finds them, in place of a Run before's view:
 // the first pass counts their room as taken, and drains those whose
@@ -299,8 +332,15 @@ func (f *Fleet) Sync(ctx context.Context) error {
 	select {
 	case <-done:
 	case <-quit:
+		return nil
 	case <-ctx.Done():
 		return ctx.Err()
+	}
+	// A backend that does what the pass asked of it after the pass (a
+	// cluster's writes its objects then) is waited for too: what Sync
+	// promises holds of what it runs.
+	if sy, ok := f.backend.(Syncer); ok {
+		return sy.Sync(ctx)
 	}
 	return nil
 }
@@ -443,6 +483,12 @@ func (f *Fleet) seenLocked(r *replica) Observation {
 	return o
 }
 
+// nodeOfLocked is the node r runs on: where it was placed, or where its
+// backend's scheduler bound it instead.
+func (f *Fleet) nodeOfLocked(r *replica) string {
+	return cmp.Or(f.seenLocked(r).Node, r.node)
+}
+
 // viewLocked is r as the API shows it.
 func (f *Fleet) viewLocked(r *replica) Replica {
 	o := f.seenLocked(r)
@@ -451,7 +497,7 @@ func (f *Fleet) viewLocked(r *replica) Replica {
 		log = f.backend.Log(r.id)
 	}
 	return Replica{
-		ID: r.id, Model: r.model, Profile: r.profile, Node: r.node, Endpoint: o.Endpoint,
+		ID: r.id, Model: r.model, Profile: r.profile, Node: cmp.Or(o.Node, r.node), Endpoint: o.Endpoint,
 		State: o.State, Detail: o.Detail, Failures: o.Failures, LastError: o.LastError,
 		Started: o.Started, ReadyAt: o.ReadyAt, PID: o.PID, Threads: o.Threads,
 		RSSBytes: o.RSSBytes, EstimateBytes: r.memBytes, Load: o.Load, Log: log, Engine: o.Engine,

@@ -1,6 +1,7 @@
 package fleet
 
 import (
+	"cmp"
 	"fmt"
 	"sync"
 	"time"
@@ -27,9 +28,9 @@ import (
 const DefaultIdleAfter = catalog.DefaultIdleAfter
 
 // Demands are what has been asked of each model lately: the one owner of
-// on-demand scaling for both fleets (this one and internal/kubefleet),
-// which had each written it and drifted (only this one gave a burst's
-// replicas back, and looked again when a model could fall idle). It
+// on-demand scaling, on either backend (the two fleets had each written
+// it, and drifted: only one gave a burst's replicas back, and looked
+// again when a model could fall idle). It
 // answers how many replicas a model wants now (Want) and has its fleet
 // look again when that may change; its methods are safe for concurrent
 // use, and call nothing of their fleet's while they hold their lock.
@@ -185,8 +186,8 @@ func (ds *Demands) Want(m catalog.Model, now time.Time) int {
 // client, before any replica of it was placed (placed counts those on a
 // node, starting or serving): nobody is stopped, nothing started, on
 // their behalf, as if it had not been asked. It says whether it did; m
-// then wants its Min. Both fleets ask it each time they look at m: the
-// Kubernetes fleet, without it, kept the Deployment of a model whose
+// then wants its Min. The fleet asks it each time it looks at m: without
+// it, the Kubernetes fleet of before kept the Deployment of a model whose
 // client had given up scaled up, its pod waiting for the scheduler to
 // take the room of the model it had waited on.
 func (ds *Demands) Abandoned(m catalog.Model, want, placed int) bool {
@@ -275,7 +276,7 @@ func (f *Fleet) Serving(model string) []Replica {
 			continue
 		}
 		if o := f.seenLocked(r); o.State == Ready && o.Endpoint != "" {
-			v := Replica{ID: r.id, Model: r.model, Node: r.node, Endpoint: o.Endpoint, State: o.State, Load: o.Load}
+			v := Replica{ID: r.id, Model: r.model, Node: cmp.Or(o.Node, r.node), Endpoint: o.Endpoint, State: o.State, Load: o.Load}
 			out = append(out, v)
 		}
 	}

@@ -15,8 +15,8 @@ import (
 const DefaultDrainTimeout = 10 * time.Minute
 
 // Drains count the requests each replica holds (Hold) and drain the
-// replicas being retired: the one owner of that rule for both fleets (this
-// one's engines and internal/kubefleet's pods), which had each written it.
+// replicas being retired: the one owner of that rule, on either backend
+// (the two fleets had each written it).
 // A replica draining takes no new request; its drain ends once the last
 // request it holds ends, or once the drain timeout has passed, and its
 // fleet is told (ended) to stop it then. Its methods are safe for

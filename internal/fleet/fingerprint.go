@@ -86,6 +86,28 @@ func (fps fingerprints) of(m catalog.Model) string {
 	return Fingerprint(m)
 }
 
+// Runner is a backend whose replicas run more than their catalog entry
+// says: a cluster's pods also run its images, and a priority class of
+// their model's class. Runs is that more for a replica of m, "" for
+// nothing more; a replica started with other runs is replaced, drained,
+// as one of a changed entry is.
+type Runner interface {
+	Runs(m catalog.Model) string
+}
+
+// runsOf is what a replica of m runs (Placement.Fingerprint): its
+// entry's Fingerprint, and what more its backend runs it with (Runner).
+// A replica whose runs differ is replaced.
+func (f *Fleet) runsOf(m catalog.Model) string {
+	fp := f.fps.of(m)
+	if r, ok := f.backend.(Runner); ok {
+		if more := r.Runs(m); more != "" {
+			return fp + "+" + more
+		}
+	}
+	return fp
+}
+
 // localFingerprint is the form this fleet used before Fingerprint, which
 // parks kept in the database were keyed by (parkKey): a park from before
 // an upgrade still holds.

@@ -42,7 +42,11 @@ type Options struct {
 	VLLM string
 	// Nodes run the replicas; none means this machine (Local).
 	Nodes []Node
-	Log   *slog.Logger
+	// Backend, when set, is where the replicas run instead of as engine
+	// processes on Nodes: it is made with the controller's Events, which
+	// it tells of its replicas (a cluster's, internal/kubefleet).
+	Backend func(Events) Backend
+	Log     *slog.Logger
 	// Notify is told of each model parked (--notify-url); nil tells no one.
 	Notify *notify.Notifier
 	// Interval is how often the catalog is compared with what runs when

@@ -14,10 +14,10 @@ import (
 // placed now, replicas are given back for it, it waits for ones being
 // given back to stop, or it waits for busy ones to fall idle or for a
 // residency to end, and the sentence its placement says is the same on
-// either backend. The fleets only gather the nodes' room and act on the
-// decision: the local fleet starts or stops engines, the Kubernetes fleet
-// scales Deployments. Before it each wrote the loop and its words, and
-// they drifted.
+// either backend. The controller gathers the nodes' room and acts on the
+// decision through its backend: engines started or stopped locally, pods
+// of Deployments on Kubernetes. Before it each fleet wrote the loop and
+// its words, and they drifted.
 
 // Spot is one node as a model that wants room finds it for one of its
 // profiles. Free and Held count what the profile needs: bytes of RAM, or

@@ -16,11 +16,38 @@ import (
 // parked because their engine kept failing to start. Kept in memory only,
 // a park ended with the process: after every restart of modelserve a
 // model that cannot load was started, and failed, MaxFailures times more.
-// A nil *Parks keeps nothing.
-type Parks struct{ db *sql.DB }
+// A nil *Parks keeps nothing. Another store may keep them (ParkStore):
+// a cluster's fleet keeps them on the model's objects there.
+type Parks struct {
+	db    *sql.DB
+	store ParkStore
+}
 
 // NewParks keeps parks in db, whose migrations have run.
 func NewParks(db *sql.DB) *Parks { return &Parks{db: db} }
+
+// NewParksIn keeps parks in store.
+func NewParksIn(store ParkStore) *Parks { return &Parks{store: store} }
+
+// ParkStore keeps parks elsewhere than in SQLite.
+type ParkStore interface {
+	// Load reads every park, by model.
+	Load(ctx context.Context) (map[string]KeptPark, error)
+	// Keep records that model is parked, replacing an older park of it.
+	Keep(ctx context.Context, model string, pk KeptPark) error
+	// Forget deletes the parks of models.
+	Forget(ctx context.Context, models ...string) error
+}
+
+// KeptPark is one model parked, as kept.
+type KeptPark struct {
+	// Key names the catalog entry that was parked: an entry served
+	// again or changed since is another, and starts afresh.
+	Key      string
+	Reason   string
+	Failures int
+	At       time.Time
+}
 
 // park is one model parked, as kept.
 type park struct {
@@ -46,6 +73,13 @@ func (p *Parks) load(ctx context.Context) (map[string]park, error) {
 	out := map[string]park{}
 	if p == nil {
 		return out, nil
+	}
+	if p.store != nil {
+		kept, err := p.store.Load(ctx)
+		for name, k := range kept {
+			out[name] = park{key: k.Key, reason: k.Reason, failures: k.Failures, at: k.At}
+		}
+		return out, err
 	}
 	rows, err := p.db.QueryContext(ctx, `SELECT model, fingerprint, reason, failures, parked_at FROM parked_models`)
 	if err != nil {
@@ -74,6 +108,9 @@ func (p *Parks) keep(ctx context.Context, model string, pk park) error {
 	if p == nil {
 		return nil
 	}
+	if p.store != nil {
+		return p.store.Keep(ctx, model, KeptPark{Key: pk.key, Reason: pk.reason, Failures: pk.failures, At: pk.at})
+	}
 	_, err := p.db.ExecContext(ctx, `INSERT INTO parked_models (model, fingerprint, reason, failures, parked_at)
 		VALUES (?, ?, ?, ?, ?)
 		ON CONFLICT (model) DO UPDATE SET fingerprint = excluded.fingerprint, reason = excluded.reason,
@@ -90,6 +127,9 @@ func (p *Parks) keep(ctx context.Context, model string, pk park) error {
 func (p *Parks) forget(ctx context.Context, models ...string) error {
 	if p == nil || len(models) == 0 {
 		return nil
+	}
+	if p.store != nil {
+		return p.store.Forget(ctx, models...)
 	}
 	args := make([]any, len(models))
 	for i, m := range models {
@@ -112,7 +152,10 @@ func (f *Fleet) keepPark(r *replica) {
 		f.mu.Unlock()
 		return
 	}
-	pk := park{key: parkKey(r.fingerprint, st.addedAt), reason: st.reason, failures: st.failedStarts, at: time.Now()}
+	// For its entry: what more its backend ran it with (Runner) is not
+	// what failed.
+	entry, _, _ := strings.Cut(r.fingerprint, "+")
+	pk := park{key: parkKey(entry, st.addedAt), reason: st.reason, failures: st.failedStarts, at: time.Now()}
 	f.mu.Unlock()
 	f.opts.Notify.Send(notify.Parked(r.model, pk.reason))
 	// Not the replica's context: it ends as the model is parked.

@@ -100,7 +100,7 @@ func (f *Fleet) reconcile(ctx context.Context, reread bool) {
 			delete(f.replicas, id)
 		case !ok:
 			f.stopLocked(r, "its model was removed from the catalog")
-		case f.fps.of(m) != r.fingerprint:
+		case f.runsOf(m) != r.fingerprint:
 			if r.released {
 				delete(f.replicas, id)
 			} else {
@@ -288,7 +288,7 @@ func (f *Fleet) accountLocked(n NodeInfo) account {
 	var promised, outstanding int64
 	a := account{cardHolder: map[int]string{}}
 	for _, r := range f.replicas {
-		if r.released || r.node != n.Name {
+		if r.released || f.nodeOfLocked(r) != n.Name {
 			continue
 		}
 		a.holders = append(a.holders, r)
@@ -571,7 +571,7 @@ func (f *Fleet) startLocked(ctx context.Context, m catalog.Model, p catalog.Prof
 	f.seq[m.Name]++
 	id := m.Name + "-" + strconv.Itoa(f.seq[m.Name])
 	need := p.HostBytes()
-	r := &replica{id: id, model: m.Name, profile: p.Name, fingerprint: f.fps.of(m), node: node, memBytes: need, cards: cards}
+	r := &replica{id: id, model: m.Name, profile: p.Name, fingerprint: f.runsOf(m), node: node, memBytes: need, cards: cards}
 	f.replicas[id] = r
 	f.log.Info("placing a replica", "replica", id, "node", node, "profile", p.Name, "memory_bytes", need)
 	err := f.backend.Start(ctx, Placement{ID: id, Model: m, Profile: p, Node: node, Cards: cards, Cores: cores, Fingerprint: r.fingerprint})

@@ -7,11 +7,11 @@ import (
 )
 
 // Room is one node's room, in bytes, as a backend reports it and the
-// fleet counts it: the one figure both fleets show as the node
-// (NodeStatus), hand the planner (plan.Node) and place by. The local
-// fleet fills it from the machine and its engines, the Kubernetes fleet
-// from a node's allocatable room and the requests of the pods bound to
-// it; the headroom is taken off by the fleet on either (Headroom.Room).
+// fleet counts it: the one figure the fleet shows as the node
+// (NodeStatus), hands the planner (plan.Node) and places by, on either
+// backend. The local backend reports the machine, the Kubernetes one a
+// node's allocatable room less what pods other than the fleet's request;
+// the replicas' promises and the headroom are the fleet's (Headroom.Room).
 // Before it each fleet worked out its own: one added the room idle
 // replicas would give back to the free memory, the other took it off
 // what was used, and only one kept a headroom.

@@ -75,8 +75,9 @@ const (
 	mirrorToken = "ms_suite-nodes"
 )
 
-// startKubernetes is the Kubernetes fleet on a real control plane with two
-// kwok nodes of 4 cores and 8 GiB, as deploy/rbac.yaml's account, with
+// startKubernetes is the fleet over the Kubernetes backend, its parks
+// kept in the cluster, on a real control plane with two kwok nodes of 4
+// cores and 8 GiB, as deploy/rbac.yaml's account, with
 // deploy/networkpolicy.yaml applied; the Kubelet runs every pod it writes:
 // the init container in busybox fetches the weights from the mirror over
 // HTTP with the mirror token, then the real llama-server serves them on
@@ -107,17 +108,21 @@ func startKubernetes(t *testing.T, w weights) (Fleet, func(*testing.T) Fleet) {
 	t.Cleanup(srv.Close)
 
 	start := func(ct *testing.T) (Fleet, func()) {
-		f, err := kubefleet.New(kubefleet.Options{
+		kb, err := kubefleet.NewBackend(kubefleet.Options{
 			Client: client, Catalog: w.catalog, Namespace: "modelserve", EngineImage: engineImage, FetchImage: fetchImage,
-			MirrorURL: srv.URL, MirrorDir: w.dir, MirrorToken: mirrorToken,
-			Residency: -1, Resync: 5 * time.Second, Log: fleetLog(t), Headroom: fleet.Headroom{RAM: headroom},
+			MirrorURL: srv.URL, MirrorDir: w.dir, MirrorToken: mirrorToken, Resync: 5 * time.Second, Log: fleetLog(t),
 		})
+		if err != nil {
+			ct.Fatal(err)
+		}
+		f, err := fleet.New(fleet.Options{Catalog: w.catalog, Backend: kb.Attach, Parks: kb.Parks(), Log: fleetLog(t),
+			Residency: -1, Interval: time.Second, Headroom: fleet.Headroom{RAM: headroom}})
 		if err != nil {
 			ct.Fatal(err)
 		}
 		stop := run(t, "kubernetes", f.Run)
 		select {
-		case <-f.Synced():
+		case <-kb.Synced():
 		case <-time.After(time.Minute):
 			ct.Fatal("the Kubernetes fleet did not read the cluster within a minute")
 		}

@@ -1,12 +1,13 @@
-// Package fleetsuite_test is one behaviour suite that both fleets must
-// pass: the local fleet (internal/fleet) running engines as processes on
-// two nodes, and the Kubernetes fleet (internal/kubefleet) on a real
-// control plane with two nodes, every pod it writes run for real by
-// kubetest's Kubelet. The two fleets are two controllers written apart,
-// and had drifted where each test of one said nothing of the other: here
-// each case is written once, over what both offer, and asserts what a
-// client notices through a real request to a replica's endpoint, with its
-// key.
+// Package fleetsuite_test is one behaviour suite that the fleet must
+// pass on both its backends: the local one (internal/fleet) running
+// engines as processes on two nodes, and the Kubernetes one
+// (internal/kubefleet) on a real control plane with two nodes, every pod
+// it writes run for real by kubetest's Kubelet. The two were once two
+// controllers written apart, which had drifted where each test of one
+// said nothing of the other; now they are one controller over two
+// backends, and each case is written once, over what the fleet offers,
+// and asserts what a client notices through a real request to a
+// replica's endpoint, with its key.
 package fleetsuite_test
 
 import (

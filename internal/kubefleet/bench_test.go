@@ -61,14 +61,11 @@ func pod(namespace, name, node, cpu, mem string, labels map[string]string) *core
 func BenchmarkPoolAtScale(b *testing.B) {
 	var at2 float64
 	for _, n := range []int{2, 1000} {
-		f, err := kubefleet.New(kubefleet.Options{
+		f := newKubeFleet(b, kubefleet.Options{
 			Client: fake.NewClientset(clusterOf(n)...), Catalog: &catalogtest.Catalog{}, Namespace: ns,
 			EngineImage: "ghcr.io/ggml-org/llama.cpp:server", MirrorURL: "http://modelserve.modelserve.svc:8080/",
 			MirrorDir: b.TempDir(),
 		})
-		if err != nil {
-			b.Fatal(err)
-		}
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error, 1)
 		go func() { done <- f.Run(ctx) }()

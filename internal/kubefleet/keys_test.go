@@ -32,16 +32,13 @@ import (
 
 // runFleet runs a fleet over cat as deploy/rbac.yaml's account until the
 // returned stop is called (or t ends).
-func runFleet(t *testing.T, client kubernetes.Interface, cat *catalogtest.Catalog, mirrorDir string) (*kubefleet.Fleet, func()) {
+func runFleet(t *testing.T, client kubernetes.Interface, cat *catalogtest.Catalog, mirrorDir string) (*kubeFleet, func()) {
 	t.Helper()
-	f, err := kubefleet.New(kubefleet.Options{
+	f := newKubeFleet(t, kubefleet.Options{
 		Client: client, Catalog: cat, Namespace: ns, EngineImage: "ghcr.io/ggml-org/llama.cpp:server",
 		MirrorURL: "http://modelserve.modelserve.svc:8080/", MirrorDir: mirrorDir, MirrorToken: "ms_nodes",
 		Resync: 5 * time.Second,
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- f.Run(ctx) }()
@@ -82,15 +79,19 @@ func TestKubernetesParity(t *testing.T) {
 	t.Run("a key per Deployment, owned by it, is the one its pods read", func(t *testing.T) {
 		f, stop := runFleet(t, client, cat, mirrorDir)
 		defer stop()
-		m := model(mirrorDir, "twoprof", catalog.Profile{RAMBytes: 1 << 30, CPUCores: 1, Priority: 100})
+		// Two cards for three replicas: two on its preferred profile's
+		// cards, the third on its second profile, in RAM.
+		m := model(mirrorDir, "twoprof", catalog.Profile{Name: "l4", GPUClass: "L4", GPUsPerNode: 1, CardBytes: 8 << 30,
+			RAMBytes: 1 << 30, CPUCores: 1, Priority: 100})
 		second := m.Profiles[0]
-		second.Name, second.Priority = "cpu-small", 50
+		second.Name, second.Priority, second.GPUClass, second.GPUsPerNode, second.CardBytes = "cpu-small", 50, "", 0, 0
 		m.Profiles = append(m.Profiles, second)
+		m.Scaling.Min = 3
 		cat.Put(m)
 		f.Poke()
-		r := testkit.WaitForValue(t, time.Minute, "a ready replica of twoprof", func() (fleet.Replica, bool) {
+		rs := testkit.WaitForValue(t, time.Minute, "three ready replicas of twoprof", func() ([]fleet.Replica, bool) {
 			rs := f.Serving("twoprof")
-			return first(rs), len(rs) == 1
+			return rs, len(rs) == 3
 		})
 		deps := deploymentsOf(t, admin, "twoprof")
 		if len(deps) != 2 {
@@ -110,12 +111,11 @@ func TestKubernetesParity(t *testing.T) {
 		if len(keys) != 2 || keys[deps[0].Name] == keys[deps[1].Name] || keys[deps[0].Name] == "" {
 			t.Errorf("the two profiles' keys %v, want two different keys", keys)
 		}
-		pod, err := admin.CoreV1().Pods(ns).Get(bg, r.ID, metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got, want := f.EngineKey(r.ID), keys[pod.Labels["modelserve.io/deployment"]]; got != want {
-			t.Errorf("EngineKey(%s) = %q, want its Deployment's key %q", r.ID, got, want)
+		for _, r := range rs {
+			pod := podOf(t, admin, r)
+			if got, want := f.EngineKey(r.ID), keys[pod.Labels["modelserve.io/deployment"]]; got != want {
+				t.Errorf("EngineKey(%s) = %q, want its Deployment's key %q", r.ID, got, want)
+			}
 		}
 		cat.Remove("twoprof")
 		f.Poke()
@@ -237,15 +237,12 @@ func TestKubernetesParity(t *testing.T) {
 			t.Errorf("carded's engine asks for %v of memory (limit %v), want the plan's %d: the engine's host share and its %d prompt cache",
 				res.Requests.Memory(), res.Limits.Memory(), want, p.PromptCacheBytes)
 		}
-		pod, err := admin.CoreV1().Pods(ns).Get(bg, r.ID, metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
+		pod := podOf(t, admin, r)
 		if pod.Status.QOSClass == corev1.PodQOSBestEffort {
 			t.Errorf("carded's pod is %s: the first evicted when its node runs short of memory", pod.Status.QOSClass)
 		}
-		if r.EstimateBytes != want {
-			t.Errorf("the replica says it holds %d bytes, want its pod's %d", r.EstimateBytes, want)
+		if rs := replicasOf(f, "carded"); len(rs) != 1 || rs[0].EstimateBytes != want {
+			t.Errorf("the replica says it holds %+v, want its pod's %d bytes", rs, want)
 		}
 	})
 

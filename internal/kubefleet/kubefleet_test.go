@@ -14,6 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	clocktesting "k8s.io/utils/clock/testing"
 
 	"modelserve/catalog"
 	"modelserve/internal/catalogtest"
@@ -125,37 +126,36 @@ func TestKubernetesFleet(t *testing.T) {
 		}
 	})
 
-	t.Run("a model with no room is unplaceable in the scheduler's words", func(t *testing.T) {
+	t.Run("a replica the scheduler finds no room for is placing in its words", func(t *testing.T) {
+		// The fleet places by memory and cards; the scheduler counts CPU
+		// requests too, and three replicas of 8 cores do not fit the
+		// nodes' 24 beside tiny's 2: one waits for the scheduler, saying
+		// why in the scheduler's words.
+		wide := model(mirrorDir, "wide", catalog.Profile{RAMBytes: 1 << 30, CPUCores: 8})
+		wide.Scaling.Min = 3
+		cat.Put(wide)
+		f.Poke()
+		testkit.WaitForValue(t, time.Minute, "a replica of wide placing in the scheduler's words", func() ([]fleet.Replica, bool) {
+			rs := replicasOf(f, "wide")
+			return rs, slices.ContainsFunc(rs, func(r fleet.Replica) bool {
+				return r.State == fleet.Starting && strings.Contains(r.Detail, "nodes are available") && strings.Contains(r.Detail, "Insufficient cpu")
+			})
+		})
+		removeAndWait(t, f, cat, "wide")
+	})
+
+	t.Run("a model no node could ever host is unplaceable, and has no pod", func(t *testing.T) {
 		cat.Put(model(mirrorDir, "big", catalog.Profile{Name: "l4x2", GPUClass: "L4", GPUsPerNode: 2, CardBytes: 8 << 30, RAMBytes: 3 << 30}))
 		f.Poke()
-		// Two whole cards, and RAM for what the engine holds in RAM: not
-		// the 16 GB its cards hold.
-		big := testkit.WaitForValue(t, time.Minute, "big's deployment", func() (appsv1.Deployment, bool) {
-			deps, _ := admin.AppsV1().Deployments(ns).List(context.Background(), metav1.ListOptions{LabelSelector: "app.kubernetes.io/managed-by=modelserve"})
-			if deps != nil {
-				for _, d := range deps.Items {
-					if strings.Contains(d.Name, "-big-") {
-						return d, true
-					}
-				}
-			}
-			return appsv1.Deployment{}, false
-		})
-		res := big.Spec.Template.Spec.Containers[0].Resources
-		if gpus := res.Requests[corev1.ResourceName("nvidia.com/gpu")]; gpus.Value() != 2 || res.Requests.Memory().Value() != 3<<30 ||
-			res.Limits.Memory().Value() != 3<<30 {
-			t.Errorf("big's engine asks for %v: want nvidia.com/gpu 2 and 3 GiB of memory", res)
-		}
 		h := testkit.WaitForValue(t, time.Minute, "big to be unplaceable", func() (fleet.ModelHealth, bool) {
 			h := health(f, "big")
 			return h, h.Unplaceable
 		})
-		if !strings.Contains(h.Placement, "nodes are available") || !strings.Contains(h.Placement, "Insufficient nvidia.com/gpu") {
-			t.Errorf("placement %q, want the scheduler's sentence naming nvidia.com/gpu", h.Placement)
+		if !strings.Contains(h.Placement, "no node could ever host it") || !strings.Contains(h.Placement, "node gpu-1: needs 2 L4 cards") {
+			t.Errorf("placement %q, want the fleet's sentence naming gpu-1's one L4 card", h.Placement)
 		}
-		rs := replicasOf(f, "big")
-		if len(rs) != 1 || rs[0].State != fleet.Starting || !strings.Contains(rs[0].Detail, "Insufficient nvidia.com/gpu") {
-			t.Errorf("big's replicas %+v, want one placing, in the scheduler's words", rs)
+		if rs := replicasOf(f, "big"); len(rs) != 0 {
+			t.Errorf("big, which no node could host, has replicas %+v", rs)
 		}
 	})
 
@@ -166,7 +166,7 @@ func TestKubernetesFleet(t *testing.T) {
 			rs := f.Serving("broken")
 			return first(rs), len(rs) == 1
 		})
-		crashLoop(t, admin, r.ID, "llama_model_load: error loading model: tensor 'blk.0.attn_q.weight' has wrong shape")
+		crashLoop(t, admin, podOf(t, admin, r).Name, "llama_model_load: error loading model: tensor 'blk.0.attn_q.weight' has wrong shape")
 		h := testkit.WaitForValue(t, time.Minute, "broken to be parked", func() (fleet.ModelHealth, bool) {
 			h := health(f, "broken")
 			return h, h.Parked
@@ -174,10 +174,11 @@ func TestKubernetesFleet(t *testing.T) {
 		if !strings.Contains(h.Reason, "error loading model: tensor 'blk.0.attn_q.weight' has wrong shape") || !strings.Contains(h.Reason, "status 1") {
 			t.Errorf("parked for %q, want the engine's exit status and its last words", h.Reason)
 		}
-		// Parked means scaled to nought, written before the park is told.
-		if d := deploymentOf(t, admin, "broken"); *d.Spec.Replicas != 0 {
-			t.Errorf("broken is parked with its Deployment at %d replicas", *d.Spec.Replicas)
-		}
+		// Parked means scaled to nought.
+		testkit.WaitForValue(t, time.Minute, "broken's Deployment at 0 replicas", func() (int32, bool) {
+			n := *deploymentOf(t, admin, "broken").Spec.Replicas
+			return n, n == 0
+		})
 
 		// The operator fixed the cause: unparked, it runs again, and the
 		// pod that failed before is not held against it. Unparked at once,
@@ -243,6 +244,7 @@ func TestKubernetesFleet(t *testing.T) {
 			rs := f.Serving("steady")
 			return first(rs), len(rs) == 1
 		})
+		pod := podOf(t, admin, r).Name
 		release, ok := f.Hold(r.ID, time.Now())
 		if !ok {
 			t.Fatalf("a ready replica refused a request")
@@ -260,11 +262,13 @@ func TestKubernetesFleet(t *testing.T) {
 		// ReplicaSet controller, on Kubernetes' clock, to delete it were
 		// its Deployment lowered under it.
 		time.Sleep(2 * time.Second)
-		if p, err := admin.CoreV1().Pods(ns).Get(context.Background(), r.ID, metav1.GetOptions{}); err != nil || p.DeletionTimestamp != nil {
+		if p, err := admin.CoreV1().Pods(ns).Get(context.Background(), pod, metav1.GetOptions{}); err != nil || p.DeletionTimestamp != nil {
 			t.Fatalf("the pod was deleted with its request in flight: %v", err)
 		}
-		if got := replicasOf(f, "steady"); len(got) != 1 || got[0].State != fleet.Draining || !strings.Contains(got[0].Detail, "stopped by an operator") {
-			t.Errorf("replicas while draining: %+v, want steady's one draining, stopped by an operator", got)
+		got := replicasOf(f, "steady")
+		if i := slices.IndexFunc(got, func(g fleet.Replica) bool { return g.ID == r.ID }); i < 0 || got[i].State != fleet.Draining ||
+			!strings.Contains(got[i].Detail, "stopped by an operator") {
+			t.Errorf("replicas while draining: %+v, want %s draining, stopped by an operator", got, r.ID)
 		}
 		release()
 		testkit.WaitForValue(t, time.Minute, "a new ready replica of steady", func() (fleet.Replica, bool) {
@@ -384,7 +388,7 @@ func crashLoop(t *testing.T, admin kubernetes.Interface, pod, message string) {
 // to decide by now it has decided, and written to its objects, and the
 // pass after has not undone it. What Kubernetes' own controllers then do
 // of those objects (a ReplicaSet deleting a pod) is theirs, in their time.
-func twoPasses(t *testing.T, f *kubefleet.Fleet) {
+func twoPasses(t *testing.T, f *kubeFleet) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -402,7 +406,7 @@ func first(rs []fleet.Replica) fleet.Replica {
 	return rs[0]
 }
 
-func health(f *kubefleet.Fleet, name string) fleet.ModelHealth {
+func health(f *kubeFleet, name string) fleet.ModelHealth {
 	for _, h := range f.ModelHealth() {
 		if h.Model == name {
 			return h
@@ -411,7 +415,7 @@ func health(f *kubefleet.Fleet, name string) fleet.ModelHealth {
 	return fleet.ModelHealth{}
 }
 
-func replicasOf(f *kubefleet.Fleet, name string) []fleet.Replica {
+func replicasOf(f *kubeFleet, name string) []fleet.Replica {
 	var out []fleet.Replica
 	for _, r := range f.Replicas() {
 		if r.Model == name {
@@ -445,7 +449,7 @@ type fleetNode struct {
 	gpus, freeCards  int
 }
 
-func poolOf(f *kubefleet.Fleet) []fleetNode {
+func poolOf(f *kubeFleet) []fleetNode {
 	var out []fleetNode
 	for _, n := range f.Pool() {
 		fn := fleetNode{name: n.Name, cores: n.CPUCores, ramGB: float64(n.RAMBytes) / (1 << 30), freeRAMGB: float64(n.FreeRAMBytes) / (1 << 30)}
@@ -486,4 +490,74 @@ func kindOf(err error) operr.Kind {
 		return e.Kind
 	}
 	return ""
+}
+
+// TestKubeletRestartsAreFailuresForgivenOnceStable: each restart of a
+// pod's engine by its kubelet is a failure of its model's, as an engine's
+// exit is locally, counted once; and a pod ready for a minute since has
+// them forgiven, as a local engine serving a minute has: counted for
+// ever, a few restarts over a pod's life would park a model that serves.
+func TestKubeletRestartsAreFailuresForgivenOnceStable(t *testing.T) {
+	c := kubetest.Start(t)
+	c.AddNode(t, kubetest.Node{Name: "cpu-1", CPU: 8, Memory: "32Gi"})
+	client := c.Client(t, c.Account(t, "../../deploy/rbac.yaml"))
+	clk := clocktesting.NewFakeClock(time.Now())
+	cat := &catalogtest.Catalog{}
+	mirrorDir := t.TempDir()
+	f := newKubeFleet(t, kubefleet.Options{
+		Client: client, Catalog: cat, Namespace: ns, EngineImage: "ghcr.io/ggml-org/llama.cpp:server",
+		MirrorURL: "http://modelserve.modelserve.svc:8080/", MirrorDir: mirrorDir, MirrorToken: "ms_nodes",
+		Resync: 5 * time.Second, Clock: clk,
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- f.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+	<-f.Synced()
+	cat.Put(model(mirrorDir, "flaky", catalog.Profile{RAMBytes: 1 << 30, CPUCores: 1}))
+	f.Poke()
+	r := testkit.WaitForValue(t, time.Minute, "a ready replica of flaky", func() (fleet.Replica, bool) {
+		rs := f.Serving("flaky")
+		return first(rs), len(rs) == 1
+	})
+
+	// Its kubelet restarted its engine twice, and it is ready again.
+	bg := context.Background()
+	p := podOf(t, c.Admin, r)
+	p.Status.ContainerStatuses = []corev1.ContainerStatus{{
+		Name: "engine", Image: p.Spec.Containers[0].Image, RestartCount: 2, Ready: true,
+		State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: metav1.Now()}},
+		LastTerminationState: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{
+			ExitCode: 139, Reason: "Error", Message: "ggml_abort: out of memory\n"}},
+	}}
+	if _, err := c.Admin.CoreV1().Pods(ns).UpdateStatus(bg, p, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	h := testkit.WaitForValue(t, time.Minute, "flaky's two failures counted", func() (fleet.ModelHealth, bool) {
+		h := health(f, "flaky")
+		return h, h.Failures == 2
+	})
+	if h.Parked {
+		t.Errorf("flaky is parked after 2 failures of 3: %+v", h)
+	}
+	// Counted once: the pod's status read again counts nothing more.
+	for range 3 {
+		if err := f.Sync(bg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if h := health(f, "flaky"); h.Failures != 2 {
+		t.Errorf("flaky's failures %d after its pod was read again, want the 2 restarts counted once", h.Failures)
+	}
+
+	clk.Step(61 * time.Second)
+	testkit.WaitForValue(t, time.Minute, "flaky's failures forgiven after a minute ready", func() (fleet.ModelHealth, bool) {
+		h := health(f, "flaky")
+		return h, h.Failures == 0 && !h.Parked
+	})
 }

@@ -177,7 +177,7 @@ done
 `
 
 // deployment is the Deployment of m's profile pi with replicas replicas.
-func (f *Fleet) deployment(m catalog.Model, pi int, replicas int32, w weights, owner metav1.OwnerReference, products []string) *appsv1.Deployment {
+func (f *cluster) deployment(m catalog.Model, pi int, replicas int32, w weights, owner metav1.OwnerReference, products []string) *appsv1.Deployment {
 	p := m.Profiles[pi]
 	name := deploymentName(m.Name, pi)
 	podLabels := modelLabels(m.Name)
@@ -296,7 +296,7 @@ func templateHash(t corev1.PodTemplateSpec) string {
 
 // keySecret is the Secret of a new key for Deployment d's replicas, owned
 // by d: it goes when d goes.
-func (f *Fleet) keySecret(model string, d metav1.Object) *corev1.Secret {
+func (f *cluster) keySecret(model string, d metav1.Object) *corev1.Secret {
 	b := make([]byte, 24)
 	_, _ = rand.Read(b) // crypto/rand.Read never fails on Linux
 	labels := modelLabels(model)
@@ -315,7 +315,7 @@ func (f *Fleet) keySecret(model string, d metav1.Object) *corev1.Secret {
 // for another reason (its fingerprint changed). Moved at once, every
 // replica of every upgraded model would restart for its key alone, each
 // through a rollout, all at the upgrade.
-func (f *Fleet) keyOf(m catalog.Model, deployment string) string {
+func (f *cluster) keyOf(m catalog.Model, deployment string) string {
 	d, err := f.deployments.Deployments(f.opts.Namespace).Get(deployment)
 	if err != nil || d.Spec.Template.Annotations[annotationFinger] != fleet.Fingerprint(m) {
 		return keySecretName(deployment)
@@ -349,7 +349,7 @@ func podKeySecret(p *corev1.Pod) string {
 
 // weightsVolume is where a replica's weights are kept: an emptyDir, fetched
 // again by each pod; a claim or a node's folder keeps them across pods.
-func (f *Fleet) weightsVolume() corev1.VolumeSource {
+func (f *cluster) weightsVolume() corev1.VolumeSource {
 	switch kind, where, _ := strings.Cut(f.opts.WeightsVolume, ":"); kind {
 	case "pvc":
 		return corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: where}}
@@ -361,7 +361,7 @@ func (f *Fleet) weightsVolume() corev1.VolumeSource {
 
 // service is the model's Service: one name for its replicas, for whoever
 // reaches them from inside the cluster (the gateway reaches each pod).
-func (f *Fleet) service(m catalog.Model, owner metav1.OwnerReference) *corev1.Service {
+func (f *cluster) service(m catalog.Model, owner metav1.OwnerReference) *corev1.Service {
 	return &corev1.Service{
 		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Service"},
 		ObjectMeta: metav1.ObjectMeta{Name: objName(m.Name), Namespace: f.opts.Namespace, Labels: modelLabels(m.Name),
@@ -376,7 +376,7 @@ func (f *Fleet) service(m catalog.Model, owner metav1.OwnerReference) *corev1.Se
 // ownerMap is the model's owner: every other object of the model is owned
 // by it, so deleting it (the model removed) lets the garbage collector
 // remove the rest.
-func (f *Fleet) ownerMap(m catalog.Model, parkedFor, parkedWhy string) *corev1.ConfigMap {
+func (f *cluster) ownerMap(m catalog.Model, parkedFor, parkedWhy string) *corev1.ConfigMap {
 	ann := map[string]string{annotationModel: m.Name}
 	if parkedFor != "" {
 		ann[annotationParkedFor], ann[annotationParkedWhy] = parkedFor, parkedWhy
@@ -389,3 +389,13 @@ func (f *Fleet) ownerMap(m catalog.Model, parkedFor, parkedWhy string) *corev1.C
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// replaceAtOnce is the strategy of every Deployment the fleet writes: its
+// rollout deletes its old pods first, all at once, then starts the new.
+// A template changes only once the replicas of the entry before it have
+// drained and gone (Backend.writeDeployments), so there are none to roll.
+func replaceAtOnce() appsv1.DeploymentStrategy {
+	none, all := intstr.FromInt32(0), intstr.FromString("100%")
+	return appsv1.DeploymentStrategy{Type: appsv1.RollingUpdateDeploymentStrategyType,
+		RollingUpdate: &appsv1.RollingUpdateDeployment{MaxSurge: &none, MaxUnavailable: &all}}
+}

@@ -24,7 +24,7 @@ var priorityClasses = map[string]string{
 // priorityClasses. A pod naming a PriorityClass the cluster lacks is
 // refused at its creation, so a cluster without them (priority.yaml not
 // applied) gets pods that name none, and the log says so once.
-func (f *Fleet) findPriorityClasses(ctx context.Context) bool {
+func (f *cluster) findPriorityClasses(ctx context.Context) bool {
 	for _, name := range priorityClasses {
 		_, err := f.opts.Client.SchedulingV1().PriorityClasses().Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
@@ -42,7 +42,7 @@ func (f *Fleet) findPriorityClasses(ctx context.Context) bool {
 
 // priorityClass is the PriorityClass m's pods name: its class's, "" when
 // the cluster has none.
-func (f *Fleet) priorityClass(m catalog.Model) string {
+func (f *cluster) priorityClass(m catalog.Model) string {
 	if !f.priorities {
 		return ""
 	}

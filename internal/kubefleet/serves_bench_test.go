@@ -71,13 +71,10 @@ func twentyServes(b *testing.B, c *kubetest.Cluster, namespace string, qps float
 	}
 	mirrorDir := b.TempDir()
 	cat := &catalogtest.Catalog{}
-	f, err := kubefleet.New(kubefleet.Options{
+	f := newKubeFleet(b, kubefleet.Options{
 		Client: client, Catalog: cat, Namespace: namespace, EngineImage: "ghcr.io/ggml-org/llama.cpp:server",
 		MirrorURL: "http://modelserve.modelserve.svc:8080/", MirrorDir: mirrorDir,
 	})
-	if err != nil {
-		b.Fatal(err)
-	}
 	done := make(chan error, 1)
 	go func() { done <- f.Run(ctx) }()
 	defer func() {

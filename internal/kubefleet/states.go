@@ -3,12 +3,9 @@ package kubefleet
 import (
 	"cmp"
 	"fmt"
-	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/types"
 
 	"modelserve/internal/fleet"
 )
@@ -19,50 +16,6 @@ const (
 	Fetching fleet.State = "fetching"
 	Failing  fleet.State = "failing"
 )
-
-// observation is what a model's pods say together.
-type observation struct {
-	ready, scheduled, failures int
-	// unschedulable counts each Deployment's pods the scheduler found no
-	// node for; placement is the scheduler's words for the first.
-	unschedulable map[string]int
-	placement     string
-	// crashed is why the model is to be parked, when a container failed
-	// to start maxFailures times.
-	crashed string
-}
-
-// observe reads a model's pods; those of failed, which failed before an
-// operator unparked the model, cannot park it again.
-func observe(pods []*corev1.Pod, maxFailures int, failed map[types.UID]bool) observation {
-	o := observation{unschedulable: map[string]int{}}
-	slices.SortFunc(pods, func(a, b *corev1.Pod) int { return strings.Compare(a.Name, b.Name) })
-	for _, p := range pods {
-		if p.DeletionTimestamp != nil {
-			continue
-		}
-		if p.Spec.NodeName != "" {
-			o.scheduled++
-		}
-		if isReady(p) {
-			o.ready++
-		}
-		if msg, ok := unschedulable(p); ok {
-			o.unschedulable[p.Labels[labelDeployment]]++
-			if o.placement == "" {
-				o.placement = msg
-			}
-		}
-		for _, cs := range append(slices.Clone(p.Status.InitContainerStatuses), p.Status.ContainerStatuses...) {
-			o.failures = max(o.failures, int(cs.RestartCount))
-			if o.crashed == "" && !cs.Ready && int(cs.RestartCount) >= maxFailures && cs.LastTerminationState.Terminated != nil &&
-				!failed[p.UID] {
-				o.crashed = crashReason(cs)
-			}
-		}
-	}
-	return o
-}
 
 // unschedulable is the scheduler's sentence for a pod it found no node
 // for: "0/3 nodes are available: 3 Insufficient nvidia.com/gpu."
@@ -188,60 +141,4 @@ func replica(p *corev1.Pod) fleet.Replica {
 		}
 	}
 	return r
-}
-
-// Replicas are the fleet's pods as replicas, by model and name.
-func (f *Fleet) Replicas() []fleet.Replica {
-	if !f.running() {
-		return []fleet.Replica{}
-	}
-	pods, _ := f.pods.Pods(f.opts.Namespace).List(labels.SelectorFromSet(labels.Set{labelManagedBy: managedBy}))
-	out := make([]fleet.Replica, 0, len(pods))
-	for _, p := range pods {
-		out = append(out, f.drainState(replica(p)))
-	}
-	slices.SortFunc(out, func(a, b fleet.Replica) int {
-		return cmp.Or(strings.Compare(a.Model, b.Model), strings.Compare(a.ID, b.ID))
-	})
-	return out
-}
-
-// Serving are model's ready replicas with an address.
-func (f *Fleet) Serving(model string) []fleet.Replica {
-	if !f.running() {
-		return nil
-	}
-	var out []fleet.Replica
-	for _, p := range f.modelPods(model) {
-		if r := f.drainState(replica(p)); r.State == fleet.Ready && r.Endpoint != "" {
-			out = append(out, r)
-		}
-	}
-	return out
-}
-
-// ModelHealth is how each model of the catalog fares, as of the last
-// reconciling.
-func (f *Fleet) ModelHealth() []fleet.ModelHealth {
-	if !f.running() {
-		return []fleet.ModelHealth{}
-	}
-	f.mu.Lock()
-	out := make([]fleet.ModelHealth, 0, len(f.models))
-	for _, h := range f.models {
-		out = append(out, h)
-	}
-	f.mu.Unlock()
-	// How many serve is read now, as Serving reads it, not as of the
-	// last reconciling: a pod turning ready would otherwise show late.
-	for i := range out {
-		out[i].Ready = 0
-		for _, p := range f.modelPods(out[i].Model) {
-			if p.DeletionTimestamp == nil && isReady(p) {
-				out[i].Ready++
-			}
-		}
-	}
-	slices.SortFunc(out, func(a, b fleet.ModelHealth) int { return strings.Compare(a.Model, b.Model) })
-	return out
 }

@@ -1,12 +1,10 @@
 package kubefleet
 
 import (
-	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 
 	"modelserve/internal/fleet"
 )
@@ -106,51 +104,5 @@ func TestPodStates(t *testing.T) {
 				t.Errorf("state %s (%q), want %s (%q)", state, detail, c.state, c.detail)
 			}
 		})
-	}
-}
-
-// TestObserveParksAtMaxFailures: a model is parked once a container of its
-// has failed maxFailures times, with the container's own last words; fewer
-// failures, or a container that came back ready, park nothing.
-func TestObserveParksAtMaxFailures(t *testing.T) {
-	msg := "build: 11669\nloading\nllama_model_load: error loading model: unknown model architecture: 'foo'\nmain: exiting due to model loading error"
-	o := observe([]*corev1.Pod{pod("node-a", fetch(finished), engine(crashLooping(2, msg)))}, 3, nil)
-	if o.crashed != "" || o.failures != 2 {
-		t.Errorf("2 failures of 3: crashed %q, failures %d; want no park yet, 2 failures", o.crashed, o.failures)
-	}
-	o = observe([]*corev1.Pod{pod("node-a", fetch(finished), engine(crashLooping(3, msg)))}, 3, nil)
-	want := "the engine failed 3 times; it last exited with status 1: loading; llama_model_load: error loading model: unknown model architecture: 'foo'; main: exiting due to model loading error"
-	if o.crashed != want {
-		t.Errorf("parked for %q\nwant %q", o.crashed, want)
-	}
-	o = observe([]*corev1.Pod{pod("node-a", fetch(crashLooping(3, "wget: bad address 'modelserve.invalid'")))}, 3, nil)
-	if !strings.HasPrefix(o.crashed, "fetching the weights failed 3 times") {
-		t.Errorf("a failing fetch parks as %q, want it named as fetching the weights", o.crashed)
-	}
-	// Unparked: the pod that failed before is not held against the
-	// model again, even made in the second of the unpark; one made since
-	// (in that same second) is.
-	made := func(uid types.UID) func(*corev1.Pod) {
-		return func(p *corev1.Pod) { p.UID = uid }
-	}
-	failed := map[types.UID]bool{"before": true}
-	if o := observe([]*corev1.Pod{pod("node-a", made("before"), engine(crashLooping(3, msg)))}, 3, failed); o.crashed != "" {
-		t.Errorf("a pod that failed before the unpark parks the model again: %q", o.crashed)
-	}
-	if o := observe([]*corev1.Pod{pod("node-a", made("since"), engine(crashLooping(3, msg)))}, 3, failed); o.crashed == "" {
-		t.Error("a pod made since the unpark that failed 3 times does not park the model")
-	}
-	back := crashLooping(5, msg)
-	back.State, back.Ready = running.State, true
-	if o := observe([]*corev1.Pod{pod("node-a", fetch(finished), engine(back), ready)}, 3, nil); o.crashed != "" || o.ready != 1 {
-		t.Errorf("a container that failed and then came up ready: crashed %q, ready %d", o.crashed, o.ready)
-	}
-	o = observe([]*corev1.Pod{
-		pod("", unplaced("0/2 nodes are available: 2 Insufficient memory.")),
-		pod("", unplaced("0/2 nodes are available: 2 Insufficient memory.")),
-		pod("node-a", ready),
-	}, 3, nil)
-	if o.unschedulable["tiny-p0"] != 2 || o.scheduled != 1 || o.placement != "0/2 nodes are available: 2 Insufficient memory." {
-		t.Errorf("unschedulable %v, scheduled %d, placement %q", o.unschedulable, o.scheduled, o.placement)
 	}
 }

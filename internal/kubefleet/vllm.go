@@ -18,7 +18,7 @@ import (
 // way, asking for the same cards.
 
 // engine is the image, command line and key variable of p's container.
-func (f *Fleet) engine(m catalog.Model, p catalog.Profile, w weights) (image string, args []string, keyEnv string) {
+func (f *cluster) engine(m catalog.Model, p catalog.Profile, w weights) (image string, args []string, keyEnv string) {
 	listen := []string{"--host", "0.0.0.0", "--port", strconv.Itoa(enginePort)}
 	if p.Engine == fleet.EngineVLLM {
 		return f.opts.VLLMImage, append(fleet.VLLMArgs(m, p, weightsDir), listen...), fleet.VLLMKeyEnv
@@ -41,7 +41,7 @@ func shm(p catalog.Profile) ([]corev1.Volume, []corev1.VolumeMount) {
 
 // canRun says in a sentence why the fleet cannot start m's engine: a
 // profile on vLLM with no --vllm-image to run it.
-func (f *Fleet) canRun(m catalog.Model) error {
+func (f *cluster) canRun(m catalog.Model) error {
 	for _, p := range m.Profiles {
 		if p.Engine == fleet.EngineVLLM && f.opts.VLLMImage == "" {
 			return errors.New(m.Name + " runs on vLLM, and no vLLM image is configured: pass --vllm-image (for example vllm/vllm-openai:v0.11.0)")

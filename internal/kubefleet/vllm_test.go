@@ -50,14 +50,11 @@ func TestAVLLMModelIsADeploymentOfVLLM(t *testing.T) {
 	client := c.Client(t, c.Account(t, "../../deploy/rbac.yaml"))
 	mirrorDir := t.TempDir()
 	cat := &catalogtest.Catalog{}
-	f, err := kubefleet.New(kubefleet.Options{
+	f := newKubeFleet(t, kubefleet.Options{
 		Client: client, Catalog: cat, Namespace: ns, EngineImage: "ghcr.io/ggml-org/llama.cpp:server", VLLMImage: vllmtest.Image,
 		MirrorURL: "http://modelserve.modelserve.svc:8080/", MirrorDir: mirrorDir, MirrorToken: "ms_nodes",
 		Resync: 5 * time.Second,
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- f.Run(ctx) }()
@@ -130,15 +127,15 @@ func TestAVLLMModelIsADeploymentOfVLLM(t *testing.T) {
 		t.Errorf("node affinity %+v, want the L4's product label", aff)
 	}
 
-	// Four cards where the node has two: the scheduler's words.
+	// Four cards where the node has two: never placed, and said so.
 	cat.Put(vllmModel(mirrorDir, "wide", 4))
 	f.Poke()
 	h := testkit.WaitForValue(t, time.Minute, "wide to be unplaceable", func() (fleet.ModelHealth, bool) {
 		h := health(f, "wide")
 		return h, h.Unplaceable
 	})
-	if !strings.Contains(h.Placement, "Insufficient nvidia.com/gpu") {
-		t.Errorf("placement %q, want the scheduler's sentence naming nvidia.com/gpu", h.Placement)
+	if !strings.Contains(h.Placement, "no node could ever host it") || !strings.Contains(h.Placement, "needs 4 L4 cards") {
+		t.Errorf("placement %q, want the fleet's sentence naming the 4 L4 cards it needs", h.Placement)
 	}
 }
 
