@@ -43,20 +43,27 @@ type ParkStore interface {
 type KeptPark struct {
 	// Key names the catalog entry that was parked: an entry served
 	// again or changed since is another, and starts afresh.
-	Key      string
-	Reason   string
-	Failures int
-	At       time.Time
+	Key string
+	// Fingerprint, with no Key, is a park kept by a modelserve before
+	// parks named the entry (a cluster's owner ConfigMap's
+	// "modelserve.io/parked-for"): it holds for the entry whose
+	// Fingerprint it is.
+	Fingerprint string
+	Reason      string
+	Failures    int
+	At          time.Time
 }
 
 // park is one model parked, as kept.
 type park struct {
 	// key is parkKey of the catalog entry that was parked: an entry
 	// served again or changed since is another, and starts afresh.
-	key      string
-	reason   string
-	failures int
-	at       time.Time
+	key string
+	// fingerprint is KeptPark's, for a park kept before keys.
+	fingerprint string
+	reason      string
+	failures    int
+	at          time.Time
 }
 
 // parkKey names a catalog entry as it was when its model was parked: what
@@ -77,7 +84,7 @@ func (p *Parks) load(ctx context.Context) (map[string]park, error) {
 	if p.store != nil {
 		kept, err := p.store.Load(ctx)
 		for name, k := range kept {
-			out[name] = park{key: k.Key, reason: k.Reason, failures: k.Failures, at: k.At}
+			out[name] = park{key: k.Key, fingerprint: k.Fingerprint, reason: k.Reason, failures: k.Failures, at: k.At}
 		}
 		return out, err
 	}

@@ -4,7 +4,9 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"maps"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -127,5 +129,70 @@ func TestAParkKeptBeforeTheSharedFingerprintHolds(t *testing.T) {
 	}
 	if got := keptParks(t, db); len(got) != 1 {
 		t.Errorf("after the upgrade the database keeps the parks of %v, want foo's", got)
+	}
+}
+
+// keptElsewhere is a ParkStore holding parks as a cluster's owner objects
+// do, in memory.
+type keptElsewhere struct {
+	mu    sync.Mutex
+	parks map[string]KeptPark
+}
+
+func (k *keptElsewhere) Load(context.Context) (map[string]KeptPark, error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return maps.Clone(k.parks), nil
+}
+
+func (k *keptElsewhere) Keep(_ context.Context, model string, pk KeptPark) error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.parks[model] = pk
+	return nil
+}
+
+func (k *keptElsewhere) Forget(_ context.Context, models ...string) error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for _, m := range models {
+		delete(k.parks, m)
+	}
+	return nil
+}
+
+// A park kept before parks named the entry (a cluster's owner annotation
+// held its fingerprint alone) holds after the upgrade for that entry, and
+// not for a changed one.
+func TestAParkKeptByFingerprintAloneHolds(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		fp     func(catalog.Model) string
+		parked bool
+	}{
+		{"same entry", Fingerprint, true},
+		{"entry changed since", func(catalog.Model) string { return "sha256:another" }, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			db := testkit.OpenDB(t)
+			cat := catalog.NewStore(db)
+			MustAdd(t, cat, entry("foo", MustWriteModel(t, "foo.gguf", ggufgen.Spec{}), 1))
+			models, err := cat.List(context.Background())
+			if err != nil || len(models) != 1 {
+				t.Fatalf("the catalog lists %v: %v", models, err)
+			}
+			store := &keptElsewhere{parks: map[string]KeptPark{"foo": {Fingerprint: tc.fp(models[0]), Reason: "it failed"}}}
+			f := MustRun(t, cat, Options{Parks: NewParksIn(store)})
+			h := f.firstLook(t, "foo")
+			if err := f.Sync(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			if h.Parked != tc.parked {
+				t.Errorf("after the upgrade foo's health is %+v, want parked %v", h, tc.parked)
+			}
+			if started := len(f.node.started()) > 0; started == tc.parked {
+				t.Errorf("the upgraded fleet started foo's engine: %v, want %v", started, !tc.parked)
+			}
+		})
 	}
 }

@@ -238,8 +238,10 @@ func (f *Fleet) stateLocked(m catalog.Model, haveEngine bool) *modelState {
 		if pk, ok := f.restored[m.Name]; ok {
 			delete(f.restored, m.Name)
 			// Kept before the fleets shared one fingerprint, its key
-			// is of the form of then.
-			if pk.key == parkKey(f.fps.of(m), m.AddedAt) || pk.key == parkKey(localFingerprint(m), m.AddedAt) {
+			// is of the form of then; kept before keys (a cluster's
+			// owner annotation), its fingerprint alone names it.
+			if pk.key == parkKey(f.fps.of(m), m.AddedAt) || pk.key == parkKey(localFingerprint(m), m.AddedAt) ||
+				pk.key == "" && pk.fingerprint == Fingerprint(m) {
 				st.parked, st.lasting, st.reason, st.failedStarts = true, true, pk.reason, pk.failures
 				f.log.Info("model parked before modelserve restarted; not started again until it is served again",
 					"model", m.Name, "parked_at", pk.at, "reason", pk.reason)

@@ -773,7 +773,7 @@ func (c *cluster) writeProfile(ctx context.Context, m catalog.Model, pi int, rep
 	if err != nil {
 		return err
 	}
-	owner, err := c.apply(ctx, c.ownerMap(m, "", ""))
+	owner, err := c.apply(ctx, c.ownerMap(m))
 	if err != nil {
 		return err
 	}

@@ -38,8 +38,8 @@ const (
 	// image, a node's card) is told by it, and rolled as a changed entry
 	// is (rolled).
 	annotationTemplate = "modelserve.io/template"
-	// The park outlasts modelserve: it is kept on the model's owner object,
-	// for the fingerprint it was decided on.
+	// A park kept on the model's owner object by a modelserve before the
+	// controller kept them (parks.go): read, never written.
 	annotationParkedFor = "modelserve.io/parked-for"
 	annotationParkedWhy = "modelserve.io/parked-reason"
 
@@ -376,11 +376,8 @@ func (f *cluster) service(m catalog.Model, owner metav1.OwnerReference) *corev1.
 // ownerMap is the model's owner: every other object of the model is owned
 // by it, so deleting it (the model removed) lets the garbage collector
 // remove the rest.
-func (f *cluster) ownerMap(m catalog.Model, parkedFor, parkedWhy string) *corev1.ConfigMap {
+func (f *cluster) ownerMap(m catalog.Model) *corev1.ConfigMap {
 	ann := map[string]string{annotationModel: m.Name}
-	if parkedFor != "" {
-		ann[annotationParkedFor], ann[annotationParkedWhy] = parkedFor, parkedWhy
-	}
 	return &corev1.ConfigMap{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"},
 		ObjectMeta: metav1.ObjectMeta{Name: objName(m.Name), Namespace: f.opts.Namespace, Labels: modelLabels(m.Name), Annotations: ann},

@@ -39,7 +39,15 @@ func (s parkStore) Load(ctx context.Context) (map[string]fleet.KeptPark, error) 
 	out := map[string]fleet.KeptPark{}
 	for _, cm := range list.Items {
 		a := cm.Annotations
-		if a[annotationParkedKey] == "" || a[annotationModel] == "" {
+		if a[annotationModel] == "" {
+			continue
+		}
+		if a[annotationParkedKey] == "" {
+			// Parked by a modelserve before the controller kept the
+			// parks: the owner named the entry by its fingerprint.
+			if fp := a[annotationParkedFor]; fp != "" {
+				out[a[annotationModel]] = fleet.KeptPark{Fingerprint: fp, Reason: a[annotationParkedWhy]}
+			}
 			continue
 		}
 		n, _ := strconv.Atoi(a[annotationParkedCount])
