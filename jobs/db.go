@@ -38,6 +38,10 @@ func saveSteps(ctx context.Context, db *sql.DB, j Job, seq int64, positions ...i
 	if err != nil {
 		return fmt.Errorf("encode the request of job %s: %w", j.ID, err)
 	}
+	back, err := j.back.encode()
+	if err != nil {
+		return fmt.Errorf("encode what job %s has to take back: %w", j.ID, err)
+	}
 	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("save job %s: %w", j.ID, err)
@@ -45,14 +49,15 @@ func saveSteps(ctx context.Context, db *sql.DB, j Job, seq int64, positions ...i
 	defer tx.Rollback()
 	if _, err := tx.ExecContext(ctx, `
 		INSERT INTO jobs (id, kind, state, request, requested_by, if_absent, error, model, commit_sha,
-			reply, tokens_per_second, retry_of, seq, started, finished, added_model, trace_id, trace_span)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+			reply, tokens_per_second, retry_of, seq, started, finished, added_model, trace_id, trace_span, take_back)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 		ON CONFLICT (id) DO UPDATE SET state = excluded.state, error = excluded.error,
 			model = excluded.model, commit_sha = excluded.commit_sha, reply = excluded.reply,
 			tokens_per_second = excluded.tokens_per_second, seq = excluded.seq, finished = excluded.finished,
-			added_model = excluded.added_model, trace_id = excluded.trace_id, trace_span = excluded.trace_span`,
+			added_model = excluded.added_model, trace_id = excluded.trace_id, trace_span = excluded.trace_span,
+			take_back = excluded.take_back`,
 		j.ID, j.Kind, j.State, string(req), j.Request.By, j.Request.IfAbsent, j.Error, j.Model, j.Commit,
-		j.Reply, j.TokensPerSecond, j.RetryOf, seq, j.Started.UnixNano(), nanos(j.Finished), j.Added, j.TraceID, j.TraceSpan); err != nil {
+		j.Reply, j.TokensPerSecond, j.RetryOf, seq, j.Started.UnixNano(), nanos(j.Finished), j.Added, j.TraceID, j.TraceSpan, back); err != nil {
 		return fmt.Errorf("save job %s: %w", j.ID, err)
 	}
 	for _, step := range positions {
@@ -84,7 +89,7 @@ func nanos(t time.Time) any {
 func fromNanos(n int64) time.Time { return time.Unix(0, n).UTC() }
 
 const jobColumns = `id, kind, state, request, requested_by, if_absent, error, model, commit_sha,
-	reply, tokens_per_second, retry_of, seq, started, finished, added_model, trace_id, trace_span`
+	reply, tokens_per_second, retry_of, seq, started, finished, added_model, trace_id, trace_span, take_back`
 
 // scanJob reads the columns of jobColumns, and the job's change number.
 func scanJob(row interface{ Scan(...any) error }) (Job, int64, error) {
@@ -95,10 +100,15 @@ func scanJob(row interface{ Scan(...any) error }) (Job, int64, error) {
 		finished     sql.NullInt64
 		requestedBy  string
 		ifAbsent     bool
+		back         string
 	)
 	if err := row.Scan(&j.ID, &j.Kind, &j.State, &req, &requestedBy, &ifAbsent, &j.Error, &j.Model, &j.Commit,
-		&j.Reply, &j.TokensPerSecond, &j.RetryOf, &seq, &started, &finished, &j.Added, &j.TraceID, &j.TraceSpan); err != nil {
+		&j.Reply, &j.TokensPerSecond, &j.RetryOf, &seq, &started, &finished, &j.Added, &j.TraceID, &j.TraceSpan, &back); err != nil {
 		return Job{}, 0, err
+	}
+	var err error
+	if j.back, err = decodeTakeBack(back); err != nil {
+		return Job{}, 0, fmt.Errorf("decode what job %s has to take back: %w", j.ID, err)
 	}
 	if err := json.Unmarshal([]byte(req), &j.Request); err != nil {
 		return Job{}, 0, fmt.Errorf("decode the request of job %s: %w", j.ID, err)

@@ -2,6 +2,7 @@ package jobs
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"time"
@@ -99,23 +100,46 @@ func (s *Server) inPlace(ctx context.Context, l *live, p *pipeline) error {
 	if err != nil {
 		return failedAt(StepPlacement, err)
 	}
-	if m.Scaling.Min > 1 {
+	back := l.takeBack()
+	if back.Scaling != nil || m.Scaling.Min > 1 {
+		// Carrying on after a restart, the model is scaled down by one
+		// already: its scaling before is the one kept with the job.
+		if back.Scaling != nil {
+			m.Scaling = *back.Scaling
+		}
 		return s.inPlaceOfOne(ctx, l, p, m)
 	}
 	// Carrying on after a restart during the replacement: the model runs
-	// the version already, and the entry before it is not kept.
+	// the version already, and the job kept the entry before it and the
+	// suite's result on it (takeBack), unless it began before they were
+	// kept with the job.
 	resumed := m.Origin != nil && m.Origin.Revision == p.repo.Commit
 	var cur canary.Eval
 	suite := false
 	switch {
-	case resumed && p.req.RestoreOf == 0:
+	case p.req.RestoreOf != 0:
+	case resumed && back.Entry != nil:
+		if back.Baseline != nil {
+			cur, suite = *back.Baseline, true
+		}
+	case resumed:
 		s.step(l, StepEval, Skipped, fmt.Sprintf("%s runs %s already: modelserve restarted while its replica was replaced, "+
 			"and the version before is not kept to judge it against", m.Name, hf.Short(p.repo.Commit)))
-	case p.req.RestoreOf == 0:
+	default:
 		var err error
 		if cur, suite, err = s.baseline(ctx, l, p); err != nil {
 			return err
 		}
+	}
+	if !resumed {
+		// Kept with the job before the entry changes: a restart from here
+		// on still judges in place, and puts the model back.
+		s.setTakeBack(l, func(b *takeBack) {
+			b.Entry, b.Baseline = &m, nil
+			if suite {
+				b.Baseline = &cur
+			}
+		})
 	}
 	// 6. Placement: the model's replica replaced.
 	rep, err := s.replace(ctx, l, p, resumed)
@@ -143,7 +167,9 @@ func (s *Server) inPlaceOfOne(ctx context.Context, l *live, p *pipeline, m catal
 	of, name, n := m.Name, p.name, m.Scaling.Min
 	s.step(l, StepPlacement, Running, fmt.Sprintf("one of %s's %d replicas gives its room to %s, which is judged there before the rest; %s meanwhile",
 		of, n, hf.Short(p.repo.Commit), words.Plural(n-1, "the other serves", fmt.Sprintf("the other %d serve", n-1))))
-	l.setTakeBack(func(b *takeBack) { b.scaling = &m.Scaling })
+	// Kept with the job before the model scales down (m's scaling is the
+	// kept one when carrying on after a restart).
+	s.setTakeBack(l, func(b *takeBack) { b.Scaling = &m.Scaling })
 	if err := s.deps.Catalog.SetScaling(ctx, of, n-1, max(m.Scaling.Max-1, n-1), nil); err != nil {
 		return failedAt(StepPlacement, err)
 	}
@@ -172,7 +198,7 @@ func (s *Server) inPlaceOfOne(ctx context.Context, l *live, p *pipeline, m catal
 		return err
 	}
 	// Promoted: the model takes back the room its version held.
-	l.setTakeBack(func(b *takeBack) { b.scaling = nil })
+	s.setTakeBack(l, func(b *takeBack) { b.Scaling = nil })
 	return s.deps.Catalog.SetScaling(ctx, of, m.Scaling.Min, m.Scaling.Max, nil)
 }
 
@@ -212,7 +238,7 @@ func (s *Server) replace(ctx context.Context, l *live, p *pipeline, resumed bool
 		}
 		// Until the job ends kept or brought back, its end (undo) puts
 		// this entry back.
-		l.setTakeBack(func(b *takeBack) { b.entry = &before })
+		s.setTakeBack(l, func(b *takeBack) { b.Entry = &before })
 	}
 	if err := s.waitStarted(ctx, of, changed, true); err != nil {
 		if ctx.Err() != nil {
@@ -238,7 +264,7 @@ func (s *Server) replace(ctx context.Context, l *live, p *pipeline, resumed bool
 // once the version before serves again, and else the sentence of the
 // ending: not starting either, or not kept to go back to.
 func (s *Server) goBack(ctx context.Context, l *live, step, why string) error {
-	was := l.takeBack().entry
+	was := l.takeBack().Entry
 	if was == nil {
 		// Resumed after the replacement: the entry before it is gone.
 		return sentencef("%s; the replacement began before modelserve restarted, so the entry before it is not kept to go back to", why)
@@ -252,7 +278,7 @@ func (s *Server) goBack(ctx context.Context, l *live, step, why string) error {
 	if _, ok := operr.Sentence(err); err != nil && !ok {
 		return err
 	}
-	l.setTakeBack(func(b *takeBack) { b.entry = nil })
+	s.setTakeBack(l, func(b *takeBack) { b.Entry = nil })
 	if err != nil {
 		return sentencef("%s; %s is back on %s, which does not start either: %s", why, of, old, err)
 	}
@@ -290,7 +316,7 @@ func (s *Server) judgeInPlace(ctx context.Context, l *live, p *pipeline, cur can
 	default:
 	}
 	if v == canary.RollBack {
-		was := l.takeBack().entry
+		was := l.takeBack().Entry
 		if err := s.goBack(ctx, l, StepVerdict, "rolling "+name+" back: "+why); err != nil {
 			if ctx.Err() != nil {
 				return err
@@ -303,7 +329,7 @@ func (s *Server) judgeInPlace(ctx context.Context, l *live, p *pipeline, cur can
 	if err := s.promoted(ctx, p); err != nil {
 		return failedAt(StepVerdict, err)
 	}
-	l.setTakeBack(func(b *takeBack) { b.entry = nil })
+	s.setTakeBack(l, func(b *takeBack) { b.Entry = nil })
 	s.step(l, StepVerdict, Done, fmt.Sprintf("%s promoted in place: %s now serves %s; %s", name, of, at, why))
 	return nil
 }
@@ -312,13 +338,13 @@ func (s *Server) judgeInPlace(ctx context.Context, l *live, p *pipeline, cur can
 func (s *Server) keepRestored(ctx context.Context, l *live, p *pipeline) error {
 	of, at := p.req.CanaryOf, hf.Short(p.repo.Commit)
 	was := "the version before"
-	if b := l.takeBack().entry; b != nil {
+	if b := l.takeBack().Entry; b != nil {
 		was = hf.Short(b.Origin.Revision)
 	}
 	if err := s.promoted(ctx, p); err != nil {
 		return failedAt(StepRestore, err)
 	}
-	l.setTakeBack(func(b *takeBack) { b.entry = nil })
+	s.setTakeBack(l, func(b *takeBack) { b.Entry = nil })
 	s.step(l, StepRestore, Done, fmt.Sprintf("%s serves %s again, in place; %s is retired, and can be restored the same way", of, at, was))
 	return nil
 }
@@ -346,26 +372,53 @@ func (s *Server) replicaSince(model string, since time.Time, is func(fleet.Repli
 }
 
 // takeBack is what an in-place trial changed of its model, for its end
-// to take back if the trial does not keep the version.
+// to take back if the trial does not keep the version. It is saved with
+// the job (its take_back column): a trial resumed after a restart goes on
+// judging in place, and its end still puts the model back as it was.
 type takeBack struct {
-	// entry is the model's entry before its replica was replaced, until
+	// Entry is the model's entry before its replica was replaced, until
 	// the version is kept or the entry brought back; nil when none was.
-	entry *catalog.Model
-	// scaling is the model's scaling before one of its several replicas
+	Entry *catalog.Model `json:"entry,omitempty"`
+	// Scaling is the model's scaling before one of its several replicas
 	// gave its room to the version, until the model takes it back.
-	scaling *catalog.Scaling
+	Scaling *catalog.Scaling `json:"scaling,omitempty"`
+	// Baseline is the model's eval suite's result on the version before,
+	// which the version is judged against in place; nil when it has no
+	// suite (or none was run yet).
+	Baseline *canary.Eval `json:"baseline,omitempty"`
+}
+
+// encode is how the job stores it: "" for nothing to take back.
+func (b takeBack) encode() (string, error) {
+	if b == (takeBack{}) {
+		return "", nil
+	}
+	out, err := json.Marshal(b)
+	return string(out), err
+}
+
+// decodeTakeBack reads what encode stored.
+func decodeTakeBack(stored string) (takeBack, error) {
+	var b takeBack
+	if stored == "" {
+		return b, nil
+	}
+	err := json.Unmarshal([]byte(stored), &b)
+	return b, err
 }
 
 // takeBack is what the job's in-place trial has yet to take back.
 func (l *live) takeBack() takeBack {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.back
+	return l.job.back
 }
 
-// setTakeBack changes it.
-func (l *live) setTakeBack(change func(*takeBack)) {
+// setTakeBack changes it, and saves it with the job before returning:
+// what a trial changes of its model is recorded before it changes it.
+func (s *Server) setTakeBack(l *live, change func(*takeBack)) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	change(&l.back)
+	change(&l.job.back)
+	s.publishLocked(l, -1)
 }

@@ -96,6 +96,9 @@ type Job struct {
 	// not being there before: what a job that ends without serving it
 	// takes out again (Server.undo), and nothing more.
 	Added bool `json:"-"`
+	// back is what the job's in-place trial changed of its model and has
+	// not yet kept: the job's end (undo) takes it back (inplace.go).
+	back takeBack
 }
 
 // Ended is whether the job has stopped for good.

@@ -537,7 +537,10 @@ func (p *pipeline) addToCatalog(ctx context.Context) (bool, error) {
 			if err != nil {
 				return false, err
 			}
-			p.inPlace = m.InPlace()
+			// One of several replicas gave its room to the version, whose
+			// entry then has a replica of its own: the job kept the
+			// model's scaling before (takeBack).
+			p.inPlace = m.InPlace() || p.l.takeBack().Scaling != nil
 		}
 		return req.Replicas > 0, nil
 	}

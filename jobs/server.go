@@ -74,10 +74,6 @@ type live struct {
 	// unsaved is a job a change of which the database did not take (a
 	// full disk): the next save writes it whole. Guarded by mu.
 	unsaved bool
-	// back is what an in-place trial changed of its model (inplace.go)
-	// and has not yet kept: the job's end (undo) takes it back. Guarded
-	// by mu.
-	back takeBack
 	// finished is a job whose goroutine has returned, kept in Server.live
 	// only until its end is saved. Guarded by Server.mu.
 	finished bool

@@ -40,21 +40,21 @@ func (s *Server) undo(l *live, state, msg string) {
 	ctx, cancel := context.WithTimeout(context.Background(), undoTimeout)
 	defer cancel()
 	if j.Request.CanaryOf != "" {
-		if was := l.takeBack().entry; was != nil {
+		if was := l.takeBack().Entry; was != nil {
 			// Replaced in place, and neither kept nor brought back: the
 			// model goes back to the version it served, as the trial
 			// ends.
-			l.setTakeBack(func(b *takeBack) { b.entry = nil })
+			s.setTakeBack(l, func(b *takeBack) { b.Entry = nil })
 			if err := s.deps.Catalog.Add(ctx, *was, was.AddedBy); err != nil {
 				s.deps.Log.Error("putting a model back on its version after its in-place trial ended", "model", was.Name, "err", err)
 			}
 			s.refresh()
 		}
 		s.endTrial(ctx, j)
-		if sc := l.takeBack().scaling; sc != nil {
+		if sc := l.takeBack().Scaling; sc != nil {
 			// One of its replicas gave its room to the version, which is
 			// gone now: the model takes it back.
-			l.setTakeBack(func(b *takeBack) { b.scaling = nil })
+			s.setTakeBack(l, func(b *takeBack) { b.Scaling = nil })
 			if err := s.deps.Catalog.SetScaling(ctx, j.Request.CanaryOf, sc.Min, sc.Max, nil); err != nil {
 				s.deps.Log.Error("scaling a model back after its in-place trial ended", "model", j.Request.CanaryOf, "err", err)
 			}
