@@ -191,6 +191,21 @@ const (
 	BadEngine
 )
 
+// StableAfter is how long a replica serves before its model's failed
+// starts are forgiven (Events.Stable): an engine that loads and dies at
+// its first request is failing to start as surely as one that never loads.
+const StableAfter = time.Minute
+
+// CrashOf is what an engine's end that nobody asked for is, after it
+// served for servedFor: as good as a failed start within StableAfter, a
+// late crash after it.
+func CrashOf(servedFor time.Duration) Failure {
+	if servedFor < StableAfter {
+		return CrashedEarly
+	}
+	return CrashedLate
+}
+
 // Events are what a backend tells the controller of its replicas. Each
 // takes the controller's lock: a backend calls them without its own held.
 type Events interface {

@@ -240,11 +240,6 @@ const (
 // failure is the failure o is, for the controller.
 func (o outcome) failure() Failure { return Failure(o) }
 
-// stableAfter is how long a replica serves before its model's failed
-// starts are forgiven: an engine that loads and dies at its first request
-// is failing to start as surely as one that never loads.
-const stableAfter = time.Minute
-
 // Health is polled fast while an engine loads, so a replica whose engine
 // does not write that it listens (listening.go) is seen ready within a
 // poll of its engine being ready (a request waiting for a cold start waits
@@ -498,7 +493,7 @@ func (b *processes) attempt(ctx context.Context, r *process) (out outcome, why s
 // the last of the engine's output into tail; row is its start's in the
 // history (0 for none).
 func (b *processes) serving(ctx context.Context, r *process, proc Process, tail *logTail, flush func(), readyAt time.Time, row int64) (outcome, string) {
-	stable := b.opts.Clock.NewTimer(stableAfter)
+	stable := b.opts.Clock.NewTimer(StableAfter)
 	defer stable.Stop()
 	measure := time.NewTicker(rssInterval)
 	defer measure.Stop()
@@ -522,10 +517,7 @@ func (b *processes) serving(ctx context.Context, r *process, proc Process, tail 
 			flush()
 			why := failureReason(proc.Err(), tail.Lines()) +
 				fmt.Sprintf(" (after %s ready)", b.opts.Clock.Since(readyAt).Round(time.Second))
-			if b.opts.Clock.Since(readyAt) < stableAfter {
-				return crashedEarly, why
-			}
-			return crashedLate, why
+			return outcome(CrashOf(b.opts.Clock.Since(readyAt))), why
 		case <-stable.C():
 			b.ev.Stable(r.id)
 		case <-check.C:
@@ -539,10 +531,7 @@ func (b *processes) serving(ctx context.Context, r *process, proc Process, tail 
 			b.stopEngine(proc)
 			why := fmt.Sprintf("it stopped answering /health (%d checks %s apart) after %s ready, and was stopped to start again",
 				healthMisses, b.opts.HealthEvery, b.opts.Clock.Since(readyAt).Round(time.Second))
-			if b.opts.Clock.Since(readyAt) < stableAfter {
-				return crashedEarly, why
-			}
-			return crashedLate, why
+			return outcome(CrashOf(b.opts.Clock.Since(readyAt))), why
 		case <-measure.C:
 			// The figure that placement counts as used, and the estimate's
 			// measure, as the engine grows its caches.

@@ -888,7 +888,7 @@ func (b *Backend) pair() []event {
 		case !ready:
 			r.ready = false
 		}
-		if r.ready && !r.stable && now.Sub(r.readyAt) >= stableAfter {
+		if r.ready && !r.stable && now.Sub(r.readyAt) >= fleet.StableAfter {
 			r.stable = true
 			id := r.id
 			events = append(events, func(ev fleet.Events) { ev.Stable(id) })
@@ -896,10 +896,6 @@ func (b *Backend) pair() []event {
 	}
 	return events
 }
-
-// stableAfter is how long a pod serves before its model's failed starts
-// are forgiven, as the local fleet forgives an engine's.
-const stableAfter = time.Minute
 
 // restartsOf is how often the kubelet restarted p's containers.
 func restartsOf(p *corev1.Pod) int {
@@ -923,10 +919,7 @@ func (b *Backend) failedLocked(r *kreplica, p *corev1.Pod, n int, now time.Time)
 	r.lastError = why
 	kind := fleet.FailedStart
 	if r.ready {
-		kind = fleet.CrashedLate
-		if now.Sub(r.readyAt) < stableAfter {
-			kind = fleet.CrashedEarly
-		}
+		kind = fleet.CrashOf(now.Sub(r.readyAt))
 	}
 	r.ready = false
 	id := r.id
